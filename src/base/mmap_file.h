@@ -1,0 +1,35 @@
+// Read-only memory-mapped file (RAII); the bytes of safetensors files are views into it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+
+namespace loom {
+
+// Thread-safety: immutable after Open; safe to read from any thread.
+class MappedFile {
+ public:
+  static StatusOr<std::shared_ptr<MappedFile>> Open(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  MappedFile() = default;
+  std::string path_;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Whole file into a string (small text files: config.json, index.json).
+StatusOr<std::string> ReadTextFile(const std::string& path);
+
+}  // namespace loom

@@ -1,0 +1,102 @@
+// ThreadPool: spin-then-sleep workers claiming tasks from a shared atomic counter.
+#include "base/thread_pool.h"
+
+#include <cstdlib>
+#include <memory>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define LOOM_PAUSE() _mm_pause()
+#else
+#define LOOM_PAUSE() std::this_thread::yield()
+#endif
+
+namespace loom {
+
+namespace {
+std::unique_ptr<ThreadPool>& GlobalSlot() {
+  static std::unique_ptr<ThreadPool> pool;
+  return pool;
+}
+}  // namespace
+
+ThreadPool::ThreadPool(int num_threads) {
+  if (num_threads <= 0) num_threads = static_cast<int>(std::thread::hardware_concurrency());
+  if (num_threads <= 0) num_threads = 1;
+  num_threads_ = num_threads;
+  for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_.store(true);
+    generation_.fetch_add(1);
+  }
+  cv_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::RunTasks(int thread_index) {
+  for (;;) {
+    int64_t task = next_task_.fetch_add(1, std::memory_order_relaxed);
+    if (task >= num_tasks_) break;
+    (*fn_)(task, thread_index);
+  }
+}
+
+void ThreadPool::WorkerLoop(int thread_index) {
+  uint64_t seen = 0;
+  for (;;) {
+    // Spin first: the next job of a decode step usually arrives within microseconds.
+    uint64_t gen = generation_.load(std::memory_order_acquire);
+    for (int spin = 0; gen == seen && spin < 20000; ++spin) {
+      LOOM_PAUSE();
+      gen = generation_.load(std::memory_order_acquire);
+    }
+    if (gen == seen) {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+      gen = generation_.load(std::memory_order_acquire);
+    }
+    seen = gen;
+    if (stop_.load()) return;
+    RunTasks(thread_index);
+    pending_workers_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+}
+
+void ThreadPool::ParallelFor(int64_t num_tasks, const std::function<void(int64_t, int)>& fn) {
+  if (num_tasks <= 0) return;
+  if (num_threads_ == 1 || num_tasks == 1) {
+    for (int64_t t = 0; t < num_tasks; ++t) fn(t, 0);
+    return;
+  }
+  fn_ = &fn;
+  num_tasks_ = num_tasks;
+  next_task_.store(0, std::memory_order_relaxed);
+  pending_workers_.store(num_threads_ - 1, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    generation_.fetch_add(1, std::memory_order_acq_rel);
+  }
+  cv_.notify_all();
+  RunTasks(0);
+  while (pending_workers_.load(std::memory_order_acquire) != 0) LOOM_PAUSE();
+}
+
+ThreadPool& ThreadPool::Global() {
+  auto& slot = GlobalSlot();
+  if (!slot) {
+    int n = 0;
+    if (const char* env = std::getenv("LOOM_THREADS")) n = std::atoi(env);
+    slot = std::make_unique<ThreadPool>(n);
+  }
+  return *slot;
+}
+
+void ThreadPool::SetGlobalThreads(int num_threads) {
+  GlobalSlot() = std::make_unique<ThreadPool>(num_threads);
+}
+
+}  // namespace loom

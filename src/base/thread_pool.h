@@ -1,0 +1,51 @@
+// Fork-join worker pool for the compute inside one engine step (parallel-for over ranges).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace loom {
+
+// Thread-safety: ParallelFor may be called from one thread at a time (the engine thread).
+// Workers spin briefly between jobs (a decode step issues hundreds of short jobs; a
+// condition-variable wake-up per job would cost several percent), then sleep.
+class ThreadPool {
+ public:
+  // num_threads includes the calling thread; 0 = hardware concurrency.
+  explicit ThreadPool(int num_threads = 0);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int num_threads() const { return num_threads_; }
+
+  // Calls fn(task, thread_index) for every task in [0, num_tasks); tasks are claimed
+  // dynamically so uneven work balances. Returns when all are done.
+  void ParallelFor(int64_t num_tasks, const std::function<void(int64_t, int)>& fn);
+
+  // Process-wide pool used by ops (sized by LOOM_THREADS or the core count).
+  static ThreadPool& Global();
+  static void SetGlobalThreads(int num_threads);
+
+ private:
+  void WorkerLoop(int thread_index);
+  void RunTasks(int thread_index);
+
+  int num_threads_;
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_workers_{0};
+  std::atomic<int64_t> next_task_{0};
+  std::atomic<bool> stop_{false};
+  int64_t num_tasks_ = 0;
+  const std::function<void(int64_t, int)>* fn_ = nullptr;
+};
+
+}  // namespace loom

@@ -1,0 +1,54 @@
+// Helpers shared by CLI commands.
+#include <fstream>
+#include <sstream>
+
+#include "cli/commands.h"
+
+namespace loom::cli {
+
+void AddSamplingFlags(CLI::App* cmd, SamplingParams* p, int64_t* seed) {
+  cmd->add_option("--max-tokens", p->max_tokens, "tokens to generate")->capture_default_str();
+  cmd->add_option("--temperature", p->temperature, "0 = greedy")->capture_default_str();
+  cmd->add_option("--top-k", p->top_k, "keep the k most likely tokens (0 = off)");
+  cmd->add_option("--top-p", p->top_p, "nucleus sampling mass (1 = off)");
+  cmd->add_option("--min-p", p->min_p, "drop tokens below min_p × the top probability");
+  cmd->add_option("--repetition-penalty", p->repetition_penalty, "1 = off");
+  cmd->add_option("--presence-penalty", p->presence_penalty, "0 = off");
+  cmd->add_option("--frequency-penalty", p->frequency_penalty, "0 = off");
+  cmd->add_option("--seed", *seed, "random seed (same seed → same tokens)");
+  cmd->add_option("--logprobs", p->logprobs, "top-N log-probs per generated token");
+  cmd->add_flag("--ignore-eos", p->ignore_eos, "keep generating after end-of-sequence");
+}
+
+bool ParseIdList(const std::string& text, std::vector<int32_t>* out, std::string* error) {
+  out->clear();
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t used = 0;
+      long v = std::stol(item, &used);
+      if (used != item.size() || v < 0 || v > INT32_MAX) throw std::invalid_argument(item);
+      out->push_back(static_cast<int32_t>(v));
+    } catch (const std::exception&) {
+      *error = "'" + item + "' is not a token id";
+      return false;
+    }
+  }
+  if (out->empty()) {
+    *error = "no token ids given";
+    return false;
+  }
+  return true;
+}
+
+double PeakRssMiB() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  }
+  return 0;
+}
+
+}  // namespace loom::cli

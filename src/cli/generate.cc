@@ -1,0 +1,103 @@
+// `loom generate`: one prompt through the engine; text or JSON out, speeds on stderr.
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "engine/engine.h"
+
+namespace loom::cli {
+
+namespace {
+
+struct GenerateArgs {
+  std::string model;
+  std::string prompt_tokens;
+  std::string output = "text";
+  SamplingParams params;
+  int64_t seed = -1;
+};
+
+int RunGenerate(GenerateArgs& a) {
+  using Clock = std::chrono::steady_clock;
+  std::vector<int32_t> prompt;
+  std::string error;
+  if (!ParseIdList(a.prompt_tokens, &prompt, &error)) {
+    std::fprintf(stderr, "error: --prompt-tokens: %s\n", error.c_str());
+    return 2;
+  }
+  if (a.seed >= 0) a.params.seed = static_cast<uint64_t>(a.seed);
+  auto t0 = Clock::now();
+  auto model = Model::Load(a.model);
+  if (!model.ok()) {
+    std::fprintf(stderr, "error: %s\n", model.status().message().c_str());
+    return 1;
+  }
+  auto t_loaded = Clock::now();
+  EngineOptions options;
+  options.kv_cache_tokens = std::max<int>(256, static_cast<int>(prompt.size()) + a.params.max_tokens);
+  options.max_batch_tokens = std::max<int>(512, static_cast<int>(prompt.size()));
+  Engine engine(model->get(), options);
+  GenerationRequest request;
+  request.prompt = prompt;
+  request.params = a.params;
+  auto id = engine.Add(request);
+  if (!id.ok()) {
+    std::fprintf(stderr, "error: %s\n", id.status().message().c_str());
+    return 2;
+  }
+  auto t_start = Clock::now();
+  engine.Step();  // the whole prompt (one chunk) and the first token
+  auto t_first = Clock::now();
+  auto results = engine.RunToCompletion();
+  auto t_end = Clock::now();
+  const GenerationResult& r = results.at(0);
+
+  const double load_s = std::chrono::duration<double>(t_loaded - t0).count();
+  const double prefill_s = std::chrono::duration<double>(t_first - t_start).count();
+  const double decode_s = std::chrono::duration<double>(t_end - t_first).count();
+  const size_t decoded = r.generated.size() > 0 ? r.generated.size() - 1 : 0;
+  std::fprintf(stderr,
+               "loaded in %.2f s; prefill %zu tokens at %.1f tokens/s; decode %zu tokens at %.1f "
+               "tokens/s; peak RSS %.0f MiB\n",
+               load_s, prompt.size(), prompt.size() / prefill_s, decoded,
+               decoded > 0 ? decoded / decode_s : 0.0, PeakRssMiB());
+
+  if (a.output == "json") {
+    nlohmann::json j;
+    j["prompt_tokens"] = r.prompt;
+    j["generated_tokens"] = r.generated;
+    j["finish_reason"] = FinishReasonName(r.finish_reason);
+    if (a.params.logprobs > 0) {
+      nlohmann::json steps = nlohmann::json::array();
+      for (const auto& top : r.top_logprobs) {
+        nlohmann::json step = nlohmann::json::array();
+        for (const auto& t : top) step.push_back({{"token", t.token}, {"logprob", t.logprob}});
+        steps.push_back(step);
+      }
+      j["logprobs"] = steps;
+    }
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    for (size_t i = 0; i < r.generated.size(); ++i) {
+      std::printf("%s%d", i ? " " : "", r.generated[i]);
+    }
+    std::printf("\n");
+  }
+  return 0;
+}
+
+}  // namespace
+
+RunFn AddGenerateCommand(CLI::App& cmd) {
+  auto a = std::make_shared<GenerateArgs>();
+  cmd.add_option("--model", a->model, "Hugging Face checkpoint folder")->required();
+  cmd.add_option("--prompt-tokens", a->prompt_tokens, "prompt as token ids: 1,2,3")->required();
+  cmd.add_option("--output", a->output, "text | json")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  AddSamplingFlags(&cmd, &a->params, &a->seed);
+  return [a] { return RunGenerate(*a); };
+}
+
+}  // namespace loom::cli

@@ -1,0 +1,24 @@
+// loom command-line entry point: dispatches to the subcommands.
+#include <cstdio>
+#include <map>
+
+#include "base/thread_pool.h"
+#include "cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"loom: serve many LoRA adapters on one base model"};
+  app.require_subcommand(1);
+  int threads = 0;
+  app.add_option("--threads", threads, "compute threads (default: all cores, or LOOM_THREADS)");
+  std::map<CLI::App*, loom::cli::RunFn> runs;
+  auto* gen = app.add_subcommand("generate", "generate tokens from a prompt");
+  runs[gen] = loom::cli::AddGenerateCommand(*gen);
+  auto* bench = app.add_subcommand("bench", "measure prefill and decode tokens/s");
+  runs[bench] = loom::cli::AddBenchCommand(*bench);
+  CLI11_PARSE(app, argc, argv);
+  if (threads > 0) loom::ThreadPool::SetGlobalThreads(threads);
+  for (auto& [cmd, run] : runs) {
+    if (cmd->parsed()) return run();
+  }
+  return 2;
+}

@@ -1,0 +1,52 @@
+// cpuid-based ISA detection.
+#include "cpu/cpu_features.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace loom::cpu {
+
+namespace {
+Isa g_active = static_cast<Isa>(-1);
+}
+
+Isa DetectIsa() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512bf16")) {
+    return Isa::kAvx512;
+  }
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("f16c")) {
+    return Isa::kAvx2;
+  }
+#endif
+  return Isa::kScalar;
+}
+
+Isa ActiveIsa() {
+  if (g_active == static_cast<Isa>(-1)) {
+    Isa isa = DetectIsa();
+    if (const char* env = std::getenv("LOOM_ISA")) {
+      if (std::strcmp(env, "scalar") == 0) isa = Isa::kScalar;
+      if (std::strcmp(env, "avx2") == 0 && isa == Isa::kAvx512) isa = Isa::kAvx2;
+    }
+    g_active = isa;
+  }
+  return g_active;
+}
+
+void SetActiveIsa(Isa isa) { g_active = isa; }
+
+const char* IsaName(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar: return "scalar";
+    case Isa::kAvx2: return "avx2";
+    case Isa::kAvx512: return "avx512";
+  }
+  return "?";
+}
+
+}  // namespace loom::cpu

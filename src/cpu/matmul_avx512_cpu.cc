@@ -1,0 +1,167 @@
+// AVX-512 matmul kernels: register tiles of 4 activation rows × 4 weight rows, 16 zmm
+// accumulators; each weight vector loaded once per tile feeds 4 rows (decode reads every
+// weight byte exactly once per step, so n ≤ 4 rows cost one pass over W).
+// GCC 12 warns falsely inside its own AVX-512 headers (_mm512_undefined_* in reductions).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "cpu/matmul_cpu.h"
+
+#define LOOM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,f16c")))
+
+namespace loom::cpu {
+
+namespace {
+
+// Loads 16 consecutive weights as f32 (full, or the first `m` lanes with a mask).
+struct LoadF32 {
+  using T = float;
+  LOOM_AVX512 static __m512 Full(const float* p) { return _mm512_loadu_ps(p); }
+  LOOM_AVX512 static __m512 Part(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+};
+struct LoadBf16 {
+  using T = uint16_t;
+  LOOM_AVX512 static __m512 Widen(__m256i v) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
+  }
+  LOOM_AVX512 static __m512 Full(const uint16_t* p) {
+    return Widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  LOOM_AVX512 static __m512 Part(const uint16_t* p, __mmask16 m) {
+    return Widen(_mm256_maskz_loadu_epi16(m, p));
+  }
+};
+struct LoadF16 {
+  using T = uint16_t;
+  LOOM_AVX512 static __m512 Full(const uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  LOOM_AVX512 static __m512 Part(const uint16_t* p, __mmask16 m) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+  }
+};
+
+// y[NI rows, NJ cols] tile: x rows i.., weight rows j...
+template <typename L, int NI, int NJ>
+LOOM_AVX512 void TileF32(const float* x, int64_t k, const typename L::T* w, float* y, int64_t ldy) {
+  __m512 acc[NI][NJ];
+  for (int a = 0; a < NI; ++a)
+    for (int b = 0; b < NJ; ++b) acc[a][b] = _mm512_setzero_ps();
+  const int64_t kfull = k & ~int64_t{15};
+  for (int64_t p = 0; p < kfull; p += 16) {
+    __m512 wv[NJ];
+    for (int b = 0; b < NJ; ++b) wv[b] = L::Full(w + b * k + p);
+    for (int a = 0; a < NI; ++a) {
+      __m512 xv = _mm512_loadu_ps(x + a * k + p);
+      for (int b = 0; b < NJ; ++b) acc[a][b] = _mm512_fmadd_ps(xv, wv[b], acc[a][b]);
+    }
+  }
+  if (kfull < k) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (k - kfull)) - 1);
+    __m512 wv[NJ];
+    for (int b = 0; b < NJ; ++b) wv[b] = L::Part(w + b * k + kfull, m);
+    for (int a = 0; a < NI; ++a) {
+      __m512 xv = _mm512_maskz_loadu_ps(m, x + a * k + kfull);
+      for (int b = 0; b < NJ; ++b) acc[a][b] = _mm512_fmadd_ps(xv, wv[b], acc[a][b]);
+    }
+  }
+  for (int a = 0; a < NI; ++a)
+    for (int b = 0; b < NJ; ++b) y[a * ldy + b] = _mm512_reduce_add_ps(acc[a][b]);
+}
+
+template <typename L, int NJ>
+LOOM_AVX512 void RowsF32(const float* x, int64_t n, int64_t k, const typename L::T* w, float* y,
+                         int64_t ldy) {
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) TileF32<L, 4, NJ>(x + i * k, k, w, y + i * ldy, ldy);
+  switch (n - i) {
+    case 3: TileF32<L, 3, NJ>(x + i * k, k, w, y + i * ldy, ldy); break;
+    case 2: TileF32<L, 2, NJ>(x + i * k, k, w, y + i * ldy, ldy); break;
+    case 1: TileF32<L, 1, NJ>(x + i * k, k, w, y + i * ldy, ldy); break;
+    default: break;
+  }
+}
+
+template <typename L>
+LOOM_AVX512 void KernelF32(const float* x, int64_t n, int64_t k, const void* wv, int64_t j0,
+                           int64_t j1, float* y, int64_t ldy) {
+  const auto* w = static_cast<const typename L::T*>(wv);
+  int64_t j = j0;
+  for (; j + 4 <= j1; j += 4) RowsF32<L, 4>(x, n, k, w + j * k, y + j, ldy);
+  switch (j1 - j) {
+    case 3: RowsF32<L, 3>(x, n, k, w + j * k, y + j, ldy); break;
+    case 2: RowsF32<L, 2>(x, n, k, w + j * k, y + j, ldy); break;
+    case 1: RowsF32<L, 1>(x, n, k, w + j * k, y + j, ldy); break;
+    default: break;
+  }
+}
+
+// bf16 × bf16 tile with vdpbf16ps: each instruction multiplies 32 bf16 pairs and adds
+// adjacent products into 16 f32 lanes.
+template <int NI, int NJ>
+LOOM_AVX512 void TileBf16(const uint16_t* x, int64_t k, const uint16_t* w, float* y, int64_t ldy) {
+  __m512 acc[NI][NJ];
+  for (int a = 0; a < NI; ++a)
+    for (int b = 0; b < NJ; ++b) acc[a][b] = _mm512_setzero_ps();
+  const int64_t kfull = k & ~int64_t{31};
+  for (int64_t p = 0; p < kfull; p += 32) {
+    __m512bh wv[NJ];
+    for (int b = 0; b < NJ; ++b) wv[b] = (__m512bh)_mm512_loadu_si512(w + b * k + p);
+    for (int a = 0; a < NI; ++a) {
+      __m512bh xv = (__m512bh)_mm512_loadu_si512(x + a * k + p);
+      for (int b = 0; b < NJ; ++b) acc[a][b] = _mm512_dpbf16_ps(acc[a][b], xv, wv[b]);
+    }
+  }
+  if (kfull < k) {
+    const __mmask32 m = static_cast<__mmask32>((uint64_t{1} << (k - kfull)) - 1);
+    __m512bh wv[NJ];
+    for (int b = 0; b < NJ; ++b) wv[b] = (__m512bh)_mm512_maskz_loadu_epi16(m, w + b * k + kfull);
+    for (int a = 0; a < NI; ++a) {
+      __m512bh xv = (__m512bh)_mm512_maskz_loadu_epi16(m, x + a * k + kfull);
+      for (int b = 0; b < NJ; ++b) acc[a][b] = _mm512_dpbf16_ps(acc[a][b], xv, wv[b]);
+    }
+  }
+  for (int a = 0; a < NI; ++a)
+    for (int b = 0; b < NJ; ++b) y[a * ldy + b] = _mm512_reduce_add_ps(acc[a][b]);
+}
+
+template <int NJ>
+LOOM_AVX512 void RowsBf16(const uint16_t* x, int64_t n, int64_t k, const uint16_t* w, float* y,
+                          int64_t ldy) {
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) TileBf16<4, NJ>(x + i * k, k, w, y + i * ldy, ldy);
+  switch (n - i) {
+    case 3: TileBf16<3, NJ>(x + i * k, k, w, y + i * ldy, ldy); break;
+    case 2: TileBf16<2, NJ>(x + i * k, k, w, y + i * ldy, ldy); break;
+    case 1: TileBf16<1, NJ>(x + i * k, k, w, y + i * ldy, ldy); break;
+    default: break;
+  }
+}
+
+}  // namespace
+
+LOOM_AVX512 void MatmulF32Avx512(DType wtype, const float* x, int64_t n, int64_t k, const void* w,
+                                 int64_t j0, int64_t j1, float* y, int64_t ldy) {
+  switch (wtype) {
+    case DType::kF32: return KernelF32<LoadF32>(x, n, k, w, j0, j1, y, ldy);
+    case DType::kF16: return KernelF32<LoadF16>(x, n, k, w, j0, j1, y, ldy);
+    case DType::kBF16: return KernelF32<LoadBf16>(x, n, k, w, j0, j1, y, ldy);
+  }
+}
+
+LOOM_AVX512 void MatmulBf16Avx512(const uint16_t* x, int64_t n, int64_t k, const uint16_t* w,
+                                  int64_t j0, int64_t j1, float* y, int64_t ldy) {
+  int64_t j = j0;
+  for (; j + 4 <= j1; j += 4) RowsBf16<4>(x, n, k, w + j * k, y + j, ldy);
+  switch (j1 - j) {
+    case 3: RowsBf16<3>(x, n, k, w + j * k, y + j, ldy); break;
+    case 2: RowsBf16<2>(x, n, k, w + j * k, y + j, ldy); break;
+    case 1: RowsBf16<1>(x, n, k, w + j * k, y + j, ldy); break;
+    default: break;
+  }
+}
+
+}  // namespace loom::cpu

@@ -1,0 +1,35 @@
+// CPU matmul kernels y[n, j0:j1] = x[n, k] · W[j0:j1, k]ᵀ, one function per ISA level.
+#pragma once
+
+#include <cstdint>
+
+#include "cpu/cpu_features.h"
+#include "tensor/dtype.h"
+
+namespace loom::cpu {
+
+// Exact path: f32 activations, weights in their file dtype converted in registers,
+// f32 accumulation. x: [n, k] f32 (row stride k); w: [m, k] of `wtype` (row stride k);
+// y: [n, ldy] f32, columns j0..j1 written (overwritten, not accumulated).
+void MatmulF32(Isa isa, DType wtype, const float* x, int64_t n, int64_t k, const void* w,
+               int64_t j0, int64_t j1, float* y, int64_t ldy);
+
+// Fast path for bf16 weights: activations already rounded to bf16 (xb: [n, k]), products
+// formed by the AVX512_BF16 dot-product instruction with f32 accumulation. Twice the
+// multiply rate of f32 FMA on Zen 4; used for prefill-sized batches.
+void MatmulBf16(Isa isa, const uint16_t* xb, int64_t n, int64_t k, const uint16_t* w, int64_t j0,
+                int64_t j1, float* y, int64_t ldy);
+
+// Per-ISA implementations (scalar is the reference in tests).
+void MatmulF32Scalar(DType wtype, const float* x, int64_t n, int64_t k, const void* w, int64_t j0,
+                     int64_t j1, float* y, int64_t ldy);
+void MatmulBf16Scalar(const uint16_t* xb, int64_t n, int64_t k, const uint16_t* w, int64_t j0,
+                      int64_t j1, float* y, int64_t ldy);
+void MatmulF32Avx2(DType wtype, const float* x, int64_t n, int64_t k, const void* w, int64_t j0,
+                   int64_t j1, float* y, int64_t ldy);
+void MatmulF32Avx512(DType wtype, const float* x, int64_t n, int64_t k, const void* w, int64_t j0,
+                     int64_t j1, float* y, int64_t ldy);
+void MatmulBf16Avx512(const uint16_t* xb, int64_t n, int64_t k, const uint16_t* w, int64_t j0,
+                      int64_t j1, float* y, int64_t ldy);
+
+}  // namespace loom::cpu

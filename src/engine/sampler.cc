@@ -1,0 +1,149 @@
+// Sampler: vLLM's order — penalties, temperature, top-k, top-p, min-p, then a seeded draw.
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace loom {
+
+Status SamplingParams::Validate(int vocab_size) const {
+  if (max_tokens < 1) {
+    return InvalidArgument("max_tokens must be at least 1, got " + std::to_string(max_tokens));
+  }
+  if (!(temperature >= 0) || temperature > 100) {
+    return InvalidArgument("temperature must be in [0, 100], got " + std::to_string(temperature));
+  }
+  if (top_k < -1) return InvalidArgument("top_k must be -1, 0 or positive");
+  if (!(top_p > 0 && top_p <= 1)) {
+    return InvalidArgument("top_p must be in (0, 1], got " + std::to_string(top_p));
+  }
+  if (!(min_p >= 0 && min_p <= 1)) {
+    return InvalidArgument("min_p must be in [0, 1], got " + std::to_string(min_p));
+  }
+  if (!(repetition_penalty > 0 && repetition_penalty <= 10)) {
+    return InvalidArgument("repetition_penalty must be in (0, 10], got " +
+                           std::to_string(repetition_penalty));
+  }
+  if (!(presence_penalty >= -2 && presence_penalty <= 2)) {
+    return InvalidArgument("presence_penalty must be in [-2, 2], got " +
+                           std::to_string(presence_penalty));
+  }
+  if (!(frequency_penalty >= -2 && frequency_penalty <= 2)) {
+    return InvalidArgument("frequency_penalty must be in [-2, 2], got " +
+                           std::to_string(frequency_penalty));
+  }
+  if (logprobs < 0 || logprobs > 20) {
+    return InvalidArgument("logprobs must be in [0, 20], got " + std::to_string(logprobs));
+  }
+  if (logprobs > vocab_size) return InvalidArgument("logprobs exceeds the vocabulary size");
+  return OkStatus();
+}
+
+Sampler::Sampler(const SamplingParams& params, const std::vector<int32_t>& prompt)
+    : params_(params), prompt_(prompt) {
+  rng_.seed(params.seed ? *params.seed : std::random_device{}());
+}
+
+void Sampler::Accept(int32_t token) { ++output_counts_[token]; }
+
+void Sampler::ApplyPenalties(float* logits, int vocab) {
+  if (params_.repetition_penalty != 1.0f) {
+    // Same as vLLM / transformers: divide positive logits, multiply negative ones.
+    std::vector<uint8_t>& seen = seen_;
+    seen.assign(static_cast<size_t>(vocab), 0);
+    for (int32_t t : prompt_) seen[static_cast<size_t>(t)] = 1;
+    for (const auto& [t, n] : output_counts_) seen[static_cast<size_t>(t)] = 1;
+    for (int t = 0; t < vocab; ++t) {
+      if (!seen[static_cast<size_t>(t)]) continue;
+      float& l = logits[t];
+      l = l > 0 ? l / params_.repetition_penalty : l * params_.repetition_penalty;
+    }
+  }
+  if (params_.presence_penalty != 0 || params_.frequency_penalty != 0) {
+    for (const auto& [t, n] : output_counts_) {
+      logits[t] -= params_.frequency_penalty * static_cast<float>(n) + params_.presence_penalty;
+    }
+  }
+}
+
+void ComputeLogprobs(const float* logits, int vocab, int32_t token, int top_n,
+                     TokenLogprob* chosen, std::vector<TokenLogprob>* top) {
+  float mx = -INFINITY;
+  for (int i = 0; i < vocab; ++i) mx = std::max(mx, logits[i]);
+  double sum = 0;
+  for (int i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i] - mx));
+  const float log_z = mx + static_cast<float>(std::log(sum));
+  if (chosen) *chosen = {token, logits[token] - log_z};
+  if (top) {
+    top->clear();
+    std::vector<int32_t> idx(static_cast<size_t>(vocab));
+    for (int i = 0; i < vocab; ++i) idx[static_cast<size_t>(i)] = i;
+    const int n = std::min(top_n, vocab);
+    std::partial_sort(idx.begin(), idx.begin() + n, idx.end(), [&](int32_t a, int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    });
+    for (int i = 0; i < n; ++i) top->push_back({idx[static_cast<size_t>(i)], logits[idx[static_cast<size_t>(i)]] - log_z});
+  }
+}
+
+int32_t Sampler::Sample(float* logits, int vocab, TokenLogprob* chosen,
+                        std::vector<TokenLogprob>* top) {
+  if (params_.logprobs > 0) raw_.assign(logits, logits + vocab);
+  ApplyPenalties(logits, vocab);
+  int32_t token = 0;
+  if (IsGreedy(params_)) {
+    token = static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
+  } else {
+    const float inv_t = 1.0f / params_.temperature;
+    candidates_.clear();
+    for (int i = 0; i < vocab; ++i) candidates_.emplace_back(logits[i] * inv_t, i);
+    auto by_logit = [](const auto& a, const auto& b) {
+      return a.first > b.first || (a.first == b.first && a.second < b.second);
+    };
+    size_t keep = candidates_.size();
+    if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < keep) {
+      keep = static_cast<size_t>(params_.top_k);
+      std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<long>(keep),
+                        candidates_.end(), by_logit);
+    } else {
+      std::sort(candidates_.begin(), candidates_.end(), by_logit);
+    }
+    candidates_.resize(keep);
+    const float mx = candidates_[0].first;
+    std::vector<double> probs(keep);
+    double sum = 0;
+    for (size_t i = 0; i < keep; ++i) sum += probs[i] = std::exp(static_cast<double>(candidates_[i].first - mx));
+    for (double& p : probs) p /= sum;
+    if (params_.top_p < 1.0f) {  // smallest prefix whose mass reaches top_p
+      double cum = 0;
+      size_t n = 0;
+      while (n < keep) {
+        cum += probs[n++];
+        if (cum >= params_.top_p) break;
+      }
+      keep = n;
+    }
+    if (params_.min_p > 0) {  // drop tokens below min_p × the top probability
+      const double floor = params_.min_p * probs[0];
+      size_t n = 1;
+      while (n < keep && probs[n] >= floor) ++n;
+      keep = n;
+    }
+    double mass = 0;
+    for (size_t i = 0; i < keep; ++i) mass += probs[i];
+    const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng_) * mass;
+    double acc = 0;
+    token = candidates_[keep - 1].second;
+    for (size_t i = 0; i < keep; ++i) {
+      acc += probs[i];
+      if (u < acc) {
+        token = candidates_[i].second;
+        break;
+      }
+    }
+  }
+  if (params_.logprobs > 0) ComputeLogprobs(raw_.data(), vocab, token, params_.logprobs, chosen, top);
+  return token;
+}
+
+}  // namespace loom

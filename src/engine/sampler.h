@@ -1,0 +1,66 @@
+// Sampler: turns one row of logits into a token (penalties, temperature, top-k/p, min-p, seed).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "base/status.h"
+
+namespace loom {
+
+struct SamplingParams {
+  int max_tokens = 16;
+  float temperature = 1.0f;       // ≤ 0 (or below 1e-5) → greedy
+  int top_k = 0;                  // 0 or -1 = off
+  float top_p = 1.0f;             // (0, 1]
+  float min_p = 0.0f;             // [0, 1]
+  float repetition_penalty = 1.0f;  // > 0; 1 = off (prompt and output tokens, as vLLM)
+  float presence_penalty = 0.0f;    // [-2, 2] (output tokens, as OpenAI)
+  float frequency_penalty = 0.0f;   // [-2, 2]
+  std::optional<uint64_t> seed;
+  int logprobs = 0;               // top-N log-probs per step (0 = none)
+  bool ignore_eos = false;
+
+  // Range checks; the message names the field and the limit.
+  Status Validate(int vocab_size) const;
+};
+
+struct TokenLogprob {
+  int32_t token;
+  float logprob;
+};
+
+// Per-sequence sampling state. Thread-safety: one sequence, one thread at a time.
+class Sampler {
+ public:
+  Sampler(const SamplingParams& params, const std::vector<int32_t>& prompt);
+
+  // Picks the next token from logits [vocab] (modified in place). When params.logprobs > 0,
+  // also fills `chosen` and `top` from the unmodified distribution (log_softmax of logits).
+  int32_t Sample(float* logits, int vocab, TokenLogprob* chosen, std::vector<TokenLogprob>* top);
+  // Records a generated token (for the penalties).
+  void Accept(int32_t token);
+
+  static bool IsGreedy(const SamplingParams& p) { return p.temperature < 1e-5f; }
+
+ private:
+  void ApplyPenalties(float* logits, int vocab);
+
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+  std::unordered_map<int32_t, int> output_counts_;
+  std::vector<float> raw_;  // [vocab] logits before penalties, for logprobs
+  std::vector<uint8_t> seen_;  // [vocab] scratch for the repetition penalty
+  std::vector<int32_t> prompt_;
+  std::vector<std::pair<float, int32_t>> candidates_;  // scratch
+};
+
+// log_softmax(logits)[token] and the top-n entries, sorted by log-prob descending.
+void ComputeLogprobs(const float* logits, int vocab, int32_t token, int top_n,
+                     TokenLogprob* chosen, std::vector<TokenLogprob>* top);
+
+}  // namespace loom

@@ -1,0 +1,287 @@
+// safetensors parsing with every untrusted field checked before any byte is read through it.
+#include "io/safetensors.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+
+namespace loom {
+
+namespace {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+// Element sizes of every dtype the safetensors format defines.
+std::optional<size_t> StoredDTypeSize(const std::string& d) {
+  static const std::unordered_map<std::string, size_t> kSizes = {
+      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"I16", 2},
+      {"U16", 2},  {"F16", 2}, {"BF16", 2}, {"I32", 4},    {"U32", 4},     {"F32", 4},
+      {"F64", 8},  {"I64", 8}, {"U64", 8}};
+  auto it = kSizes.find(d);
+  if (it == kSizes.end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<DType> ComputeDType(const std::string& d) {
+  if (d == "F32") return DType::kF32;
+  if (d == "F16") return DType::kF16;
+  if (d == "BF16") return DType::kBF16;
+  return std::nullopt;
+}
+
+constexpr uint64_t kMaxHeaderBytes = 100ull << 20;  // same limit as the reference library
+
+}  // namespace
+
+StatusOr<std::vector<TensorInfo>> ParseSafetensors(const uint8_t* bytes, size_t size,
+                                                   const std::string& path,
+                                                   std::map<std::string, std::string>* metadata) {
+  if (size < 8) {
+    if (size == 0) return InvalidArgument(path + ": empty file (0 bytes), not a safetensors file");
+    return InvalidArgument(path + ": file is " + std::to_string(size) +
+                           " bytes, too short for a safetensors header");
+  }
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[i];
+  if (header_len > size - 8) {
+    // A git-LFS pointer is a small text file starting with "version https://git-lfs".
+    static const char kLfs[] = "version https://git-lfs";
+    if (size >= sizeof(kLfs) - 1 && std::equal(kLfs, kLfs + sizeof(kLfs) - 1, bytes)) {
+      return InvalidArgument(path +
+                             ": is a git-LFS pointer file, not the tensor data; fetch it with "
+                             "`git lfs pull`");
+    }
+    return InvalidArgument(path + ": header length " + std::to_string(header_len) +
+                           " exceeds the file size " + std::to_string(size));
+  }
+  if (header_len > kMaxHeaderBytes) {
+    return InvalidArgument(path + ": header length " + std::to_string(header_len) +
+                           " exceeds the 100 MiB limit");
+  }
+  const char* header = reinterpret_cast<const char*>(bytes + 8);
+  json j = json::parse(header, header + header_len, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return InvalidArgument(path + ": header is not valid JSON");
+  if (!j.is_object()) return InvalidArgument(path + ": header is not a JSON object");
+
+  const uint8_t* data = bytes + 8 + header_len;
+  const uint64_t data_size = size - 8 - header_len;
+  std::vector<TensorInfo> out;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& name = it.key();
+    const json& v = it.value();
+    if (name == "__metadata__") {
+      if (!v.is_object()) return InvalidArgument(path + ": __metadata__ is not an object");
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        if (!m.value().is_string()) {
+          return InvalidArgument(path + ": __metadata__ value '" + m.key() + "' is not a string");
+        }
+        if (metadata) (*metadata)[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    const std::string where = path + ": tensor '" + name + "'";
+    if (!v.is_object()) return InvalidArgument(where + ": entry is not an object");
+    auto dt = v.find("dtype");
+    auto sh = v.find("shape");
+    auto off = v.find("data_offsets");
+    if (dt == v.end() || !dt->is_string()) return InvalidArgument(where + ": missing dtype");
+    if (sh == v.end() || !sh->is_array()) return InvalidArgument(where + ": missing shape");
+    if (off == v.end() || !off->is_array() || off->size() != 2) {
+      return InvalidArgument(where + ": data_offsets must be [begin, end]");
+    }
+    TensorInfo info;
+    info.name = name;
+    info.file = path;
+    info.dtype_name = dt->get<std::string>();
+    auto elem = StoredDTypeSize(info.dtype_name);
+    if (!elem) return InvalidArgument(where + ": unknown dtype '" + info.dtype_name + "'");
+    info.dtype = ComputeDType(info.dtype_name);
+    uint64_t numel = 1;
+    for (const json& d : *sh) {
+      if (!d.is_number_unsigned()) {
+        return InvalidArgument(where + ": shape entries must be non-negative integers");
+      }
+      uint64_t dim = d.get<uint64_t>();
+      if (dim != 0 && numel > std::numeric_limits<uint64_t>::max() / 8 / dim) {
+        return InvalidArgument(where + ": shape is too large");
+      }
+      numel *= dim;
+      info.shape.push_back(static_cast<int64_t>(dim));
+    }
+    if (!(*off)[0].is_number_unsigned() || !(*off)[1].is_number_unsigned()) {
+      return InvalidArgument(where + ": data_offsets must be non-negative integers");
+    }
+    uint64_t begin = (*off)[0].get<uint64_t>();
+    uint64_t end = (*off)[1].get<uint64_t>();
+    if (begin > end || end > data_size) {
+      return InvalidArgument(where + ": data_offsets [" + std::to_string(begin) + ", " +
+                             std::to_string(end) + "] out of range (data section is " +
+                             std::to_string(data_size) + " bytes)");
+    }
+    if (numel * *elem != end - begin) {
+      return InvalidArgument(where + ": shape " + ShapeString(info.shape) + " × " +
+                             info.dtype_name + " needs " + std::to_string(numel * *elem) +
+                             " bytes but data_offsets span " + std::to_string(end - begin));
+    }
+    info.data = data + begin;
+    info.nbytes = end - begin;
+    ranges.emplace_back(begin, end);
+    out.push_back(std::move(info));
+  }
+  // Tensors must not share bytes (the reference library rejects overlaps too).
+  std::vector<size_t> order(out.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ranges[a] < ranges[b]; });
+  for (size_t i = 1; i < order.size(); ++i) {
+    const auto& prev = ranges[order[i - 1]];
+    const auto& cur = ranges[order[i]];
+    if (cur.first < prev.second && cur.first != cur.second) {
+      return InvalidArgument(path + ": tensors '" + out[order[i - 1]].name + "' and '" +
+                             out[order[i]].name + "' overlap in the data section");
+    }
+  }
+  return out;
+}
+
+Status SafetensorsStore::AddFile(const std::string& path,
+                                 const std::vector<std::string>* expected) {
+  ASSIGN_OR_RETURN(auto file, MappedFile::Open(path));
+  ASSIGN_OR_RETURN(auto infos, ParseSafetensors(file->data(), file->size(), path, &metadata_));
+  std::set<std::string> here;
+  for (auto& info : infos) {
+    if (tensors_.count(info.name)) {
+      return InvalidArgument(path + ": tensor '" + info.name + "' also appears in " +
+                             tensors_[info.name].file);
+    }
+    here.insert(info.name);
+    names_.push_back(info.name);
+    total_bytes_ += info.nbytes;
+    tensors_.emplace(info.name, std::move(info));
+  }
+  if (expected) {
+    for (const auto& name : *expected) {
+      if (!here.count(name)) {
+        return InvalidArgument("the index maps tensor '" + name + "' to " + path +
+                               ", which does not contain it");
+      }
+    }
+  }
+  mapped_.push_back(std::move(file));
+  files_.push_back(path);
+  return OkStatus();
+}
+
+StatusOr<std::unique_ptr<SafetensorsStore>> SafetensorsStore::Open(const std::string& path,
+                                                                   const std::string& stem) {
+  std::unique_ptr<SafetensorsStore> store(new SafetensorsStore());
+  std::string index_path;
+  std::string file_path;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    fs::path dir(path);
+    if (fs::exists(dir / (stem + ".safetensors.index.json"))) {
+      index_path = (dir / (stem + ".safetensors.index.json")).string();
+    } else if (fs::exists(dir / (stem + ".safetensors"))) {
+      file_path = (dir / (stem + ".safetensors")).string();
+    } else {
+      return NotFound(path + ": no " + stem + ".safetensors or " + stem +
+                      ".safetensors.index.json");
+    }
+  } else if (path.size() > 5 && path.substr(path.size() - 5) == ".json") {
+    index_path = path;
+  } else {
+    file_path = path;
+  }
+  if (!file_path.empty()) {
+    RETURN_IF_ERROR(store->AddFile(file_path, nullptr));
+    return store;
+  }
+  ASSIGN_OR_RETURN(std::string text, ReadTextFile(index_path));
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    return InvalidArgument(index_path + ": not a valid JSON object");
+  }
+  auto wm = j.find("weight_map");
+  if (wm == j.end() || !wm->is_object() || wm->empty()) {
+    return InvalidArgument(index_path + ": missing or empty 'weight_map'");
+  }
+  std::map<std::string, std::vector<std::string>> by_file;
+  for (auto it = wm->begin(); it != wm->end(); ++it) {
+    if (!it.value().is_string()) {
+      return InvalidArgument(index_path + ": weight_map entry '" + it.key() + "' is not a string");
+    }
+    std::string shard = it.value().get<std::string>();
+    if (shard.find('/') != std::string::npos || shard.find("..") != std::string::npos) {
+      return InvalidArgument(index_path + ": shard name '" + shard +
+                             "' must be a file name in the same folder");
+    }
+    by_file[shard].push_back(it.key());
+  }
+  fs::path dir = fs::path(index_path).parent_path();
+  for (const auto& [shard, names] : by_file) {
+    RETURN_IF_ERROR(store->AddFile((dir / shard).string(), &names));
+  }
+  return store;
+}
+
+const TensorInfo* SafetensorsStore::Find(const std::string& name) const {
+  auto it = tensors_.find(name);
+  return it == tensors_.end() ? nullptr : &it->second;
+}
+
+StatusOr<Tensor> SafetensorsStore::Get(const std::string& name) const {
+  const TensorInfo* info = Find(name);
+  if (!info) return NotFound("tensor '" + name + "' not found in " + files_.front());
+  if (!info->dtype) {
+    return InvalidArgument(info->file + ": tensor '" + name + "' has dtype " + info->dtype_name +
+                           "; loom computes with F32, F16 and BF16 tensors only");
+  }
+  Tensor t;
+  t.dtype = *info->dtype;
+  t.shape = info->shape;
+  t.data = info->data;
+  return t;
+}
+
+Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                        const std::map<std::string, std::string>& metadata) {
+  json header = json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  uint64_t offset = 0;
+  for (const auto& t : tensors) {
+    uint64_t n = DTypeSize(t.dtype);
+    for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
+    header[t.name] = {{"dtype", DTypeName(t.dtype)},
+                      {"shape", t.shape},
+                      {"data_offsets", {offset, offset + n}}};
+    offset += n;
+  }
+  std::string h = header.dump();
+  while (h.size() % 8 != 0) h.push_back(' ');
+  std::string tmp = path + ".tmp";
+  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+  if (!out) return InvalidArgument(path + ": cannot open for writing");
+  uint64_t len = h.size();
+  char len_bytes[8];
+  for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<char>((len >> (8 * i)) & 0xff);
+  out.write(len_bytes, 8);
+  out.write(h.data(), static_cast<std::streamsize>(h.size()));
+  for (const auto& t : tensors) {
+    uint64_t n = DTypeSize(t.dtype);
+    for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
+    out.write(static_cast<const char*>(t.data), static_cast<std::streamsize>(n));
+  }
+  out.close();
+  if (!out) return Internal(path + ": write failed (disk full?)");
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return Internal(path + ": rename failed: " + ec.message());
+  return OkStatus();
+}
+
+}  // namespace loom

@@ -1,0 +1,60 @@
+// ModelConfig: the typed, validated form of a Hugging Face config.json (Llama family).
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "ops/rope.h"
+#include "tensor/dtype.h"
+
+namespace loom {
+
+// Per-layer facts (the same for every layer in the four supported architectures except
+// the attention window, which Qwen2/3 may set per layer).
+struct LayerConfig {
+  int sliding_window = 0;  // 0 = full causal attention; W = attend to the last W positions
+};
+
+struct ModelConfig {
+  std::string architecture;  // HF "architectures"[0], e.g. "Qwen2ForCausalLM"
+  std::string model_type;
+  int vocab_size = 0;
+  int model_dim = 0;     // hidden_size
+  int ffn_dim = 0;       // intermediate_size
+  int num_layers = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  RopeConfig rope;
+  bool tie_word_embeddings = false;
+  bool qkv_bias = false;  // Qwen2; Llama/Mistral via attention_bias
+  bool o_bias = false;    // Llama attention_bias also adds an o_proj bias
+  bool mlp_bias = false;
+  bool qk_norm = false;   // Qwen3: RMSNorm over head_dim on q and k before RoPE
+  std::vector<LayerConfig> layers;
+  int bos_token_id = -1;
+  std::vector<int> eos_token_ids;
+  DType dtype = DType::kBF16;  // the checkpoint's declared torch dtype (informational)
+};
+
+// Parses config.json text (and, when non-empty, generation_config.json text for eos/bos).
+// `where` names the file in errors. Unknown architectures list the supported ones.
+StatusOr<ModelConfig> ParseModelConfig(const std::string& config_json,
+                                       const std::string& generation_config_json,
+                                       const std::string& where);
+
+// Reads DIR/config.json and DIR/generation_config.json (optional).
+StatusOr<ModelConfig> LoadModelConfig(const std::string& dir);
+
+// Helpers for architecture files: read an optional field with a type check.
+Status ReadInt(const nlohmann::json& j, const char* key, int* out, bool required,
+               const std::string& where);
+Status ReadDouble(const nlohmann::json& j, const char* key, double* out, bool required,
+                  const std::string& where);
+Status ReadBool(const nlohmann::json& j, const char* key, bool* out, const std::string& where);
+
+}  // namespace loom

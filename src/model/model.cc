@@ -1,0 +1,112 @@
+// Model forward: the Llama-family layer loop, reading like the paper
+// (norm → qkv → rope → attention → o; norm → gate/up → silu·mul → down).
+#include "model/model.h"
+
+#include <cmath>
+
+#include "ops/attention.h"
+#include "ops/basic_ops.h"
+#include "ops/rope.h"
+
+namespace loom {
+
+struct Model::Scratch {
+  AlignedBuffer<float> x;     // [n, model_dim] residual stream
+  AlignedBuffer<float> h;     // [n, model_dim] normed input of a block
+  AlignedBuffer<float> q;     // [n, num_heads*head_dim]
+  AlignedBuffer<float> k;     // [n, num_kv_heads*head_dim]
+  AlignedBuffer<float> v;     // [n, num_kv_heads*head_dim]
+  AlignedBuffer<float> attn;  // [n, num_heads*head_dim]
+  AlignedBuffer<float> out;   // [n, model_dim] block output
+  AlignedBuffer<float> gate;  // [n, ffn_dim]
+  AlignedBuffer<float> up;    // [n, ffn_dim]
+  AlignedBuffer<float> last;  // [num_logit_rows, model_dim]
+};
+
+Model::~Model() = default;
+
+StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir) {
+  std::unique_ptr<Model> m(new Model());
+  m->dir_ = dir;
+  ASSIGN_OR_RETURN(m->config_, LoadModelConfig(dir));
+  ASSIGN_OR_RETURN(m->store_, SafetensorsStore::Open(dir));
+  RETURN_IF_ERROR(LoadWeights(m->config_, *m->store_, &m->weights_));
+  m->inv_freq_ = RopeInverseFrequencies(m->config_.rope, m->config_.head_dim);
+  m->scratch_ = std::make_unique<Scratch>();
+  return m;
+}
+
+std::unique_ptr<KvCache> Model::NewKvCache(int num_tokens) const {
+  return std::make_unique<KvCache>(config_.num_layers, config_.num_kv_heads, config_.head_dim,
+                                   KvCache::BlocksFor(num_tokens));
+}
+
+void Model::ForwardLayer(int layer, const Batch& batch, KvCache* cache, Scratch& s) {
+  const ModelConfig& c = config_;
+  const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
+  const int64_t n = batch.num_rows();
+  const int64_t d = c.model_dim;
+  const int hd = c.head_dim;
+
+  // Attention block.
+  RmsNorm(s.x.data(), n, d, w.input_norm.data(), c.rms_norm_eps, s.h.data());
+  w.q_proj.Forward(s.h.data(), n, s.q.data());
+  w.k_proj.Forward(s.h.data(), n, s.k.data());
+  w.v_proj.Forward(s.h.data(), n, s.v.data());
+  if (c.qk_norm) {  // per head over head_dim
+    RmsNorm(s.q.data(), n * c.num_heads, hd, w.q_norm.data(), c.rms_norm_eps, s.q.data());
+    RmsNorm(s.k.data(), n * c.num_kv_heads, hd, w.k_norm.data(), c.rms_norm_eps, s.k.data());
+  }
+  ApplyRope(s.q.data(), n, c.num_heads, hd, batch.positions.data(), inv_freq_);
+  ApplyRope(s.k.data(), n, c.num_kv_heads, hd, batch.positions.data(), inv_freq_);
+  KvLayerView kv = cache->Layer(layer);
+  WriteKv(kv, batch.chunks, s.k.data(), s.v.data());
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  Attention(kv, batch.chunks, s.q.data(), c.num_heads, c.layers[static_cast<size_t>(layer)].sliding_window,
+            scale, s.attn.data());
+  w.o_proj.Forward(s.attn.data(), n, s.out.data());
+  AddInPlace(s.x.data(), s.out.data(), n * d);
+
+  // MLP block.
+  RmsNorm(s.x.data(), n, d, w.post_norm.data(), c.rms_norm_eps, s.h.data());
+  w.gate_proj.Forward(s.h.data(), n, s.gate.data());
+  w.up_proj.Forward(s.h.data(), n, s.up.data());
+  SiluMulInPlace(s.gate.data(), s.up.data(), n * c.ffn_dim);
+  w.down_proj.Forward(s.gate.data(), n, s.out.data());
+  AddInPlace(s.x.data(), s.out.data(), n * d);
+}
+
+void Model::Forward(const Batch& batch, KvCache* cache, float* logits) {
+  const ModelConfig& c = config_;
+  Scratch& s = *scratch_;
+  const size_t n = static_cast<size_t>(batch.num_rows());
+  const size_t d = static_cast<size_t>(c.model_dim);
+  const size_t q_dim = static_cast<size_t>(c.num_heads) * c.head_dim;
+  const size_t kv_dim = static_cast<size_t>(c.num_kv_heads) * c.head_dim;
+  s.x.Resize(n * d);
+  s.h.Resize(n * d);
+  s.q.Resize(n * q_dim);
+  s.k.Resize(n * kv_dim);
+  s.v.Resize(n * kv_dim);
+  s.attn.Resize(n * q_dim);
+  s.out.Resize(n * d);
+  s.gate.Resize(n * static_cast<size_t>(c.ffn_dim));
+  s.up.Resize(n * static_cast<size_t>(c.ffn_dim));
+
+  EmbedRows(weights_.embed, batch.tokens.data(), static_cast<int64_t>(n), s.x.data());
+  for (int layer = 0; layer < c.num_layers; ++layer) ForwardLayer(layer, batch, cache, s);
+
+  // Only the rows whose logits are wanted pay for the final norm and the vocab projection.
+  const int64_t num_out = static_cast<int64_t>(batch.logit_rows.size());
+  if (num_out == 0) return;
+  s.last.Resize(static_cast<size_t>(num_out) * d);
+  for (int64_t i = 0; i < num_out; ++i) {
+    const size_t row = static_cast<size_t>(batch.logit_rows[static_cast<size_t>(i)]);
+    std::copy(s.x.data() + row * d, s.x.data() + (row + 1) * d, s.last.data() + i * d);
+  }
+  RmsNorm(s.last.data(), num_out, c.model_dim, weights_.final_norm.data(), c.rms_norm_eps,
+          s.last.data());
+  weights_.lm_head.Forward(s.last.data(), num_out, logits);
+}
+
+}  // namespace loom

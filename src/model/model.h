@@ -1,0 +1,49 @@
+// Model: a loaded Llama-family checkpoint and its forward pass over a Batch.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "io/safetensors.h"
+#include "model/batch.h"
+#include "model/config.h"
+#include "model/kv_cache.h"
+#include "model/weights.h"
+
+namespace loom {
+
+// Thread-safety: Load from any thread; Forward from one thread at a time (it owns scratch
+// buffers and uses the global worker pool).
+class Model {
+ public:
+  // `dir`: a Hugging Face checkpoint folder (config.json + safetensors, sharded or not).
+  static StatusOr<std::unique_ptr<Model>> Load(const std::string& dir);
+  ~Model();
+
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
+  const std::string& dir() const { return dir_; }
+  uint64_t weight_bytes() const { return store_->total_bytes(); }
+
+  // A cache sized for `num_tokens` positions in all.
+  std::unique_ptr<KvCache> NewKvCache(int num_tokens) const;
+
+  // Runs every row of `batch`, writing its K/V into `cache`, and returns the logits of
+  // batch.logit_rows: logits [logit_rows.size(), vocab_size] f32.
+  void Forward(const Batch& batch, KvCache* cache, float* logits);
+
+ private:
+  struct Scratch;
+  Model() = default;
+  void ForwardLayer(int layer, const Batch& batch, KvCache* cache, Scratch& s);
+
+  std::string dir_;
+  ModelConfig config_;
+  std::unique_ptr<SafetensorsStore> store_;  // owns the mmap'd bytes weights_ point into
+  ModelWeights weights_;
+  std::vector<float> inv_freq_;  // [head_dim / 2]
+  std::unique_ptr<Scratch> scratch_;
+};
+
+}  // namespace loom

@@ -1,0 +1,32 @@
+// The table of supported architectures (adding one = a file in arch/ + a line here).
+#include "model/registry.h"
+
+namespace loom {
+
+const std::vector<ArchEntry>& Architectures() {
+  static const std::vector<ArchEntry> kArchs = {
+      {"LlamaForCausalLM", &ConfigureLlama},
+      {"MistralForCausalLM", &ConfigureMistral},
+      {"Qwen2ForCausalLM", &ConfigureQwen2},
+      {"Qwen3ForCausalLM", &ConfigureQwen3},
+  };
+  return kArchs;
+}
+
+const ArchEntry* FindArchitecture(const std::string& hf_name) {
+  for (const auto& a : Architectures()) {
+    if (hf_name == a.hf_name) return &a;
+  }
+  return nullptr;
+}
+
+std::string SupportedArchitectureList() {
+  std::string s;
+  for (const auto& a : Architectures()) {
+    if (!s.empty()) s += ", ";
+    s += a.hf_name;
+  }
+  return s;
+}
+
+}  // namespace loom

@@ -1,0 +1,100 @@
+// Weight enumeration, shape checks and the "every tensor consumed" rule.
+#include "model/weights.h"
+
+#include <set>
+
+#include "ops/basic_ops.h"
+
+namespace loom {
+
+std::vector<WeightSlot> EnumerateWeights(const ModelConfig& c, ModelWeights* w) {
+  const int64_t d = c.model_dim;
+  const int64_t q_dim = int64_t{c.num_heads} * c.head_dim;
+  const int64_t kv_dim = int64_t{c.num_kv_heads} * c.head_dim;
+  std::vector<WeightSlot> slots;
+  auto matrix = [&](Linear* lin, const std::string& name, int64_t out, int64_t in, bool bias) {
+    lin->name = name;
+    slots.push_back({name + ".weight", {out, in}, true, &lin->weight, nullptr});
+    if (bias) slots.push_back({name + ".bias", {out}, true, nullptr, &lin->bias});
+  };
+  auto vec = [&](std::vector<float>* v, const std::string& name, int64_t n) {
+    slots.push_back({name, {n}, true, nullptr, v});
+  };
+  slots.push_back({"model.embed_tokens.weight", {c.vocab_size, d}, true, &w->embed, nullptr});
+  w->layers.assign(static_cast<size_t>(c.num_layers), LayerWeights{});
+  for (int i = 0; i < c.num_layers; ++i) {
+    LayerWeights& l = w->layers[static_cast<size_t>(i)];
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    vec(&l.input_norm, p + "input_layernorm.weight", d);
+    matrix(&l.q_proj, p + "self_attn.q_proj", q_dim, d, c.qkv_bias);
+    matrix(&l.k_proj, p + "self_attn.k_proj", kv_dim, d, c.qkv_bias);
+    matrix(&l.v_proj, p + "self_attn.v_proj", kv_dim, d, c.qkv_bias);
+    matrix(&l.o_proj, p + "self_attn.o_proj", d, q_dim, c.o_bias);
+    if (c.qk_norm) {
+      vec(&l.q_norm, p + "self_attn.q_norm.weight", c.head_dim);
+      vec(&l.k_norm, p + "self_attn.k_norm.weight", c.head_dim);
+    }
+    vec(&l.post_norm, p + "post_attention_layernorm.weight", d);
+    matrix(&l.gate_proj, p + "mlp.gate_proj", c.ffn_dim, d, c.mlp_bias);
+    matrix(&l.up_proj, p + "mlp.up_proj", c.ffn_dim, d, c.mlp_bias);
+    matrix(&l.down_proj, p + "mlp.down_proj", d, c.ffn_dim, c.mlp_bias);
+  }
+  vec(&w->final_norm, "model.norm.weight", d);
+  w->lm_head.name = "lm_head";
+  // Tied: transformers uses the embedding and ignores a stored lm_head.weight.
+  slots.push_back({"lm_head.weight", {c.vocab_size, d}, !c.tie_word_embeddings,
+                   &w->lm_head.weight, nullptr});
+  return slots;
+}
+
+namespace {
+// Buffers some checkpoints carry that transformers recomputes and never loads.
+bool IsIgnoredBuffer(const std::string& name) {
+  return name.size() > 22 && name.compare(name.size() - 22, 22, ".rotary_emb.inv_freq") == 0;
+}
+}  // namespace
+
+Status LoadWeights(const ModelConfig& config, const SafetensorsStore& store, ModelWeights* w) {
+  std::vector<WeightSlot> slots = EnumerateWeights(config, w);
+  std::set<std::string> consumed;
+  for (const WeightSlot& slot : slots) {
+    const TensorInfo* info = store.Find(slot.name);
+    if (!info) {
+      if (slot.required) {
+        return InvalidArgument("checkpoint " + store.files().front() + ": missing tensor '" +
+                               slot.name + "' with shape " + ShapeString(slot.shape) +
+                               " required by " + config.architecture);
+      }
+      continue;
+    }
+    consumed.insert(slot.name);
+    if (!slot.required) continue;  // present but unused (tied lm_head)
+    ASSIGN_OR_RETURN(Tensor t, store.Get(slot.name));
+    if (t.shape != slot.shape) {
+      return InvalidArgument(info->file + ": tensor '" + slot.name + "' has shape " +
+                             ShapeString(t.shape) + ", the config needs " +
+                             ShapeString(slot.shape));
+    }
+    if (slot.tensor) *slot.tensor = t;
+    if (slot.f32) {
+      slot.f32->resize(static_cast<size_t>(t.numel()));
+      ToF32(t, slot.f32->data());
+    }
+  }
+  if (config.tie_word_embeddings) w->lm_head.weight = w->embed;
+  std::vector<std::string> leftovers;
+  for (const std::string& name : store.names()) {
+    if (!consumed.count(name) && !IsIgnoredBuffer(name)) leftovers.push_back(name);
+  }
+  if (!leftovers.empty()) {
+    std::string list;
+    for (size_t i = 0; i < leftovers.size() && i < 5; ++i) list += (i ? ", " : "") + leftovers[i];
+    if (leftovers.size() > 5) list += ", … (" + std::to_string(leftovers.size()) + " in all)";
+    const TensorInfo* first = store.Find(leftovers.front());
+    return InvalidArgument(first->file + ": tensors not used by " + config.architecture + ": " +
+                           list);
+  }
+  return OkStatus();
+}
+
+}  // namespace loom

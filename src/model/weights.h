@@ -1,0 +1,54 @@
+// The weight table of a Llama-family model and the one enumeration that loads and checks it.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "io/safetensors.h"
+#include "model/config.h"
+#include "model/linear.h"
+
+namespace loom {
+
+struct LayerWeights {
+  std::vector<float> input_norm;  // [model_dim]
+  std::vector<float> post_norm;   // [model_dim]
+  std::vector<float> q_norm;      // [head_dim] (Qwen3)
+  std::vector<float> k_norm;      // [head_dim] (Qwen3)
+  Linear q_proj;     // [num_heads*head_dim, model_dim]
+  Linear k_proj;     // [num_kv_heads*head_dim, model_dim]
+  Linear v_proj;     // [num_kv_heads*head_dim, model_dim]
+  Linear o_proj;     // [model_dim, num_heads*head_dim]
+  Linear gate_proj;  // [ffn_dim, model_dim]
+  Linear up_proj;    // [ffn_dim, model_dim]
+  Linear down_proj;  // [model_dim, ffn_dim]
+};
+
+struct ModelWeights {
+  Tensor embed;                  // [vocab_size, model_dim], file dtype
+  std::vector<LayerWeights> layers;
+  std::vector<float> final_norm;  // [model_dim]
+  Linear lm_head;                 // [vocab_size, model_dim]; the embedding when tied
+};
+
+// One weight the model expects: its HF name, shape, and where it goes (a matmul weight
+// stays a view in its file dtype; norms and biases become f32).
+struct WeightSlot {
+  std::string name;
+  std::vector<int64_t> shape;
+  bool required = true;
+  Tensor* tensor = nullptr;
+  std::vector<float>* f32 = nullptr;
+};
+
+// Every weight of `config`, in checkpoint order, pointing into `w` (which it sizes).
+std::vector<WeightSlot> EnumerateWeights(const ModelConfig& config, ModelWeights* w);
+
+// Fills `w` from `store`: every required weight found with its exact shape, every tensor in
+// the files consumed (buffers transformers ignores too, like rotary inv_freq, are skipped).
+// Errors name the tensor and the file.
+Status LoadWeights(const ModelConfig& config, const SafetensorsStore& store, ModelWeights* w);
+
+}  // namespace loom

@@ -1,0 +1,89 @@
+// Attention: one task per (row, query head); keys gathered block by block from the cache.
+#include "ops/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "base/thread_pool.h"
+#include "tensor/tensor.h"
+
+namespace loom {
+
+void WriteKv(const KvLayerView& cache, const std::vector<AttentionChunk>& chunks, const float* k,
+             const float* v) {
+  const int hd = cache.head_dim;
+  const int kvh = cache.num_kv_heads;
+  for (const auto& c : chunks) {
+    for (int i = 0; i < c.num_rows; ++i) {
+      const int pos = c.start_pos + i;
+      const int64_t block = c.block_table[pos / kKvBlockSize];
+      const int slot = pos % kKvBlockSize;
+      const int64_t row = c.first_row + i;
+      for (int h = 0; h < kvh; ++h) {
+        const int64_t dst = block * cache.block_stride() + (int64_t{h} * kKvBlockSize + slot) * hd;
+        std::memcpy(cache.k + dst, k + (row * kvh + h) * hd, sizeof(float) * static_cast<size_t>(hd));
+        std::memcpy(cache.v + dst, v + (row * kvh + h) * hd, sizeof(float) * static_cast<size_t>(hd));
+      }
+    }
+  }
+}
+
+void Attention(const KvLayerView& cache, const std::vector<AttentionChunk>& chunks,
+               const float* q, int num_heads, int window, float scale, float* out) {
+  const int hd = cache.head_dim;
+  const int group = num_heads / cache.num_kv_heads;
+  // Task index → (chunk, row in chunk, head).
+  std::vector<int64_t> chunk_first_task(chunks.size() + 1, 0);
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    chunk_first_task[c + 1] = chunk_first_task[c] + int64_t{chunks[c].num_rows} * num_heads;
+  }
+  int max_len = 0;
+  for (const auto& c : chunks) max_len = std::max(max_len, c.start_pos + c.num_rows);
+  static thread_local AlignedBuffer<float> tl_scores;
+  ThreadPool::Global().ParallelFor(chunk_first_task.back(), [&](int64_t task, int) {
+    const size_t c = static_cast<size_t>(
+        std::upper_bound(chunk_first_task.begin(), chunk_first_task.end(), task) -
+        chunk_first_task.begin() - 1);
+    const AttentionChunk& ch = chunks[c];
+    const int64_t local = task - chunk_first_task[c];
+    const int i = static_cast<int>(local / num_heads);
+    const int h = static_cast<int>(local % num_heads);
+    const int kv_head = h / group;
+    const int64_t row = ch.first_row + i;
+    const int pos = ch.start_pos + i;
+    const int first = window > 0 ? std::max(0, pos - window + 1) : 0;
+    const float* qv = q + (row * num_heads + h) * hd;
+    AlignedBuffer<float>& scores = tl_scores;
+    scores.Resize(static_cast<size_t>(max_len));
+    float mx = -INFINITY;
+    for (int p = first; p <= pos; ++p) {
+      const int64_t block = ch.block_table[p / kKvBlockSize];
+      const float* kv = cache.k + block * cache.block_stride() +
+                        (int64_t{kv_head} * kKvBlockSize + p % kKvBlockSize) * hd;
+      float dot = 0;
+      for (int d = 0; d < hd; ++d) dot += qv[d] * kv[d];
+      dot *= scale;
+      scores[static_cast<size_t>(p)] = dot;
+      mx = std::max(mx, dot);
+    }
+    float sum = 0;
+    for (int p = first; p <= pos; ++p) {
+      const float e = std::exp(scores[static_cast<size_t>(p)] - mx);
+      scores[static_cast<size_t>(p)] = e;
+      sum += e;
+    }
+    const float inv = 1.0f / sum;
+    float* o = out + (row * num_heads + h) * hd;
+    for (int d = 0; d < hd; ++d) o[d] = 0;
+    for (int p = first; p <= pos; ++p) {
+      const int64_t block = ch.block_table[p / kKvBlockSize];
+      const float* vv = cache.v + block * cache.block_stride() +
+                        (int64_t{kv_head} * kKvBlockSize + p % kKvBlockSize) * hd;
+      const float w = scores[static_cast<size_t>(p)] * inv;
+      for (int d = 0; d < hd; ++d) o[d] += w * vv[d];
+    }
+  });
+}
+
+}  // namespace loom

@@ -1,0 +1,45 @@
+// Row-wise ops; small next to the matmuls (O(rows·dim)), so plain loops the compiler vectorizes.
+#include "ops/basic_ops.h"
+
+#include <cmath>
+
+#include "base/thread_pool.h"
+
+namespace loom {
+
+void RmsNorm(const float* x, int64_t n, int64_t d, const float* weight, double eps, float* out) {
+  for (int64_t r = 0; r < n; ++r) {
+    const float* xr = x + r * d;
+    float* o = out + r * d;
+    double ss = 0;
+    for (int64_t i = 0; i < d; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    // transformers: variance in f32, then x * rsqrt(variance + eps), then weight * x.
+    const float variance = static_cast<float>(ss / static_cast<double>(d));
+    const float inv = 1.0f / std::sqrt(variance + static_cast<float>(eps));
+    for (int64_t i = 0; i < d; ++i) o[i] = weight[i] * (xr[i] * inv);
+  }
+}
+
+void SiluMulInPlace(float* gate, const float* up, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) {
+    const float g = gate[i];
+    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void AddInPlace(float* x, const float* y, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) x[i] += y[i];
+}
+
+void EmbedRows(const Tensor& table, const int32_t* ids, int64_t n, float* out) {
+  const int64_t d = table.dim(1);
+  const size_t row_bytes = static_cast<size_t>(d) * DTypeSize(table.dtype);
+  for (int64_t r = 0; r < n; ++r) {
+    const auto* src = static_cast<const uint8_t*>(table.data) + static_cast<size_t>(ids[r]) * row_bytes;
+    ConvertToF32(table.dtype, src, out + r * d, d);
+  }
+}
+
+void ToF32(const Tensor& t, float* out) { ConvertToF32(t.dtype, t.data, out, t.numel()); }
+
+}  // namespace loom

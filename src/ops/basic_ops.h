@@ -1,0 +1,26 @@
+// Row-wise ops of the Llama block: RMSNorm, SiLU·mul, residual add, embedding gather.
+#pragma once
+
+#include <cstdint>
+
+#include "tensor/tensor.h"
+
+namespace loom {
+
+// out[r, :] = weight ⊙ x[r, :] / sqrt(mean(x[r, :]²) + eps). x, out: [n, d] f32 (may alias);
+// weight: [d] f32. Same order of operations as transformers' LlamaRMSNorm.
+void RmsNorm(const float* x, int64_t n, int64_t d, const float* weight, double eps, float* out);
+
+// gate[r, i] = silu(gate[r, i]) * up[r, i]; gate, up: [n, f] f32. silu(v) = v / (1 + e^-v).
+void SiluMulInPlace(float* gate, const float* up, int64_t count);
+
+// x[i] += y[i].
+void AddInPlace(float* x, const float* y, int64_t count);
+
+// out[r, :] = table[ids[r], :] as f32. table: [vocab, d] (any dtype); out: [n, d].
+void EmbedRows(const Tensor& table, const int32_t* ids, int64_t n, float* out);
+
+// Converts a small tensor (norm weights, biases) to an owned f32 vector.
+void ToF32(const Tensor& t, float* out);
+
+}  // namespace loom

@@ -1,0 +1,69 @@
+// Matmul op: splits output columns across the pool; picks the exact or bf16-dot kernel.
+#include "ops/matmul.h"
+
+#include <algorithm>
+
+#include "base/check.h"
+#include "base/thread_pool.h"
+#include "cpu/matmul_cpu.h"
+
+namespace loom {
+
+MatmulOptions& GlobalMatmulOptions() {
+  static MatmulOptions options;
+  return options;
+}
+
+namespace {
+
+bool UseBf16Dot(const Tensor& w, int64_t n) {
+  const int min_rows = GlobalMatmulOptions().bf16_dot_min_rows;
+  return w.dtype == DType::kBF16 && min_rows > 0 && n >= min_rows &&
+         cpu::ActiveIsa() == cpu::Isa::kAvx512;
+}
+
+// Activation rows rounded to bf16, reused across calls (the engine thread is the only caller).
+AlignedBuffer<uint16_t>& Bf16Scratch() {
+  static AlignedBuffer<uint16_t> buf;
+  return buf;
+}
+
+}  // namespace
+
+void MatmulColumns(const float* x, int64_t n, const Tensor& w, int64_t j0, int64_t j1, float* y) {
+  const int64_t k = w.dim(1);
+  cpu::MatmulF32(cpu::ActiveIsa(), w.dtype, x, n, k, w.data, j0, j1, y, w.dim(0));
+}
+
+void Matmul(const float* x, int64_t n, const Tensor& w, float* y) {
+  LOOM_CHECK(w.rank() == 2);
+  const int64_t m = w.dim(0);
+  const int64_t k = w.dim(1);
+  if (n == 0 || m == 0) return;
+  ThreadPool& pool = ThreadPool::Global();
+  const bool bf16_dot = UseBf16Dot(w, n);
+  const uint16_t* xb = nullptr;
+  if (bf16_dot) {
+    auto& buf = Bf16Scratch();
+    buf.Resize(static_cast<size_t>(n * k));
+    ConvertFromF32(DType::kBF16, x, buf.data(), n * k);
+    xb = buf.data();
+  }
+  // Column blocks: a multiple of 4 (the kernels' tile), enough tasks to balance the cores.
+  const int64_t target_tasks = static_cast<int64_t>(pool.num_threads()) * 8;
+  int64_t block = std::max<int64_t>(16, (m + target_tasks - 1) / target_tasks);
+  block = (block + 15) / 16 * 16;
+  const int64_t num_tasks = (m + block - 1) / block;
+  const cpu::Isa isa = cpu::ActiveIsa();
+  pool.ParallelFor(num_tasks, [&](int64_t task, int) {
+    const int64_t j0 = task * block;
+    const int64_t j1 = std::min(m, j0 + block);
+    if (bf16_dot) {
+      cpu::MatmulBf16(isa, xb, n, k, static_cast<const uint16_t*>(w.data), j0, j1, y, m);
+    } else {
+      cpu::MatmulF32(isa, w.dtype, x, n, k, w.data, j0, j1, y, m);
+    }
+  });
+}
+
+}  // namespace loom

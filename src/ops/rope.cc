@@ -1,0 +1,72 @@
+// RoPE: x[i] ← x[i]·cos − x[i+h]·sin, x[i+h] ← x[i+h]·cos + x[i]·sin (h = head_dim/2).
+#include "ops/rope.h"
+
+#include <cmath>
+
+namespace loom {
+
+std::vector<float> RopeInverseFrequencies(const RopeConfig& rope, int head_dim) {
+  const int half = head_dim / 2;
+  std::vector<float> inv(static_cast<size_t>(half));
+  // Same as transformers: 1 / theta^(arange(0, dim, 2).float() / dim), all in f32.
+  for (int i = 0; i < half; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+    inv[static_cast<size_t>(i)] =
+        1.0f / std::pow(static_cast<float>(rope.theta), exponent);
+  }
+  switch (rope.scaling) {
+    case RopeScaling::kNone: break;
+    case RopeScaling::kLinear:
+      for (float& f : inv) f = f / static_cast<float>(rope.factor);
+      break;
+    case RopeScaling::kLlama3: {
+      // Same as transformers _compute_llama3_parameters.
+      const float factor = static_cast<float>(rope.factor);
+      const float low = static_cast<float>(rope.low_freq_factor);
+      const float high = static_cast<float>(rope.high_freq_factor);
+      const float old_len = static_cast<float>(rope.original_max_position);
+      const float low_freq_wavelen = old_len / low;
+      const float high_freq_wavelen = old_len / high;
+      const float kPi = 3.141592653589793f;
+      for (float& f : inv) {
+        const float wavelen = 2 * kPi / f;
+        float scaled = wavelen > low_freq_wavelen ? f / factor : f;
+        const bool medium = !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
+        if (medium) {
+          const float smooth = (old_len / wavelen - low) / (high - low);
+          scaled = (1 - smooth) * scaled / factor + smooth * scaled;
+        }
+        f = scaled;
+      }
+      break;
+    }
+  }
+  return inv;
+}
+
+void ApplyRope(float* x, int64_t n, int num_heads, int head_dim, const int32_t* positions,
+               const std::vector<float>& inv_freq) {
+  const int half = head_dim / 2;
+  std::vector<float> cos_v(static_cast<size_t>(half)), sin_v(static_cast<size_t>(half));
+  for (int64_t r = 0; r < n; ++r) {
+    const float pos = static_cast<float>(positions[r]);
+    for (int i = 0; i < half; ++i) {
+      const float angle = pos * inv_freq[static_cast<size_t>(i)];  // f32 product, as torch
+      cos_v[static_cast<size_t>(i)] = static_cast<float>(std::cos(static_cast<double>(angle)));
+      sin_v[static_cast<size_t>(i)] = static_cast<float>(std::sin(static_cast<double>(angle)));
+    }
+    for (int h = 0; h < num_heads; ++h) {
+      float* v = x + (r * num_heads + h) * head_dim;
+      for (int i = 0; i < half; ++i) {
+        const float a = v[i];
+        const float b = v[i + half];
+        const float c = cos_v[static_cast<size_t>(i)];
+        const float s = sin_v[static_cast<size_t>(i)];
+        v[i] = a * c - b * s;
+        v[i + half] = b * c + a * s;
+      }
+    }
+  }
+}
+
+}  // namespace loom

@@ -1,0 +1,15 @@
+// Tensor helpers.
+#include "tensor/tensor.h"
+
+namespace loom {
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+}  // namespace loom

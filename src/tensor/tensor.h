@@ -1,0 +1,64 @@
+// Tensor: a non-owning view {dtype, shape, data} over row-major memory; AlignedBuffer owns f32 scratch.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensor/dtype.h"
+
+namespace loom {
+
+struct Tensor {
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;  // row-major, contiguous
+
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+  int64_t dim(int i) const { return shape[static_cast<size_t>(i)]; }
+  int rank() const { return static_cast<int>(shape.size()); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * DTypeSize(dtype); }
+  bool empty() const { return data == nullptr; }
+};
+
+std::string ShapeString(const std::vector<int64_t>& shape);  // "[4864, 896]"
+
+// 64-byte aligned, zero-initialised array of T (cache-line/zmm aligned scratch).
+template <typename T>
+class AlignedBuffer {
+ public:
+  AlignedBuffer() = default;
+  explicit AlignedBuffer(size_t n) { Resize(n); }
+  void Resize(size_t n) {
+    if (n <= capacity_) {
+      size_ = n;
+      return;
+    }
+    size_t bytes = ((n * sizeof(T) + 63) / 64) * 64;
+    T* p = static_cast<T*>(std::aligned_alloc(64, bytes == 0 ? 64 : bytes));
+    std::fill(reinterpret_cast<char*>(p), reinterpret_cast<char*>(p) + bytes, 0);
+    ptr_.reset(p);
+    size_ = capacity_ = n;
+  }
+  T* data() { return ptr_.get(); }
+  const T* data() const { return ptr_.get(); }
+  size_t size() const { return size_; }
+  T& operator[](size_t i) { return ptr_.get()[i]; }
+  const T& operator[](size_t i) const { return ptr_.get()[i]; }
+
+ private:
+  struct Free {
+    void operator()(T* p) const { std::free(p); }
+  };
+  std::unique_ptr<T, Free> ptr_;
+  size_t size_ = 0;
+  size_t capacity_ = 0;
+};
+
+}  // namespace loom
