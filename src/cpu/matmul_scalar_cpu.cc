@@ -25,12 +25,16 @@ void MatmulF32Scalar(DType wtype, const float* x, int64_t n, int64_t k, const vo
   }
 }
 
-void MatmulBf16Scalar(const uint16_t* xb, int64_t n, int64_t k, const uint16_t* w, int64_t j0,
-                      int64_t j1, float* y, int64_t ldy) {
+void MatmulBf16Scalar(const uint16_t* xb, const uint16_t* x_lo, int64_t n, int64_t k,
+                      const uint16_t* w, int64_t j0, int64_t j1, float* y, int64_t ldy) {
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t j = j0; j < j1; ++j) {
       float acc = 0;
-      for (int64_t p = 0; p < k; ++p) acc += Bf16ToF32(xb[i * k + p]) * Bf16ToF32(w[j * k + p]);
+      for (int64_t p = 0; p < k; ++p) {
+        const float wv = Bf16ToF32(w[j * k + p]);
+        acc += Bf16ToF32(xb[i * k + p]) * wv;
+        if (x_lo) acc += Bf16ToF32(x_lo[i * k + p]) * wv;
+      }
       y[i * ldy + j] = acc;
     }
   }
@@ -45,12 +49,12 @@ void MatmulF32(Isa isa, DType wtype, const float* x, int64_t n, int64_t k, const
   }
 }
 
-void MatmulBf16(Isa isa, const uint16_t* xb, int64_t n, int64_t k, const uint16_t* w, int64_t j0,
-                int64_t j1, float* y, int64_t ldy) {
+void MatmulBf16(Isa isa, const uint16_t* xb, const uint16_t* x_lo, int64_t n, int64_t k,
+                const uint16_t* w, int64_t j0, int64_t j1, float* y, int64_t ldy) {
   switch (isa) {
-    case Isa::kAvx512: return MatmulBf16Avx512(xb, n, k, w, j0, j1, y, ldy);
+    case Isa::kAvx512: return MatmulBf16Avx512(xb, x_lo, n, k, w, j0, j1, y, ldy);
     case Isa::kAvx2:
-    case Isa::kScalar: return MatmulBf16Scalar(xb, n, k, w, j0, j1, y, ldy);
+    case Isa::kScalar: return MatmulBf16Scalar(xb, x_lo, n, k, w, j0, j1, y, ldy);
   }
 }
 

@@ -43,11 +43,19 @@ void Matmul(const float* x, int64_t n, const Tensor& w, float* y) {
   ThreadPool& pool = ThreadPool::Global();
   const bool bf16_dot = UseBf16Dot(w, n);
   const uint16_t* xb = nullptr;
+  const uint16_t* x_lo = nullptr;
   if (bf16_dot) {
+    const bool split = GlobalMatmulOptions().bf16_split;
     auto& buf = Bf16Scratch();
-    buf.Resize(static_cast<size_t>(n * k));
-    ConvertFromF32(DType::kBF16, x, buf.data(), n * k);
-    xb = buf.data();
+    buf.Resize(static_cast<size_t>(n * k) * (split ? 2 : 1));
+    uint16_t* hi = buf.data();
+    for (int64_t i = 0; i < n * k; ++i) hi[i] = F32ToBf16(x[i]);
+    if (split) {
+      uint16_t* lo = hi + n * k;
+      for (int64_t i = 0; i < n * k; ++i) lo[i] = F32ToBf16(x[i] - Bf16ToF32(hi[i]));
+      x_lo = lo;
+    }
+    xb = hi;
   }
   // Column blocks: a multiple of 4 (the kernels' tile), enough tasks to balance the cores.
   const int64_t target_tasks = static_cast<int64_t>(pool.num_threads()) * 8;
@@ -59,7 +67,7 @@ void Matmul(const float* x, int64_t n, const Tensor& w, float* y) {
     const int64_t j0 = task * block;
     const int64_t j1 = std::min(m, j0 + block);
     if (bf16_dot) {
-      cpu::MatmulBf16(isa, xb, n, k, static_cast<const uint16_t*>(w.data), j0, j1, y, m);
+      cpu::MatmulBf16(isa, xb, x_lo, n, k, static_cast<const uint16_t*>(w.data), j0, j1, y, m);
     } else {
       cpu::MatmulF32(isa, w.dtype, x, n, k, w.data, j0, j1, y, m);
     }

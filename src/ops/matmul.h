@@ -8,10 +8,14 @@
 namespace loom {
 
 struct MatmulOptions {
-  // Batches with at least this many rows and bf16 weights round activations to bf16 and use
-  // the bf16 dot-product instruction (2× the multiply rate; compute-bound prefill). Below it,
-  // activations stay f32 (memory-bound decode gains nothing from rounding). 0 disables.
+  // Batches with at least this many rows and bf16 weights use the AVX512_BF16 dot-product
+  // instruction (compute-bound prefill). Below it, activations stay f32 and weights are
+  // widened in registers (memory-bound decode gains nothing from the dot product). 0 = never.
   int bf16_dot_min_rows = 16;
+  // true: activations enter the dot product as hi + lo bf16 pairs (error ~2⁻¹⁷ relative,
+  // within the golden tolerance); false: rounded once to bf16 (error ~2⁻⁹, as transformers
+  // running in bf16), twice the multiply rate.
+  bool bf16_split = true;
 };
 
 // Process-wide options (set once at start-up, before the engine runs).

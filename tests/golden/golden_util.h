@@ -1,0 +1,30 @@
+// Loads the transformers reference dumps under tests/fixtures/golden/ for the golden tests.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace loom::test {
+
+struct GoldenModel {
+  std::string name;                                // e.g. "llama_bf16"
+  std::string model_dir;                           // tests/fixtures/models/<name>
+  std::vector<std::vector<int32_t>> prompts;       // [prompt][len]
+  std::vector<std::vector<int32_t>> greedy;        // [prompt][32]
+  // [prompt][step][5] (id, logprob), logprob descending
+  std::vector<std::vector<std::vector<std::pair<int32_t, float>>>> top_logprobs;
+  std::vector<std::vector<float>> prompt_logits;   // [prompt][len * vocab]
+  std::vector<std::vector<float>> greedy_logits;   // [prompt][32 * vocab]
+};
+
+GoldenModel LoadGolden(const std::string& name);
+
+// The eight reference models: {llama, mistral, qwen2, qwen3} × {f32, bf16}.
+std::vector<std::string> GoldenModelNames();
+
+// Tolerance the issue states: 1e-4 for f32 weights, 2e-3 for bf16 weights.
+float GoldenTolerance(const std::string& name);
+
+float MaxAbsDiff(const float* a, const float* b, size_t n);
+
+}  // namespace loom::test
