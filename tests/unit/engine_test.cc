@@ -1,0 +1,96 @@
+// Engine: request validation, EOS from generation_config.json, KV-cache admission and reuse.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "engine/engine.h"
+
+namespace loom {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string FixtureModel(const std::string& name) {
+  return std::string(LOOM_FIXTURES) + "/models/" + name;
+}
+
+GenerationRequest Greedy(std::vector<int32_t> prompt, int max_tokens) {
+  GenerationRequest r;
+  r.prompt = std::move(prompt);
+  r.params.temperature = 0;
+  r.params.max_tokens = max_tokens;
+  return r;
+}
+
+TEST(Engine, RejectsBadRequestsNamingTheProblem) {
+  auto model = Model::Load(FixtureModel("llama_f32"));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  EngineOptions options;
+  options.kv_cache_tokens = 64;
+  Engine engine(model->get(), options);
+  auto empty = engine.Add(Greedy({}, 4));
+  ASSERT_FALSE(empty.ok());
+  EXPECT_NE(empty.status().message().find("empty"), std::string::npos);
+  auto oov = engine.Add(Greedy({5, 256}, 4));
+  ASSERT_FALSE(oov.ok());
+  EXPECT_NE(oov.status().message().find("256"), std::string::npos);
+  auto too_long = engine.Add(Greedy({5, 6}, 600));
+  ASSERT_FALSE(too_long.ok());
+  EXPECT_NE(too_long.status().message().find("maximum context length 512"), std::string::npos);
+  auto cache = engine.Add(Greedy({5, 6}, 100));
+  ASSERT_FALSE(cache.ok());
+  EXPECT_EQ(cache.status().code(), StatusCode::kResourceExhausted);
+  GenerationRequest bad_p = Greedy({5}, 4);
+  bad_p.params.top_p = 2;
+  EXPECT_FALSE(engine.Add(bad_p).ok());
+  EXPECT_FALSE(engine.HasWork());
+}
+
+// Greedy tokens of llama_f32 for prompt {50,214,41,56,207} are 195 121 171 ...; making 171
+// the EOS (through generation_config.json) must stop there with finish_reason stop.
+TEST(Engine, StopsAtEosFromGenerationConfig) {
+  const fs::path dir = fs::temp_directory_path() / "loom_engine_eos";
+  fs::remove_all(dir);
+  fs::copy(FixtureModel("llama_f32"), dir);
+  std::ofstream(dir / "generation_config.json") << R"({"bos_token_id": 1, "eos_token_id": [7, 171]})";
+  auto model = Model::Load(dir.string());
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  Engine engine(model->get(), EngineOptions{});
+  ASSERT_TRUE(engine.Add(Greedy({50, 214, 41, 56, 207}, 10)).ok());
+  GenerationRequest ignore = Greedy({50, 214, 41, 56, 207}, 10);
+  ignore.params.ignore_eos = true;
+  ASSERT_TRUE(engine.Add(ignore).ok());
+  auto results = engine.RunToCompletion();
+  ASSERT_EQ(results.size(), 2u);
+  std::sort(results.begin(), results.end(), [](auto& a, auto& b) { return a.id < b.id; });
+  EXPECT_EQ(results[0].generated, (std::vector<int32_t>{195, 121, 171}));
+  EXPECT_EQ(results[0].finish_reason, FinishReason::kStop);
+  EXPECT_EQ(results[1].generated.size(), 10u);
+  EXPECT_EQ(results[1].finish_reason, FinishReason::kLength);
+  fs::remove_all(dir);
+}
+
+// More requests than the cache holds at once: they wait, then reuse freed blocks, and the
+// outputs equal the same requests run one by one.
+TEST(Engine, QueuesWhenCacheIsFullAndReusesBlocks) {
+  auto model = Model::Load(FixtureModel("qwen3_bf16"));
+  ASSERT_TRUE(model.ok());
+  std::vector<std::vector<int32_t>> alone;
+  for (int i = 0; i < 5; ++i) {
+    Engine e(model->get(), EngineOptions{});
+    ASSERT_TRUE(e.Add(Greedy({10 + i, 20, 30 + i}, 12)).ok());
+    alone.push_back(e.RunToCompletion().at(0).generated);
+  }
+  EngineOptions tight;
+  tight.kv_cache_tokens = 32;  // two 16-token blocks: one sequence (3 + 12 tokens) at a time
+  Engine engine(model->get(), tight);
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(engine.Add(Greedy({10 + i, 20, 30 + i}, 12)).ok());
+  auto results = engine.RunToCompletion();
+  ASSERT_EQ(results.size(), 5u);
+  for (const auto& r : results) EXPECT_EQ(r.generated, alone[static_cast<size_t>(r.id)]);
+  EXPECT_EQ(engine.kv_cache().num_free_blocks(), engine.kv_cache().num_blocks());
+}
+
+}  // namespace
+}  // namespace loom

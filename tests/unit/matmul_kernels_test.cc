@@ -1,0 +1,122 @@
+// Matmul kernels of every ISA level this CPU runs, against the scalar reference on random inputs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "cpu/matmul_cpu.h"
+#include "ops/matmul.h"
+
+namespace loom::cpu {
+namespace {
+
+std::vector<Isa> SupportedIsas() {
+  std::vector<Isa> isas = {Isa::kScalar};
+  if (DetectIsa() == Isa::kAvx2 || DetectIsa() == Isa::kAvx512) isas.push_back(Isa::kAvx2);
+  if (DetectIsa() == Isa::kAvx512) isas.push_back(Isa::kAvx512);
+  return isas;
+}
+
+struct Problem {
+  int64_t n, m, k;
+  std::vector<float> x;        // [n, k]
+  std::vector<uint8_t> w;      // [m, k] of dtype
+  DType dtype;
+};
+
+Problem MakeProblem(int64_t n, int64_t m, int64_t k, DType dtype, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.5f, 1.0f);  // non-zero mean: catches dropped terms
+  Problem p{n, m, k, {}, {}, dtype};
+  p.x.resize(static_cast<size_t>(n * k));
+  for (auto& v : p.x) v = dist(rng);
+  std::vector<float> wf(static_cast<size_t>(m * k));
+  for (auto& v : wf) v = dist(rng);
+  p.w.resize(static_cast<size_t>(m * k) * DTypeSize(dtype));
+  ConvertFromF32(dtype, wf.data(), p.w.data(), m * k);
+  return p;
+}
+
+// Sums of k products of O(1) values: f32 reordering error grows ~sqrt(k)·2⁻²⁴·|terms|.
+float Tolerance(int64_t k) { return 2e-5f * static_cast<float>(k); }
+
+TEST(MatmulKernels, EveryIsaMatchesScalarForEveryWeightDtype) {
+  const int64_t shapes[][3] = {{1, 37, 29}, {3, 9, 16}, {4, 12, 64}, {5, 13, 100}, {9, 21, 257},
+                               {1, 64, 896}, {17, 7, 33}};
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (const auto& s : shapes) {
+      Problem p = MakeProblem(s[0], s[1], s[2], dtype, static_cast<uint32_t>(s[0] * 1000 + s[2]));
+      std::vector<float> ref(static_cast<size_t>(p.n * p.m));
+      MatmulF32Scalar(dtype, p.x.data(), p.n, p.k, p.w.data(), 0, p.m, ref.data(), p.m);
+      for (Isa isa : SupportedIsas()) {
+        SCOPED_TRACE(std::string(IsaName(isa)) + " " + DTypeName(dtype) + " n=" +
+                     std::to_string(p.n) + " m=" + std::to_string(p.m) + " k=" + std::to_string(p.k));
+        std::vector<float> y(static_cast<size_t>(p.n * p.m), -7.0f);
+        // Two column ranges: a kernel must write exactly [j0, j1).
+        const int64_t mid = p.m / 2 + 1;
+        MatmulF32(isa, dtype, p.x.data(), p.n, p.k, p.w.data(), 0, mid, y.data(), p.m);
+        MatmulF32(isa, dtype, p.x.data(), p.n, p.k, p.w.data(), mid, p.m, y.data(), p.m);
+        for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], ref[i], Tolerance(p.k)) << i;
+      }
+    }
+  }
+}
+
+TEST(MatmulKernels, Bf16DotMatchesScalarWithAndWithoutSplit) {
+  if (DetectIsa() != Isa::kAvx512) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
+  for (const auto& s : std::vector<std::array<int64_t, 3>>{{1, 5, 31}, {4, 8, 64}, {7, 13, 100},
+                                                         {16, 9, 896}}) {
+    Problem p = MakeProblem(s[0], s[1], s[2], DType::kBF16, 7);
+    const int64_t nk = p.n * p.k;
+    std::vector<uint16_t> hi(static_cast<size_t>(nk)), lo(static_cast<size_t>(nk));
+    for (int64_t i = 0; i < nk; ++i) {
+      hi[static_cast<size_t>(i)] = F32ToBf16(p.x[static_cast<size_t>(i)]);
+      lo[static_cast<size_t>(i)] =
+          F32ToBf16(p.x[static_cast<size_t>(i)] - Bf16ToF32(hi[static_cast<size_t>(i)]));
+    }
+    const auto* w = reinterpret_cast<const uint16_t*>(p.w.data());
+    for (bool split : {false, true}) {
+      std::vector<float> ref(static_cast<size_t>(p.n * p.m)), y(ref.size(), -7.0f);
+      MatmulBf16Scalar(hi.data(), split ? lo.data() : nullptr, p.n, p.k, w, 0, p.m, ref.data(), p.m);
+      MatmulBf16Avx512(hi.data(), split ? lo.data() : nullptr, p.n, p.k, w, 0, p.m, y.data(), p.m);
+      for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], ref[i], Tolerance(p.k)) << i;
+    }
+  }
+}
+
+// The split form must be far closer to the exact f32 product than a single bf16 rounding.
+TEST(MatmulOp, SplitBf16DotIsNearlyExact) {
+  if (DetectIsa() != Isa::kAvx512) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
+  Problem p = MakeProblem(32, 40, 512, DType::kBF16, 11);
+  Tensor w{DType::kBF16, {p.m, p.k}, p.w.data()};
+  std::vector<float> exact(static_cast<size_t>(p.n * p.m));
+  MatmulF32Scalar(DType::kBF16, p.x.data(), p.n, p.k, p.w.data(), 0, p.m, exact.data(), p.m);
+  MatmulOptions saved = GlobalMatmulOptions();
+  auto max_err = [&](bool split) {
+    GlobalMatmulOptions().bf16_dot_min_rows = 1;
+    GlobalMatmulOptions().bf16_split = split;
+    std::vector<float> y(exact.size());
+    Matmul(p.x.data(), p.n, w, y.data());
+    float e = 0;
+    for (size_t i = 0; i < y.size(); ++i) e = std::max(e, std::fabs(y[i] - exact[i]));
+    return e;
+  };
+  const float single = max_err(false);
+  const float split = max_err(true);
+  GlobalMatmulOptions() = saved;
+  EXPECT_LT(split, 2e-3f);
+  EXPECT_GT(single, 20 * split);
+}
+
+TEST(MatmulOp, ThreadedOpEqualsSingleKernelCall) {
+  Problem p = MakeProblem(6, 203, 96, DType::kBF16, 3);
+  Tensor w{DType::kBF16, {p.m, p.k}, p.w.data()};
+  std::vector<float> ref(static_cast<size_t>(p.n * p.m)), y(ref.size());
+  MatmulF32Scalar(DType::kBF16, p.x.data(), p.n, p.k, p.w.data(), 0, p.m, ref.data(), p.m);
+  Matmul(p.x.data(), p.n, w, y.data());
+  for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], ref[i], Tolerance(p.k));
+}
+
+}  // namespace
+}  // namespace loom::cpu

@@ -1,0 +1,158 @@
+// Row ops (RMSNorm, SiLU·mul, RoPE) and paged attention against plain double-precision references.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "ops/attention.h"
+#include "ops/basic_ops.h"
+#include "ops/rope.h"
+
+namespace loom {
+namespace {
+
+std::vector<float> Random(size_t n, uint32_t seed, float mean = 0.3f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(mean, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+TEST(Ops, RmsNormMatchesReference) {
+  const int64_t n = 5, d = 67;
+  auto x = Random(n * d, 1);
+  auto w = Random(d, 2, 1.0f);
+  std::vector<float> out(n * d);
+  RmsNorm(x.data(), n, d, w.data(), 1e-5, out.data());
+  for (int64_t r = 0; r < n; ++r) {
+    double ss = 0;
+    for (int64_t i = 0; i < d; ++i) ss += double(x[r * d + i]) * x[r * d + i];
+    const double inv = 1.0 / std::sqrt(ss / d + 1e-5);
+    for (int64_t i = 0; i < d; ++i) {
+      ASSERT_NEAR(out[r * d + i], w[i] * x[r * d + i] * inv, 1e-5);
+    }
+  }
+}
+
+TEST(Ops, SiluMulMatchesReference) {
+  auto g = Random(100, 3), u = Random(100, 4);
+  auto out = g;
+  SiluMulInPlace(out.data(), u.data(), 100);
+  for (size_t i = 0; i < 100; ++i) {
+    const double s = g[i] / (1.0 + std::exp(-double(g[i])));
+    ASSERT_NEAR(out[i], s * u[i], 1e-6);
+  }
+}
+
+TEST(Ops, RopeRotatesHalvesByPositionTimesFrequency) {
+  RopeConfig rope;
+  rope.theta = 10000;
+  const int heads = 3, hd = 8;
+  auto inv = RopeInverseFrequencies(rope, hd);
+  ASSERT_EQ(inv.size(), 4u);
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(inv[i], std::pow(10000.0, -2.0 * i / hd), 1e-7);
+  const std::vector<int32_t> pos = {0, 5, 1000};
+  auto x = Random(pos.size() * heads * hd, 5);
+  auto y = x;
+  ApplyRope(y.data(), pos.size(), heads, hd, pos.data(), inv);
+  for (size_t r = 0; r < pos.size(); ++r) {
+    for (int h = 0; h < heads; ++h) {
+      const float* a = &x[(r * heads + h) * hd];
+      const float* b = &y[(r * heads + h) * hd];
+      for (int i = 0; i < hd / 2; ++i) {
+        const double ang = double(float(pos[r]) * inv[i]);
+        const double re = a[i] * std::cos(ang) - a[i + hd / 2] * std::sin(ang);
+        const double im = a[i + hd / 2] * std::cos(ang) + a[i] * std::sin(ang);
+        ASSERT_NEAR(b[i], re, 1e-5);
+        ASSERT_NEAR(b[i + hd / 2], im, 1e-5);
+      }
+    }
+  }
+}
+
+TEST(Ops, RopeScalingRules) {
+  RopeConfig base;
+  base.theta = 10000;
+  RopeConfig linear = base;
+  linear.scaling = RopeScaling::kLinear;
+  linear.factor = 4;
+  RopeConfig l3 = base;
+  l3.scaling = RopeScaling::kLlama3;
+  l3.factor = 8;
+  l3.low_freq_factor = 1;
+  l3.high_freq_factor = 4;
+  l3.original_max_position = 64;
+  const int hd = 16;
+  auto b = RopeInverseFrequencies(base, hd);
+  auto li = RopeInverseFrequencies(linear, hd);
+  auto l3i = RopeInverseFrequencies(l3, hd);
+  int unchanged = 0, divided = 0, smoothed = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    EXPECT_FLOAT_EQ(li[i], b[i] / 4);
+    const double wavelen = 2 * M_PI / b[i];
+    if (wavelen < 64.0 / 4) {
+      EXPECT_FLOAT_EQ(l3i[i], b[i]);
+      ++unchanged;
+    } else if (wavelen > 64.0) {
+      EXPECT_FLOAT_EQ(l3i[i], b[i] / 8);
+      ++divided;
+    } else {
+      const double s = (64.0 / wavelen - 1) / (4 - 1);
+      EXPECT_NEAR(l3i[i], (1 - s) * b[i] / 8 + s * b[i], 1e-6);
+      ++smoothed;
+    }
+  }
+  EXPECT_GT(unchanged, 0);
+  EXPECT_GT(divided, 0);
+  EXPECT_GT(smoothed, 0);
+}
+
+// Two sequences with scrambled block tables; reference is dense attention per sequence.
+TEST(Ops, PagedAttentionMatchesDenseReference) {
+  const int kvh = 2, heads = 4, hd = 8, blocks = 8;
+  std::vector<float> kstore(blocks * kvh * kKvBlockSize * hd), vstore(kstore.size());
+  KvLayerView view{kstore.data(), vstore.data(), kvh, hd};
+  const int len_a = 21, len_b = 6;
+  std::vector<int32_t> table_a = {5, 2}, table_b = {7};
+  for (int window : {0, 5}) {
+    // Prefill A fully and B fully in one batch; the last rows check against the dense result.
+    std::vector<AttentionChunk> chunks = {{0, len_a, 0, table_a.data(), 2},
+                                          {len_a, len_b, 0, table_b.data(), 1}};
+    const int n = len_a + len_b;
+    auto q = Random(n * heads * hd, 10), k = Random(n * kvh * hd, 11), v = Random(n * kvh * hd, 12);
+    WriteKv(view, chunks, k.data(), v.data());
+    std::vector<float> out(n * heads * hd);
+    const float scale = 1 / std::sqrt(float(hd));
+    Attention(view, chunks, q.data(), heads, window, scale, out.data());
+    for (const auto& c : chunks) {
+      for (int i = 0; i < c.num_rows; ++i) {
+        const int row = c.first_row + i;
+        for (int h = 0; h < heads; ++h) {
+          const int g = h / (heads / kvh);
+          const int first = window > 0 ? std::max(0, i - window + 1) : 0;
+          std::vector<double> s;
+          double mx = -1e30;
+          for (int p = first; p <= i; ++p) {
+            double dot = 0;
+            for (int d = 0; d < hd; ++d)
+              dot += double(q[(row * heads + h) * hd + d]) * k[((c.first_row + p) * kvh + g) * hd + d];
+            s.push_back(dot * scale);
+            mx = std::max(mx, s.back());
+          }
+          double z = 0;
+          for (double& e : s) z += (e = std::exp(e - mx));
+          for (int d = 0; d < hd; ++d) {
+            double o = 0;
+            for (int p = first; p <= i; ++p) o += s[p - first] / z * v[((c.first_row + p) * kvh + g) * hd + d];
+            ASSERT_NEAR(out[(row * heads + h) * hd + d], o, 1e-5) << "window " << window;
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace loom

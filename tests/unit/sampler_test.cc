@@ -1,0 +1,166 @@
+// Sampler: greedy, seeds, top-k/top-p/min-p filtering, penalties, sampling frequencies, validation.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <random>
+
+#include "engine/sampler.h"
+
+namespace loom {
+namespace {
+
+std::vector<float> Logits(int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.5f, 2.0f);
+  std::vector<float> v(vocab);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+int32_t Draw(const SamplingParams& p, std::vector<float> logits, Sampler* s) {
+  return s->Sample(logits.data(), static_cast<int>(logits.size()), nullptr, nullptr);
+}
+
+TEST(Sampler, GreedyIsArgmax) {
+  SamplingParams p;
+  p.temperature = 0;
+  auto l = Logits(1000, 1);
+  Sampler s(p, {1, 2});
+  EXPECT_EQ(Draw(p, l, &s), std::max_element(l.begin(), l.end()) - l.begin());
+}
+
+TEST(Sampler, SameSeedSameTokensDifferentSeedDifferent) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.seed = 42;
+  auto run = [&](uint64_t seed) {
+    p.seed = seed;
+    Sampler s(p, {});
+    std::vector<int32_t> out;
+    for (int i = 0; i < 50; ++i) out.push_back(Draw(p, Logits(100, 100 + i), &s));
+    return out;
+  };
+  EXPECT_EQ(run(42), run(42));
+  EXPECT_NE(run(42), run(43));
+}
+
+TEST(Sampler, FiltersThatKeepOnlyTheTopTokenAreGreedy) {
+  auto l = Logits(500, 2);
+  const int32_t best = std::max_element(l.begin(), l.end()) - l.begin();
+  for (int variant = 0; variant < 3; ++variant) {
+    SamplingParams p;
+    p.temperature = 1.5f;
+    p.seed = variant;
+    if (variant == 0) p.top_k = 1;
+    if (variant == 1) p.top_p = 1e-6f;
+    if (variant == 2) p.min_p = 1.0f;
+    Sampler s(p, {});
+    for (int i = 0; i < 20; ++i) EXPECT_EQ(Draw(p, l, &s), best) << variant;
+  }
+}
+
+// Empirical frequencies follow softmax(logits / T) restricted to the top-k tokens.
+TEST(Sampler, FrequenciesFollowTemperatureAndTopK) {
+  const std::vector<float> l = {2.0f, 1.0f, 0.5f, -1.0f, 0.0f};
+  SamplingParams p;
+  p.temperature = 0.7f;
+  p.top_k = 3;
+  p.seed = 7;
+  Sampler s(p, {});
+  std::map<int, int> counts;
+  const int draws = 20000;
+  for (int i = 0; i < draws; ++i) ++counts[Draw(p, l, &s)];
+  double z = 0;
+  for (int t : {0, 1, 2}) z += std::exp(l[t] / 0.7);
+  for (int t : {0, 1, 2}) {
+    const double expect = std::exp(l[t] / 0.7) / z;
+    EXPECT_NEAR(counts[t] / double(draws), expect, 0.015) << t;
+  }
+  EXPECT_EQ(counts[3] + counts[4], 0);
+}
+
+TEST(Sampler, TopPKeepsSmallestPrefixReachingMass) {
+  // probs ≈ {0.64, 0.24, 0.09, 0.03}; top_p = 0.7 keeps the first two.
+  const std::vector<float> l = {3.0f, 2.0f, 1.0f, -0.1f};
+  SamplingParams p;
+  p.top_p = 0.7f;
+  p.seed = 3;
+  Sampler s(p, {});
+  std::map<int, int> counts;
+  for (int i = 0; i < 5000; ++i) ++counts[Draw(p, l, &s)];
+  EXPECT_GT(counts[0], 0);
+  EXPECT_GT(counts[1], 0);
+  EXPECT_EQ(counts[2] + counts[3], 0);
+}
+
+TEST(Sampler, PenaltiesFollowVllmFormulas) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.repetition_penalty = 2.0f;
+  p.presence_penalty = 0.5f;
+  p.frequency_penalty = 0.25f;
+  p.logprobs = 0;
+  // Token 0 is in the prompt; token 1 was generated twice; token 2 untouched.
+  Sampler s(p, {0});
+  s.Accept(1);
+  s.Accept(1);
+  // Make the penalised tokens' outcome decide the argmax.
+  std::vector<float> l = {3.0f, 2.9f, 1.4f};
+  // 0: 3/2 = 1.5; 1: 2.9/2 - 0.25*2 - 0.5 = 0.45; 2: 1.4.
+  EXPECT_EQ(Draw(p, l, &s), 0);
+  std::vector<float> neg = {-1.0f, 1.0f, 0.9f};
+  // 0: -1*2 = -2; 1: 0.5 - 1.0 = -0.5; 2: 0.9 → 2 wins.
+  EXPECT_EQ(Draw(p, neg, &s), 2);
+}
+
+TEST(Sampler, LogprobsComeFromTheUnpenalisedDistribution) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.logprobs = 3;
+  p.repetition_penalty = 5.0f;
+  const std::vector<float> l = {1.0f, 2.0f, 0.5f, -3.0f};
+  Sampler s(p, {1});
+  std::vector<float> work = l;
+  TokenLogprob chosen{};
+  std::vector<TokenLogprob> top;
+  const int32_t t = s.Sample(work.data(), 4, &chosen, &top);
+  EXPECT_EQ(t, 0);  // 2.0 / 5 = 0.4 < 1.0
+  double z = 0;
+  for (float v : l) z += std::exp(double(v));
+  ASSERT_EQ(top.size(), 3u);
+  EXPECT_EQ(top[0].token, 1);
+  EXPECT_EQ(top[1].token, 0);
+  EXPECT_EQ(top[2].token, 2);
+  EXPECT_NEAR(top[0].logprob, 2.0 - std::log(z), 1e-5);
+  EXPECT_NEAR(chosen.logprob, 1.0 - std::log(z), 1e-5);
+}
+
+TEST(Sampler, ValidateNamesTheField) {
+  struct Case {
+    void (*set)(SamplingParams&);
+    const char* field;
+  } cases[] = {
+      {[](SamplingParams& p) { p.max_tokens = 0; }, "max_tokens"},
+      {[](SamplingParams& p) { p.temperature = -1; }, "temperature"},
+      {[](SamplingParams& p) { p.top_p = 1.5f; }, "top_p"},
+      {[](SamplingParams& p) { p.top_p = 0; }, "top_p"},
+      {[](SamplingParams& p) { p.min_p = 2; }, "min_p"},
+      {[](SamplingParams& p) { p.top_k = -2; }, "top_k"},
+      {[](SamplingParams& p) { p.repetition_penalty = 0; }, "repetition_penalty"},
+      {[](SamplingParams& p) { p.presence_penalty = 3; }, "presence_penalty"},
+      {[](SamplingParams& p) { p.frequency_penalty = -3; }, "frequency_penalty"},
+      {[](SamplingParams& p) { p.logprobs = 21; }, "logprobs"},
+  };
+  EXPECT_TRUE(SamplingParams{}.Validate(100).ok());
+  for (const auto& c : cases) {
+    SamplingParams p;
+    c.set(p);
+    Status st = p.Validate(100);
+    EXPECT_FALSE(st.ok()) << c.field;
+    EXPECT_NE(st.message().find(c.field), std::string::npos) << st.message();
+  }
+}
+
+}  // namespace
+}  // namespace loom
