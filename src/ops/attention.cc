@@ -41,7 +41,8 @@ void Attention(const KvLayerView& cache, const std::vector<AttentionChunk>& chun
   int max_len = 0;
   for (const auto& c : chunks) max_len = std::max(max_len, c.start_pos + c.num_rows);
   static thread_local AlignedBuffer<float> tl_scores;
-  ThreadPool::Global().ParallelFor(chunk_first_task.back(), [&](int64_t task, int) {
+  const int64_t num_tasks = chunk_first_task.back();
+  auto task_fn = [&](int64_t task, int) {
     const size_t c = static_cast<size_t>(
         std::upper_bound(chunk_first_task.begin(), chunk_first_task.end(), task) -
         chunk_first_task.begin() - 1);
@@ -83,7 +84,12 @@ void Attention(const KvLayerView& cache, const std::vector<AttentionChunk>& chun
       const float w = scores[static_cast<size_t>(p)] * inv;
       for (int d = 0; d < hd; ++d) o[d] += w * vv[d];
     }
-  });
+  };
+  if (num_tasks * max_len * hd < (int64_t{1} << 15)) {  // too small to repay waking workers
+    for (int64_t t = 0; t < num_tasks; ++t) task_fn(t, 0);
+  } else {
+    ThreadPool::Global().ParallelFor(num_tasks, task_fn);
+  }
 }
 
 }  // namespace loom

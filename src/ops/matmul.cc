@@ -57,6 +57,15 @@ void Matmul(const float* x, int64_t n, const Tensor& w, float* y) {
     }
     xb = hi;
   }
+  if (n * m * k < (int64_t{1} << 16)) {  // too small to repay waking the workers
+    if (bf16_dot) {
+      cpu::MatmulBf16(cpu::ActiveIsa(), xb, x_lo, n, k, static_cast<const uint16_t*>(w.data), 0,
+                      m, y, m);
+    } else {
+      cpu::MatmulF32(cpu::ActiveIsa(), w.dtype, x, n, k, w.data, 0, m, y, m);
+    }
+    return;
+  }
   // Column blocks: a multiple of 4 (the kernels' tile), enough tasks to balance the cores.
   const int64_t target_tasks = static_cast<int64_t>(pool.num_threads()) * 8;
   int64_t block = std::max<int64_t>(16, (m + target_tasks - 1) / target_tasks);

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what loom builds and tests with (Debian packages); idempotent. --ref also makes the
+# Python venv (.venv-ref) that tools/ref/ uses to regenerate fixtures (torch, transformers, peft).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(build-essential cmake pkg-config nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
+          libpcre2-dev libgtest-dev libgmock-dev libbenchmark-dev python3 python3-venv)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if [ "${1:-}" = "--ref" ]; then
+  if [ ! -x .venv-ref/bin/python ]; then python3 -m venv .venv-ref; fi
+  .venv-ref/bin/pip install -q -r tools/ref/requirements.txt
+fi
