@@ -8,6 +8,7 @@
 int main(int argc, char** argv) {
   CLI::App app{"loom: serve many LoRA adapters on one base model"};
   app.require_subcommand(1);
+  app.fallthrough();  // global flags (--threads) may also follow the subcommand
   int threads = 0;
   app.add_option("--threads", threads, "compute threads (default: all cores, or LOOM_THREADS)");
   std::map<CLI::App*, loom::cli::RunFn> runs;

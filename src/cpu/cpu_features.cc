@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "cpu/matmul_cpu.h"
+
 namespace loom::cpu {
 
 namespace {
@@ -16,7 +18,7 @@ Isa DetectIsa() {
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
       __builtin_cpu_supports("avx512bf16")) {
-    return Isa::kAvx512;
+    return AmxAvailable() ? Isa::kAmx : Isa::kAvx512;
   }
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
       __builtin_cpu_supports("f16c")) {
@@ -31,7 +33,8 @@ Isa ActiveIsa() {
     Isa isa = DetectIsa();
     if (const char* env = std::getenv("LOOM_ISA")) {
       if (std::strcmp(env, "scalar") == 0) isa = Isa::kScalar;
-      if (std::strcmp(env, "avx2") == 0 && isa == Isa::kAvx512) isa = Isa::kAvx2;
+      if (std::strcmp(env, "avx2") == 0 && isa >= Isa::kAvx2) isa = Isa::kAvx2;
+      if (std::strcmp(env, "avx512") == 0 && isa >= Isa::kAvx512) isa = Isa::kAvx512;
     }
     g_active = isa;
   }
@@ -45,6 +48,7 @@ const char* IsaName(Isa isa) {
     case Isa::kScalar: return "scalar";
     case Isa::kAvx2: return "avx2";
     case Isa::kAvx512: return "avx512";
+    case Isa::kAmx: return "amx";
   }
   return "?";
 }

@@ -20,6 +20,17 @@ void MatmulF32(Isa isa, DType wtype, const float* x, int64_t n, int64_t k, const
 void MatmulBf16(Isa isa, const uint16_t* xb, const uint16_t* x_lo, int64_t n, int64_t k,
                 const uint16_t* w, int64_t j0, int64_t j1, float* y, int64_t ldy);
 
+// AMX-BF16 (Intel Sapphire Rapids and later): true when the CPU has AMX and the kernel granted
+// this process the tile state.
+bool AmxAvailable();
+// Activations x [n, k] (k a multiple of 32) packed into 16-row B tiles as bf16 (hi, then lo
+// residuals when split); size in uint16 elements.
+size_t PackedActivationsAmxSize(int64_t n, int64_t k, bool split);
+void PackActivationsAmx(const float* x, int64_t n, int64_t k, bool split, uint16_t* out);
+// y[n, j0:j1] = x · W[j0:j1]ᵀ from packed activations and row-major bf16 weights.
+void MatmulBf16Amx(const uint16_t* packed_x, bool split, int64_t n, int64_t k, const uint16_t* w,
+                   int64_t j0, int64_t j1, float* y, int64_t ldy);
+
 // Per-ISA implementations (scalar is the reference in tests).
 void MatmulF32Scalar(DType wtype, const float* x, int64_t n, int64_t k, const void* w, int64_t j0,
                      int64_t j1, float* y, int64_t ldy);

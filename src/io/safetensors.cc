@@ -107,7 +107,9 @@ StatusOr<std::vector<TensorInfo>> ParseSafetensors(const uint8_t* bytes, size_t 
         return InvalidArgument(where + ": shape entries must be non-negative integers");
       }
       uint64_t dim = d.get<uint64_t>();
-      if (dim != 0 && numel > std::numeric_limits<uint64_t>::max() / 8 / dim) {
+      // A dimension must fit int64 even when another dimension is 0 (numel stays 0).
+      if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
+          (dim != 0 && numel > std::numeric_limits<uint64_t>::max() / 8 / dim)) {
         return InvalidArgument(where + ": shape is too large");
       }
       numel *= dim;
@@ -137,13 +139,17 @@ StatusOr<std::vector<TensorInfo>> ParseSafetensors(const uint8_t* bytes, size_t 
   std::vector<size_t> order(out.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ranges[a] < ranges[b]; });
+  // Compare each range with the one reaching furthest so far, not just its sorted
+  // neighbour: an empty range sorted in between must not hide an overlap.
+  size_t furthest = order.empty() ? 0 : order[0];
   for (size_t i = 1; i < order.size(); ++i) {
-    const auto& prev = ranges[order[i - 1]];
     const auto& cur = ranges[order[i]];
-    if (cur.first < prev.second && cur.first != cur.second) {
-      return InvalidArgument(path + ": tensors '" + out[order[i - 1]].name + "' and '" +
+    if (cur.first == cur.second) continue;  // empty tensors hold no bytes
+    if (cur.first < ranges[furthest].second) {
+      return InvalidArgument(path + ": tensors '" + out[furthest].name + "' and '" +
                              out[order[i]].name + "' overlap in the data section");
     }
+    if (cur.second > ranges[furthest].second) furthest = order[i];
   }
   return out;
 }

@@ -107,14 +107,25 @@ Status ReadEos(const json& j, const std::string& where, std::vector<int>* out) {
   auto it = j.find("eos_token_id");
   if (it == j.end() || it->is_null()) return OkStatus();
   std::vector<int> ids;
+  // An id beyond int must not wrap around into the vocabulary.
+  auto add = [&](const json& v) {
+    const bool fits = v.is_number_unsigned()
+                          ? v.get<uint64_t>() <= INT32_MAX
+                          : (v.get<int64_t>() >= INT32_MIN && v.get<int64_t>() <= INT32_MAX);
+    if (!fits) {
+      return InvalidArgument(where + ": eos_token_id " + v.dump() + " is outside the vocabulary");
+    }
+    ids.push_back(static_cast<int>(v.get<int64_t>()));
+    return OkStatus();
+  };
   if (it->is_number_integer()) {
-    ids.push_back(it->get<int>());
+    RETURN_IF_ERROR(add(*it));
   } else if (it->is_array()) {
     for (const auto& v : *it) {
       if (!v.is_number_integer()) {
         return InvalidArgument(where + ": eos_token_id entries must be integers");
       }
-      ids.push_back(v.get<int>());
+      RETURN_IF_ERROR(add(v));
     }
   } else {
     return InvalidArgument(where + ": eos_token_id must be an integer or a list");

@@ -50,7 +50,7 @@ std::vector<WeightSlot> EnumerateWeights(const ModelConfig& c, ModelWeights* w) 
 namespace {
 // Buffers some checkpoints carry that transformers recomputes and never loads.
 bool IsIgnoredBuffer(const std::string& name) {
-  return name.size() > 22 && name.compare(name.size() - 22, 22, ".rotary_emb.inv_freq") == 0;
+  return name.ends_with(".rotary_emb.inv_freq");
 }
 }  // namespace
 

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "base/thread_pool.h"
+#include "cpu/attention_cpu.h"
 #include "tensor/tensor.h"
 
 namespace loom {
@@ -41,6 +42,7 @@ void Attention(const KvLayerView& cache, const std::vector<AttentionChunk>& chun
   int max_len = 0;
   for (const auto& c : chunks) max_len = std::max(max_len, c.start_pos + c.num_rows);
   static thread_local AlignedBuffer<float> tl_scores;
+  const cpu::Isa isa = cpu::ActiveIsa();
   const int64_t num_tasks = chunk_first_task.back();
   auto task_fn = [&](int64_t task, int) {
     const size_t c = static_cast<size_t>(
@@ -54,36 +56,12 @@ void Attention(const KvLayerView& cache, const std::vector<AttentionChunk>& chun
     const int64_t row = ch.first_row + i;
     const int pos = ch.start_pos + i;
     const int first = window > 0 ? std::max(0, pos - window + 1) : 0;
-    const float* qv = q + (row * num_heads + h) * hd;
     AlignedBuffer<float>& scores = tl_scores;
     scores.Resize(static_cast<size_t>(max_len));
-    float mx = -INFINITY;
-    for (int p = first; p <= pos; ++p) {
-      const int64_t block = ch.block_table[p / kKvBlockSize];
-      const float* kv = cache.k + block * cache.block_stride() +
-                        (int64_t{kv_head} * kKvBlockSize + p % kKvBlockSize) * hd;
-      float dot = 0;
-      for (int d = 0; d < hd; ++d) dot += qv[d] * kv[d];
-      dot *= scale;
-      scores[static_cast<size_t>(p)] = dot;
-      mx = std::max(mx, dot);
-    }
-    float sum = 0;
-    for (int p = first; p <= pos; ++p) {
-      const float e = std::exp(scores[static_cast<size_t>(p)] - mx);
-      scores[static_cast<size_t>(p)] = e;
-      sum += e;
-    }
-    const float inv = 1.0f / sum;
-    float* o = out + (row * num_heads + h) * hd;
-    for (int d = 0; d < hd; ++d) o[d] = 0;
-    for (int p = first; p <= pos; ++p) {
-      const int64_t block = ch.block_table[p / kKvBlockSize];
-      const float* vv = cache.v + block * cache.block_stride() +
-                        (int64_t{kv_head} * kKvBlockSize + p % kKvBlockSize) * hd;
-      const float w = scores[static_cast<size_t>(p)] * inv;
-      for (int d = 0; d < hd; ++d) o[d] += w * vv[d];
-    }
+    cpu::PagedKvHead head{cache.k, cache.v, cache.block_stride(),
+                          int64_t{kv_head} * kKvBlockSize * hd, ch.block_table};
+    cpu::AttendRow(isa, q + (row * num_heads + h) * hd, hd, head, first, pos, scale, scores.data(),
+                   out + (row * num_heads + h) * hd);
   };
   if (num_tasks * max_len * hd < (int64_t{1} << 15)) {  // too small to repay waking workers
     for (int64_t t = 0; t < num_tasks; ++t) task_fn(t, 0);

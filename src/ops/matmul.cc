@@ -19,7 +19,11 @@ namespace {
 bool UseBf16Dot(const Tensor& w, int64_t n) {
   const int min_rows = GlobalMatmulOptions().bf16_dot_min_rows;
   return w.dtype == DType::kBF16 && min_rows > 0 && n >= min_rows &&
-         cpu::ActiveIsa() == cpu::Isa::kAvx512;
+         cpu::ActiveIsa() >= cpu::Isa::kAvx512;
+}
+
+bool UseAmx(const Tensor& w, int64_t n) {
+  return UseBf16Dot(w, n) && cpu::ActiveIsa() == cpu::Isa::kAmx && w.dim(1) % 32 == 0;
 }
 
 // Activation rows rounded to bf16, reused across calls (the engine thread is the only caller).
@@ -42,10 +46,25 @@ void Matmul(const float* x, int64_t n, const Tensor& w, float* y) {
   if (n == 0 || m == 0) return;
   ThreadPool& pool = ThreadPool::Global();
   const bool bf16_dot = UseBf16Dot(w, n);
+  const bool split = GlobalMatmulOptions().bf16_split;
+  if (UseAmx(w, n)) {
+    auto& buf = Bf16Scratch();
+    buf.Resize(cpu::PackedActivationsAmxSize(n, k, split));
+    cpu::PackActivationsAmx(x, n, k, split, buf.data());
+    // 32 weight rows per tile pair; enough blocks to balance the cores.
+    const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(pool.num_threads() * 4, m / 32));
+    const int64_t block = (m / blocks + 31) / 32 * 32;
+    const int64_t num_tasks = (m + block - 1) / block;
+    const auto* wd = static_cast<const uint16_t*>(w.data);
+    pool.ParallelFor(num_tasks, [&](int64_t task, int) {
+      const int64_t j0 = task * block;
+      cpu::MatmulBf16Amx(buf.data(), split, n, k, wd, j0, std::min(m, j0 + block), y, m);
+    });
+    return;
+  }
   const uint16_t* xb = nullptr;
   const uint16_t* x_lo = nullptr;
   if (bf16_dot) {
-    const bool split = GlobalMatmulOptions().bf16_split;
     auto& buf = Bf16Scratch();
     buf.Resize(static_cast<size_t>(n * k) * (split ? 2 : 1));
     uint16_t* hi = buf.data();

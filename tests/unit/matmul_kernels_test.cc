@@ -13,8 +13,8 @@ namespace {
 
 std::vector<Isa> SupportedIsas() {
   std::vector<Isa> isas = {Isa::kScalar};
-  if (DetectIsa() == Isa::kAvx2 || DetectIsa() == Isa::kAvx512) isas.push_back(Isa::kAvx2);
-  if (DetectIsa() == Isa::kAvx512) isas.push_back(Isa::kAvx512);
+  if (DetectIsa() >= Isa::kAvx2) isas.push_back(Isa::kAvx2);
+  if (DetectIsa() >= Isa::kAvx512) isas.push_back(Isa::kAvx512);
   return isas;
 }
 
@@ -64,7 +64,7 @@ TEST(MatmulKernels, EveryIsaMatchesScalarForEveryWeightDtype) {
 }
 
 TEST(MatmulKernels, Bf16DotMatchesScalarWithAndWithoutSplit) {
-  if (DetectIsa() != Isa::kAvx512) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
+  if (DetectIsa() < Isa::kAvx512) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
   for (const auto& s : std::vector<std::array<int64_t, 3>>{{1, 5, 31}, {4, 8, 64}, {7, 13, 100},
                                                          {16, 9, 896}}) {
     Problem p = MakeProblem(s[0], s[1], s[2], DType::kBF16, 7);
@@ -87,7 +87,7 @@ TEST(MatmulKernels, Bf16DotMatchesScalarWithAndWithoutSplit) {
 
 // The split form must be far closer to the exact f32 product than a single bf16 rounding.
 TEST(MatmulOp, SplitBf16DotIsNearlyExact) {
-  if (DetectIsa() != Isa::kAvx512) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
+  if (DetectIsa() < Isa::kAvx512) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
   Problem p = MakeProblem(32, 40, 512, DType::kBF16, 11);
   Tensor w{DType::kBF16, {p.m, p.k}, p.w.data()};
   std::vector<float> exact(static_cast<size_t>(p.n * p.m));
@@ -116,6 +116,39 @@ TEST(MatmulOp, ThreadedOpEqualsSingleKernelCall) {
   MatmulF32Scalar(DType::kBF16, p.x.data(), p.n, p.k, p.w.data(), 0, p.m, ref.data(), p.m);
   Matmul(p.x.data(), p.n, w, y.data());
   for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], ref[i], Tolerance(p.k));
+}
+
+}  // namespace
+}  // namespace loom::cpu
+
+namespace loom::cpu {
+namespace {
+
+// AMX tiles: odd row counts (partial activation groups, weight tails < 16 and < 32 rows).
+TEST(MatmulKernels, AmxMatchesScalarWithAndWithoutSplit) {
+  if (!AmxAvailable()) GTEST_SKIP() << "no AMX-BF16 on this CPU";
+  for (const auto& s : std::vector<std::array<int64_t, 3>>{{1, 5, 32}, {16, 16, 64}, {17, 40, 96},
+                                                         {35, 77, 128}, {64, 33, 896}}) {
+    Problem p = MakeProblem(s[0], s[1], s[2], DType::kBF16, 21);
+    const auto* w = reinterpret_cast<const uint16_t*>(p.w.data());
+    for (bool split : {false, true}) {
+      SCOPED_TRACE("n=" + std::to_string(p.n) + " m=" + std::to_string(p.m) +
+                   " k=" + std::to_string(p.k) + (split ? " split" : ""));
+      std::vector<uint16_t> packed(PackedActivationsAmxSize(p.n, p.k, split));
+      PackActivationsAmx(p.x.data(), p.n, p.k, split, packed.data());
+      std::vector<uint16_t> hi(static_cast<size_t>(p.n * p.k)), lo(hi.size());
+      for (size_t i = 0; i < hi.size(); ++i) {
+        hi[i] = F32ToBf16(p.x[i]);
+        lo[i] = F32ToBf16(p.x[i] - Bf16ToF32(hi[i]));
+      }
+      std::vector<float> ref(static_cast<size_t>(p.n * p.m)), y(ref.size(), -7.0f);
+      MatmulBf16Scalar(hi.data(), split ? lo.data() : nullptr, p.n, p.k, w, 0, p.m, ref.data(), p.m);
+      const int64_t mid = std::min<int64_t>(p.m, 19);
+      MatmulBf16Amx(packed.data(), split, p.n, p.k, w, 0, mid, y.data(), p.m);
+      MatmulBf16Amx(packed.data(), split, p.n, p.k, w, mid, p.m, y.data(), p.m);
+      for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], ref[i], Tolerance(p.k)) << i;
+    }
+  }
 }
 
 }  // namespace

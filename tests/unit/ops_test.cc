@@ -156,3 +156,29 @@ TEST(Ops, PagedAttentionMatchesDenseReference) {
 
 }  // namespace
 }  // namespace loom
+
+#include "cpu/attention_cpu.h"
+
+namespace loom {
+namespace {
+
+TEST(AttentionKernels, Avx512RowMatchesScalar) {
+  if (cpu::DetectIsa() < cpu::Isa::kAvx512) GTEST_SKIP() << "no AVX-512";
+  for (int hd : {64, 20, 128}) {
+    const int blocks = 4;
+    auto k = Random(blocks * 2 * kKvBlockSize * hd, 30), v = Random(k.size(), 31);
+    auto q = Random(hd, 32);
+    const std::vector<int32_t> table = {3, 0, 2, 1};
+    cpu::PagedKvHead head{k.data(), v.data(), int64_t{2} * kKvBlockSize * hd,
+                          int64_t{kKvBlockSize} * hd, table.data()};
+    std::vector<float> s1(64), s2(64), o1(hd), o2(hd);
+    for (auto [first, last] : std::vector<std::pair<int, int>>{{0, 0}, {0, 63}, {17, 40}}) {
+      cpu::AttendRowScalar(q.data(), hd, head, first, last, 0.125f, s1.data(), o1.data());
+      cpu::AttendRowAvx512(q.data(), hd, head, first, last, 0.125f, s2.data(), o2.data());
+      for (int d = 0; d < hd; ++d) ASSERT_NEAR(o1[d], o2[d], 1e-5) << hd << " " << first;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace loom

@@ -1,4 +1,5 @@
 // Qwen2ForCausalLM: Llama block with q/k/v biases; sliding window per layer when enabled.
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "model/registry.h"
@@ -32,7 +33,9 @@ Status ConfigureQwenSlidingWindow(const nlohmann::json& j, const std::string& wh
   if (!use_sliding || window <= 0) return OkStatus();
   int max_window_layers = c->num_layers;
   RETURN_IF_ERROR(ReadInt(j, "max_window_layers", &max_window_layers, false, where));
-  for (int i = max_window_layers; i < c->num_layers; ++i) {
+  // A negative max_window_layers makes every layer slide there too (and must not index
+  // before the first layer).
+  for (int i = std::max(max_window_layers, 0); i < c->num_layers; ++i) {
     c->layers[static_cast<size_t>(i)].sliding_window = window;
   }
   return OkStatus();

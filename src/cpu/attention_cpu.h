@@ -1,0 +1,29 @@
+// CPU kernels for one query row of paged attention, one function per ISA level.
+#pragma once
+
+#include <cstdint>
+
+#include "cpu/cpu_features.h"
+
+namespace loom::cpu {
+
+// One KV head of one sequence in a paged cache: position p lives at
+// k + block_table[p / 16] * block_stride + head_offset + (p % 16) * head_dim (same for v).
+struct PagedKvHead {
+  const float* k;
+  const float* v;
+  int64_t block_stride;
+  int64_t head_offset;
+  const int32_t* block_table;
+};
+
+// out[hd] = Σ_p softmax(scale · q·K[p])_p · V[p] over positions first..last (inclusive).
+// scores: scratch of at least last + 1 floats.
+void AttendRow(Isa isa, const float* q, int head_dim, const PagedKvHead& kv, int first, int last,
+               float scale, float* scores, float* out);
+void AttendRowScalar(const float* q, int head_dim, const PagedKvHead& kv, int first, int last,
+                     float scale, float* scores, float* out);
+void AttendRowAvx512(const float* q, int head_dim, const PagedKvHead& kv, int first, int last,
+                     float scale, float* scores, float* out);
+
+}  // namespace loom::cpu

@@ -1,0 +1,194 @@
+// AMX-BF16 matmul for bf16 weights (Intel Sapphire/Emerald Rapids): one TDPBF16PS multiplies a
+// 16×32 weight tile by a 32×16 activation tile (8192 MACs), ~16× the AVX-512 FMA rate. Weights
+// are read in place (row-major [m, k] is already the A-tile layout); activations are packed
+// once per matmul into B tiles by PackActivationsAmx.
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "cpu/matmul_cpu.h"
+
+#define LOOM_AMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+
+namespace loom::cpu {
+
+namespace {
+
+constexpr int kTile = 16;  // rows of every tile; 64-byte rows (32 bf16 or 16 f32)
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Tiles 0-3: C accumulators [16 weight rows × 16 activation rows] f32; 4-5: A (weights);
+// 6-7: B (activations).
+LOOM_AMX void ConfigureTiles() {
+  static thread_local bool configured = false;
+  if (configured) return;
+  TileConfig cfg;
+  for (int t = 0; t < 8; ++t) {
+    cfg.colsb[t] = 64;
+    cfg.rows[t] = kTile;
+  }
+  _tile_loadconfig(&cfg);
+  configured = true;
+}
+
+// Weight rows j..j+31 (or j..j+15 when NA == 1) × activation groups g, g+1 (NB of them).
+template <int NA, int NB, bool SPLIT>
+LOOM_AMX void Block(const uint16_t* w, int64_t w_stride_bytes, const uint16_t* xp,
+                    int64_t lo_offset, int64_t group_stride, int64_t steps, float* c_out) {
+  _tile_zero(0);
+  if (NB > 1) _tile_zero(1);
+  if (NA > 1) _tile_zero(2);
+  if (NA > 1 && NB > 1) _tile_zero(3);
+  for (int64_t s = 0; s < steps; ++s) {
+    _tile_loadd(4, w + s * 32, w_stride_bytes);
+    if (NA > 1) _tile_loadd(5, reinterpret_cast<const uint8_t*>(w + s * 32) + kTile * w_stride_bytes,
+                            w_stride_bytes);
+    const uint16_t* b0 = xp + s * 512;
+    _tile_loadd(6, b0, 64);
+    if (NB > 1) _tile_loadd(7, b0 + group_stride, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    if (NB > 1) _tile_dpbf16ps(1, 4, 7);
+    if (NA > 1) _tile_dpbf16ps(2, 5, 6);
+    if (NA > 1 && NB > 1) _tile_dpbf16ps(3, 5, 7);
+    if constexpr (SPLIT) {
+      _tile_loadd(6, b0 + lo_offset, 64);
+      if (NB > 1) _tile_loadd(7, b0 + lo_offset + group_stride, 64);
+      _tile_dpbf16ps(0, 4, 6);
+      if (NB > 1) _tile_dpbf16ps(1, 4, 7);
+      if (NA > 1) _tile_dpbf16ps(2, 5, 6);
+      if (NA > 1 && NB > 1) _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  _tile_stored(0, c_out, 64);
+  if (NB > 1) _tile_stored(1, c_out + 256, 64);
+  if (NA > 1) _tile_stored(2, c_out + 512, 64);
+  if (NA > 1 && NB > 1) _tile_stored(3, c_out + 768, 64);
+}
+
+template <bool SPLIT>
+LOOM_AMX void Kernel(const uint16_t* xp, int64_t lo_offset, int64_t n, int64_t k,
+                     const uint16_t* w, int64_t j0, int64_t j1, float* y, int64_t ldy) {
+  ConfigureTiles();
+  const int64_t steps = k / 32;
+  const int64_t groups = (n + kTile - 1) / kTile;
+  const int64_t group_stride = steps * 512;  // uint16 per 16-row activation group
+  alignas(64) float c[4][kTile * kTile];      // [tile][weight row][activation row]
+  // Tail weight rows (fewer than 16) are copied into a zero-padded 16-row panel.
+  static thread_local std::vector<uint16_t> tail;
+  for (int64_t j = j0; j < j1;) {
+    const int64_t rows_left = j1 - j;
+    const uint16_t* wj = w + j * k;
+    int64_t w_stride = k * 2;
+    int na = rows_left >= 32 ? 2 : 1;
+    int64_t valid_rows = std::min<int64_t>(rows_left, na * kTile);
+    if (rows_left < kTile) {
+      tail.assign(static_cast<size_t>(kTile * k), 0);
+      std::memcpy(tail.data(), wj, static_cast<size_t>(rows_left * k) * 2);
+      wj = tail.data();
+    }
+    for (int64_t g = 0; g < groups; g += 2) {
+      const int nb = g + 1 < groups ? 2 : 1;
+      const uint16_t* xg = xp + g * group_stride;
+      if (na == 2 && nb == 2) Block<2, 2, SPLIT>(wj, w_stride, xg, lo_offset, group_stride, steps, c[0]);
+      if (na == 2 && nb == 1) Block<2, 1, SPLIT>(wj, w_stride, xg, lo_offset, group_stride, steps, c[0]);
+      if (na == 1 && nb == 2) Block<1, 2, SPLIT>(wj, w_stride, xg, lo_offset, group_stride, steps, c[0]);
+      if (na == 1 && nb == 1) Block<1, 1, SPLIT>(wj, w_stride, xg, lo_offset, group_stride, steps, c[0]);
+      // c tile (a, b) holds y[g+b rows][j + 16a ..]: transpose while writing out.
+      for (int a = 0; a < na; ++a) {
+        for (int b = 0; b < nb; ++b) {
+          const float* ct = c[a * 2 + b];
+          const int64_t x_base = (g + b) * kTile;
+          const int64_t xr_end = std::min<int64_t>(kTile, n - x_base);
+          const int64_t jr_end = std::min<int64_t>(kTile, valid_rows - a * kTile);
+          for (int64_t xr = 0; xr < xr_end; ++xr) {
+            float* yr = y + (x_base + xr) * ldy + j + a * kTile;
+            for (int64_t jr = 0; jr < jr_end; ++jr) yr[jr] = ct[jr * kTile + xr];
+          }
+        }
+      }
+    }
+    j += valid_rows;
+  }
+}
+
+}  // namespace
+
+bool AmxAvailable() {
+#if defined(__x86_64__)
+  static const bool ok = [] {
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("amx-bf16") || !__builtin_cpu_supports("amx-tile")) return false;
+    // Linux hands out the 8 KiB tile state only on request (ARCH_REQ_XCOMP_PERM, XTILEDATA).
+    return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+
+size_t PackedActivationsAmxSize(int64_t n, int64_t k, bool split) {
+  const int64_t groups = (n + kTile - 1) / kTile;
+  return static_cast<size_t>(groups * kTile * k) * (split ? 2 : 1);
+}
+
+// Converts 32 floats to bf16 (round to nearest even) as 16 dwords of (even, odd) pairs, and
+// the residuals x − bf16(x) likewise.
+LOOM_AMX inline void ConvertPairs(const float* src, uint32_t* hi, uint32_t* lo) {
+  const __m512 a = _mm512_loadu_ps(src);
+  const __m512 b = _mm512_loadu_ps(src + 16);
+  const __m512i h = (__m512i)_mm512_cvtne2ps_pbh(b, a);  // [a0..a15, b0..b15]
+  _mm512_storeu_si512(hi, h);
+  if (lo) {
+    const __m512 ha = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(h)), 16));
+    const __m512 hb = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(h, 1)), 16));
+    _mm512_storeu_si512(lo, (__m512i)_mm512_cvtne2ps_pbh(_mm512_sub_ps(b, hb), _mm512_sub_ps(a, ha)));
+  }
+}
+
+LOOM_AMX void PackActivationsAmx(const float* x, int64_t n, int64_t k, bool split, uint16_t* out) {
+  const int64_t groups = (n + kTile - 1) / kTile;
+  const int64_t steps = k / 32;
+  const int64_t lo_offset = groups * kTile * k;
+  alignas(64) uint32_t hi[16], lo[16];
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t s = 0; s < steps; ++s) {
+      // Tile row r, dword col = the pair x[g*16 + col][s*32 + 2r .. + 1].
+      auto* tile = reinterpret_cast<uint32_t*>(out + (g * steps + s) * 512);
+      auto* tile_lo = reinterpret_cast<uint32_t*>(out + lo_offset + (g * steps + s) * 512);
+      for (int64_t col = 0; col < kTile; ++col) {
+        const int64_t row = g * kTile + col;
+        if (row < n) {
+          ConvertPairs(x + row * k + s * 32, hi, split ? lo : nullptr);
+        } else {
+          std::fill(hi, hi + 16, 0u);
+          std::fill(lo, lo + 16, 0u);
+        }
+        for (int r = 0; r < 16; ++r) tile[r * 16 + col] = hi[r];
+        if (split) {
+          for (int r = 0; r < 16; ++r) tile_lo[r * 16 + col] = lo[r];
+        }
+      }
+    }
+  }
+}
+
+LOOM_AMX void MatmulBf16Amx(const uint16_t* xp, bool split, int64_t n, int64_t k,
+                            const uint16_t* w, int64_t j0, int64_t j1, float* y, int64_t ldy) {
+  const int64_t lo_offset = static_cast<int64_t>(PackedActivationsAmxSize(n, k, false));
+  if (split) return Kernel<true>(xp, lo_offset, n, k, w, j0, j1, y, ldy);
+  Kernel<false>(xp, 0, n, k, w, j0, j1, y, ldy);
+}
+
+}  // namespace loom::cpu
