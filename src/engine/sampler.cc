@@ -86,6 +86,65 @@ void ComputeLogprobs(const float* logits, int vocab, int32_t token, int top_n,
   }
 }
 
+// Sorting a 150k vocabulary per token costs ~10 ms, so only what a filter needs is sorted:
+// top-k sorts k entries; top-p sorts growing prefixes until they hold the mass; plain
+// temperature sampling and min-p sort nothing.
+int32_t Sampler::Draw(const float* logits, int vocab) {
+  const float inv_t = 1.0f / params_.temperature;
+  float mx = -INFINITY;
+  for (int i = 0; i < vocab; ++i) mx = std::max(mx, logits[i] * inv_t);
+  probs_.resize(static_cast<size_t>(vocab));
+  double total = 0;
+  for (int i = 0; i < vocab; ++i) {
+    probs_[static_cast<size_t>(i)] = std::exp(logits[i] * inv_t - mx);
+    total += probs_[static_cast<size_t>(i)];
+  }
+  auto by_prob = [&](int32_t a, int32_t b) {
+    const float pa = probs_[static_cast<size_t>(a)], pb = probs_[static_cast<size_t>(b)];
+    return pa > pb || (pa == pb && a < b);
+  };
+  order_.resize(static_cast<size_t>(vocab));
+  for (int i = 0; i < vocab; ++i) order_[static_cast<size_t>(i)] = i;
+  size_t keep = order_.size();
+  if (params_.top_k > 0 && params_.top_k < vocab) {
+    keep = static_cast<size_t>(params_.top_k);
+    std::partial_sort(order_.begin(), order_.begin() + static_cast<long>(keep), order_.end(), by_prob);
+    total = 0;
+    for (size_t i = 0; i < keep; ++i) total += probs_[static_cast<size_t>(order_[i])];
+  }
+  if (params_.top_p < 1.0f) {
+    const double target = params_.top_p * total;
+    for (size_t prefix = std::min<size_t>(keep, 64);; prefix = std::min(keep, prefix * 8)) {
+      std::partial_sort(order_.begin(), order_.begin() + static_cast<long>(prefix),
+                        order_.begin() + static_cast<long>(keep), by_prob);
+      double cum = 0;
+      size_t n = 0;
+      while (n < prefix && cum < target) cum += probs_[static_cast<size_t>(order_[n++])];
+      if (cum >= target || prefix == keep) {
+        keep = n;
+        break;
+      }
+    }
+  }
+  if (params_.min_p > 0) {  // drop tokens below min_p × the top probability (exp(0) = 1)
+    const float floor = params_.min_p;
+    size_t n = 0;
+    for (size_t i = 0; i < keep; ++i) {
+      if (probs_[static_cast<size_t>(order_[i])] >= floor) order_[n++] = order_[i];
+    }
+    keep = n;
+  }
+  double mass = 0;
+  for (size_t i = 0; i < keep; ++i) mass += probs_[static_cast<size_t>(order_[i])];
+  const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng_) * mass;
+  double acc = 0;
+  for (size_t i = 0; i < keep; ++i) {
+    acc += probs_[static_cast<size_t>(order_[i])];
+    if (u < acc) return order_[i];
+  }
+  return order_[keep - 1];
+}
+
 int32_t Sampler::Sample(float* logits, int vocab, TokenLogprob* chosen,
                         std::vector<TokenLogprob>* top) {
   if (params_.logprobs > 0) raw_.assign(logits, logits + vocab);
@@ -94,53 +153,7 @@ int32_t Sampler::Sample(float* logits, int vocab, TokenLogprob* chosen,
   if (IsGreedy(params_)) {
     token = static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
   } else {
-    const float inv_t = 1.0f / params_.temperature;
-    candidates_.clear();
-    for (int i = 0; i < vocab; ++i) candidates_.emplace_back(logits[i] * inv_t, i);
-    auto by_logit = [](const auto& a, const auto& b) {
-      return a.first > b.first || (a.first == b.first && a.second < b.second);
-    };
-    size_t keep = candidates_.size();
-    if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < keep) {
-      keep = static_cast<size_t>(params_.top_k);
-      std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<long>(keep),
-                        candidates_.end(), by_logit);
-    } else {
-      std::sort(candidates_.begin(), candidates_.end(), by_logit);
-    }
-    candidates_.resize(keep);
-    const float mx = candidates_[0].first;
-    std::vector<double> probs(keep);
-    double sum = 0;
-    for (size_t i = 0; i < keep; ++i) sum += probs[i] = std::exp(static_cast<double>(candidates_[i].first - mx));
-    for (double& p : probs) p /= sum;
-    if (params_.top_p < 1.0f) {  // smallest prefix whose mass reaches top_p
-      double cum = 0;
-      size_t n = 0;
-      while (n < keep) {
-        cum += probs[n++];
-        if (cum >= params_.top_p) break;
-      }
-      keep = n;
-    }
-    if (params_.min_p > 0) {  // drop tokens below min_p × the top probability
-      const double floor = params_.min_p * probs[0];
-      size_t n = 1;
-      while (n < keep && probs[n] >= floor) ++n;
-      keep = n;
-    }
-    double mass = 0;
-    for (size_t i = 0; i < keep; ++i) mass += probs[i];
-    const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng_) * mass;
-    double acc = 0;
-    token = candidates_[keep - 1].second;
-    for (size_t i = 0; i < keep; ++i) {
-      acc += probs[i];
-      if (u < acc) {
-        token = candidates_[i].second;
-        break;
-      }
-    }
+    token = Draw(logits, vocab);
   }
   if (params_.logprobs > 0) ComputeLogprobs(raw_.data(), vocab, token, params_.logprobs, chosen, top);
   return token;

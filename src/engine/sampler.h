@@ -49,6 +49,7 @@ class Sampler {
 
  private:
   void ApplyPenalties(float* logits, int vocab);
+  int32_t Draw(const float* logits, int vocab);  // temperature, top-k, top-p, min-p, draw
 
   SamplingParams params_;
   std::mt19937_64 rng_;
@@ -56,7 +57,8 @@ class Sampler {
   std::vector<float> raw_;  // [vocab] logits before penalties, for logprobs
   std::vector<uint8_t> seen_;  // [vocab] scratch for the repetition penalty
   std::vector<int32_t> prompt_;
-  std::vector<std::pair<float, int32_t>> candidates_;  // scratch
+  std::vector<float> probs_;     // [vocab] exp(logit/T − max), scratch
+  std::vector<int32_t> order_;  // [vocab] candidate token ids, scratch
 };
 
 // log_softmax(logits)[token] and the top-n entries, sorted by log-prob descending.

@@ -49,9 +49,7 @@ std::vector<WeightSlot> EnumerateWeights(const ModelConfig& c, ModelWeights* w) 
 
 namespace {
 // Buffers some checkpoints carry that transformers recomputes and never loads.
-bool IsIgnoredBuffer(const std::string& name) {
-  return name.ends_with(".rotary_emb.inv_freq");
-}
+bool IsIgnoredBuffer(const std::string& name) { return name.ends_with(".rotary_emb.inv_freq"); }
 }  // namespace
 
 Status LoadWeights(const ModelConfig& config, const SafetensorsStore& store, ModelWeights* w) {
