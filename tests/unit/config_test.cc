@@ -94,9 +94,8 @@ TEST_P(FixtureConfigTest, ParsesWithTheRightValues) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, FixtureConfigTest,
-                         ::testing::Values("llama_f32", "llama_bf16", "mistral_f32",
-                                           "mistral_bf16", "qwen2_f32", "qwen2_bf16", "qwen3_f32",
-                                           "qwen3_bf16"));
+                         ::testing::Values("llama_f32", "llama_bf16", "mistral_f32", "mistral_bf16",
+                                           "qwen2_f32", "qwen2_bf16", "qwen3_f32", "qwen3_bf16"));
 
 // ---------------------------------------------------------------------------------------
 // Real configs (copies of shared/fixtures/model_configs, see tests/fixtures/shared/PROVENANCE.md).
@@ -190,15 +189,15 @@ TEST(RealConfigTest, UnsupportedPhi3ArchitectureNamesSupportedOnes) {
 }
 
 TEST(RealConfigTest, ShardIndexWithoutShardsFailsNamingTheShard) {
-  for (const char* dir : {"Llama-3.2-3B-Instruct-unsloth-merged",
-                          "Phi-3-mini-4k-instruct-unsloth-merged"}) {
+  for (const char* dir :
+       {"Llama-3.2-3B-Instruct-unsloth-merged", "Phi-3-mini-4k-instruct-unsloth-merged"}) {
     SCOPED_TRACE(dir);
     const std::string index = kConfigs + "/" + dir + "/model.safetensors.index.json";
     auto s = SafetensorsStore::Open(index);
     ASSERT_FALSE(s.ok());
     EXPECT_EQ(s.status().code(), StatusCode::kNotFound);
-    EXPECT_TRUE(Contains(s.status().message(),
-                         kConfigs + "/" + dir + "/model-00001-of-00002.safetensors"));
+    EXPECT_TRUE(
+        Contains(s.status().message(), kConfigs + "/" + dir + "/model-00001-of-00002.safetensors"));
     // And through the folder.
     auto by_dir = SafetensorsStore::Open(kConfigs + "/" + dir);
     ASSERT_FALSE(by_dir.ok());
@@ -308,7 +307,8 @@ TEST(ConfigRejectTest, WrongTypes) {
 }
 
 TEST(ConfigRejectTest, NonPositiveSizes) {
-  for (const char* key : {"hidden_size", "num_key_value_heads", "vocab_size", "num_hidden_layers"}) {
+  for (const char* key :
+       {"hidden_size", "num_key_value_heads", "vocab_size", "num_hidden_layers"}) {
     json j = BaseConfig();
     j[key] = 0;
     ExpectRejected(j, {std::string("field '") + key + "' must be positive"});
@@ -364,8 +364,10 @@ TEST(ConfigRejectTest, UnsupportedRopeTypes) {
 }
 
 TEST(ConfigRejectTest, Llama3RopeMissingFields) {
-  const json llama3 = {{"rope_type", "llama3"},      {"factor", 8.0},
-                       {"low_freq_factor", 1.0},     {"high_freq_factor", 4.0},
+  const json llama3 = {{"rope_type", "llama3"},
+                       {"factor", 8.0},
+                       {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0},
                        {"original_max_position_embeddings", 8192}};
   for (const char* key :
        {"low_freq_factor", "high_freq_factor", "factor", "original_max_position_embeddings"}) {
@@ -497,8 +499,10 @@ TEST(ConfigTest, RopeScalingAndRopeParametersFormsAgree) {
   // transformers 4.x: rope_scaling + top-level rope_theta.
   json v4 = BaseConfig();
   v4["rope_theta"] = 500000.0;
-  v4["rope_scaling"] = {{"rope_type", "llama3"},      {"factor", 32.0},
-                        {"low_freq_factor", 1.0},     {"high_freq_factor", 4.0},
+  v4["rope_scaling"] = {{"rope_type", "llama3"},
+                        {"factor", 32.0},
+                        {"low_freq_factor", 1.0},
+                        {"high_freq_factor", 4.0},
                         {"original_max_position_embeddings", 8192}};
   // transformers 5.x: everything inside rope_parameters.
   json v5 = BaseConfig();
@@ -539,11 +543,10 @@ TEST(ConfigTest, TorchDtypeAndDtype) {
     const char* value;
     DType want;
   };
-  for (const Case& k : {Case{"torch_dtype", "float16", DType::kF16},
-                        Case{"torch_dtype", "float32", DType::kF32},
-                        Case{"dtype", "float32", DType::kF32},
-                        Case{"dtype", "float16", DType::kF16},
-                        Case{"torch_dtype", "bfloat16", DType::kBF16}}) {
+  for (const Case& k :
+       {Case{"torch_dtype", "float16", DType::kF16}, Case{"torch_dtype", "float32", DType::kF32},
+        Case{"dtype", "float32", DType::kF32}, Case{"dtype", "float16", DType::kF16},
+        Case{"torch_dtype", "bfloat16", DType::kBF16}}) {
     SCOPED_TRACE(std::string(k.key) + "=" + k.value);
     json j = BaseConfig();
     j[k.key] = k.value;

@@ -66,7 +66,8 @@ std::string ReadBytes(const std::string& path) {
 std::string Image(const std::string& header, const std::string& data) {
   std::string out(8, '\0');
   uint64_t len = header.size();
-  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>((len >> (8 * i)) & 0xff);
+  for (int i = 0; i < 8; ++i)
+    out[static_cast<size_t>(i)] = static_cast<char>((len >> (8 * i)) & 0xff);
   return out + header + data;
 }
 
@@ -136,7 +137,8 @@ TEST(SafetensorsTest, RoundTripF32F16Bf16KeepsBytesShapesOrderAndMetadata) {
   // Header is padded to a multiple of 8 bytes, as the format recommends.
   std::string raw = ReadBytes(path);
   uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | static_cast<uint8_t>(raw[static_cast<size_t>(i)]);
+  for (int i = 7; i >= 0; --i)
+    header_len = (header_len << 8) | static_cast<uint8_t>(raw[static_cast<size_t>(i)]);
   EXPECT_EQ(header_len % 8, 0u);
 
   auto store = SafetensorsStore::Open(path);
@@ -161,11 +163,11 @@ TEST(SafetensorsTest, RoundTripF32F16Bf16KeepsBytesShapesOrderAndMetadata) {
     const void* data;
     size_t nbytes;
   };
-  for (const Want& w : std::vector<Want>{
-           {"model.z_first.weight", DType::kF32, "F32", {3, 5}, f32.data(), 60},
-           {"a.half", DType::kF16, "F16", {4, 2, 3}, f16.data(), 48},
-           {"m.bf16", DType::kBF16, "BF16", {24}, bf16.data(), 48},
-           {"scalar", DType::kF32, "F32", {}, &scalar, 4}}) {
+  for (const Want& w :
+       std::vector<Want>{{"model.z_first.weight", DType::kF32, "F32", {3, 5}, f32.data(), 60},
+                         {"a.half", DType::kF16, "F16", {4, 2, 3}, f16.data(), 48},
+                         {"m.bf16", DType::kBF16, "BF16", {24}, bf16.data(), 48},
+                         {"scalar", DType::kF32, "F32", {}, &scalar, 4}}) {
     SCOPED_TRACE(w.name);
     const TensorInfo* info = s.Find(w.name);
     ASSERT_NE(info, nullptr);
@@ -312,28 +314,29 @@ TEST(SafetensorsRejectTest, NegativeOrNonIntegerShape) {
   ExpectHeaderRejected(R"({"w.str": {"dtype": "F32", "shape": ["4"], "data_offsets": [0, 16]}})",
                        {"'w.str'", "shape entries must be non-negative integers"});
   ExpectHeaderRejected(
-      R"({"w.big": {"dtype": "F32", "shape": [4611686018427387904, 4611686018427387904], "data_offsets": [0, 16]}})",
+      R"({"w.big": {"dtype": "F32", "shape": [4611686018427387904, 4611686018427387904],)"
+      R"( "data_offsets": [0, 16]}})",
       {"'w.big'", "shape is too large"});
   // A zero dimension must not let a dimension beyond int64 through.
-  ExpectHeaderRejected(
-      R"({"w.zero_big": {"dtype": "F32", "shape": [0, 18446744073709551615], "data_offsets": [0, 0]}})",
-      {"'w.zero_big'", "shape is too large"});
+  ExpectHeaderRejected(R"({"w.zero_big": {"dtype": "F32", "shape": [0, 18446744073709551615],)"
+                       R"( "data_offsets": [0, 0]}})",
+                       {"'w.zero_big'", "shape is too large"});
 }
 
 TEST(SafetensorsRejectTest, DataOffsetsOutOfRange) {
   ExpectHeaderRejected(R"({"w.far": {"dtype": "F32", "shape": [4], "data_offsets": [60, 76]}})",
                        {"'w.far'", "data_offsets [60, 76] out of range", "64 bytes"});
-  ExpectHeaderRejected(
-      R"({"w.neg_off": {"dtype": "F32", "shape": [4], "data_offsets": [-16, 0]}})",
-      {"'w.neg_off'", "data_offsets must be non-negative integers"});
+  ExpectHeaderRejected(R"({"w.neg_off": {"dtype": "F32", "shape": [4], "data_offsets": [-16, 0]}})",
+                       {"'w.neg_off'", "data_offsets must be non-negative integers"});
   ExpectHeaderRejected(
       R"({"w.float_off": {"dtype": "F32", "shape": [1], "data_offsets": [0.0, 4.0]}})",
       {"'w.float_off'", "data_offsets must be non-negative integers"});
 }
 
 TEST(SafetensorsRejectTest, BeginAfterEnd) {
-  ExpectHeaderRejected(R"({"w.backwards": {"dtype": "F32", "shape": [2], "data_offsets": [24, 16]}})",
-                       {"'w.backwards'", "[24, 16]"});
+  ExpectHeaderRejected(
+      R"({"w.backwards": {"dtype": "F32", "shape": [2], "data_offsets": [24, 16]}})",
+      {"'w.backwards'", "[24, 16]"});
 }
 
 TEST(SafetensorsRejectTest, ShapeTimesDtypeDiffersFromSpan) {
@@ -502,12 +505,12 @@ TEST(SafetensorsShardTest, BrokenIndexFiles) {
     std::string text;
     std::string needle;
   };
-  for (const Case& c : std::vector<Case>{
-           {"{\"weight_map\": ", "not a valid JSON object"},
-           {"[]", "not a valid JSON object"},
-           {"{\"metadata\": {}}", "missing or empty 'weight_map'"},
-           {"{\"weight_map\": {}}", "missing or empty 'weight_map'"},
-           {"{\"weight_map\": {\"x.weight\": 3}}", "weight_map entry 'x.weight' is not a string"}}) {
+  for (const Case& c : std::vector<Case>{{"{\"weight_map\": ", "not a valid JSON object"},
+                                         {"[]", "not a valid JSON object"},
+                                         {"{\"metadata\": {}}", "missing or empty 'weight_map'"},
+                                         {"{\"weight_map\": {}}", "missing or empty 'weight_map'"},
+                                         {"{\"weight_map\": {\"x.weight\": 3}}",
+                                          "weight_map entry 'x.weight' is not a string"}}) {
     SCOPED_TRACE(c.text);
     WriteBytes(index, c.text);
     auto s = SafetensorsStore::Open(dir.path());
@@ -546,8 +549,9 @@ TEST(SafetensorsRealFileTest, F32FilesFromSwiftTransformersLoad) {
     float first;
     float last;
   };
-  for (const Case& c : std::vector<Case>{{"tensor-3d-float32.safetensors", {2, 2, 3}, 22.0f, 3.0f},
-                                         {"tensor-4d-float32.safetensors", {2, 3, 1, 3}, 11.0f, 19.0f}}) {
+  for (const Case& c :
+       std::vector<Case>{{"tensor-3d-float32.safetensors", {2, 2, 3}, 22.0f, 3.0f},
+                         {"tensor-4d-float32.safetensors", {2, 3, 1, 3}, 11.0f, 19.0f}}) {
     SCOPED_TRACE(c.file);
     auto s = SafetensorsStore::Open(kShared + "/safetensors/" + c.file);
     ASSERT_TRUE(s.ok()) << s.status().ToString();

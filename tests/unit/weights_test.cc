@@ -1,5 +1,4 @@
-// Tests of Model::Load and the weight table: every fixture loads; each kind of bad checkpoint
-// (missing, misshapen, unknown, wrongly typed tensors) fails with a message naming it.
+// Tests of Model::Load and the weight table: fixtures load, bad checkpoints fail naming the tensor.
 #include "model/weights.h"
 
 #include <gtest/gtest.h>
@@ -32,7 +31,7 @@ const std::string kModels = std::string(LOOM_FIXTURES) + "/models";
 }
 
 std::vector<std::string> FixtureNames() {
-  return {"llama_f32", "llama_bf16",  "mistral_f32", "mistral_bf16",
+  return {"llama_f32", "llama_bf16", "mistral_f32", "mistral_bf16",
           "qwen2_f32", "qwen2_bf16", "qwen3_f32",   "qwen3_bf16"};
 }
 
@@ -150,7 +149,7 @@ void WriteCheckpoint(const std::string& path, const std::vector<RawTensor>& tens
   if (computable) {
     std::vector<TensorToWrite> out;
     for (const auto& t : tensors) {
-      DType d = t.dtype_name == "F32" ? DType::kF32
+      DType d = t.dtype_name == "F32"   ? DType::kF32
                 : t.dtype_name == "F16" ? DType::kF16
                                         : DType::kBF16;
       out.push_back({t.name, d, t.shape, t.bytes.data()});
@@ -169,7 +168,8 @@ void WriteCheckpoint(const std::string& path, const std::vector<RawTensor>& tens
   std::string h = header.dump();
   while (h.size() % 8 != 0) h.push_back(' ');
   std::string image(8, '\0');
-  for (int i = 0; i < 8; ++i) image[static_cast<size_t>(i)] = static_cast<char>((h.size() >> (8 * i)) & 0xff);
+  for (int i = 0; i < 8; ++i)
+    image[static_cast<size_t>(i)] = static_cast<char>((h.size() >> (8 * i)) & 0xff);
   image += h + data;
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(image.data(), static_cast<std::streamsize>(image.size()));
@@ -295,13 +295,16 @@ TEST_F(ModifiedModelTest, WrongShape) {
   WriteModel("qwen3_f32", ts);
   auto q = Model::Load(dir_);
   ASSERT_FALSE(q.ok());
-  EXPECT_TRUE(Contains(q.status().message(), "'model.layers.2.self_attn.o_proj.weight' has shape "
-                                             "[128, 64], the config needs [64, 128]"));
+  EXPECT_TRUE(Contains(q.status().message(),
+                       "'model.layers.2.self_attn.o_proj.weight' has shape "
+                       "[128, 64], the config needs [64, 128]"));
 }
 
 TEST_F(ModifiedModelTest, UnknownExtraTensor) {
   std::vector<RawTensor> ts = ReadFixture("mistral_f32");
-  ts.push_back({"model.layers.0.self_attn.extra_gate.weight", "F32", {4, 64},
+  ts.push_back({"model.layers.0.self_attn.extra_gate.weight",
+                "F32",
+                {4, 64},
                 RandomBytesOfFloats(4 * 64, 6)});
   WriteModel("mistral_f32", ts);
   auto m = Model::Load(dir_);
@@ -324,8 +327,10 @@ TEST_F(ModifiedModelTest, UnknownExtraTensor) {
 TEST_F(ModifiedModelTest, RotaryInvFreqBufferIsAccepted) {
   std::vector<RawTensor> ts = ReadFixture("llama_f32");
   for (int i = 0; i < 3; ++i) {
-    ts.push_back({"model.layers." + std::to_string(i) + ".self_attn.rotary_emb.inv_freq", "F32",
-                  {8}, RandomBytesOfFloats(8, 7 + static_cast<uint32_t>(i))});
+    ts.push_back({"model.layers." + std::to_string(i) + ".self_attn.rotary_emb.inv_freq",
+                  "F32",
+                  {8},
+                  RandomBytesOfFloats(8, 7 + static_cast<uint32_t>(i))});
   }
   ts.push_back({"model.rotary_emb.inv_freq", "F32", {8}, RandomBytesOfFloats(8, 11)});
   WriteModel("llama_f32", ts);
