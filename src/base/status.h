@@ -55,7 +55,10 @@ class [[nodiscard]] StatusOr {
   StatusOr(T value) : v_(std::move(value)) {}
 
   bool ok() const { return std::holds_alternative<T>(v_); }
-  Status status() const { return ok() ? OkStatus() : std::get<Status>(v_); }
+  const Status& status() const {
+    static const Status kOk;
+    return ok() ? kOk : std::get<Status>(v_);
+  }
   T& value() & { return std::get<T>(v_); }
   const T& value() const& { return std::get<T>(v_); }
   T&& value() && { return std::get<T>(std::move(v_)); }

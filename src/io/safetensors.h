@@ -46,7 +46,7 @@ class SafetensorsStore {
   const TensorInfo* Find(const std::string& name) const;
   // The tensor as a computable view; error if absent or of a dtype loom cannot use.
   StatusOr<Tensor> Get(const std::string& name) const;
-  const std::vector<std::string>& names() const { return names_; }  // file order
+  const std::vector<std::string>& names() const { return names_; }  // by file, then by name
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const std::vector<std::string>& files() const { return files_; }
   uint64_t total_bytes() const { return total_bytes_; }
