@@ -43,14 +43,23 @@ LOOM_AMX void ConfigureTiles() {
 }
 
 // Weight rows j..j+31 (or j..j+15 when NA == 1) × activation groups g, g+1 (NB of them).
+// `prefetch` (nullable): the next 32 weight rows, pulled into L2 one 64-byte column per step
+// while this block computes. Tile loads touch 16-32 rows at once, more streams than the
+// hardware prefetcher follows; without this the first pass over a block waits on DRAM.
 template <int NA, int NB, bool SPLIT>
 LOOM_AMX void Block(const uint16_t* w, int64_t w_stride_bytes, const uint16_t* xp,
-                    int64_t lo_offset, int64_t group_stride, int64_t steps, float* c_out) {
+                    int64_t lo_offset, int64_t group_stride, int64_t steps, float* c_out,
+                    const uint8_t* prefetch) {
   _tile_zero(0);
   if (NB > 1) _tile_zero(1);
   if (NA > 1) _tile_zero(2);
   if (NA > 1 && NB > 1) _tile_zero(3);
   for (int64_t s = 0; s < steps; ++s) {
+    if (prefetch) {
+      for (int r = 0; r < 32; ++r) {
+        _mm_prefetch(reinterpret_cast<const char*>(prefetch + r * w_stride_bytes + s * 64), _MM_HINT_T1);
+      }
+    }
     _tile_loadd(4, w + s * 32, w_stride_bytes);
     if (NA > 1) _tile_loadd(5, reinterpret_cast<const uint8_t*>(w + s * 32) + kTile * w_stride_bytes,
                             w_stride_bytes);
@@ -76,6 +85,33 @@ LOOM_AMX void Block(const uint16_t* w, int64_t w_stride_bytes, const uint16_t* x
   if (NA > 1 && NB > 1) _tile_stored(3, c_out + 768, 64);
 }
 
+// r[16] rows of a 16×16 f32 block → its transpose, in place (64 shuffles).
+LOOM_AMX inline void Transpose16(__m512 (&r)[16]) {
+  __m512 t[16], u[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int q = 0; q < 4; ++q) {  // rows 4q..4q+3 → u[4q + j] holds column 4L+j of them
+    const __m512d a = _mm512_castps_pd(t[4 * q]), b = _mm512_castps_pd(t[4 * q + 2]);
+    const __m512d c = _mm512_castps_pd(t[4 * q + 1]), d = _mm512_castps_pd(t[4 * q + 3]);
+    u[4 * q + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+    u[4 * q + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+    u[4 * q + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
+    u[4 * q + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
+  }
+  for (int j = 0; j < 4; ++j) {
+    const __m512 s0 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x44);
+    const __m512 s1 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xEE);
+    const __m512 s2 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x44);
+    const __m512 s3 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xEE);
+    r[0 + j] = _mm512_shuffle_f32x4(s0, s2, 0x88);
+    r[4 + j] = _mm512_shuffle_f32x4(s0, s2, 0xDD);
+    r[8 + j] = _mm512_shuffle_f32x4(s1, s3, 0x88);
+    r[12 + j] = _mm512_shuffle_f32x4(s1, s3, 0xDD);
+  }
+}
+
 template <bool SPLIT>
 LOOM_AMX void Kernel(const uint16_t* xp, int64_t lo_offset, int64_t n, int64_t k,
                      const uint16_t* w, int64_t j0, int64_t j1, float* y, int64_t ldy) {
@@ -97,13 +133,18 @@ LOOM_AMX void Kernel(const uint16_t* xp, int64_t lo_offset, int64_t n, int64_t k
       std::memcpy(tail.data(), wj, static_cast<size_t>(rows_left * k) * 2);
       wj = tail.data();
     }
+    // Rows of the next block, if it is a full one (a tail is copied, not streamed).
+    const uint8_t* next = j + valid_rows + 32 <= j1
+                              ? reinterpret_cast<const uint8_t*>(w + (j + valid_rows) * k)
+                              : nullptr;
     for (int64_t g = 0; g < groups; g += 2) {
       const int nb = g + 1 < groups ? 2 : 1;
       const uint16_t* xg = xp + g * group_stride;
-      if (na == 2 && nb == 2) Block<2, 2, SPLIT>(wj, w_stride, xg, lo_offset, group_stride, steps, c[0]);
-      if (na == 2 && nb == 1) Block<2, 1, SPLIT>(wj, w_stride, xg, lo_offset, group_stride, steps, c[0]);
-      if (na == 1 && nb == 2) Block<1, 2, SPLIT>(wj, w_stride, xg, lo_offset, group_stride, steps, c[0]);
-      if (na == 1 && nb == 1) Block<1, 1, SPLIT>(wj, w_stride, xg, lo_offset, group_stride, steps, c[0]);
+      const uint8_t* pf = g == 0 ? next : nullptr;
+      if (na == 2 && nb == 2) Block<2, 2, SPLIT>(wj, w_stride, xg, lo_offset, group_stride, steps, c[0], pf);
+      if (na == 2 && nb == 1) Block<2, 1, SPLIT>(wj, w_stride, xg, lo_offset, group_stride, steps, c[0], pf);
+      if (na == 1 && nb == 2) Block<1, 2, SPLIT>(wj, w_stride, xg, lo_offset, group_stride, steps, c[0], pf);
+      if (na == 1 && nb == 1) Block<1, 1, SPLIT>(wj, w_stride, xg, lo_offset, group_stride, steps, c[0], pf);
       // c tile (a, b) holds y[g+b rows][j + 16a ..]: transpose while writing out.
       for (int a = 0; a < na; ++a) {
         for (int b = 0; b < nb; ++b) {
@@ -111,9 +152,12 @@ LOOM_AMX void Kernel(const uint16_t* xp, int64_t lo_offset, int64_t n, int64_t k
           const int64_t x_base = (g + b) * kTile;
           const int64_t xr_end = std::min<int64_t>(kTile, n - x_base);
           const int64_t jr_end = std::min<int64_t>(kTile, valid_rows - a * kTile);
+          __m512 rows[16];
+          for (int i = 0; i < 16; ++i) rows[i] = _mm512_load_ps(ct + i * kTile);
+          Transpose16(rows);
+          const __mmask16 keep = static_cast<__mmask16>((1u << jr_end) - 1);
           for (int64_t xr = 0; xr < xr_end; ++xr) {
-            float* yr = y + (x_base + xr) * ldy + j + a * kTile;
-            for (int64_t jr = 0; jr < jr_end; ++jr) yr[jr] = ct[jr * kTile + xr];
+            _mm512_mask_storeu_ps(y + (x_base + xr) * ldy + j + a * kTile, keep, rows[xr]);
           }
         }
       }
