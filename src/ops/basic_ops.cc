@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "base/thread_pool.h"
+#include "cpu/activation_cpu.h"
 
 namespace loom {
 
@@ -21,10 +22,7 @@ void RmsNorm(const float* x, int64_t n, int64_t d, const float* weight, double e
 }
 
 void SiluMulInPlace(float* gate, const float* up, int64_t count) {
-  for (int64_t i = 0; i < count; ++i) {
-    const float g = gate[i];
-    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
-  }
+  cpu::SiluMul(cpu::ActiveIsa(), gate, up, count);
 }
 
 void AddInPlace(float* x, const float* y, int64_t count) {

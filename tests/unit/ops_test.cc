@@ -182,3 +182,22 @@ TEST(AttentionKernels, Avx512RowMatchesScalar) {
 
 }  // namespace
 }  // namespace loom
+
+#include "cpu/activation_cpu.h"
+
+namespace loom {
+namespace {
+
+TEST(ActivationKernels, Avx512SiluMulMatchesScalar) {
+  if (cpu::DetectIsa() < cpu::Isa::kAvx512) GTEST_SKIP() << "no AVX-512";
+  auto g = Random(1000, 40);
+  for (size_t i = 0; i < 20; ++i) g[i] = (i % 2 ? 1 : -1) * 30.0f * i;  // saturating tails
+  auto u = Random(1000, 41);
+  auto a = g, b = g;
+  cpu::SiluMulScalar(a.data(), u.data(), 1000);
+  cpu::SiluMulAvx512(b.data(), u.data(), 1000);
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-6f * (1 + std::fabs(a[i]))) << i;
+}
+
+}  // namespace
+}  // namespace loom
