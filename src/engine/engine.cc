@@ -20,8 +20,17 @@ Engine::Engine(Model* model, const EngineOptions& options) : model_(model), opti
   cache_ = model->NewKvCache(options.kv_cache_tokens);
 }
 
+int Engine::AddAdapter(std::shared_ptr<const Adapter> adapter) {
+  adapters_.push_back(adapter.get());
+  adapter_owners_.push_back(std::move(adapter));
+  return static_cast<int>(adapters_.size()) - 1;
+}
+
 StatusOr<int64_t> Engine::Add(GenerationRequest request) {
   const ModelConfig& c = model_->config();
+  if (request.adapter_slot < -1 || request.adapter_slot >= static_cast<int>(adapters_.size())) {
+    return InvalidArgument("adapter slot " + std::to_string(request.adapter_slot) + " is not loaded");
+  }
   if (request.prompt.empty()) return InvalidArgument("prompt is empty");
   for (int32_t t : request.prompt) {
     if (t < 0 || t >= c.vocab_size) {
@@ -86,13 +95,27 @@ bool Engine::Step() {
   for (auto& s : running_) {
     if (static_cast<int>(s->tokens.size()) - s->num_computed > 1) order.push_back(s.get());
   }
+  // Rows per sequence in priority order, then grouped by adapter so each adapter's rows are
+  // one contiguous segment (the batch stays mixed: any adapters and the base together).
   std::vector<std::pair<Sequence*, int>> scheduled;
   for (Sequence* s : order) {
     if (budget == 0) break;
     const int remaining = static_cast<int>(s->tokens.size()) - s->num_computed;
     const int count = std::min(remaining, budget);
     budget -= count;
+    scheduled.emplace_back(s, count);
+  }
+  std::stable_sort(scheduled.begin(), scheduled.end(), [](const auto& a, const auto& b) {
+    return a.first->request.adapter_slot < b.first->request.adapter_slot;
+  });
+  for (auto& [s, count] : scheduled) {
     const int first_row = batch_.num_rows();
+    const int slot = s->request.adapter_slot;
+    if (!batch_.segments.empty() && batch_.segments.back().adapter_slot == slot) {
+      batch_.segments.back().num_rows += count;
+    } else {
+      batch_.segments.push_back({first_row, count, slot});
+    }
     batch_.AddChunk(s->tokens.data() + s->num_computed, count, s->num_computed,
                     s->block_table.data(), static_cast<int>(s->block_table.size()));
     const int prompt_len = static_cast<int>(s->request.prompt.size());
@@ -106,11 +129,10 @@ bool Engine::Step() {
         logit_owners_.push_back({s, samples, keep_prompt ? pos : -1});
       }
     }
-    scheduled.emplace_back(s, count);
   }
   const size_t vocab = static_cast<size_t>(c.vocab_size);
   logits_.resize(batch_.logit_rows.size() * vocab);
-  model_->Forward(batch_, cache_.get(), logits_.data());
+  model_->Forward(batch_, cache_.get(), logits_.data(), adapters_.empty() ? nullptr : &adapters_);
   ++steps_;
   for (auto& [s, count] : scheduled) s->num_computed += count;
 

@@ -11,6 +11,7 @@
 #include "engine/sampler.h"
 #include "model/batch.h"
 #include "model/kv_cache.h"
+#include "lora/adapter.h"
 #include "model/model.h"
 
 namespace loom {
@@ -24,6 +25,7 @@ struct EngineOptions {
 
 struct GenerationRequest {
   std::vector<int32_t> prompt;
+  int adapter_slot = -1;  // Engine::AddAdapter's slot; -1 = base model
   SamplingParams params;
   bool return_prompt_logits = false;  // keep the logits of every prompt position (tests)
   bool return_step_logits = false;    // keep the logits of every generated step (tests)
@@ -47,6 +49,9 @@ struct GenerationResult {
 class Engine {
  public:
   Engine(Model* model, const EngineOptions& options);
+
+  // Makes an adapter available to requests; returns its slot. The engine keeps it alive.
+  int AddAdapter(std::shared_ptr<const Adapter> adapter);
 
   // Validates and queues a request; returns its id.
   StatusOr<int64_t> Add(GenerationRequest request);
@@ -84,6 +89,8 @@ class Engine {
   std::vector<std::unique_ptr<Sequence>> running_;
   std::vector<GenerationResult> finished_;
   Batch batch_;
+  std::vector<std::shared_ptr<const Adapter>> adapter_owners_;
+  std::vector<const Adapter*> adapters_;  // slot → adapter
   std::vector<float> logits_;
   struct RowOwner {
     Sequence* seq;

@@ -5,9 +5,20 @@
 #include <string>
 #include <vector>
 
+#include "lora/lora_site.h"
+#include "model/batch.h"
 #include "tensor/tensor.h"
 
 namespace loom {
+
+class Adapter;
+
+// The adapters a forward pass applies: rows of `segments` use adapters[adapter_slot]
+// (slot -1 = base model). Null or empty segments = every row runs the base model.
+struct LoraBatch {
+  const std::vector<Segment>* segments = nullptr;
+  const std::vector<const Adapter*>* adapters = nullptr;
+};
 
 // Thread-safety: immutable after load; Forward may run from the engine thread only (uses the
 // global pool).
@@ -15,12 +26,16 @@ struct Linear {
   std::string name;         // HF module path, e.g. "model.layers.3.self_attn.q_proj"
   Tensor weight;            // [out_features, in_features], file dtype, mmap'd
   std::vector<float> bias;  // [out_features] f32, or empty
+  LoraSite site;            // which projection this is, for adapter lookup
 
   int64_t in_features() const { return weight.dim(1); }
   int64_t out_features() const { return weight.dim(0); }
 
-  // x: [n, in_features] f32; y: [n, out_features] f32 (overwritten).
-  void Forward(const float* x, int64_t n, float* y) const;
+  // x: [n, in_features] f32; y: [n, out_features] f32 (overwritten). Each segment whose
+  // adapter adapts this projection adds its delta to its own rows: shrink t = x·Aᵀ
+  // [rows, rank], expand y += scale·t·Bᵀ (DoRA: y = b + g⊙(x·Wᵀ) + g⊙scale·t·Bᵀ). A
+  // projection no segment adapts costs nothing extra.
+  void Forward(const float* x, int64_t n, float* y, const LoraBatch& lora = {}) const;
 };
 
 }  // namespace loom

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "lora/adapter.h"
 #include "ops/attention.h"
 #include "ops/basic_ops.h"
 #include "ops/rope.h"
@@ -41,7 +42,8 @@ std::unique_ptr<KvCache> Model::NewKvCache(int num_tokens) const {
                                    KvCache::BlocksFor(num_tokens));
 }
 
-void Model::ForwardLayer(int layer, const Batch& batch, KvCache* cache, Scratch& s) {
+void Model::ForwardLayer(int layer, const Batch& batch, KvCache* cache, const LoraBatch& lora,
+                         Scratch& s) {
   const ModelConfig& c = config_;
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
   const int64_t n = batch.num_rows();
@@ -50,9 +52,9 @@ void Model::ForwardLayer(int layer, const Batch& batch, KvCache* cache, Scratch&
 
   // Attention block.
   RmsNorm(s.x.data(), n, d, w.input_norm.data(), c.rms_norm_eps, s.h.data());
-  w.q_proj.Forward(s.h.data(), n, s.q.data());
-  w.k_proj.Forward(s.h.data(), n, s.k.data());
-  w.v_proj.Forward(s.h.data(), n, s.v.data());
+  w.q_proj.Forward(s.h.data(), n, s.q.data(), lora);
+  w.k_proj.Forward(s.h.data(), n, s.k.data(), lora);
+  w.v_proj.Forward(s.h.data(), n, s.v.data(), lora);
   if (c.qk_norm) {  // per head over head_dim
     RmsNorm(s.q.data(), n * c.num_heads, hd, w.q_norm.data(), c.rms_norm_eps, s.q.data());
     RmsNorm(s.k.data(), n * c.num_kv_heads, hd, w.k_norm.data(), c.rms_norm_eps, s.k.data());
@@ -64,19 +66,41 @@ void Model::ForwardLayer(int layer, const Batch& batch, KvCache* cache, Scratch&
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   Attention(kv, batch.chunks, s.q.data(), c.num_heads, c.layers[static_cast<size_t>(layer)].sliding_window,
             scale, s.attn.data());
-  w.o_proj.Forward(s.attn.data(), n, s.out.data());
+  w.o_proj.Forward(s.attn.data(), n, s.out.data(), lora);
   AddInPlace(s.x.data(), s.out.data(), n * d);
 
   // MLP block.
   RmsNorm(s.x.data(), n, d, w.post_norm.data(), c.rms_norm_eps, s.h.data());
-  w.gate_proj.Forward(s.h.data(), n, s.gate.data());
-  w.up_proj.Forward(s.h.data(), n, s.up.data());
+  w.gate_proj.Forward(s.h.data(), n, s.gate.data(), lora);
+  w.up_proj.Forward(s.h.data(), n, s.up.data(), lora);
   SiluMulInPlace(s.gate.data(), s.up.data(), n * c.ffn_dim);
-  w.down_proj.Forward(s.gate.data(), n, s.out.data());
+  w.down_proj.Forward(s.gate.data(), n, s.out.data(), lora);
   AddInPlace(s.x.data(), s.out.data(), n * d);
 }
 
-void Model::Forward(const Batch& batch, KvCache* cache, float* logits) {
+// Same as PEFT's LoRA Embedding: e[t] += scale · B · A[:, t], before any embedding scaling.
+void Model::AddEmbeddingLora(const Batch& batch, const std::vector<const Adapter*>& adapters,
+                             float* x) const {
+  const int64_t d = config_.model_dim;
+  for (const Segment& seg : batch.segments) {
+    if (seg.adapter_slot < 0) continue;
+    const Adapter* a = adapters[static_cast<size_t>(seg.adapter_slot)];
+    const LoraEmbedding* e = a ? a->embedding() : nullptr;
+    if (!e) continue;
+    for (int r = seg.first_row; r < seg.first_row + seg.num_rows; ++r) {
+      const float* at = e->a_t.data() + static_cast<size_t>(batch.tokens[static_cast<size_t>(r)]) * e->rank;
+      float* xr = x + r * d;
+      for (int64_t i = 0; i < d; ++i) {
+        float acc = 0;
+        for (int k = 0; k < e->rank; ++k) acc += e->b[static_cast<size_t>(i * e->rank + k)] * at[k];
+        xr[i] += e->scale * acc;
+      }
+    }
+  }
+}
+
+void Model::Forward(const Batch& batch, KvCache* cache, float* logits,
+                    const std::vector<const Adapter*>* adapters) {
   const ModelConfig& c = config_;
   Scratch& s = *scratch_;
   const size_t n = static_cast<size_t>(batch.num_rows());
@@ -94,7 +118,13 @@ void Model::Forward(const Batch& batch, KvCache* cache, float* logits) {
   s.up.Resize(n * static_cast<size_t>(c.ffn_dim));
 
   EmbedRows(weights_.embed, batch.tokens.data(), static_cast<int64_t>(n), s.x.data());
-  for (int layer = 0; layer < c.num_layers; ++layer) ForwardLayer(layer, batch, cache, s);
+  LoraBatch lora;
+  if (adapters && !batch.segments.empty()) {
+    lora.segments = &batch.segments;
+    lora.adapters = adapters;
+    AddEmbeddingLora(batch, *adapters, s.x.data());
+  }
+  for (int layer = 0; layer < c.num_layers; ++layer) ForwardLayer(layer, batch, cache, lora, s);
 
   // Only the rows whose logits are wanted pay for the final norm and the vocab projection.
   const int64_t num_out = static_cast<int64_t>(batch.logit_rows.size());
@@ -106,7 +136,28 @@ void Model::Forward(const Batch& batch, KvCache* cache, float* logits) {
   }
   RmsNorm(s.last.data(), num_out, c.model_dim, weights_.final_norm.data(), c.rms_norm_eps,
           s.last.data());
-  weights_.lm_head.Forward(s.last.data(), num_out, logits);
+  // The head sees only the logit rows: re-express the segments over them.
+  LoraBatch head_lora;
+  std::vector<Segment> head_segments;
+  if (lora.segments) {
+    size_t seg = 0;
+    for (int64_t i = 0; i < num_out; ++i) {
+      const int row = batch.logit_rows[static_cast<size_t>(i)];
+      while (seg < batch.segments.size() &&
+             row >= batch.segments[seg].first_row + batch.segments[seg].num_rows) {
+        ++seg;
+      }
+      const int slot = seg < batch.segments.size() ? batch.segments[seg].adapter_slot : -1;
+      if (!head_segments.empty() && head_segments.back().adapter_slot == slot) {
+        ++head_segments.back().num_rows;
+      } else {
+        head_segments.push_back({static_cast<int>(i), 1, slot});
+      }
+    }
+    head_lora.segments = &head_segments;
+    head_lora.adapters = adapters;
+  }
+  weights_.lm_head.Forward(s.last.data(), num_out, logits, head_lora);
 }
 
 }  // namespace loom

@@ -30,13 +30,19 @@ class Model {
   std::unique_ptr<KvCache> NewKvCache(int num_tokens) const;
 
   // Runs every row of `batch`, writing its K/V into `cache`, and returns the logits of
-  // batch.logit_rows: logits [logit_rows.size(), vocab_size] f32.
-  void Forward(const Batch& batch, KvCache* cache, float* logits);
+  // batch.logit_rows: logits [logit_rows.size(), vocab_size] f32. Rows of batch.segments
+  // with a slot ≥ 0 run with adapters[slot].
+  void Forward(const Batch& batch, KvCache* cache, float* logits,
+               const std::vector<const Adapter*>* adapters = nullptr);
 
  private:
   struct Scratch;
   Model() = default;
-  void ForwardLayer(int layer, const Batch& batch, KvCache* cache, Scratch& s);
+  void ForwardLayer(int layer, const Batch& batch, KvCache* cache, const LoraBatch& lora,
+                    Scratch& s);
+
+  void AddEmbeddingLora(const Batch& batch, const std::vector<const Adapter*>& adapters,
+                        float* x) const;
 
   std::string dir_;
   ModelConfig config_;

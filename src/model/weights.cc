@@ -12,8 +12,12 @@ std::vector<WeightSlot> EnumerateWeights(const ModelConfig& c, ModelWeights* w) 
   const int64_t q_dim = int64_t{c.num_heads} * c.head_dim;
   const int64_t kv_dim = int64_t{c.num_kv_heads} * c.head_dim;
   std::vector<WeightSlot> slots;
+  int layer_index = -1;
+  int module_index = 0;
   auto matrix = [&](Linear* lin, const std::string& name, int64_t out, int64_t in, bool bias) {
     lin->name = name;
+    lin->site.layer = layer_index;
+    lin->site.module = static_cast<LoraModule>(module_index++);
     slots.push_back({name + ".weight", {out, in}, true, &lin->weight, nullptr});
     if (bias) slots.push_back({name + ".bias", {out}, true, nullptr, &lin->bias});
   };
@@ -25,6 +29,8 @@ std::vector<WeightSlot> EnumerateWeights(const ModelConfig& c, ModelWeights* w) 
   for (int i = 0; i < c.num_layers; ++i) {
     LayerWeights& l = w->layers[static_cast<size_t>(i)];
     const std::string p = "model.layers." + std::to_string(i) + ".";
+    layer_index = i;
+    module_index = 0;  // q, k, v, o, gate, up, down: the LoraModule order
     vec(&l.input_norm, p + "input_layernorm.weight", d);
     matrix(&l.q_proj, p + "self_attn.q_proj", q_dim, d, c.qkv_bias);
     matrix(&l.k_proj, p + "self_attn.k_proj", kv_dim, d, c.qkv_bias);
@@ -41,6 +47,7 @@ std::vector<WeightSlot> EnumerateWeights(const ModelConfig& c, ModelWeights* w) 
   }
   vec(&w->final_norm, "model.norm.weight", d);
   w->lm_head.name = "lm_head";
+  w->lm_head.site.lm_head = true;
   // Tied: transformers uses the embedding and ignores a stored lm_head.weight.
   slots.push_back({"lm_head.weight", {c.vocab_size, d}, !c.tie_word_embeddings,
                    &w->lm_head.weight, nullptr});

@@ -1,0 +1,50 @@
+// Regex over PCRE2 (UTF mode); compile errors carry PCRE2's message and offset.
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include "base/regex.h"
+
+#include <pcre2.h>
+
+namespace loom {
+
+struct Regex::Code {
+  pcre2_code* code = nullptr;
+  ~Code() { pcre2_code_free(code); }
+};
+
+StatusOr<Regex> Regex::Compile(const std::string& pattern, const std::string& what) {
+  int error = 0;
+  PCRE2_SIZE offset = 0;
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                                   PCRE2_UTF, &error, &offset, nullptr);
+  if (!code) {
+    PCRE2_UCHAR message[256];
+    pcre2_get_error_message(error, message, sizeof(message));
+    return InvalidArgument(what + ": invalid regular expression '" + pattern + "' at offset " +
+                           std::to_string(offset) + ": " + reinterpret_cast<char*>(message));
+  }
+  Regex r;
+  r.pattern_ = pattern;
+  r.code_ = std::make_shared<Code>();
+  r.code_->code = code;
+  return r;
+}
+
+namespace {
+bool Match(pcre2_code* code, const std::string& text, uint32_t options) {
+  pcre2_match_data* md = pcre2_match_data_create_from_pattern(code, nullptr);
+  const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), 0,
+                             options, md, nullptr);
+  pcre2_match_data_free(md);
+  return rc >= 0;
+}
+}  // namespace
+
+bool Regex::FullMatch(const std::string& text) const {
+  return Match(code_->code, text, PCRE2_ANCHORED | PCRE2_ENDANCHORED);
+}
+
+bool Regex::PrefixMatch(const std::string& text) const {
+  return Match(code_->code, text, PCRE2_ANCHORED);
+}
+
+}  // namespace loom

@@ -1,0 +1,391 @@
+// LoadAdapter: PEFT tensor names → canonical per-module LoRA weights, with every check the spec asks.
+#include "lora/adapter.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "base/mmap_file.h"
+
+namespace loom {
+
+namespace fs = std::filesystem;
+
+const char* LoraModuleName(LoraModule m) {
+  switch (m) {
+    case LoraModule::kQ: return "q_proj";
+    case LoraModule::kK: return "k_proj";
+    case LoraModule::kV: return "v_proj";
+    case LoraModule::kO: return "o_proj";
+    case LoraModule::kGate: return "gate_proj";
+    case LoraModule::kUp: return "up_proj";
+    case LoraModule::kDown: return "down_proj";
+  }
+  return "?";
+}
+
+uint64_t HashBytes(const void* data, size_t size, uint64_t seed) {
+  // 4 independent 64-bit lanes of multiply-xorshift mixing: memory-speed on large files.
+  const auto* p = static_cast<const uint8_t*>(data);
+  constexpr uint64_t kMul = 0x9E3779B97F4A7C15ull;
+  uint64_t h[4] = {seed ^ size, seed + kMul, seed ^ 0xC2B2AE3D27D4EB4Full, seed - kMul};
+  size_t i = 0;
+  for (; i + 32 <= size; i += 32) {
+    for (int l = 0; l < 4; ++l) {
+      uint64_t w;
+      std::memcpy(&w, p + i + 8 * l, 8);
+      h[l] = (h[l] ^ w) * kMul;
+      h[l] ^= h[l] >> 29;
+    }
+  }
+  uint64_t out = h[0] ^ (h[1] * 3) ^ (h[2] * 5) ^ (h[3] * 7);
+  for (; i < size; ++i) out = (out ^ p[i]) * kMul;
+  out ^= out >> 32;
+  return out * kMul;
+}
+
+const LoraWeights* Adapter::Find(const LoraSite& site) const {
+  if (site.lm_head) return lm_head_.get();
+  const size_t i = static_cast<size_t>(site.layer * kLoraModulesPerLayer + static_cast<int>(site.module));
+  return i < layers_.size() ? layers_[i].get() : nullptr;
+}
+
+std::vector<const LoraWeights*> Adapter::modules() const {
+  std::vector<const LoraWeights*> out;
+  for (const auto& l : layers_) {
+    if (l) out.push_back(l.get());
+  }
+  if (lm_head_) out.push_back(lm_head_.get());
+  return out;
+}
+
+namespace {
+
+constexpr char kPrefix[] = "base_model.model.";
+const char* const kLoraParts[] = {"lora_A", "lora_B", "lora_embedding_A", "lora_embedding_B",
+                                  "lora_magnitude_vector"};
+
+// The tensors an adapter file holds for one module path.
+struct ModuleTensors {
+  std::map<std::string, std::string> parts;  // "lora_A" / "lora_B" / "lora_B.bias" / ... → tensor name
+};
+
+std::vector<std::string> Split(const std::string& s) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (size_t i = 0; i <= s.size(); ++i) {
+    if (i == s.size() || s[i] == '.') {
+      parts.push_back(s.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  return parts;
+}
+
+// Module path → site; false when the model has no such module.
+bool SiteOf(const std::string& path, const ModelConfig& c, LoraSite* site, bool* embedding) {
+  *embedding = false;
+  if (path == "lm_head") {
+    site->lm_head = true;
+    return true;
+  }
+  if (path == "model.embed_tokens") {
+    *embedding = true;
+    return true;
+  }
+  const auto parts = Split(path);
+  if (parts.size() != 5 || parts[0] != "model" || parts[1] != "layers") return false;
+  if (parts[2].empty() || parts[2].find_first_not_of("0123456789") != std::string::npos) return false;
+  const int layer = std::stoi(parts[2]);
+  if (layer >= c.num_layers) return false;
+  static const std::pair<const char*, LoraModule> kAttn[] = {
+      {"q_proj", LoraModule::kQ}, {"k_proj", LoraModule::kK}, {"v_proj", LoraModule::kV},
+      {"o_proj", LoraModule::kO}};
+  static const std::pair<const char*, LoraModule> kMlp[] = {
+      {"gate_proj", LoraModule::kGate}, {"up_proj", LoraModule::kUp}, {"down_proj", LoraModule::kDown}};
+  for (const auto& [name, m] : parts[3] == "self_attn" ? std::vector(std::begin(kAttn), std::end(kAttn))
+                                                       : std::vector(std::begin(kMlp), std::end(kMlp))) {
+    if ((parts[3] == "self_attn" || parts[3] == "mlp") && parts[4] == name) {
+      site->layer = layer;
+      site->module = m;
+      return true;
+    }
+  }
+  return false;
+}
+
+const Linear& BaseLinear(const ModelWeights& w, const LoraSite& s) {
+  if (s.lm_head) return w.lm_head;
+  const LayerWeights& l = w.layers[static_cast<size_t>(s.layer)];
+  switch (s.module) {
+    case LoraModule::kQ: return l.q_proj;
+    case LoraModule::kK: return l.k_proj;
+    case LoraModule::kV: return l.v_proj;
+    case LoraModule::kO: return l.o_proj;
+    case LoraModule::kGate: return l.gate_proj;
+    case LoraModule::kUp: return l.up_proj;
+    case LoraModule::kDown: return l.down_proj;
+  }
+  return l.q_proj;
+}
+
+std::vector<std::string> AllModulePaths(const ModelConfig& c) {
+  std::vector<std::string> paths = {"model.embed_tokens"};
+  for (int i = 0; i < c.num_layers; ++i) {
+    for (int m = 0; m < kLoraModulesPerLayer; ++m) {
+      const auto mod = static_cast<LoraModule>(m);
+      const bool attn = m < 4;
+      paths.push_back("model.layers." + std::to_string(i) + (attn ? ".self_attn." : ".mlp.") +
+                      LoraModuleName(mod));
+    }
+  }
+  paths.push_back("lm_head");
+  return paths;
+}
+
+void ToF32Vector(const Tensor& t, std::vector<float>* out) {
+  out->resize(static_cast<size_t>(t.numel()));
+  ConvertToF32(t.dtype, t.data, out->data(), t.numel());
+}
+
+}  // namespace
+
+StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, const std::string& dir,
+                                                     const ModelConfig& config,
+                                                     const ModelWeights& weights, int max_rank) {
+  const std::string where = "adapter '" + name + "'";
+  const fs::path folder(dir);
+  const std::string config_path = (folder / "adapter_config.json").string();
+  const std::string tensors_path = (folder / "adapter_model.safetensors").string();
+  std::error_code ec;
+  if (!fs::is_directory(folder, ec)) return NotFound(where + ": " + dir + " is not a folder");
+  if (!fs::exists(tensors_path) && fs::exists(folder / "adapter_model.bin")) {
+    return InvalidArgument(where + ": " + dir +
+                           " has only adapter_model.bin, a pickle file that could run arbitrary "
+                           "code when loaded; loom does not unpickle. Re-save the adapter with "
+                           "safetensors (PeftModel.save_pretrained(..., safe_serialization=True))");
+  }
+  ASSIGN_OR_RETURN(std::string config_text, ReadTextFile(config_path));
+  std::shared_ptr<Adapter> a(new Adapter());
+  a->name_ = name;
+  a->dir_ = dir;
+  {
+    auto parsed = ParseLoraConfig(config_text, config_path);
+    if (!parsed.ok()) return InvalidArgument(where + ": " + parsed.status().message());
+    a->config_ = std::move(parsed).value();
+  }
+  auto store = SafetensorsStore::Open(tensors_path);
+  if (!store.ok()) return Status(store.status().code(), where + ": " + store.status().message());
+  a->store_ = std::move(store).value();
+  const LoraConfig& cfg = a->config_;
+
+  // Group the file's tensors by module path.
+  std::map<std::string, ModuleTensors> by_module;
+  std::string adapter_key_name;  // embedded PEFT adapter name, e.g. "default"
+  for (const std::string& tensor : a->store_->names()) {
+    std::string key = tensor;
+    if (key.rfind(kPrefix, 0) == 0) key = key.substr(sizeof(kPrefix) - 1);
+    const auto parts = Split(key);
+    size_t at = parts.size();
+    for (size_t i = 0; i < parts.size() && at == parts.size(); ++i) {
+      for (const char* lp : kLoraParts) {
+        if (parts[i] == lp) at = i;
+      }
+    }
+    if (at == parts.size() || at == 0) {
+      return InvalidArgument(where + ": tensor " + tensor + " in " + tensors_path +
+                             " is not a LoRA tensor (expected ...lora_A.weight / lora_B.weight / "
+                             "lora_embedding_A / lora_embedding_B / lora_magnitude_vector)");
+    }
+    std::string module;
+    for (size_t i = 0; i < at; ++i) module += (i ? "." : "") + parts[i];
+    std::vector<std::string> rest(parts.begin() + static_cast<long>(at) + 1, parts.end());
+    // Optional embedded adapter name before weight/bias: lora_A.default.weight.
+    if (!rest.empty() && rest.front() != "weight" && rest.front() != "bias") {
+      if (!adapter_key_name.empty() && adapter_key_name != rest.front()) {
+        return InvalidArgument(where + ": tensors name two adapters ('" + adapter_key_name +
+                               "' and '" + rest.front() + "'); save one adapter per folder");
+      }
+      adapter_key_name = rest.front();
+      rest.erase(rest.begin());
+    }
+    std::string part = parts[at];
+    if (rest.size() == 1 && rest[0] == "bias") {
+      part += ".bias";
+    } else if (!(rest.empty() || (rest.size() == 1 && rest[0] == "weight"))) {
+      return InvalidArgument(where + ": tensor " + tensor + " has an unexpected name");
+    }
+    auto& slot = by_module[module].parts[part];
+    if (!slot.empty()) {
+      return InvalidArgument(where + ": tensors " + slot + " and " + tensor + " are the same weight");
+    }
+    slot = tensor;
+  }
+  if (by_module.empty()) {
+    return InvalidArgument(where + ": " + tensors_path + " holds no tensors; the adapter would change nothing");
+  }
+
+  // Which modules the config targets (PEFT's rules over this model's modules).
+  static const std::vector<std::string> kLinearNames = {"q_proj", "k_proj", "v_proj", "o_proj",
+                                                        "gate_proj", "up_proj", "down_proj"};
+  std::set<std::string> targeted;
+  for (const auto& path : AllModulePaths(config)) {
+    if (cfg.Targets(path, kLinearNames)) targeted.insert(path);
+  }
+  if (targeted.empty()) {
+    return InvalidArgument(where + ": target_modules match no module of " + config.architecture +
+                           " (its modules: embed_tokens, q_proj, k_proj, v_proj, o_proj, gate_proj, "
+                           "up_proj, down_proj, lm_head)");
+  }
+  for (const auto& [module, t] : by_module) {
+    LoraSite site;
+    bool embedding = false;
+    if (!SiteOf(module, config, &site, &embedding)) {
+      return InvalidArgument(where + ": tensor " + t.parts.begin()->second + " adapts module '" +
+                             module + "', which " + config.architecture + " does not have");
+    }
+    if (!targeted.count(module)) {
+      return InvalidArgument(where + ": tensor " + t.parts.begin()->second + " adapts '" + module +
+                             "', which adapter_config.json does not target");
+    }
+  }
+  for (const auto& module : targeted) {
+    if (!by_module.count(module)) {
+      return InvalidArgument(where + ": adapter_config.json targets '" + module +
+                             "' but " + tensors_path + " has no tensors for it");
+    }
+  }
+
+  a->layers_.resize(static_cast<size_t>(config.num_layers * kLoraModulesPerLayer));
+  for (const auto& [module, t] : by_module) {
+    LoraSite site;
+    bool embedding = false;
+    SiteOf(module, config, &site, &embedding);
+    const int rank = cfg.RankFor(module);
+    const float scale = static_cast<float>(cfg.ScaleFor(module));
+    auto get = [&](const std::string& part) -> StatusOr<Tensor> {
+      auto it = t.parts.find(part);
+      if (it == t.parts.end()) {
+        return InvalidArgument(where + ": module '" + module + "' has " + t.parts.begin()->second +
+                               " but no " + part + " tensor");
+      }
+      auto tensor = a->store_->Get(it->second);
+      if (!tensor.ok()) return Status(tensor.status().code(), where + ": " + tensor.status().message());
+      return tensor;
+    };
+    auto check_shape = [&](const Tensor& x, const std::string& part,
+                           std::vector<int64_t> want) -> Status {
+      if (x.shape != want) {
+        return InvalidArgument(where + ": tensor " + t.parts.at(part) + " has shape " +
+                               ShapeString(x.shape) + ", the base model needs " + ShapeString(want) +
+                               " (adapter trained for another base model, or r/rank_pattern wrong)");
+      }
+      return OkStatus();
+    };
+    if (max_rank > 0 && rank > max_rank) {
+      return InvalidArgument(where + ": rank " + std::to_string(rank) + " of '" + module +
+                             "' exceeds --max-lora-rank " + std::to_string(max_rank));
+    }
+    a->max_rank_ = std::max(a->max_rank_, rank);
+    if (embedding) {
+      for (const auto& [part, tensor] : t.parts) {
+        if (part != "lora_embedding_A" && part != "lora_embedding_B") {
+          return InvalidArgument(where + ": tensor " + tensor + " is not valid on an embedding");
+        }
+      }
+      ASSIGN_OR_RETURN(Tensor ea, get("lora_embedding_A"));
+      ASSIGN_OR_RETURN(Tensor eb, get("lora_embedding_B"));
+      RETURN_IF_ERROR(check_shape(ea, "lora_embedding_A", {rank, config.vocab_size}));
+      RETURN_IF_ERROR(check_shape(eb, "lora_embedding_B", {config.model_dim, rank}));
+      auto e = std::make_unique<LoraEmbedding>();
+      std::vector<float> af;
+      ToF32Vector(ea, &af);
+      e->a_t.resize(af.size());
+      for (int k = 0; k < rank; ++k) {
+        for (int v = 0; v < config.vocab_size; ++v) {
+          e->a_t[static_cast<size_t>(v) * rank + k] = af[static_cast<size_t>(k) * config.vocab_size + v];
+        }
+      }
+      ToF32Vector(eb, &e->b);
+      e->scale = scale;
+      e->rank = rank;
+      a->tensor_bytes_ += ea.nbytes() + eb.nbytes();
+      a->embedding_ = std::move(e);
+      continue;
+    }
+    for (const auto& [part, tensor] : t.parts) {
+      if (part == "lora_embedding_A" || part == "lora_embedding_B") {
+        return InvalidArgument(where + ": tensor " + tensor + " is an embedding LoRA on '" + module +
+                               "', which is a linear projection");
+      }
+    }
+    const Linear& base = BaseLinear(weights, site);
+    const int64_t in = base.in_features(), out = base.out_features();
+    auto w = std::make_unique<LoraWeights>();
+    w->module_path = module;
+    w->rank = rank;
+    w->scale = scale;
+    ASSIGN_OR_RETURN(w->a, get("lora_A"));
+    ASSIGN_OR_RETURN(w->b, get("lora_B"));
+    RETURN_IF_ERROR(check_shape(w->a, "lora_A", {rank, in}));
+    RETURN_IF_ERROR(check_shape(w->b, "lora_B", {out, rank}));
+    a->tensor_bytes_ += w->a.nbytes() + w->b.nbytes();
+    const bool has_bias = t.parts.count("lora_B.bias") > 0;
+    if (has_bias != cfg.lora_bias) {
+      return InvalidArgument(where + ": module '" + module + "' " +
+                             (has_bias ? "has a lora_B.bias but lora_bias is false"
+                                       : "has no lora_B.bias but lora_bias is true"));
+    }
+    if (has_bias) {
+      ASSIGN_OR_RETURN(Tensor bias, get("lora_B.bias"));
+      RETURN_IF_ERROR(check_shape(bias, "lora_B.bias", {out}));
+      ToF32Vector(bias, &w->bias);
+    }
+    const bool has_mag = t.parts.count("lora_magnitude_vector") > 0;
+    if (has_mag != cfg.use_dora) {
+      return InvalidArgument(where + ": module '" + module + "' " +
+                             (has_mag ? "has a lora_magnitude_vector but use_dora is false"
+                                      : "has no lora_magnitude_vector but use_dora is true"));
+    }
+    if (has_mag) {
+      ASSIGN_OR_RETURN(Tensor mag, get("lora_magnitude_vector"));
+      RETURN_IF_ERROR(check_shape(mag, "lora_magnitude_vector", {out}));
+      std::vector<float> m, af, bf, wrow(static_cast<size_t>(in));
+      ToF32Vector(mag, &m);
+      ToF32Vector(w->a, &af);
+      ToF32Vector(w->b, &bf);
+      // Same as PEFT DoRA: g[o] = magnitude[o] / ‖W[o,:] + scale·(B·A)[o,:]‖₂, computed once.
+      w->dora_gain.resize(static_cast<size_t>(out));
+      const size_t row_bytes = static_cast<size_t>(in) * DTypeSize(base.weight.dtype);
+      for (int64_t o = 0; o < out; ++o) {
+        ConvertToF32(base.weight.dtype, static_cast<const uint8_t*>(base.weight.data) + o * row_bytes,
+                     wrow.data(), in);
+        double norm2 = 0;
+        for (int64_t i = 0; i < in; ++i) {
+          float d = 0;
+          for (int k = 0; k < rank; ++k) d += bf[static_cast<size_t>(o * rank + k)] * af[static_cast<size_t>(k * in + i)];
+          const double v = wrow[static_cast<size_t>(i)] + scale * d;
+          norm2 += v * v;
+        }
+        w->dora_gain[static_cast<size_t>(o)] = static_cast<float>(m[static_cast<size_t>(o)] / std::sqrt(norm2));
+      }
+    }
+    if (site.lm_head) {
+      a->lm_head_ = std::move(w);
+    } else {
+      a->layers_[static_cast<size_t>(site.layer * kLoraModulesPerLayer + static_cast<int>(site.module))] =
+          std::move(w);
+    }
+  }
+
+  // Identity: the bytes of both files.
+  uint64_t h = HashBytes(config_text.data(), config_text.size(), 0x6c6f6f6d);
+  auto file = MappedFile::Open(tensors_path);
+  if (file.ok()) h = HashBytes((*file)->data(), (*file)->size(), h);
+  a->content_hash_ = h;
+  return std::shared_ptr<const Adapter>(std::move(a));
+}
+
+}  // namespace loom

@@ -1,0 +1,78 @@
+// Adapter: a loaded PEFT LoRA adapter in canonical form — per (layer, module) A, B, scale, DoRA gain.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "io/safetensors.h"
+#include "lora/lora_config.h"
+#include "lora/lora_site.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace loom {
+
+const char* LoraModuleName(LoraModule m);  // "q_proj", ...
+
+// One adapted projection: y += scale·(x·Aᵀ)·Bᵀ (+ scale·bias), or the DoRA form.
+struct LoraWeights {
+  Tensor a;                  // [rank, in_features], file dtype (a view into the adapter file)
+  Tensor b;                  // [out_features, rank], file dtype
+  std::vector<float> bias;   // [out_features] lora_B bias (lora_bias), or empty
+  std::vector<float> dora_gain;  // [out_features] magnitude / ‖W + scale·B·A‖ per row, or empty
+  float scale = 0;
+  int rank = 0;
+  std::string module_path;   // "model.layers.3.self_attn.q_proj"
+};
+
+// Embedding LoRA: e[t] += scale · B · A[:, t].
+struct LoraEmbedding {
+  std::vector<float> a_t;  // [vocab, rank] f32 (A transposed so a token's column is contiguous)
+  std::vector<float> b;    // [model_dim, rank] f32
+  float scale = 0;
+  int rank = 0;
+};
+
+// Thread-safety: immutable after LoadAdapter; shared by every sequence that uses it.
+class Adapter {
+ public:
+  const std::string& name() const { return name_; }
+  const std::string& dir() const { return dir_; }
+  uint64_t content_hash() const { return content_hash_; }  // identity: hash of the files' bytes
+  const LoraConfig& config() const { return config_; }
+  const LoraWeights* Find(const LoraSite& site) const;
+  const LoraEmbedding* embedding() const { return embedding_.get(); }
+  // Every adapted projection (for inspect and merge).
+  std::vector<const LoraWeights*> modules() const;
+  uint64_t tensor_bytes() const { return tensor_bytes_; }
+  int max_rank() const { return max_rank_; }
+
+ private:
+  friend StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string&, const std::string&,
+                                                              const ModelConfig&, const ModelWeights&, int);
+  std::string name_;
+  std::string dir_;
+  uint64_t content_hash_ = 0;
+  LoraConfig config_;
+  std::unique_ptr<SafetensorsStore> store_;  // owns the mmap the A/B views point into
+  std::vector<std::unique_ptr<LoraWeights>> layers_;  // [num_layers * 7], null = not adapted
+  std::unique_ptr<LoraWeights> lm_head_;
+  std::unique_ptr<LoraEmbedding> embedding_;
+  uint64_t tensor_bytes_ = 0;
+  int max_rank_ = 0;
+};
+
+// Loads and validates DIR/adapter_config.json + DIR/adapter_model.safetensors against the base
+// model: every tensor consumed, every A with its B, shapes and ranks checked, at least one
+// module attached. `max_rank` 0 = no limit. Errors start with "adapter 'NAME': ".
+StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, const std::string& dir,
+                                                     const ModelConfig& config,
+                                                     const ModelWeights& weights, int max_rank);
+
+// 64-bit content hash of bytes (identity, not security).
+uint64_t HashBytes(const void* data, size_t size, uint64_t seed);
+
+}  // namespace loom

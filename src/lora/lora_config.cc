@@ -1,0 +1,246 @@
+// adapter_config.json parsing: accepted fields, rejected features (each named), PEFT matching.
+#include "lora/lora_config.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <set>
+
+namespace loom {
+
+using json = nlohmann::json;
+
+namespace {
+
+// Keys loom reads or knowingly accepts; anything else is an ignored (logged) key.
+const std::set<std::string>& KnownKeys() {
+  static const std::set<std::string> keys = {
+      "peft_type", "r", "lora_alpha", "use_rslora", "use_dora", "lora_bias", "target_modules",
+      "exclude_modules", "layers_to_transform", "layers_pattern", "rank_pattern", "alpha_pattern",
+      "base_model_name_or_path", "init_lora_weights", "modules_to_save", "bias",
+      "layer_replication", "target_parameters", "use_qalora", "alora_invocation_tokens",
+      "trainable_token_indices", "fan_in_fan_out", "lora_dropout", "task_type", "inference_mode",
+      "revision", "auto_mapping", "megatron_config", "megatron_core", "loftq_config",
+      "eva_config", "corda_config", "qalora_group_size", "lora_ga_config", "use_bdlora",
+      "bdlora_config", "variant"};
+  return keys;
+}
+
+bool IsNullOrEmpty(const json& v) {
+  return v.is_null() || (v.is_array() && v.empty()) || (v.is_object() && v.empty()) ||
+         (v.is_string() && v.get<std::string>().empty()) || (v.is_boolean() && !v.get<bool>());
+}
+
+Status ReadStringOrList(const json& v, const std::string& where, const char* key,
+                        std::vector<std::string>* list, std::optional<Regex>* regex) {
+  if (v.is_string()) {
+    ASSIGN_OR_RETURN(Regex re, Regex::Compile(v.get<std::string>(), where + " " + key));
+    *regex = std::move(re);
+    return OkStatus();
+  }
+  if (!v.is_array()) return InvalidArgument(where + ": " + key + " must be a list or a string");
+  for (const auto& e : v) {
+    if (!e.is_string()) return InvalidArgument(where + ": " + key + " entries must be strings");
+    list->push_back(e.get<std::string>());
+  }
+  return OkStatus();
+}
+
+template <typename T>
+Status ReadPattern(const json& v, const std::string& where, const char* key,
+                   std::vector<std::pair<Regex, T>>* out) {
+  if (v.is_null()) return OkStatus();
+  if (!v.is_object()) return InvalidArgument(where + ": " + key + " must be an object");
+  for (auto it = v.begin(); it != v.end(); ++it) {  // ordered_json keeps the file's order
+    if (!it.value().is_number()) {
+      return InvalidArgument(where + ": " + key + " value for '" + it.key() + "' must be a number");
+    }
+    // Same as PEFT get_pattern_key: re.match(rf"(.*\.)?({key})$", module_path).
+    ASSIGN_OR_RETURN(Regex re, Regex::Compile("(.*\\.)?(" + it.key() + ")$", where + " " + key));
+    out->emplace_back(std::move(re), it.value().get<T>());
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::string& where) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(json_text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return InvalidArgument(where + ": not a valid JSON object");
+  auto get = [&](const char* key) -> json {
+    auto it = j.find(key);
+    return it == j.end() ? json() : json(*it);
+  };
+  const json peft_type = get("peft_type");
+  if (!peft_type.is_string()) {
+    return InvalidArgument(where + ": no peft_type; not a PEFT adapter config (loom serves PEFT "
+                                   "LoRA adapters)");
+  }
+  if (peft_type != "LORA") {
+    return InvalidArgument(where + ": peft_type " + peft_type.get<std::string>() +
+                           " is not supported: loom serves LoRA adapters (peft_type LORA) only");
+  }
+  LoraConfig c;
+  const json r = get("r");
+  if (!r.is_number_integer() || r.get<int64_t>() <= 0 || r.get<int64_t>() > 4096) {
+    return InvalidArgument(where + ": r must be a positive integer, got " + r.dump());
+  }
+  c.r = r.get<int>();
+  const json alpha = get("lora_alpha");
+  c.lora_alpha = alpha.is_number() ? alpha.get<double>() : 8.0;  // PEFT default
+  for (const char* key : {"use_rslora", "use_dora", "lora_bias"}) {
+    const json v = get(key);
+    if (!v.is_null() && !v.is_boolean()) return InvalidArgument(where + ": " + key + " must be true or false");
+  }
+  c.use_rslora = get("use_rslora").is_boolean() && get("use_rslora").get<bool>();
+  c.use_dora = get("use_dora").is_boolean() && get("use_dora").get<bool>();
+  c.lora_bias = get("lora_bias").is_boolean() && get("lora_bias").get<bool>();
+
+  // Features that change the base weights or add per-adapter modules: rejected by name.
+  const json init = get("init_lora_weights");
+  if (init.is_string()) {
+    const std::string v = init.get<std::string>();
+    if (v != "gaussian" && v != "default") {
+      return InvalidArgument(where + ": init_lora_weights '" + v +
+                             "' is not supported: this initialisation changes the base weights, so "
+                             "the adapter is only valid against a modified base model (convert it to "
+                             "a plain LoRA first)");
+    }
+  }
+  struct Unsupported {
+    const char* key;
+    const char* why;
+  };
+  static const Unsupported kNotYet[] = {
+      {"layer_replication", "layer_replication is not supported yet"},
+      {"target_parameters", "target_parameters (LoRA on parameters, e.g. MoE experts) is not supported yet"},
+      {"use_qalora", "use_qalora is not supported yet"},
+      {"alora_invocation_tokens", "alora_invocation_tokens (activated LoRA) is not supported yet"},
+      {"use_bdlora", "use_bdlora is not supported yet"},
+      {"variant", "LoRA variants are not supported yet"},
+      {"modules_to_save", "modules_to_save is not supported yet: it replaces whole base modules per adapter"},
+      {"trainable_token_indices", "trainable_token_indices is not supported yet: it replaces embedding rows per adapter"},
+  };
+  for (const auto& u : kNotYet) {
+    const json v = get(u.key);
+    if (!IsNullOrEmpty(v)) return InvalidArgument(where + ": " + u.why + " (" + u.key + " = " + v.dump() + ")");
+  }
+  const json bias = get("bias");
+  if (bias.is_string() && bias != "none") {
+    return InvalidArgument(where + ": bias '" + bias.get<std::string>() +
+                           "' is not supported yet: it trains base-model biases per adapter "
+                           "(only bias = \"none\")");
+  }
+
+  const json targets = get("target_modules");
+  if (targets.is_string() && targets.get<std::string>() == "all-linear") {
+    c.all_linear = true;
+  } else if (targets.is_null() || (targets.is_array() && targets.empty())) {
+    return InvalidArgument(where + ": target_modules is empty; the adapter would change nothing");
+  } else {
+    RETURN_IF_ERROR(ReadStringOrList(targets, where, "target_modules", &c.target_list, &c.target_regex));
+  }
+  const json exclude = get("exclude_modules");
+  if (!exclude.is_null()) {
+    RETURN_IF_ERROR(ReadStringOrList(exclude, where, "exclude_modules", &c.exclude_list, &c.exclude_regex));
+  }
+  const json layers = get("layers_to_transform");
+  if (layers.is_number_integer()) {
+    c.layers_to_transform.push_back(layers.get<int>());
+  } else if (layers.is_array()) {
+    for (const auto& l : layers) {
+      if (!l.is_number_integer()) return InvalidArgument(where + ": layers_to_transform entries must be integers");
+      c.layers_to_transform.push_back(l.get<int>());
+    }
+  } else if (!layers.is_null()) {
+    return InvalidArgument(where + ": layers_to_transform must be an integer or a list");
+  }
+  const json lp = get("layers_pattern");
+  if (lp.is_string() && !lp.get<std::string>().empty()) c.layers_pattern.push_back(lp.get<std::string>());
+  if (lp.is_array()) {
+    for (const auto& p : lp) {
+      if (p.is_string()) c.layers_pattern.push_back(p.get<std::string>());
+    }
+  }
+  RETURN_IF_ERROR(ReadPattern(get("rank_pattern"), where, "rank_pattern", &c.rank_pattern));
+  RETURN_IF_ERROR(ReadPattern(get("alpha_pattern"), where, "alpha_pattern", &c.alpha_pattern));
+  for (const auto& [rx, rank] : c.rank_pattern) {
+    if (rank <= 0) return InvalidArgument(where + ": rank_pattern value must be positive");
+  }
+  if (get("base_model_name_or_path").is_string()) {
+    c.base_model_name_or_path = get("base_model_name_or_path").get<std::string>();
+  }
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (!KnownKeys().count(it.key())) c.ignored_keys.push_back(it.key());
+  }
+  return c;
+}
+
+namespace {
+bool EndsWithDotted(const std::string& path, const std::string& name) {
+  return path.size() > name.size() && path.compare(path.size() - name.size(), name.size(), name) == 0 &&
+         path[path.size() - name.size() - 1] == '.';
+}
+
+bool InList(const std::string& path, const std::vector<std::string>& list) {
+  for (const auto& e : list) {
+    if (path == e || EndsWithDotted(path, e)) return true;
+  }
+  return false;
+}
+
+// PEFT: the first numbered segment after layers_pattern (or after any name when unset).
+int LayerIndex(const std::string& path, const std::vector<std::string>& patterns) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (size_t i = 0; i <= path.size(); ++i) {
+    if (i == path.size() || path[i] == '.') {
+      parts.push_back(path.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  for (size_t i = 1; i + 1 < parts.size(); ++i) {
+    const std::string& p = parts[i];
+    if (p.empty() || p.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (patterns.empty()) return std::stoi(p);
+    for (const auto& pat : patterns) {
+      if (parts[i - 1] == pat) return std::stoi(p);
+    }
+  }
+  return -1;
+}
+}  // namespace
+
+bool LoraConfig::Targets(const std::string& path, const std::vector<std::string>& linear_names) const {
+  if (exclude_regex ? exclude_regex->FullMatch(path) : InList(path, exclude_list)) return false;
+  if (target_regex) return target_regex->FullMatch(path);
+  if (!all_linear && std::find(target_list.begin(), target_list.end(), path) != target_list.end()) {
+    return true;
+  }
+  const bool found = InList(path, all_linear ? linear_names : target_list);
+  if (!found || layers_to_transform.empty()) return found;
+  const int layer = LayerIndex(path, layers_pattern);
+  return layer >= 0 && std::find(layers_to_transform.begin(), layers_to_transform.end(), layer) !=
+                           layers_to_transform.end();
+}
+
+int LoraConfig::RankFor(const std::string& path) const {
+  for (const auto& [re, rank] : rank_pattern) {
+    if (re.PrefixMatch(path)) return rank;
+  }
+  return r;
+}
+
+double LoraConfig::AlphaFor(const std::string& path) const {
+  for (const auto& [re, alpha] : alpha_pattern) {
+    if (re.PrefixMatch(path)) return alpha;
+  }
+  return lora_alpha;
+}
+
+double LoraConfig::ScaleFor(const std::string& path) const {
+  const double rank = RankFor(path);
+  const double alpha = AlphaFor(path);
+  return use_rslora ? alpha / std::sqrt(rank) : alpha / rank;
+}
+
+}  // namespace loom

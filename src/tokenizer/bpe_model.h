@@ -1,0 +1,83 @@
+// The BPE model of tokenizer.json: vocab, merges (both serialized forms), byte_fallback,
+// unk_token/fuse_unk, continuing_subword_prefix, end_of_word_suffix, ignore_merges.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "base/status.h"
+
+namespace loom::tokenizer {
+
+// Heterogeneous lookup (string_view keys) for string-keyed hash maps.
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+template <typename V>
+using StringMap = std::unordered_map<std::string, V, StringHash, std::equal_to<>>;
+
+// Thread-safe: the tables are immutable after load; the per-word cache has its own mutex.
+class BpeModel {
+ public:
+  // `j` is the "model" value of tokenizer.json.
+  static StatusOr<std::unique_ptr<BpeModel>> FromJson(const nlohmann::json& j);
+
+  // Appends the ids of one pre-tokenized word (same as HF BPE::tokenize).
+  Status Tokenize(std::string_view word, std::vector<int32_t>* ids) const;
+
+  // -1 when absent.
+  int32_t TokenToId(std::string_view token) const;
+  // Null when the id has no token.
+  const std::string* IdToToken(int32_t id) const;
+  // One past the largest id.
+  int32_t id_limit() const { return static_cast<int32_t>(id_to_token_.size()); }
+
+ private:
+  struct MergeValue {
+    int32_t rank;
+    int32_t new_id;
+  };
+  // Open-addressing map (a_id, b_id) → merge; probes stay in one cache line for most lookups,
+  // which matters because every BPE step of every word does one.
+  class MergeMap {
+   public:
+    void Build(const std::vector<std::pair<uint64_t, MergeValue>>& entries);
+    const MergeValue* Find(int32_t a, int32_t b) const;
+
+   private:
+    std::vector<uint64_t> keys_;
+    std::vector<MergeValue> values_;
+    uint64_t mask_ = 0;
+  };
+
+  BpeModel() = default;
+  Status MergeWord(std::string_view word, std::vector<int32_t>* ids) const;
+  int32_t CharId(std::string_view piece, bool first, bool last) const;
+
+  StringMap<int32_t> vocab_;
+  std::vector<std::string> id_to_token_;
+  std::vector<uint8_t> id_present_;
+  MergeMap merges_;
+  std::vector<int32_t> bmp_char_id_;  // code point < 0x10000 → id, when no prefix/suffix applies
+  int32_t byte_ids_[256];              // <0xXX> tokens for byte_fallback, -1 if absent
+  std::string unk_token_;
+  bool has_unk_ = false;
+  bool fuse_unk_ = false;
+  bool byte_fallback_ = false;
+  bool ignore_merges_ = false;
+  std::string prefix_;  // continuing_subword_prefix
+  std::string suffix_;  // end_of_word_suffix
+
+  mutable std::mutex cache_mutex_;
+  mutable StringMap<std::vector<int32_t>> cache_;
+};
+
+}  // namespace loom::tokenizer

@@ -1,0 +1,584 @@
+// Jinja interpreter: statements, scopes, for loops, macros and the expression evaluator.
+#include "tokenizer/jinja/interpreter.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "tokenizer/jinja/builtins.h"
+#include "tokenizer/jinja/operators.h"
+#include "tokenizer/jinja/utf8.h"
+
+namespace loom::jinja {
+namespace {
+
+class MacroCallable : public Callable {
+ public:
+  MacroCallable(const Stmt* def, std::shared_ptr<Scope> closure)
+      : def_(def), closure_(std::move(closure)) {}
+  StatusOr<Value> Call(Interpreter& interp, CallArgs& args) override {
+    return interp.CallMacro(*def_, closure_, args);
+  }
+  std::string Describe() const override { return "<Macro '" + def_->name + "'>"; }
+
+ private:
+  const Stmt* def_;
+  std::shared_ptr<Scope> closure_;
+};
+
+// loop.cycle(a, b, ...): the argument at loop.index0 modulo the count.
+class CycleCallable : public Callable {
+ public:
+  explicit CycleCallable(int64_t index0) : index0_(index0) {}
+  StatusOr<Value> Call(Interpreter& interp, CallArgs& args) override {
+    if (args.positional.empty()) return InvalidArgument("no items for cycling given");
+    return args.positional[index0_ % args.positional.size()];
+  }
+  std::string Describe() const override { return "<bound method LoopContext.cycle>"; }
+
+ private:
+  int64_t index0_;
+};
+
+Status UndefinedError(const Value& v) { return InvalidArgument(v.undefined_hint()); }
+
+Status Unpack(const std::vector<std::string>& targets, const Value& item, Scope* scope) {
+  if (targets.size() == 1) {
+    scope->vars[targets[0]] = item;
+    return OkStatus();
+  }
+  List parts;
+  if (item.is_list()) {
+    parts = item.list();
+  } else if (item.is_string()) {
+    for (char32_t cp : DecodeUtf8(item.str())) parts.push_back(Value::String(EncodeUtf8({&cp, 1})));
+  } else if (item.is_dict()) {
+    for (const auto& [k, v] : item.dict().items()) parts.push_back(Value::String(k));
+  } else {
+    return InvalidArgument("cannot unpack non-iterable " + item.TypeName() + " object");
+  }
+  if (parts.size() != targets.size()) {
+    return InvalidArgument(parts.size() > targets.size()
+                               ? "too many values to unpack (expected " +
+                                     std::to_string(targets.size()) + ")"
+                               : "not enough values to unpack (expected " +
+                                     std::to_string(targets.size()) + ", got " +
+                                     std::to_string(parts.size()) + ")");
+  }
+  for (size_t i = 0; i < targets.size(); ++i) scope->vars[targets[i]] = parts[i];
+  return OkStatus();
+}
+
+}  // namespace
+
+Interpreter::Interpreter(const Dict& globals, const RenderOptions& options)
+    : globals_(globals), options_(options) {
+  AddGlobals(&builtins_);
+}
+
+Status Interpreter::Charge(int64_t steps) {
+  steps_ += steps;
+  if (steps_ > options_.limits.max_steps) {
+    return ResourceExhausted("template exceeded " + std::to_string(options_.limits.max_steps) +
+                             " evaluation steps");
+  }
+  return OkStatus();
+}
+
+Status Interpreter::CheckSize(size_t bytes) const {
+  if (bytes > options_.limits.max_output_bytes) {
+    return ResourceExhausted("template output or value exceeds " +
+                             std::to_string(options_.limits.max_output_bytes) + " bytes");
+  }
+  return OkStatus();
+}
+
+Status Interpreter::Append(const std::string& text, std::string* out) {
+  RETURN_IF_ERROR(CheckSize(out->size() + text.size()));
+  out->append(text);
+  return OkStatus();
+}
+
+StatusOr<std::string> Interpreter::Run(const Program& program) {
+  auto root = std::make_shared<Scope>();
+  std::string out;
+  StatusOr<Flow> r = ExecBody(program.body, root, &out);
+  if (!r.ok()) {
+    const Status& st = r.status();
+    if (st.code() == kRaisedCode) return st;
+    return Status(st.code(), "line " + std::to_string(error_line_) + ": " + st.message());
+  }
+  return out;
+}
+
+Value Interpreter::Lookup(const std::string& name, const std::shared_ptr<Scope>& scope) const {
+  for (const Scope* s = scope.get(); s != nullptr; s = s->parent.get()) {
+    auto it = s->vars.find(name);
+    if (it != s->vars.end()) return it->second;
+  }
+  if (const Value* v = globals_.Find(name)) return *v;
+  if (const Value* v = builtins_.Find(name)) return *v;
+  return Value::Undefined("'" + name + "' is undefined");
+}
+
+StatusOr<Flow> Interpreter::ExecBody(const Body& body, const std::shared_ptr<Scope>& scope,
+                                     std::string* out) {
+  for (const StmtPtr& s : body) {
+    StatusOr<Flow> f = Exec(*s, scope, out);
+    if (!f.ok()) {
+      set_error_line(s->line);
+      return f;
+    }
+    if (*f != Flow::kNormal) return f;
+  }
+  return Flow::kNormal;
+}
+
+StatusOr<Flow> Interpreter::Exec(const Stmt& s, const std::shared_ptr<Scope>& scope,
+                                 std::string* out) {
+  RETURN_IF_ERROR(Charge());
+  switch (s.kind) {
+    case StmtKind::kText:
+      RETURN_IF_ERROR(Append(s.text, out));
+      return Flow::kNormal;
+    case StmtKind::kOutput: {
+      ASSIGN_OR_RETURN(Value v, Eval(*s.expr, scope));
+      RETURN_IF_ERROR(Append(v.ToString(), out));
+      return Flow::kNormal;
+    }
+    case StmtKind::kIf: {
+      ASSIGN_OR_RETURN(Value cond, Eval(*s.expr, scope));
+      return ExecBody(cond.Truthy() ? s.body : s.else_body, scope, out);
+    }
+    case StmtKind::kFor:
+      RETURN_IF_ERROR(ExecFor(s, scope, out));
+      return Flow::kNormal;
+    case StmtKind::kSet:
+      RETURN_IF_ERROR(ExecSet(s, scope));
+      return Flow::kNormal;
+    case StmtKind::kSetBlock: {
+      std::string text;
+      ASSIGN_OR_RETURN(Flow f, ExecBody(s.body, scope, &text));
+      (void)f;
+      ASSIGN_OR_RETURN(Value v, ApplyFilterChain(s.filters, Value::String(std::move(text)), scope));
+      scope->vars[s.targets[0]] = std::move(v);
+      return Flow::kNormal;
+    }
+    case StmtKind::kMacro:
+      scope->vars[s.name] = Value::Function(std::make_shared<MacroCallable>(&s, scope));
+      return Flow::kNormal;
+    case StmtKind::kFilterBlock: {
+      std::string text;
+      ASSIGN_OR_RETURN(Flow f, ExecBody(s.body, scope, &text));
+      ASSIGN_OR_RETURN(Value v, ApplyFilterChain(s.filters, Value::String(std::move(text)), scope));
+      RETURN_IF_ERROR(Append(v.ToString(), out));
+      return f;
+    }
+    case StmtKind::kBreak:
+      return Flow::kBreak;
+    case StmtKind::kContinue:
+      return Flow::kContinue;
+    case StmtKind::kScope:
+      return ExecBody(s.body, scope, out);
+  }
+  return Flow::kNormal;
+}
+
+Status Interpreter::ExecFor(const Stmt& s, const std::shared_ptr<Scope>& scope,
+                            std::string* out) {
+  ASSIGN_OR_RETURN(Value iterable, Eval(*s.expr, scope));
+  ASSIGN_OR_RETURN(List items, Iterate(iterable));
+  if (s.cond) {
+    // jinja2 filters first, so loop.length/last count only the items that pass.
+    List kept;
+    for (Value& item : items) {
+      RETURN_IF_ERROR(Charge());
+      auto probe = std::make_shared<Scope>();
+      probe->parent = scope;
+      RETURN_IF_ERROR(Unpack(s.targets, item, probe.get()));
+      ASSIGN_OR_RETURN(Value keep, Eval(*s.cond, probe));
+      if (keep.Truthy()) kept.push_back(std::move(item));
+    }
+    items = std::move(kept);
+  }
+  const int64_t n = static_cast<int64_t>(items.size());
+  for (int64_t i = 0; i < n; ++i) {
+    RETURN_IF_ERROR(Charge());
+    auto iter_scope = std::make_shared<Scope>();
+    iter_scope->parent = scope;
+    RETURN_IF_ERROR(Unpack(s.targets, items[i], iter_scope.get()));
+    Dict loop;
+    loop.Set("index", Value::Int(i + 1));
+    loop.Set("index0", Value::Int(i));
+    loop.Set("revindex", Value::Int(n - i));
+    loop.Set("revindex0", Value::Int(n - i - 1));
+    loop.Set("first", Value::Bool(i == 0));
+    loop.Set("last", Value::Bool(i == n - 1));
+    loop.Set("length", Value::Int(n));
+    loop.Set("depth", Value::Int(1));
+    loop.Set("depth0", Value::Int(0));
+    loop.Set("previtem", i > 0 ? items[i - 1] : Value::Undefined("there is no previous item"));
+    loop.Set("nextitem", i + 1 < n ? items[i + 1] : Value::Undefined("there is no next item"));
+    loop.Set("cycle", Value::Function(std::make_shared<CycleCallable>(i)));
+    iter_scope->vars["loop"] = Value::MakeDict(std::move(loop));
+    ASSIGN_OR_RETURN(Flow f, ExecBody(s.body, iter_scope, out));
+    if (f == Flow::kBreak) break;
+  }
+  if (n == 0) {
+    ASSIGN_OR_RETURN(Flow f, ExecBody(s.else_body, scope, out));
+    (void)f;
+  }
+  return OkStatus();
+}
+
+Status Interpreter::ExecSet(const Stmt& s, const std::shared_ptr<Scope>& scope) {
+  ASSIGN_OR_RETURN(Value v, Eval(*s.expr, scope));
+  if (!s.attr.empty()) {
+    Value ns = Lookup(s.targets[0], scope);
+    if (!ns.is_namespace()) {
+      return InvalidArgument("cannot assign attribute on non-namespace object '" + s.targets[0] +
+                             "'");
+    }
+    if (s.attr[0] == '_') {
+      // transformers' TemplateNamespace rejects these.
+      return InvalidArgument(
+          "Chat templates cannot store underscore-prefixed attributes on a namespace, but got '" +
+          s.attr + "'. Please rename the attribute.");
+    }
+    ns.mutable_dict().Set(s.attr, std::move(v));
+    return OkStatus();
+  }
+  return Unpack(s.targets, v, scope.get());
+}
+
+StatusOr<Value> Interpreter::CallMacro(const Stmt& def, const std::shared_ptr<Scope>& closure,
+                                       CallArgs& args) {
+  if (call_depth_ >= options_.limits.max_call_depth) {
+    return ResourceExhausted("macro calls nested deeper than " +
+                             std::to_string(options_.limits.max_call_depth));
+  }
+  if (args.positional.size() > def.params.size()) {
+    return InvalidArgument("macro '" + def.name + "' takes not more than " +
+                           std::to_string(def.params.size()) + " argument(s)");
+  }
+  auto scope = std::make_shared<Scope>();
+  scope->parent = closure;
+  std::vector<bool> given(def.params.size(), false);
+  for (size_t i = 0; i < args.positional.size(); ++i) {
+    scope->vars[def.params[i].name] = args.positional[i];
+    given[i] = true;
+  }
+  for (auto& [key, value] : args.keyword) {
+    size_t i = 0;
+    while (i < def.params.size() && def.params[i].name != key) ++i;
+    if (i == def.params.size()) {
+      return InvalidArgument("macro '" + def.name + "' takes no keyword argument '" + key + "'");
+    }
+    if (given[i]) {
+      return InvalidArgument("macro '" + def.name + "' got multiple values for argument '" +
+                             key + "'");
+    }
+    scope->vars[key] = value;
+    given[i] = true;
+  }
+  for (size_t i = 0; i < def.params.size(); ++i) {
+    if (given[i]) continue;
+    if (def.params[i].default_value) {
+      ASSIGN_OR_RETURN(Value d, Eval(*def.params[i].default_value, scope));
+      scope->vars[def.params[i].name] = std::move(d);
+    } else {
+      scope->vars[def.params[i].name] =
+          Value::Undefined("parameter '" + def.params[i].name + "' was not provided");
+    }
+  }
+  std::string out;
+  ++call_depth_;
+  StatusOr<Flow> f = ExecBody(def.body, scope, &out);
+  --call_depth_;
+  if (!f.ok()) return f.status();
+  return Value::String(std::move(out));
+}
+
+StatusOr<Value> Interpreter::Eval(const Expr& e, const std::shared_ptr<Scope>& scope) {
+  StatusOr<Value> v = EvalInner(e, scope);
+  if (!v.ok()) {
+    set_error_line(e.line);
+    return v;
+  }
+  if (v->depth() > options_.limits.max_value_depth) {
+    set_error_line(e.line);
+    return ResourceExhausted("value nested deeper than " +
+                             std::to_string(options_.limits.max_value_depth) + " levels");
+  }
+  return v;
+}
+
+StatusOr<CallArgs> Interpreter::EvalArgs(const Expr& e, const std::shared_ptr<Scope>& scope) {
+  CallArgs args;
+  for (const ExprPtr& a : e.args) {
+    ASSIGN_OR_RETURN(Value v, Eval(*a, scope));
+    args.positional.push_back(std::move(v));
+  }
+  for (const auto& [key, a] : e.kwargs) {
+    ASSIGN_OR_RETURN(Value v, Eval(*a, scope));
+    args.keyword.emplace_back(key, std::move(v));
+  }
+  return args;
+}
+
+StatusOr<Value> Interpreter::CallValue(const Value& fn, CallArgs& args) {
+  if (fn.is_function()) return fn.function()->Call(*this, args);
+  if (fn.is_undefined()) return UndefinedError(fn);
+  return InvalidArgument("'" + fn.TypeName() + "' object is not callable");
+}
+
+StatusOr<Value> Interpreter::EvalCall(const Expr& e, const std::shared_ptr<Scope>& scope) {
+  ASSIGN_OR_RETURN(Value fn, Eval(*e.a, scope));
+  ASSIGN_OR_RETURN(CallArgs args, EvalArgs(e, scope));
+  return CallValue(fn, args);
+}
+
+StatusOr<Value> Interpreter::ApplyFilter(const std::string& name, const Value& input,
+                                         CallArgs& args) {
+  FilterFn f = FindFilter(name);
+  if (f == nullptr) return InvalidArgument("no filter named '" + name + "'");
+  return f(*this, input, args);
+}
+
+StatusOr<bool> Interpreter::ApplyTest(const std::string& name, const Value& input,
+                                      CallArgs& args) {
+  TestFn t = FindTest(name);
+  if (t == nullptr) return InvalidArgument("no test named '" + name + "'");
+  return t(*this, input, args);
+}
+
+StatusOr<Value> Interpreter::ApplyFilterChain(const std::vector<ExprPtr>& filters, Value input,
+                                              const std::shared_ptr<Scope>& scope) {
+  for (const ExprPtr& f : filters) {
+    ASSIGN_OR_RETURN(CallArgs args, EvalArgs(*f, scope));
+    StatusOr<Value> r = ApplyFilter(f->name, input, args);
+    if (!r.ok()) {
+      set_error_line(f->line);
+      return r;
+    }
+    input = std::move(r).value();
+  }
+  return input;
+}
+
+StatusOr<List> Interpreter::Iterate(const Value& v) {
+  switch (v.kind()) {
+    case ValueKind::kUndefined:
+      return List{};  // jinja2's Undefined iterates as empty
+    case ValueKind::kList:
+      return v.list();
+    case ValueKind::kDict: {
+      List keys;
+      for (const auto& [k, unused] : v.dict().items()) keys.push_back(Value::String(k));
+      return keys;
+    }
+    case ValueKind::kString: {
+      List chars;
+      for (char32_t cp : DecodeUtf8(v.str())) chars.push_back(Value::String(EncodeUtf8({&cp, 1})));
+      return chars;
+    }
+    case ValueKind::kNone:
+    case ValueKind::kBool:
+    case ValueKind::kInt:
+    case ValueKind::kFloat:
+    case ValueKind::kNamespace:
+    case ValueKind::kFunction:
+      break;
+  }
+  return InvalidArgument("'" + v.TypeName() + "' object is not iterable");
+}
+
+StatusOr<Value> Interpreter::GetAttr(const Value& obj, const std::string& name) {
+  if (obj.is_undefined()) return UndefinedError(obj);
+  // Python attribute first (methods), then item, like jinja2's sandboxed getattr.
+  Value method = FindMethod(obj, name);
+  if (!method.is_undefined()) return method;
+  if (obj.is_dict() || obj.is_namespace()) {
+    if (const Value* v = obj.dict().Find(name)) return *v;
+  }
+  std::string type = obj.is_namespace() ? "Namespace" : obj.TypeName() + " object";
+  return Value::Undefined("'" + type + "' has no attribute '" + name + "'");
+}
+
+StatusOr<Value> Interpreter::GetItem(const Value& obj, const Value& key) {
+  if (obj.is_undefined()) return UndefinedError(obj);
+  if ((obj.is_dict() || obj.is_namespace()) && key.is_string()) {
+    if (const Value* v = obj.dict().Find(key.str())) return *v;
+  } else if (obj.is_list() && (key.is_int() || key.is_bool())) {
+    int64_t n = static_cast<int64_t>(obj.list().size());
+    int64_t i = key.as_int() < 0 ? key.as_int() + n : key.as_int();
+    if (i >= 0 && i < n) return obj.list()[i];
+    return Value::Undefined(obj.TypeName() + " object has no element " + key.Repr());
+  } else if (obj.is_string() && (key.is_int() || key.is_bool())) {
+    std::u32string cps = DecodeUtf8(obj.str());
+    int64_t n = static_cast<int64_t>(cps.size());
+    int64_t i = key.as_int() < 0 ? key.as_int() + n : key.as_int();
+    if (i >= 0 && i < n) return Value::String(EncodeUtf8(cps.substr(i, 1)));
+    return Value::Undefined("str object has no element " + key.Repr());
+  }
+  if (key.is_string()) {
+    Value method = FindMethod(obj, key.str());
+    if (!method.is_undefined()) return method;
+    return Value::Undefined("'" + obj.TypeName() + " object' has no attribute " + key.Repr());
+  }
+  return Value::Undefined(obj.TypeName() + " object has no element " + key.Repr());
+}
+
+StatusOr<Value> Interpreter::EvalInner(const Expr& e, const std::shared_ptr<Scope>& scope) {
+  RETURN_IF_ERROR(Charge());
+  switch (e.kind) {
+    case ExprKind::kLiteral:
+      return e.literal;
+    case ExprKind::kName:
+      return Lookup(e.name, scope);
+    case ExprKind::kList:
+    case ExprKind::kTuple: {
+      List items;
+      for (const ExprPtr& a : e.args) {
+        ASSIGN_OR_RETURN(Value v, Eval(*a, scope));
+        items.push_back(std::move(v));
+      }
+      return e.kind == ExprKind::kList ? Value::MakeList(std::move(items))
+                                       : Value::MakeTuple(std::move(items));
+    }
+    case ExprKind::kDict: {
+      Dict d;
+      for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
+        ASSIGN_OR_RETURN(Value k, Eval(*e.args[i], scope));
+        ASSIGN_OR_RETURN(Value v, Eval(*e.args[i + 1], scope));
+        if (!k.is_string()) {
+          return InvalidArgument("unsupported: dict literal with a non-string key " + k.Repr());
+        }
+        d.Set(k.str(), std::move(v));
+      }
+      return Value::MakeDict(std::move(d));
+    }
+    case ExprKind::kGetAttr: {
+      ASSIGN_OR_RETURN(Value obj, Eval(*e.a, scope));
+      return GetAttr(obj, e.name);
+    }
+    case ExprKind::kGetItem: {
+      ASSIGN_OR_RETURN(Value obj, Eval(*e.a, scope));
+      ASSIGN_OR_RETURN(Value key, Eval(*e.b, scope));
+      return GetItem(obj, key);
+    }
+    case ExprKind::kSlice: {
+      ASSIGN_OR_RETURN(Value obj, Eval(*e.a, scope));
+      Value parts[3];
+      const Expr* exprs[3] = {e.b.get(), e.c.get(), e.d.get()};
+      for (int i = 0; i < 3; ++i) {
+        if (exprs[i] == nullptr) {
+          parts[i] = Value::None();
+        } else {
+          ASSIGN_OR_RETURN(parts[i], Eval(*exprs[i], scope));
+        }
+      }
+      if (obj.is_undefined()) return UndefinedError(obj);
+      return Slice(obj, parts[0], parts[1], parts[2]);
+    }
+    case ExprKind::kCall:
+      return EvalCall(e, scope);
+    case ExprKind::kFilter: {
+      ASSIGN_OR_RETURN(Value input, Eval(*e.a, scope));
+      ASSIGN_OR_RETURN(CallArgs args, EvalArgs(e, scope));
+      return ApplyFilter(e.name, input, args);
+    }
+    case ExprKind::kTest: {
+      ASSIGN_OR_RETURN(Value input, Eval(*e.a, scope));
+      ASSIGN_OR_RETURN(CallArgs args, EvalArgs(e, scope));
+      ASSIGN_OR_RETURN(bool r, ApplyTest(e.name, input, args));
+      return Value::Bool(r != e.negated);
+    }
+    case ExprKind::kNot: {
+      ASSIGN_OR_RETURN(Value v, Eval(*e.a, scope));
+      return Value::Bool(!v.Truthy());
+    }
+    case ExprKind::kNeg:
+    case ExprKind::kPos: {
+      ASSIGN_OR_RETURN(Value v, Eval(*e.a, scope));
+      return UnaryOp(e.kind == ExprKind::kNeg ? "-" : "+", v);
+    }
+    case ExprKind::kBinary: {
+      ASSIGN_OR_RETURN(Value a, Eval(*e.a, scope));
+      ASSIGN_OR_RETURN(Value b, Eval(*e.b, scope));
+      return BinaryOp(*this, e.name, a, b);
+    }
+    case ExprKind::kAnd: {
+      ASSIGN_OR_RETURN(Value a, Eval(*e.a, scope));
+      if (!a.Truthy()) return a;
+      return Eval(*e.b, scope);
+    }
+    case ExprKind::kOr: {
+      ASSIGN_OR_RETURN(Value a, Eval(*e.a, scope));
+      if (a.Truthy()) return a;
+      return Eval(*e.b, scope);
+    }
+    case ExprKind::kCompare:
+      return EvalCompare(e, scope);
+    case ExprKind::kCondExpr: {
+      ASSIGN_OR_RETURN(Value cond, Eval(*e.a, scope));
+      if (cond.Truthy()) return Eval(*e.b, scope);
+      if (e.c) return Eval(*e.c, scope);
+      return Value::Undefined("the inline if-expression on line " + std::to_string(e.line) +
+                              " evaluated to false and no else section was defined.");
+    }
+  }
+  return Internal("unhandled expression kind");
+}
+
+StatusOr<Value> Interpreter::EvalCompare(const Expr& e, const std::shared_ptr<Scope>& scope) {
+  ASSIGN_OR_RETURN(Value lhs, Eval(*e.a, scope));
+  for (size_t i = 0; i < e.ops.size(); ++i) {
+    ASSIGN_OR_RETURN(Value rhs, Eval(*e.args[i], scope));
+    ASSIGN_OR_RETURN(bool r, CompareOp(e.ops[i], lhs, rhs));
+    if (!r) return Value::Bool(false);
+    lhs = std::move(rhs);
+  }
+  return Value::Bool(true);
+}
+
+Status ValidateNames(const Program& program) {
+  struct Walker {
+    Status Expr(const struct Expr* e) {
+      if (e == nullptr) return OkStatus();
+      if (e->kind == ExprKind::kFilter && FindFilter(e->name) == nullptr) {
+        return InvalidArgument("line " + std::to_string(e->line) + ": no filter named '" +
+                               e->name + "'");
+      }
+      if (e->kind == ExprKind::kTest && FindTest(e->name) == nullptr) {
+        return InvalidArgument("line " + std::to_string(e->line) + ": no test named '" + e->name +
+                               "'");
+      }
+      for (const auto* child : {e->a.get(), e->b.get(), e->c.get(), e->d.get()}) {
+        RETURN_IF_ERROR(Expr(child));
+      }
+      for (const ExprPtr& a : e->args) RETURN_IF_ERROR(Expr(a.get()));
+      for (const auto& kw : e->kwargs) RETURN_IF_ERROR(Expr(kw.second.get()));
+      return OkStatus();
+    }
+    Status Body(const loom::jinja::Body& body) {
+      for (const StmtPtr& s : body) {
+        RETURN_IF_ERROR(Expr(s->expr.get()));
+        RETURN_IF_ERROR(Expr(s->cond.get()));
+        for (const ExprPtr& f : s->filters) RETURN_IF_ERROR(Expr(f.get()));
+        for (const MacroParam& p : s->params) RETURN_IF_ERROR(Expr(p.default_value.get()));
+        RETURN_IF_ERROR(Body(s->body));
+        RETURN_IF_ERROR(Body(s->else_body));
+      }
+      return OkStatus();
+    }
+  };
+  return Walker().Body(program.body);
+}
+
+StatusOr<std::string> Render(const Program& program, const Dict& globals,
+                             const RenderOptions& options) {
+  Interpreter interp(globals, options);
+  return interp.Run(program);
+}
+
+}  // namespace loom::jinja

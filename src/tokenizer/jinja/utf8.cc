@@ -1,0 +1,124 @@
+// UTF-8 decoding/encoding, Python-compatible whitespace and a small case-mapping table.
+#include "tokenizer/jinja/utf8.h"
+
+namespace loom::jinja {
+
+std::u32string DecodeUtf8(std::string_view s) {
+  std::u32string out;
+  out.reserve(s.size());
+  size_t i = 0;
+  while (i < s.size()) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (len == 0 || i + len > s.size()) {
+      out.push_back(0xFFFD);
+      ++i;
+      continue;
+    }
+    char32_t cp = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
+    bool ok = true;
+    for (int k = 1; k < len; ++k) {
+      unsigned char cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xC0) != 0x80) ok = false;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    if (!ok) {
+      out.push_back(0xFFFD);
+      ++i;
+      continue;
+    }
+    out.push_back(cp);
+    i += len;
+  }
+  return out;
+}
+
+void AppendUtf8(char32_t cp, std::string* out) {
+  if (cp < 0x80) {
+    out->push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {
+    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+}
+
+std::string EncodeUtf8(std::u32string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char32_t cp : s) AppendUtf8(cp, &out);
+  return out;
+}
+
+bool IsPySpace(char32_t cp) {
+  return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 ||
+         cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
+         cp == 0x202F || cp == 0x205F || cp == 0x3000;
+}
+
+std::string PyStrip(std::string_view s, bool left, bool right, const std::string* chars) {
+  std::u32string cps = DecodeUtf8(s);
+  std::u32string set;
+  if (chars != nullptr) set = DecodeUtf8(*chars);
+  auto strip = [&](char32_t cp) {
+    return chars == nullptr ? IsPySpace(cp) : set.find(cp) != std::u32string::npos;
+  };
+  size_t b = 0, e = cps.size();
+  if (left) {
+    while (b < e && strip(cps[b])) ++b;
+  }
+  if (right) {
+    while (e > b && strip(cps[e - 1])) --e;
+  }
+  return EncodeUtf8(std::u32string_view(cps).substr(b, e - b));
+}
+
+char32_t ToUpper(char32_t cp) {
+  if (cp >= 'a' && cp <= 'z') return cp - 32;
+  if (cp < 0x80) return cp;
+  if (cp >= 0xE0 && cp <= 0xFE && cp != 0xF7) return cp - 32;
+  if (cp == 0xFF) return 0x178;
+  if (cp >= 0x3B1 && cp <= 0x3C9 && cp != 0x3C2) return cp - 32;
+  if (cp == 0x3C2) return 0x3A3;
+  if (cp >= 0x430 && cp <= 0x44F) return cp - 32;
+  if (cp >= 0x450 && cp <= 0x45F) return cp - 80;
+  return cp;
+}
+
+char32_t ToLower(char32_t cp) {
+  if (cp >= 'A' && cp <= 'Z') return cp + 32;
+  if (cp < 0x80) return cp;
+  if (cp >= 0xC0 && cp <= 0xDE && cp != 0xD7) return cp + 32;
+  if (cp == 0x178) return 0xFF;
+  if (cp >= 0x391 && cp <= 0x3A9 && cp != 0x3A2) return cp + 32;
+  if (cp >= 0x410 && cp <= 0x42F) return cp + 32;
+  if (cp >= 0x400 && cp <= 0x40F) return cp + 80;
+  return cp;
+}
+
+bool IsAlpha(char32_t cp) {
+  if (cp < 0x80) return (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z');
+  return ToUpper(cp) != cp || ToLower(cp) != cp || cp == 0xDF || (cp >= 0x4E00 && cp <= 0x9FFF);
+}
+
+std::string UpperUtf8(std::string_view s) {
+  std::u32string cps = DecodeUtf8(s);
+  for (char32_t& cp : cps) cp = ToUpper(cp);
+  return EncodeUtf8(cps);
+}
+
+std::string LowerUtf8(std::string_view s) {
+  std::u32string cps = DecodeUtf8(s);
+  for (char32_t& cp : cps) cp = ToLower(cp);
+  return EncodeUtf8(cps);
+}
+
+}  // namespace loom::jinja

@@ -1,0 +1,27 @@
+// UTF-8 helpers for the Jinja interpreter: code points, Python's whitespace and simple case mapping.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace loom::jinja {
+
+// Decodes UTF-8 into code points; an invalid byte becomes U+FFFD (input comes from JSON, so rare).
+std::u32string DecodeUtf8(std::string_view s);
+std::string EncodeUtf8(std::u32string_view s);
+void AppendUtf8(char32_t cp, std::string* out);
+
+// Python's str.isspace() for one code point.
+bool IsPySpace(char32_t cp);
+// Python str.strip()/lstrip()/rstrip() without arguments (Unicode whitespace) or with a set of
+// characters to strip (`chars`, UTF-8).
+std::string PyStrip(std::string_view s, bool left, bool right, const std::string* chars);
+
+// Simple case mapping: ASCII, Latin-1, Greek and Cyrillic (enough for role names and prose).
+char32_t ToUpper(char32_t cp);
+char32_t ToLower(char32_t cp);
+bool IsAlpha(char32_t cp);
+std::string UpperUtf8(std::string_view s);
+std::string LowerUtf8(std::string_view s);
+
+}  // namespace loom::jinja

@@ -1,0 +1,147 @@
+// Jinja value: the dynamic type the chat-template interpreter computes with, with Python semantics.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/status.h"
+
+namespace loom::jinja {
+
+class Value;
+class Interpreter;
+
+enum class ValueKind {
+  kUndefined,  // a missing variable / key / attribute (jinja2's default `Undefined`)
+  kNone,
+  kBool,
+  kInt,
+  kFloat,
+  kString,
+  kList,       // Python list, or tuple when `is_tuple()`
+  kDict,       // insertion-ordered, string keys (what JSON and templates use)
+  kNamespace,  // jinja2 `namespace(...)`: the one mutable object a template can change
+  kFunction,   // macros, globals, bound methods, loop.cycle
+};
+
+// Positional and keyword arguments of a call, already evaluated.
+struct CallArgs {
+  std::vector<Value> positional;
+  std::vector<std::pair<std::string, Value>> keyword;
+};
+
+// Something a template can call. Not thread-safe; lives as long as the values that hold it.
+class Callable {
+ public:
+  virtual ~Callable() = default;
+  virtual StatusOr<Value> Call(Interpreter& interp, CallArgs& args) = 0;
+  // What repr() shows, e.g. "<function raise_exception>".
+  virtual std::string Describe() const = 0;
+};
+
+using List = std::vector<Value>;
+
+// Insertion-ordered string-keyed map (Python dict order is insertion order, and tojson keeps it).
+class Dict {
+ public:
+  const Value* Find(const std::string& key) const;
+  Value* Find(const std::string& key);
+  void Set(const std::string& key, Value value);
+  const std::vector<std::pair<std::string, Value>>& items() const { return items_; }
+  size_t size() const { return items_.size(); }
+
+ private:
+  std::vector<std::pair<std::string, Value>> items_;
+};
+
+// A value. Copies share lists, dicts and namespaces (like Python references); strings are copied.
+// Not thread-safe.
+class Value {
+ public:
+  Value() = default;  // undefined
+  static Value Undefined(std::string hint);
+  static Value None();
+  static Value Bool(bool b);
+  static Value Int(int64_t i);
+  static Value Float(double f);
+  static Value String(std::string s);
+  static Value MakeList(List items);
+  static Value MakeTuple(List items);
+  static Value MakeDict(Dict dict);
+  static Value MakeNamespace(Dict attrs);
+  static Value Function(std::shared_ptr<Callable> fn);
+  // JSON → value (objects keep their key order).
+  static Value FromJson(const nlohmann::ordered_json& j);
+
+  ValueKind kind() const { return kind_; }
+  bool is_undefined() const { return kind_ == ValueKind::kUndefined; }
+  bool is_none() const { return kind_ == ValueKind::kNone; }
+  bool is_bool() const { return kind_ == ValueKind::kBool; }
+  bool is_int() const { return kind_ == ValueKind::kInt; }
+  bool is_float() const { return kind_ == ValueKind::kFloat; }
+  // int, float or bool (Python's bool is an int).
+  bool is_number() const { return is_int() || is_float() || is_bool(); }
+  bool is_string() const { return kind_ == ValueKind::kString; }
+  bool is_list() const { return kind_ == ValueKind::kList; }
+  bool is_tuple() const { return kind_ == ValueKind::kList && is_tuple_; }
+  bool is_dict() const { return kind_ == ValueKind::kDict; }
+  bool is_namespace() const { return kind_ == ValueKind::kNamespace; }
+  bool is_function() const { return kind_ == ValueKind::kFunction; }
+
+  bool as_bool() const { return b_; }
+  int64_t as_int() const { return is_bool() ? (b_ ? 1 : 0) : i_; }
+  double as_double() const { return is_float() ? f_ : static_cast<double>(as_int()); }
+  const std::string& str() const { return s_; }
+  // Undefined: why it is undefined ("'foo' is undefined"); used in error messages.
+  const std::string& undefined_hint() const { return s_; }
+  const List& list() const { return *list_; }
+  const Dict& dict() const { return *dict_; }
+  Dict& mutable_dict() const { return *dict_; }  // namespaces only
+  const std::shared_ptr<Callable>& function() const { return fn_; }
+
+  // Container nesting: 0 for scalars, 1 + the deepest element for lists and dicts.
+  int depth() const { return depth_; }
+
+  // Python truthiness.
+  bool Truthy() const;
+  // Python `type(x).__name__`, for error messages ("str", "int", "dict", "Undefined").
+  std::string TypeName() const;
+  // Python str(x): what `{{ x }}` prints. Undefined prints as "".
+  std::string ToString() const;
+  // Python repr(x): how x prints inside a list or dict.
+  std::string Repr() const { return Repr(0); }
+  // Python `==` (1 == 1.0 == True; containers element-wise; undefined == undefined).
+  bool Equals(const Value& other) const;
+  // Python `<`; an error for unorderable types, named like Python's TypeError.
+  StatusOr<bool> Less(const Value& other) const;
+  // json.dumps(x, ensure_ascii=False, indent, separators, sort_keys) as transformers' tojson does.
+  // indent < 0 means None.
+  StatusOr<std::string> ToJson(int indent, const std::string& item_sep, const std::string& key_sep,
+                               bool sort_keys) const;
+
+ private:
+  std::string Repr(int depth) const;
+
+  ValueKind kind_ = ValueKind::kUndefined;
+  int depth_ = 0;
+  bool b_ = false;
+  bool is_tuple_ = false;
+  int64_t i_ = 0;
+  double f_ = 0;
+  std::string s_;
+  std::shared_ptr<List> list_;
+  std::shared_ptr<Dict> dict_;
+  std::shared_ptr<Callable> fn_;
+};
+
+// Python float repr ("1.0", "0.1", "1e-05", "1e+20", "inf", "nan").
+std::string FloatRepr(double f);
+// Python repr of a string ('abc', "it's", with \n \t \\ escapes).
+std::string StringRepr(const std::string& s);
+
+}  // namespace loom::jinja

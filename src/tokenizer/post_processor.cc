@@ -1,0 +1,127 @@
+// Post-processors: the single-sequence form of each HF tokenizers processor (ids only; offsets,
+// type ids and pairs are not needed by loom).
+#include "tokenizer/post_processor.h"
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace loom::tokenizer {
+
+namespace {
+
+using nlohmann::json;
+
+// One template: -1 stands for the sequence, any other value is a token id.
+class TemplatePostProcessor final : public PostProcessor {
+ public:
+  explicit TemplatePostProcessor(std::vector<std::vector<int32_t>> items)
+      : items_(std::move(items)) {}
+  void AddSpecialTokens(std::vector<int32_t>* ids) const override {
+    std::vector<int32_t> out;
+    out.reserve(ids->size() + 8);
+    for (const auto& item : items_) {
+      if (item.empty()) {
+        out.insert(out.end(), ids->begin(), ids->end());
+      } else {
+        out.insert(out.end(), item.begin(), item.end());
+      }
+    }
+    *ids = std::move(out);
+  }
+
+ private:
+  std::vector<std::vector<int32_t>> items_;  // empty = the sequence
+};
+
+// ByteLevel only trims offsets; ids are unchanged.
+class NoOpPostProcessor final : public PostProcessor {
+ public:
+  void AddSpecialTokens(std::vector<int32_t>*) const override {}
+};
+
+class SequencePostProcessor final : public PostProcessor {
+ public:
+  explicit SequencePostProcessor(std::vector<std::unique_ptr<PostProcessor>> parts)
+      : parts_(std::move(parts)) {}
+  void AddSpecialTokens(std::vector<int32_t>* ids) const override {
+    for (const auto& p : parts_) p->AddSpecialTokens(ids);
+  }
+
+ private:
+  std::vector<std::unique_ptr<PostProcessor>> parts_;
+};
+
+StatusOr<int32_t> TokenPairId(const json& j, const char* key, const std::string& where) {
+  if (!j.contains(key) || !j[key].is_array() || j[key].size() != 2 ||
+      !j[key][1].is_number_integer()) {
+    return InvalidArgument(where + ": \"" + key + "\" must be [token, id]");
+  }
+  return j[key][1].get<int32_t>();
+}
+
+StatusOr<std::unique_ptr<PostProcessor>> ParseTemplate(const json& j) {
+  const std::string where = "post_processor TemplateProcessing";
+  if (!j.contains("single") || !j["single"].is_array()) {
+    return InvalidArgument(where + ": missing array \"single\"");
+  }
+  const json specials = j.value("special_tokens", json::object());
+  std::vector<std::vector<int32_t>> items;
+  for (const auto& piece : j["single"]) {
+    if (piece.contains("Sequence")) {
+      items.emplace_back();
+    } else if (piece.contains("SpecialToken") && piece["SpecialToken"].contains("id")) {
+      const std::string name = piece["SpecialToken"]["id"].get<std::string>();
+      if (!specials.contains(name) || !specials[name].contains("ids") ||
+          !specials[name]["ids"].is_array() || specials[name]["ids"].empty()) {
+        return InvalidArgument(where + ": special token '" + name +
+                               "' has no entry in \"special_tokens\"");
+      }
+      items.push_back(specials[name]["ids"].get<std::vector<int32_t>>());
+    } else {
+      return InvalidArgument(where + ": unknown template piece " + piece.dump());
+    }
+  }
+  return std::unique_ptr<PostProcessor>(new TemplatePostProcessor(std::move(items)));
+}
+
+}  // namespace
+
+std::unique_ptr<PostProcessor> MakeBosEosPostProcessor(int32_t bos_id, int32_t eos_id) {
+  std::vector<std::vector<int32_t>> items;
+  if (bos_id >= 0) items.push_back({bos_id});
+  items.emplace_back();
+  if (eos_id >= 0) items.push_back({eos_id});
+  return std::unique_ptr<PostProcessor>(new TemplatePostProcessor(std::move(items)));
+}
+
+StatusOr<std::unique_ptr<PostProcessor>> ParsePostProcessor(const json& j) {
+  if (j.is_null()) return std::unique_ptr<PostProcessor>();
+  if (!j.is_object() || !j.contains("type") || !j["type"].is_string()) {
+    return InvalidArgument("post_processor: expected an object with a \"type\", got " + j.dump());
+  }
+  const std::string type = j["type"].get<std::string>();
+  if (type == "TemplateProcessing") return ParseTemplate(j);
+  if (type == "ByteLevel") return std::unique_ptr<PostProcessor>(new NoOpPostProcessor());
+  if (type == "RobertaProcessing" || type == "BertProcessing") {
+    const std::string where = "post_processor " + type;
+    ASSIGN_OR_RETURN(int32_t cls, TokenPairId(j, "cls", where));
+    ASSIGN_OR_RETURN(int32_t sep, TokenPairId(j, "sep", where));
+    return MakeBosEosPostProcessor(cls, sep);
+  }
+  if (type == "Sequence") {
+    if (!j.contains("processors") || !j["processors"].is_array()) {
+      return InvalidArgument("post_processor Sequence: missing array \"processors\"");
+    }
+    std::vector<std::unique_ptr<PostProcessor>> parts;
+    for (const auto& item : j["processors"]) {
+      ASSIGN_OR_RETURN(auto part, ParsePostProcessor(item));
+      if (part) parts.push_back(std::move(part));
+    }
+    return std::unique_ptr<PostProcessor>(new SequencePostProcessor(std::move(parts)));
+  }
+  return InvalidArgument("post_processor type '" + type +
+                         "' is not supported by loom (supported: TemplateProcessing, ByteLevel, "
+                         "RobertaProcessing, BertProcessing, Sequence)");
+}
+
+}  // namespace loom::tokenizer

@@ -1,0 +1,211 @@
+// PCRE2 wrapper: Oniguruma-compatible \s, JIT matching, find-all with empty-match handling.
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include "tokenizer/regex.h"
+
+#include <pcre2.h>
+
+#include "tokenizer/unicode.h"
+
+namespace loom::tokenizer {
+
+namespace {
+
+// White_Space, as Oniguruma's \s matches it in Unicode mode.
+constexpr const char* kWhiteSpaceItems =
+    "\\t\\n\\x{0B}\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}"
+    "\\x{205F}\\x{3000}";
+
+std::string RewriteWhitespaceClasses(std::string_view p) {
+  std::string out;
+  bool in_class = false;
+  for (size_t i = 0; i < p.size(); ++i) {
+    const char c = p[i];
+    if (c == '\\' && i + 1 < p.size()) {
+      const char n = p[i + 1];
+      if (n == 's') {
+        out += in_class ? std::string(kWhiteSpaceItems) : "[" + std::string(kWhiteSpaceItems) + "]";
+      } else if (n == 'S' && !in_class) {
+        out += "[^" + std::string(kWhiteSpaceItems) + "]";
+      } else {
+        out += c;
+        out += n;
+      }
+      ++i;
+      continue;
+    }
+    if (c == '[' && !in_class) {
+      in_class = true;
+      out += c;
+      // A ']' right after '[' or '[^' is a literal.
+      if (i + 1 < p.size() && p[i + 1] == '^') out += p[++i];
+      if (i + 1 < p.size() && p[i + 1] == ']') out += p[++i];
+      continue;
+    }
+    if (c == ']' && in_class) in_class = false;
+    out += c;
+  }
+  return out;
+}
+
+std::string EscapeLiteral(std::string_view s) {
+  std::string out = "\\Q";
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s.compare(i, 2, "\\E") == 0) {
+      out += "\\E\\\\E\\Q";
+      ++i;
+    } else {
+      out += s[i];
+    }
+  }
+  return out + "\\E";
+}
+
+struct JitStack {
+  pcre2_jit_stack* stack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, nullptr);
+  pcre2_match_context* context = pcre2_match_context_create(nullptr);
+  JitStack() { pcre2_jit_stack_assign(context, nullptr, stack); }
+  ~JitStack() {
+    pcre2_match_context_free(context);
+    pcre2_jit_stack_free(stack);
+  }
+};
+
+pcre2_match_context* ThreadMatchContext() {
+  thread_local JitStack jit;
+  return jit.context;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Regex>> Regex::Compile(std::string_view pattern) {
+  const std::string rewritten = RewriteWhitespaceClasses(pattern);
+  int error = 0;
+  PCRE2_SIZE offset = 0;
+  pcre2_code* code =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(rewritten.data()), rewritten.size(),
+                    PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr);
+  if (code == nullptr) {
+    PCRE2_UCHAR message[256];
+    pcre2_get_error_message(error, message, sizeof(message));
+    return InvalidArgument("regex '" + std::string(pattern) + "' does not compile at offset " +
+                           std::to_string(offset) + ": " + reinterpret_cast<char*>(message));
+  }
+  pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // falls back to the interpreter if unavailable
+  std::unique_ptr<Regex> re(new Regex());
+  re->pattern_ = std::string(pattern);
+  re->code_ = code;
+  return re;
+}
+
+StatusOr<std::unique_ptr<Regex>> Regex::Literal(std::string_view literal) {
+  ASSIGN_OR_RETURN(auto re, Compile(EscapeLiteral(literal)));
+  re->pattern_ = std::string(literal);
+  return re;
+}
+
+Regex::~Regex() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
+
+void Regex::FindAll(std::string_view s, std::vector<std::pair<size_t, size_t>>* out) const {
+  auto* code = static_cast<pcre2_code*>(code_);
+  pcre2_match_data* md = pcre2_match_data_create_from_pattern(code, nullptr);
+  pcre2_match_context* ctx = ThreadMatchContext();
+  size_t start = 0;
+  size_t last_match_end = static_cast<size_t>(-1);
+  while (start <= s.size()) {
+    const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), start,
+                               PCRE2_NO_UTF_CHECK, md, ctx);
+    if (rc < 0) break;
+    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+    const size_t b = ov[0], e = ov[1];
+    if (b == e && last_match_end == e) {
+      // No empty match right after the previous match: step one character.
+      if (start >= s.size()) break;
+      start += Utf8Length(static_cast<uint8_t>(s[start]));
+      continue;
+    }
+    out->emplace_back(b, e);
+    last_match_end = e;
+    if (b == e) {
+      if (e >= s.size()) break;
+      start = e + Utf8Length(static_cast<uint8_t>(s[e]));
+    } else {
+      start = e;
+    }
+  }
+  pcre2_match_data_free(md);
+}
+
+std::string Regex::ReplaceAll(std::string_view s, std::string_view content) const {
+  std::vector<std::pair<size_t, size_t>> matches;
+  FindAll(s, &matches);
+  if (matches.empty()) return std::string(s);
+  std::string out;
+  out.reserve(s.size());
+  size_t prev = 0;
+  for (const auto& [b, e] : matches) {
+    out.append(s.substr(prev, b - prev));
+    out.append(content);
+    prev = e;
+  }
+  out.append(s.substr(prev));
+  return out;
+}
+
+}  // namespace loom::tokenizer
+
+#include <nlohmann/json.hpp>
+
+namespace loom::tokenizer {
+
+StatusOr<Pattern> Pattern::FromJson(const nlohmann::json& j, const std::string& where) {
+  if (!j.is_object()) return InvalidArgument(where + ": pattern must be an object");
+  if (j.contains("String") && j["String"].is_string()) {
+    return FromLiteral(j["String"].get<std::string>());
+  }
+  if (j.contains("Regex") && j["Regex"].is_string()) {
+    ASSIGN_OR_RETURN(auto re, Regex::Compile(j["Regex"].get<std::string>()));
+    Pattern p;
+    p.regex_ = std::move(re);
+    return p;
+  }
+  return InvalidArgument(where + ": pattern must be {\"String\": ...} or {\"Regex\": ...}, got " +
+                         j.dump());
+}
+
+StatusOr<Pattern> Pattern::FromLiteral(std::string literal) {
+  Pattern p;
+  p.literal_ = std::move(literal);
+  return p;
+}
+
+void Pattern::FindAll(std::string_view s, std::vector<std::pair<size_t, size_t>>* out) const {
+  if (regex_) {
+    regex_->FindAll(s, out);
+    return;
+  }
+  if (literal_.empty()) return;
+  size_t pos = 0;
+  while ((pos = s.find(literal_, pos)) != std::string_view::npos) {
+    out->emplace_back(pos, pos + literal_.size());
+    pos += literal_.size();
+  }
+}
+
+std::string Pattern::ReplaceAll(std::string_view s, std::string_view content) const {
+  if (regex_) return regex_->ReplaceAll(s, content);
+  std::vector<std::pair<size_t, size_t>> matches;
+  FindAll(s, &matches);
+  if (matches.empty()) return std::string(s);
+  std::string out;
+  out.reserve(s.size());
+  size_t prev = 0;
+  for (const auto& [b, e] : matches) {
+    out.append(s.substr(prev, b - prev));
+    out.append(content);
+    prev = e;
+  }
+  out.append(s.substr(prev));
+  return out;
+}
+
+}  // namespace loom::tokenizer
