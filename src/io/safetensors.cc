@@ -6,6 +6,7 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <cstring>
 #include <set>
 
 namespace loom {
@@ -254,22 +255,25 @@ StatusOr<Tensor> SafetensorsStore::Get(const std::string& name) const {
   return t;
 }
 
-Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
-                        const std::map<std::string, std::string>& metadata) {
+Status WriteSafetensorsStreaming(const std::string& path, const std::vector<TensorSpec>& specs,
+                                 const std::function<Status(size_t, void*)>& fill,
+                                 const std::map<std::string, std::string>& metadata) {
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
-  for (const auto& t : tensors) {
+  std::vector<uint64_t> sizes;
+  for (const auto& t : specs) {
     uint64_t n = DTypeSize(t.dtype);
     for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
     header[t.name] = {{"dtype", DTypeName(t.dtype)},
                       {"shape", t.shape},
                       {"data_offsets", {offset, offset + n}}};
     offset += n;
+    sizes.push_back(n);
   }
   std::string h = header.dump();
   while (h.size() % 8 != 0) h.push_back(' ');
-  std::string tmp = path + ".tmp";
+  const std::string tmp = path + ".tmp";
   std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
   if (!out) return InvalidArgument(path + ": cannot open for writing");
   uint64_t len = h.size();
@@ -277,10 +281,16 @@ Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite
   for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<char>((len >> (8 * i)) & 0xff);
   out.write(len_bytes, 8);
   out.write(h.data(), static_cast<std::streamsize>(h.size()));
-  for (const auto& t : tensors) {
-    uint64_t n = DTypeSize(t.dtype);
-    for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
-    out.write(static_cast<const char*>(t.data), static_cast<std::streamsize>(n));
+  std::vector<uint8_t> buf;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    buf.resize(sizes[i]);
+    Status st = fill(i, buf.data());
+    if (!st.ok()) {
+      out.close();
+      fs::remove(tmp);
+      return st;
+    }
+    out.write(reinterpret_cast<const char*>(buf.data()), static_cast<std::streamsize>(buf.size()));
   }
   out.close();
   if (!out) return Internal(path + ": write failed (disk full?)");
@@ -288,6 +298,21 @@ Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite
   fs::rename(tmp, path, ec);
   if (ec) return Internal(path + ": rename failed: " + ec.message());
   return OkStatus();
+}
+
+Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                        const std::map<std::string, std::string>& metadata) {
+  std::vector<TensorSpec> specs;
+  for (const auto& t : tensors) specs.push_back({t.name, t.dtype, t.shape});
+  return WriteSafetensorsStreaming(
+      path, specs,
+      [&](size_t i, void* dst) {
+        uint64_t n = DTypeSize(tensors[i].dtype);
+        for (int64_t d : tensors[i].shape) n *= static_cast<uint64_t>(d);
+        std::memcpy(dst, tensors[i].data, n);
+        return OkStatus();
+      },
+      metadata);
 }
 
 }  // namespace loom

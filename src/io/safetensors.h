@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -69,6 +70,17 @@ struct TensorToWrite {
   std::vector<int64_t> shape;
   const void* data;
 };
+
+// Writes a safetensors file one tensor at a time: `fill(i, dst)` produces tensor i's bytes
+// into a buffer of its size (so peak memory is one tensor, whatever the file size).
+struct TensorSpec {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+};
+Status WriteSafetensorsStreaming(const std::string& path, const std::vector<TensorSpec>& specs,
+                                 const std::function<Status(size_t, void*)>& fill,
+                                 const std::map<std::string, std::string>& metadata = {});
 
 // Writes a safetensors file (header padded to 8 bytes, tensors in the given order).
 Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,

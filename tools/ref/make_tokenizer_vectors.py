@@ -1,0 +1,177 @@
+# Writes tokenizer reference vectors (ids + decoded text) with the HF `tokenizers` library.
+"""Reference vectors for loom's tokenizer tests.
+
+For every tokenizer file under tests/fixtures/tokenizers/ this writes
+tests/fixtures/tokenizer_vectors/<name>.json with, for a corpus of hard strings:
+  ids            Tokenizer.from_file(f).encode(text, add_special_tokens=False).ids
+  ids_special    ... add_special_tokens=True
+  decoded        decode(ids_special, skip_special_tokens=False)
+  decoded_skip   decode(ids_special, skip_special_tokens=True)
+and, for seeded random id sequences, their decoded text (both skip settings).
+
+Truncation and padding stored in a tokenizer.json are switched off first, as transformers
+does when it loads a tokenizer (loom applies neither).
+
+It also builds tests/fixtures/tokenizers/Qwen2.5-0.5B-Instruct/tokenizer.json from the
+shared vocab.json + merges.txt + tokenizer_config.json with transformers (Qwen2Tokenizer),
+which is how the qwen2 llama.cpp vectors get a tokenizer to check against.
+
+Usage: python tools/ref/make_tokenizer_vectors.py [--copy]
+  --copy  first copy the tokenizer folders from ../shared/fixtures/tokenizers/
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+
+from tokenizers import Tokenizer
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+SHARED = os.path.abspath(os.path.join(ROOT, "..", "shared", "fixtures", "tokenizers"))
+FIXTURES = os.path.join(ROOT, "tests", "fixtures", "tokenizers")
+OUT = os.path.join(ROOT, "tests", "fixtures", "tokenizer_vectors")
+
+# Folders copied from the shared fixtures (every one that has a tokenizer.json, plus Qwen2.5 whose
+# tokenizer.json is built here).
+FOLDERS = [
+    "Llama-2-7b", "Mistral-7B-Instruct-v0.3", "Phi-3-mini-4k-instruct", "SmolLM-135M-Instruct",
+    "TinyLlama-1.1B-Chat-v1.0", "custom-bpe-bytelevel-nfkc-AIwithMann",
+    "custom-bpe-whitespace-Abhay557", "gpt2", "pythia-410m", "tiny-added-tokens-llama-style",
+    "tiny-swift-transformers-bpe", "torchtune-test-assets",
+]
+# Files not needed by the tests (the slow-tokenizer forms) are not copied.
+SKIP_FILES = {"tokenizer.model", "vocab.json", "merges.txt"}
+
+# Tokenizer files → vector names.
+# Copied but without vectors: files the HF library refuses to load (loom refuses them too; the
+# C++ tests check that). Llama-2-7b's "merges" hold entries such as "   " that are not two tokens
+# separated by one space; tiny-added-tokens-llama-style has "merges": {} (an object, not a list);
+# tiny-swift-transformers-bpe has added_tokens without their required flags (single_word, ...).
+REFUSED = {"Llama-2-7b", "tiny-added-tokens-llama-style", "tiny-swift-transformers-bpe"}
+TOKENIZERS = {f: f"{f}/tokenizer.json" for f in FOLDERS
+              if f != "torchtune-test-assets" and f not in REFUSED}
+TOKENIZERS["torchtune-test-assets"] = "torchtune-test-assets/tokenizer.json"
+TOKENIZERS["torchtune-tiny-bpe"] = "torchtune-test-assets/tiny_bpe_tokenizer.json"
+TOKENIZERS["torchtune-gemma-cropped"] = "torchtune-test-assets/tokenizer_gemma_cropped.json"
+TOKENIZERS["Qwen2.5-0.5B-Instruct"] = "Qwen2.5-0.5B-Instruct/tokenizer.json"
+
+CORPUS = [
+    "", " ", "  ", "   ", "\t", "\n", "\n\n", "\t\n", " \n \n ", "\r\n", "a", "Hello world",
+    " Hello world", "Hello world ", "  Hello   world  ", "hello\tworld\n", "Hello\n\n\nworld",
+    "Hello, world! How's it going? I'm fine, you'll see, we'd've... 'S 'T 'RE",
+    "The quick brown fox jumps over the lazy dog.",
+    "1234567890 12345678901234567890 3.14159 1,000,000 -42 +7 0x1F 1e-9",
+    "Numbers: 1 22 333 4444 55555 666666 7777777",
+    "Ünïcödé ñ çå ß Æ Œ ﬁ ﬀ ① ² ½ Ⅻ ｆｕｌｌｗｉｄｔｈ",
+    "e\u0301 a\u0300 o\u0308 n\u0303 (combining marks) \u1e9b\u0323 \u212b \u00c5",
+    "Zalgo: Z\u0351\u036b\u0343\u036a\u0302\u036b\u033d\u034f\u0334\u0319a\u0310l\u0357g\u0360o",
+    "日本語のテキストです。東京は大きい都市です。", "中文字符串，包括标点符号！", "한국어 텍스트 입니다",
+    "Русский текст с пробелами", "Ελληνικά κείμενα ΣΊΣΥΦΟΣ", "עברית ו العربية مع أرقام ١٢٣",
+    "हिन्दी पाठ और संख्या १२३", "ภาษาไทย ไม่มีช่องว่าง",
+    "emoji: 😀😃😄 👍🏽 👨‍👩‍👧‍👦 🇫🇷 ❤️ 🤖🚀", "🦙🦙 llama🦙", "\u200b\u200c\u200d zero widths \ufeff",
+    "tabs\t\tand\t\t\tspaces    mixed \t \t", "trailing spaces     ", "     leading spaces",
+    "line1\nline2\r\nline3\rline4\u2028line5\u2029", "nbsp\u00a0here and\u3000ideographic",
+    "code: def f(x):\n    return x**2  # comment\n\tif x: pass",
+    "<html><body class=\"a\">text &amp; more</body></html>",
+    "URL https://example.com/path?q=1&b=2#frag and email a.b@c.org",
+    "MixedCASE camelCase snake_case kebab-case SCREAMING_CASE",
+    "punctuation!!! ??? ... ,,, ;;; ::: --- ___ ((( ))) [[[ ]]] {{{ }}} @@@ ### $$$ %%% ^^^",
+    "İstanbul İ ı ǅ Σ ς σ ẞ",
+    "'s 're 've 'm 'll 'd 'S 'RE 'VE 'M 'LL 'D",
+    "a" * 200, "ab " * 80, "9" * 120, "😀" * 30,
+    "\u0000 null \u0001 controls \u007f \u0085",
+    "ﬀ ﬁ ﬂ ﬃ ﬄ ℌ ℍ ㌀ ㍻ ™ ℡ ㈱",
+    "Ok. \u2581 already metaspace \u2581\u2581 and ▁x",
+    "<0x41> <unk> literal byte token text",
+]
+
+
+def special_strings(tok):
+    """Strings that write the tokenizer's added tokens in text, in hard positions."""
+    added = list(tok.get_added_tokens_decoder().values())
+    random.Random(0).shuffle(added)
+    out = []
+    for t in added[:6]:
+        c = t.content
+        out += [c, f"Hello{c}world", f" {c} x ", f"{c}{c}", f"a {c}\n{c}b", f"{c[:-1]}"]
+    if len(added) >= 2:
+        out.append(f"{added[0].content} text {added[1].content} more")
+    return out
+
+
+def build_qwen():
+    from transformers import AutoTokenizer
+    src = os.path.join(SHARED, "Qwen2.5-0.5B-Instruct")
+    dst = os.path.join(FIXTURES, "Qwen2.5-0.5B-Instruct")
+    os.makedirs(dst, exist_ok=True)
+    t = AutoTokenizer.from_pretrained(src)
+    t.backend_tokenizer.save(os.path.join(dst, "tokenizer.json"), pretty=False)
+    for f in ("tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(os.path.join(src, f), os.path.join(dst, f))
+
+
+def copy_folders():
+    for f in FOLDERS:
+        src = os.path.join(SHARED, f)
+        dst = os.path.join(FIXTURES, f)
+        os.makedirs(dst, exist_ok=True)
+        for name in sorted(os.listdir(src)):
+            if name in SKIP_FILES:
+                continue
+            shutil.copy(os.path.join(src, name), os.path.join(dst, name))
+            os.chmod(os.path.join(dst, name), 0o644)
+    build_qwen()
+
+
+def vectors(name, rel):
+    tok = Tokenizer.from_file(os.path.join(FIXTURES, rel))
+    tok.no_truncation()
+    tok.no_padding()
+    cases = []
+    for text in CORPUS + special_strings(tok):
+        enc = tok.encode(text, add_special_tokens=False).ids
+        enc_sp = tok.encode(text, add_special_tokens=True).ids
+        cases.append({
+            "text": text, "ids": enc, "ids_special": enc_sp,
+            "decoded": tok.decode(enc_sp, skip_special_tokens=False),
+            "decoded_skip": tok.decode(enc_sp, skip_special_tokens=True),
+        })
+    rng = random.Random(1234)
+    vocab = tok.get_vocab_size(with_added_tokens=True)
+    special_ids = sorted(tok.get_added_tokens_decoder().keys())
+    randoms = []
+    for n in range(40):
+        ids = [rng.randrange(vocab) for _ in range(rng.randrange(1, 24))]
+        if special_ids and n % 4 == 0:
+            ids.insert(rng.randrange(len(ids) + 1), rng.choice(special_ids))
+        randoms.append({
+            "ids": ids, "decoded": tok.decode(ids, skip_special_tokens=False),
+            "decoded_skip": tok.decode(ids, skip_special_tokens=True),
+        })
+    out = {"tokenizer": rel, "cases": cases, "random_decode": randoms}
+    with open(os.path.join(OUT, f"{name}.json"), "w", encoding="utf-8") as fh:
+        json.dump(out, fh, ensure_ascii=False, indent=0)
+        fh.write("\n")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--copy", action="store_true")
+    args = p.parse_args()
+    if args.copy:
+        copy_folders()
+    os.makedirs(OUT, exist_ok=True)
+    for name in sorted(REFUSED):
+        try:
+            Tokenizer.from_file(os.path.join(FIXTURES, name, "tokenizer.json"))
+            raise SystemExit(f"{name}: expected the HF library to refuse it")
+        except Exception as e:  # the library raises a plain Exception
+            print("refused as expected:", name, "-", e)
+    for name, rel in sorted(TOKENIZERS.items()):
+        vectors(name, rel)
+        print("wrote", name)
+
+
+if __name__ == "__main__":
+    main()
