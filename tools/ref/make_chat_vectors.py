@@ -109,6 +109,16 @@ CONVERSATIONS = {
          "content": "{\"temperature\": 21.5, \"sky\": \"sunny\"}"},
         {"role": "user", "content": "Thanks!"},
     ],
+    "tools_available": [
+        {"role": "user", "content": "Search for loom inference servers."},
+    ],
+    "tool_call_string_arguments": [
+        {"role": "user", "content": "Search for jinja."},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_9z8y7x6w5", "type": "function",
+             "function": {"name": "search", "arguments": "{\"query\": \"jinja\", \"limit\": 3}"}}]},
+        {"role": "tool", "tool_call_id": "call_9z8y7x6w5", "content": "[\"jinja.palletsprojects.com\"]"},
+    ],
     "reasoning": [
         {"role": "user", "content": "What is 3*4?"},
         {"role": "assistant", "content": "12", "reasoning_content": "3 times 4 is 12."},
@@ -207,8 +217,109 @@ def render(template, messages, tools, agp, bos, eos):
         return {"error": {"type": type(e).__name__, "message": str(e), "raised": False}}
 
 
+# Targeted constructs for tests/unit/jinja_interpreter_test.cc: (name, template, context).
+SNIPPETS = [
+    ("text_only", "hello\n", {}),
+    ("if_elif_else", "{% for x in [1, 2, 3] %}{% if x == 1 %}one{% elif x == 2 %}two{% else %}many{% endif %},{% endfor %}", {}),
+    ("for_loop_vars", "{% for x in 'abc' %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}{{ loop.revindex0 }}{{ loop.first }}{{ loop.last }}{{ loop.length }}|{% endfor %}", {}),
+    ("for_prev_next_cycle", "{% for x in [1, 2, 3] %}{{ loop.previtem }}<{{ x }}>{{ loop.nextitem }} {{ loop.cycle('a', 'b') }};{% endfor %}", {}),
+    ("for_else", "{% for x in [] %}x{% else %}empty{% endfor %}", {}),
+    ("for_filter_if", "{% for x in range(10) if x is odd %}{{ x }}{{ '.' if not loop.last }}{% endfor %} {{ loop }}", {}),
+    ("for_unpack_items", "{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}{% for k, v in d | items %}{{ k }}{% endfor %}", {"d": {"b": 1, "a": [1, 2]}}),
+    ("for_dict_keys", "{% for k in d %}{{ k }}{% endfor %}", {"d": {"z": 1, "y": 2}}),
+    ("for_scope", "{% set x = 1 %}{% for i in range(3) %}{% set x = x + i %}{{ x }}{% endfor %}{{ x }}", {}),
+    ("break_continue", "{% for i in range(10) %}{% if i == 2 %}{% continue %}{% endif %}{% if i == 5 %}{% break %}{% endif %}{{ i }}{% endfor %}", {}),
+    ("set_tuple_and_block", "{% set a, b = 1, 'two' %}{{ a }}{{ b }}{% set blk %}  inner {{ a }}  {% endset %}[{{ blk }}]{% set t | trim | upper %} x {% endset %}[{{ t }}]", {}),
+    ("namespace", "{% set ns = namespace(found=false, n=0) %}{% for i in range(4) %}{% set ns.n = ns.n + i %}{% if i == 2 %}{% set ns.found = true %}{% endif %}{% endfor %}{{ ns.found }} {{ ns.n }}", {}),
+    ("macro_defaults", "{% macro greet(name, punct='!', twice=false) %}Hi {{ name }}{{ punct }}{% if twice %}{{ greet(name, punct) }}{% endif %}{% endmacro %}{{ greet('Ann') }} {{ greet('Bo', '?') }} {{ greet(name='Cy', twice=true) }} {{ greet() }}|", {}),
+    ("raw_block", "{% raw %}{{ not evaluated }} {% if %}{% endraw %}done", {}),
+    ("comments", "a{# a comment #}b\n  {# own line #}\nc{#- trims -#}  d", {}),
+    ("whitespace_control", "x  {{- ' y ' -}}  z\n{%- if true -%}\n  w\n{%- endif %}\n", {}),
+    ("trim_lstrip_blocks", "<ul>\n    {% for i in [1, 2] %}\n    <li>{{ i }}</li>\n    {% endfor %}\n</ul>\n  {%+ if true %}kept{% endif %}\n{% if true +%}\nnl\n{% endif %}", {}),
+    ("arithmetic", "{{ 1 + 2 * 3 }} {{ (1 + 2) * 3 }} {{ 7 / 2 }} {{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 2 ** 10 }} {{ 1.5 + 1 }} {{ 10 / 4 * 2 }} {{ -3 }} {{ 0.1 + 0.2 }} {{ 1e-5 }} {{ 1e20 }} {{ 3.0 }}", {}),
+    ("concat_tilde", "{{ 'a' ~ 1 ~ none ~ true ~ undefined_var ~ [1] }}", {}),
+    ("comparisons", "{{ 1 < 2 }} {{ 2 <= 2 }} {{ 'a' < 'b' }} {{ 1 == 1.0 }} {{ true == 1 }} {{ 'a' != 'a' }} {{ 1 < 2 < 3 }} {{ [1, 2] == [1, 2] }} {{ none == none }}", {}),
+    ("in_not_in", "{{ 'b' in 'abc' }} {{ 2 in [1, 2] }} {{ 'k' in {'k': 1} }} {{ 'x' not in 'abc' }} {{ 3 not in [1] }}", {}),
+    ("logic", "{{ true and 'x' }} {{ false or 'y' }} {{ not none }} {{ 0 or '' or 'z' }} {{ [] and 1 }}", {}),
+    ("cond_expr", "{{ 'yes' if 1 else 'no' }} {{ 'yes' if 0 else 'no' }} [{{ 'only' if false }}]", {}),
+    ("subscript_slice", "{{ s[0] }}{{ s[-1] }} {{ s[1:3] }} {{ s[::-1] }} {{ s[::2] }} {{ l[1:] }} {{ l[:-1] }} {{ l[-2:] }} {{ l[5:] }} {{ l[10] }}|{{ s[-2::-2] }}", {"s": "héllo", "l": [1, 2, 3]}),
+    ("attr_and_item", "{{ d.a }} {{ d['a'] }} {{ d.b.c }} {{ d['b']['c'] }} [{{ d.missing }}] {{ d.get('a') }} {{ d.get('zz', 'dflt') }} {{ d.get('zz') }}", {"d": {"a": 1, "b": {"c": 2}}}),
+    ("literals", "{{ [1, 'a', none, true, 1.5] }} {{ {'k': 'v', 'n': [1]} }} {{ (1, 2) }} {{ (1,) }} {{ () }} {{ \"it's\" }} {{ 'say \"hi\"' }} {{ ['a\\nb'] }}", {}),
+    ("print_values", "{{ none }} {{ true }} {{ false }} {{ 12 }} {{ -0.5 }} {{ [none, false] }} {{ undefined_thing }}", {}),
+    ("string_methods", "{{ '  a b  '.strip() }}|{{ 'xxaxx'.strip('x') }}|{{ '  a'.lstrip() }}|{{ 'a  '.rstrip() }}|{{ 'abc'.startswith('ab') }}{{ 'abc'.endswith('bc') }}{{ 'abc'.startswith(('x', 'a')) }}|{{ 'a,b,,c'.split(',') }}{{ ' a  b '.split() }}{{ 'a-b-c'.split('-', 1) }}{{ 'a-b-c'.rsplit('-', 1) }}|{{ 'aXbX'.replace('X', '_') }}|{{ 'hello wORLD 1st'.title() }}|{{ 'Ab'.upper() }}{{ 'Ab'.lower() }}|{{ 'abc'.capitalize() }}|{{ '{}-{}'.format(1, 'x') }}{{ '{a}!'.format(a=2) }}|{{ ', '.join(['x', 'y']) }}|{{ 'abcb'.find('b') }}{{ 'abcb'.count('b') }}", {}),
+    ("dict_methods", "{{ d.items() | list }} {{ d.keys() | list }} {{ d.values() | list }} {{ d | length }}", {"d": {"x": 1, "y": 2}}),
+    ("filters_text", "{{ '  pad  ' | trim }}|{{ 'xhix' | trim('x') }}|{{ 'Hi' | upper }}{{ 'Hi' | lower }}|{{ 'hello WORLD' | capitalize }}|{{ 'hello-world foo(bar)' | title }}|{{ 'aaa' | replace('a', 'b', 2) }}|{{ 3 | string }}{{ none | string }}|{{ '<a&b>' | e }}|{{ 'x' | safe }}", {}),
+    ("filters_default", "{{ missing | default('d') }} {{ missing | d('d2') }} {{ '' | default('e', true) }} {{ 0 | default(5) }} {{ none | default('n') }}", {}),
+    ("filters_length", "{{ 'héllo' | length }} {{ [1, 2] | count }} {{ {'a': 1} | length }} {{ missing | length }}", {}),
+    ("filters_join_list", "{{ [1, 2, 3] | join(', ') }} {{ 'abc' | list }} {{ users | join('/', attribute='name') }} {{ [1, 2] | first }}{{ [1, 2] | last }}", {"users": [{"name": "a"}, {"name": "b"}]}),
+    ("filters_select", "{{ msgs | selectattr('role', 'equalto', 'user') | map(attribute='content') | list }} {{ msgs | rejectattr('role', 'eq', 'user') | list | length }} {{ [1, 2, 3, 4] | select('even') | list }} {{ [1, 2, 3] | reject('odd') | list }} {{ msgs | selectattr('tool') | list }} {{ ['a', 'B'] | map('upper') | list }}", {"msgs": [{"role": "user", "content": "u1"}, {"role": "assistant", "content": "a1", "tool": 1}, {"role": "user", "content": "u2"}]}),
+    ("filters_numbers", "{{ '42' | int }} {{ '4.7' | int }} {{ 'x' | int }} {{ 'x' | int(7) }} {{ 3.9 | int }} {{ '2.5' | float }} {{ -3 | abs }} {{ 2.5 | round }} {{ 3.14159 | round(2) }} {{ 2.1 | round(0, 'ceil') }} {{ 7 | round }}", {}),
+    ("filters_tojson", "{{ v | tojson }}\n{{ v | tojson(indent=2) }}\n{{ v | tojson(sort_keys=true) }}\n{{ 'é' | tojson(ensure_ascii=true) }}{{ v | tojson(separators=(',', ':')) }}{{ [] | tojson(indent=2) }}{{ 1.0 | tojson }}", {"v": {"b": [1, 2.5, "é\n\"q\" <tag>"], "a": None, "t": True, "e": {}}}),
+    ("filters_indent", "{{ 'a\nb\n\nc' | indent(2) }}|{{ 'a\nb' | indent(4, first=true) }}|{{ 'a\n\nb' | indent('> ', blank=true) }}", {}),
+    ("filters_sort_unique", "{{ [3, 1, 2] | sort }} {{ ['b', 'A', 'c'] | sort }} {{ [3, 1, 2] | sort(reverse=true) }} {{ users | sort(attribute='age') | map(attribute='name') | join }} {{ ['a', 'A', 'b', 'a'] | unique | list }} {{ [1, 2, 3] | reverse | list }} {{ 'abc' | reverse }} {{ d | dictsort }} {{ [1, 2, 3, 4, 5] | batch(2) | list }}", {"users": [{"name": "x", "age": 30}, {"name": "y", "age": 20}], "d": {"b": 1, "a": 2}}),
+    ("filters_min_max_sum", "{{ [3, 1, 2] | min }} {{ [3, 1, 2] | max }} {{ [1, 2.5] | sum }}", {}),
+    ("tests", "{{ x is defined }}{{ y is defined }}{{ y is undefined }}{{ n is none }}{{ 'a' is string }}{{ 1 is number }}{{ 1.5 is number }}{{ 1 is integer }}{{ 1.5 is float }}{{ true is boolean }}{{ true is true }}{{ false is false }}{{ {} is mapping }}{{ [] is iterable }}{{ 'a' is sequence }}{{ 3 is odd }}{{ 4 is even }}{{ 9 is divisibleby 3 }}{{ 9 is divisibleby(4) }}{{ 'a' is equalto 'a' }}{{ 1 is eq 2 }}{{ 2 is in [1, 2] }}{{ x is not none }}{{ range is callable }}{{ 'abc' is lower }}{{ 2 is gt 1 }}", {"x": 1, "n": None}),
+    ("undefined_semantics", "[{{ nope }}][{{ nope | trim }}][{% for a in nope %}x{% endfor %}][{{ nope is none }}][{{ 'a' in nope }}][{{ nope == nope2 }}][{{ nope | length }}][{% if nope %}t{% else %}f{% endif %}][{{ d.missing_key is defined }}]", {"d": {}}),
+    ("none_attribute_is_undefined", "[{{ n.attr }}][{{ n['k'] }}][{{ n.attr is defined }}]", {"n": None}),
+    ("strftime_now", "{{ strftime_now('%d %b %Y') }} {{ strftime_now('%Y-%m-%d %H:%M') }} {{ strftime_now('%A %B %j') }}", {}),
+    ("range_forms", "{{ range(3) | list }} {{ range(1, 7, 2) | list }} {{ range(5, 0, -2) | list }} {{ range(0) | list }}", {}),
+    ("dict_global", "{{ dict(a=1, b='x') }} {{ dict(a=1).a }}", {}),
+    ("nested_macro_loop", "{%- macro render(items) -%}{%- for i in items -%}{{ i.name }}{% if i.children %}({{ render(i.children) }}){% endif %}{{ ',' if not loop.last }}{%- endfor -%}{%- endmacro -%}{{ render(tree) }}", {"tree": [{"name": "a", "children": [{"name": "b"}, {"name": "c", "children": [{"name": "d"}]}]}, {"name": "e"}]}),
+    ("markup_safe_concat", "{{ '<b>' | safe + '<i>' }} {{ 'a&' + ('<x>' | safe) }} {{ ('x' | safe) ~ '<' }} {{ '<' | e + '>' | e }} {{ (' <p> ' | safe) | trim + '&' }}", {}),
+    ("filter_block", "{% filter upper %}hello {{ 'x' }}{% endfilter %}", {}),
+    ("generation_block", "{% for m in messages %}{% generation %}{{ m }}{% endgeneration %}{% endfor %}", {"messages": ["a", "b"]}),
+    ("string_escapes", "{{ 'tab\\there' }}|{{ \"uni\\u00e9\" }}|{{ 'nl\\n' }}|{{ 'q\\'s' }}", {}),
+    ("multiline_tag", "{%\n  set x = [\n    1,\n    2\n  ]\n%}\n{{ x\n  | length }}", {}),
+    ("crlf_and_trailing_newline", "a\r\nb\r\n{% if true %}\r\nc\r\n{% endif %}\r\n", {}),
+    ("generator_values", "{{ (['a'] | map('upper')) is iterable }} {{ [] | select | list }} {% if [] | select %}gen-truthy{% endif %}", {}),
+    ("int_float_edge", "{{ 10 / 5 }} {{ 2 ** -1 }} {{ 1e16 }} {{ 123456789.0 }} {{ 0.0001 }} {{ 1 / 3 }} {{ -0.0 }}", {}),
+]
+
+# Snippets jinja2 rejects; loom must reject them too (the C++ test checks loom's own message).
+ERROR_SNIPPETS = [
+    ("unknown_filter", "line\n{{ x | no_such_filter }}", {}),
+    ("unknown_test", "{% if x is no_such_test %}{% endif %}", {}),
+    ("unknown_tag", "{% frobnicate %}", {}),
+    ("unclosed_if", "{% if true %}never closed", {}),
+    ("unclosed_string", "{{ 'abc }}", {}),
+    ("raise_exception", "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}", {}),
+    ("undefined_attribute_chain", "{{ nope.attr }}", {}),
+    ("call_undefined", "{{ nope() }}", {}),
+    ("add_str_int", "{{ 'a' + 1 }}", {}),
+    ("iterate_none", "{% for x in n %}{% endfor %}", {"n": None}),
+    ("tojson_undefined", "{{ nope | tojson }}", {}),
+    ("list_append_unsafe", "{% set l = [] %}{{ l.append(1) }}", {}),
+    ("namespace_underscore", "{% set ns = namespace() %}{% set ns._x = 1 %}", {}),
+    ("range_too_big", "{{ range(1000000) | length }}", {}),
+    ("division_by_zero", "{{ 1 / 0 }}", {}),
+    ("compare_int_str", "{{ 1 < 'a' }}", {}),
+    ("include_tag", "{% include 'other.jinja' %}", {}),
+    ("break_outside_loop", "{% break %}", {}),
+]
+
+
+def render_snippets():
+    env = ctu._compile_jinja_template("{{ 1 }}").environment
+    ok, errors = [], []
+    for name, text, ctx in SNIPPETS:
+        out = env.from_string(text).render(**ctx)
+        ok.append({"name": name, "template": text, "context": ctx, "expected": out})
+    for name, text, ctx in ERROR_SNIPPETS:
+        try:
+            env.from_string(text).render(**ctx)
+            raise SystemExit(f"snippet {name} was expected to fail in jinja2")
+        except Exception as e:  # noqa: BLE001 - record whatever jinja2 raises
+            errors.append({"name": name, "template": text, "context": ctx,
+                           "jinja2_error": f"{type(e).__name__}: {e}"})
+    doc = {"generator": "tools/ref/make_chat_vectors.py", "jinja2": jinja2.__version__,
+           "fixed_now": FIXED_NOW.isoformat(), "snippets": ok, "errors": errors}
+    (OUT / "snippets.json").write_text(json.dumps(doc, ensure_ascii=False, indent=1) + "\n",
+                                       encoding="utf-8")
+
+
 def main():
     OUT.mkdir(parents=True, exist_ok=True)
+    render_snippets()
     for old in OUT.glob("*.jinja"):
         old.unlink()
     templates = {}  # sha → {file, sources, bos, eos, text}
@@ -229,14 +340,14 @@ def main():
         uses_reasoning = "reasoning_content" in t["text"] or "thinking" in t["text"]
         uses_content_parts = any(k in t["text"] for k in ("is string", "'text'", '"text"', "image"))
         for conv, messages in CONVERSATIONS.items():
-            if conv == "tool_call" and not uses_tools:
+            if conv.startswith("tool") and not uses_tools:
                 continue
             if conv == "reasoning" and not uses_reasoning:
                 continue
             if conv == "multimodal_content" and not uses_content_parts:
                 continue
             for agp in (False, True):
-                tools = TOOLS if conv == "tool_call" else None
+                tools = TOOLS if conv.startswith("tool") else None
                 r = render(t["text"], messages, tools, agp, t["bos_token"], t["eos_token"])
                 case = {"template": t["file"], "conversation": conv, "tools": tools is not None,
                         "add_generation_prompt": agp, "bos_token": t["bos_token"],

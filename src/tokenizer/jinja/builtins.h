@@ -34,7 +34,4 @@ Status CheckArgs(const CallArgs& args, const char* fn, size_t max_positional,
 // Python's str(x), int(x), float(x).
 std::string PyStr(const Value& v);
 
-// Error of raise_exception(): code kFailedPrecondition, message = the template's message.
-constexpr StatusCode kRaisedCode = StatusCode::kFailedPrecondition;
-
 }  // namespace loom::jinja

@@ -408,7 +408,7 @@ StatusOr<Value> Interpreter::GetItem(const Value& obj, const Value& key) {
   if (obj.is_undefined()) return UndefinedError(obj);
   if ((obj.is_dict() || obj.is_namespace()) && key.is_string()) {
     if (const Value* v = obj.dict().Find(key.str())) return *v;
-  } else if (obj.is_list() && (key.is_int() || key.is_bool())) {
+  } else if (obj.is_list() && !obj.is_iterator() && (key.is_int() || key.is_bool())) {
     int64_t n = static_cast<int64_t>(obj.list().size());
     int64_t i = key.as_int() < 0 ? key.as_int() + n : key.as_int();
     if (i >= 0 && i < n) return obj.list()[i];

@@ -14,6 +14,9 @@
 
 namespace loom::jinja {
 
+// Error code of raise_exception(); the message is exactly the template's message.
+constexpr StatusCode kRaisedCode = StatusCode::kFailedPrecondition;
+
 // Limits that keep a hostile template from exhausting the process; exceeding one is an error
 // (kResourceExhausted), never a crash.
 struct RenderLimits {

@@ -59,9 +59,14 @@ StatusOr<Value> BinaryOp(Interpreter& interp, const std::string& op, const Value
     if (nums) return Value::Float(a.as_double() + b.as_double());
     if (a.is_string() && b.is_string()) {
       RETURN_IF_ERROR(interp.CheckSize(a.str().size() + b.str().size()));
+      if (a.is_safe() || b.is_safe()) {  // Markup.__add__ / __radd__ escape the plain side
+        return Value::SafeString((a.is_safe() ? a.str() : HtmlEscape(a.str())) +
+                                 (b.is_safe() ? b.str() : HtmlEscape(b.str())));
+      }
       return Value::String(a.str() + b.str());
     }
-    if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
+    if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple() && !a.is_iterator() &&
+        !b.is_iterator()) {
       RETURN_IF_ERROR(interp.CheckSize(a.list().size() + b.list().size()));
       List out = a.list();
       out.insert(out.end(), b.list().begin(), b.list().end());
@@ -204,7 +209,7 @@ StatusOr<bool> CompareOp(const std::string& op, const Value& a, const Value& b) 
 
 StatusOr<Value> Slice(const Value& obj, const Value& start_v, const Value& stop_v,
                       const Value& step_v) {
-  if (!obj.is_list() && !obj.is_string()) {
+  if ((!obj.is_list() && !obj.is_string()) || obj.is_iterator()) {
     return Value::Undefined("'" + obj.TypeName() + " object' is not subscriptable");
   }
   for (const Value* v : {&start_v, &stop_v, &step_v}) {

@@ -66,6 +66,27 @@ Value Value::String(std::string s) {
   v.s_ = std::move(s);
   return v;
 }
+Value Value::SafeString(std::string s) {
+  Value v = String(std::move(s));
+  v.is_safe_ = true;
+  return v;
+}
+
+std::string HtmlEscape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&#34;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out.push_back(c);
+    }
+  }
+  return out;
+}
+
 Value Value::MakeList(List items) {
   Value v;
   v.kind_ = ValueKind::kList;
@@ -79,6 +100,12 @@ Value Value::MakeTuple(List items) {
   v.is_tuple_ = true;
   return v;
 }
+Value Value::MakeIterator(List items, std::string type_name) {
+  Value v = MakeList(std::move(items));
+  v.iter_type_ = std::move(type_name);
+  return v;
+}
+
 Value Value::MakeDict(Dict dict) {
   Value v;
   v.kind_ = ValueKind::kDict;
@@ -145,7 +172,7 @@ bool Value::Truthy() const {
     case ValueKind::kString:
       return !s_.empty();
     case ValueKind::kList:
-      return !list_->empty();
+      return (is_iterator() && !is_view()) || !list_->empty();
     case ValueKind::kDict:
       return dict_->size() > 0;
     case ValueKind::kNamespace:
@@ -170,6 +197,7 @@ std::string Value::TypeName() const {
     case ValueKind::kString:
       return "str";
     case ValueKind::kList:
+      if (!iter_type_.empty()) return iter_type_;
       return is_tuple_ ? "tuple" : "list";
     case ValueKind::kDict:
       return "dict";
@@ -335,13 +363,14 @@ std::string Value::Repr(int depth) const {
     case ValueKind::kString:
       return StringRepr(s_);
     case ValueKind::kList: {
-      std::string out = is_tuple_ ? "(" : "[";
+      if (is_iterator() && !is_view()) return "<" + iter_type_ + " object>";
+      std::string out = is_view() ? iter_type_ + "([" : is_tuple_ ? "(" : "[";
       for (size_t i = 0; i < list_->size(); ++i) {
         if (i > 0) out += ", ";
         out += (*list_)[i].Repr(depth + 1);
       }
       if (is_tuple_ && list_->size() == 1) out += ",";
-      return out + (is_tuple_ ? ")" : "]");
+      return out + (is_view() ? "])" : is_tuple_ ? ")" : "]");
     }
     case ValueKind::kDict:
     case ValueKind::kNamespace: {
@@ -374,6 +403,7 @@ bool Value::Equals(const Value& other) const {
     case ValueKind::kString:
       return s_ == other.s_;
     case ValueKind::kList:
+      if (is_iterator() || other.is_iterator()) return list_ == other.list_;
       if (is_tuple_ != other.is_tuple_ || list_->size() != other.list_->size()) return false;
       for (size_t i = 0; i < list_->size(); ++i) {
         if (!(*list_)[i].Equals((*other.list_)[i])) return false;
@@ -460,6 +490,10 @@ StatusOr<std::string> Value::ToJson(int indent, const std::string& item_sep,
           AppendJsonString(v.str(), out);
           return OkStatus();
         case ValueKind::kList: {
+          if (v.is_iterator()) {
+            return InvalidArgument("Object of type " + v.TypeName() +
+                                   " is not JSON serializable");
+          }
           if (v.list().empty()) {
             *out += "[]";
             return OkStatus();

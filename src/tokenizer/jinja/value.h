@@ -70,9 +70,17 @@ class Value {
   static Value Int(int64_t i);
   static Value Float(double f);
   static Value String(std::string s);
+  // markupsafe.Markup (from `|safe` / `|escape`): `+` with a plain string HTML-escapes the other
+  // side, as jinja2 does.
+  static Value SafeString(std::string s);
   static Value MakeList(List items);
   static Value MakeTuple(List items);
   static Value MakeDict(Dict dict);
+  // A Python iterator or view over `items` that jinja2 filters return lazily: `type_name` is
+  // "generator" (map, select, ...), "list_reverseiterator" or "dict_items"/"dict_keys"/
+  // "dict_values". It iterates like a list but has no len() (except views), cannot be indexed
+  // and is not JSON serializable; a generator is always truthy.
+  static Value MakeIterator(List items, std::string type_name);
   static Value MakeNamespace(Dict attrs);
   static Value Function(std::shared_ptr<Callable> fn);
   // JSON → value (objects keep their key order).
@@ -87,8 +95,13 @@ class Value {
   // int, float or bool (Python's bool is an int).
   bool is_number() const { return is_int() || is_float() || is_bool(); }
   bool is_string() const { return kind_ == ValueKind::kString; }
+  bool is_safe() const { return kind_ == ValueKind::kString && is_safe_; }
   bool is_list() const { return kind_ == ValueKind::kList; }
   bool is_tuple() const { return kind_ == ValueKind::kList && is_tuple_; }
+  // A lazy iterator or dict view (see MakeIterator); a plain list/tuple otherwise.
+  bool is_iterator() const { return kind_ == ValueKind::kList && !iter_type_.empty(); }
+  // A view with a length (dict_items/keys/values) rather than a one-shot iterator.
+  bool is_view() const { return is_iterator() && iter_type_.rfind("dict_", 0) == 0; }
   bool is_dict() const { return kind_ == ValueKind::kDict; }
   bool is_namespace() const { return kind_ == ValueKind::kNamespace; }
   bool is_function() const { return kind_ == ValueKind::kFunction; }
@@ -131,6 +144,8 @@ class Value {
   int depth_ = 0;
   bool b_ = false;
   bool is_tuple_ = false;
+  bool is_safe_ = false;  // Markup string
+  std::string iter_type_;
   int64_t i_ = 0;
   double f_ = 0;
   std::string s_;
@@ -139,6 +154,8 @@ class Value {
   std::shared_ptr<Callable> fn_;
 };
 
+// markupsafe.escape: & < > " ' as HTML entities.
+std::string HtmlEscape(const std::string& s);
 // Python float repr ("1.0", "0.1", "1e-05", "1e+20", "inf", "nan").
 std::string FloatRepr(double f);
 // Python repr of a string ('abc', "it's", with \n \t \\ escapes).

@@ -1,0 +1,196 @@
+// Chat templates: transformers' message preprocessing, template selection and rendering.
+#include "tokenizer/chat_template.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace loom {
+namespace {
+
+namespace fs = std::filesystem;
+
+// transformers: _normalize_chat_messages (drop null keys) + _alias_reasoning_fields.
+StatusOr<jinja::Value> PrepareMessages(const nlohmann::ordered_json& messages) {
+  if (!messages.is_array()) return InvalidArgument("chat messages must be a JSON array");
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const auto& m : messages) {
+    if (!m.is_object()) {
+      return InvalidArgument("Chat messages should be dicts, but got " + m.dump());
+    }
+    nlohmann::ordered_json msg = nlohmann::ordered_json::object();
+    for (const auto& [k, v] : m.items()) {
+      if (!v.is_null()) msg[k] = v;
+    }
+    const nlohmann::ordered_json* reasoning = nullptr;
+    for (const char* field : {"reasoning_content", "thinking", "reasoning"}) {
+      if (msg.contains(field)) {
+        reasoning = &msg[field];
+        break;
+      }
+    }
+    if (reasoning != nullptr) {
+      nlohmann::ordered_json aliased = nlohmann::ordered_json::object();
+      aliased["thinking"] = *reasoning;
+      for (const auto& [k, v] : msg.items()) aliased[k] = v;
+      aliased["thinking"] = *reasoning;
+      aliased["reasoning_content"] = *reasoning;
+      msg = std::move(aliased);
+    }
+    out.push_back(std::move(msg));
+  }
+  return jinja::Value::FromJson(out);
+}
+
+StatusOr<std::string> ReadFile(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound("cannot read " + path.string());
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+StatusOr<nlohmann::json> ReadJson(const fs::path& path) {
+  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return InvalidArgument(path.string() + ": not valid JSON");
+  return j;
+}
+
+}  // namespace
+
+StatusOr<ChatTemplate> ChatTemplate::Parse(const std::string& source) {
+  StatusOr<jinja::Program> parsed = jinja::Parse(source);
+  if (!parsed.ok()) {
+    return Status(parsed.status().code(), "chat template: " + parsed.status().message());
+  }
+  jinja::Program program = std::move(parsed).value();
+  Status names = jinja::ValidateNames(program);
+  if (!names.ok()) return Status(names.code(), "chat template: " + names.message());
+  ChatTemplate t;
+  t.program_ = std::make_shared<const jinja::Program>(std::move(program));
+  return t;
+}
+
+StatusOr<std::string> ChatTemplate::Render(const nlohmann::ordered_json& messages,
+                                           const ChatTemplateOptions& options) const {
+  jinja::Dict context;
+  if (options.extra.is_object()) {
+    for (const auto& [k, v] : options.extra.items()) context.Set(k, jinja::Value::FromJson(v));
+  } else if (!options.extra.is_null()) {
+    return InvalidArgument("chat template extra variables must be a JSON object");
+  }
+  if (options.bos_token) context.Set("bos_token", jinja::Value::String(*options.bos_token));
+  if (options.eos_token) context.Set("eos_token", jinja::Value::String(*options.eos_token));
+  ASSIGN_OR_RETURN(jinja::Value msgs, PrepareMessages(messages));
+  context.Set("messages", std::move(msgs));
+  context.Set("tools", jinja::Value::FromJson(options.tools));
+  context.Set("documents", jinja::Value::FromJson(options.documents));
+  context.Set("add_generation_prompt", jinja::Value::Bool(options.add_generation_prompt));
+
+  jinja::RenderOptions render_options;
+  render_options.limits = options.limits;
+  if (options.now) {
+    render_options.now = *options.now;
+  } else {
+    std::time_t t = std::time(nullptr);
+    localtime_r(&t, &render_options.now);
+  }
+  StatusOr<std::string> out = jinja::Render(*program_, context, render_options);
+  if (!out.ok() && out.status().code() != jinja::kRaisedCode) {
+    return Status(out.status().code(), "chat template: " + out.status().message());
+  }
+  return out;
+}
+
+StatusOr<std::string> RenderChatTemplate(const std::string& template_source,
+                                         const nlohmann::ordered_json& messages,
+                                         const ChatTemplateOptions& options) {
+  ASSIGN_OR_RETURN(ChatTemplate t, ChatTemplate::Parse(template_source));
+  return t.Render(messages, options);
+}
+
+StatusOr<std::string> SelectChatTemplate(const nlohmann::json& tokenizer_config,
+                                         const std::string& name, bool has_tools) {
+  if (!tokenizer_config.is_object() || !tokenizer_config.contains("chat_template") ||
+      tokenizer_config["chat_template"].is_null()) {
+    return NotFound("tokenizer_config.json has no chat_template");
+  }
+  const nlohmann::json& ct = tokenizer_config["chat_template"];
+  if (ct.is_string()) {
+    if (!name.empty() && name != "default") {
+      return NotFound("chat template '" + name + "' not found: the model has a single template");
+    }
+    return ct.get<std::string>();
+  }
+  if (!ct.is_array()) {
+    return InvalidArgument("tokenizer_config.json: chat_template must be a string or a list");
+  }
+  std::vector<std::pair<std::string, std::string>> named;
+  for (const auto& t : ct) {
+    if (!t.is_object() || !t.contains("name") || !t["name"].is_string() ||
+        !t.contains("template") || !t["template"].is_string()) {
+      return InvalidArgument(
+          "tokenizer_config.json: each chat_template entry needs a string name and template");
+    }
+    named.emplace_back(t["name"].get<std::string>(), t["template"].get<std::string>());
+  }
+  auto find = [&](const std::string& n) -> const std::string* {
+    for (const auto& [k, v] : named) {
+      if (k == n) return &v;
+    }
+    return nullptr;
+  };
+  if (!name.empty()) {
+    if (const std::string* t = find(name)) return *t;
+  } else {
+    if (has_tools) {
+      if (const std::string* t = find("tool_use")) return *t;
+    }
+    if (const std::string* t = find("default")) return *t;
+  }
+  std::string names;
+  for (const auto& [k, v] : named) names += (names.empty() ? "" : ", ") + k;
+  return NotFound("chat template '" + (name.empty() ? std::string("default") : name) +
+                  "' not found; the model has: " + names);
+}
+
+StatusOr<std::string> LoadChatTemplate(const std::string& model_dir, const std::string& name,
+                                       bool has_tools) {
+  const fs::path dir(model_dir);
+  const fs::path jinja_file = dir / "chat_template.jinja";
+  const fs::path extra_dir = dir / "additional_chat_templates";
+  if (fs::exists(jinja_file) || fs::is_directory(extra_dir)) {
+    // Same shape transformers builds: {"default": chat_template.jinja, <name>: <name>.jinja}.
+    nlohmann::json config = {{"chat_template", nlohmann::json::array()}};
+    if (fs::exists(jinja_file)) {
+      ASSIGN_OR_RETURN(std::string t, ReadFile(jinja_file));
+      config["chat_template"].push_back({{"name", "default"}, {"template", t}});
+    }
+    if (fs::is_directory(extra_dir)) {
+      for (const auto& entry : fs::directory_iterator(extra_dir)) {
+        if (entry.path().extension() != ".jinja") continue;
+        ASSIGN_OR_RETURN(std::string t, ReadFile(entry.path()));
+        config["chat_template"].push_back(
+            {{"name", entry.path().stem().string()}, {"template", t}});
+      }
+    }
+    return SelectChatTemplate(config, name, has_tools);
+  }
+  const fs::path config_file = dir / "tokenizer_config.json";
+  if (fs::exists(config_file)) {
+    ASSIGN_OR_RETURN(nlohmann::json config, ReadJson(config_file));
+    if (config.contains("chat_template") && !config["chat_template"].is_null()) {
+      return SelectChatTemplate(config, name, has_tools);
+    }
+  }
+  const fs::path processor_file = dir / "chat_template.json";
+  if (fs::exists(processor_file)) {
+    ASSIGN_OR_RETURN(nlohmann::json config, ReadJson(processor_file));
+    return SelectChatTemplate(config, name, has_tools);
+  }
+  return NotFound(model_dir + " has no chat template (chat_template.jinja, tokenizer_config.json "
+                              "chat_template or chat_template.json)");
+}
+
+}  // namespace loom
