@@ -180,10 +180,14 @@ StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, co
   if (!store.ok()) return Status(store.status().code(), where + ": " + store.status().message());
   a->store_ = std::move(store).value();
   const LoraConfig& cfg = a->config_;
+  if (cfg.use_dora && cfg.lora_bias) {
+    return InvalidArgument(where + ": use_dora together with lora_bias is not supported yet");
+  }
 
   // Group the file's tensors by module path.
   std::map<std::string, ModuleTensors> by_module;
   std::string adapter_key_name;  // embedded PEFT adapter name, e.g. "default"
+  std::vector<std::pair<std::string, std::string>> base_copies;  // (tensor, module path)
   for (const std::string& tensor : a->store_->names()) {
     std::string key = tensor;
     if (key.rfind(kPrefix, 0) == 0) key = key.substr(sizeof(kPrefix) - 1);
@@ -193,6 +197,13 @@ StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, co
       for (const char* lp : kLoraParts) {
         if (parts[i] == lp) at = i;
       }
+    }
+    // PEFT saves targeted embeddings' base weight too (...embed_tokens.base_layer.weight): it
+    // must equal the served model's; it is checked below and adds nothing.
+    if (at == parts.size() && parts.size() >= 3 && parts[parts.size() - 2] == "base_layer" &&
+        parts.back() == "weight") {
+      base_copies.emplace_back(tensor, key.substr(0, key.size() - 18));
+      continue;
     }
     if (at == parts.size() || at == 0) {
       return InvalidArgument(where + ": tensor " + tensor + " in " + tensors_path +
@@ -377,6 +388,31 @@ StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, co
     } else {
       a->layers_[static_cast<size_t>(site.layer * kLoraModulesPerLayer + static_cast<int>(site.module))] =
           std::move(w);
+    }
+  }
+
+  for (const auto& [tensor, module] : base_copies) {
+    const Tensor* base = nullptr;
+    if (module == "model.embed_tokens") base = &weights.embed;
+    if (module == "lm_head") base = &weights.lm_head.weight;
+    if (!base) {
+      return InvalidArgument(where + ": tensor " + tensor +
+                             " replaces a base weight (modules_to_save-style); not supported yet");
+    }
+    ASSIGN_OR_RETURN(Tensor copy, a->store_->Get(tensor));
+    std::vector<float> x(static_cast<size_t>(base->numel())), y(x.size());
+    if (copy.shape != base->shape) {
+      return InvalidArgument(where + ": tensor " + tensor + " has shape " + ShapeString(copy.shape) +
+                             ", the base weight is " + ShapeString(base->shape));
+    }
+    ConvertToF32(base->dtype, base->data, x.data(), base->numel());
+    ConvertToF32(copy.dtype, copy.data, y.data(), copy.numel());
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (DTypeSize(copy.dtype) >= DTypeSize(base->dtype) ? x[i] != y[i] : std::fabs(x[i] - y[i]) > 1e-2f * (1 + std::fabs(x[i]))) {
+        return InvalidArgument(where + ": tensor " + tensor +
+                               " is a copy of the base weight that differs from the served model's "
+                               "(adapter trained on another base model?)");
+      }
     }
   }
 

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "lora/adapter.h"
+#include "lora/merge.h"
 #include "ops/attention.h"
 #include "ops/basic_ops.h"
 #include "ops/rope.h"
@@ -35,6 +36,35 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir) {
   m->inv_freq_ = RopeInverseFrequencies(m->config_.rope, m->config_.head_dim);
   m->scratch_ = std::make_unique<Scratch>();
   return m;
+}
+
+Status Model::MergeAdapter(const Adapter& adapter) {
+  auto own = [&](const Tensor& like) {
+    owned_.push_back(std::make_unique<AlignedBuffer<uint8_t>>(like.nbytes()));
+    return owned_.back()->data();
+  };
+  for (const LoraWeights* lw : adapter.modules()) {
+    Linear* lin = &weights_.lm_head;
+    for (auto& layer : weights_.layers) {
+      for (Linear* l : {&layer.q_proj, &layer.k_proj, &layer.v_proj, &layer.o_proj,
+                        &layer.gate_proj, &layer.up_proj, &layer.down_proj}) {
+        if (l->name == lw->module_path) lin = l;
+      }
+    }
+    void* merged = own(lin->weight);
+    MergeLinearWeight(lin->weight, *lw, merged);
+    lin->weight.data = merged;  // lm_head of a tied model now has its own copy
+    if (!lw->bias.empty()) {  // lora_bias: scale·b_B joins the base bias (zero if none)
+      lin->bias.resize(static_cast<size_t>(lin->out_features()), 0.0f);
+      for (size_t j = 0; j < lin->bias.size(); ++j) lin->bias[j] += lw->scale * lw->bias[j];
+    }
+  }
+  if (const LoraEmbedding* e = adapter.embedding()) {
+    void* merged = own(weights_.embed);
+    MergeEmbedding(weights_.embed, *e, merged);
+    weights_.embed.data = merged;  // a tied lm_head keeps the base table
+  }
+  return OkStatus();
 }
 
 std::unique_ptr<KvCache> Model::NewKvCache(int num_tokens) const {

@@ -26,6 +26,12 @@ class Model {
   const std::string& dir() const { return dir_; }
   uint64_t weight_bytes() const { return store_->total_bytes(); }
 
+  // Folds `adapter` into the weights (merged mode): adapted projections get owned merged
+  // copies in the weight dtype, one at a time; embedding/lm_head LoRA on tied embeddings
+  // unties them (each side keeps its own weights, as unmerged). Then Forward needs no adapter.
+  Status MergeAdapter(const Adapter& adapter);
+  const SafetensorsStore& store() const { return *store_; }
+
   // A cache sized for `num_tokens` positions in all.
   std::unique_ptr<KvCache> NewKvCache(int num_tokens) const;
 
@@ -50,6 +56,7 @@ class Model {
   ModelWeights weights_;
   std::vector<float> inv_freq_;  // [head_dim / 2]
   std::unique_ptr<Scratch> scratch_;
+  std::vector<std::unique_ptr<AlignedBuffer<uint8_t>>> owned_;  // merged weights
 };
 
 }  // namespace loom

@@ -1,0 +1,27 @@
+// Merging an adapter into base weights: W' = W + scale·B·A (DoRA: g ⊙ (W + scale·B·A)), in f32.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "base/status.h"
+#include "lora/adapter.h"
+#include "tensor/tensor.h"
+
+namespace loom {
+
+// Computes the merged weight of one projection into `out` ([out, in] of base.dtype), one
+// row at a time in f32 and rounded once to the weight dtype (round to nearest even).
+void MergeLinearWeight(const Tensor& base, const LoraWeights& lw, void* out);
+
+// Merged embedding table: E'[t] = E[t] + scale · B · A[:, t]; out: [vocab, d] of base.dtype.
+void MergeEmbedding(const Tensor& base, const LoraEmbedding& e, void* out);
+
+// `loom merge`: writes DIR_OUT as a standard HF checkpoint (sharded safetensors + index,
+// config and tokenizer files copied) with `adapter` folded in, one tensor at a time (peak
+// memory above the mmap'd base: one weight).
+Status WriteMergedCheckpoint(const std::string& model_dir, const class Model& model,
+                             const Adapter& adapter, const std::string& out_dir,
+                             uint64_t max_shard_bytes);
+
+}  // namespace loom
