@@ -14,6 +14,8 @@ using RunFn = std::function<int()>;
 
 RunFn AddGenerateCommand(CLI::App& app);
 RunFn AddBenchCommand(CLI::App& app);
+RunFn AddTokenizeCommand(CLI::App& app);
+RunFn AddDetokenizeCommand(CLI::App& app);
 
 // Sampling flags shared by commands (--temperature, --top-k, ...).
 void AddSamplingFlags(CLI::App* cmd, SamplingParams* params, int64_t* seed);

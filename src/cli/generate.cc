@@ -1,10 +1,14 @@
-// `loom generate`: one prompt through the engine; text or JSON out, speeds on stderr.
+// `loom generate`: one prompt through the engine; text (decoded when the folder has a
+// tokenizer, else ids) or JSON out, speeds on stderr.
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
+
 #include "cli/commands.h"
 #include "engine/engine.h"
+#include "tokenizer/tokenizer.h"
 
 namespace loom::cli {
 
@@ -13,6 +17,7 @@ namespace {
 struct GenerateArgs {
   std::string model;
   std::string prompt_tokens;
+  std::string prompt_text;
   std::string output = "text";
   SamplingParams params;
   int64_t seed = -1;
@@ -22,7 +27,33 @@ int RunGenerate(GenerateArgs& a) {
   using Clock = std::chrono::steady_clock;
   std::vector<int32_t> prompt;
   std::string error;
-  if (!ParseIdList(a.prompt_tokens, &prompt, &error)) {
+  if (a.prompt_text.empty() == a.prompt_tokens.empty()) {
+    std::fprintf(stderr, "error: give exactly one of --prompt or --prompt-tokens\n");
+    return 2;
+  }
+  // The folder's tokenizer: needed for --prompt, used for the output text when present.
+  std::unique_ptr<tokenizer::Tokenizer> tok;
+  if (!a.prompt_text.empty() ||
+      std::filesystem::exists(std::filesystem::path(a.model) / "tokenizer.json")) {
+    auto loaded = tokenizer::Tokenizer::FromModelDir(a.model);
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "error: %s\n", loaded.status().message().c_str());
+      return 1;
+    }
+    tok = std::move(loaded).value();
+  }
+  if (!a.prompt_text.empty()) {
+    // Same as transformers' tokenizer(text): special tokens (BOS ...) added.
+    // Chat seam: `--chat FILE.json` renders the messages with tokenizer/chat_template.h
+    // (LoadChatTemplate + RenderChatTemplate, bos/eos from tok->config()) and encodes the
+    // result with add_special_tokens=false, as apply_chat_template does.
+    auto ids = tok->Encode(a.prompt_text, /*add_special_tokens=*/true);
+    if (!ids.ok()) {
+      std::fprintf(stderr, "error: --prompt: %s\n", ids.status().message().c_str());
+      return 2;
+    }
+    prompt = std::move(ids).value();
+  } else if (!ParseIdList(a.prompt_tokens, &prompt, &error)) {
     std::fprintf(stderr, "error: --prompt-tokens: %s\n", error.c_str());
     return 2;
   }
@@ -68,6 +99,7 @@ int RunGenerate(GenerateArgs& a) {
     j["prompt_tokens"] = r.prompt;
     j["generated_tokens"] = r.generated;
     j["finish_reason"] = FinishReasonName(r.finish_reason);
+    if (tok) j["text"] = tok->Decode(r.generated, /*skip_special_tokens=*/true);
     if (a.params.logprobs > 0) {
       nlohmann::json steps = nlohmann::json::array();
       for (const auto& top : r.top_logprobs) {
@@ -78,6 +110,10 @@ int RunGenerate(GenerateArgs& a) {
       j["logprobs"] = steps;
     }
     std::printf("%s\n", j.dump().c_str());
+  } else if (tok) {
+    const std::string text = tok->Decode(r.generated, /*skip_special_tokens=*/true);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::printf("\n");
   } else {
     for (size_t i = 0; i < r.generated.size(); ++i) {
       std::printf("%s%d", i ? " " : "", r.generated[i]);
@@ -92,7 +128,9 @@ int RunGenerate(GenerateArgs& a) {
 RunFn AddGenerateCommand(CLI::App& cmd) {
   auto a = std::make_shared<GenerateArgs>();
   cmd.add_option("--model", a->model, "Hugging Face checkpoint folder")->required();
-  cmd.add_option("--prompt-tokens", a->prompt_tokens, "prompt as token ids: 1,2,3")->required();
+  cmd.add_option("--prompt", a->prompt_text,
+                 "prompt text, encoded with the folder's tokenizer.json (special tokens added)");
+  cmd.add_option("--prompt-tokens", a->prompt_tokens, "prompt as token ids: 1,2,3");
   cmd.add_option("--output", a->output, "text | json")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();

@@ -22,6 +22,10 @@ int main(int argc, char** argv) {
   runs[gen] = loom::cli::AddGenerateCommand(*gen);
   auto* bench = app.add_subcommand("bench", "measure prefill and decode tokens/s");
   runs[bench] = loom::cli::AddBenchCommand(*bench);
+  auto* tokenize = app.add_subcommand("tokenize", "text → token ids with the model's tokenizer");
+  runs[tokenize] = loom::cli::AddTokenizeCommand(*tokenize);
+  auto* detokenize = app.add_subcommand("detokenize", "token ids → text");
+  runs[detokenize] = loom::cli::AddDetokenizeCommand(*detokenize);
   CLI11_PARSE(app, argc, argv);
   if (threads > 0) loom::ThreadPool::SetGlobalThreads(threads);
   if (fast_bf16) loom::GlobalMatmulOptions().bf16_split = false;

@@ -22,8 +22,7 @@ class PostProcessor {
 // `j` is the "post_processor" value of tokenizer.json; null gives a null pointer.
 StatusOr<std::unique_ptr<PostProcessor>> ParsePostProcessor(const nlohmann::json& j);
 
-// "<s>:0 $A:0 </s>:0" style: `bos_id`/`eos_id` around the sequence, -1 for none. transformers
-// builds this for Llama tokenizers from add_bos_token / add_eos_token.
+// `bos_id` $A `eos_id` (-1 for none): what RobertaProcessing / BertProcessing do.
 std::unique_ptr<PostProcessor> MakeBosEosPostProcessor(int32_t bos_id, int32_t eos_id);
 
 }  // namespace loom::tokenizer

@@ -7,6 +7,9 @@ tests/fixtures/tokenizer_vectors/<name>.json with, for a corpus of hard strings:
   ids_special    ... add_special_tokens=True
   decoded        decode(ids_special, skip_special_tokens=False)
   decoded_skip   decode(ids_special, skip_special_tokens=True)
+  ids_transformers  (folders with a tokenizer_config.json) transformers'
+                 AutoTokenizer.from_pretrained(folder).encode(text): what `loom generate --prompt`
+                 must produce (Tokenizer::FromModelDir)
 and, for seeded random id sequences, their decoded text (both skip settings).
 
 Truncation and padding stored in a tokenizer.json are switched off first, as transformers
@@ -128,15 +131,23 @@ def vectors(name, rel):
     tok = Tokenizer.from_file(os.path.join(FIXTURES, rel))
     tok.no_truncation()
     tok.no_padding()
+    folder = os.path.join(FIXTURES, os.path.dirname(rel))
+    auto = None
+    if rel.endswith("/tokenizer.json") and os.path.exists(os.path.join(folder, "tokenizer_config.json")):
+        from transformers import AutoTokenizer
+        auto = AutoTokenizer.from_pretrained(folder)
     cases = []
     for text in CORPUS + special_strings(tok):
         enc = tok.encode(text, add_special_tokens=False).ids
         enc_sp = tok.encode(text, add_special_tokens=True).ids
-        cases.append({
+        case = {
             "text": text, "ids": enc, "ids_special": enc_sp,
             "decoded": tok.decode(enc_sp, skip_special_tokens=False),
             "decoded_skip": tok.decode(enc_sp, skip_special_tokens=True),
-        })
+        }
+        if auto is not None:
+            case["ids_transformers"] = auto.encode(text)
+        cases.append(case)
     rng = random.Random(1234)
     vocab = tok.get_vocab_size(with_added_tokens=True)
     special_ids = sorted(tok.get_added_tokens_decoder().keys())

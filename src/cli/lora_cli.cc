@@ -1,0 +1,267 @@
+// Adapter commands: inspect (validate and describe), merge (write a merged checkpoint), batch runs.
+#include "cli/lora_cli.h"
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "base/mmap_file.h"
+#include "lora/merge.h"
+
+namespace loom::cli {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+StatusOr<std::vector<std::shared_ptr<const Adapter>>> LoadCliAdapters(
+    const Model& model, const std::vector<std::string>& specs, int max_rank) {
+  std::vector<std::shared_ptr<const Adapter>> out;
+  for (const std::string& spec : specs) {
+    const size_t eq = spec.find('=');
+    std::string name = eq == std::string::npos ? "" : spec.substr(0, eq);
+    const std::string dir = eq == std::string::npos ? spec : spec.substr(eq + 1);
+    if (name.empty()) name = fs::path(dir).lexically_normal().filename().string();
+    if (name.empty()) name = fs::path(dir).lexically_normal().parent_path().filename().string();
+    for (const auto& a : out) {
+      if (a->name() == name) return InvalidArgument("--lora: adapter name '" + name + "' given twice");
+    }
+    ASSIGN_OR_RETURN(auto adapter, LoadAdapter(name, dir, model.config(), model.weights(), max_rank));
+    out.push_back(std::move(adapter));
+  }
+  return out;
+}
+
+json ResultJson(const GenerationResult& r, int logprobs) {
+  json j;
+  j["prompt_tokens"] = r.prompt;
+  j["generated_tokens"] = r.generated;
+  j["finish_reason"] = FinishReasonName(r.finish_reason);
+  if (logprobs > 0) {
+    json steps = json::array();
+    for (const auto& top : r.top_logprobs) {
+      json step = json::array();
+      for (const auto& t : top) step.push_back({{"token", t.token}, {"logprob", t.logprob}});
+      steps.push_back(step);
+    }
+    j["logprobs"] = steps;
+  }
+  return j;
+}
+
+int RunBatchFile(Model* model, const std::vector<std::shared_ptr<const Adapter>>& adapters,
+                 const std::string& batch_path, const SamplingParams& params) {
+  auto text = ReadTextFile(batch_path);
+  if (!text.ok()) {
+    std::fprintf(stderr, "error: --batch: %s\n", text.status().message().c_str());
+    return 2;
+  }
+  json entries = json::parse(*text, nullptr, false);
+  if (!entries.is_array() || entries.empty()) {
+    std::fprintf(stderr, "error: --batch %s: expected a non-empty JSON list\n", batch_path.c_str());
+    return 2;
+  }
+  EngineOptions options;
+  int total = 0;
+  for (const auto& e : entries) {
+    total += static_cast<int>(e.value("prompt_tokens", json::array()).size()) +
+             e.value("max_tokens", params.max_tokens);
+  }
+  options.kv_cache_tokens = std::max(1024, total + 64);
+  Engine engine(model, options);
+  std::map<std::string, int> slots;
+  for (const auto& a : adapters) slots[a->name()] = engine.AddAdapter(a);
+  std::vector<int64_t> ids;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const json& e = entries[i];
+    const std::string where = "--batch " + batch_path + " entry " + std::to_string(i);
+    GenerationRequest r;
+    r.params = params;
+    if (!e.is_object() || !e.contains("prompt_tokens") || !e["prompt_tokens"].is_array()) {
+      std::fprintf(stderr, "error: %s: needs \"prompt_tokens\": [ids]\n", where.c_str());
+      return 2;
+    }
+    for (const auto& t : e["prompt_tokens"]) {
+      if (!t.is_number_integer()) {
+        std::fprintf(stderr, "error: %s: prompt_tokens must be integers\n", where.c_str());
+        return 2;
+      }
+      r.prompt.push_back(t.get<int32_t>());
+    }
+    if (e.contains("max_tokens")) {
+      if (!e["max_tokens"].is_number_integer()) {
+        std::fprintf(stderr, "error: %s: max_tokens must be an integer\n", where.c_str());
+        return 2;
+      }
+      r.params.max_tokens = e["max_tokens"].get<int>();
+    }
+    if (e.contains("adapter") && !e["adapter"].is_null()) {
+      const std::string name = e["adapter"].is_string() ? e["adapter"].get<std::string>() : "";
+      auto it = slots.find(name);
+      if (it == slots.end()) {
+        std::fprintf(stderr, "error: %s: adapter %s is not loaded (give it with --lora NAME=DIR)\n",
+                     where.c_str(), e["adapter"].dump().c_str());
+        return 2;
+      }
+      r.adapter_slot = it->second;
+    }
+    auto id = engine.Add(std::move(r));
+    if (!id.ok()) {
+      std::fprintf(stderr, "error: %s: %s\n", where.c_str(), id.status().message().c_str());
+      return 2;
+    }
+    ids.push_back(*id);
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  auto results = engine.RunToCompletion();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  json out = json::array();
+  size_t generated = 0;
+  for (int64_t id : ids) {
+    for (const auto& r : results) {
+      if (r.id != id) continue;
+      json j = ResultJson(r, params.logprobs);
+      j["adapter"] = entries[out.size()].value("adapter", json());
+      out.push_back(j);
+      generated += r.generated.size();
+    }
+  }
+  std::fprintf(stderr, "%zu sequences, %zu tokens generated in %.2f s (%.1f tokens/s) in %lld steps\n",
+               ids.size(), generated, secs, generated / secs, static_cast<long long>(engine.steps()));
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
+namespace {
+
+struct InspectArgs {
+  std::string model;
+  std::string lora;
+  int max_rank = 0;
+  bool json_out = false;
+};
+
+int RunInspect(const InspectArgs& a) {
+  auto model = Model::Load(a.model);
+  if (!model.ok()) {
+    std::fprintf(stderr, "error: %s\n", model.status().message().c_str());
+    return 1;
+  }
+  const ModelConfig& c = (*model)->config();
+  json j = {{"model", a.model},
+            {"architecture", c.architecture},
+            {"layers", c.num_layers},
+            {"model_dim", c.model_dim},
+            {"vocab_size", c.vocab_size},
+            {"weight_bytes", (*model)->weight_bytes()}};
+  if (!a.lora.empty()) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto adapters = LoadCliAdapters(**model, {a.lora}, a.max_rank);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (!adapters.ok()) {
+      std::fprintf(stderr, "error: %s\n", adapters.status().message().c_str());
+      return 1;
+    }
+    const Adapter& ad = *adapters->front();
+    char hash[32];
+    std::snprintf(hash, sizeof(hash), "%016llx", static_cast<unsigned long long>(ad.content_hash()));
+    json modules = json::array();
+    for (const LoraWeights* lw : ad.modules()) {
+      modules.push_back({{"module", lw->module_path},
+                         {"rank", lw->rank},
+                         {"alpha", ad.config().AlphaFor(lw->module_path)},
+                         {"scale", lw->scale},
+                         {"dtype", DTypeName(lw->a.dtype)},
+                         {"dora", !lw->dora_gain.empty()},
+                         {"lora_bias", !lw->bias.empty()},
+                         {"bytes", lw->a.nbytes() + lw->b.nbytes()}});
+    }
+    if (const LoraEmbedding* e = ad.embedding()) {
+      modules.push_back({{"module", "model.embed_tokens"}, {"rank", e->rank}, {"scale", e->scale}, {"embedding", true}});
+    }
+    j["adapter"] = {{"name", ad.name()},
+                    {"dir", ad.dir()},
+                    {"content_hash", hash},
+                    {"max_rank", ad.max_rank()},
+                    {"use_rslora", ad.config().use_rslora},
+                    {"use_dora", ad.config().use_dora},
+                    {"tensor_bytes", ad.tensor_bytes()},
+                    {"load_ms", ms},
+                    {"ignored_config_keys", ad.config().ignored_keys},
+                    {"modules", modules}};
+    if (!ad.config().base_model_name_or_path.empty() &&
+        fs::path(ad.config().base_model_name_or_path).filename() != fs::path(a.model).lexically_normal().filename()) {
+      j["adapter"]["warning"] = "base_model_name_or_path '" + ad.config().base_model_name_or_path +
+                                "' differs from the served model's folder; shapes matched";
+    }
+    if (!a.json_out) {
+      std::printf("adapter '%s' (%s) hash %s, %zu modules, %.1f KiB, loaded in %.1f ms\n",
+                  ad.name().c_str(), ad.dir().c_str(), hash, modules.size(), ad.tensor_bytes() / 1024.0, ms);
+      for (const auto& m : modules) {
+        std::printf("  %-40s rank %-3d scale %-9.5g %s\n", m["module"].get<std::string>().c_str(),
+                    m["rank"].get<int>(), m["scale"].get<double>(),
+                    m.value("dora", false) ? "DoRA" : (m.value("embedding", false) ? "embedding" : ""));
+      }
+      if (j["adapter"].contains("warning")) {
+        std::printf("warning: %s\n", j["adapter"]["warning"].get<std::string>().c_str());
+      }
+      return 0;
+    }
+  }
+  std::printf("%s\n", j.dump(2).c_str());
+  return 0;
+}
+
+struct MergeArgs {
+  std::string model;
+  std::string lora;
+  std::string out;
+  uint64_t max_shard_bytes = 2ull << 30;
+};
+
+int RunMerge(const MergeArgs& a) {
+  auto model = Model::Load(a.model);
+  if (!model.ok()) {
+    std::fprintf(stderr, "error: %s\n", model.status().message().c_str());
+    return 1;
+  }
+  auto adapters = LoadCliAdapters(**model, {a.lora}, 0);
+  if (!adapters.ok()) {
+    std::fprintf(stderr, "error: %s\n", adapters.status().message().c_str());
+    return 1;
+  }
+  const double rss_before = PeakRssMiB();
+  auto t0 = std::chrono::steady_clock::now();
+  Status st = WriteMergedCheckpoint(a.model, **model, *adapters->front(), a.out, a.max_shard_bytes);
+  if (!st.ok()) {
+    std::fprintf(stderr, "error: %s\n", st.message().c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "merged '%s' into %s in %.2f s; peak RSS %.0f MiB (%.0f MiB before merging)\n",
+               adapters->front()->name().c_str(), a.out.c_str(),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+               PeakRssMiB(), rss_before);
+  return 0;
+}
+
+}  // namespace
+
+RunFn AddInspectCommand(CLI::App& cmd) {
+  auto a = std::make_shared<InspectArgs>();
+  cmd.add_option("--model", a->model, "Hugging Face checkpoint folder")->required();
+  cmd.add_option("--lora", a->lora, "PEFT adapter folder (NAME=DIR or DIR)");
+  cmd.add_option("--max-lora-rank", a->max_rank, "reject adapters above this rank (0 = no limit)");
+  cmd.add_flag("--json", a->json_out, "print JSON");
+  return [a] { return RunInspect(*a); };
+}
+
+RunFn AddMergeCommand(CLI::App& cmd) {
+  auto a = std::make_shared<MergeArgs>();
+  cmd.add_option("--model", a->model, "Hugging Face checkpoint folder")->required();
+  cmd.add_option("--lora", a->lora, "PEFT adapter folder")->required();
+  cmd.add_option("--out", a->out, "output folder (a standard HF checkpoint)")->required();
+  cmd.add_option("--max-shard-size", a->max_shard_bytes, "bytes per safetensors shard")->capture_default_str();
+  return [a] { return RunMerge(*a); };
+}
+
+}  // namespace loom::cli

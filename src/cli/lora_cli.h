@@ -1,0 +1,31 @@
+// CLI pieces for adapters: --lora NAME=DIR parsing, `loom inspect`, `loom merge`, --batch runs.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "engine/engine.h"
+#include "lora/adapter.h"
+
+namespace loom::cli {
+
+RunFn AddInspectCommand(CLI::App& app);
+RunFn AddMergeCommand(CLI::App& app);
+
+// "NAME=DIR" or "DIR" (name = the folder's name) → loaded adapters, in order.
+StatusOr<std::vector<std::shared_ptr<const Adapter>>> LoadCliAdapters(
+    const Model& model, const std::vector<std::string>& specs, int max_rank);
+
+// --batch FILE.json: [{"prompt_tokens": [ids], "adapter": NAME | null, "max_tokens": N}, ...]
+// run together as one continuous batch; prints a JSON list of per-entry results.
+int RunBatchFile(Model* model, const std::vector<std::shared_ptr<const Adapter>>& adapters,
+                 const std::string& batch_path, const SamplingParams& params);
+
+// One generation result as the JSON object `loom generate --output json` prints.
+nlohmann::json ResultJson(const GenerationResult& r, int logprobs);
+
+}  // namespace loom::cli

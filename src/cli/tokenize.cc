@@ -1,0 +1,133 @@
+// `loom tokenize` / `loom detokenize`: the model folder's tokenizer from the command line, and a
+// --bench mode that times encoding (tools/bench/bench_tokenizer.py compares it with HF).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "tokenizer/tokenizer.h"
+
+namespace loom::cli {
+
+namespace {
+
+struct TokenizeArgs {
+  std::string model;
+  std::string text;
+  std::string file;
+  bool no_special = false;
+  int bench = 0;
+};
+
+int RunBench(const tokenizer::Tokenizer& tok, const std::string& text, int iterations) {
+  using Clock = std::chrono::steady_clock;
+  std::vector<double> seconds;
+  size_t tokens = 0;
+  for (int i = 0; i < iterations; ++i) {
+    const auto t0 = Clock::now();
+    auto ids = tok.Encode(text, false);
+    const auto t1 = Clock::now();
+    if (!ids.ok()) {
+      std::fprintf(stderr, "error: %s\n", ids.status().message().c_str());
+      return 1;
+    }
+    tokens = ids->size();
+    seconds.push_back(std::chrono::duration<double>(t1 - t0).count());
+  }
+  const double first = seconds.front();
+  std::sort(seconds.begin(), seconds.end());
+  const double median = seconds[seconds.size() / 2];
+  nlohmann::json j = {{"bytes", text.size()},   {"tokens", tokens},
+                      {"iterations", iterations}, {"first_s", first},
+                      {"median_s", median},       {"mb_per_s", text.size() / median / 1e6}};
+  std::printf("%s\n", j.dump().c_str());
+  return 0;
+}
+
+int RunTokenize(const TokenizeArgs& a) {
+  if (a.text.empty() == a.file.empty()) {
+    std::fprintf(stderr, "error: give exactly one of --text or --file\n");
+    return 2;
+  }
+  std::string text = a.text;
+  if (!a.file.empty()) {
+    std::ifstream in(a.file, std::ios::binary);
+    if (!in) {
+      std::fprintf(stderr, "error: cannot open %s\n", a.file.c_str());
+      return 2;
+    }
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    text = ss.str();
+  }
+  // Chat seam: `--chat FILE.json [--add-generation-prompt]` renders the messages with the
+  // folder's template (tokenizer/chat_template.h: LoadChatTemplate + RenderChatTemplate, with
+  // tok->config().bos_token / eos_token) into `text`, encodes it with add_special_tokens=false
+  // as transformers' apply_chat_template does, and adds "prompt" to the JSON below.
+  auto tok = tokenizer::Tokenizer::FromModelDir(a.model);
+  if (!tok.ok()) {
+    std::fprintf(stderr, "error: %s\n", tok.status().message().c_str());
+    return 1;
+  }
+  if (a.bench > 0) return RunBench(**tok, text, a.bench);
+  auto ids = (*tok)->Encode(text, !a.no_special);
+  if (!ids.ok()) {
+    std::fprintf(stderr, "error: %s\n", ids.status().message().c_str());
+    return 2;
+  }
+  nlohmann::json j;
+  j["ids"] = *ids;
+  std::printf("%s\n", j.dump().c_str());
+  return 0;
+}
+
+struct DetokenizeArgs {
+  std::string model;
+  std::string ids;
+  bool skip_special = false;
+};
+
+int RunDetokenize(const DetokenizeArgs& a) {
+  std::vector<int32_t> ids;
+  std::string error;
+  if (!ParseIdList(a.ids, &ids, &error)) {
+    std::fprintf(stderr, "error: --ids: %s\n", error.c_str());
+    return 2;
+  }
+  auto tok = tokenizer::Tokenizer::FromModelDir(a.model);
+  if (!tok.ok()) {
+    std::fprintf(stderr, "error: %s\n", tok.status().message().c_str());
+    return 1;
+  }
+  const std::string text = (*tok)->Decode(ids, a.skip_special);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::printf("\n");
+  return 0;
+}
+
+}  // namespace
+
+RunFn AddTokenizeCommand(CLI::App& cmd) {
+  auto a = std::make_shared<TokenizeArgs>();
+  cmd.add_option("--model", a->model, "model folder with tokenizer.json")->required();
+  cmd.add_option("--text", a->text, "text to encode");
+  cmd.add_option("--file", a->file, "file whose contents to encode");
+  cmd.add_flag("--no-special-tokens", a->no_special,
+               "do not add special tokens (BOS ...); the default adds them like HF encode");
+  cmd.add_option("--bench", a->bench,
+                 "encode N times (no special tokens) and print timing JSON instead of ids");
+  return [a] { return RunTokenize(*a); };
+}
+
+RunFn AddDetokenizeCommand(CLI::App& cmd) {
+  auto a = std::make_shared<DetokenizeArgs>();
+  cmd.add_option("--model", a->model, "model folder with tokenizer.json")->required();
+  cmd.add_option("--ids", a->ids, "token ids: 1,2,3")->required();
+  cmd.add_flag("--skip-special-tokens", a->skip_special, "drop special tokens from the text");
+  return [a] { return RunDetokenize(*a); };
+}
+
+}  // namespace loom::cli

@@ -1,0 +1,40 @@
+// Streaming detokenizer: turns one sequence's ids into text as they arrive, holding back
+// incomplete UTF-8 so that every piece is whole characters.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tokenizer/tokenizer.h"
+
+namespace loom::tokenizer {
+
+// One per sequence; not thread-safe (the engine thread owns it). The pieces returned by Add and
+// Finish concatenate to tokenizer.Decode(all ids, skip_special_tokens).
+//
+// Method (as vLLM / TGI do it): decode a small window of ids twice — up to the last emitted
+// token and up to the new one — and emit the difference unless the new text ends in U+FFFD (an
+// unfinished character). The window starts one emitted token back, so decoder rules that look at
+// the first token (Metaspace, Strip) act the same on both decodes. A run of <0xXX> byte tokens is
+// held until it ends, because ByteFallback judges the run as a whole.
+class StreamingDetokenizer {
+ public:
+  StreamingDetokenizer(const Tokenizer* tokenizer, bool skip_special_tokens)
+      : tokenizer_(tokenizer), skip_special_tokens_(skip_special_tokens) {}
+
+  // Text that is final once `id` is known; often empty while a character is incomplete.
+  std::string Add(int32_t id);
+  // What is left at the end of the sequence (held-back bytes decode as U+FFFD).
+  std::string Finish();
+
+ private:
+  const Tokenizer* tokenizer_;
+  bool skip_special_tokens_;
+  std::vector<int32_t> ids_;  // special ids already dropped when skipping them
+  size_t prefix_offset_ = 0;  // window start
+  size_t read_offset_ = 0;    // ids before this are emitted
+  size_t emitted_bytes_ = 0;
+};
+
+}  // namespace loom::tokenizer

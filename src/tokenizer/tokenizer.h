@@ -1,0 +1,88 @@
+// Tokenizer: loads a model folder's tokenizer.json (+ tokenizer_config.json) and encodes /
+// decodes exactly as the HF tokenizers library does.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/status.h"
+#include "tokenizer/added_vocabulary.h"
+#include "tokenizer/bpe_model.h"
+#include "tokenizer/decoder.h"
+#include "tokenizer/normalizer.h"
+#include "tokenizer/post_processor.h"
+#include "tokenizer/pre_tokenizer.h"
+
+namespace loom::tokenizer {
+
+// What tokenizer_config.json adds to the tokenizer.json pipeline. The chat template is loaded
+// and rendered by tokenizer/chat_template.h (LoadChatTemplate), with bos/eos from here.
+struct TokenizerConfig {
+  std::string bos_token;  // empty when unset
+  std::string eos_token;
+  nlohmann::json raw;  // the whole tokenizer_config.json (null when the file is absent)
+};
+
+// Immutable after load except for the BPE word cache (internally locked): Encode and Decode
+// may run on many threads at once.
+class Tokenizer {
+ public:
+  // The tokenizers library's Tokenizer.from_file: tokenizer.json alone. Truncation and padding
+  // in the file are ignored, as transformers ignores them.
+  static StatusOr<std::unique_ptr<Tokenizer>> FromFile(const std::string& path);
+  static StatusOr<std::unique_ptr<Tokenizer>> FromJson(std::string_view text);
+  // A model folder, encoding as transformers' AutoTokenizer does: DIR/tokenizer.json plus
+  // tokenizer_config.json's added_tokens_decoder entries missing from tokenizer.json
+  // (transformers adds them), bos/eos, and for LlamaTokenizer with legacy=false the pipeline
+  // transformers 5 builds (Metaspace "first" instead of the Prepend normalizer).
+  // add_bos_token / add_eos_token are not applied: transformers 5 keeps tokenizer.json's
+  // post-processor for them too (checked with LlamaTokenizer and TokenizersBackend).
+  static StatusOr<std::unique_ptr<Tokenizer>> FromModelDir(const std::string& dir);
+
+  // `text` must be valid UTF-8. add_special_tokens runs the post-processor (e.g. adds BOS).
+  StatusOr<std::vector<int32_t>> Encode(std::string_view text, bool add_special_tokens) const;
+  // Unknown ids are skipped (as HF does); invalid byte sequences become U+FFFD.
+  std::string Decode(std::span<const int32_t> ids, bool skip_special_tokens) const;
+
+  // -1 when absent (added tokens first, then the model vocab).
+  int32_t TokenToId(std::string_view token) const;
+  // Null when the id has no token.
+  const std::string* IdToToken(int32_t id) const;
+  bool IsSpecial(int32_t id) const;
+  // One past the largest id of the model vocab and the added tokens.
+  int32_t id_limit() const { return id_limit_; }
+  const std::vector<AddedToken>& added_tokens() const { return added_; }
+  const TokenizerConfig& config() const { return config_; }
+
+ private:
+  Tokenizer() = default;
+  static StatusOr<std::unique_ptr<Tokenizer>> Build(const nlohmann::json& j,
+                                                    const nlohmann::json& extra_added);
+  Status AddTokens(const nlohmann::json& list, bool from_config);
+  void BuildMatchers();
+  Status EncodePiece(std::string_view text, bool at_start, std::vector<PreToken>* scratch,
+                     std::vector<int32_t>* ids) const;
+
+  std::unique_ptr<BpeModel> model_;
+  std::unique_ptr<Normalizer> normalizer_;
+  std::unique_ptr<PreTokenizer> pre_tokenizer_;
+  std::unique_ptr<PostProcessor> post_processor_;
+  std::unique_ptr<Decoder> decoder_;
+  std::vector<AddedToken> added_;  // special tokens first (HF's matching priority)
+  std::unordered_map<int32_t, size_t> added_by_id_;
+  StringMap<size_t> added_by_content_;
+  std::unique_ptr<AddedTokenMatcher> raw_matcher_;         // normalized == false
+  std::unique_ptr<AddedTokenMatcher> normalized_matcher_;  // normalized == true
+  std::vector<AddedToken> raw_tokens_, normalized_tokens_;
+  int32_t id_limit_ = 0;
+  TokenizerConfig config_;
+};
+
+}  // namespace loom::tokenizer

@@ -1,0 +1,92 @@
+// Streaming detokenizer: pieces concatenate to the full decode and are always whole UTF-8.
+#include "tokenizer/detokenizer.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <random>
+
+#include "tokenizer/unicode.h"
+
+namespace loom::tokenizer {
+namespace {
+
+const std::filesystem::path kTokenizers = std::filesystem::path(LOOM_FIXTURES) / "tokenizers";
+
+class DetokenizerTest : public testing::TestWithParam<const char*> {};
+
+TEST_P(DetokenizerTest, RandomIdsStreamToTheFullDecode) {
+  auto t = Tokenizer::FromFile((kTokenizers / GetParam()).string());
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  const Tokenizer& tok = **t;
+  std::mt19937 rng(7);
+  std::vector<int32_t> specials;
+  for (const AddedToken& a : tok.added_tokens()) specials.push_back(a.id);
+  // Byte tokens (<0xXX> or byte-level single characters) make partial characters likely.
+  std::vector<int32_t> bytes;
+  for (int32_t id = 0; id < tok.id_limit(); ++id) {
+    const std::string* s = tok.IdToToken(id);
+    if (s != nullptr && ((s->size() == 6 && s->compare(0, 3, "<0x") == 0) ||
+                         (s->size() <= 2 && CharToByte(s->empty() ? 0 : [&] {
+                                              size_t p = 0;
+                                              return NextCodePoint(*s, &p);
+                                            }()) >= 0x80))) {
+      bytes.push_back(id);
+    }
+  }
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<int32_t> ids;
+    const int n = 1 + static_cast<int>(rng() % 40);
+    for (int i = 0; i < n; ++i) {
+      const uint32_t kind = rng() % 10;
+      if (kind == 0 && !specials.empty()) {
+        ids.push_back(specials[rng() % specials.size()]);
+      } else if (kind < 5 && !bytes.empty()) {
+        ids.push_back(bytes[rng() % bytes.size()]);
+      } else {
+        ids.push_back(static_cast<int32_t>(rng() % tok.id_limit()));
+      }
+    }
+    for (bool skip : {false, true}) {
+      StreamingDetokenizer d(&tok, skip);
+      std::string streamed;
+      for (int32_t id : ids) {
+        const std::string piece = d.Add(id);
+        ASSERT_TRUE(IsValidUtf8(piece));
+        streamed += piece;
+      }
+      const std::string rest = d.Finish();
+      ASSERT_TRUE(IsValidUtf8(rest));
+      streamed += rest;
+      ASSERT_EQ(streamed, tok.Decode(ids, skip)) << "trial " << trial << " skip " << skip;
+    }
+  }
+}
+
+TEST_P(DetokenizerTest, MultiByteTextNeverEmitsReplacementCharacters) {
+  auto t = Tokenizer::FromFile((kTokenizers / GetParam()).string());
+  ASSERT_TRUE(t.ok());
+  const std::string text = "日本語 😀 émoji 👨‍👩‍👧 and ünïcode, ok";
+  auto ids = (*t)->Encode(text, false);
+  ASSERT_TRUE(ids.ok());
+  StreamingDetokenizer d(t->get(), true);
+  std::string streamed;
+  for (int32_t id : *ids) {
+    const std::string piece = d.Add(id);
+    EXPECT_EQ(piece.find("\xEF\xBF\xBD"), std::string::npos);
+    streamed += piece;
+  }
+  streamed += d.Finish();
+  EXPECT_EQ(streamed, (*t)->Decode(*ids, true));
+}
+
+INSTANTIATE_TEST_SUITE_P(Tokenizers, DetokenizerTest,
+                         testing::Values("gpt2/tokenizer.json",
+                                         "TinyLlama-1.1B-Chat-v1.0/tokenizer.json",
+                                         "Mistral-7B-Instruct-v0.3/tokenizer.json",
+                                         "Qwen2.5-0.5B-Instruct/tokenizer.json",
+                                         "SmolLM-135M-Instruct/tokenizer.json",
+                                         "custom-bpe-whitespace-Abhay557/tokenizer.json"));
+
+}  // namespace
+}  // namespace loom::tokenizer
