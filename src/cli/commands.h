@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/sampler.h"
+#include "tokenizer/tokenizer.h"
 
 namespace loom::cli {
 
@@ -22,6 +23,12 @@ void AddSamplingFlags(CLI::App* cmd, SamplingParams* params, int64_t* seed);
 
 // "1,2,3" → ids; error message names the flag.
 bool ParseIdList(const std::string& text, std::vector<int32_t>* out, std::string* error);
+
+// Renders a --chat file (a messages list, or {"messages", "tools"}) with the model folder's
+// chat template; the result is encoded without adding special tokens, as transformers'
+// apply_chat_template does.
+StatusOr<std::string> RenderChatFile(const tokenizer::Tokenizer& tok, const std::string& model_dir,
+                                     const std::string& chat_path, bool add_generation_prompt);
 
 // Peak resident set size of this process in MiB (from /proc/self/status VmHWM).
 double PeakRssMiB();

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "cli/commands.h"
+#include "cli/lora_cli.h"
 #include "engine/engine.h"
 #include "tokenizer/tokenizer.h"
 
@@ -18,6 +19,11 @@ struct GenerateArgs {
   std::string model;
   std::string prompt_tokens;
   std::string prompt_text;
+  std::string chat;
+  std::vector<std::string> loras;
+  bool merge = false;
+  std::string batch;
+  int max_lora_rank = 0;
   std::string output = "text";
   SamplingParams params;
   int64_t seed = -1;
@@ -27,13 +33,35 @@ int RunGenerate(GenerateArgs& a) {
   using Clock = std::chrono::steady_clock;
   std::vector<int32_t> prompt;
   std::string error;
-  if (a.prompt_text.empty() == a.prompt_tokens.empty()) {
-    std::fprintf(stderr, "error: give exactly one of --prompt or --prompt-tokens\n");
+  if (!a.prompt_text.empty() + !a.prompt_tokens.empty() + !a.chat.empty() + !a.batch.empty() != 1) {
+    std::fprintf(stderr, "error: give exactly one of --prompt, --prompt-tokens, --chat or --batch\n");
     return 2;
+  }
+  if (a.merge && a.loras.size() != 1) {
+    std::fprintf(stderr, "error: --merge folds exactly one --lora adapter into the weights\n");
+    return 2;
+  }
+  if (!a.batch.empty() && a.merge) {
+    std::fprintf(stderr, "error: --batch runs adapters unmerged; drop --merge\n");
+    return 2;
+  }
+  if (!a.batch.empty()) {
+    if (a.seed >= 0) a.params.seed = static_cast<uint64_t>(a.seed);
+    auto model = Model::Load(a.model);
+    if (!model.ok()) {
+      std::fprintf(stderr, "error: %s\n", model.status().message().c_str());
+      return 1;
+    }
+    auto adapters = LoadCliAdapters(**model, a.loras, a.max_lora_rank);
+    if (!adapters.ok()) {
+      std::fprintf(stderr, "error: %s\n", adapters.status().message().c_str());
+      return 1;
+    }
+    return RunBatchFile(model->get(), *adapters, a.batch, a.params);
   }
   // The folder's tokenizer: needed for --prompt, used for the output text when present.
   std::unique_ptr<tokenizer::Tokenizer> tok;
-  if (!a.prompt_text.empty() ||
+  if (!a.prompt_text.empty() || !a.chat.empty() ||
       std::filesystem::exists(std::filesystem::path(a.model) / "tokenizer.json")) {
     auto loaded = tokenizer::Tokenizer::FromModelDir(a.model);
     if (!loaded.ok()) {
@@ -42,11 +70,20 @@ int RunGenerate(GenerateArgs& a) {
     }
     tok = std::move(loaded).value();
   }
-  if (!a.prompt_text.empty()) {
+  if (!a.chat.empty()) {
+    auto rendered = RenderChatFile(*tok, a.model, a.chat, /*add_generation_prompt=*/true);
+    if (!rendered.ok()) {
+      std::fprintf(stderr, "error: --chat: %s\n", rendered.status().message().c_str());
+      return 2;
+    }
+    auto ids = tok->Encode(*rendered, /*add_special_tokens=*/false);
+    if (!ids.ok()) {
+      std::fprintf(stderr, "error: --chat: %s\n", ids.status().message().c_str());
+      return 2;
+    }
+    prompt = std::move(ids).value();
+  } else if (!a.prompt_text.empty()) {
     // Same as transformers' tokenizer(text): special tokens (BOS ...) added.
-    // Chat seam: `--chat FILE.json` renders the messages with tokenizer/chat_template.h
-    // (LoadChatTemplate + RenderChatTemplate, bos/eos from tok->config()) and encodes the
-    // result with add_special_tokens=false, as apply_chat_template does.
     auto ids = tok->Encode(a.prompt_text, /*add_special_tokens=*/true);
     if (!ids.ok()) {
       std::fprintf(stderr, "error: --prompt: %s\n", ids.status().message().c_str());
@@ -64,6 +101,18 @@ int RunGenerate(GenerateArgs& a) {
     std::fprintf(stderr, "error: %s\n", model.status().message().c_str());
     return 1;
   }
+  auto adapters = LoadCliAdapters(**model, a.loras, a.max_lora_rank);
+  if (!adapters.ok()) {
+    std::fprintf(stderr, "error: %s\n", adapters.status().message().c_str());
+    return 1;
+  }
+  if (a.merge) {
+    Status st = (*model)->MergeAdapter(*adapters->front());
+    if (!st.ok()) {
+      std::fprintf(stderr, "error: %s\n", st.message().c_str());
+      return 1;
+    }
+  }
   auto t_loaded = Clock::now();
   EngineOptions options;
   options.kv_cache_tokens = std::max<int>(256, static_cast<int>(prompt.size()) + a.params.max_tokens);
@@ -72,6 +121,13 @@ int RunGenerate(GenerateArgs& a) {
   GenerationRequest request;
   request.prompt = prompt;
   request.params = a.params;
+  if (!a.merge && !adapters->empty()) {
+    if (adapters->size() > 1) {
+      std::fprintf(stderr, "error: several --lora adapters need --batch to say which entry uses which\n");
+      return 2;
+    }
+    request.adapter_slot = engine.AddAdapter(adapters->front());
+  }
   auto id = engine.Add(request);
   if (!id.ok()) {
     std::fprintf(stderr, "error: %s\n", id.status().message().c_str());
@@ -95,20 +151,8 @@ int RunGenerate(GenerateArgs& a) {
                decoded > 0 ? decoded / decode_s : 0.0, PeakRssMiB());
 
   if (a.output == "json") {
-    nlohmann::json j;
-    j["prompt_tokens"] = r.prompt;
-    j["generated_tokens"] = r.generated;
-    j["finish_reason"] = FinishReasonName(r.finish_reason);
+    nlohmann::json j = ResultJson(r, a.params.logprobs);
     if (tok) j["text"] = tok->Decode(r.generated, /*skip_special_tokens=*/true);
-    if (a.params.logprobs > 0) {
-      nlohmann::json steps = nlohmann::json::array();
-      for (const auto& top : r.top_logprobs) {
-        nlohmann::json step = nlohmann::json::array();
-        for (const auto& t : top) step.push_back({{"token", t.token}, {"logprob", t.logprob}});
-        steps.push_back(step);
-      }
-      j["logprobs"] = steps;
-    }
     std::printf("%s\n", j.dump().c_str());
   } else if (tok) {
     const std::string text = tok->Decode(r.generated, /*skip_special_tokens=*/true);
@@ -131,6 +175,13 @@ RunFn AddGenerateCommand(CLI::App& cmd) {
   cmd.add_option("--prompt", a->prompt_text,
                  "prompt text, encoded with the folder's tokenizer.json (special tokens added)");
   cmd.add_option("--prompt-tokens", a->prompt_tokens, "prompt as token ids: 1,2,3");
+  cmd.add_option("--chat", a->chat,
+                 "JSON messages list rendered with the model's chat template (generation prompt added)");
+  cmd.add_option("--lora", a->loras, "PEFT adapter: DIR or NAME=DIR (repeat with --batch)");
+  cmd.add_flag("--merge", a->merge, "fold the --lora adapter into the weights (no LoRA path)");
+  cmd.add_option("--batch", a->batch,
+                 "JSON list of {prompt_tokens, adapter, max_tokens} run together as one batch");
+  cmd.add_option("--max-lora-rank", a->max_lora_rank, "reject adapters above this rank (0 = no limit)");
   cmd.add_option("--output", a->output, "text | json")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();

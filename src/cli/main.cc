@@ -4,6 +4,7 @@
 
 #include "base/thread_pool.h"
 #include "cli/commands.h"
+#include "cli/lora_cli.h"
 #include "ops/matmul.h"
 
 int main(int argc, char** argv) {
@@ -26,6 +27,10 @@ int main(int argc, char** argv) {
   runs[tokenize] = loom::cli::AddTokenizeCommand(*tokenize);
   auto* detokenize = app.add_subcommand("detokenize", "token ids → text");
   runs[detokenize] = loom::cli::AddDetokenizeCommand(*detokenize);
+  auto* inspect = app.add_subcommand("inspect", "validate a model / adapter and show what would be applied");
+  runs[inspect] = loom::cli::AddInspectCommand(*inspect);
+  auto* merge = app.add_subcommand("merge", "write a checkpoint with an adapter merged in");
+  runs[merge] = loom::cli::AddMergeCommand(*merge);
   CLI11_PARSE(app, argc, argv);
   if (threads > 0) loom::ThreadPool::SetGlobalThreads(threads);
   if (fast_bf16) loom::GlobalMatmulOptions().bf16_split = false;

@@ -18,6 +18,8 @@ struct TokenizeArgs {
   std::string model;
   std::string text;
   std::string file;
+  std::string chat;
+  bool add_generation_prompt = false;
   bool no_special = false;
   int bench = 0;
 };
@@ -48,8 +50,8 @@ int RunBench(const tokenizer::Tokenizer& tok, const std::string& text, int itera
 }
 
 int RunTokenize(const TokenizeArgs& a) {
-  if (a.text.empty() == a.file.empty()) {
-    std::fprintf(stderr, "error: give exactly one of --text or --file\n");
+  if (!a.text.empty() + !a.file.empty() + !a.chat.empty() != 1) {
+    std::fprintf(stderr, "error: give exactly one of --text, --file or --chat\n");
     return 2;
   }
   std::string text = a.text;
@@ -63,14 +65,27 @@ int RunTokenize(const TokenizeArgs& a) {
     ss << in.rdbuf();
     text = ss.str();
   }
-  // Chat seam: `--chat FILE.json [--add-generation-prompt]` renders the messages with the
-  // folder's template (tokenizer/chat_template.h: LoadChatTemplate + RenderChatTemplate, with
-  // tok->config().bos_token / eos_token) into `text`, encodes it with add_special_tokens=false
-  // as transformers' apply_chat_template does, and adds "prompt" to the JSON below.
   auto tok = tokenizer::Tokenizer::FromModelDir(a.model);
   if (!tok.ok()) {
     std::fprintf(stderr, "error: %s\n", tok.status().message().c_str());
     return 1;
+  }
+  if (!a.chat.empty()) {  // rendered prompt, encoded without added special tokens
+    auto rendered = RenderChatFile(**tok, a.model, a.chat, a.add_generation_prompt);
+    if (!rendered.ok()) {
+      std::fprintf(stderr, "error: --chat: %s\n", rendered.status().message().c_str());
+      return 2;
+    }
+    auto ids = (*tok)->Encode(*rendered, /*add_special_tokens=*/false);
+    if (!ids.ok()) {
+      std::fprintf(stderr, "error: %s\n", ids.status().message().c_str());
+      return 2;
+    }
+    nlohmann::json j;
+    j["ids"] = *ids;
+    j["prompt"] = *rendered;
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
   }
   if (a.bench > 0) return RunBench(**tok, text, a.bench);
   auto ids = (*tok)->Encode(text, !a.no_special);
@@ -115,6 +130,9 @@ RunFn AddTokenizeCommand(CLI::App& cmd) {
   cmd.add_option("--model", a->model, "model folder with tokenizer.json")->required();
   cmd.add_option("--text", a->text, "text to encode");
   cmd.add_option("--file", a->file, "file whose contents to encode");
+  cmd.add_option("--chat", a->chat, "JSON messages list rendered with the model's chat template");
+  cmd.add_flag("--add-generation-prompt", a->add_generation_prompt,
+               "end the rendered chat with the assistant turn's opening");
   cmd.add_flag("--no-special-tokens", a->no_special,
                "do not add special tokens (BOS ...); the default adds them like HF encode");
   cmd.add_option("--bench", a->bench,

@@ -1,0 +1,34 @@
+// --chat FILE.json: render messages with the model folder's chat template, as apply_chat_template.
+#include <nlohmann/json.hpp>
+
+#include "base/mmap_file.h"
+#include "cli/commands.h"
+#include "tokenizer/chat_template.h"
+
+namespace loom::cli {
+
+StatusOr<std::string> RenderChatFile(const tokenizer::Tokenizer& tok, const std::string& model_dir,
+                                     const std::string& chat_path, bool add_generation_prompt) {
+  ASSIGN_OR_RETURN(std::string text, ReadTextFile(chat_path));
+  // ordered_json keeps the messages' key order, which tojson output depends on.
+  nlohmann::ordered_json doc = nlohmann::ordered_json::parse(text, nullptr, false);
+  nlohmann::ordered_json messages, tools = nullptr;
+  if (doc.is_array()) {
+    messages = doc;
+  } else if (doc.is_object() && doc.contains("messages")) {
+    messages = doc["messages"];
+    if (doc.contains("tools")) tools = doc["tools"];
+  }
+  if (!messages.is_array() || messages.empty()) {
+    return InvalidArgument(chat_path + ": expected a list of messages, or {\"messages\": [...], \"tools\": [...]}");
+  }
+  ASSIGN_OR_RETURN(std::string source, LoadChatTemplate(model_dir, "", !tools.is_null()));
+  ChatTemplateOptions options;
+  options.add_generation_prompt = add_generation_prompt;
+  if (!tok.config().bos_token.empty()) options.bos_token = tok.config().bos_token;
+  if (!tok.config().eos_token.empty()) options.eos_token = tok.config().eos_token;
+  options.tools = tools;
+  return RenderChatTemplate(source, messages, options);
+}
+
+}  // namespace loom::cli
