@@ -7,6 +7,7 @@
 #include "base/thread_pool.h"
 #include "cli/commands.h"
 #include "engine/engine.h"
+#include "lora/adapter.h"
 
 namespace loom::cli {
 
@@ -19,6 +20,7 @@ struct BenchArgs {
   std::vector<int> batches = {1, 8};
   int repeats = 2;
   bool json = false;
+  std::vector<std::string> loras;  // with adapters: base vs unmerged vs merged vs mixed
 };
 
 struct Figures {
@@ -27,13 +29,17 @@ struct Figures {
 };
 
 // One measurement: `batch` sequences, each prefilled (as one step) then decoded together.
-Figures Measure(Model* model, const BenchArgs& a, int batch, uint64_t seed) {
+// Sequence b uses adapters[b % size] (none = base).
+Figures Measure(Model* model, const BenchArgs& a, int batch, uint64_t seed,
+                const std::vector<std::shared_ptr<const Adapter>>& adapters = {}) {
   using Clock = std::chrono::steady_clock;
   EngineOptions options;
   options.kv_cache_tokens = batch * (a.prompt_len + a.gen_tokens) + 64;
   options.max_batch_tokens = batch * a.prompt_len;
   options.max_num_seqs = batch;
   Engine engine(model, options);
+  std::vector<int> slots;
+  for (const auto& ad : adapters) slots.push_back(engine.AddAdapter(ad));
   std::mt19937 rng(static_cast<uint32_t>(seed));
   std::uniform_int_distribution<int> token(0, model->config().vocab_size - 1);
   for (int b = 0; b < batch; ++b) {
@@ -42,6 +48,7 @@ Figures Measure(Model* model, const BenchArgs& a, int batch, uint64_t seed) {
     r.params.max_tokens = a.gen_tokens;
     r.params.temperature = 0;
     r.params.ignore_eos = true;
+    if (!slots.empty()) r.adapter_slot = slots[static_cast<size_t>(b) % slots.size()];
     (void)engine.Add(std::move(r));
   }
   auto t0 = Clock::now();
@@ -56,12 +63,76 @@ Figures Measure(Model* model, const BenchArgs& a, int batch, uint64_t seed) {
   return f;
 }
 
+// Adapter overheads, side by side in one run (scenarios interleaved, best of --repeats):
+// base vs one adapter unmerged vs merged at batch 1; 8 base sequences vs 8 sequences each
+// with a different adapter; adapter load time from a warm page cache.
+int RunLoraBench(Model* model, const BenchArgs& a) {
+  using Clock = std::chrono::steady_clock;
+  std::vector<std::shared_ptr<const Adapter>> adapters;
+  for (size_t i = 0; i < a.loras.size(); ++i) {
+    auto ad = LoadAdapter("a" + std::to_string(i), a.loras[i], model->config(), model->weights(), 0);
+    if (!ad.ok()) {
+      std::fprintf(stderr, "error: %s\n", ad.status().message().c_str());
+      return 1;
+    }
+    adapters.push_back(*ad);
+  }
+  std::vector<double> load_ms;
+  for (int i = 0; i < 5; ++i) {
+    auto t0 = Clock::now();
+    auto ad = LoadAdapter("load", a.loras[0], model->config(), model->weights(), 0);
+    load_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  std::sort(load_ms.begin(), load_ms.end());
+  auto merged = Model::Load(a.model);
+  if (!merged.ok() || !(*merged)->MergeAdapter(*adapters[0]).ok()) {
+    std::fprintf(stderr, "error: cannot build the merged model\n");
+    return 1;
+  }
+  const int wide = std::max(8, static_cast<int>(adapters.size()));
+  struct Row { const char* name; Figures best; };
+  Row rows[] = {{"base, batch 1", {}}, {"adapter unmerged, batch 1", {}}, {"adapter merged, batch 1", {}},
+                {"base, batch 8", {}}, {"8 different adapters, batch 8", {}}};
+  Measure(model, a, 1, 0, {adapters[0]});  // warm-up
+  for (int r = 0; r < a.repeats; ++r) {
+    const uint64_t seed = static_cast<uint64_t>(r + 1);
+    Figures f[5] = {Measure(model, a, 1, seed), Measure(model, a, 1, seed, {adapters[0]}),
+                    Measure(merged->get(), a, 1, seed), Measure(model, a, wide, seed),
+                    Measure(model, a, wide, seed, adapters)};
+    for (int i = 0; i < 5; ++i) {
+      rows[i].best.prefill_tps = std::max(rows[i].best.prefill_tps, f[i].prefill_tps);
+      rows[i].best.decode_tps = std::max(rows[i].best.decode_tps, f[i].decode_tps);
+    }
+  }
+  nlohmann::json out = nlohmann::json::array();
+  std::printf("%-32s %14s %14s\n", "scenario", "prefill tok/s", "decode tok/s");
+  for (const Row& row : rows) {
+    std::printf("%-32s %14.1f %14.1f\n", row.name, row.best.prefill_tps, row.best.decode_tps);
+    out.push_back({{"scenario", row.name}, {"prefill_tokens_per_s", row.best.prefill_tps},
+                   {"decode_tokens_per_s", row.best.decode_tps}});
+  }
+  std::printf("adapter load (warm page cache): best %.2f ms, median %.2f ms; %zu adapters of %.1f MiB; "
+              "batch-8 scenario uses %d sequences over %zu adapters\n",
+              load_ms[0], load_ms[2], adapters.size(), adapters[0]->tensor_bytes() / 1048576.0, wide,
+              adapters.size());
+  if (a.json) {
+    nlohmann::json j = {{"lora_results", out}, {"adapter_load_ms_best", load_ms[0]},
+                        {"adapter_load_ms_median", load_ms[2]},
+                        {"adapter_bytes", adapters[0]->tensor_bytes()},
+                        {"num_adapters", adapters.size()}, {"peak_rss_mib", PeakRssMiB()},
+                        {"threads", ThreadPool::Global().num_threads()}};
+    std::printf("%s\n", j.dump().c_str());
+  }
+  return 0;
+}
+
 int RunBench(const BenchArgs& a) {
   auto model = Model::Load(a.model);
   if (!model.ok()) {
     std::fprintf(stderr, "error: %s\n", model.status().message().c_str());
     return 1;
   }
+  if (!a.loras.empty()) return RunLoraBench(model->get(), a);
   Measure(model->get(), a, 1, 0);  // warm the page cache and the pool
   nlohmann::json out = nlohmann::json::array();
   std::printf("%-8s %14s %14s\n", "batch", "prefill tok/s", "decode tok/s");
@@ -100,6 +171,9 @@ RunFn AddBenchCommand(CLI::App& cmd) {
   cmd.add_option("--batch", a->batches, "batch sizes to measure")->delimiter(',');
   cmd.add_option("--repeats", a->repeats, "runs per batch size (best is reported)");
   cmd.add_flag("--json", a->json, "also print the figures as one JSON object");
+  cmd.add_option("--lora", a->loras,
+                 "adapters: measure base vs unmerged vs merged, and a batch with a different "
+                 "adapter per sequence");
   return [a] { return RunBench(*a); };
 }
 

@@ -246,7 +246,11 @@ StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, co
     if (cfg.Targets(path, kLinearNames)) targeted.insert(path);
   }
   if (targeted.empty()) {
-    return InvalidArgument(where + ": target_modules match no module of " + config.architecture +
+    std::string targets = cfg.all_linear ? "all-linear" : "";
+    if (cfg.target_regex) targets = "'" + cfg.target_regex->pattern() + "'";
+    for (const auto& t : cfg.target_list) targets += (targets.empty() ? "" : ", ") + t;
+    return InvalidArgument(where + ": target_modules [" + targets + "] match no module of " +
+                           config.architecture +
                            " (its modules: embed_tokens, q_proj, k_proj, v_proj, o_proj, gate_proj, "
                            "up_proj, down_proj, lm_head)");
   }

@@ -1,15 +1,24 @@
 // adapter_config.json parsing: accepted fields, rejected features (each named), PEFT matching.
 #include "lora/lora_config.h"
 
+#include <cctype>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <type_traits>
 
 namespace loom {
 
 using json = nlohmann::json;
 
 namespace {
+
+constexpr int64_t kMaxRank = 4096;  // sanity bound on r and rank_pattern values
+
+std::string Lower(std::string s) {
+  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
 
 // Keys loom reads or knowingly accepts; anything else is an ignored (logged) key.
 const std::set<std::string>& KnownKeys() {
@@ -21,7 +30,8 @@ const std::set<std::string>& KnownKeys() {
       "trainable_token_indices", "fan_in_fan_out", "lora_dropout", "task_type", "inference_mode",
       "revision", "auto_mapping", "megatron_config", "megatron_core", "loftq_config",
       "eva_config", "corda_config", "qalora_group_size", "lora_ga_config", "use_bdlora",
-      "bdlora_config", "variant"};
+      "bdlora_config", "variant", "velora_config", "monteclora_config", "arrow_config",
+      "kasa_config"};
   return keys;
 }
 
@@ -54,6 +64,14 @@ Status ReadPattern(const json& v, const std::string& where, const char* key,
     if (!it.value().is_number()) {
       return InvalidArgument(where + ": " + key + " value for '" + it.key() + "' must be a number");
     }
+    if constexpr (std::is_integral_v<T>) {  // a rank: an integer in r's range
+      if (!it.value().is_number_integer() || it.value().template get<int64_t>() <= 0 ||
+          it.value().template get<int64_t>() > kMaxRank) {
+        return InvalidArgument(where + ": " + key + " value for '" + it.key() +
+                               "' must be a positive integer (at most " + std::to_string(kMaxRank) +
+                               "), got " + it.value().dump());
+      }
+    }
     // Same as PEFT get_pattern_key: re.match(rf"(.*\.)?({key})$", module_path).
     ASSIGN_OR_RETURN(Regex re, Regex::Compile("(.*\\.)?(" + it.key() + ")$", where + " " + key));
     out->emplace_back(std::move(re), it.value().get<T>());
@@ -81,10 +99,13 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
   }
   LoraConfig c;
   const json r = get("r");
-  if (!r.is_number_integer() || r.get<int64_t>() <= 0 || r.get<int64_t>() > 4096) {
-    return InvalidArgument(where + ": r must be a positive integer, got " + r.dump());
+  if (!r.is_null() || j.contains("r")) {  // absent: PEFT's default r = 8
+    if (!r.is_number_integer() || r.get<int64_t>() <= 0 || r.get<int64_t>() > kMaxRank) {
+      return InvalidArgument(where + ": r must be a positive integer (at most " +
+                             std::to_string(kMaxRank) + "), got " + r.dump());
+    }
+    c.r = r.get<int>();
   }
-  c.r = r.get<int>();
   const json alpha = get("lora_alpha");
   c.lora_alpha = alpha.is_number() ? alpha.get<double>() : 8.0;  // PEFT default
   for (const char* key : {"use_rslora", "use_dora", "lora_bias"}) {
@@ -96,14 +117,25 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
   c.lora_bias = get("lora_bias").is_boolean() && get("lora_bias").get<bool>();
 
   // Features that change the base weights or add per-adapter modules: rejected by name.
+  // init_lora_weights only matters when it leaves a mark on the trained adapter. true / false /
+  // gaussian / eva / orthogonal set the starting A and B only: a trained adapter is a plain LoRA
+  // and PEFT loads it as one. pissa / olora / corda / loftq / lora_ga subtract the initial B·A
+  // from the base weights; mica is a LoRA variant.
   const json init = get("init_lora_weights");
   if (init.is_string()) {
     const std::string v = init.get<std::string>();
-    if (v != "gaussian" && v != "default") {
+    const bool plain = v == "gaussian" || v == "eva" || v == "orthogonal";
+    const bool changes_base = v.rfind("pissa", 0) == 0 || v.rfind("corda", 0) == 0 ||
+                              v == "olora" || v == "loftq" || v == "lora_ga";
+    if (changes_base) {
       return InvalidArgument(where + ": init_lora_weights '" + v +
                              "' is not supported: this initialisation changes the base weights, so "
                              "the adapter is only valid against a modified base model (convert it to "
                              "a plain LoRA first)");
+    }
+    if (!plain) {
+      return InvalidArgument(where + ": init_lora_weights '" + v +
+                             "' is not supported yet (a LoRA variant or an unknown initialisation)");
     }
   }
   struct Unsupported {
@@ -117,6 +149,10 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
       {"alora_invocation_tokens", "alora_invocation_tokens (activated LoRA) is not supported yet"},
       {"use_bdlora", "use_bdlora is not supported yet"},
       {"variant", "LoRA variants are not supported yet"},
+      {"velora_config", "the VeLoRA variant is not supported yet"},
+      {"monteclora_config", "the MonteCLoRA variant is not supported yet"},
+      {"arrow_config", "the Arrow variant is not supported yet"},
+      {"kasa_config", "the KaSA variant is not supported yet"},
       {"modules_to_save", "modules_to_save is not supported yet: it replaces whole base modules per adapter"},
       {"trainable_token_indices", "trainable_token_indices is not supported yet: it replaces embedding rows per adapter"},
   };
@@ -132,9 +168,12 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
   }
 
   const json targets = get("target_modules");
-  if (targets.is_string() && targets.get<std::string>() == "all-linear") {
+  if (targets.is_string() && Lower(targets.get<std::string>()) == "all-linear") {  // as PEFT
     c.all_linear = true;
-  } else if (targets.is_null() || (targets.is_array() && targets.empty())) {
+  } else if (targets.is_null()) {
+    return InvalidArgument(where + ": target_modules is not set; PEFT fills it from the model type "
+                                   "at training time and saves the list, loom needs that list");
+  } else if (targets.is_array() && targets.empty()) {
     return InvalidArgument(where + ": target_modules is empty; the adapter would change nothing");
   } else {
     RETURN_IF_ERROR(ReadStringOrList(targets, where, "target_modules", &c.target_list, &c.target_regex));
@@ -163,9 +202,6 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
   }
   RETURN_IF_ERROR(ReadPattern(get("rank_pattern"), where, "rank_pattern", &c.rank_pattern));
   RETURN_IF_ERROR(ReadPattern(get("alpha_pattern"), where, "alpha_pattern", &c.alpha_pattern));
-  for (const auto& [rx, rank] : c.rank_pattern) {
-    if (rank <= 0) return InvalidArgument(where + ": rank_pattern value must be positive");
-  }
   if (get("base_model_name_or_path").is_string()) {
     c.base_model_name_or_path = get("base_model_name_or_path").get<std::string>();
   }

@@ -7,58 +7,86 @@
 namespace loom {
 
 namespace {
-// Scratch for the LoRA intermediate and delta (engine thread only).
+// LoRA intermediates t = x·Aᵀ per active segment (engine thread only).
 AlignedBuffer<float>& ShrinkScratch() {
-  static AlignedBuffer<float> buf;
-  return buf;
-}
-AlignedBuffer<float>& ExpandScratch() {
   static AlignedBuffer<float> buf;
   return buf;
 }
 }  // namespace
 
 void Linear::Forward(const float* x, int64_t n, float* y, const LoraBatch& lora) const {
-  Matmul(x, n, weight, y);
   const int64_t in = in_features();
   const int64_t out = out_features();
+  // Segments whose adapter adapts this projection, and their shrink results.
+  struct Active {
+    const Segment* seg;
+    const LoraWeights* lw;
+    size_t t_offset;  // into ShrinkScratch: [seg rows, rank]
+  };
+  Active active[16];
+  std::vector<Active> many;
+  Active* act = active;
+  size_t num_active = 0, t_size = 0;
   if (lora.segments && lora.adapters) {
     for (const Segment& seg : *lora.segments) {
       if (seg.adapter_slot < 0) continue;
       const Adapter* adapter = (*lora.adapters)[static_cast<size_t>(seg.adapter_slot)];
       const LoraWeights* lw = adapter ? adapter->Find(site) : nullptr;
       if (!lw) continue;
-      const int64_t rows = seg.num_rows;
-      const float* xs = x + seg.first_row * in;
-      float* ys = y + seg.first_row * out;
-      AlignedBuffer<float>& t = ShrinkScratch();    // [rows, rank]
-      AlignedBuffer<float>& d = ExpandScratch();    // [rows, out]
-      t.Resize(static_cast<size_t>(rows * lw->rank));
-      d.Resize(static_cast<size_t>(rows * out));
-      Matmul(xs, rows, lw->a, t.data());
-      Matmul(t.data(), rows, lw->b, d.data());
-      const float s = lw->scale;
-      const float* lb = lw->bias.empty() ? nullptr : lw->bias.data();
-      const float* g = lw->dora_gain.empty() ? nullptr : lw->dora_gain.data();
-      for (int64_t r = 0; r < rows; ++r) {
-        float* yr = ys + r * out;
-        const float* dr = d.data() + r * out;
+      const Active a{&seg, lw, t_size};
+      if (num_active < 16) {
+        active[num_active] = a;
+      } else {
+        if (many.empty()) many.assign(active, active + 16);
+        many.push_back(a);
+      }
+      ++num_active;
+      t_size += static_cast<size_t>(seg.num_rows * lw->rank);
+    }
+  }
+  if (num_active > 16) act = many.data();
+  if (num_active == 0 && bias.empty()) {
+    Matmul(x, n, weight, y);  // a projection no segment adapts costs nothing extra
+    return;
+  }
+  // Shrink: t = x[rows]·Aᵀ per segment (tiny for decode; threaded by Matmul for prefill).
+  AlignedBuffer<float>& t = ShrinkScratch();
+  t.Resize(t_size);
+  for (size_t i = 0; i < num_active; ++i) {
+    Matmul(x + act[i].seg->first_row * in, act[i].seg->num_rows, act[i].lw->a, t.data() + act[i].t_offset);
+  }
+  // Expand, DoRA and bias per column block, inside the base matmul's parallel region.
+  const MatmulEpilogue epilogue = [&](int64_t j0, int64_t j1) {
+    static thread_local AlignedBuffer<float> d;  // [rows, j1 - j0]
+    const int64_t width = j1 - j0;
+    for (size_t i = 0; i < num_active; ++i) {
+      const Segment& seg = *act[i].seg;
+      const LoraWeights& lw = *act[i].lw;
+      d.Resize(static_cast<size_t>(seg.num_rows * width));
+      MatmulColumns(t.data() + act[i].t_offset, seg.num_rows, lw.b, j0, j1, d.data(), width);
+      const float s = lw.scale;
+      const float* lb = lw.bias.empty() ? nullptr : lw.bias.data() + j0;
+      const float* g = lw.dora_gain.empty() ? nullptr : lw.dora_gain.data() + j0;
+      for (int64_t r = 0; r < seg.num_rows; ++r) {
+        float* yr = y + (seg.first_row + r) * out + j0;
+        const float* dr = d.data() + r * width;
         if (g) {  // Same as PEFT DoRA: y = g⊙(x·Wᵀ) + g⊙scale·(t·Bᵀ + b_B); base bias after.
-          for (int64_t j = 0; j < out; ++j) yr[j] = g[j] * yr[j] + g[j] * s * (dr[j] + (lb ? lb[j] : 0.0f));
+          for (int64_t j = 0; j < width; ++j) yr[j] = g[j] * yr[j] + g[j] * s * (dr[j] + (lb ? lb[j] : 0.0f));
         } else if (lb) {
-          for (int64_t j = 0; j < out; ++j) yr[j] += s * (dr[j] + lb[j]);
+          for (int64_t j = 0; j < width; ++j) yr[j] += s * (dr[j] + lb[j]);
         } else {
-          for (int64_t j = 0; j < out; ++j) yr[j] += s * dr[j];
+          for (int64_t j = 0; j < width; ++j) yr[j] += s * dr[j];
         }
       }
     }
-  }
-  if (!bias.empty()) {
-    for (int64_t r = 0; r < n; ++r) {
-      float* yr = y + r * out;
-      for (int64_t j = 0; j < out; ++j) yr[j] += bias[static_cast<size_t>(j)];
+    if (!bias.empty()) {
+      for (int64_t r = 0; r < n; ++r) {
+        float* yr = y + r * out;
+        for (int64_t j = j0; j < j1; ++j) yr[j] += bias[static_cast<size_t>(j)];
+      }
     }
-  }
+  };
+  Matmul(x, n, weight, y, &epilogue);
 }
 
 }  // namespace loom

@@ -34,12 +34,14 @@ AlignedBuffer<uint16_t>& Bf16Scratch() {
 
 }  // namespace
 
-void MatmulColumns(const float* x, int64_t n, const Tensor& w, int64_t j0, int64_t j1, float* y) {
+void MatmulColumns(const float* x, int64_t n, const Tensor& w, int64_t j0, int64_t j1, float* y,
+                   int64_t ldy) {
   const int64_t k = w.dim(1);
-  cpu::MatmulF32(cpu::ActiveIsa(), w.dtype, x, n, k, w.data, j0, j1, y, w.dim(0));
+  const auto* rows = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(j0 * k) * DTypeSize(w.dtype);
+  cpu::MatmulF32(cpu::ActiveIsa(), w.dtype, x, n, k, rows, 0, j1 - j0, y, ldy);
 }
 
-void Matmul(const float* x, int64_t n, const Tensor& w, float* y) {
+void Matmul(const float* x, int64_t n, const Tensor& w, float* y, const MatmulEpilogue* epilogue) {
   LOOM_CHECK(w.rank() == 2);
   const int64_t m = w.dim(0);
   const int64_t k = w.dim(1);
@@ -59,6 +61,7 @@ void Matmul(const float* x, int64_t n, const Tensor& w, float* y) {
     pool.ParallelFor(num_tasks, [&](int64_t task, int) {
       const int64_t j0 = task * block;
       cpu::MatmulBf16Amx(buf.data(), split, n, k, wd, j0, std::min(m, j0 + block), y, m);
+      if (epilogue) (*epilogue)(j0, std::min(m, j0 + block));
     });
     return;
   }
@@ -83,6 +86,7 @@ void Matmul(const float* x, int64_t n, const Tensor& w, float* y) {
     } else {
       cpu::MatmulF32(cpu::ActiveIsa(), w.dtype, x, n, k, w.data, 0, m, y, m);
     }
+    if (epilogue) (*epilogue)(0, m);
     return;
   }
   // Column blocks: a multiple of 4 (the kernels' tile), enough tasks to balance the cores.
@@ -99,6 +103,7 @@ void Matmul(const float* x, int64_t n, const Tensor& w, float* y) {
     } else {
       cpu::MatmulF32(isa, w.dtype, x, n, k, w.data, j0, j1, y, m);
     }
+    if (epilogue) (*epilogue)(j0, j1);
   });
 }
 

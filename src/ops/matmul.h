@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "tensor/tensor.h"
 
@@ -21,11 +22,18 @@ struct MatmulOptions {
 // Process-wide options (set once at start-up, before the engine runs).
 MatmulOptions& GlobalMatmulOptions();
 
-// x: [n, k] f32 contiguous; w: [m, k] (F32/F16/BF16); y: [n, m] f32 (overwritten).
-void Matmul(const float* x, int64_t n, const Tensor& w, float* y);
+// Called for each block of output columns [j0, j1) right after the block is computed, on the
+// thread that computed it (so per-column work — LoRA expand, DoRA, bias — runs in the same
+// parallel region while the block is hot in cache, with no extra fork-join per op).
+using MatmulEpilogue = std::function<void(int64_t j0, int64_t j1)>;
 
-// Single-threaded variant over output columns [j0, j1) (y row stride m) — for callers that
-// already run inside a parallel region.
-void MatmulColumns(const float* x, int64_t n, const Tensor& w, int64_t j0, int64_t j1, float* y);
+// x: [n, k] f32 contiguous; w: [m, k] (F32/F16/BF16); y: [n, m] f32 (overwritten).
+void Matmul(const float* x, int64_t n, const Tensor& w, float* y,
+            const MatmulEpilogue* epilogue = nullptr);
+
+// Single-threaded: y[i, j] = x[i]·w[j] for columns [j0, j1), written at y[i * ldy + j − j0].
+// For callers already inside a parallel region.
+void MatmulColumns(const float* x, int64_t n, const Tensor& w, int64_t j0, int64_t j1, float* y,
+                   int64_t ldy);
 
 }  // namespace loom
