@@ -167,7 +167,11 @@ StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, co
                            "code when loaded; loom does not unpickle. Re-save the adapter with "
                            "safetensors (PeftModel.save_pretrained(..., safe_serialization=True))");
   }
-  ASSIGN_OR_RETURN(std::string config_text, ReadTextFile(config_path));
+  auto config_read = ReadTextFile(config_path);
+  if (!config_read.ok()) {
+    return Status(config_read.status().code(), where + ": " + config_read.status().message());
+  }
+  const std::string config_text = std::move(config_read).value();
   std::shared_ptr<Adapter> a(new Adapter());
   a->name_ = name;
   a->dir_ = dir;
@@ -347,6 +351,18 @@ StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, co
     RETURN_IF_ERROR(check_shape(w->a, "lora_A", {rank, in}));
     RETURN_IF_ERROR(check_shape(w->b, "lora_B", {out, rank}));
     a->tensor_bytes_ += w->a.nbytes() + w->b.nbytes();
+    {  // Bᵀ, same dtype (exact), so the expand streams contiguous column blocks.
+      const size_t es = DTypeSize(w->b.dtype);
+      w->b_t_storage.resize(static_cast<size_t>(out * rank) * es);
+      const auto* src = static_cast<const uint8_t*>(w->b.data);
+      for (int64_t o = 0; o < out; ++o) {
+        for (int k = 0; k < rank; ++k) {
+          std::memcpy(w->b_t_storage.data() + (static_cast<size_t>(k) * out + o) * es,
+                      src + (static_cast<size_t>(o) * rank + k) * es, es);
+        }
+      }
+      w->b_t = Tensor{w->b.dtype, {rank, out}, w->b_t_storage.data()};
+    }
     const bool has_bias = t.parts.count("lora_B.bias") > 0;
     if (has_bias != cfg.lora_bias) {
       return InvalidArgument(where + ": module '" + module + "' " +

@@ -1,6 +1,7 @@
 // adapter_config.json parsing: accepted fields, rejected features (each named), PEFT matching.
 #include "lora/lora_config.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -14,6 +15,7 @@ using json = nlohmann::json;
 namespace {
 
 constexpr int64_t kMaxRank = 4096;  // sanity bound on r and rank_pattern values
+constexpr int kMaxJsonDepth = 32;
 
 std::string Lower(std::string s) {
   for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
@@ -55,12 +57,14 @@ Status ReadStringOrList(const json& v, const std::string& where, const char* key
   return OkStatus();
 }
 
+// `v` must stay an ordered_json: converting it to json (a std::map) would sort the keys, and
+// PEFT takes the first matching key in file order.
 template <typename T>
-Status ReadPattern(const json& v, const std::string& where, const char* key,
+Status ReadPattern(const nlohmann::ordered_json& v, const std::string& where, const char* key,
                    std::vector<std::pair<Regex, T>>* out) {
   if (v.is_null()) return OkStatus();
   if (!v.is_object()) return InvalidArgument(where + ": " + key + " must be an object");
-  for (auto it = v.begin(); it != v.end(); ++it) {  // ordered_json keeps the file's order
+  for (auto it = v.begin(); it != v.end(); ++it) {  // the file's order
     if (!it.value().is_number()) {
       return InvalidArgument(where + ": " + key + " value for '" + it.key() + "' must be a number");
     }
@@ -82,8 +86,21 @@ Status ReadPattern(const json& v, const std::string& where, const char* key,
 }  // namespace
 
 StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::string& where) {
-  nlohmann::ordered_json j = nlohmann::ordered_json::parse(json_text, nullptr, false);
+  // Values are copied and printed recursively below: a file nested thousands of levels deep
+  // would overflow the stack, so depth is bounded first (real configs nest 3 levels).
+  int max_depth = 0;
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(
+      json_text,
+      [&max_depth](int depth, nlohmann::ordered_json::parse_event_t, nlohmann::ordered_json&) {
+        max_depth = std::max(max_depth, depth);
+        return true;
+      },
+      false);
   if (j.is_discarded() || !j.is_object()) return InvalidArgument(where + ": not a valid JSON object");
+  if (max_depth > kMaxJsonDepth) {
+    return InvalidArgument(where + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
+                           " levels; not an adapter config");
+  }
   auto get = [&](const char* key) -> json {
     auto it = j.find(key);
     return it == j.end() ? json() : json(*it);
@@ -200,8 +217,12 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
       if (p.is_string()) c.layers_pattern.push_back(p.get<std::string>());
     }
   }
-  RETURN_IF_ERROR(ReadPattern(get("rank_pattern"), where, "rank_pattern", &c.rank_pattern));
-  RETURN_IF_ERROR(ReadPattern(get("alpha_pattern"), where, "alpha_pattern", &c.alpha_pattern));
+  auto get_ordered = [&](const char* key) -> nlohmann::ordered_json {
+    auto it = j.find(key);
+    return it == j.end() ? nlohmann::ordered_json() : *it;
+  };
+  RETURN_IF_ERROR(ReadPattern(get_ordered("rank_pattern"), where, "rank_pattern", &c.rank_pattern));
+  RETURN_IF_ERROR(ReadPattern(get_ordered("alpha_pattern"), where, "alpha_pattern", &c.alpha_pattern));
   if (get("base_model_name_or_path").is_string()) {
     c.base_model_name_or_path = get("base_model_name_or_path").get<std::string>();
   }

@@ -1,6 +1,7 @@
 // Linear forward: base matmul, per-segment LoRA deltas (shrink then expand, f32), then bias.
 #include "model/linear.h"
 
+#include "cpu/lora_cpu.h"
 #include "lora/adapter.h"
 #include "ops/matmul.h"
 
@@ -56,6 +57,7 @@ void Linear::Forward(const float* x, int64_t n, float* y, const LoraBatch& lora)
     Matmul(x + act[i].seg->first_row * in, act[i].seg->num_rows, act[i].lw->a, t.data() + act[i].t_offset);
   }
   // Expand, DoRA and bias per column block, inside the base matmul's parallel region.
+  const cpu::Isa isa = cpu::ActiveIsa();
   const MatmulEpilogue epilogue = [&](int64_t j0, int64_t j1) {
     static thread_local AlignedBuffer<float> d;  // [rows, j1 - j0]
     const int64_t width = j1 - j0;
@@ -63,7 +65,8 @@ void Linear::Forward(const float* x, int64_t n, float* y, const LoraBatch& lora)
       const Segment& seg = *act[i].seg;
       const LoraWeights& lw = *act[i].lw;
       d.Resize(static_cast<size_t>(seg.num_rows * width));
-      MatmulColumns(t.data() + act[i].t_offset, seg.num_rows, lw.b, j0, j1, d.data(), width);
+      cpu::LoraExpand(isa, t.data() + act[i].t_offset, seg.num_rows, lw.rank, lw.b_t.dtype,
+                      lw.b_t.data, out, j0, j1, d.data());
       const float s = lw.scale;
       const float* lb = lw.bias.empty() ? nullptr : lw.bias.data() + j0;
       const float* g = lw.dora_gain.empty() ? nullptr : lw.dora_gain.data() + j0;

@@ -201,3 +201,29 @@ TEST(ActivationKernels, Avx512SiluMulMatchesScalar) {
 
 }  // namespace
 }  // namespace loom
+
+#include "cpu/lora_cpu.h"
+
+namespace loom {
+namespace {
+
+TEST(LoraKernels, Avx512ExpandMatchesScalarForEveryDtype) {
+  if (cpu::DetectIsa() < cpu::Isa::kAvx512) GTEST_SKIP() << "no AVX-512";
+  const int rank = 5;
+  const int64_t out = 77, rows = 6;
+  auto t = Random(rows * rank, 50);
+  auto bf = Random(rank * out, 51);
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
+    std::vector<uint8_t> bt(bf.size() * DTypeSize(dt));
+    ConvertFromF32(dt, bf.data(), bt.data(), static_cast<int64_t>(bf.size()));
+    for (auto [j0, j1] : std::vector<std::pair<int64_t, int64_t>>{{0, 77}, {16, 40}, {70, 77}}) {
+      std::vector<float> a((j1 - j0) * rows), b(a.size());
+      cpu::LoraExpandScalar(t.data(), rows, rank, dt, bt.data(), out, j0, j1, a.data());
+      cpu::LoraExpandAvx512(t.data(), rows, rank, dt, bt.data(), out, j0, j1, b.data());
+      for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-5f) << DTypeName(dt);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace loom

@@ -41,7 +41,7 @@ else
     echo "[setup_venv] this takes a long time on 2 cores (see tools/bench/README.md)"
     start=$(date +%s)
     # CPU only, native ISA; no multimodal (mtmd) library, which the benchmark does not use.
-    export CMAKE_ARGS="-DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_METAL=OFF -DGGML_BLAS=OFF -DLLAVA_BUILD=OFF -DCMAKE_BUILD_TYPE=Release"
+    export CMAKE_ARGS="-DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_METAL=OFF -DGGML_BLAS=OFF -DLLAVA_BUILD=OFF"
     export CMAKE_BUILD_PARALLEL_LEVEL="$JOBS"
     export MAKEFLAGS="-j$JOBS"
     # --no-cache-dir: a -march=native wheel must not be reused from pip's cache on another CPU.

@@ -1,0 +1,629 @@
+// Tests of adapter_config.json parsing: every SPEC-adapters §5 rejection with its message, PEFT's
+// target / exclude / layer / rank_pattern rules, and every real config in shared/adapter_configs.
+#include "lora/lora_config.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/mmap_file.h"
+
+namespace loom {
+namespace {
+
+namespace fs = std::filesystem;
+using ojson = nlohmann::ordered_json;
+
+const std::string kRealConfigs = std::string(LOOM_FIXTURES) + "/shared/adapter_configs";
+const char kWhere[] = "test/adapter_config.json";
+const std::vector<std::string> kLinearNames = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                               "gate_proj", "up_proj", "down_proj"};
+
+::testing::AssertionResult Contains(const std::string& text, const std::string& part) {
+  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "'" << part << "' not in: " << text;
+}
+
+// A minimal valid config; `patch` adds or replaces keys (a null value in `erase` removes one).
+std::string Config(const ojson& patch = ojson::object(),
+                   const std::vector<std::string>& erase = {}) {
+  ojson j = {{"peft_type", "LORA"},
+             {"r", 8},
+             {"lora_alpha", 16},
+             {"target_modules", {"q_proj", "v_proj"}}};
+  for (auto it = patch.begin(); it != patch.end(); ++it) j[it.key()] = it.value();
+  for (const auto& k : erase) j.erase(k);
+  return j.dump(2);
+}
+
+LoraConfig MustParse(const std::string& text) {
+  auto c = ParseLoraConfig(text, kWhere);
+  EXPECT_TRUE(c.ok()) << c.status().ToString() << "\n" << text;
+  return c.ok() ? std::move(c).value() : LoraConfig{};
+}
+
+// Module paths of a Llama-family model with `layers` layers, as LoadAdapter enumerates them.
+std::vector<std::string> LlamaModulePaths(int layers) {
+  std::vector<std::string> paths = {"model.embed_tokens"};
+  for (int i = 0; i < layers; ++i) {
+    for (const auto& m : kLinearNames) {
+      const bool attn = m == "q_proj" || m == "k_proj" || m == "v_proj" || m == "o_proj";
+      paths.push_back("model.layers." + std::to_string(i) + (attn ? ".self_attn." : ".mlp.") + m);
+    }
+  }
+  paths.push_back("lm_head");
+  return paths;
+}
+
+std::set<std::string> Targeted(const LoraConfig& c, int layers) {
+  std::set<std::string> out;
+  for (const auto& p : LlamaModulePaths(layers)) {
+    if (c.Targets(p, kLinearNames)) out.insert(p);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------
+// SPEC §5: each rejected config with its own message.
+
+struct RejectCase {
+  std::string name;
+  std::string text;
+  std::vector<std::string> needles;
+};
+
+void PrintTo(const RejectCase& c, std::ostream* os) { *os << c.name; }
+
+class LoraConfigRejectTest : public ::testing::TestWithParam<RejectCase> {};
+
+TEST_P(LoraConfigRejectTest, RejectedWithItsMessage) {
+  const RejectCase& c = GetParam();
+  auto r = ParseLoraConfig(c.text, kWhere);
+  ASSERT_FALSE(r.ok()) << "accepted: " << c.text;
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(r.status().message(), kWhere));  // names the file
+  for (const auto& n : c.needles) EXPECT_TRUE(Contains(r.status().message(), n));
+}
+
+std::vector<RejectCase> RejectCases() {
+  const std::string base_msg = "changes the base weights";
+  std::vector<RejectCase> cases = {
+      // peft_type other than LORA: other tuners are different math.
+      {"adalora",
+       Config({{"peft_type", "ADALORA"}}),
+       {"peft_type ADALORA is not supported", "peft_type LORA"}},
+      {"ia3", Config({{"peft_type", "IA3"}}), {"peft_type IA3 is not supported"}},
+      {"prompt_tuning",
+       Config({{"peft_type", "PROMPT_TUNING"}}),
+       {"peft_type PROMPT_TUNING is not supported"}},
+      {"lowercase_lora", Config({{"peft_type", "lora"}}), {"peft_type lora is not supported"}},
+      // No peft_type: an MLX or other non-PEFT config.
+      {"no_peft_type", Config({}, {"peft_type"}), {"no peft_type", "not a PEFT adapter config"}},
+      {"mlx",
+       R"({"fine_tune_type": "lora", "lora_parameters": {"rank": 16, "scale": 1.0}})",
+       {"no peft_type"}},
+      {"peft_type_number", Config({{"peft_type", 1}}), {"no peft_type"}},
+      // init_lora_weights that change the base weights.
+      {"pissa", Config({{"init_lora_weights", "pissa"}}), {"init_lora_weights 'pissa'", base_msg}},
+      {"pissa_niter",
+       Config({{"init_lora_weights", "pissa_niter_16"}}),
+       {"init_lora_weights 'pissa_niter_16'", base_msg}},
+      {"olora", Config({{"init_lora_weights", "olora"}}), {"init_lora_weights 'olora'", base_msg}},
+      {"corda", Config({{"init_lora_weights", "corda"}}), {"init_lora_weights 'corda'", base_msg}},
+      {"loftq", Config({{"init_lora_weights", "loftq"}}), {"init_lora_weights 'loftq'", base_msg}},
+      {"lora_ga",
+       Config({{"init_lora_weights", "lora_ga"}}),
+       {"init_lora_weights 'lora_ga'", base_msg}},
+      // A variant's initialisation, and one loom does not know.
+      {"mica",
+       Config({{"init_lora_weights", "mica"}}),
+       {"init_lora_weights 'mica' is not supported yet", "LoRA variant"}},
+      {"unknown_init",
+       Config({{"init_lora_weights", "xavier"}}),
+       {"init_lora_weights 'xavier' is not supported yet"}},
+      // Not implemented yet: said, never ignored.
+      {"layer_replication",
+       Config({{"layer_replication", {{0, 4}, {2, 5}}}}),
+       {"layer_replication is not supported yet", "[[0,4],[2,5]]"}},
+      {"target_parameters",
+       Config({{"target_parameters", {"feed_forward.experts.down_proj"}}}),
+       {"target_parameters", "is not supported yet", "feed_forward.experts.down_proj"}},
+      {"use_qalora", Config({{"use_qalora", true}}), {"use_qalora is not supported yet"}},
+      {"alora",
+       Config({{"alora_invocation_tokens", {128002, 9}}}),
+       {"alora_invocation_tokens (activated LoRA) is not supported yet", "128002"}},
+      {"bdlora", Config({{"use_bdlora", {{"nblocks", 2}}}}), {"use_bdlora is not supported yet"}},
+      {"velora",
+       Config({{"velora_config", {{"rank", 1}}}}),
+       {"VeLoRA variant is not supported yet", "velora_config"}},
+      {"kasa",
+       Config({{"kasa_config", {{"beta", 0.1}}}}),
+       {"KaSA variant is not supported yet", "kasa_config"}},
+      {"monteclora",
+       Config({{"monteclora_config", {{"num_variants", 4}}}}),
+       {"MonteCLoRA variant is not supported yet", "monteclora_config"}},
+      {"arrow",
+       Config({{"arrow_config", {{"top_k", 3}}}}),
+       {"Arrow variant is not supported yet", "arrow_config"}},
+      // Replacing base weights per adapter.
+      {"modules_to_save",
+       Config({{"modules_to_save", {"lm_head"}}}),
+       {"modules_to_save is not supported yet", "replaces whole base modules", "lm_head"}},
+      {"trainable_tokens",
+       Config({{"trainable_token_indices", {1, 2}}}),
+       {"trainable_token_indices is not supported yet", "replaces embedding rows"}},
+      {"bias_all",
+       Config({{"bias", "all"}}),
+       {"bias 'all' is not supported yet", "bias = \"none\""}},
+      {"bias_lora_only",
+       Config({{"bias", "lora_only"}}),
+       {"bias 'lora_only' is not supported yet"}},
+      // Targets that cannot match anything.
+      {"empty_targets",
+       Config({{"target_modules", ojson::array()}}),
+       {"target_modules is empty", "would change nothing"}},
+      {"null_targets", Config({{"target_modules", nullptr}}), {"target_modules is not set"}},
+      {"missing_targets", Config({}, {"target_modules"}), {"target_modules is not set"}},
+      {"bad_target_regex",
+       Config({{"target_modules", "model\\.layers\\.(\\d+"}}),
+       {"target_modules", "invalid regular expression", "model\\.layers\\.(\\d+"}},
+      {"bad_exclude_regex",
+       Config({{"exclude_modules", "[q_proj"}}),
+       {"exclude_modules", "invalid regular expression"}},
+      {"bad_rank_pattern_key",
+       Config({{"rank_pattern", {{"q_proj(", 4}}}}),
+       {"rank_pattern", "invalid regular expression", "q_proj("}},
+      {"target_number",
+       Config({{"target_modules", 5}}),
+       {"target_modules must be a list or a string"}},
+      {"target_entry_number",
+       Config({{"target_modules", {"q_proj", 3}}}),
+       {"target_modules entries must be strings"}},
+      // r ≤ 0 and other bad ranks.
+      {"r_zero", Config({{"r", 0}}), {"r must be a positive integer", "got 0"}},
+      {"r_negative", Config({{"r", -4}}), {"r must be a positive integer", "got -4"}},
+      {"r_string", Config({{"r", "8"}}), {"r must be a positive integer", "got \"8\""}},
+      {"r_float", Config({{"r", 8.5}}), {"r must be a positive integer", "got 8.5"}},
+      {"r_null", Config({{"r", nullptr}}), {"r must be a positive integer", "got null"}},
+      {"r_huge", Config({{"r", 100000}}), {"at most 4096", "got 100000"}},
+      {"rank_pattern_zero",
+       Config({{"rank_pattern", {{"q_proj", 0}}}}),
+       {"rank_pattern value for 'q_proj' must be a positive integer", "got 0"}},
+      {"rank_pattern_float",
+       Config({{"rank_pattern", {{"q_proj", 4.5}}}}),
+       {"rank_pattern value for 'q_proj' must be a positive integer", "got 4.5"}},
+      {"rank_pattern_huge",
+       Config({{"rank_pattern", {{"q_proj", 1e30}}}}),
+       {"rank_pattern value for 'q_proj' must be a positive integer"}},
+      {"rank_pattern_string",
+       Config({{"rank_pattern", {{"q_proj", "4"}}}}),
+       {"rank_pattern value for 'q_proj' must be a number"}},
+      {"rank_pattern_list", Config({{"rank_pattern", {4}}}), {"rank_pattern must be an object"}},
+      {"alpha_pattern_string",
+       Config({{"alpha_pattern", {{"v_proj", "x"}}}}),
+       {"alpha_pattern value for 'v_proj' must be a number"}},
+      // Other malformed values.
+      {"rslora_string", Config({{"use_rslora", "yes"}}), {"use_rslora must be true or false"}},
+      {"dora_number", Config({{"use_dora", 1}}), {"use_dora must be true or false"}},
+      {"layers_string",
+       Config({{"layers_to_transform", "3"}}),
+       {"layers_to_transform must be an integer or a list"}},
+      {"layers_entry",
+       Config({{"layers_to_transform", {1, "x"}}}),
+       {"layers_to_transform entries must be integers"}},
+      {"not_json", "{\"peft_type\": \"LORA\", ", {"not a valid JSON object"}},
+      // Deep nesting is refused before any value is copied or printed (recursion: a 600 KB file
+      // of brackets used to overflow the stack).
+      {"deep_nesting",
+       "{\"peft_type\": " + std::string(300000, '[') + std::string(300000, ']') + "}",
+       {"JSON nested deeper than 32 levels"}},
+      {"deep_unknown_key",
+       Config({{"zzz_future", ojson::parse(std::string(40, '[') + std::string(40, ']'))}}),
+       {"JSON nested deeper than 32 levels"}},
+      {"json_list", "[1, 2]", {"not a valid JSON object"}},
+      {"empty_text", "", {"not a valid JSON object"}},
+  };
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Spec, LoraConfigRejectTest, ::testing::ValuesIn(RejectCases()),
+                         [](const auto& info) { return info.param.name; });
+
+// ---------------------------------------------------------------------------------------
+// Accepted fields.
+
+TEST(LoraConfigTest, ReadsValuesAndDefaults) {
+  LoraConfig c = MustParse(Config({{"r", 16},
+                                   {"lora_alpha", 24.5},
+                                   {"use_rslora", true},
+                                   {"use_dora", true},
+                                   {"lora_bias", true},
+                                   {"base_model_name_or_path", "Qwen/Qwen2.5-0.5B-Instruct"}}));
+  EXPECT_EQ(c.r, 16);
+  EXPECT_DOUBLE_EQ(c.lora_alpha, 24.5);
+  EXPECT_TRUE(c.use_rslora);
+  EXPECT_TRUE(c.use_dora);
+  EXPECT_TRUE(c.lora_bias);
+  EXPECT_EQ(c.base_model_name_or_path, "Qwen/Qwen2.5-0.5B-Instruct");
+  EXPECT_EQ(c.target_list, (std::vector<std::string>{"q_proj", "v_proj"}));
+  EXPECT_FALSE(c.target_regex.has_value());
+  EXPECT_FALSE(c.all_linear);
+
+  // PEFT's defaults: r = 8, lora_alpha = 8, every flag false.
+  LoraConfig d = MustParse(Config({}, {"r", "lora_alpha"}));
+  EXPECT_EQ(d.r, 8);
+  EXPECT_DOUBLE_EQ(d.lora_alpha, 8.0);
+  EXPECT_FALSE(d.use_rslora || d.use_dora || d.lora_bias);
+  EXPECT_DOUBLE_EQ(d.ScaleFor("model.layers.0.self_attn.q_proj"), 1.0);
+}
+
+TEST(LoraConfigTest, NullOrEmptyUnsupportedFieldsAndPlainInitsAreAccepted) {
+  // What PEFT writes when a feature is off: null, [], {}, false, "none".
+  MustParse(Config({{"layer_replication", nullptr},
+                    {"target_parameters", ojson::array()},
+                    {"use_qalora", false},
+                    {"alora_invocation_tokens", nullptr},
+                    {"modules_to_save", ojson::array()},
+                    {"trainable_token_indices", nullptr},
+                    {"use_bdlora", nullptr},
+                    {"velora_config", nullptr},
+                    {"kasa_config", nullptr},
+                    {"monteclora_config", nullptr},
+                    {"arrow_config", nullptr},
+                    {"loftq_config", ojson::object()},
+                    {"bias", "none"},
+                    {"fan_in_fan_out", false}}));
+  // Initialisations that only set the starting A and B: the trained adapter is a plain LoRA.
+  for (const ojson& init :
+       {ojson(true), ojson(false), ojson("gaussian"), ojson("eva"), ojson("orthogonal")}) {
+    SCOPED_TRACE(init.dump());
+    MustParse(Config({{"init_lora_weights", init}}));
+  }
+}
+
+TEST(LoraConfigTest, NestingOfRealConfigsIsAccepted) {
+  // An unknown key nested 30 levels deep is still just an ignored key.
+  LoraConfig c = MustParse(
+      Config({{"zzz_future", ojson::parse(std::string(30, '[') + std::string(30, ']'))}}));
+  EXPECT_EQ(c.ignored_keys, std::vector<std::string>{"zzz_future"});
+}
+
+TEST(LoraConfigTest, UnknownKeysAreIgnoredAndListedInFileOrder) {
+  const std::string text = R"({
+    "zeta_future_field": {"x": 1},
+    "peft_type": "LORA",
+    "peft_version": "0.19.1",
+    "r": 8,
+    "target_modules": ["q_proj"],
+    "ensure_weight_tying": false,
+    "alpha_future": [1, 2],
+    "lora_dropout": 0.05,
+    "task_type": "CAUSAL_LM",
+    "auto_mapping": null
+  })";
+  LoraConfig c = MustParse(text);
+  EXPECT_EQ(c.ignored_keys, (std::vector<std::string>{"zeta_future_field", "peft_version",
+                                                      "ensure_weight_tying", "alpha_future"}));
+}
+
+// ---------------------------------------------------------------------------------------
+// Which modules: PEFT's check_target_module_exists.
+
+TEST(LoraConfigTargetsTest, ListMatchesExactPathOrDottedSuffix) {
+  LoraConfig c = MustParse(Config({{"target_modules", {"q_proj", "model.layers.1.mlp.up_proj"}}}));
+  EXPECT_TRUE(c.Targets("model.layers.0.self_attn.q_proj", kLinearNames));
+  EXPECT_TRUE(c.Targets("q_proj", kLinearNames));  // equal to an entry
+  EXPECT_TRUE(c.Targets("model.layers.1.mlp.up_proj", kLinearNames));
+  EXPECT_FALSE(c.Targets("model.layers.2.mlp.up_proj", kLinearNames));
+  EXPECT_FALSE(c.Targets("model.layers.0.self_attn.xq_proj", kLinearNames));  // not after a dot
+  EXPECT_FALSE(c.Targets("model.layers.0.self_attn.q_proj.base_layer", kLinearNames));
+  EXPECT_FALSE(c.Targets("model.layers.0.self_attn.k_proj", kLinearNames));
+  EXPECT_FALSE(c.Targets("lm_head", kLinearNames));
+  // A suffix of several segments.
+  LoraConfig s = MustParse(Config({{"target_modules", {"self_attn.v_proj"}}}));
+  EXPECT_TRUE(s.Targets("model.layers.3.self_attn.v_proj", kLinearNames));
+  EXPECT_FALSE(s.Targets("model.layers.3.mlp.v_proj", kLinearNames));
+}
+
+TEST(LoraConfigTargetsTest, RegexStringMustMatchTheWholePath) {
+  LoraConfig c =
+      MustParse(Config({{"target_modules", "model\\.layers\\.[01]\\.self_attn\\.(q|v)_proj"}}));
+  ASSERT_TRUE(c.target_regex.has_value());
+  EXPECT_TRUE(c.Targets("model.layers.0.self_attn.q_proj", kLinearNames));
+  EXPECT_TRUE(c.Targets("model.layers.1.self_attn.v_proj", kLinearNames));
+  EXPECT_FALSE(c.Targets("model.layers.2.self_attn.q_proj", kLinearNames));
+  EXPECT_FALSE(c.Targets("model.layers.0.self_attn.k_proj", kLinearNames));
+  EXPECT_FALSE(
+      c.Targets("model.layers.10.self_attn.q_proj", kLinearNames));  // fullmatch, not search
+  // A bare name as a regex is a full match too: it matches no module path.
+  LoraConfig bare = MustParse(Config({{"target_modules", "q_proj"}}));
+  EXPECT_TRUE(Targeted(bare, 2).empty());
+  LoraConfig any = MustParse(Config({{"target_modules", ".*q_proj"}}));
+  EXPECT_EQ(Targeted(any, 2).size(), 2u);
+  // PEFT ignores layers_to_transform when target_modules is a regex.
+  LoraConfig with_layers =
+      MustParse(Config({{"target_modules", ".*\\.q_proj"}, {"layers_to_transform", 0}}));
+  EXPECT_TRUE(with_layers.Targets("model.layers.1.self_attn.q_proj", kLinearNames));
+}
+
+TEST(LoraConfigTargetsTest, AllLinearIsEveryProjectionButNotLmHeadOrEmbedding) {
+  for (const char* spelling : {"all-linear", "ALL-LINEAR"}) {  // PEFT lowercases it
+    SCOPED_TRACE(spelling);
+    LoraConfig c = MustParse(Config({{"target_modules", spelling}}));
+    EXPECT_TRUE(c.all_linear);
+    const auto t = Targeted(c, 3);
+    EXPECT_EQ(t.size(), 21u);
+    EXPECT_FALSE(t.count("lm_head"));
+    EXPECT_FALSE(t.count("model.embed_tokens"));
+    EXPECT_TRUE(t.count("model.layers.2.mlp.down_proj"));
+  }
+}
+
+TEST(LoraConfigTargetsTest, ExcludeListAndRegexWinOverTargets) {
+  LoraConfig l =
+      MustParse(Config({{"target_modules", "all-linear"},
+                        {"exclude_modules", {"down_proj", "model.layers.0.self_attn.q_proj"}}}));
+  EXPECT_FALSE(l.Targets("model.layers.1.mlp.down_proj", kLinearNames));
+  EXPECT_FALSE(l.Targets("model.layers.0.self_attn.q_proj", kLinearNames));
+  EXPECT_TRUE(l.Targets("model.layers.1.self_attn.q_proj", kLinearNames));
+  EXPECT_EQ(Targeted(l, 2).size(), 14u - 2u - 1u);
+
+  LoraConfig r =
+      MustParse(Config({{"target_modules", {"q_proj", "model.layers.1.self_attn.v_proj"}},
+                        {"exclude_modules", ".*\\.layers\\.1\\..*"}}));
+  EXPECT_TRUE(r.Targets("model.layers.0.self_attn.q_proj", kLinearNames));
+  EXPECT_FALSE(r.Targets("model.layers.1.self_attn.q_proj", kLinearNames));
+  EXPECT_FALSE(r.Targets("model.layers.1.self_attn.v_proj", kLinearNames));  // even an exact target
+  // An exclude regex is a full match as well.
+  LoraConfig partial = MustParse(Config({{"exclude_modules", "layers\\.1"}}));
+  EXPECT_TRUE(partial.Targets("model.layers.1.self_attn.q_proj", kLinearNames));
+}
+
+TEST(LoraConfigTargetsTest, LayersToTransformIntOrListWithAndWithoutPattern) {
+  const std::string q = "model.layers.%.self_attn.q_proj";
+  auto path = [&](int layer) {
+    std::string p = q;
+    return p.replace(p.find('%'), 1, std::to_string(layer));
+  };
+  LoraConfig one = MustParse(Config({{"layers_to_transform", 1}}));
+  EXPECT_EQ(one.layers_to_transform, std::vector<int>{1});
+  EXPECT_FALSE(one.Targets(path(0), kLinearNames));
+  EXPECT_TRUE(one.Targets(path(1), kLinearNames));
+  EXPECT_FALSE(one.Targets(path(11), kLinearNames));  // a whole segment, not a prefix
+  EXPECT_EQ(Targeted(one, 4).size(), 2u);             // q and v of layer 1
+
+  LoraConfig list = MustParse(Config({{"layers_to_transform", {0, 2}}}));
+  EXPECT_TRUE(list.Targets(path(0), kLinearNames));
+  EXPECT_FALSE(list.Targets(path(1), kLinearNames));
+  EXPECT_TRUE(list.Targets(path(2), kLinearNames));
+
+  LoraConfig pattern =
+      MustParse(Config({{"layers_to_transform", {0, 2}}, {"layers_pattern", "layers"}}));
+  EXPECT_EQ(Targeted(pattern, 4), Targeted(list, 4));
+  LoraConfig patterns =
+      MustParse(Config({{"layers_to_transform", {2}}, {"layers_pattern", {"h", "layers"}}}));
+  EXPECT_EQ(Targeted(patterns, 4), (std::set<std::string>{"model.layers.2.self_attn.q_proj",
+                                                          "model.layers.2.self_attn.v_proj"}));
+  // A pattern naming no segment of the path: no layer index, so nothing is targeted (PEFT).
+  LoraConfig wrong = MustParse(Config({{"layers_to_transform", {0, 1}}, {"layers_pattern", "h"}}));
+  EXPECT_TRUE(Targeted(wrong, 2).empty());
+  // An empty list means every layer.
+  LoraConfig empty = MustParse(Config({{"layers_to_transform", ojson::array()}}));
+  EXPECT_EQ(Targeted(empty, 3).size(), 6u);
+  // A module listed by its full path is targeted whatever the layer list says (PEFT: `key in
+  // target_modules` comes first).
+  LoraConfig exact =
+      MustParse(Config({{"target_modules", {"model.layers.0.self_attn.q_proj", "v_proj"}},
+                        {"layers_to_transform", {1}}}));
+  EXPECT_EQ(Targeted(exact, 3), (std::set<std::string>{"model.layers.0.self_attn.q_proj",
+                                                       "model.layers.1.self_attn.v_proj"}));
+}
+
+// ---------------------------------------------------------------------------------------
+// rank_pattern / alpha_pattern and the scale.
+
+TEST(LoraConfigPatternTest, FirstKeyInFileOrderWins) {
+  // Keys deliberately not in sorted order: a sorted map would try the full path first.
+  const std::string text = R"({
+    "peft_type": "LORA", "r": 8, "lora_alpha": 16, "target_modules": "all-linear",
+    "rank_pattern": {
+      "v_proj": 4,
+      "model.layers.0.self_attn.v_proj": 2,
+      "^layers.1.mlp.down_proj": 12,
+      "layers.1.mlp.down_proj": 3,
+      "^model.layers.2.mlp.down_proj": 6,
+      "proj": 1
+    },
+    "alpha_pattern": {"self_attn.v_proj": 5, "v_proj": 7, "model.layers.0.mlp.up_proj": 40}
+  })";
+  LoraConfig c = MustParse(text);
+  ASSERT_EQ(c.rank_pattern.size(), 6u);
+  EXPECT_EQ(c.rank_pattern[0].first.pattern(), "(.*\\.)?(v_proj)$");  // file order kept
+  EXPECT_EQ(c.RankFor("model.layers.0.self_attn.v_proj"), 4);  // "v_proj" comes first in the file
+  EXPECT_EQ(c.RankFor("model.layers.5.self_attn.v_proj"), 4);
+  // "^" anchors at the start of the path: "^layers.1..." cannot match "model.layers.1...".
+  EXPECT_EQ(c.RankFor("model.layers.1.mlp.down_proj"), 3);
+  EXPECT_EQ(c.RankFor("model.layers.2.mlp.down_proj"), 6);
+  // A key matches whole trailing segments: "proj" does not match "q_proj".
+  EXPECT_EQ(c.RankFor("model.layers.0.self_attn.q_proj"), 8);
+  EXPECT_EQ(c.RankFor("model.layers.3.mlp.down_proj"), 8);
+
+  EXPECT_DOUBLE_EQ(c.AlphaFor("model.layers.0.self_attn.v_proj"), 5);
+  EXPECT_DOUBLE_EQ(c.AlphaFor("model.layers.0.mlp.up_proj"), 40);
+  EXPECT_DOUBLE_EQ(c.AlphaFor("model.layers.1.mlp.up_proj"), 16);
+  EXPECT_DOUBLE_EQ(c.AlphaFor("model.layers.0.self_attn.q_proj"), 16);
+
+  // scale = alpha_for / rank_for, each from its own pattern.
+  EXPECT_DOUBLE_EQ(c.ScaleFor("model.layers.0.self_attn.v_proj"), 5.0 / 4.0);
+  EXPECT_DOUBLE_EQ(c.ScaleFor("model.layers.2.mlp.down_proj"), 16.0 / 6.0);
+  EXPECT_DOUBLE_EQ(c.ScaleFor("model.layers.0.mlp.up_proj"), 40.0 / 8.0);
+  EXPECT_DOUBLE_EQ(c.ScaleFor("model.layers.0.self_attn.q_proj"), 2.0);
+}
+
+TEST(LoraConfigPatternTest, ReversedFileOrderGivesTheOtherRank) {
+  // The same two keys as above in the other order: now the full path wins for layer 0.
+  LoraConfig c = MustParse(R"({"peft_type": "LORA", "r": 8, "target_modules": ["v_proj"],
+      "rank_pattern": {"model.layers.0.self_attn.v_proj": 2, "v_proj": 4}})");
+  EXPECT_EQ(c.RankFor("model.layers.0.self_attn.v_proj"), 2);
+  EXPECT_EQ(c.RankFor("model.layers.1.self_attn.v_proj"), 4);
+}
+
+TEST(LoraConfigPatternTest, RsloraScaleIsAlphaOverSqrtRank) {
+  LoraConfig plain = MustParse(Config({{"r", 16}, {"lora_alpha", 32}}));
+  EXPECT_DOUBLE_EQ(plain.ScaleFor("model.layers.0.self_attn.q_proj"), 2.0);
+  LoraConfig rs = MustParse(Config({{"r", 16},
+                                    {"lora_alpha", 32},
+                                    {"use_rslora", true},
+                                    {"rank_pattern", {{"v_proj", 4}}},
+                                    {"alpha_pattern", {{"v_proj", 10}}}}));
+  EXPECT_DOUBLE_EQ(rs.ScaleFor("model.layers.0.self_attn.q_proj"), 32.0 / 4.0);
+  EXPECT_DOUBLE_EQ(rs.ScaleFor("model.layers.0.self_attn.v_proj"), 10.0 / 2.0);
+  LoraConfig odd = MustParse(Config({{"r", 8}, {"lora_alpha", 16}, {"use_rslora", true}}));
+  EXPECT_DOUBLE_EQ(odd.ScaleFor("model.layers.0.self_attn.q_proj"), 16.0 / std::sqrt(8.0));
+}
+
+// ---------------------------------------------------------------------------------------
+// Every real adapter_config.json: accepted (with its r, alpha and what it targets on a
+// 32-layer Llama-family model) or rejected with the reason. Targeted counts were computed with
+// PEFT 0.21.2's own check_target_module_exists over the same 226 module paths.
+
+struct RealConfigWant {
+  std::string reject;  // substring of the rejection; empty = accepted
+  int r = 0;
+  double alpha = 0;
+  int llama_targets = 0;  // modules targeted on a 32-layer Llama; 0 = LoadAdapter rejects it
+};
+
+const std::map<std::string, RealConfigWant>& RealConfigWants() {
+  static const std::map<std::string, RealConfigWant> wants = {
+      {"0112LY-logo-gemma-lora__1.json", {"", 4, 4, 64}},
+      {"3L0L0-FLAN-T5-Motivation-Model__1.json", {"", 16, 32, 0}},  // T5: q, k, v, o
+      {"ABISHEAK-std-TinyLlama-structured-output-finetuned-using-Lora__1.json", {"", 16, 32, 224}},
+      {"Amber-slp-mias__1.json", {"", 64, 128, 224}},
+      {"BooniesFX-ChatGLM-Efficient-Tuning__1.json", {"", 32, 32, 0}},  // ChatGLM query_key_value
+      {"CaoThanhNammm-chatbot_bank__1.json", {"", 16, 32, 224}},
+      {"ChisomOkwor-homework4-vlm__2.json", {"", 8, 32, 224}},
+      {"D3voz-joy-caption-alpha-two-gui-mod__1.json", {"", 64, 16, 224}},
+      {"Dheena731-tinyLlama-finetune__1.json", {"", 8, 32, 64}},
+      {"EDLlyc-kangya-glm4-lora__1.json", {"", 8, 16, 0}},
+      {"GowthamNats-MicrosoftPhi1_5_finetuned-__1.json", {"", 16, 16, 0}},  // phi: Wqkv, fc1
+      {"Hareshjethani-BERT-GPT2-Multitask-Finetuning__1.json",
+       {"modules_to_save is not supported yet"}},
+      {"Hastws-NVIDIA-Nemotron-Model-Reasoning-Challenge__1.json", {"", 32, 32, 192}},
+      {"I-Quit-Bro-flan-t5-large-finetuned__1.json", {"", 16, 32, 0}},
+      {"Inishpy-lerobot-libero__1.json", {"no peft_type"}},
+      {"Jason-Youu-unsloth-GRPO__1.json", {"", 32, 32, 224}},
+      {"JerryGao237-LLM_fine_tune__1.json", {"", 16, 32, 128}},
+      {"KZ-Shi-LLaMA-E__1.json", {"", 8, 16, 128}},
+      {"LTtt456c-InternLM_AdapterModel__1.json", {"", 64, 16, 224}},
+      {"Mar-IA-no-deamoncraft-gemma4-andy__1.json", {"", 16, 32, 224}},   // exclude regex
+      {"MountainAlpha-falcon-7b_lora_finetune__1.json", {"", 8, 32, 0}},  // W_pack
+      {"Nabeegh-Ahmed-phi-2-coding-expert__1.json", {"", 32, 64, 0}},
+      {"Ningguang826-LLM-gemma270m-svg-logo-lora__1.json", {"", 32, 64, 224}},
+      {"StarRing2022-ChatGPTX-Uni__1.json", {"", 8, 16, 64}},
+      {"TFM-HITESH-MedAI__1.json", {"", 16, 32, 64}},
+      {"TING-lct-house_layout_qwenvl__1.json", {"", 8, 16, 224}},  // regex target
+      {"TING-lct-house_layout_qwenvl__2.json", {"", 8, 16, 196}},  // 196 full paths, 28 layers
+      {"Weng1002-ZH-TW-Reading-Comprehension-Test-for-LLMs__1.json", {"", 8, 16, 128}},
+      {"Zanggar-T-mistral-lora-finetune__1.json", {"", 8, 16, 128}},
+      {"alighasemi931-mistral-7b-qlora-yelp__1.json", {"", 8, 16, 128}},
+      {"authurlord-DataSelection-IF__2.json", {"modules_to_save is not supported yet"}},
+      {"authurlord-DataSelection-IF__3.json", {"", 16, 32, 224}},
+      {"authurlord-DataSelection-IF__4.json", {"", 16, 32, 224}},
+      {"bikav-ChatGLM-6b_LoRA__1.json", {"", 32, 32, 0}},
+      {"ccontreras17-llm-tinyllama-fullstack-pipeline__1.json", {"", 8, 16, 12}},  // layers 15-20
+      {"chan4lk-mlx-fine-tune__1.json", {"no peft_type"}},                         // MLX
+      {"darwinj07-KoAlpaca-lora__1.json", {"", 8, 16, 64}},
+      {"ferrazzipietro-mistral_finetuning__1.json", {"bias 'lora_only' is not supported yet"}},
+      {"gluttony-10-ChatGLM-Lora__1.json", {"", 32, 32, 0}},
+      {"hazemzidan4545-medical-qa-fine-tuning-phi-3-5-mini__2.json",
+       {"peft_type PROMPT_TUNING is not supported"}},
+      {"huggingface-peft__1.json", {"target_modules is not set"}},  // an experiment's input config
+      {"huggingface-peft__10.json", {"peft_type IA3 is not supported"}},
+      {"huggingface-peft__3.json", {"target_modules is not set"}},
+      {"huggingface-peft__4.json", {"", 10, 20, 96}},
+      {"huggingface-peft__5.json", {"use_bdlora is not supported yet"}},
+      {"huggingface-peft__7.json", {"", 8, 16, 64}},
+      {"huggingface-peft__8.json", {"", 32, 32, 0}},  // FLUX diffusion transformer
+      {"huggingface-peft__9.json", {"peft_type ADALORA is not supported"}},
+      {"jaisharmz-abliteration-exp__2.json", {"", 8, 16, 224}},
+      {"kashewknutt-personality-bot__1.json", {"", 32, 16, 224}},
+      {"kashewknutt-personality-bot__2.json", {"", 32, 16, 224}},
+      {"lab-v2-llm-narrative-transformation__1.json", {"", 4, 4, 32}},
+      {"lucamiletto-MediQAlpaca__1.json", {"", 8, 16, 64}},
+      {"sherryxzhao-lora_alpaca__1.json", {"", 8, 32, 64}},
+      {"zy-fun-peft-lora-flan__1.json", {"", 16, 32, 0}},
+  };
+  return wants;
+}
+
+TEST(LoraConfigRealFilesTest, EveryRealConfigIsAcceptedOrRejectedWithItsReason) {
+  std::set<std::string> files;
+  for (const auto& e : fs::directory_iterator(kRealConfigs)) {
+    if (e.path().extension() == ".json") files.insert(e.path().filename().string());
+  }
+  ASSERT_EQ(files.size(), 55u) << "the copy of shared/fixtures/adapter_configs is incomplete";
+  const auto& wants = RealConfigWants();
+  int accepted = 0, rejected = 0;
+  for (const std::string& name : files) {
+    SCOPED_TRACE(name);
+    auto it = wants.find(name);
+    ASSERT_NE(it, wants.end()) << "no expectation for " << name;
+    const RealConfigWant& want = it->second;
+    const std::string path = kRealConfigs + "/" + name;
+    auto text = ReadTextFile(path);
+    ASSERT_TRUE(text.ok()) << text.status().ToString();
+    auto c = ParseLoraConfig(*text, path);
+    if (!want.reject.empty()) {
+      ++rejected;
+      ASSERT_FALSE(c.ok()) << "accepted, expected a rejection with: " << want.reject;
+      EXPECT_TRUE(Contains(c.status().message(), want.reject));
+      EXPECT_TRUE(Contains(c.status().message(), path));
+      continue;
+    }
+    ++accepted;
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_EQ(c->r, want.r);
+    EXPECT_DOUBLE_EQ(c->lora_alpha, want.alpha);
+    EXPECT_FALSE(c->use_dora || c->lora_bias || c->use_rslora);
+    EXPECT_EQ(static_cast<int>(Targeted(*c, 32).size()), want.llama_targets);
+  }
+  EXPECT_EQ(files.size(), wants.size());  // no stale expectation either
+  EXPECT_EQ(accepted, 44);
+  EXPECT_EQ(rejected, 11);
+}
+
+TEST(LoraConfigRealFilesTest, FullyQualifiedTargetsOfTheTinyLlamaAdapter) {
+  const std::string path = kRealConfigs + "/ccontreras17-llm-tinyllama-fullstack-pipeline__1.json";
+  auto text = ReadTextFile(path);
+  ASSERT_TRUE(text.ok());
+  LoraConfig c = MustParse(*text);
+  std::set<std::string> want;
+  for (int layer = 15; layer <= 20; ++layer) {
+    for (const char* m : {"q_proj", "v_proj"}) {
+      want.insert("model.layers." + std::to_string(layer) + ".self_attn." + m);
+    }
+  }
+  EXPECT_EQ(Targeted(c, 22), want);
+  EXPECT_DOUBLE_EQ(c.ScaleFor("model.layers.15.self_attn.q_proj"), 2.0);
+}
+
+TEST(LoraConfigRealFilesTest, GemmaExcludeRegexKeepsTheLanguageModel) {
+  const std::string path = kRealConfigs + "/Mar-IA-no-deamoncraft-gemma4-andy__1.json";
+  auto text = ReadTextFile(path);
+  ASSERT_TRUE(text.ok());
+  LoraConfig c = MustParse(*text);
+  ASSERT_TRUE(c.exclude_regex.has_value());
+  EXPECT_TRUE(c.Targets("model.language_model.layers.0.self_attn.q_proj", kLinearNames));
+  EXPECT_FALSE(c.Targets("model.vision_tower.encoder.layers.0.self_attn.q_proj", kLinearNames));
+  EXPECT_FALSE(c.Targets("model.audio_tower.layers.3.mlp.up_proj", kLinearNames));
+}
+
+}  // namespace
+}  // namespace loom
