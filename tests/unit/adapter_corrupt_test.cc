@@ -1,0 +1,452 @@
+// LoadAdapter rejects every corruption of a fixture adapter with its message; dtypes and content_hash.
+#include "unit/adapter_test_util.h"
+
+namespace loom {
+namespace {
+// ---------------------------------------------------------------------------------------
+// Corrupted copies of tests/fixtures/adapters/llama_qv_r8_f32 (r 8, alpha 16, q and v of 3
+// layers) on tests/fixtures/models/llama_f32 (d 64, q out 64, v out 32).
+
+class CorruptAdapterTest : public ::testing::Test {
+ protected:
+  void SetUp() override { draft_ = ReadDraft(kAdapters + "llama_qv_r8_f32"); }
+
+  // Writes the draft and expects LoadAdapter to fail with every needle in its message.
+  void ExpectRejected(const std::vector<std::string>& needles, int max_rank = 0) {
+    const std::string dir = tmp_.File("bad");
+    WriteDraft(draft_, dir);
+    auto a = Load(dir, FixtureModel("llama_f32"), max_rank);
+    ASSERT_FALSE(a.ok()) << "accepted";
+    EXPECT_EQ(a.status().message().rfind("adapter 'bad': ", 0), 0u) << a.status().message();
+    for (const auto& n : needles) EXPECT_TRUE(Contains(a.status().message(), n));
+  }
+
+  Draft draft_;
+  TempDir tmp_;
+};
+
+TEST_F(CorruptAdapterTest, TheUnmodifiedFixtureLoads) {
+  WriteDraft(draft_, tmp_.File("good"));
+  auto a = Load(tmp_.File("good"), FixtureModel("llama_f32"));
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ((*a)->modules().size(), 6u);
+}
+
+TEST_F(CorruptAdapterTest, WrongShapeOfA) {
+  DraftTensor* t = draft_.Find(Key(1, "v_proj", "lora_A.weight"));
+  t->shape = {8, 63};
+  t->values.resize(8 * 63);
+  ExpectRejected({"tensor " + Key(1, "v_proj", "lora_A.weight") +
+                      " has shape [8, 63], the base model needs [8, 64]",
+                  "adapter trained for another base model"});
+}
+
+TEST_F(CorruptAdapterTest, WrongShapeOfB) {
+  DraftTensor* t = draft_.Find(Key(2, "q_proj", "lora_B.weight"));
+  t->shape = {65, 8};
+  t->values.resize(65 * 8);
+  ExpectRejected({"tensor " + Key(2, "q_proj", "lora_B.weight") +
+                  " has shape [65, 8], the base model needs [64, 8]"});
+}
+
+TEST_F(CorruptAdapterTest, RankOfTheTensorsDiffersFromConfigR) {
+  draft_.config["r"] = 4;
+  ExpectRejected({"tensor " + Key(0, "q_proj", "lora_A.weight") +
+                      " has shape [8, 64], the base model needs [4, 64]",
+                  "r/rank_pattern wrong"});
+}
+
+TEST_F(CorruptAdapterTest, RankPatternDisagreesWithOneModule) {
+  draft_.config["rank_pattern"] = {{"model.layers.2.self_attn.v_proj", 4}};
+  ExpectRejected({"tensor " + Key(2, "v_proj", "lora_A.weight") +
+                  " has shape [8, 64], the base model needs [4, 64]"});
+}
+
+TEST_F(CorruptAdapterTest, AWithoutB) {
+  draft_.Remove(Key(1, "q_proj", "lora_B.weight"));
+  ExpectRejected({"module 'model.layers.1.self_attn.q_proj' has " +
+                  Key(1, "q_proj", "lora_A.weight") + " but no lora_B tensor"});
+}
+
+TEST_F(CorruptAdapterTest, BWithoutA) {
+  draft_.Remove(Key(1, "q_proj", "lora_A.weight"));
+  ExpectRejected({"module 'model.layers.1.self_attn.q_proj' has " +
+                  Key(1, "q_proj", "lora_B.weight") + " but no lora_A tensor"});
+}
+
+TEST_F(CorruptAdapterTest, TargetedModuleWithoutTensors) {
+  draft_.Remove(Key(2, "v_proj", "lora_A.weight"));
+  draft_.Remove(Key(2, "v_proj", "lora_B.weight"));
+  ExpectRejected({"adapter_config.json targets 'model.layers.2.self_attn.v_proj' but ",
+                  "has no tensors for it"});
+}
+
+TEST_F(CorruptAdapterTest, OrphanNonLoraTensor) {
+  draft_.Add("base_model.model.model.layers.0.self_attn.q_proj.weight", {64, 64});
+  ExpectRejected({"tensor base_model.model.model.layers.0.self_attn.q_proj.weight in ",
+                  "is not a LoRA tensor"});
+}
+
+TEST_F(CorruptAdapterTest, OrphanLoraForAModuleTheConfigDoesNotTarget) {
+  draft_.Add(Key(0, "k_proj", "lora_A.weight"), {8, 64});
+  draft_.Add(Key(0, "k_proj", "lora_B.weight"), {32, 8});
+  ExpectRejected(
+      {"tensor " + Key(0, "k_proj", "lora_A.weight") +
+       " adapts 'model.layers.0.self_attn.k_proj', which adapter_config.json does not target"});
+}
+
+TEST_F(CorruptAdapterTest, OrphanLoraForALayerTheModelLacks) {
+  draft_.Add(Key(99, "q_proj", "lora_A.weight"), {8, 64});
+  draft_.Add(Key(99, "q_proj", "lora_B.weight"), {64, 8});
+  ExpectRejected(
+      {"tensor " + Key(99, "q_proj", "lora_A.weight") +
+       " adapts module 'model.layers.99.self_attn.q_proj', which LlamaForCausalLM does not have"});
+}
+
+TEST_F(CorruptAdapterTest, OrphanLoraForAModuleNameTheModelLacks) {
+  draft_.Add("base_model.model.model.layers.0.self_attn.qkv_proj.lora_A.weight", {8, 64});
+  ExpectRejected(
+      {"adapts module 'model.layers.0.self_attn.qkv_proj', which LlamaForCausalLM does not have"});
+}
+
+TEST_F(CorruptAdapterTest, EmbeddingLoraOnALinearProjection) {
+  draft_.Add(Key(0, "q_proj", "lora_embedding_A"), {8, 256});
+  ExpectRejected(
+      {"tensor " + Key(0, "q_proj", "lora_embedding_A") +
+       " is an embedding LoRA on 'model.layers.0.self_attn.q_proj', which is a linear projection"});
+}
+
+TEST_F(CorruptAdapterTest, SameWeightTwice) {
+  draft_.Add(Key(0, "q_proj", "lora_A.default.weight"), {8, 64});
+  ExpectRejected({"tensors " + Key(0, "q_proj", "lora_A.default.weight") + " and " +
+                  Key(0, "q_proj", "lora_A.weight") + " are the same weight"});
+}
+
+TEST_F(CorruptAdapterTest, UnexpectedTensorNameAfterTheLoraPart) {
+  draft_.Add(Key(0, "q_proj", "lora_A.weight.extra"), {8, 64});
+  ExpectRejected({"tensor " + Key(0, "q_proj", "lora_A.weight.extra") + " has an unexpected name"});
+}
+
+TEST_F(CorruptAdapterTest, ZeroTensors) {
+  draft_.tensors.clear();
+  ExpectRejected({"adapter_model.safetensors holds no tensors; the adapter would change nothing"});
+}
+
+TEST_F(CorruptAdapterTest, TwoEmbeddedAdapterNames) {
+  for (auto& t : draft_.tensors) {
+    const bool layer1 = t.name.find(".layers.1.") != std::string::npos;
+    for (const char* part : {".lora_A.weight", ".lora_B.weight"}) {
+      const size_t at = t.name.find(part);
+      if (at != std::string::npos) {
+        t.name.replace(at, std::strlen(part),
+                       std::string(part).replace(7, 0, layer1 ? ".other" : ".default"));
+      }
+    }
+  }
+  ExpectRejected(
+      {"tensors name two adapters ('default' and 'other'); save one adapter per folder"});
+}
+
+TEST_F(CorruptAdapterTest, LoraBiasFlagWithoutBiasTensor) {
+  draft_.config["lora_bias"] = true;
+  ExpectRejected(
+      {"module 'model.layers.0.self_attn.q_proj' has no lora_B.bias but lora_bias is true"});
+}
+
+TEST_F(CorruptAdapterTest, BiasTensorWithoutLoraBiasFlag) {
+  draft_.Add(Key(1, "v_proj", "lora_B.bias"), {32});
+  ExpectRejected(
+      {"module 'model.layers.1.self_attn.v_proj' has a lora_B.bias but lora_bias is false"});
+}
+
+TEST_F(CorruptAdapterTest, UseDoraWithoutMagnitude) {
+  draft_.config["use_dora"] = true;
+  ExpectRejected(
+      {"module 'model.layers.0.self_attn.q_proj' has no lora_magnitude_vector but use_dora is "
+       "true"});
+}
+
+TEST_F(CorruptAdapterTest, MagnitudeWithoutUseDora) {
+  draft_.Add(Key(2, "q_proj", "lora_magnitude_vector"), {64}, 1.0f);
+  ExpectRejected(
+      {"module 'model.layers.2.self_attn.q_proj' has a lora_magnitude_vector but use_dora is "
+       "false"});
+}
+
+TEST_F(CorruptAdapterTest, DoraTogetherWithLoraBias) {
+  draft_.config["use_dora"] = true;
+  draft_.config["lora_bias"] = true;
+  ExpectRejected({"use_dora together with lora_bias is not supported yet"});
+}
+
+TEST(CorruptAdapterFileTest, MagnitudeVectorOnAnEmbedding) {
+  Draft d = ReadDraft(kAdapters + "llama_embed");
+  d.Add("base_model.model.model.embed_tokens.lora_magnitude_vector", {256}, 1.0f);
+  TempDir tmp;
+  WriteDraft(d, tmp.File("a"));
+  auto a = Load(tmp.File("a"), FixtureModel("llama_f32"));
+  ASSERT_FALSE(a.ok());
+  EXPECT_TRUE(Contains(a.status().message(),
+                       "adapter 'bad': tensor "
+                       "base_model.model.model.embed_tokens.lora_magnitude_vector is not "
+                       "valid on an embedding"));
+}
+
+TEST_F(CorruptAdapterTest, BaseLayerCopyOfALinearIsAModulesToSaveStyleReplacement) {
+  draft_.Add(Key(0, "q_proj", "base_layer.weight"), {64, 64});
+  ExpectRejected({"tensor " + Key(0, "q_proj", "base_layer.weight") +
+                  " replaces a base weight (modules_to_save-style); not supported yet"});
+}
+
+TEST_F(CorruptAdapterTest, MaxLoraRankExceeded) {
+  ExpectRejected({"rank 8 of 'model.layers.0.self_attn.q_proj' exceeds --max-lora-rank 4"}, 4);
+  // At the limit it loads.
+  auto a = Load(tmp_.File("bad"), FixtureModel("llama_f32"), 8);
+  EXPECT_TRUE(a.ok()) << a.status().ToString();
+}
+
+TEST(CorruptAdapterFileTest, BaseLayerCopyThatDiffersFromTheServedModel) {
+  // PEFT's default save of an embedding LoRA stores embed_tokens.base_layer.weight: it must be
+  // the served model's table.
+  Model& model = FixtureModel("llama_f32");
+  const std::string name = "base_model.model.model.embed_tokens.base_layer.weight";
+  Draft d = ReadDraft(kAdapters + "llama_embed_peft_default_save");
+  TempDir tmp;
+  WriteDraft(d, tmp.File("same"));
+  auto same = Load(tmp.File("same"), model);
+  ASSERT_TRUE(same.ok()) << same.status().ToString();
+  EXPECT_NE((*same)->embedding(), nullptr);
+  d.Find(name)->values[777] += 0.5f;
+  WriteDraft(d, tmp.File("differs"));
+  auto differs = Load(tmp.File("differs"), model);
+  ASSERT_FALSE(differs.ok());
+  EXPECT_TRUE(Contains(
+      differs.status().message(),
+      "tensor " + name + " is a copy of the base weight that differs from the served model's"));
+  // A copy of another shape.
+  DraftTensor* t = d.Find(name);
+  t->shape = {255, 64};
+  t->values.resize(255 * 64);
+  WriteDraft(d, tmp.File("shape"));
+  auto shape = Load(tmp.File("shape"), model);
+  ASSERT_FALSE(shape.ok());
+  EXPECT_TRUE(Contains(shape.status().message(),
+                       "tensor " + name + " has shape [255, 64], the base weight is [256, 64]"));
+}
+
+// Rewrites the header of a safetensors file with `edit`, keeping the data bytes.
+void EditHeader(const std::string& path, const std::function<void(nlohmann::json&)>& edit) {
+  const std::string raw = ReadBytes(path);
+  uint64_t len = 0;
+  for (int i = 7; i >= 0; --i) len = (len << 8) | static_cast<uint8_t>(raw[static_cast<size_t>(i)]);
+  nlohmann::json header = nlohmann::json::parse(raw.substr(8, len));
+  edit(header);
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::string prefix(8, '\0');
+  for (int i = 0; i < 8; ++i)
+    prefix[static_cast<size_t>(i)] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
+  WriteBytes(path, prefix + text + raw.substr(8 + len));
+}
+
+TEST(CorruptAdapterFileTest, MislabeledDTypesAreSizeMismatches) {
+  // Header dtype and data size disagree: never read at the wrong element size.
+  struct Case {
+    DType written;
+    const char* label;
+    const char* needle;
+  };
+  const std::string tensor = Key(0, "v_proj", "lora_B.weight");  // [32, 8]
+  for (const Case& c :
+       {Case{DType::kF32, "F16", "shape [32, 8] × F16 needs 512 bytes but data_offsets span 1024"},
+        Case{DType::kF32, "BF16",
+             "shape [32, 8] × BF16 needs 512 bytes but data_offsets span 1024"},
+        Case{DType::kF16, "F32", "shape [32, 8] × F32 needs 1024 bytes but data_offsets span 512"},
+        Case{DType::kBF16, "F32",
+             "shape [32, 8] × F32 needs 1024 bytes but data_offsets span 512"}}) {
+    SCOPED_TRACE(std::string(DTypeName(c.written)) + " labeled " + c.label);
+    Draft d = ReadDraft(kAdapters + "llama_qv_r8_f32");
+    d.SetDType(c.written);
+    TempDir tmp;
+    WriteDraft(d, tmp.File("a"));
+    const std::string path = tmp.File("a") + "/adapter_model.safetensors";
+    EditHeader(path, [&](nlohmann::json& h) { h[tensor]["dtype"] = c.label; });
+    auto a = Load(tmp.File("a"), FixtureModel("llama_f32"));
+    ASSERT_FALSE(a.ok());
+    EXPECT_TRUE(
+        Contains(a.status().message(), "adapter 'bad': " + path + ": tensor '" + tensor + "': "));
+    EXPECT_TRUE(Contains(a.status().message(), c.needle));
+  }
+}
+
+TEST(CorruptAdapterFileTest, TruncatedSafetensors) {
+  Draft d = ReadDraft(kAdapters + "llama_qv_r8_f32");
+  TempDir tmp;
+  WriteDraft(d, tmp.File("a"));
+  const std::string path = tmp.File("a") + "/adapter_model.safetensors";
+  const std::string full = ReadBytes(path);
+  struct Cut {
+    size_t keep;
+    std::string needle;
+  };
+  for (const Cut& c : {Cut{full.size() - 100, "out of range (data section is"},
+                       Cut{100, "exceeds the file size 100"},
+                       Cut{5, "file is 5 bytes, too short for a safetensors header"}}) {
+    SCOPED_TRACE(c.keep);
+    WriteBytes(path, full.substr(0, c.keep));
+    auto a = Load(tmp.File("a"), FixtureModel("llama_f32"));
+    ASSERT_FALSE(a.ok());
+    EXPECT_TRUE(Contains(a.status().message(), "adapter 'bad': " + path));
+    EXPECT_TRUE(Contains(a.status().message(), c.needle));
+  }
+}
+
+TEST(CorruptAdapterFileTest, PickleOnlyAndMissingFiles) {
+  Model& model = FixtureModel("llama_f32");
+  Draft d = ReadDraft(kAdapters + "llama_qv_r8_f32");
+  TempDir tmp;
+  const std::string dir = tmp.File("a");
+  WriteDraft(d, dir);
+  fs::remove(dir + "/adapter_model.safetensors");
+  WriteBytes(dir + "/adapter_model.bin", std::string("PK\x03\x04", 4) + "archive/data.pkl");
+  auto bin = Load(dir, model);
+  ASSERT_FALSE(bin.ok());
+  EXPECT_TRUE(
+      Contains(bin.status().message(),
+               "adapter 'bad': " + dir +
+                   " has only adapter_model.bin, a pickle file that could run arbitrary code"));
+  EXPECT_TRUE(Contains(bin.status().message(), "Re-save the adapter with safetensors"));
+
+  fs::remove(dir + "/adapter_model.bin");
+  auto none = Load(dir, model);
+  ASSERT_FALSE(none.ok());
+  EXPECT_TRUE(Contains(none.status().message(),
+                       "adapter 'bad': " + dir + "/adapter_model.safetensors: no such file"));
+
+  WriteDraft(d, dir);
+  fs::remove(dir + "/adapter_config.json");
+  auto no_config = Load(dir, model);
+  ASSERT_FALSE(no_config.ok());
+  EXPECT_TRUE(Contains(no_config.status().message(),
+                       "adapter 'bad': " + dir + "/adapter_config.json: no such file"));
+
+  auto not_dir = Load(tmp.File("missing"), model);
+  ASSERT_FALSE(not_dir.ok());
+  EXPECT_TRUE(Contains(not_dir.status().message(), tmp.File("missing") + " is not a folder"));
+}
+
+// ---------------------------------------------------------------------------------------
+// Accepted key forms and dtypes: the same adapter gives the same logits.
+
+TEST(AdapterFormsTest, PrefixlessEmbeddedNameAndBinBesideSafetensorsGiveTheSameLogits) {
+  Model& model = FixtureModel("llama_f32");
+  auto ref_adapter = Load(kAdapters + "llama_qv_r8_f32", model);
+  ASSERT_TRUE(ref_adapter.ok());
+  const auto base = PromptLogits(&model, nullptr, kPrompt);
+  const auto ref = PromptLogits(&model, *ref_adapter, kPrompt);
+  ASSERT_GT(MaxAbsDiff(base, ref), 0.1f);  // the adapter is applied
+
+  TempDir tmp;
+  const Draft fixture = ReadDraft(kAdapters + "llama_qv_r8_f32");
+  Draft no_prefix = fixture;
+  for (auto& t : no_prefix.tensors) t.name = t.name.substr(std::strlen("base_model.model."));
+  Draft named = fixture;  // raw PeftModel state dict: lora_A.default.weight
+  for (auto& t : named.tensors) t.name.insert(t.name.rfind(".weight"), ".default");
+  std::vector<std::pair<std::string, Draft>> forms = {{"no_prefix", no_prefix}, {"named", named}};
+  for (const auto& [label, draft] : forms) {
+    SCOPED_TRACE(label);
+    WriteDraft(draft, tmp.File(label));
+    auto a = Load(tmp.File(label), model);
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    EXPECT_EQ((*a)->modules().size(), 6u);
+    EXPECT_EQ(MaxAbsDiff(PromptLogits(&model, *a, kPrompt), ref), 0.0f);
+  }
+  // adapter_model.bin next to the safetensors: never opened, the safetensors is used.
+  WriteDraft(fixture, tmp.File("both"));
+  WriteBytes(tmp.File("both") + "/adapter_model.bin", "not a pickle at all");
+  auto both = Load(tmp.File("both"), model);
+  ASSERT_TRUE(both.ok()) << both.status().ToString();
+  EXPECT_EQ(MaxAbsDiff(PromptLogits(&model, *both, kPrompt), ref), 0.0f);
+}
+
+TEST(AdapterFormsTest, F32F16Bf16FilesOfOneAdapterGiveTheSameLogits) {
+  // The classic bug: F32 read as 2-byte elements (or halves read as floats) loads "fine" and
+  // serves garbage. Each dtype is compared with an F32 file holding the same rounded values
+  // (equal up to accumulation order), and with the original (within the dtype's rounding).
+  Model& model = FixtureModel("llama_f32");
+  const Draft fixture = ReadDraft(kAdapters + "llama_qv_r8_f32");
+  TempDir tmp;
+  auto logits_of = [&](const Draft& d, const std::string& label) {
+    WriteDraft(d, tmp.File(label));
+    auto a = Load(tmp.File(label), model);
+    EXPECT_TRUE(a.ok()) << a.status().ToString();
+    return a.ok() ? PromptLogits(&model, *a, kPrompt) : std::vector<float>{};
+  };
+  const auto base = PromptLogits(&model, nullptr, kPrompt);
+  const auto f32 = logits_of(fixture, "f32");
+  const float delta = MaxAbsDiff(base, f32);
+  ASSERT_GT(delta, 0.1f);
+  struct Want {
+    DType dtype;
+    float vs_original;  // × delta: the effect of rounding A and B to the dtype
+  };
+  for (const Want& w : {Want{DType::kF16, 2e-3f}, Want{DType::kBF16, 2e-2f}}) {
+    SCOPED_TRACE(DTypeName(w.dtype));
+    Draft half = fixture;
+    half.SetDType(w.dtype);
+    Draft rounded = fixture;  // F32 file with the values the half file holds
+    for (auto& t : rounded.tensors) {
+      std::vector<uint8_t> tmp_bytes(t.values.size() * 2);
+      ConvertFromF32(w.dtype, t.values.data(), tmp_bytes.data(),
+                     static_cast<int64_t>(t.values.size()));
+      ConvertToF32(w.dtype, tmp_bytes.data(), t.values.data(),
+                   static_cast<int64_t>(t.values.size()));
+    }
+    const auto half_logits = logits_of(half, std::string("half_") + DTypeName(w.dtype));
+    const auto rounded_logits = logits_of(rounded, std::string("rounded_") + DTypeName(w.dtype));
+    EXPECT_LE(MaxAbsDiff(half_logits, rounded_logits), 1e-5f * delta);
+    EXPECT_LE(MaxAbsDiff(half_logits, f32), w.vs_original * delta);
+    EXPECT_GT(MaxAbsDiff(half_logits, f32), 0.0f);  // it really is the rounded adapter
+    auto a = Load(tmp.File(std::string("half_") + DTypeName(w.dtype)), model);
+    ASSERT_TRUE(a.ok());
+    EXPECT_EQ((*a)->modules().front()->a.dtype, w.dtype);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Identity: the hash of the files' bytes.
+
+TEST(AdapterHashTest, SameBytesSameHashAnyChangeANewOne) {
+  Model& model = FixtureModel("llama_f32");
+  TempDir tmp;
+  const Draft fixture = ReadDraft(kAdapters + "llama_qv_r8_f32");
+  WriteDraft(fixture, tmp.File("a"));
+  fs::copy(tmp.File("a"), tmp.File("copy"));
+  auto hash = [&](const std::string& dir) {
+    auto a = Load(dir, model);
+    EXPECT_TRUE(a.ok()) << a.status().ToString();
+    return a.ok() ? (*a)->content_hash() : 0;
+  };
+  const uint64_t h = hash(tmp.File("a"));
+  EXPECT_NE(h, 0u);
+  EXPECT_EQ(hash(tmp.File("a")), h);     // reload
+  EXPECT_EQ(hash(tmp.File("copy")), h);  // same bytes elsewhere: same identity
+
+  // One byte of one tensor changed (the last byte of the data section).
+  fs::copy(tmp.File("a"), tmp.File("byte"));
+  std::string raw = ReadBytes(tmp.File("byte") + "/adapter_model.safetensors");
+  raw.back() = static_cast<char>(raw.back() ^ 0x01);
+  WriteBytes(tmp.File("byte") + "/adapter_model.safetensors", raw);
+  EXPECT_NE(hash(tmp.File("byte")), h);
+
+  // Same tensors, another adapter_config.json (an ignored field, same scale).
+  Draft other = fixture;
+  other.config["lora_dropout"] = 0.1;
+  WriteDraft(other, tmp.File("config"));
+  EXPECT_EQ(ReadBytes(tmp.File("config") + "/adapter_model.safetensors"),
+            ReadBytes(tmp.File("a") + "/adapter_model.safetensors"));
+  EXPECT_NE(hash(tmp.File("config")), h);
+}
+
+}  // namespace
+}  // namespace loom
