@@ -354,12 +354,15 @@ StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, co
     {  // Bᵀ, same dtype (exact), so the expand streams contiguous column blocks.
       const size_t es = DTypeSize(w->b.dtype);
       w->b_t_storage.resize(static_cast<size_t>(out * rank) * es);
-      const auto* src = static_cast<const uint8_t*>(w->b.data);
-      for (int64_t o = 0; o < out; ++o) {
-        for (int k = 0; k < rank; ++k) {
-          std::memcpy(w->b_t_storage.data() + (static_cast<size_t>(k) * out + o) * es,
-                      src + (static_cast<size_t>(o) * rank + k) * es, es);
+      auto transpose = [&](auto* dst, const auto* src) {
+        for (int64_t o = 0; o < out; ++o) {
+          for (int k = 0; k < rank; ++k) dst[k * out + o] = src[o * rank + k];
         }
+      };
+      if (es == 4) {
+        transpose(reinterpret_cast<uint32_t*>(w->b_t_storage.data()), static_cast<const uint32_t*>(w->b.data));
+      } else {
+        transpose(reinterpret_cast<uint16_t*>(w->b_t_storage.data()), static_cast<const uint16_t*>(w->b.data));
       }
       w->b_t = Tensor{w->b.dtype, {rank, out}, w->b_t_storage.data()};
     }

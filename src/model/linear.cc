@@ -65,8 +65,12 @@ void Linear::Forward(const float* x, int64_t n, float* y, const LoraBatch& lora)
       const Segment& seg = *act[i].seg;
       const LoraWeights& lw = *act[i].lw;
       d.Resize(static_cast<size_t>(seg.num_rows * width));
-      cpu::LoraExpand(isa, t.data() + act[i].t_offset, seg.num_rows, lw.rank, lw.b_t.dtype,
-                      lw.b_t.data, out, j0, j1, d.data());
+      if (seg.num_rows >= 4) {  // compute-bound: broadcast-FMA over Bᵀ, no reductions
+        cpu::LoraExpand(isa, t.data() + act[i].t_offset, seg.num_rows, lw.rank, lw.b_t.dtype,
+                        lw.b_t.data, out, j0, j1, d.data());
+      } else {  // memory-bound decode: B's rows for the block are one contiguous stream
+        MatmulColumns(t.data() + act[i].t_offset, seg.num_rows, lw.b, j0, j1, d.data(), width);
+      }
       const float s = lw.scale;
       const float* lb = lw.bias.empty() ? nullptr : lw.bias.data() + j0;
       const float* g = lw.dora_gain.empty() ? nullptr : lw.dora_gain.data() + j0;

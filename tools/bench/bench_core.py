@@ -521,9 +521,10 @@ def main():
         for name, cmd in engines:
             if f"{name}_skipped" in report:
                 continue
-            busy[f"{name}#{rnd + 1}"] = wait_idle(args.wait_idle)
+            label = name if args.rounds == 1 else f"{name}#{rnd + 1}"
+            busy[label] = wait_idle(args.wait_idle)
             try:
-                res = last_json_line(run(cmd, timeout=args.timeout, name=f"{name}#{rnd + 1}"))
+                res = last_json_line(run(cmd, timeout=args.timeout, name=label))
             except (RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
                 report[f"{name}_skipped"] = "failed: " + str(e).strip().splitlines()[0][:200]
                 log(f"{name} {report[f'{name}_skipped']}")
