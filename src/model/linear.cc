@@ -54,7 +54,14 @@ void Linear::Forward(const float* x, int64_t n, float* y, const LoraBatch& lora)
   AlignedBuffer<float>& t = ShrinkScratch();
   t.Resize(t_size);
   for (size_t i = 0; i < num_active; ++i) {
-    Matmul(x + act[i].seg->first_row * in, act[i].seg->num_rows, act[i].lw->a, t.data() + act[i].t_offset);
+    const Segment& seg = *act[i].seg;
+    const LoraWeights& lw = *act[i].lw;
+    float* ts = t.data() + act[i].t_offset;
+    if (seg.num_rows < 4) {  // decode rows: rank × in MACs, cheaper than waking the workers
+      MatmulColumns(x + seg.first_row * in, seg.num_rows, lw.a, 0, lw.rank, ts, lw.rank);
+    } else {
+      Matmul(x + seg.first_row * in, seg.num_rows, lw.a, ts);
+    }
   }
   // Expand, DoRA and bias per column block, inside the base matmul's parallel region.
   const cpu::Isa isa = cpu::ActiveIsa();
