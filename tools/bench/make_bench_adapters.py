@@ -10,9 +10,26 @@ import json
 import os
 
 import numpy as np
-from safetensors.numpy import save_file
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def save_safetensors(tensors, path):
+    """Writes a safetensors file with numpy only (the bench venv has no safetensors package).
+    uint16 arrays hold bf16 bits and are labelled BF16."""
+    header, offset, blobs = {"__metadata__": {"format": "pt"}}, 0, []
+    for name, x in tensors.items():
+        dtype = {"float32": "F32", "uint16": "BF16"}[x.dtype.name]
+        data = np.ascontiguousarray(x).tobytes()
+        header[name] = {"dtype": dtype, "shape": list(x.shape), "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+        blobs.append(data)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as fh:
+        fh.write(len(h).to_bytes(8, "little") + h)
+        for b in blobs:
+            fh.write(b)
 
 
 def main():
@@ -49,19 +66,7 @@ def main():
         folder = os.path.join(args.out, f"r{r}-{i}")
         os.makedirs(folder, exist_ok=True)
         path = os.path.join(folder, "adapter_model.safetensors")
-        save_file(tensors, path, metadata={"format": "pt"})
-        if args.dtype == "bfloat16":  # safetensors.numpy has no bf16: relabel the U16 entries
-            with open(path, "rb") as fh:
-                n = int.from_bytes(fh.read(8), "little")
-                header = json.loads(fh.read(n))
-                data = fh.read()
-            for k, v in header.items():
-                if k != "__metadata__":
-                    v["dtype"] = "BF16"
-            h = json.dumps(header, separators=(",", ":")).encode()
-            h += b" " * (-len(h) % 8)
-            with open(path, "wb") as fh:
-                fh.write(len(h).to_bytes(8, "little") + h + data)
+        save_safetensors(tensors, path)
         config = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": r, "lora_alpha": 2 * r,
                   "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                      "down_proj"],
