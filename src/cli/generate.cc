@@ -45,20 +45,19 @@ int RunGenerate(GenerateArgs& a) {
     std::fprintf(stderr, "error: --batch runs adapters unmerged; drop --merge\n");
     return 2;
   }
-  if (!a.batch.empty()) {
-    if (a.seed >= 0) a.params.seed = static_cast<uint64_t>(a.seed);
-    auto model = Model::Load(a.model);
-    if (!model.ok()) {
-      std::fprintf(stderr, "error: %s\n", model.status().message().c_str());
-      return 1;
-    }
-    auto adapters = LoadCliAdapters(**model, a.loras, a.max_lora_rank);
-    if (!adapters.ok()) {
-      std::fprintf(stderr, "error: %s\n", adapters.status().message().c_str());
-      return 1;
-    }
-    return RunBatchFile(model->get(), *adapters, a.batch, a.params);
+  if (a.seed >= 0) a.params.seed = static_cast<uint64_t>(a.seed);
+  auto t0 = Clock::now();
+  auto model = Model::Load(a.model);
+  if (!model.ok()) {
+    std::fprintf(stderr, "error: %s\n", model.status().message().c_str());
+    return 1;
   }
+  auto adapters = LoadCliAdapters(**model, a.loras, a.max_lora_rank);
+  if (!adapters.ok()) {
+    std::fprintf(stderr, "error: %s\n", adapters.status().message().c_str());
+    return 1;
+  }
+  if (!a.batch.empty()) return RunBatchFile(model->get(), *adapters, a.batch, a.params);
   // The folder's tokenizer: needed for --prompt, used for the output text when present.
   std::unique_ptr<tokenizer::Tokenizer> tok;
   if (!a.prompt_text.empty() || !a.chat.empty() ||
@@ -93,18 +92,6 @@ int RunGenerate(GenerateArgs& a) {
   } else if (!ParseIdList(a.prompt_tokens, &prompt, &error)) {
     std::fprintf(stderr, "error: --prompt-tokens: %s\n", error.c_str());
     return 2;
-  }
-  if (a.seed >= 0) a.params.seed = static_cast<uint64_t>(a.seed);
-  auto t0 = Clock::now();
-  auto model = Model::Load(a.model);
-  if (!model.ok()) {
-    std::fprintf(stderr, "error: %s\n", model.status().message().c_str());
-    return 1;
-  }
-  auto adapters = LoadCliAdapters(**model, a.loras, a.max_lora_rank);
-  if (!adapters.ok()) {
-    std::fprintf(stderr, "error: %s\n", adapters.status().message().c_str());
-    return 1;
   }
   if (a.merge) {
     Status st = (*model)->MergeAdapter(*adapters->front());

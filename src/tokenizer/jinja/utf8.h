@@ -4,12 +4,14 @@
 #include <string>
 #include <string_view>
 
+#include "tokenizer/unicode.h"
+
 namespace loom::jinja {
 
 // Decodes UTF-8 into code points; an invalid byte becomes U+FFFD (input comes from JSON, so rare).
 std::u32string DecodeUtf8(std::string_view s);
 std::string EncodeUtf8(std::u32string_view s);
-void AppendUtf8(char32_t cp, std::string* out);
+using tokenizer::AppendUtf8;  // one UTF-8 encoder for the tokenizer and templates
 
 // Python's str.isspace() for one code point.
 bool IsPySpace(char32_t cp);
