@@ -17,6 +17,7 @@ RunFn AddGenerateCommand(CLI::App& app);
 RunFn AddBenchCommand(CLI::App& app);
 RunFn AddTokenizeCommand(CLI::App& app);
 RunFn AddDetokenizeCommand(CLI::App& app);
+RunFn AddServeCommand(CLI::App& app);
 
 // Sampling flags shared by commands (--temperature, --top-k, ...).
 void AddSamplingFlags(CLI::App* cmd, SamplingParams* params, int64_t* seed);

@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
                "without AMX; ~2^-9 relative error, like transformers running in bf16) instead "
                "of the default hi+lo split (~2^-17)");
   std::map<CLI::App*, loom::cli::RunFn> runs;
+  auto* serve = app.add_subcommand("serve", "OpenAI-compatible HTTP server (vLLM's API and flags)");
+  runs[serve] = loom::cli::AddServeCommand(*serve);
   auto* gen = app.add_subcommand("generate", "generate tokens from a prompt");
   runs[gen] = loom::cli::AddGenerateCommand(*gen);
   auto* bench = app.add_subcommand("bench", "measure prefill and decode tokens/s");

@@ -1,7 +1,8 @@
-// Engine step: decode rows first, then prefill chunks up to the row budget, one Forward.
+// Engine step: plan rows (Scheduler), group them by adapter, one Forward, sample, stream, retire.
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <map>
 
 namespace loom {
 
@@ -10,25 +11,40 @@ const char* FinishReasonName(FinishReason r) {
     case FinishReason::kNone: return "none";
     case FinishReason::kStop: return "stop";
     case FinishReason::kLength: return "length";
+    case FinishReason::kAbort: return "abort";
+    case FinishReason::kError: return "error";
   }
   return "?";
 }
 
-Engine::Engine(Model* model, const EngineOptions& options) : model_(model), options_(options) {
-  const ModelConfig& c = model->config();
-  max_model_len_ = options.max_model_len > 0 ? options.max_model_len : c.max_position_embeddings;
-  cache_ = model->NewKvCache(options.kv_cache_tokens);
+namespace {
+SchedulerOptions ToSchedulerOptions(const EngineOptions& o) {
+  SchedulerOptions s;
+  s.max_batch_tokens = o.max_batch_tokens;
+  s.max_num_seqs = o.max_num_seqs;
+  s.max_loras = o.max_loras;
+  return s;
 }
+}  // namespace
+
+Engine::Engine(Model* model, const EngineOptions& options, const tokenizer::Tokenizer* tokenizer)
+    : model_(model),
+      options_(options),
+      tokenizer_(tokenizer),
+      max_model_len_(options.max_model_len > 0 ? options.max_model_len
+                                               : model->config().max_position_embeddings),
+      cache_(model->NewKvCache(options.kv_cache_tokens)),
+      scheduler_(cache_.get(), ToSchedulerOptions(options)) {}
 
 int Engine::AddAdapter(std::shared_ptr<const Adapter> adapter) {
-  adapters_.push_back(adapter.get());
-  adapter_owners_.push_back(std::move(adapter));
-  return static_cast<int>(adapters_.size()) - 1;
+  registered_.push_back(std::move(adapter));
+  return static_cast<int>(registered_.size()) - 1;
 }
 
-StatusOr<int64_t> Engine::Add(GenerationRequest request) {
+Status Engine::Validate(const GenerationRequest& request) const {
   const ModelConfig& c = model_->config();
-  if (request.adapter_slot < -1 || request.adapter_slot >= static_cast<int>(adapters_.size())) {
+  if (request.adapter == nullptr &&
+      (request.adapter_slot < -1 || request.adapter_slot >= static_cast<int>(registered_.size()))) {
     return InvalidArgument("adapter slot " + std::to_string(request.adapter_slot) + " is not loaded");
   }
   if (request.prompt.empty()) return InvalidArgument("prompt is empty");
@@ -37,6 +53,15 @@ StatusOr<int64_t> Engine::Add(GenerationRequest request) {
       return InvalidArgument("prompt token id " + std::to_string(t) + " is outside the vocabulary [0, " +
                              std::to_string(c.vocab_size) + ")");
     }
+  }
+  for (int32_t t : request.stop_token_ids) {
+    if (t < 0 || t >= c.vocab_size) {
+      return InvalidArgument("stop_token_ids: " + std::to_string(t) +
+                             " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
+    }
+  }
+  if ((!request.stop.empty() || request.detokenize) && tokenizer_ == nullptr) {
+    return FailedPrecondition("stop strings and text output need the model folder's tokenizer.json");
   }
   RETURN_IF_ERROR(request.params.Validate(c.vocab_size));
   const int64_t total = static_cast<int64_t>(request.prompt.size()) + request.params.max_tokens;
@@ -50,67 +75,143 @@ StatusOr<int64_t> Engine::Add(GenerationRequest request) {
                              " tokens) exceeds the KV cache (" +
                              std::to_string(cache_->num_blocks() * kKvBlockSize) + " tokens)");
   }
-  auto seq = std::make_unique<Sequence>();
-  seq->result.id = next_id_++;
-  seq->result.prompt = request.prompt;
-  seq->tokens = request.prompt;
-  seq->sampler = std::make_unique<Sampler>(request.params, request.prompt);
-  seq->request = std::move(request);
-  const int64_t id = seq->result.id;
-  waiting_.push_back(std::move(seq));
+  return OkStatus();
+}
+
+StatusOr<int64_t> Engine::Add(GenerationRequest request) {
+  RETURN_IF_ERROR(Validate(request));
+  const int64_t id = next_id_++;
+  AddValidated(std::move(request), id);
   return id;
 }
 
-bool Engine::Admit() {
-  bool any = false;
-  while (!waiting_.empty() && static_cast<int>(running_.size()) < options_.max_num_seqs) {
-    Sequence& seq = *waiting_.front();
-    const int need = static_cast<int>(seq.request.prompt.size()) + seq.request.params.max_tokens;
-    if (!cache_->Reserve(&seq.block_table, need)) break;  // waits for blocks to free up
-    running_.push_back(std::move(waiting_.front()));
-    waiting_.pop_front();
-    any = true;
+void Engine::AddValidated(GenerationRequest request, int64_t id) {
+  auto seq = std::make_unique<Sequence>();
+  seq->id = id;
+  next_id_ = std::max(next_id_, id + 1);
+  seq->result.id = id;
+  seq->result.prompt = request.prompt;
+  seq->tokens = request.prompt;
+  seq->sampler = std::make_unique<Sampler>(request.params, request.prompt);
+  if (request.adapter == nullptr && request.adapter_slot >= 0) {
+    request.adapter = registered_[static_cast<size_t>(request.adapter_slot)];
   }
-  return any;
+  seq->adapter_key = request.adapter ? request.adapter->content_hash() | 1 : 0;
+  if (tokenizer_ != nullptr && (request.detokenize || !request.stop.empty())) {
+    seq->detokenizer =
+        std::make_unique<tokenizer::StreamingDetokenizer>(tokenizer_, request.skip_special_tokens);
+    seq->stop = StopChecker(request.stop, request.include_stop_str_in_output);
+  }
+  seq->request = std::move(request);
+  scheduler_.Enqueue(std::move(seq));
 }
 
-void Engine::Finish(Sequence& seq, FinishReason reason) {
-  seq.result.finish_reason = reason;
-  cache_->Release(&seq.block_table);
-  finished_.push_back(std::move(seq.result));
+bool Engine::Abort(int64_t id) {
+  std::unique_ptr<Sequence> seq = scheduler_.Remove(id);
+  if (seq == nullptr) return false;
+  SequenceUpdate update;
+  update.id = id;
+  seq->result.finish_reason = FinishReason::kAbort;
+  update.finish_reason = FinishReason::kAbort;
+  update.prompt_tokens = static_cast<int>(seq->request.prompt.size());
+  update.generated_tokens = static_cast<int>(seq->result.generated.size());
+  if (emit_updates_) updates_.push_back(std::move(update));
+  finished_.push_back(std::move(seq->result));
+  return true;
+}
+
+const Adapter* Engine::AdapterOf(const Sequence& seq) const { return seq.request.adapter.get(); }
+
+void Engine::Finish(Sequence* seq, FinishReason reason, SequenceUpdate* update) {
+  seq->result.finish_reason = reason;
+  update->finish_reason = reason;
+  if (seq->detokenizer != nullptr && reason != FinishReason::kStop) {
+    std::string matched;
+    update->text += seq->stop.Add(seq->detokenizer->Finish(), &matched);
+    update->text += seq->stop.Flush();
+  }
+  if (seq->detokenizer != nullptr) seq->result.text = seq->stop.text();
+}
+
+void Engine::SampleRow(Sequence* seq, float* row) {
+  const ModelConfig& c = model_->config();
+  if (seq->request.return_step_logits) {
+    seq->result.step_logits.insert(seq->result.step_logits.end(), row, row + c.vocab_size);
+  }
+  SequenceUpdate update;
+  update.id = seq->id;
+  TokenLogprob chosen{};
+  std::vector<TokenLogprob> top;
+  const int32_t token = seq->sampler->Sample(row, c.vocab_size, &chosen, &top);
+  seq->sampler->Accept(token);
+  seq->tokens.push_back(token);
+  seq->result.generated.push_back(token);
+  update.has_token = true;
+  update.token = token;
+  if (seq->request.params.logprobs > 0) {
+    seq->result.logprobs.push_back(chosen);
+    seq->result.top_logprobs.push_back(top);
+    update.logprob = chosen;
+    update.top = std::move(top);
+  }
+  FinishReason reason = FinishReason::kNone;
+  const auto& eos = c.eos_token_ids;
+  const auto& stop_ids = seq->request.stop_token_ids;
+  if (!seq->request.params.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) {
+    reason = FinishReason::kStop;
+  } else if (std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) {
+    reason = FinishReason::kStop;
+  }
+  if (seq->detokenizer != nullptr && reason == FinishReason::kNone) {
+    std::string matched;
+    update.text = seq->stop.Add(seq->detokenizer->Add(token), &matched);
+    if (!matched.empty()) {
+      reason = FinishReason::kStop;
+      seq->result.stop_reason = matched;
+      update.stop_reason = matched;
+    }
+  } else if (seq->detokenizer != nullptr) {
+    // EOS / stop id: its text is not part of the output unless it is an ordinary token.
+    std::string matched;
+    update.text = seq->stop.Add(seq->detokenizer->Add(token), &matched);
+  }
+  if (reason == FinishReason::kNone &&
+      static_cast<int>(seq->result.generated.size()) >= seq->request.params.max_tokens) {
+    reason = FinishReason::kLength;
+  }
+  update.prompt_tokens = static_cast<int>(seq->request.prompt.size());
+  update.generated_tokens = static_cast<int>(seq->result.generated.size());
+  update.cached_prompt_tokens = seq->result.num_cached_prompt_tokens;
+  if (reason != FinishReason::kNone) Finish(seq, reason, &update);
+  if (emit_updates_) updates_.push_back(std::move(update));
 }
 
 bool Engine::Step() {
-  Admit();
-  if (running_.empty()) return false;
+  StepPlan plan = scheduler_.Schedule();
+  if (plan.rows.empty()) return false;
   const ModelConfig& c = model_->config();
   batch_.Clear();
   logit_owners_.clear();
-  int budget = options_.max_batch_tokens;
-  // Decode rows (one each) go first so running sequences never starve behind long prompts.
-  std::vector<Sequence*> order;
-  for (auto& s : running_) {
-    if (static_cast<int>(s->tokens.size()) - s->num_computed == 1) order.push_back(s.get());
+  // This step's adapters get slots in order of first appearance; rows are grouped by slot so
+  // each adapter's rows are one contiguous segment (the batch stays mixed).
+  step_adapters_.clear();
+  std::map<const Adapter*, int> slot_of;
+  for (auto& [s, count] : plan.rows) {
+    const Adapter* a = AdapterOf(*s);
+    if (a == nullptr) {
+      s->adapter_slot = -1;
+      continue;
+    }
+    auto [it, inserted] = slot_of.emplace(a, static_cast<int>(step_adapters_.size()));
+    if (inserted) step_adapters_.push_back(a);
+    s->adapter_slot = it->second;
   }
-  for (auto& s : running_) {
-    if (static_cast<int>(s->tokens.size()) - s->num_computed > 1) order.push_back(s.get());
-  }
-  // Rows per sequence in priority order, then grouped by adapter so each adapter's rows are
-  // one contiguous segment (the batch stays mixed: any adapters and the base together).
-  std::vector<std::pair<Sequence*, int>> scheduled;
-  for (Sequence* s : order) {
-    if (budget == 0) break;
-    const int remaining = static_cast<int>(s->tokens.size()) - s->num_computed;
-    const int count = std::min(remaining, budget);
-    budget -= count;
-    scheduled.emplace_back(s, count);
-  }
-  std::stable_sort(scheduled.begin(), scheduled.end(), [](const auto& a, const auto& b) {
-    return a.first->request.adapter_slot < b.first->request.adapter_slot;
+  std::stable_sort(plan.rows.begin(), plan.rows.end(), [](const auto& a, const auto& b) {
+    return a.first->adapter_slot < b.first->adapter_slot;
   });
-  for (auto& [s, count] : scheduled) {
+  for (auto& [s, count] : plan.rows) {
     const int first_row = batch_.num_rows();
-    const int slot = s->request.adapter_slot;
+    const int slot = s->adapter_slot;
     if (!batch_.segments.empty() && batch_.segments.back().adapter_slot == slot) {
       batch_.segments.back().num_rows += count;
     } else {
@@ -123,7 +224,8 @@ bool Engine::Step() {
     for (int i = 0; i < count; ++i) {
       const int pos = s->num_computed + i;
       const bool samples = completes && i == count - 1;
-      const bool keep_prompt = s->request.return_prompt_logits && pos < prompt_len;
+      const bool keep_prompt =
+          s->request.return_prompt_logits && pos < prompt_len && s->num_preemptions == 0;
       if (samples || keep_prompt) {
         batch_.logit_rows.push_back(first_row + i);
         logit_owners_.push_back({s, samples, keep_prompt ? pos : -1});
@@ -132,55 +234,36 @@ bool Engine::Step() {
   }
   const size_t vocab = static_cast<size_t>(c.vocab_size);
   logits_.resize(batch_.logit_rows.size() * vocab);
-  model_->Forward(batch_, cache_.get(), logits_.data(), adapters_.empty() ? nullptr : &adapters_);
+  model_->Forward(batch_, cache_.get(), logits_.data(),
+                  step_adapters_.empty() ? nullptr : &step_adapters_);
   ++steps_;
-  for (auto& [s, count] : scheduled) s->num_computed += count;
+  for (auto& [s, count] : plan.rows) s->num_computed += count;
 
+  std::vector<Sequence*> done;
   for (size_t i = 0; i < logit_owners_.size(); ++i) {
     const RowOwner& owner = logit_owners_[i];
-    Sequence& s = *owner.seq;
+    Sequence* s = owner.seq;
     float* row = logits_.data() + i * vocab;
     if (owner.prompt_index >= 0) {
-      auto& pl = s.result.prompt_logits;
-      pl.resize(s.request.prompt.size() * vocab);
+      auto& pl = s->result.prompt_logits;
+      pl.resize(s->request.prompt.size() * vocab);
       std::copy(row, row + vocab, pl.begin() + static_cast<long>(owner.prompt_index * vocab));
     }
     if (!owner.samples) continue;
-    if (s.request.return_step_logits) {
-      s.result.step_logits.insert(s.result.step_logits.end(), row, row + vocab);
-    }
-    TokenLogprob chosen{};
-    std::vector<TokenLogprob> top;
-    const int32_t token = s.sampler->Sample(row, c.vocab_size, &chosen, &top);
-    s.sampler->Accept(token);
-    s.tokens.push_back(token);
-    s.result.generated.push_back(token);
-    if (s.request.params.logprobs > 0) {
-      s.result.logprobs.push_back(chosen);
-      s.result.top_logprobs.push_back(std::move(top));
-    }
+    SampleRow(s, row);
+    if (s->result.finish_reason != FinishReason::kNone) done.push_back(s);
   }
-  // Retire finished sequences.
-  for (auto it = running_.begin(); it != running_.end();) {
-    Sequence& s = **it;
-    FinishReason reason = FinishReason::kNone;
-    if (!s.result.generated.empty() && s.num_computed + 1 == static_cast<int>(s.tokens.size())) {
-      const int32_t last = s.result.generated.back();
-      const auto& eos = c.eos_token_ids;
-      if (!s.request.params.ignore_eos && std::find(eos.begin(), eos.end(), last) != eos.end()) {
-        reason = FinishReason::kStop;
-      } else if (static_cast<int>(s.result.generated.size()) >= s.request.params.max_tokens) {
-        reason = FinishReason::kLength;
-      }
-    }
-    if (reason != FinishReason::kNone) {
-      Finish(s, reason);
-      it = running_.erase(it);
-    } else {
-      ++it;
-    }
+  for (Sequence* s : done) {
+    std::unique_ptr<Sequence> owned = scheduler_.Retire(s);
+    finished_.push_back(std::move(owned->result));
   }
   return true;
+}
+
+std::vector<SequenceUpdate> Engine::TakeUpdates() {
+  std::vector<SequenceUpdate> out;
+  out.swap(updates_);
+  return out;
 }
 
 std::vector<GenerationResult> Engine::TakeFinished() {

@@ -1,18 +1,20 @@
-// Engine: continuous batching loop — schedule rows of many sequences, forward, sample, finish.
+// Engine: continuous batching loop — schedule rows of many sequences, forward, sample, stream, finish.
 #pragma once
 
-#include <deque>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
+#include "engine/request.h"
 #include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
+#include "lora/adapter.h"
 #include "model/batch.h"
 #include "model/kv_cache.h"
-#include "lora/adapter.h"
 #include "model/model.h"
+#include "tokenizer/tokenizer.h"
 
 namespace loom {
 
@@ -21,43 +23,36 @@ struct EngineOptions {
   int max_batch_tokens = 512;   // rows per step (prefill is chunked to fit)
   int max_num_seqs = 64;        // sequences running at once
   int max_model_len = 0;        // 0 = the model's max_position_embeddings
+  int max_loras = 0;            // distinct adapters in one step; 0 = no limit
 };
 
-struct GenerationRequest {
-  std::vector<int32_t> prompt;
-  int adapter_slot = -1;  // Engine::AddAdapter's slot; -1 = base model
-  SamplingParams params;
-  bool return_prompt_logits = false;  // keep the logits of every prompt position (tests)
-  bool return_step_logits = false;    // keep the logits of every generated step (tests)
-};
-
-enum class FinishReason { kNone, kStop, kLength };
-const char* FinishReasonName(FinishReason r);  // "stop" | "length"
-
-struct GenerationResult {
-  int64_t id = 0;
-  std::vector<int32_t> prompt;
-  std::vector<int32_t> generated;
-  FinishReason finish_reason = FinishReason::kNone;
-  std::vector<TokenLogprob> logprobs;                  // [generated] chosen token
-  std::vector<std::vector<TokenLogprob>> top_logprobs;  // [generated][N]
-  std::vector<float> prompt_logits;  // [prompt_len, vocab] when requested
-  std::vector<float> step_logits;    // [generated, vocab] when requested
-};
-
-// Thread-safety: single-threaded; the server's engine thread owns it.
+// Thread-safety: single-threaded (the engine thread owns it), except Validate, which only
+// reads what is fixed at construction and may run on any thread.
 class Engine {
  public:
-  Engine(Model* model, const EngineOptions& options);
+  // `tokenizer` (may be null) is needed for requests with stop strings or detokenize.
+  Engine(Model* model, const EngineOptions& options,
+         const tokenizer::Tokenizer* tokenizer = nullptr);
 
-  // Makes an adapter available to requests; returns its slot. The engine keeps it alive.
+  // Makes an adapter available to requests by slot (GenerationRequest.adapter_slot); the
+  // engine keeps it alive. Requests may instead carry their adapter (GenerationRequest.adapter).
   int AddAdapter(std::shared_ptr<const Adapter> adapter);
 
-  // Validates and queues a request; returns its id.
+  // Checks a request against the model and the limits; the message names the field.
+  Status Validate(const GenerationRequest& request) const;
+  // Validates and queues a request; returns its id (ids count up from 0).
   StatusOr<int64_t> Add(GenerationRequest request);
+  // Queues an already validated request under a caller-chosen id.
+  void AddValidated(GenerationRequest request, int64_t id);
+  // Stops a sequence wherever it is; its blocks are freed and an update with kAbort is
+  // emitted. False when the id is unknown (already finished).
+  bool Abort(int64_t id);
+
   // Runs one step (one Forward). Returns false when there was nothing to run.
   bool Step();
-  bool HasWork() const { return !waiting_.empty() || !running_.empty(); }
+  bool HasWork() const { return scheduler_.HasWork(); }
+  // Per-step updates (tokens, text, ends) since the last call, in order.
+  std::vector<SequenceUpdate> TakeUpdates();
   // Finished results, in completion order; moves them out.
   std::vector<GenerationResult> TakeFinished();
   // Runs until every queued request finished.
@@ -65,36 +60,35 @@ class Engine {
 
   int max_model_len() const { return max_model_len_; }
   const KvCache& kv_cache() const { return *cache_; }
+  const Scheduler& scheduler() const { return scheduler_; }
+  const Model& model() const { return *model_; }
   int64_t steps() const { return steps_; }
+  // Keep per-step updates (the server does); the CLI only reads finished results.
+  void set_emit_updates(bool on) { emit_updates_ = on; }
 
  private:
-  struct Sequence {
-    GenerationRequest request;
-    GenerationResult result;
-    std::unique_ptr<Sampler> sampler;
-    std::vector<int32_t> tokens;       // prompt then generated
-    std::vector<int32_t> block_table;  // KV blocks
-    int num_computed = 0;              // positions whose K/V are in the cache
-  };
-  bool Admit();
-  void Finish(Sequence& seq, FinishReason reason);
+  const Adapter* AdapterOf(const Sequence& seq) const;
+  void Finish(Sequence* seq, FinishReason reason, SequenceUpdate* update);
+  void SampleRow(Sequence* seq, float* row);
 
   Model* model_;
   EngineOptions options_;
+  const tokenizer::Tokenizer* tokenizer_;
   int max_model_len_;
   std::unique_ptr<KvCache> cache_;
+  Scheduler scheduler_;
   int64_t next_id_ = 0;
   int64_t steps_ = 0;
-  std::deque<std::unique_ptr<Sequence>> waiting_;
-  std::vector<std::unique_ptr<Sequence>> running_;
+  bool emit_updates_ = false;
   std::vector<GenerationResult> finished_;
+  std::vector<SequenceUpdate> updates_;
   Batch batch_;
-  std::vector<std::shared_ptr<const Adapter>> adapter_owners_;
-  std::vector<const Adapter*> adapters_;  // slot → adapter
+  std::vector<std::shared_ptr<const Adapter>> registered_;  // AddAdapter slots
+  std::vector<const Adapter*> step_adapters_;               // this step's slot → adapter
   std::vector<float> logits_;
   struct RowOwner {
     Sequence* seq;
-    bool samples;  // last row of the prompt or a decode row: a token comes from it
+    bool samples;      // last row of the prompt or a decode row: a token comes from it
     int prompt_index;  // ≥ 0: a prompt position whose logits the request keeps
   };
   std::vector<RowOwner> logit_owners_;

@@ -1,0 +1,144 @@
+// `loom serve`: load the model and adapters, start the engine thread and the HTTP server; drain on SIGTERM.
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <pthread.h>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/serve_flags.h"
+#include "engine/async_engine.h"
+#include "lora/adapter_store.h"
+#include "server/http_server.h"
+
+namespace loom::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+int Fail(const std::string& message, int code = 1) {
+  std::fprintf(stderr, "error: %s\n", message.c_str());
+  return code;
+}
+
+int RunServe(ServeArgs& a) {
+  // SIGTERM / SIGINT are taken by sigwait on this thread; every thread started below inherits
+  // the mask. SIGPIPE (a client gone mid-write) is ignored: the write fails instead.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  auto plan = PlanServe(a);
+  if (!plan.ok()) return Fail(plan.status().message(), 2);
+
+  server::ServerContext ctx;
+  ctx.options = plan->server;
+  server::HttpServer http(&ctx);
+  Status bound = http.Bind();
+  if (!bound.ok()) return Fail(bound.message());
+  std::thread listener([&http] { http.Listen(); });
+  std::fprintf(stderr, "loom: listening on http://%s:%d (loading %s; /health is 503 until ready)\n",
+               ctx.options.host.c_str(), http.port(), a.model.c_str());
+
+  auto stop_listener = [&] {
+    http.Stop();
+    listener.join();
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  auto model = Model::Load(a.model);
+  if (!model.ok()) {
+    stop_listener();
+    return Fail(model.status().message());
+  }
+  std::fprintf(stderr, "loom: model %s loaded (%.1f s, %.0f MiB of weights)\n", a.model.c_str(),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+               static_cast<double>((*model)->weight_bytes()) / (1 << 20));
+  std::unique_ptr<tokenizer::Tokenizer> tok;
+  std::error_code ec;
+  if (fs::exists(fs::path(a.model) / "tokenizer.json", ec)) {
+    auto loaded = tokenizer::Tokenizer::FromModelDir(a.model);
+    if (!loaded.ok()) {
+      stop_listener();
+      return Fail(loaded.status().message());
+    }
+    tok = std::move(loaded).value();
+    auto source = LoadChatTemplate(a.model, "", false);
+    if (source.ok()) {
+      auto parsed = ChatTemplate::Parse(*source);
+      if (!parsed.ok()) {
+        stop_listener();
+        return Fail("chat template of " + a.model + ": " + parsed.status().message());
+      }
+      ctx.chat_template = std::move(parsed).value();
+    }
+  }
+  // Adapters: every start-up adapter is loaded and validated now; a bad one stops the server.
+  std::unique_ptr<AdapterStore> store;
+  if (!plan->merge.empty()) {
+    auto adapter = LoadAdapter(plan->merge, plan->loras.front().second, (*model)->config(),
+                               (*model)->weights(), a.max_lora_rank);
+    Status st = adapter.ok() ? (*model)->MergeAdapter(**adapter) : adapter.status();
+    if (!st.ok()) {
+      stop_listener();
+      return Fail(st.message());
+    }
+    std::fprintf(stderr, "loom: adapter '%s' merged into the base weights\n", plan->merge.c_str());
+  } else {
+    store = std::make_unique<AdapterStore>(model->get(), plan->store);
+    for (const auto& [name, dir] : plan->loras) {
+      Status st = store->Register(name, dir);
+      if (!st.ok()) {
+        stop_listener();
+        return Fail(st.message());
+      }
+      std::fprintf(stderr, "loom: adapter '%s' loaded from %s\n", name.c_str(), dir.c_str());
+    }
+  }
+  EngineOptions eo = plan->engine;
+  AsyncEngine engine(model->get(), eo, tok.get());
+  ctx.engine = &engine;
+  ctx.adapters = store.get();
+  ctx.tokenizer = tok.get();
+  ctx.max_model_len = engine.max_model_len();
+  ctx.max_loras = eo.max_loras;
+  ctx.ready = true;
+  std::fprintf(stderr,
+               "loom: ready — model '%s' (%s), %zu adapter(s), max_model_len %d, KV cache %d "
+               "tokens, max_num_seqs %d, max_loras %d\n"
+               "loom: try: curl http://%s:%d/v1/models\n",
+               ctx.options.served_model_name.c_str(), a.model.c_str(), plan->loras.size(),
+               ctx.max_model_len, eo.kv_cache_tokens, eo.max_num_seqs, eo.max_loras,
+               ctx.options.host.c_str(), http.port());
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  std::fprintf(stderr, "loom: %s: draining (up to %.0f s)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+               a.shutdown_timeout_s);
+  ctx.draining = true;
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(a.shutdown_timeout_s);
+  while (engine.num_in_flight() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const int aborted = engine.num_in_flight();
+  engine.Stop();  // aborts what is left: their streams end with finish_reason "abort"
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let streams write their end
+  stop_listener();
+  std::fprintf(stderr, "loom: stopped (%d sequence(s) aborted at the deadline)\n", aborted);
+  return 0;
+}
+
+}  // namespace
+
+RunFn AddServeCommand(CLI::App& app) {
+  auto args = std::make_shared<ServeArgs>();
+  AddServeFlags(app, args.get());
+  return [args] { return RunServe(*args); };
+}
+
+}  // namespace loom::cli

@@ -1,0 +1,207 @@
+// `loom serve` flags: registration, validation and sizing (KV cache from --kv-cache-memory).
+#include "cli/serve_flags.h"
+
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "model/config.h"
+
+namespace loom::cli {
+
+namespace fs = std::filesystem;
+
+void AddServeFlags(CLI::App& app, ServeArgs* a) {
+  app.add_option("--model", a->model, "Hugging Face model folder")->required();
+  app.add_option("--served-model-name", a->served_model_name,
+                 "the base model's name in requests (default: the folder's name)");
+  app.add_option("--lora", a->loras,
+                 "adapter NAME=DIR, or vLLM's JSON {\"name\",\"path\",\"base_model_name\"} (repeatable)");
+  app.add_option("--lora-dir", a->lora_dirs,
+                 "folder whose sub-folders are adapters loaded on first use; also the only place "
+                 "the load endpoint reads from (repeatable)");
+  app.add_option("--max-loras", a->max_loras, "distinct adapters in one step")->capture_default_str();
+  app.add_option("--max-lora-rank", a->max_lora_rank, "largest adapter rank accepted (0 = any)");
+  app.add_option("--max-cpu-loras", a->max_cpu_loras,
+                 "adapters kept loaded (least recently used evicted)")->capture_default_str();
+  app.add_option("--merge", a->merge, "serve the --lora adapter NAME folded into the base weights");
+  app.add_option("--max-num-seqs", a->max_num_seqs, "sequences running at once")->capture_default_str();
+  app.add_option("--max-num-batched-tokens", a->max_num_batched_tokens,
+                 "token rows per step (prefill is chunked to fit)")->capture_default_str();
+  app.add_option("--max-model-len", a->max_model_len,
+                 "longest prompt + output (default: the model's max_position_embeddings)");
+  app.add_option("--kv-cache-memory", a->kv_cache_memory, "KV cache size, e.g. 2GiB")->capture_default_str();
+  app.add_option("--host", a->host, "address to listen on")->capture_default_str();
+  app.add_option("--port", a->port, "port (0 = any free one)")->capture_default_str();
+  app.add_option("--api-key", a->api_key, "require Authorization: Bearer KEY on /v1 routes")
+      ->envname("LOOM_API_KEY");
+  app.add_flag("--allow-runtime-lora", a->allow_runtime_lora,
+               "enable /v1/load_lora_adapter and /v1/unload_lora_adapter (paths under --lora-dir)");
+  app.add_option("--http-threads", a->http_threads, "connections served at once")->capture_default_str();
+  app.add_option("--max-waiting", a->max_waiting,
+                 "sequences in flight beyond which requests get 503")->capture_default_str();
+  app.add_option("--max-body", a->max_body, "largest request body (413 above)")->capture_default_str();
+  app.add_option("--shutdown-timeout", a->shutdown_timeout_s,
+                 "seconds SIGTERM waits for running requests before aborting them")->capture_default_str();
+}
+
+StatusOr<uint64_t> ParseBytes(const std::string& text, const std::string& flag) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    return InvalidArgument(flag + ": '" + text + "' is not a size (e.g. 2GiB, 512MiB)");
+  }
+  const std::string unit = text.substr(used);
+  double mult = 1;
+  if (unit == "" || unit == "B") {
+    mult = 1;
+  } else if (unit == "KiB" || unit == "K") {
+    mult = 1024.0;
+  } else if (unit == "MiB" || unit == "M") {
+    mult = 1024.0 * 1024;
+  } else if (unit == "GiB" || unit == "G") {
+    mult = 1024.0 * 1024 * 1024;
+  } else if (unit == "KB") {
+    mult = 1e3;
+  } else if (unit == "MB") {
+    mult = 1e6;
+  } else if (unit == "GB") {
+    mult = 1e9;
+  } else {
+    return InvalidArgument(flag + ": unknown unit '" + unit + "' (B, KiB, MiB, GiB, KB, MB, GB)");
+  }
+  const double bytes = v * mult;
+  if (!std::isfinite(bytes) || bytes <= 0 || bytes > 1e15) {
+    return InvalidArgument(flag + ": '" + text + "' is out of range");
+  }
+  return static_cast<uint64_t>(bytes);
+}
+
+namespace {
+
+StatusOr<std::pair<std::string, std::string>> ParseLoraSpec(const std::string& spec) {
+  if (!spec.empty() && spec.front() == '{') {
+    nlohmann::json j = nlohmann::json::parse(spec, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("name") || !j["name"].is_string() ||
+        !j.contains("path") || !j["path"].is_string()) {
+      return InvalidArgument("--lora '" + spec + "': expected {\"name\": ..., \"path\": ...}");
+    }
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (it.key() != "name" && it.key() != "path" && it.key() != "base_model_name") {
+        return InvalidArgument("--lora: unknown field '" + it.key() + "'");
+      }
+    }
+    return std::make_pair(j["name"].get<std::string>(), j["path"].get<std::string>());
+  }
+  const size_t eq = spec.find('=');
+  if (eq == std::string::npos) {
+    const std::string name = fs::path(spec).lexically_normal().filename().string();
+    return std::make_pair(name.empty() ? fs::path(spec).lexically_normal().parent_path().filename().string()
+                                       : name,
+                          spec);
+  }
+  return std::make_pair(spec.substr(0, eq), spec.substr(eq + 1));
+}
+
+}  // namespace
+
+StatusOr<ServePlan> PlanServe(const ServeArgs& a) {
+  ServePlan plan;
+  auto positive = [](int v, const char* flag, int max) -> Status {
+    if (v < 1 || v > max) {
+      return InvalidArgument(std::string(flag) + " must be in [1, " + std::to_string(max) + "], got " +
+                             std::to_string(v));
+    }
+    return OkStatus();
+  };
+  RETURN_IF_ERROR(positive(a.max_num_seqs, "--max-num-seqs", 4096));
+  RETURN_IF_ERROR(positive(a.max_num_batched_tokens, "--max-num-batched-tokens", 1 << 16));
+  RETURN_IF_ERROR(positive(a.max_loras, "--max-loras", 1024));
+  RETURN_IF_ERROR(positive(a.http_threads, "--http-threads", 4096));
+  RETURN_IF_ERROR(positive(a.max_waiting, "--max-waiting", 1 << 20));
+  if (a.max_cpu_loras < 0) return InvalidArgument("--max-cpu-loras must be ≥ 0 (0 = no limit)");
+  if (a.max_lora_rank < 0) return InvalidArgument("--max-lora-rank must be ≥ 0 (0 = any)");
+  if (a.max_model_len < 0) return InvalidArgument("--max-model-len must be ≥ 0");
+  if (a.port < 0 || a.port > 65535) return InvalidArgument("--port must be in [0, 65535]");
+  if (!(a.shutdown_timeout_s >= 0 && a.shutdown_timeout_s <= 3600)) {
+    return InvalidArgument("--shutdown-timeout must be in [0, 3600] seconds");
+  }
+  ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(a.model));
+
+  for (const auto& spec : a.loras) {
+    ASSIGN_OR_RETURN(auto named, ParseLoraSpec(spec));
+    for (const auto& [n, d] : plan.loras) {
+      if (n == named.first) return InvalidArgument("--lora: adapter name '" + n + "' given twice");
+    }
+    plan.loras.push_back(std::move(named));
+  }
+  std::string served = a.served_model_name;
+  if (served.empty()) served = fs::path(a.model).lexically_normal().filename().string();
+  if (served.empty()) served = fs::path(a.model).lexically_normal().parent_path().filename().string();
+  for (const auto& [n, d] : plan.loras) {
+    if (n == served) return InvalidArgument("--lora: adapter name '" + n + "' is the base model's name");
+  }
+  if (!a.merge.empty()) {
+    if (plan.loras.size() != 1 || plan.loras.front().first != a.merge) {
+      return InvalidArgument("--merge " + a.merge +
+                             ": give exactly one --lora, named " + a.merge +
+                             " (other adapters cannot run on merged weights)");
+    }
+    if (!a.lora_dirs.empty() || a.allow_runtime_lora) {
+      return InvalidArgument("--merge cannot be combined with --lora-dir or --allow-runtime-lora");
+    }
+    plan.merge = a.merge;
+  }
+  for (const auto& d : a.lora_dirs) {
+    std::error_code ec;
+    if (!fs::is_directory(d, ec)) return InvalidArgument("--lora-dir " + d + " is not a folder");
+  }
+
+  // KV cache: the f32 K and V of every layer, per token.
+  const int max_model_len = a.max_model_len > 0 ? a.max_model_len : config.max_position_embeddings;
+  if (a.max_model_len > config.max_position_embeddings) {
+    return InvalidArgument("--max-model-len " + std::to_string(a.max_model_len) +
+                           " exceeds the model's max_position_embeddings " +
+                           std::to_string(config.max_position_embeddings));
+  }
+  const uint64_t per_token = uint64_t{2} * static_cast<uint64_t>(config.num_layers) *
+                             static_cast<uint64_t>(config.num_kv_heads) *
+                             static_cast<uint64_t>(config.head_dim) * sizeof(float);
+  ASSIGN_OR_RETURN(uint64_t kv_bytes, ParseBytes(a.kv_cache_memory, "--kv-cache-memory"));
+  const uint64_t wanted = static_cast<uint64_t>(a.max_num_seqs) * static_cast<uint64_t>(max_model_len);
+  uint64_t tokens = std::min<uint64_t>(kv_bytes / std::max<uint64_t>(per_token, 1), wanted);
+  tokens = std::min<uint64_t>(tokens, uint64_t{1} << 26);
+  if (tokens < static_cast<uint64_t>(max_model_len)) {
+    return InvalidArgument("--kv-cache-memory " + a.kv_cache_memory + " holds " +
+                           std::to_string(tokens) + " tokens, fewer than --max-model-len " +
+                           std::to_string(max_model_len) + " (" + std::to_string(per_token) +
+                           " bytes per token)");
+  }
+  plan.engine.kv_cache_tokens = static_cast<int>(tokens);
+  plan.engine.max_batch_tokens = a.max_num_batched_tokens;
+  plan.engine.max_num_seqs = a.max_num_seqs;
+  plan.engine.max_model_len = max_model_len;
+  plan.engine.max_loras = a.max_loras;
+
+  plan.store.max_cpu_loras = a.max_cpu_loras;
+  plan.store.max_lora_rank = a.max_lora_rank;
+  plan.store.lora_dirs = a.lora_dirs;
+
+  auto& s = plan.server;
+  s.host = a.host;
+  s.port = a.port;
+  s.api_key = a.api_key;
+  s.served_model_name = served;
+  s.model_dir = a.model;
+  s.merged_adapter = a.merge;
+  s.allow_runtime_lora = a.allow_runtime_lora;
+  s.http_threads = a.http_threads;
+  s.max_waiting = a.max_waiting;
+  ASSIGN_OR_RETURN(uint64_t body, ParseBytes(a.max_body, "--max-body"));
+  s.max_body_bytes = static_cast<size_t>(body);
+  return plan;
+}
+
+}  // namespace loom::cli

@@ -1,0 +1,52 @@
+// `loom serve` flags (vLLM's names) and their translation into engine, store and server options.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/engine.h"
+#include "lora/adapter_store.h"
+#include "server/server_context.h"
+
+namespace loom::cli {
+
+struct ServeArgs {
+  std::string model;
+  std::string served_model_name;
+  std::vector<std::string> loras;      // NAME=DIR or {"name","path","base_model_name"}
+  std::vector<std::string> lora_dirs;
+  int max_loras = 8;
+  int max_lora_rank = 0;
+  int max_cpu_loras = 64;
+  std::string merge;
+  int max_num_seqs = 64;
+  int max_num_batched_tokens = 512;
+  int max_model_len = 0;
+  std::string kv_cache_memory = "2GiB";
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string api_key;
+  bool allow_runtime_lora = false;
+  int http_threads = 256;
+  int max_waiting = 512;
+  std::string max_body = "8MiB";
+  double shutdown_timeout_s = 30;
+};
+
+struct ServePlan {
+  EngineOptions engine;
+  AdapterStoreOptions store;
+  server::ServerOptions server;
+  std::vector<std::pair<std::string, std::string>> loras;  // name, dir
+  std::string merge;
+};
+
+void AddServeFlags(CLI::App& app, ServeArgs* args);
+// Checks the flags and sizes the KV cache from the model's config; errors name the flag.
+StatusOr<ServePlan> PlanServe(const ServeArgs& args);
+// "2GiB", "512MiB", "1e9" → bytes.
+StatusOr<uint64_t> ParseBytes(const std::string& text, const std::string& flag);
+
+}  // namespace loom::cli

@@ -1,0 +1,121 @@
+// AsyncEngine: engine thread loop — take submissions and aborts, step, deliver updates.
+#include "engine/async_engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+
+namespace loom {
+
+AsyncEngine::AsyncEngine(Model* model, const EngineOptions& options,
+                         const tokenizer::Tokenizer* tokenizer)
+    : engine_(model, options, tokenizer) {
+  engine_.set_emit_updates(true);
+  thread_ = std::thread([this] { Loop(); });
+}
+
+AsyncEngine::~AsyncEngine() { Stop(); }
+
+StatusOr<int64_t> AsyncEngine::Submit(GenerationRequest request, Callback callback) {
+  RETURN_IF_ERROR(engine_.Validate(request));
+  const int64_t id = next_id_.fetch_add(1);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return Unavailable("the engine is shutting down");
+    inbox_.emplace_back(std::move(request), id);
+    new_callbacks_.emplace_back(id, std::move(callback));
+    ++in_flight_;
+  }
+  cv_.notify_one();
+  return id;
+}
+
+void AsyncEngine::Abort(int64_t id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    aborts_.push_back(id);
+  }
+  cv_.notify_one();
+}
+
+EngineStats AsyncEngine::Stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void AsyncEngine::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_ && !thread_.joinable()) return;
+    stop_ = true;
+  }
+  cv_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+void AsyncEngine::Publish() {
+  EngineStats s;
+  const Scheduler& sched = engine_.scheduler();
+  s.num_running = static_cast<int>(sched.running().size());
+  s.num_waiting = static_cast<int>(sched.waiting().size());
+  const KvCache& kv = engine_.kv_cache();
+  s.kv_cache_usage =
+      kv.num_blocks() == 0 ? 0 : 1.0 - static_cast<double>(kv.num_free_blocks()) / kv.num_blocks();
+  s.num_preemptions = sched.num_preemptions();
+  s.steps = engine_.steps();
+  std::set<std::string> running, waiting;
+  for (const auto& q : sched.running()) {
+    if (q->request.adapter) running.insert(q->request.adapter->name());
+  }
+  for (const auto& q : sched.waiting()) {
+    if (q->request.adapter) waiting.insert(q->request.adapter->name());
+  }
+  s.running_adapters.assign(running.begin(), running.end());
+  s.waiting_adapters.assign(waiting.begin(), waiting.end());
+  s.updated_unix_s =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_ = std::move(s);
+}
+
+void AsyncEngine::Loop() {
+  bool stopping = false;
+  while (true) {
+    std::vector<std::pair<GenerationRequest, int64_t>> inbox;
+    std::vector<int64_t> aborts;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] {
+        return stop_ || !inbox_.empty() || !aborts_.empty() || engine_.HasWork();
+      });
+      inbox.swap(inbox_);
+      aborts.swap(aborts_);
+      for (auto& [id, cb] : new_callbacks_) callbacks_.emplace(id, std::move(cb));
+      new_callbacks_.clear();
+      stopping = stop_;
+    }
+    for (auto& [request, id] : inbox) engine_.AddValidated(std::move(request), id);
+    for (int64_t id : aborts) engine_.Abort(id);
+    if (stopping) {
+      std::vector<int64_t> ids;
+      for (const auto& [id, cb] : callbacks_) ids.push_back(id);
+      for (int64_t id : ids) engine_.Abort(id);
+    }
+    if (!stopping && engine_.HasWork()) engine_.Step();
+    for (SequenceUpdate& u : engine_.TakeUpdates()) {
+      auto it = callbacks_.find(u.id);
+      if (it == callbacks_.end()) continue;
+      const bool last = u.finish_reason != FinishReason::kNone;
+      it->second(std::move(u));
+      if (last) {
+        callbacks_.erase(it);
+        --in_flight_;
+      }
+    }
+    engine_.TakeFinished();  // results are delivered through updates
+    Publish();
+    if (stopping) return;
+  }
+}
+
+}  // namespace loom

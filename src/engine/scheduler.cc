@@ -1,0 +1,154 @@
+// Scheduler: decode first, then prefill chunks, then FCFS admission under blocks and max_loras.
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+namespace loom {
+
+Scheduler::Scheduler(KvCache* cache, const SchedulerOptions& options)
+    : cache_(cache), options_(options) {}
+
+void Scheduler::Enqueue(std::unique_ptr<Sequence> seq) {
+  seq->arrival = next_arrival_++;
+  waiting_.push_back(std::move(seq));
+}
+
+std::set<uint64_t> Scheduler::RunningAdapters() const {
+  std::set<uint64_t> out;
+  for (const auto& s : running_) {
+    if (s->adapter_key != 0) out.insert(s->adapter_key);
+  }
+  return out;
+}
+
+void Scheduler::Preempt(Sequence* victim, StepPlan* plan) {
+  cache_->Release(&victim->block_table);
+  victim->num_computed = 0;
+  victim->num_cached_prompt = 0;
+  ++victim->num_preemptions;
+  ++num_preemptions_;
+  plan->preempted.push_back(victim);
+  auto it = std::find_if(running_.begin(), running_.end(),
+                         [&](const auto& s) { return s.get() == victim; });
+  std::unique_ptr<Sequence> owned = std::move(*it);
+  running_.erase(it);
+  // Back to the queue in arrival order (it is older than anything that arrived after it).
+  auto pos = std::find_if(waiting_.begin(), waiting_.end(),
+                          [&](const auto& w) { return w->arrival > owned->arrival; });
+  waiting_.insert(pos, std::move(owned));
+}
+
+// Makes `seq`'s block table cover `positions`; preempts younger sequences (then `seq` itself)
+// until it does. False when `seq` was preempted.
+bool Scheduler::Grow(Sequence* seq, int positions, StepPlan* plan) {
+  while (!cache_->Reserve(&seq->block_table, positions)) {
+    // The youngest running sequence not yet given rows this step, else `seq` itself.
+    Sequence* victim = nullptr;
+    for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+      Sequence* s = it->get();
+      const bool planned = std::any_of(plan->rows.begin(), plan->rows.end(),
+                                       [&](const auto& r) { return r.first == s; });
+      if (!planned) {
+        victim = s;
+        break;
+      }
+    }
+    if (victim == nullptr) victim = seq;
+    Preempt(victim, plan);
+    if (victim == seq) return false;
+  }
+  return true;
+}
+
+void Scheduler::Admit(int* budget, StepPlan* plan) {
+  std::set<uint64_t> adapters = RunningAdapters();
+  for (auto it = waiting_.begin(); it != waiting_.end() && *budget > 0;) {
+    if (static_cast<int>(running_.size()) >= options_.max_num_seqs) break;
+    Sequence* seq = it->get();
+    const bool is_head = it == waiting_.begin();
+    const bool new_adapter = seq->adapter_key != 0 && adapters.count(seq->adapter_key) == 0;
+    if (new_adapter && options_.max_loras > 0 &&
+        static_cast<int>(adapters.size()) >= options_.max_loras) {
+      // Its adapter cannot join this step: later requests may pass it, for a while.
+      if (is_head) {
+        if (++seq->waited_steps > options_.max_head_wait_steps) break;
+      }
+      ++it;
+      continue;
+    }
+    // Admit only when the whole (re)computation fits in the free blocks now, so a fresh
+    // admission is not preempted at once; first come first served on blocks.
+    const int need = KvCache::BlocksFor(static_cast<int>(seq->tokens.size()) + 1);
+    if (need > cache_->num_free_blocks()) break;
+    const int count = std::min(seq->remaining(), *budget);
+    if (!cache_->Reserve(&seq->block_table, seq->num_computed + count)) break;
+    *budget -= count;
+    plan->rows.emplace_back(seq, count);
+    if (seq->adapter_key != 0) adapters.insert(seq->adapter_key);
+    seq->waited_steps = 0;
+    running_.push_back(std::move(*it));
+    it = waiting_.erase(it);
+  }
+}
+
+StepPlan Scheduler::Schedule() {
+  StepPlan plan;
+  int budget = options_.max_batch_tokens;
+  // Decode rows first, oldest first, then prefill chunks of running sequences.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+      Sequence* s = running_[i].get();
+      const bool decode = s->remaining() == 1;
+      if (decode != (pass == 0)) continue;
+      if (std::any_of(plan.rows.begin(), plan.rows.end(),
+                      [&](const auto& r) { return r.first == s; })) {
+        continue;
+      }
+      const int count = std::min(s->remaining(), budget);
+      if (count <= 0) continue;
+      const size_t before = running_.size();
+      if (!Grow(s, s->num_computed + count, &plan)) {
+        // `s` itself was preempted; indices shifted.
+        i = static_cast<size_t>(-1);
+        continue;
+      }
+      if (running_.size() != before) {
+        // A younger sequence was preempted; `s` stays at a position ≤ i.
+        auto it = std::find_if(running_.begin(), running_.end(),
+                               [&](const auto& r) { return r.get() == s; });
+        i = static_cast<size_t>(it - running_.begin());
+      }
+      budget -= count;
+      plan.rows.emplace_back(s, count);
+    }
+  }
+  // Sequences preempted this step are re-queued and must not be re-admitted at once.
+  if (plan.preempted.empty()) Admit(&budget, &plan);
+  return plan;
+}
+
+std::unique_ptr<Sequence> Scheduler::Retire(Sequence* seq) {
+  auto it = std::find_if(running_.begin(), running_.end(),
+                         [&](const auto& s) { return s.get() == seq; });
+  std::unique_ptr<Sequence> owned = std::move(*it);
+  running_.erase(it);
+  cache_->Release(&owned->block_table);
+  return owned;
+}
+
+std::unique_ptr<Sequence> Scheduler::Remove(int64_t id) {
+  for (auto it = running_.begin(); it != running_.end(); ++it) {
+    if ((*it)->id == id) return Retire(it->get());
+  }
+  for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
+    if ((*it)->id == id) {
+      std::unique_ptr<Sequence> owned = std::move(*it);
+      waiting_.erase(it);
+      cache_->Release(&owned->block_table);
+      return owned;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace loom

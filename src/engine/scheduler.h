@@ -1,0 +1,68 @@
+// Scheduler: which rows of which sequences run in the next step — admission, chunking, preemption.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "engine/sequence.h"
+#include "model/kv_cache.h"
+
+namespace loom {
+
+struct SchedulerOptions {
+  int max_batch_tokens = 512;  // rows per step (prefill is chunked to fit)
+  int max_num_seqs = 64;       // sequences running at once
+  int max_loras = 0;           // distinct adapters among running sequences; 0 = no limit
+  // A waiting request at the head of the queue that cannot join (its adapter would exceed
+  // max_loras) lets later requests pass for at most this many steps; then admission stops
+  // until it fits, so no request starves.
+  int max_head_wait_steps = 32;
+};
+
+// One step's plan: (sequence, number of rows) in scheduling order.
+struct StepPlan {
+  std::vector<std::pair<Sequence*, int>> rows;
+  std::vector<Sequence*> preempted;  // sent back to the queue this step (blocks released)
+};
+
+// Policy: decode rows first (one each, so running sequences never starve behind prompts),
+// then prefill chunks of running sequences, then admission of waiting ones, first come first
+// served, under the row budget, max_num_seqs, max_loras and free KV blocks. Blocks are
+// reserved as positions are computed; when they run out the youngest running sequence is
+// preempted (its blocks freed; it recomputes its tokens when readmitted).
+// Thread-safety: engine thread only.
+class Scheduler {
+ public:
+  Scheduler(KvCache* cache, const SchedulerOptions& options);
+
+  void Enqueue(std::unique_ptr<Sequence> seq);
+  StepPlan Schedule();
+  // Removes a finished sequence from the running set and frees its blocks.
+  std::unique_ptr<Sequence> Retire(Sequence* seq);
+  // Removes a sequence wherever it is (abort); null when unknown.
+  std::unique_ptr<Sequence> Remove(int64_t id);
+
+  bool HasWork() const { return !waiting_.empty() || !running_.empty(); }
+  const std::vector<std::unique_ptr<Sequence>>& running() const { return running_; }
+  const std::deque<std::unique_ptr<Sequence>>& waiting() const { return waiting_; }
+  int64_t num_preemptions() const { return num_preemptions_; }
+
+ private:
+  bool Grow(Sequence* seq, int positions, StepPlan* plan);
+  void Preempt(Sequence* victim, StepPlan* plan);
+  void Admit(int* budget, StepPlan* plan);
+  std::set<uint64_t> RunningAdapters() const;
+
+  KvCache* cache_;
+  SchedulerOptions options_;
+  int64_t next_arrival_ = 0;
+  int64_t num_preemptions_ = 0;
+  std::deque<std::unique_ptr<Sequence>> waiting_;   // ordered by arrival
+  std::vector<std::unique_ptr<Sequence>> running_;  // ordered by arrival
+};
+
+}  // namespace loom

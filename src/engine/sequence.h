@@ -1,0 +1,37 @@
+// Sequence: one generation in flight — its tokens, KV blocks, sampler, adapter lease and text state.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/request.h"
+#include "engine/sampler.h"
+#include "engine/stop_checker.h"
+#include "tokenizer/detokenizer.h"
+
+namespace loom {
+
+// Thread-safety: owned by the engine thread (Engine / Scheduler) only.
+struct Sequence {
+  int64_t id = 0;
+  int64_t arrival = 0;  // admission order: first come, first served; youngest preempted first
+  GenerationRequest request;
+  GenerationResult result;
+  uint64_t adapter_key = 0;  // the adapter's content hash; 0 = base model
+  int adapter_slot = -1;     // index into this step's adapter list (set by the engine)
+  std::unique_ptr<Sampler> sampler;
+  std::vector<int32_t> tokens;       // prompt then generated
+  std::vector<int32_t> block_table;  // KV blocks covering positions [0, num_computed)
+  int num_computed = 0;              // positions whose K/V are in the cache
+  int num_cached_prompt = 0;         // leading positions served from the prefix cache
+  int num_preemptions = 0;
+  int waited_steps = 0;  // steps spent at the head of the queue without admission
+  std::unique_ptr<tokenizer::StreamingDetokenizer> detokenizer;  // when text is wanted
+  StopChecker stop;
+
+  int remaining() const { return static_cast<int>(tokens.size()) - num_computed; }
+};
+
+}  // namespace loom

@@ -1,0 +1,72 @@
+// StopChecker: incremental stop-string search with a minimal hold-back.
+#include "engine/stop_checker.h"
+
+#include <algorithm>
+
+namespace loom {
+
+StopChecker::StopChecker(std::vector<std::string> stops, bool include_stop)
+    : include_stop_(include_stop) {
+  for (auto& s : stops) {
+    if (!s.empty()) stops_.push_back(std::move(s));
+  }
+  for (const auto& s : stops_) max_stop_ = std::max(max_stop_, s.size());
+}
+
+std::string StopChecker::Add(const std::string& delta, std::string* matched) {
+  matched->clear();
+  if (stops_.empty()) {
+    text_ += delta;
+    return delta;
+  }
+  pending_ += delta;
+  // Earliest complete stop string in pending (a stop can only start in pending: everything
+  // released before was checked not to be a stop prefix).
+  size_t best = std::string::npos;
+  const std::string* best_stop = nullptr;
+  for (const auto& s : stops_) {
+    const size_t at = pending_.find(s);
+    if (at != std::string::npos && (best == std::string::npos || at < best)) {
+      best = at;
+      best_stop = &s;
+    }
+  }
+  if (best_stop != nullptr) {
+    *matched = *best_stop;
+    std::string out = pending_.substr(0, best + (include_stop_ ? best_stop->size() : 0));
+    pending_.clear();
+    text_ += out;
+    return out;
+  }
+  // Hold back the longest suffix that is a proper prefix of some stop string. Stop strings
+  // start on a character boundary, so the released part is whole UTF-8 characters.
+  size_t hold = 0;
+  const size_t limit = std::min(pending_.size(), max_stop_ - 1);
+  for (size_t k = limit; k > 0; --k) {
+    const std::string_view suffix(pending_.data() + pending_.size() - k, k);
+    bool prefix = false;
+    for (const auto& s : stops_) {
+      if (s.size() > k && std::string_view(s).substr(0, k) == suffix) {
+        prefix = true;
+        break;
+      }
+    }
+    if (prefix) {
+      hold = k;
+      break;
+    }
+  }
+  std::string out = pending_.substr(0, pending_.size() - hold);
+  pending_.erase(0, pending_.size() - hold);
+  text_ += out;
+  return out;
+}
+
+std::string StopChecker::Flush() {
+  std::string out;
+  out.swap(pending_);
+  text_ += out;
+  return out;
+}
+
+}  // namespace loom

@@ -1,0 +1,31 @@
+// StopChecker: finds stop strings in a sequence's growing text and holds back what could start one.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace loom {
+
+// As vLLM: a stop string may span several tokens; the text returned never contains it (unless
+// include_stop is set) and never includes text after it. Thread-safety: one sequence, one thread.
+class StopChecker {
+ public:
+  StopChecker() = default;
+  StopChecker(std::vector<std::string> stops, bool include_stop);
+
+  // Appends `delta` to the text. Returns the text that is now final (safe to send). Sets
+  // *matched to the stop string when one completed (the sequence must then finish).
+  std::string Add(const std::string& delta, std::string* matched);
+  // The held-back remainder, at the end of a sequence that did not stop on a string.
+  std::string Flush();
+  const std::string& text() const { return text_; }  // everything final so far
+
+ private:
+  std::vector<std::string> stops_;
+  bool include_stop_ = false;
+  size_t max_stop_ = 0;
+  std::string pending_;  // not yet final: may be the start of a stop string
+  std::string text_;
+};
+
+}  // namespace loom

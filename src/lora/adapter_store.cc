@@ -1,0 +1,242 @@
+// AdapterStore: registration, on-demand loading outside the table lock, LRU eviction of unleased adapters.
+#include "lora/adapter_store.h"
+
+#include <algorithm>
+#include <filesystem>
+
+namespace loom {
+
+namespace fs = std::filesystem;
+
+namespace {
+// True when `p` is `root` or inside it (both canonical).
+bool Inside(const fs::path& p, const fs::path& root) {
+  auto pi = p.begin();
+  for (auto ri = root.begin(); ri != root.end(); ++ri, ++pi) {
+    if (pi == p.end() || *pi != *ri) return false;
+  }
+  return true;
+}
+}  // namespace
+
+AdapterStore::AdapterStore(const Model* model, AdapterStoreOptions options)
+    : model_(model), options_(std::move(options)) {
+  for (const auto& d : options_.lora_dirs) {
+    std::error_code ec;
+    fs::path c = fs::canonical(d, ec);
+    if (!ec) roots_.push_back(c.string());
+  }
+}
+
+bool AdapterStore::ValidName(const std::string& name) {
+  if (name.empty() || name.size() > 128 || name == "." || name == "..") return false;
+  for (size_t i = 0; i < name.size(); ++i) {
+    const char c = name[i];
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || (i > 0 && (c == '.' || c == '-'));
+    if (!ok) return false;
+  }
+  return true;
+}
+
+Status AdapterStore::Register(const std::string& name, const std::string& dir) {
+  if (!ValidName(name)) {
+    return InvalidArgument("adapter name '" + name +
+                           "' is not valid (letters, digits, '_', '.', '-'; at most 128)");
+  }
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    return NotFound("adapter '" + name + "': folder " + dir + " does not exist");
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (entries_.count(name) != 0) {
+      return InvalidArgument("adapter '" + name + "' is already loaded");
+    }
+  }
+  // Load before publishing the name: a bad folder never half-registers.
+  std::lock_guard<std::mutex> load_lock(load_mu_);
+  ASSIGN_OR_RETURN(std::shared_ptr<const Adapter> adapter,
+                   LoadAdapter(name, dir, model_->config(), model_->weights(),
+                               options_.max_lora_rank));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (entries_.count(name) != 0) return InvalidArgument("adapter '" + name + "' is already loaded");
+  Entry& e = entries_[name];
+  e.dir = dir;
+  e.generation = next_generation_++;
+  e.loaded = std::move(adapter);
+  lru_.push_front(name);
+  e.lru = lru_.begin();
+  ++loads_;
+  EvictLocked();
+  return OkStatus();
+}
+
+void AdapterStore::Touch(const std::string& name, Entry& e) {
+  lru_.erase(e.lru);
+  lru_.push_front(name);
+  e.lru = lru_.begin();
+}
+
+void AdapterStore::EvictLocked() {
+  auto over = [&] {
+    int count = 0;
+    uint64_t bytes = 0;
+    for (const auto& n : lru_) {
+      ++count;
+      bytes += entries_.at(n).loaded->tensor_bytes();
+    }
+    return (options_.max_cpu_loras > 0 && count > options_.max_cpu_loras) ||
+           (options_.max_cpu_bytes > 0 && bytes > options_.max_cpu_bytes);
+  };
+  // Oldest first; an adapter some sequence holds (use_count > 1) is pinned. The most recent
+  // one (just loaded or acquired) is never evicted, so the store may exceed its bound while
+  // every other adapter is leased.
+  for (auto it = lru_.end(); it != lru_.begin() && over();) {
+    --it;
+    if (it == lru_.begin()) break;
+    Entry& e = entries_.at(*it);
+    if (e.loaded.use_count() > 1) continue;
+    e.loaded.reset();
+    it = lru_.erase(it);
+    ++evictions_;
+  }
+}
+
+StatusOr<std::string> AdapterStore::OnDemandDir(const std::string& name) const {
+  if (!ValidName(name)) return NotFound("no adapter named '" + name + "'");
+  for (const auto& root : roots_) {
+    std::error_code ec;
+    const fs::path candidate = fs::path(root) / name;
+    if (!fs::exists(candidate, ec)) continue;
+    fs::path c = fs::canonical(candidate, ec);
+    if (ec || !Inside(c, root) || !fs::is_directory(c, ec)) continue;
+    if (!fs::exists(c / "adapter_config.json", ec)) continue;
+    return c.string();
+  }
+  return NotFound("no adapter named '" + name + "'");
+}
+
+StatusOr<std::shared_ptr<const Adapter>> AdapterStore::Acquire(const std::string& name) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(name);
+    if (it != entries_.end() && it->second.loaded) {
+      Touch(name, it->second);
+      return it->second.loaded;
+    }
+    if (it == entries_.end() && roots_.empty()) return NotFound("no adapter named '" + name + "'");
+  }
+  std::lock_guard<std::mutex> load_lock(load_mu_);
+  std::string dir;
+  uint64_t generation = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(name);
+    if (it != entries_.end()) {
+      if (it->second.loaded) {  // loaded by another thread meanwhile
+        Touch(name, it->second);
+        return it->second.loaded;
+      }
+      dir = it->second.dir;
+      generation = it->second.generation;
+    }
+  }
+  if (dir.empty()) {
+    ASSIGN_OR_RETURN(dir, OnDemandDir(name));
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<const Adapter> adapter,
+                   LoadAdapter(name, dir, model_->config(), model_->weights(),
+                               options_.max_lora_rank));
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(name);
+  if (generation != 0 && (it == entries_.end() || it->second.generation != generation)) {
+    return NotFound("adapter '" + name + "' was unloaded while it loaded");
+  }
+  if (it == entries_.end()) {
+    it = entries_.emplace(name, Entry{}).first;
+    it->second.dir = dir;
+    it->second.generation = next_generation_++;
+  } else if (it->second.loaded) {
+    Touch(name, it->second);
+    return it->second.loaded;
+  }
+  it->second.loaded = adapter;
+  lru_.push_front(name);
+  it->second.lru = lru_.begin();
+  ++loads_;
+  EvictLocked();
+  return adapter;
+}
+
+Status AdapterStore::Unregister(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(name);
+  if (it == entries_.end()) return NotFound("adapter '" + name + "' is not loaded");
+  if (it->second.loaded) lru_.erase(it->second.lru);
+  entries_.erase(it);
+  return OkStatus();
+}
+
+bool AdapterStore::Contains(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.count(name) != 0;
+}
+
+std::vector<AdapterInfo> AdapterStore::List() const {
+  std::vector<AdapterInfo> out;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [name, e] : entries_) out.push_back({name, e.dir, e.loaded != nullptr});
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  return out;
+}
+
+StatusOr<std::string> AdapterStore::ResolveRuntimePath(const std::string& path) const {
+  if (roots_.empty()) {
+    return InvalidArgument("lora_path: runtime loading needs --lora-dir; the server has none");
+  }
+  if (path.empty()) return InvalidArgument("lora_path is empty");
+  for (const auto& part : fs::path(path)) {
+    if (part == "..") return InvalidArgument("lora_path '" + path + "' contains '..'");
+  }
+  std::vector<fs::path> candidates;
+  if (fs::path(path).is_absolute()) {
+    candidates.push_back(path);
+  } else {
+    for (const auto& root : roots_) candidates.push_back(fs::path(root) / path);
+  }
+  bool exists_somewhere = false;
+  for (const auto& candidate : candidates) {
+    std::error_code ec;
+    fs::path c = fs::canonical(candidate, ec);
+    if (ec) continue;
+    exists_somewhere = true;
+    for (const auto& root : roots_) {
+      if (Inside(c, root) && c != fs::path(root)) {
+        if (!fs::is_directory(c, ec)) {
+          return InvalidArgument("lora_path '" + path + "' is not a folder");
+        }
+        return c.string();
+      }
+    }
+  }
+  if (!exists_somewhere) return NotFound("lora_path '" + path + "' does not exist");
+  return InvalidArgument("lora_path '" + path + "' is outside the --lora-dir roots");
+}
+
+int64_t AdapterStore::num_loads() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return loads_;
+}
+int64_t AdapterStore::num_evictions() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return evictions_;
+}
+int AdapterStore::num_resident() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(lru_.size());
+}
+
+}  // namespace loom

@@ -1,0 +1,88 @@
+// AdapterStore: adapter names → folders and loaded adapters; an LRU of loaded ones with leases.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "base/status.h"
+#include "lora/adapter.h"
+#include "model/model.h"
+
+namespace loom {
+
+struct AdapterStoreOptions {
+  int max_cpu_loras = 0;         // adapters kept loaded; 0 = no limit
+  uint64_t max_cpu_bytes = 0;    // bytes of adapter tensors kept loaded; 0 = no limit
+  int max_lora_rank = 0;         // 0 = no limit
+  std::vector<std::string> lora_dirs;  // roots for on-demand names and runtime paths
+};
+
+struct AdapterInfo {
+  std::string name;
+  std::string dir;
+  bool loaded = false;
+};
+
+// Identity is the loaded Adapter's content hash, never the name. A lease is a shared_ptr to
+// the Adapter: while any sequence holds one the adapter is "leased"; eviction takes only
+// unleased adapters (the store holds the last reference), and an evicted adapter is loaded
+// again from its folder when next named. Unregister removes the name at once; sequences that
+// hold a lease finish on those weights.
+// Thread-safety: every method may be called from any thread. Loading (file reads, validation)
+// happens on the calling thread, never under the table lock, one load at a time.
+class AdapterStore {
+ public:
+  AdapterStore(const Model* model, AdapterStoreOptions options);
+
+  // Registers `name` → `dir` and loads it (so a bad folder fails here, whole). kInvalidArgument
+  // when the name is taken or invalid, kNotFound when the folder does not exist.
+  Status Register(const std::string& name, const std::string& dir);
+  // The adapter for `name`, loading it if needed (also on demand from a --lora-dir root when
+  // the name is a sub-folder there). kNotFound for an unknown name.
+  StatusOr<std::shared_ptr<const Adapter>> Acquire(const std::string& name);
+  // Removes the name; kNotFound when unknown.
+  Status Unregister(const std::string& name);
+  bool Contains(const std::string& name) const;
+  std::vector<AdapterInfo> List() const;  // registered names, sorted
+  // A runtime path (load endpoint) resolved inside one of the lora_dirs roots: symlinks
+  // resolved, `..` refused, must be a directory. kInvalidArgument outside the roots,
+  // kNotFound when it does not exist.
+  StatusOr<std::string> ResolveRuntimePath(const std::string& path) const;
+  // A valid adapter name: [A-Za-z0-9_][A-Za-z0-9._-]{0,127}, not "." or "..".
+  static bool ValidName(const std::string& name);
+
+  int64_t num_loads() const;
+  int64_t num_evictions() const;
+  int num_resident() const;
+  int max_cpu_loras() const { return options_.max_cpu_loras; }
+
+ private:
+  struct Entry {
+    std::string dir;
+    std::shared_ptr<const Adapter> loaded;  // null when not resident
+    uint64_t generation = 0;                // bumps on every (re)registration
+    std::list<std::string>::iterator lru;   // valid when loaded
+  };
+  StatusOr<std::shared_ptr<const Adapter>> LoadLocked(const std::string& name);
+  void Touch(const std::string& name, Entry& e);
+  void EvictLocked();
+  StatusOr<std::string> OnDemandDir(const std::string& name) const;
+
+  const Model* model_;
+  AdapterStoreOptions options_;
+  std::vector<std::string> roots_;  // canonical lora_dirs
+  mutable std::mutex mu_;           // the table
+  std::mutex load_mu_;              // one load at a time
+  std::unordered_map<std::string, Entry> entries_;
+  std::list<std::string> lru_;      // loaded names, most recent first
+  uint64_t next_generation_ = 1;
+  int64_t loads_ = 0;
+  int64_t evictions_ = 0;
+};
+
+}  // namespace loom

@@ -1,0 +1,249 @@
+// /v1/completions and /v1/chat/completions: request → prompts → sequences → JSON body or SSE stream.
+#include "server/generation_handler.h"
+
+#include <chrono>
+#include <random>
+
+#include "server/generation_state.h"
+#include "server/openai_response.h"
+
+namespace loom::server {
+
+using json = nlohmann::ordered_json;
+
+void SendError(httplib::Response& res, const ApiError& error) {
+  res.status = error.http_status;
+  if (error.http_status == 503) res.set_header("Retry-After", "1");
+  res.set_content(error.Body(), "application/json");
+}
+
+namespace {
+
+std::string RandomId(const char* prefix) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%s%016llx", prefix, static_cast<unsigned long long>(rng()));
+  return buf;
+}
+
+// The chat prompt as vLLM builds it: the template rendered with add_generation_prompt; with
+// continue_final_message the text after the final message's content is cut off.
+bool RenderChat(const ServerContext& ctx, const OpenAiRequest& r, std::string* text, ApiError* error) {
+  if (!ctx.chat_template.has_value()) {
+    *error = BadRequest("messages", "the model folder has no chat template; use /v1/completions");
+    return false;
+  }
+  ChatTemplateOptions options;
+  options.add_generation_prompt = r.add_generation_prompt;
+  const auto& cfg = ctx.tokenizer->config();
+  if (!cfg.bos_token.empty()) options.bos_token = cfg.bos_token;
+  if (!cfg.eos_token.empty()) options.eos_token = cfg.eos_token;
+  options.extra = r.chat_template_kwargs;
+  auto rendered = ctx.chat_template->Render(r.messages, options);
+  if (!rendered.ok()) {
+    *error = BadRequest("messages", "chat template: " + rendered.status().message());
+    return false;
+  }
+  *text = std::move(rendered).value();
+  if (r.continue_final_message) {
+    const json& last = r.messages.back();
+    if (!last.contains("content") || !last["content"].is_string() ||
+        last["content"].get<std::string>().empty()) {
+      *error = BadRequest("continue_final_message",
+                          "continue_final_message needs a final message with text content");
+      return false;
+    }
+    const std::string content = last["content"].get<std::string>();
+    const size_t at = text->rfind(content);
+    if (at == std::string::npos) {
+      *error = BadRequest("continue_final_message",
+                          "the chat template does not show the final message's content verbatim");
+      return false;
+    }
+    text->resize(at + content.size());
+  }
+  return true;
+}
+
+// Token ids of every prompt of the request.
+bool Tokenize(const ServerContext& ctx, const OpenAiRequest& r,
+              std::vector<std::vector<int32_t>>* prompts, ApiError* error) {
+  auto encode = [&](const std::string& text, const char* field) -> bool {
+    if (ctx.tokenizer == nullptr) {
+      *error = BadRequest(field, "the model folder has no tokenizer.json; send token ids");
+      return false;
+    }
+    auto ids = ctx.tokenizer->Encode(text, r.add_special_tokens);
+    if (!ids.ok()) {
+      *error = BadRequest(field, ids.status().message());
+      return false;
+    }
+    prompts->push_back(std::move(ids).value());
+    return true;
+  };
+  if (r.endpoint == Endpoint::kChat) {
+    std::string text;
+    if (!RenderChat(ctx, r, &text, error)) return false;
+    return encode(text, "messages");
+  }
+  for (const Prompt& p : r.prompts) {
+    if (const auto* s = std::get_if<std::string>(&p)) {
+      if (!encode(*s, "prompt")) return false;
+    } else {
+      prompts->push_back(std::get<std::vector<int32_t>>(p));
+    }
+  }
+  return true;
+}
+
+// The error's field for an engine validation failure.
+std::string ParamFor(const Status& st) {
+  const std::string& m = st.message();
+  if (m.find("max_tokens") != std::string::npos) return "max_tokens";
+  if (m.find("prompt") != std::string::npos) return "prompt";
+  if (m.find("stop_token_ids") != std::string::npos) return "stop_token_ids";
+  return "";
+}
+
+struct Submission {
+  std::shared_ptr<GenerationState> state;
+  std::vector<std::vector<int32_t>> prompts;
+  int prompt_tokens = 0;
+};
+
+bool Submit(ServerContext& ctx, const OpenAiRequest& r, std::shared_ptr<const Adapter> adapter,
+            Submission* sub, ApiError* error) {
+  sub->state = std::make_shared<GenerationState>();
+  auto& state = *sub->state;
+  const size_t num = sub->prompts.size() * static_cast<size_t>(r.n);
+  state.choices.resize(num);
+  state.unfinished = static_cast<int>(num);
+  std::vector<int64_t> submitted;
+  for (size_t p = 0; p < sub->prompts.size(); ++p) {
+    sub->prompt_tokens += static_cast<int>(sub->prompts[p].size());
+    for (int j = 0; j < r.n; ++j) {
+      const size_t index = p * static_cast<size_t>(r.n) + static_cast<size_t>(j);
+      GenerationRequest g;
+      g.prompt = sub->prompts[p];
+      g.adapter = adapter;
+      g.params = r.params;
+      if (r.params.seed.has_value()) g.params.seed = *r.params.seed + static_cast<uint64_t>(j);
+      if (!r.max_tokens_given && r.endpoint == Endpoint::kChat) {
+        g.params.max_tokens = std::max(1, ctx.max_model_len - static_cast<int>(g.prompt.size()));
+      }
+      g.params.logprobs = r.want_logprobs ? std::max(1, r.logprobs) : 0;
+      g.stop = r.stop;
+      g.stop_token_ids = r.stop_token_ids;
+      g.include_stop_str_in_output = r.include_stop_str_in_output;
+      g.skip_special_tokens = r.skip_special_tokens;
+      g.detokenize = ctx.tokenizer != nullptr;
+      state.choices[index].prompt_index = static_cast<int>(p);
+      auto id = ctx.engine->Submit(std::move(g), MakeChoiceCallback(sub->state, index, &ctx.metrics));
+      if (!id.ok()) {
+        for (int64_t s : submitted) ctx.engine->Abort(s);
+        *error = FromStatus(id.status(), ParamFor(id.status()));
+        return false;
+      }
+      {
+        std::lock_guard<std::mutex> lock(state.mu);
+        state.choices[index].seq_id = *id;
+      }
+      submitted.push_back(*id);
+    }
+  }
+  ctx.metrics.prompt_tokens.fetch_add(sub->prompt_tokens);
+  return true;
+}
+
+void AbortUnfinished(ServerContext& ctx, GenerationState& state) {
+  std::vector<int64_t> ids;
+  {
+    std::lock_guard<std::mutex> lock(state.mu);
+    for (const auto& c : state.choices) {
+      if (!c.finished && c.seq_id >= 0) ids.push_back(c.seq_id);
+    }
+  }
+  for (int64_t id : ids) ctx.engine->Abort(id);
+}
+
+}  // namespace
+
+void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const httplib::Request& req,
+                      httplib::Response& res) {
+  OpenAiRequest r;
+  ApiError error;
+  if (!ParseOpenAiRequest(req.body, endpoint, &r, &error, ctx.options.max_json_depth)) {
+    return SendError(res, error);
+  }
+  if (r.echo && r.want_logprobs) {
+    return SendError(res, BadRequest("echo", "echo with logprobs is not supported"));
+  }
+  // The adapter: the base model's name, or an adapter's (loaded now if needed, not on the
+  // engine thread).
+  std::shared_ptr<const Adapter> adapter;
+  const bool is_base = r.model == ctx.options.served_model_name ||
+                       (!ctx.options.merged_adapter.empty() && r.model == ctx.options.merged_adapter);
+  if (!is_base) {
+    if (ctx.adapters == nullptr) {
+      return SendError(res, ApiError{404, "the model '" + r.model + "' does not exist", "model", ""});
+    }
+    auto lease = ctx.adapters->Acquire(r.model);
+    if (!lease.ok()) {
+      if (lease.status().code() == StatusCode::kNotFound) {
+        return SendError(res, ApiError{404, "the model '" + r.model + "' does not exist", "model", ""});
+      }
+      return SendError(res, FromStatus(lease.status(), "model"));
+    }
+    adapter = std::move(lease).value();
+  }
+  const int waiting = ctx.engine->num_in_flight();
+  if (waiting >= ctx.options.max_waiting) {
+    return SendError(res, ApiError{503, "the server is overloaded (" + std::to_string(waiting) +
+                                            " sequences in flight); retry later", "", ""});
+  }
+  Submission sub;
+  if (!Tokenize(ctx, r, &sub.prompts, &error)) return SendError(res, error);
+  if (!Submit(ctx, r, adapter, &sub, &error)) return SendError(res, error);
+
+  ResponseMeta meta;
+  meta.id = RandomId(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-");
+  meta.created = static_cast<int64_t>(std::time(nullptr));
+  meta.model = r.model;
+  meta.prompt_tokens = sub.prompt_tokens;
+
+  if (!r.stream) {
+    auto& state = *sub.state;
+    {
+      std::unique_lock<std::mutex> lock(state.mu);
+      state.cv.wait(lock, [&] { return state.unfinished == 0; });
+      for (auto& c : state.choices) {
+        for (const auto& u : c.pending) Accumulate(&c, u);
+        c.pending.clear();
+      }
+    }
+    for (const auto& c : state.choices) {
+      if (c.finish_reason == FinishReason::kError) {
+        return SendError(res, ApiError{500, "generation failed: " + c.error, "", ""});
+      }
+    }
+    json body = BuildFullResponse(ctx, r, meta, state, sub.prompts);
+    res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+    return;
+  }
+
+  auto state = sub.state;
+  auto writer = std::make_shared<StreamWriter>(ctx, r, meta, state);
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [writer, state, &ctx](size_t, httplib::DataSink& sink) {
+        const bool ok = writer->Pump(sink);
+        if (!ok) AbortUnfinished(ctx, *state);
+        return ok;
+      },
+      [state, &ctx](bool success) {
+        if (!success) AbortUnfinished(ctx, *state);
+      });
+}
+
+}  // namespace loom::server

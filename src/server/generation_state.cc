@@ -1,0 +1,53 @@
+// Engine callbacks: metrics (TTFT, ITL, e2e, token counts) and hand-over to the HTTP thread.
+#include "server/generation_state.h"
+
+namespace loom::server {
+
+AsyncEngine::Callback MakeChoiceCallback(std::shared_ptr<GenerationState> state, size_t index,
+                                         Metrics* metrics) {
+  return [state = std::move(state), index, metrics](SequenceUpdate&& u) {
+    const Clock::time_point now = Clock::now();
+    std::lock_guard<std::mutex> lock(state->mu);
+    ChoiceState& c = state->choices[index];
+    if (u.has_token) {
+      metrics->generation_tokens.fetch_add(1);
+      if (!c.got_first) {
+        metrics->ttft.Observe(std::chrono::duration<double>(now - state->start).count());
+        c.got_first = true;
+      } else {
+        metrics->itl.Observe(std::chrono::duration<double>(now - c.last_token).count());
+      }
+      c.last_token = now;
+    }
+    if (u.finish_reason != FinishReason::kNone) {
+      metrics->e2e.Observe(std::chrono::duration<double>(now - state->start).count());
+      switch (u.finish_reason) {
+        case FinishReason::kStop: metrics->success_stop.fetch_add(1); break;
+        case FinishReason::kLength: metrics->success_length.fetch_add(1); break;
+        case FinishReason::kAbort: metrics->success_abort.fetch_add(1); break;
+        case FinishReason::kError: break;
+        case FinishReason::kNone: break;
+      }
+      c.finished = true;
+      --state->unfinished;
+    }
+    c.pending.push_back(std::move(u));
+    state->cv.notify_all();
+  };
+}
+
+void Accumulate(ChoiceState* c, const SequenceUpdate& u) {
+  c->text += u.text;
+  if (u.has_token) {
+    c->token_ids.push_back(u.token);
+    c->logprobs.push_back(u.logprob);
+    c->top.push_back(u.top);
+  }
+  if (u.finish_reason != FinishReason::kNone) {
+    c->finish_reason = u.finish_reason;
+    c->stop_reason = u.stop_reason;
+    c->error = u.error;
+  }
+}
+
+}  // namespace loom::server

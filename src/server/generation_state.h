@@ -1,0 +1,53 @@
+// GenerationState: the choices of one HTTP request, filled by engine-thread callbacks, read by the HTTP thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/async_engine.h"
+#include "server/metrics.h"
+
+namespace loom::server {
+
+using Clock = std::chrono::steady_clock;
+
+struct ChoiceState {
+  int64_t seq_id = -1;
+  int prompt_index = 0;
+  std::deque<SequenceUpdate> pending;  // delivered by the engine, not yet consumed
+  bool finished = false;               // the last update is in `pending` (or consumed)
+  bool got_first = false;
+  Clock::time_point last_token;
+  // Consumed so far (HTTP thread only).
+  std::string text;
+  std::vector<int32_t> token_ids;
+  std::vector<TokenLogprob> logprobs;
+  std::vector<std::vector<TokenLogprob>> top;
+  FinishReason finish_reason = FinishReason::kNone;
+  std::string stop_reason;
+  std::string error;
+};
+
+// Thread-safety: `mu` guards pending/finished/unfinished; the consumed fields belong to the HTTP
+// thread that serves the request.
+struct GenerationState {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<ChoiceState> choices;
+  int unfinished = 0;
+  Clock::time_point start = Clock::now();
+};
+
+// The engine callback of choice `index`: records metrics and queues the update.
+AsyncEngine::Callback MakeChoiceCallback(std::shared_ptr<GenerationState> state, size_t index,
+                                         Metrics* metrics);
+
+// Moves a consumed update into the choice's accumulated fields.
+void Accumulate(ChoiceState* choice, const SequenceUpdate& u);
+
+}  // namespace loom::server

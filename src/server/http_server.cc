@@ -1,0 +1,247 @@
+// HTTP routes: generation, models, adapter load/unload, health, version, metrics; auth and limits.
+#include "server/http_server.h"
+
+#include <httplib.h>
+
+#include <nlohmann/json.hpp>
+
+#include "server/generation_handler.h"
+
+namespace loom::server {
+
+using json = nlohmann::ordered_json;
+
+namespace {
+
+constexpr char kVersion[] = "0.2.0";
+
+// Constant-time comparison (the key's length is not secret).
+bool SameKey(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+bool JsonContentType(const httplib::Request& req) {
+  if (!req.has_header("Content-Type")) return true;
+  const std::string ct = req.get_header_value("Content-Type");
+  return ct.rfind("application/json", 0) == 0;
+}
+
+// Parses a small admin body ({"lora_name", "lora_path"}): only the named fields, strings.
+bool ParseAdminBody(const std::string& body, const std::vector<std::string>& required,
+                    const std::vector<std::string>& optional, json* out, ApiError* error) {
+  if (!JsonDepthWithin(body, 8)) {
+    *error = BadRequest("", "the request body nests too deep");
+    return false;
+  }
+  *out = json::parse(body, nullptr, false);
+  if (out->is_discarded() || !out->is_object()) {
+    *error = BadRequest("", "the request body must be a JSON object");
+    return false;
+  }
+  for (auto it = out->begin(); it != out->end(); ++it) {
+    const bool known = std::find(required.begin(), required.end(), it.key()) != required.end() ||
+                       std::find(optional.begin(), optional.end(), it.key()) != optional.end();
+    if (!known) {
+      *error = BadRequest(it.key(), "unknown field '" + it.key() + "'");
+      return false;
+    }
+  }
+  for (const auto& f : required) {
+    if (!out->contains(f) || !(*out)[f].is_string() || (*out)[f].get<std::string>().empty()) {
+      *error = BadRequest(f, f + " must be a non-empty string");
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+HttpServer::HttpServer(ServerContext* ctx) : ctx_(ctx), http_(std::make_unique<httplib::Server>()) {
+  const int threads = ctx_->options.http_threads;
+  http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  http_->set_payload_max_length(ctx_->options.max_body_bytes);
+  http_->set_keep_alive_max_count(1000);
+  http_->set_read_timeout(30, 0);
+  http_->set_write_timeout(10, 0);
+  Routes();
+}
+
+HttpServer::~HttpServer() = default;
+
+Status HttpServer::Bind() {
+  const auto& o = ctx_->options;
+  if (o.port == 0) {
+    port_ = http_->bind_to_any_port(o.host);
+    if (port_ <= 0) return Unavailable("cannot bind " + o.host + " on any port");
+  } else {
+    if (!http_->bind_to_port(o.host, o.port)) {
+      return Unavailable("cannot bind " + o.host + ":" + std::to_string(o.port) +
+                         " (in use, or not an address of this machine)");
+    }
+    port_ = o.port;
+  }
+  return OkStatus();
+}
+
+void HttpServer::Listen() { http_->listen_after_bind(); }
+
+void HttpServer::Stop() { http_->stop(); }
+
+void HttpServer::Routes() {
+  ServerContext& ctx = *ctx_;
+  // Auth and readiness for /v1; everything else is open (/health, /metrics, /version).
+  http_->set_pre_routing_handler([&ctx](const httplib::Request& req, httplib::Response& res) {
+    if (req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
+    if (!ctx.options.api_key.empty()) {
+      const std::string auth = req.get_header_value("Authorization");
+      const std::string prefix = "Bearer ";
+      if (auth.rfind(prefix, 0) != 0 || !SameKey(auth.substr(prefix.size()), ctx.options.api_key)) {
+        SendError(res, ApiError{401, "missing or invalid API key (Authorization: Bearer ...)", "", ""});
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
+    if (!ctx.ready.load()) {
+      SendError(res, ApiError{503, "the model is still loading", "", ""});
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (req.method == "POST" && !JsonContentType(req)) {
+      SendError(res, ApiError{415, "Content-Type must be application/json", "", "UnsupportedMediaType"});
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    std::string message = "error " + std::to_string(res.status);
+    if (res.status == 404) message = "no route " + req.method + " " + req.path;
+    if (res.status == 413) message = "the request body is too large";
+    if (res.status == 400) message = "malformed HTTP request";
+    res.set_content(ApiError{res.status, message, "", ""}.Body(), "application/json");
+  });
+  http_->set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "internal error";
+        try {
+          if (ep) std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          what = std::string("internal error: ") + e.what();
+        } catch (...) {
+        }
+        SendError(res, ApiError{500, what, "", ""});
+      });
+
+  auto generation = [&ctx](Endpoint endpoint) {
+    return [&ctx, endpoint](const httplib::Request& req, httplib::Response& res) {
+      if (ctx.draining.load()) {
+        return SendError(res, ApiError{503, "the server is shutting down", "", ""});
+      }
+      HandleGeneration(ctx, endpoint, req, res);
+    };
+  };
+  http_->Post("/v1/completions", generation(Endpoint::kCompletions));
+  http_->Post("/v1/chat/completions", generation(Endpoint::kChat));
+
+  http_->Get("/health", [&ctx](const httplib::Request&, httplib::Response& res) {
+    if (!ctx.ready.load()) {
+      res.status = 503;
+      res.set_header("Retry-After", "1");
+      res.set_content(ApiError{503, "the model is still loading", "", ""}.Body(), "application/json");
+      return;
+    }
+    res.status = 200;
+  });
+  http_->Get("/version", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(json{{"version", kVersion}}.dump(), "application/json");
+  });
+  http_->Get("/metrics", [&ctx](const httplib::Request&, httplib::Response& res) {
+    MetricsSnapshot s;
+    if (ctx.ready.load()) {
+      s.engine = ctx.engine->Stats();
+      s.max_lora = ctx.max_loras;
+      if (ctx.adapters != nullptr) {
+        s.adapter_loads = ctx.adapters->num_loads();
+        s.adapter_evictions = ctx.adapters->num_evictions();
+        s.adapters_resident = ctx.adapters->num_resident();
+      }
+    }
+    res.set_content(RenderMetrics(ctx.metrics, s, ctx.options.served_model_name),
+                    "text/plain; version=0.0.4; charset=utf-8");
+  });
+  http_->Get("/v1/models", [&ctx](const httplib::Request&, httplib::Response& res) {
+    const int64_t created = static_cast<int64_t>(std::time(nullptr));
+    json data = json::array();
+    auto entry = [&](const std::string& id, const std::string& root, const json& parent) {
+      return json{{"id", id},          {"object", "model"}, {"created", created},
+                  {"owned_by", "loom"}, {"root", root},     {"parent", parent},
+                  {"max_model_len", ctx.max_model_len}};
+    };
+    const std::string& base = ctx.options.served_model_name;
+    if (!ctx.options.merged_adapter.empty()) {
+      data.push_back(entry(ctx.options.merged_adapter, ctx.options.model_dir, nullptr));
+    } else {
+      data.push_back(entry(base, ctx.options.model_dir, nullptr));
+    }
+    if (ctx.adapters != nullptr) {
+      for (const auto& a : ctx.adapters->List()) data.push_back(entry(a.name, a.dir, base));
+    }
+    res.set_content(json{{"object", "list"}, {"data", data}}.dump(-1, ' ', false,
+                                                                  json::error_handler_t::replace),
+                    "application/json");
+  });
+
+  // vLLM's runtime adapter endpoints (VLLM_ALLOW_RUNTIME_LORA_UPDATING): --allow-runtime-lora.
+  http_->Post("/v1/load_lora_adapter", [&ctx](const httplib::Request& req, httplib::Response& res) {
+    if (!ctx.options.allow_runtime_lora || ctx.adapters == nullptr) {
+      return SendError(res, ApiError{404, "runtime adapter loading is off (start with "
+                                          "--allow-runtime-lora and --lora-dir)", "", ""});
+    }
+    json body;
+    ApiError error;
+    if (!ParseAdminBody(req.body, {"lora_name", "lora_path"}, {}, &body, &error)) {
+      return SendError(res, error);
+    }
+    const std::string name = body["lora_name"].get<std::string>();
+    if (name == ctx.options.served_model_name) {
+      return SendError(res, BadRequest("lora_name", "'" + name + "' is the base model's name"));
+    }
+    if (ctx.adapters->Contains(name)) {
+      return SendError(res, BadRequest("lora_name", "The lora adapter '" + name +
+                                                        "' has already been loaded."));
+    }
+    auto dir = ctx.adapters->ResolveRuntimePath(body["lora_path"].get<std::string>());
+    if (!dir.ok()) return SendError(res, FromStatus(dir.status(), "lora_path"));
+    Status st = ctx.adapters->Register(name, *dir);
+    if (!st.ok()) {
+      // A folder that exists but does not validate is the client's error (400), never 500.
+      ApiError e = FromStatus(st, "lora_path");
+      if (e.http_status == 500) e.http_status = 400;
+      if (st.message().find("already loaded") != std::string::npos) e.param = "lora_name";
+      return SendError(res, e);
+    }
+    res.set_content("Success: LoRA adapter '" + name + "' added successfully.", "text/plain");
+  });
+  http_->Post("/v1/unload_lora_adapter", [&ctx](const httplib::Request& req, httplib::Response& res) {
+    if (!ctx.options.allow_runtime_lora || ctx.adapters == nullptr) {
+      return SendError(res, ApiError{404, "runtime adapter loading is off (start with "
+                                          "--allow-runtime-lora)", "", ""});
+    }
+    json body;
+    ApiError error;
+    if (!ParseAdminBody(req.body, {"lora_name"}, {"lora_int_id"}, &body, &error)) {
+      return SendError(res, error);
+    }
+    const std::string name = body["lora_name"].get<std::string>();
+    Status st = ctx.adapters->Unregister(name);
+    if (!st.ok()) {
+      return SendError(res, ApiError{404, "The lora adapter '" + name + "' cannot be found.",
+                                     "lora_name", ""});
+    }
+    res.set_content("Success: LoRA adapter '" + name + "' removed successfully.", "text/plain");
+  });
+}
+
+}  // namespace loom::server

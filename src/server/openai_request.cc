@@ -1,0 +1,470 @@
+// Strict OpenAI request parsing: every key is dispatched to a handler; an unknown key is a 400.
+#include "server/openai_request.h"
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+
+namespace loom::server {
+
+using json = nlohmann::ordered_json;
+
+bool JsonDepthWithin(const std::string& text, int max_depth) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      if (++depth > max_depth) return false;
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  return true;
+}
+
+namespace {
+
+constexpr int64_t kMaxTokensLimit = 1 << 24;
+
+struct Parser {
+  const json& body;
+  ApiError* error;
+  bool failed = false;
+
+  bool Fail(const std::string& field, const std::string& message) {
+    if (!failed) *error = BadRequest(field, message);
+    failed = true;
+    return false;
+  }
+  // An integer (an integral JSON float is accepted, as pydantic's lax mode does) in [lo, hi].
+  bool Int(const std::string& field, const json& v, int64_t lo, int64_t hi, int64_t* out) {
+    if (v.is_number_integer()) {
+      if (v.is_number_unsigned()) {
+        const uint64_t u = v.get<uint64_t>();
+        if (u > static_cast<uint64_t>(hi)) {
+          return Fail(field, field + " must be at most " + std::to_string(hi) + ", got " + v.dump());
+        }
+        *out = static_cast<int64_t>(u);
+      } else {
+        *out = v.get<int64_t>();
+      }
+    } else if (v.is_number_float()) {
+      const double d = v.get<double>();
+      if (!std::isfinite(d) || d != std::floor(d) || std::fabs(d) > 9.0e15) {
+        return Fail(field, field + " must be an integer, got " + v.dump());
+      }
+      *out = static_cast<int64_t>(d);
+    } else {
+      return Fail(field, field + " must be an integer, got " + std::string(v.type_name()));
+    }
+    if (*out < lo || *out > hi) {
+      return Fail(field, field + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                             "], got " + std::to_string(*out));
+    }
+    return true;
+  }
+  bool Int32(const std::string& field, const json& v, int64_t lo, int64_t hi, int* out) {
+    int64_t x = 0;
+    if (!Int(field, v, lo, hi, &x)) return false;
+    *out = static_cast<int>(x);
+    return true;
+  }
+  bool Number(const std::string& field, const json& v, double lo, double hi, float* out,
+              bool lo_open = false) {
+    if (!v.is_number()) {
+      return Fail(field, field + " must be a number, got " + std::string(v.type_name()));
+    }
+    const double d = v.get<double>();
+    if (!std::isfinite(d) || d < lo || d > hi || (lo_open && d == lo)) {
+      return Fail(field, field + " must be in " + std::string(lo_open ? "(" : "[") + FormatNum(lo) +
+                             ", " + FormatNum(hi) + "], got " + v.dump());
+    }
+    *out = static_cast<float>(d);
+    return true;
+  }
+  static std::string FormatNum(double d) {
+    json j = d;
+    return j.dump();
+  }
+  bool Bool(const std::string& field, const json& v, bool* out) {
+    if (!v.is_boolean()) {
+      return Fail(field, field + " must be a boolean, got " + std::string(v.type_name()));
+    }
+    *out = v.get<bool>();
+    return true;
+  }
+  bool TokenIds(const std::string& field, const json& v, std::vector<int32_t>* out) {
+    if (!v.is_array()) return Fail(field, field + " must be a list of token ids");
+    out->clear();
+    for (const auto& x : v) {
+      int64_t id = 0;
+      if (!x.is_number_integer()) return Fail(field, field + " must be a list of integer token ids");
+      if (!Int(field, x, 0, std::numeric_limits<int32_t>::max(), &id)) return false;
+      out->push_back(static_cast<int32_t>(id));
+    }
+    return true;
+  }
+};
+
+using Handler = std::function<bool(Parser&, const json&, OpenAiRequest*)>;
+
+// Fields both endpoints share.
+void AddCommon(std::map<std::string, Handler>* h) {
+  auto& m = *h;
+  m["model"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (!v.is_string() || v.get<std::string>().empty()) {
+      return p.Fail("model", "model must be a non-empty string");
+    }
+    r->model = v.get<std::string>();
+    return true;
+  };
+  m["max_tokens"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    r->max_tokens_given = true;
+    return p.Int32("max_tokens", v, 1, kMaxTokensLimit, &r->params.max_tokens);
+  };
+  m["temperature"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    return p.Number("temperature", v, 0, 100, &r->params.temperature);
+  };
+  m["top_p"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    return p.Number("top_p", v, 0, 1, &r->params.top_p, /*lo_open=*/true);
+  };
+  m["top_k"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    return p.Int32("top_k", v, -1, std::numeric_limits<int32_t>::max(), &r->params.top_k);
+  };
+  m["min_p"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    return p.Number("min_p", v, 0, 1, &r->params.min_p);
+  };
+  m["presence_penalty"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    return p.Number("presence_penalty", v, -2, 2, &r->params.presence_penalty);
+  };
+  m["frequency_penalty"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    return p.Number("frequency_penalty", v, -2, 2, &r->params.frequency_penalty);
+  };
+  m["repetition_penalty"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    return p.Number("repetition_penalty", v, 0, 10, &r->params.repetition_penalty, true);
+  };
+  m["seed"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    int64_t seed = 0;
+    if (!p.Int("seed", v, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(),
+               &seed)) {
+      return false;
+    }
+    r->params.seed = static_cast<uint64_t>(seed);
+    return true;
+  };
+  m["n"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    return p.Int32("n", v, 1, 16, &r->n);
+  };
+  m["stream"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    return p.Bool("stream", v, &r->stream);
+  };
+  m["stream_options"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    if (!v.is_object()) return p.Fail("stream_options", "stream_options must be an object");
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      if (it.key() == "include_usage") {
+        if (!it.value().is_null() &&
+            !p.Bool("stream_options.include_usage", it.value(), &r->include_usage)) {
+          return false;
+        }
+      } else if (it.key() == "continuous_usage_stats") {
+        if (!it.value().is_null() &&
+            !p.Bool("stream_options.continuous_usage_stats", it.value(),
+                    &r->continuous_usage_stats)) {
+          return false;
+        }
+      } else {
+        return p.Fail("stream_options." + it.key(),
+                      "unknown field 'stream_options." + it.key() + "'");
+      }
+    }
+    return true;
+  };
+  m["stop"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    if (v.is_string()) {
+      r->stop = {v.get<std::string>()};
+    } else if (v.is_array()) {
+      if (v.size() > 16) return p.Fail("stop", "stop takes at most 16 strings");
+      for (const auto& s : v) {
+        if (!s.is_string()) return p.Fail("stop", "stop must be a string or a list of strings");
+        r->stop.push_back(s.get<std::string>());
+      }
+    } else {
+      return p.Fail("stop", "stop must be a string or a list of strings");
+    }
+    for (const auto& s : r->stop) {
+      if (s.empty()) return p.Fail("stop", "stop strings must not be empty");
+      if (s.size() > 256) return p.Fail("stop", "stop strings are limited to 256 bytes");
+    }
+    return true;
+  };
+  m["stop_token_ids"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    if (v.is_array() && v.size() > 256) return p.Fail("stop_token_ids", "at most 256 stop_token_ids");
+    return p.TokenIds("stop_token_ids", v, &r->stop_token_ids);
+  };
+  m["ignore_eos"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    return p.Bool("ignore_eos", v, &r->params.ignore_eos);
+  };
+  m["include_stop_str_in_output"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    return p.Bool("include_stop_str_in_output", v, &r->include_stop_str_in_output);
+  };
+  m["skip_special_tokens"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    return p.Bool("skip_special_tokens", v, &r->skip_special_tokens);
+  };
+  m["add_special_tokens"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    return p.Bool("add_special_tokens", v, &r->add_special_tokens);
+  };
+  m["return_token_ids"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    return p.Bool("return_token_ids", v, &r->return_token_ids);
+  };
+  // Accepted with no effect (docs/API.md): an end-user id for abuse monitoring.
+  m["user"] = [](Parser& p, const json& v, OpenAiRequest*) {
+    if (!v.is_null() && !v.is_string()) return p.Fail("user", "user must be a string");
+    return true;
+  };
+  // Rejected unless they ask for nothing.
+  m["logit_bias"] = [](Parser& p, const json& v, OpenAiRequest*) {
+    if (v.is_null() || (v.is_object() && v.empty())) return true;
+    return p.Fail("logit_bias", "logit_bias is not supported");
+  };
+  m["min_tokens"] = [](Parser& p, const json& v, OpenAiRequest*) {
+    if (v.is_null() || (v.is_number_integer() && v.get<int64_t>() == 0)) return true;
+    return p.Fail("min_tokens", "min_tokens is not supported (only 0)");
+  };
+}
+
+void AddCompletions(std::map<std::string, Handler>* h) {
+  auto& m = *h;
+  m["prompt"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    auto one = [&](const json& x) -> bool {
+      if (x.is_string()) {
+        r->prompts.emplace_back(x.get<std::string>());
+        return true;
+      }
+      std::vector<int32_t> ids;
+      if (!p.TokenIds("prompt", x, &ids)) return false;
+      r->prompts.emplace_back(std::move(ids));
+      return true;
+    };
+    if (v.is_string()) return one(v);
+    if (!v.is_array() || v.empty()) {
+      return p.Fail("prompt", "prompt must be a string, a list of token ids, or a non-empty list of those");
+    }
+    if (v[0].is_number()) return one(v);
+    if (v.size() > 64) return p.Fail("prompt", "at most 64 prompts in one request");
+    for (const auto& x : v) {
+      if (!x.is_string() && !x.is_array()) {
+        return p.Fail("prompt", "prompt list entries must be strings or lists of token ids");
+      }
+      if (!one(x)) return false;
+    }
+    return true;
+  };
+  m["echo"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    return p.Bool("echo", v, &r->echo);
+  };
+  m["logprobs"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    if (!p.Int32("logprobs", v, 0, 20, &r->logprobs)) return false;
+    r->want_logprobs = true;
+    return true;
+  };
+  m["best_of"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    int best_of = 0;
+    if (!p.Int32("best_of", v, 1, 16, &best_of)) return false;
+    // best_of == n is the same as not asking; anything else would need ranking.
+    if (best_of != 1 && best_of != r->n) {
+      return p.Fail("best_of", "best_of other than 1 or n is not supported");
+    }
+    return true;
+  };
+  m["suffix"] = [](Parser& p, const json& v, OpenAiRequest*) {
+    if (v.is_null()) return true;
+    return p.Fail("suffix", "suffix is not supported");
+  };
+}
+
+void AddChat(std::map<std::string, Handler>* h) {
+  auto& m = *h;
+  m["messages"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (!v.is_array() || v.empty()) return p.Fail("messages", "messages must be a non-empty list");
+    for (size_t i = 0; i < v.size(); ++i) {
+      const json& msg = v[i];
+      const std::string where = "messages[" + std::to_string(i) + "]";
+      if (!msg.is_object()) return p.Fail(where, where + " must be an object");
+      if (!msg.contains("role") || !msg["role"].is_string()) {
+        return p.Fail(where + ".role", where + ".role must be a string");
+      }
+      if (msg.contains("content")) {
+        const json& c = msg["content"];
+        if (!c.is_string() && !c.is_null() && !c.is_array()) {
+          return p.Fail(where + ".content", where + ".content must be a string or a list of parts");
+        }
+        if (c.is_array()) {
+          for (const auto& part : c) {
+            if (!part.is_object() || !part.contains("type") || part["type"] != "text" ||
+                !part.contains("text") || !part["text"].is_string()) {
+              return p.Fail(where + ".content",
+                            where + ".content parts must be {\"type\": \"text\", \"text\": ...}; "
+                                    "images and audio are not supported");
+            }
+          }
+        }
+      }
+    }
+    r->messages = v;
+    return true;
+  };
+  m["max_completion_tokens"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    r->max_tokens_given = true;
+    return p.Int32("max_completion_tokens", v, 1, kMaxTokensLimit, &r->params.max_tokens);
+  };
+  m["logprobs"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    return p.Bool("logprobs", v, &r->want_logprobs);
+  };
+  m["top_logprobs"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    return p.Int32("top_logprobs", v, 0, 20, &r->logprobs);
+  };
+  m["chat_template_kwargs"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    if (!v.is_object()) return p.Fail("chat_template_kwargs", "chat_template_kwargs must be an object");
+    r->chat_template_kwargs = v;
+    return true;
+  };
+  m["add_generation_prompt"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    return p.Bool("add_generation_prompt", v, &r->add_generation_prompt);
+  };
+  m["continue_final_message"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    return p.Bool("continue_final_message", v, &r->continue_final_message);
+  };
+  m["tools"] = [](Parser& p, const json& v, OpenAiRequest*) {
+    if (v.is_null() || (v.is_array() && v.empty())) return true;
+    return p.Fail("tools", "tools are not supported yet");
+  };
+  m["tool_choice"] = [](Parser& p, const json& v, OpenAiRequest*) {
+    if (v.is_null() || v == "none") return true;
+    return p.Fail("tool_choice", "tool_choice is not supported yet (only \"none\")");
+  };
+  m["parallel_tool_calls"] = [](Parser& p, const json& v, OpenAiRequest*) {
+    // No effect without tools, which are rejected.
+    if (!v.is_null() && !v.is_boolean()) return p.Fail("parallel_tool_calls", "must be a boolean");
+    return true;
+  };
+  m["response_format"] = [](Parser& p, const json& v, OpenAiRequest*) {
+    if (v.is_null()) return true;
+    if (v.is_object() && v.size() == 1 && v.contains("type") && v["type"] == "text") return true;
+    return p.Fail("response_format", "response_format other than {\"type\": \"text\"} is not supported yet");
+  };
+}
+
+}  // namespace
+
+bool ParseOpenAiRequest(const std::string& body, Endpoint endpoint, OpenAiRequest* out,
+                        ApiError* error, int max_nesting) {
+  *out = OpenAiRequest{};
+  out->endpoint = endpoint;
+  out->add_special_tokens = endpoint == Endpoint::kCompletions;
+  if (endpoint == Endpoint::kCompletions) out->params.max_tokens = 16;
+  if (!JsonDepthWithin(body, max_nesting)) {
+    *error = BadRequest("", "the request body nests deeper than " + std::to_string(max_nesting) + " levels");
+    return false;
+  }
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    *error = BadRequest("", "the request body is not valid JSON");
+    return false;
+  }
+  if (!j.is_object()) {
+    *error = BadRequest("", "the request body must be a JSON object");
+    return false;
+  }
+  std::map<std::string, Handler> handlers;
+  AddCommon(&handlers);
+  if (endpoint == Endpoint::kCompletions) {
+    AddCompletions(&handlers);
+  } else {
+    AddChat(&handlers);
+  }
+  Parser p{j, error};
+  // n first: best_of is checked against it.
+  if (j.contains("n") && !handlers["n"](p, j["n"], out)) return false;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (it.key() == "n") continue;
+    auto h = handlers.find(it.key());
+    if (h == handlers.end()) {
+      *error = BadRequest(it.key(), "unknown field '" + it.key() + "'");
+      return false;
+    }
+    if (!h->second(p, it.value(), out)) return false;
+  }
+  if (out->model.empty()) {
+    *error = BadRequest("model", "model is required");
+    return false;
+  }
+  if (endpoint == Endpoint::kCompletions && out->prompts.empty()) {
+    *error = BadRequest("prompt", "prompt is required");
+    return false;
+  }
+  if (endpoint == Endpoint::kChat) {
+    if (out->messages.is_null()) {
+      *error = BadRequest("messages", "messages is required");
+      return false;
+    }
+    if (out->logprobs > 0 && !out->want_logprobs) {
+      *error = BadRequest("top_logprobs", "top_logprobs needs logprobs=true");
+      return false;
+    }
+    if (out->continue_final_message && out->add_generation_prompt) {
+      *error = BadRequest("continue_final_message",
+                          "continue_final_message and add_generation_prompt cannot both be true");
+      return false;
+    }
+  }
+  if (!out->stream && (out->include_usage || out->continuous_usage_stats) &&
+      j.contains("stream_options") && !j["stream_options"].is_null()) {
+    *error = BadRequest("stream_options", "stream_options needs stream=true");
+    return false;
+  }
+  if (out->echo && endpoint == Endpoint::kCompletions && out->stream) {
+    *error = BadRequest("echo", "echo with stream=true is not supported");
+    return false;
+  }
+  return true;
+}
+
+}  // namespace loom::server

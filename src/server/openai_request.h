@@ -1,0 +1,59 @@
+// OpenAI request bodies (/v1/completions, /v1/chat/completions): strict parsing and validation.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/sampler.h"
+#include "server/api_error.h"
+
+namespace loom::server {
+
+enum class Endpoint { kCompletions, kChat };
+
+// One prompt of a completions request: text or token ids.
+using Prompt = std::variant<std::string, std::vector<int32_t>>;
+
+// A parsed request. Every field of the body is honoured here, accepted with no effect (listed
+// in docs/API.md), or rejected by ParseOpenAiRequest with 400 naming it.
+struct OpenAiRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;
+  // /v1/completions
+  std::vector<Prompt> prompts;  // one or more; choices are prompt-major, n per prompt
+  bool echo = false;
+  // /v1/chat/completions
+  nlohmann::ordered_json messages;               // a non-empty list of message objects
+  nlohmann::ordered_json chat_template_kwargs;   // an object or null
+  bool add_generation_prompt = true;
+  bool continue_final_message = false;
+  bool add_special_tokens = true;  // completions: true; chat: false (as vLLM)
+  // Both
+  SamplingParams params;
+  bool max_tokens_given = false;  // else chat fills the context; completions use 16
+  int n = 1;
+  bool stream = false;
+  bool include_usage = false;
+  bool continuous_usage_stats = false;
+  int logprobs = 0;          // top-N alternatives per token
+  bool want_logprobs = false;  // logprobs requested at all (chat: logprobs=true)
+  std::vector<std::string> stop;
+  std::vector<int32_t> stop_token_ids;
+  bool include_stop_str_in_output = false;
+  bool skip_special_tokens = true;
+  bool return_token_ids = false;  // vLLM extension: token ids in choices
+};
+
+// Parses and validates a body. On failure fills *error (400 naming the field) and returns false.
+// `max_nesting` bounds the JSON depth (checked before parsing).
+bool ParseOpenAiRequest(const std::string& body, Endpoint endpoint, OpenAiRequest* out,
+                        ApiError* error, int max_nesting = 64);
+
+// True when `text` nests objects/arrays at most `max_depth` deep (strings skipped; O(n)).
+bool JsonDepthWithin(const std::string& text, int max_depth);
+
+}  // namespace loom::server

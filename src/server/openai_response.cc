@@ -1,0 +1,259 @@
+// Response and SSE chunk bodies in OpenAI's (and vLLM's) shapes, with usage and log-probs.
+#include "server/openai_response.h"
+
+#include <chrono>
+
+namespace loom::server {
+
+using json = nlohmann::ordered_json;
+
+const char* FinishReasonField(FinishReason r) {
+  switch (r) {
+    case FinishReason::kNone: return "";
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kAbort: return "abort";
+    case FinishReason::kError: return "error";
+  }
+  return "";
+}
+
+namespace {
+
+std::string TokenText(const ServerContext& ctx, int32_t id) {
+  if (ctx.tokenizer == nullptr) return "token_id:" + std::to_string(id);
+  const int32_t one[1] = {id};
+  return ctx.tokenizer->Decode(std::span<const int32_t>(one, 1), /*skip_special_tokens=*/false);
+}
+
+json Bytes(const std::string& s) {
+  json b = json::array();
+  for (unsigned char c : s) b.push_back(static_cast<int>(c));
+  return b;
+}
+
+json FinishField(FinishReason r) {
+  if (r == FinishReason::kNone) return nullptr;
+  return FinishReasonField(r);
+}
+
+// Chat log-prob entries of tokens [from, to) of a choice.
+json ChatLogprobs(const ServerContext& ctx, const OpenAiRequest& r, const std::vector<int32_t>& ids,
+                  const std::vector<TokenLogprob>& lps,
+                  const std::vector<std::vector<TokenLogprob>>& tops, size_t from, size_t to) {
+  json content = json::array();
+  for (size_t i = from; i < to; ++i) {
+    const std::string tok = TokenText(ctx, ids[i]);
+    json top = json::array();
+    for (int k = 0; k < r.logprobs && k < static_cast<int>(tops[i].size()); ++k) {
+      const std::string t = TokenText(ctx, tops[i][static_cast<size_t>(k)].token);
+      top.push_back({{"token", t},
+                     {"logprob", tops[i][static_cast<size_t>(k)].logprob},
+                     {"bytes", Bytes(t)}});
+    }
+    content.push_back(
+        {{"token", tok}, {"logprob", lps[i].logprob}, {"bytes", Bytes(tok)}, {"top_logprobs", top}});
+  }
+  return {{"content", content}};
+}
+
+// Completions log-probs of tokens [from, to); offsets count from `offset`.
+json CompletionLogprobs(const ServerContext& ctx, const OpenAiRequest& r,
+                        const std::vector<int32_t>& ids, const std::vector<TokenLogprob>& lps,
+                        const std::vector<std::vector<TokenLogprob>>& tops, size_t from, size_t to,
+                        size_t* offset) {
+  json tokens = json::array(), token_lps = json::array(), top_lps = json::array(),
+       offsets = json::array();
+  for (size_t i = from; i < to; ++i) {
+    const std::string tok = TokenText(ctx, ids[i]);
+    tokens.push_back(tok);
+    token_lps.push_back(lps[i].logprob);
+    json top = json::object();
+    for (int k = 0; k < r.logprobs && k < static_cast<int>(tops[i].size()); ++k) {
+      top[TokenText(ctx, tops[i][static_cast<size_t>(k)].token)] =
+          tops[i][static_cast<size_t>(k)].logprob;
+    }
+    top_lps.push_back(top);
+    offsets.push_back(*offset);
+    *offset += tok.size();
+  }
+  return {{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", top_lps},
+          {"text_offset", offsets}};
+}
+
+json UsageJson(int prompt, int completion) {
+  return {{"prompt_tokens", prompt},
+          {"total_tokens", prompt + completion},
+          {"completion_tokens", completion}};
+}
+
+}  // namespace
+
+json BuildFullResponse(const ServerContext& ctx, const OpenAiRequest& r, const ResponseMeta& meta,
+                       const GenerationState& state,
+                       const std::vector<std::vector<int32_t>>& prompts) {
+  const bool chat = r.endpoint == Endpoint::kChat;
+  json choices = json::array();
+  int completion_tokens = 0;
+  for (size_t i = 0; i < state.choices.size(); ++i) {
+    const ChoiceState& c = state.choices[i];
+    completion_tokens += static_cast<int>(c.token_ids.size());
+    json choice;
+    choice["index"] = i;
+    if (chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      choice["logprobs"] = r.want_logprobs
+                               ? ChatLogprobs(ctx, r, c.token_ids, c.logprobs, c.top, 0,
+                                              c.token_ids.size())
+                               : json(nullptr);
+    } else {
+      std::string text = c.text;
+      if (r.echo) {
+        const auto& p = prompts[static_cast<size_t>(c.prompt_index)];
+        const auto* s = std::get_if<std::string>(&r.prompts[static_cast<size_t>(c.prompt_index)]);
+        text = (s != nullptr ? *s
+                             : (ctx.tokenizer ? ctx.tokenizer->Decode(p, false) : std::string())) +
+               text;
+      }
+      choice["text"] = text;
+      size_t offset = 0;
+      choice["logprobs"] = r.want_logprobs
+                               ? CompletionLogprobs(ctx, r, c.token_ids, c.logprobs, c.top, 0,
+                                                    c.token_ids.size(), &offset)
+                               : json(nullptr);
+    }
+    choice["finish_reason"] = FinishField(c.finish_reason);
+    choice["stop_reason"] = c.stop_reason.empty() ? json(nullptr) : json(c.stop_reason);
+    if (r.return_token_ids) {
+      choice["token_ids"] = c.token_ids;
+      choice["prompt_token_ids"] = prompts[static_cast<size_t>(c.prompt_index)];
+    }
+    choices.push_back(std::move(choice));
+  }
+  json body;
+  body["id"] = meta.id;
+  body["object"] = chat ? "chat.completion" : "text_completion";
+  body["created"] = meta.created;
+  body["model"] = meta.model;
+  body["choices"] = std::move(choices);
+  body["usage"] = UsageJson(meta.prompt_tokens, completion_tokens);
+  return body;
+}
+
+StreamWriter::StreamWriter(const ServerContext& ctx, const OpenAiRequest& r, ResponseMeta meta,
+                           std::shared_ptr<GenerationState> state)
+    : ctx_(ctx), request_(r), meta_(std::move(meta)), state_(std::move(state)) {
+  text_offset_.assign(state_->choices.size(), 0);
+}
+
+json StreamWriter::Chunk() const {
+  json j;
+  j["id"] = meta_.id;
+  j["object"] = request_.endpoint == Endpoint::kChat ? "chat.completion.chunk" : "text_completion";
+  j["created"] = meta_.created;
+  j["model"] = meta_.model;
+  return j;
+}
+
+json StreamWriter::Usage() const { return UsageJson(meta_.prompt_tokens, completion_tokens_); }
+
+bool StreamWriter::Write(httplib::DataSink& sink, const json& j) {
+  const std::string line = "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+  return sink.write(line.data(), line.size());
+}
+
+json StreamWriter::ChoiceChunk(size_t index, const SequenceUpdate& u) {
+  ChoiceState& c = state_->choices[index];
+  json choice;
+  choice["index"] = index;
+  const bool has_lp = request_.want_logprobs && u.has_token;
+  const size_t n = c.token_ids.size();
+  if (request_.endpoint == Endpoint::kChat) {
+    json delta = json::object();
+    if (!u.text.empty() || u.finish_reason == FinishReason::kNone) delta["content"] = u.text;
+    choice["delta"] = delta;
+    choice["logprobs"] =
+        has_lp ? ChatLogprobs(ctx_, request_, c.token_ids, c.logprobs, c.top, n - 1, n) : json(nullptr);
+  } else {
+    choice["text"] = u.text;
+    choice["logprobs"] = has_lp ? CompletionLogprobs(ctx_, request_, c.token_ids, c.logprobs, c.top,
+                                                     n - 1, n, &text_offset_[index])
+                                : json(nullptr);
+  }
+  choice["finish_reason"] = FinishField(u.finish_reason);
+  choice["stop_reason"] = u.stop_reason.empty() ? json(nullptr) : json(u.stop_reason);
+  if (request_.return_token_ids) {
+    choice["token_ids"] = u.has_token ? json::array({u.token}) : json::array();
+  }
+  return choice;
+}
+
+bool StreamWriter::Pump(httplib::DataSink& sink) {
+  const bool chat = request_.endpoint == Endpoint::kChat;
+  if (!started_) {
+    started_ = true;
+    if (chat) {
+      for (size_t i = 0; i < state_->choices.size(); ++i) {
+        json j = Chunk();
+        j["choices"] = json::array({{{"index", i},
+                                     {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                     {"logprobs", nullptr},
+                                     {"finish_reason", nullptr}}});
+        if (!Write(sink, j)) return false;
+      }
+    }
+  }
+  std::vector<std::pair<size_t, SequenceUpdate>> updates;
+  bool all_done = false;
+  {
+    std::unique_lock<std::mutex> lock(state_->mu);
+    auto has_pending = [&] {
+      for (const auto& c : state_->choices) {
+        if (!c.pending.empty()) return true;
+      }
+      return state_->unfinished == 0;
+    };
+    state_->cv.wait_for(lock, std::chrono::milliseconds(200), has_pending);
+    for (size_t i = 0; i < state_->choices.size(); ++i) {
+      auto& c = state_->choices[i];
+      while (!c.pending.empty()) {
+        updates.emplace_back(i, std::move(c.pending.front()));
+        c.pending.pop_front();
+      }
+    }
+    all_done = state_->unfinished == 0;
+  }
+  for (auto& [i, u] : updates) {
+    ChoiceState& c = state_->choices[i];
+    Accumulate(&c, u);
+    if (u.has_token) ++completion_tokens_;
+    if (u.finish_reason == FinishReason::kError) {
+      json err = {{"error", {{"message", "generation failed: " + u.error},
+                             {"type", "InternalServerError"}, {"param", nullptr}, {"code", 500}}}};
+      if (!Write(sink, err)) return false;
+      continue;
+    }
+    const bool worth = !u.text.empty() || u.finish_reason != FinishReason::kNone ||
+                       (request_.want_logprobs && u.has_token) ||
+                       (request_.return_token_ids && u.has_token);
+    if (!worth) continue;
+    json j = Chunk();
+    j["choices"] = json::array({ChoiceChunk(i, u)});
+    if (request_.include_usage && request_.continuous_usage_stats) j["usage"] = Usage();
+    if (!Write(sink, j)) return false;
+  }
+  if (all_done) {
+    if (request_.include_usage) {
+      json j = Chunk();
+      j["choices"] = json::array();
+      j["usage"] = Usage();
+      if (!Write(sink, j)) return false;
+    }
+    static const char kDone[] = "data: [DONE]\n\n";
+    if (!sink.write(kDone, sizeof(kDone) - 1)) return false;
+    sink.done();
+  }
+  return true;
+}
+
+}  // namespace loom::server

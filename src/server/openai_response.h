@@ -1,0 +1,56 @@
+// OpenAI response bodies: full completions / chat completions and their SSE stream chunks.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "server/generation_state.h"
+#include "server/openai_request.h"
+#include "server/server_context.h"
+
+namespace loom::server {
+
+struct ResponseMeta {
+  std::string id;
+  int64_t created = 0;
+  std::string model;
+  int prompt_tokens = 0;
+};
+
+const char* FinishReasonField(FinishReason r);  // "stop" | "length" | "abort" | "error"
+
+// The non-streaming body; `state`'s choices are all finished and consumed.
+nlohmann::ordered_json BuildFullResponse(const ServerContext& ctx, const OpenAiRequest& r,
+                                         const ResponseMeta& meta, const GenerationState& state,
+                                         const std::vector<std::vector<int32_t>>& prompts);
+
+// Writes one request's SSE stream, chunk by chunk as the engine delivers updates.
+// Thread-safety: one HTTP thread (httplib calls the content provider sequentially).
+class StreamWriter {
+ public:
+  StreamWriter(const ServerContext& ctx, const OpenAiRequest& r, ResponseMeta meta,
+               std::shared_ptr<GenerationState> state);
+  // Waits briefly for updates and writes them. False when the client is gone (the caller
+  // then aborts the sequences). Calls sink.done() after the last chunk and [DONE].
+  bool Pump(httplib::DataSink& sink);
+
+ private:
+  nlohmann::ordered_json Chunk() const;
+  nlohmann::ordered_json ChoiceChunk(size_t index, const SequenceUpdate& u);
+  nlohmann::ordered_json Usage() const;
+  bool Write(httplib::DataSink& sink, const nlohmann::ordered_json& j);
+
+  const ServerContext& ctx_;
+  OpenAiRequest request_;  // a copy: the stream outlives the handler's frame
+  ResponseMeta meta_;
+  std::shared_ptr<GenerationState> state_;
+  bool started_ = false;
+  std::vector<size_t> text_offset_;  // completions logprobs text_offset per choice
+  int completion_tokens_ = 0;
+};
+
+}  // namespace loom::server

@@ -1,0 +1,46 @@
+// ServerContext: what the HTTP handlers share — engine, adapter store, tokenizer, template, metrics.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "engine/async_engine.h"
+#include "lora/adapter_store.h"
+#include "server/metrics.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace loom::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string api_key;                // empty = no auth
+  std::string served_model_name;      // the base model's name in requests
+  std::string model_dir;
+  std::string merged_adapter;         // --merge NAME: requests name NAME, the base is folded
+  bool allow_runtime_lora = false;    // /v1/load_lora_adapter and /v1/unload_lora_adapter
+  size_t max_body_bytes = 8u << 20;   // larger bodies get 413
+  int max_waiting = 512;              // sequences queued beyond the running ones → 503
+  int http_threads = 256;             // connections served at once (streams wait, not spin)
+  int max_json_depth = 64;
+};
+
+// Thread-safety: the pointers are set once before `ready` becomes true; everything they point
+// to is thread-safe (AsyncEngine, AdapterStore, Tokenizer Encode/Decode, ChatTemplate Render).
+struct ServerContext {
+  ServerOptions options;
+  std::atomic<bool> ready{false};     // model loaded: /health 200, /v1 routes served
+  std::atomic<bool> draining{false};  // SIGTERM: new generation requests get 503
+  AsyncEngine* engine = nullptr;
+  AdapterStore* adapters = nullptr;   // null with --merge
+  const tokenizer::Tokenizer* tokenizer = nullptr;  // null when the folder has none
+  std::optional<ChatTemplate> chat_template;
+  int max_model_len = 0;
+  int max_loras = 0;
+  Metrics metrics;
+};
+
+}  // namespace loom::server
