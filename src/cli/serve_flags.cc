@@ -41,6 +41,8 @@ void AddServeFlags(CLI::App& app, ServeArgs* a) {
   app.add_option("--max-waiting", a->max_waiting,
                  "sequences in flight beyond which requests get 503")->capture_default_str();
   app.add_option("--max-body", a->max_body, "largest request body (413 above)")->capture_default_str();
+  app.add_flag("--no-enable-prefix-caching", a->no_prefix_caching,
+               "do not reuse the KV blocks of earlier prompts (same adapter, same prefix)");
   app.add_option("--shutdown-timeout", a->shutdown_timeout_s,
                  "seconds SIGTERM waits for running requests before aborting them")->capture_default_str();
 }
@@ -184,6 +186,7 @@ StatusOr<ServePlan> PlanServe(const ServeArgs& a) {
   plan.engine.max_num_seqs = a.max_num_seqs;
   plan.engine.max_model_len = max_model_len;
   plan.engine.max_loras = a.max_loras;
+  plan.engine.enable_prefix_caching = !a.no_prefix_caching;
 
   plan.store.max_cpu_loras = a.max_cpu_loras;
   plan.store.max_lora_rank = a.max_lora_rank;

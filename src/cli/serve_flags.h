@@ -33,6 +33,7 @@ struct ServeArgs {
   int max_waiting = 512;
   std::string max_body = "8MiB";
   double shutdown_timeout_s = 30;
+  bool no_prefix_caching = false;
 };
 
 struct ServePlan {

@@ -63,6 +63,8 @@ void AsyncEngine::Publish() {
       kv.num_blocks() == 0 ? 0 : 1.0 - static_cast<double>(kv.num_free_blocks()) / kv.num_blocks();
   s.num_preemptions = sched.num_preemptions();
   s.steps = engine_.steps();
+  s.prefix_queries = sched.prefix_queries();
+  s.prefix_hits = sched.prefix_hits();
   std::set<std::string> running, waiting;
   for (const auto& q : sched.running()) {
     if (q->request.adapter) running.insert(q->request.adapter->name());
@@ -80,14 +82,20 @@ void AsyncEngine::Publish() {
 
 void AsyncEngine::Loop() {
   bool stopping = false;
+  bool stalled = false;  // work exists but none could be scheduled: wait for a change
   while (true) {
     std::vector<std::pair<GenerationRequest, int64_t>> inbox;
     std::vector<int64_t> aborts;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] {
-        return stop_ || !inbox_.empty() || !aborts_.empty() || engine_.HasWork();
-      });
+      auto ready = [&] {
+        return stop_ || !inbox_.empty() || !aborts_.empty() || (engine_.HasWork() && !stalled);
+      };
+      if (stalled) {
+        cv_.wait_for(lock, std::chrono::milliseconds(2), ready);
+      } else {
+        cv_.wait(lock, ready);
+      }
       inbox.swap(inbox_);
       aborts.swap(aborts_);
       for (auto& [id, cb] : new_callbacks_) callbacks_.emplace(id, std::move(cb));
@@ -101,7 +109,8 @@ void AsyncEngine::Loop() {
       for (const auto& [id, cb] : callbacks_) ids.push_back(id);
       for (int64_t id : ids) engine_.Abort(id);
     }
-    if (!stopping && engine_.HasWork()) engine_.Step();
+    stalled = false;
+    if (!stopping && engine_.HasWork()) stalled = !engine_.Step();
     for (SequenceUpdate& u : engine_.TakeUpdates()) {
       auto it = callbacks_.find(u.id);
       if (it == callbacks_.end()) continue;

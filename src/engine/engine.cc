@@ -23,6 +23,7 @@ SchedulerOptions ToSchedulerOptions(const EngineOptions& o) {
   s.max_batch_tokens = o.max_batch_tokens;
   s.max_num_seqs = o.max_num_seqs;
   s.max_loras = o.max_loras;
+  s.enable_prefix_caching = o.enable_prefix_caching;
   return s;
 }
 }  // namespace
@@ -237,7 +238,10 @@ bool Engine::Step() {
   model_->Forward(batch_, cache_.get(), logits_.data(),
                   step_adapters_.empty() ? nullptr : &step_adapters_);
   ++steps_;
-  for (auto& [s, count] : plan.rows) s->num_computed += count;
+  for (auto& [s, count] : plan.rows) {
+    s->num_computed += count;
+    scheduler_.PublishBlocks(s);
+  }
 
   std::vector<Sequence*> done;
   for (size_t i = 0; i < logit_owners_.size(); ++i) {

@@ -24,6 +24,7 @@ struct EngineOptions {
   int max_num_seqs = 64;        // sequences running at once
   int max_model_len = 0;        // 0 = the model's max_position_embeddings
   int max_loras = 0;            // distinct adapters in one step; 0 = no limit
+  bool enable_prefix_caching = true;
 };
 
 // Thread-safety: single-threaded (the engine thread owns it), except Validate, which only

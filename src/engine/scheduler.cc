@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "lora/adapter.h"
+
 namespace loom {
 
 Scheduler::Scheduler(KvCache* cache, const SchedulerOptions& options)
@@ -25,6 +27,7 @@ void Scheduler::Preempt(Sequence* victim, StepPlan* plan) {
   cache_->Release(&victim->block_table);
   victim->num_computed = 0;
   victim->num_cached_prompt = 0;
+  victim->block_keys.clear();
   ++victim->num_preemptions;
   ++num_preemptions_;
   plan->preempted.push_back(victim);
@@ -76,10 +79,36 @@ void Scheduler::Admit(int* budget, StepPlan* plan) {
       ++it;
       continue;
     }
+    // Cached prefix blocks first (at least one token is left to compute: it gives the logits).
+    int matched = 0;
+    if (options_.enable_prefix_caching && seq->block_table.empty() &&
+        !seq->request.return_prompt_logits) {
+      const size_t full = (seq->tokens.size() - 1) / kKvBlockSize;
+      std::vector<uint64_t> keys;
+      uint64_t previous = 0;
+      for (size_t b = 0; b < full; ++b) {
+        previous = BlockKey(*seq, b, previous);
+        keys.push_back(previous);
+      }
+      matched = cache_->MatchPrefix(keys, &seq->block_table);
+      keys.resize(static_cast<size_t>(matched));
+      seq->block_keys = std::move(keys);
+      seq->num_computed = matched * kKvBlockSize;
+    }
     // Admit only when the whole (re)computation fits in the free blocks now, so a fresh
     // admission is not preempted at once; first come first served on blocks.
-    const int need = KvCache::BlocksFor(static_cast<int>(seq->tokens.size()) + 1);
-    if (need > cache_->num_free_blocks()) break;
+    const int need = KvCache::BlocksFor(static_cast<int>(seq->tokens.size()) + 1) - matched;
+    if (need > cache_->num_free_blocks()) {
+      cache_->Release(&seq->block_table);
+      seq->block_keys.clear();
+      seq->num_computed = 0;
+      break;
+    }
+    if (options_.enable_prefix_caching && !seq->request.return_prompt_logits) {
+      prefix_queries_ += static_cast<int64_t>(seq->tokens.size());
+      prefix_hits_ += static_cast<int64_t>(matched) * kKvBlockSize;
+      if (seq->num_preemptions == 0) seq->result.num_cached_prompt_tokens = matched * kKvBlockSize;
+    }
     const int count = std::min(seq->remaining(), *budget);
     if (!cache_->Reserve(&seq->block_table, seq->num_computed + count)) break;
     *budget -= count;
@@ -125,6 +154,23 @@ StepPlan Scheduler::Schedule() {
   // Sequences preempted this step are re-queued and must not be re-admitted at once.
   if (plan.preempted.empty()) Admit(&budget, &plan);
   return plan;
+}
+
+uint64_t Scheduler::BlockKey(const Sequence& seq, size_t index, uint64_t previous) {
+  const int32_t* tokens = seq.tokens.data() + index * kKvBlockSize;
+  const uint64_t seed = previous * 0x9E3779B97F4A7C15ull ^ seq.adapter_key;
+  return HashBytes(tokens, sizeof(int32_t) * kKvBlockSize, seed) | 1;  // never 0
+}
+
+void Scheduler::PublishBlocks(Sequence* seq) {
+  if (!options_.enable_prefix_caching) return;
+  const size_t full = static_cast<size_t>(seq->num_computed / kKvBlockSize);
+  while (seq->block_keys.size() < full) {
+    const size_t b = seq->block_keys.size();
+    const uint64_t key = BlockKey(*seq, b, b == 0 ? 0 : seq->block_keys.back());
+    cache_->Publish(seq->block_table[b], key);
+    seq->block_keys.push_back(key);
+  }
 }
 
 std::unique_ptr<Sequence> Scheduler::Retire(Sequence* seq) {

@@ -21,6 +21,7 @@ struct SchedulerOptions {
   // max_loras) lets later requests pass for at most this many steps; then admission stops
   // until it fits, so no request starves.
   int max_head_wait_steps = 32;
+  bool enable_prefix_caching = true;
 };
 
 // One step's plan: (sequence, number of rows) in scheduling order.
@@ -45,6 +46,11 @@ class Scheduler {
   std::unique_ptr<Sequence> Retire(Sequence* seq);
   // Removes a sequence wherever it is (abort); null when unknown.
   std::unique_ptr<Sequence> Remove(int64_t id);
+  // After a step: indexes the sequence's newly completed full blocks in the prefix cache.
+  void PublishBlocks(Sequence* seq);
+
+  int64_t prefix_queries() const { return prefix_queries_; }  // prompt tokens looked up
+  int64_t prefix_hits() const { return prefix_hits_; }        // of those, found cached
 
   bool HasWork() const { return !waiting_.empty() || !running_.empty(); }
   const std::vector<std::unique_ptr<Sequence>>& running() const { return running_; }
@@ -56,11 +62,15 @@ class Scheduler {
   void Preempt(Sequence* victim, StepPlan* plan);
   void Admit(int* budget, StepPlan* plan);
   std::set<uint64_t> RunningAdapters() const;
+  // Key of full block `index` of `seq` given the previous block's key (0 for the first).
+  static uint64_t BlockKey(const Sequence& seq, size_t index, uint64_t previous);
 
   KvCache* cache_;
   SchedulerOptions options_;
   int64_t next_arrival_ = 0;
   int64_t num_preemptions_ = 0;
+  int64_t prefix_queries_ = 0;
+  int64_t prefix_hits_ = 0;
   std::deque<std::unique_ptr<Sequence>> waiting_;   // ordered by arrival
   std::vector<std::unique_ptr<Sequence>> running_;  // ordered by arrival
 };

@@ -26,6 +26,7 @@ struct Sequence {
   std::vector<int32_t> block_table;  // KV blocks covering positions [0, num_computed)
   int num_computed = 0;              // positions whose K/V are in the cache
   int num_cached_prompt = 0;         // leading positions served from the prefix cache
+  std::vector<uint64_t> block_keys;  // prefix-cache keys of the full blocks computed so far
   int num_preemptions = 0;
   int waited_steps = 0;  // steps spent at the head of the queue without admission
   std::unique_ptr<tokenizer::StreamingDetokenizer> detokenizer;  // when text is wanted

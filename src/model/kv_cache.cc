@@ -1,4 +1,4 @@
-// KvCache storage and block free list.
+// KvCache storage, block free list with reference counts, and the prefix-cache index.
 #include "model/kv_cache.h"
 
 namespace loom {
@@ -11,8 +11,29 @@ KvCache::KvCache(int num_layers, int num_kv_heads, int head_dim, int num_blocks)
   layer_floats_ = int64_t{num_blocks} * num_kv_heads * kKvBlockSize * head_dim;
   k_.Resize(static_cast<size_t>(layer_floats_ * num_layers));
   v_.Resize(static_cast<size_t>(layer_floats_ * num_layers));
-  free_.reserve(static_cast<size_t>(num_blocks));
-  for (int b = num_blocks - 1; b >= 0; --b) free_.push_back(b);
+  refs_.assign(static_cast<size_t>(num_blocks), 0);
+  stamps_.assign(static_cast<size_t>(num_blocks), 0);
+  keys_.assign(static_cast<size_t>(num_blocks), 0);
+  for (int b = 0; b < num_blocks; ++b) free_.emplace_back(b, 0);
+  num_free_ = num_blocks;
+}
+
+int32_t KvCache::TakeFree() {
+  while (true) {
+    auto [b, stamp] = free_.front();
+    free_.pop_front();
+    const size_t i = static_cast<size_t>(b);
+    if (stamps_[i] != stamp || refs_[i] != 0) continue;  // stale entry
+    ++stamps_[i];
+    if (keys_[i] != 0) {  // evict its prefix entry: the block is about to be overwritten
+      auto it = cached_.find(keys_[i]);
+      if (it != cached_.end() && it->second == b) cached_.erase(it);
+      keys_[i] = 0;
+    }
+    refs_[i] = 1;
+    --num_free_;
+    return b;
+  }
 }
 
 KvLayerView KvCache::Layer(int layer) {
@@ -28,16 +49,54 @@ bool KvCache::Reserve(std::vector<int32_t>* table, int num_tokens) {
   const int need = BlocksFor(num_tokens) - static_cast<int>(table->size());
   if (need <= 0) return true;
   if (need > num_free_blocks()) return false;
-  for (int i = 0; i < need; ++i) {
-    table->push_back(free_.back());
-    free_.pop_back();
-  }
+  for (int i = 0; i < need; ++i) table->push_back(TakeFree());
   return true;
 }
 
 void KvCache::Release(std::vector<int32_t>* table) {
-  for (int32_t b : *table) free_.push_back(b);
+  for (int32_t b : *table) {
+    const size_t i = static_cast<size_t>(b);
+    if (--refs_[i] == 0) {
+      free_.emplace_back(b, stamps_[i]);
+      ++num_free_;
+    }
+  }
   table->clear();
+  // Stale entries accumulate when cached blocks are re-taken; compact now and then.
+  if (free_.size() > 4 * static_cast<size_t>(num_blocks_) + 64) {
+    std::deque<std::pair<int32_t, uint32_t>> live;
+    for (const auto& e : free_) {
+      if (stamps_[static_cast<size_t>(e.first)] == e.second && refs_[static_cast<size_t>(e.first)] == 0) {
+        live.push_back(e);
+      }
+    }
+    free_.swap(live);
+  }
+}
+
+int KvCache::MatchPrefix(const std::vector<uint64_t>& keys, std::vector<int32_t>* table) {
+  int matched = 0;
+  for (uint64_t key : keys) {
+    auto it = cached_.find(key);
+    if (it == cached_.end()) break;
+    const int32_t b = it->second;
+    const size_t i = static_cast<size_t>(b);
+    if (refs_[i]++ == 0) {  // leaves the free list (its entry there goes stale)
+      ++stamps_[i];
+      --num_free_;
+    }
+    table->push_back(b);
+    ++matched;
+  }
+  return matched;
+}
+
+void KvCache::Publish(int32_t block, uint64_t key) {
+  if (key == 0 || cached_.count(key) != 0) return;
+  const size_t i = static_cast<size_t>(block);
+  if (keys_[i] != 0) return;
+  keys_[i] = key;
+  cached_.emplace(key, block);
 }
 
 }  // namespace loom

@@ -1,7 +1,9 @@
-// Paged KV cache: fixed pool of 16-token blocks per layer, and the free list that hands them out.
+// Paged KV cache: fixed pool of 16-token blocks per layer, the free list, and the prefix cache index.
 #pragma once
 
 #include <cstdint>
+#include <deque>
+#include <unordered_map>
 #include <vector>
 
 #include "ops/attention.h"
@@ -16,14 +18,26 @@ class KvCache {
 
   KvLayerView Layer(int layer);
   int num_blocks() const { return num_blocks_; }
-  int num_free_blocks() const { return static_cast<int>(free_.size()); }
+  // Blocks no sequence holds (some may still index cached prefixes: they are reused last).
+  int num_free_blocks() const { return num_free_; }
   size_t bytes() const { return k_.size() * sizeof(float) * 2; }
 
   // Appends blocks to `table` until it covers `num_tokens` positions; false (and no change)
   // when the pool cannot supply them.
   bool Reserve(std::vector<int32_t>* table, int num_tokens);
-  // Returns every block of `table` to the pool and clears it.
+  // Drops this table's hold on its blocks and clears it. A block nobody holds goes back to the
+  // pool; if it indexes a prefix it stays findable until the pool hands it out again
+  // (least recently released first).
   void Release(std::vector<int32_t>* table);
+
+  // Prefix cache. A full block's key is a hash of (adapter identity, previous block's key, its
+  // 16 tokens), so a hit means the same adapter saw the same tokens at the same positions.
+  // Appends to `table` the cached blocks of the longest prefix of `keys` found; returns how
+  // many. The blocks are shared (reference counted) and never written again.
+  int MatchPrefix(const std::vector<uint64_t>& keys, std::vector<int32_t>* table);
+  // Indexes a full block under `key` (no-op when the key is already indexed).
+  void Publish(int32_t block, uint64_t key);
+  int num_cached_blocks() const { return static_cast<int>(cached_.size()); }
 
   static int BlocksFor(int num_tokens) { return (num_tokens + kKvBlockSize - 1) / kKvBlockSize; }
 
@@ -35,7 +49,15 @@ class KvCache {
   int64_t layer_floats_;
   AlignedBuffer<float> k_;  // [num_layers, num_blocks, num_kv_heads, 16, head_dim]
   AlignedBuffer<float> v_;  // same
-  std::vector<int32_t> free_;
+  // Free blocks, least recently released first. An entry is stale when the block was taken
+  // back by MatchPrefix since (its stamp no longer matches).
+  std::deque<std::pair<int32_t, uint32_t>> free_;
+  int num_free_ = 0;
+  std::vector<int32_t> refs_;          // [num_blocks] tables holding the block
+  std::vector<uint32_t> stamps_;       // [num_blocks] bumps when the block leaves the free list
+  std::vector<uint64_t> keys_;         // [num_blocks] prefix key, 0 = none
+  std::unordered_map<uint64_t, int32_t> cached_;  // prefix key → block
+  int32_t TakeFree();
 };
 
 }  // namespace loom

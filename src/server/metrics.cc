@@ -107,9 +107,9 @@ std::string RenderMetrics(const Metrics& m, const MetricsSnapshot& s, const std:
            std::to_string(v) + "\n";
   }
   counter("vllm:prefix_cache_queries", "Prefix cache queries, in prompt tokens.",
-          m.prefix_cache_queries.load());
+          s.engine.prefix_queries);
   counter("vllm:prefix_cache_hits", "Prefix cache hits, in prompt tokens.",
-          m.prefix_cache_hits.load());
+          s.engine.prefix_hits);
   counter("vllm:num_preemptions", "Cumulative number of preemptions from the engine.",
           s.engine.num_preemptions);
   m.ttft.Render("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",

@@ -39,8 +39,6 @@ struct Metrics {
   std::atomic<int64_t> success_stop{0};
   std::atomic<int64_t> success_length{0};
   std::atomic<int64_t> success_abort{0};
-  std::atomic<int64_t> prefix_cache_queries{0};  // prompt tokens looked up
-  std::atomic<int64_t> prefix_cache_hits{0};     // prompt tokens found
   Histogram ttft;
   Histogram itl;
   Histogram e2e;
