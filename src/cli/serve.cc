@@ -10,6 +10,7 @@
 #include "cli/serve_flags.h"
 #include "engine/async_engine.h"
 #include "lora/adapter_store.h"
+#include "ops/matmul.h"
 #include "server/http_server.h"
 
 namespace loom::cli {
@@ -99,6 +100,8 @@ int RunServe(ServeArgs& a) {
       std::fprintf(stderr, "loom: adapter '%s' loaded from %s\n", name.c_str(), dir.c_str());
     }
   }
+  // Batch invariance (default): a request's output never depends on what it is batched with.
+  GlobalMatmulOptions().batch_invariant = !a.no_batch_invariant;
   EngineOptions eo = plan->engine;
   AsyncEngine engine(model->get(), eo, tok.get());
   ctx.engine = &engine;

@@ -43,6 +43,9 @@ void AddServeFlags(CLI::App& app, ServeArgs* a) {
   app.add_option("--max-body", a->max_body, "largest request body (413 above)")->capture_default_str();
   app.add_flag("--no-enable-prefix-caching", a->no_prefix_caching,
                "do not reuse the KV blocks of earlier prompts (same adapter, same prefix)");
+  app.add_flag("--no-batch-invariant", a->no_batch_invariant,
+               "let kernels depend on the batch (AMX prefill): faster prefill on AMX CPUs, but a "
+               "request's log-probs may differ in the last bits with what runs beside it");
   app.add_option("--shutdown-timeout", a->shutdown_timeout_s,
                  "seconds SIGTERM waits for running requests before aborting them")->capture_default_str();
 }

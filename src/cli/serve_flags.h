@@ -34,6 +34,7 @@ struct ServeArgs {
   std::string max_body = "8MiB";
   double shutdown_timeout_s = 30;
   bool no_prefix_caching = false;
+  bool no_batch_invariant = false;
 };
 
 struct ServePlan {

@@ -57,7 +57,8 @@ void Linear::Forward(const float* x, int64_t n, float* y, const LoraBatch& lora)
     const Segment& seg = *act[i].seg;
     const LoraWeights& lw = *act[i].lw;
     float* ts = t.data() + act[i].t_offset;
-    if (seg.num_rows < 4) {  // decode rows: rank × in MACs, cheaper than waking the workers
+    if (seg.num_rows < 4 && !GlobalMatmulOptions().batch_invariant) {
+      // decode rows: rank × in MACs, cheaper than waking the workers
       MatmulColumns(x + seg.first_row * in, seg.num_rows, lw.a, 0, lw.rank, ts, lw.rank);
     } else {
       Matmul(x + seg.first_row * in, seg.num_rows, lw.a, ts);
@@ -65,6 +66,7 @@ void Linear::Forward(const float* x, int64_t n, float* y, const LoraBatch& lora)
   }
   // Expand, DoRA and bias per column block, inside the base matmul's parallel region.
   const cpu::Isa isa = cpu::ActiveIsa();
+  const bool batch_invariant = GlobalMatmulOptions().batch_invariant;
   const MatmulEpilogue epilogue = [&](int64_t j0, int64_t j1) {
     static thread_local AlignedBuffer<float> d;  // [rows, j1 - j0]
     const int64_t width = j1 - j0;
@@ -72,7 +74,9 @@ void Linear::Forward(const float* x, int64_t n, float* y, const LoraBatch& lora)
       const Segment& seg = *act[i].seg;
       const LoraWeights& lw = *act[i].lw;
       d.Resize(static_cast<size_t>(seg.num_rows * width));
-      if (seg.num_rows >= 4) {  // compute-bound: broadcast-FMA over Bᵀ, no reductions
+      if (seg.num_rows >= 4 || batch_invariant) {
+        // compute-bound: broadcast-FMA over Bᵀ, no reductions; the same summation order for
+        // every row count (batch invariance)
         cpu::LoraExpand(isa, t.data() + act[i].t_offset, seg.num_rows, lw.rank, lw.b_t.dtype,
                         lw.b_t.data, out, j0, j1, d.data());
       } else {  // memory-bound decode: B's rows for the block are one contiguous stream

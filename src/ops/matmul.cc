@@ -17,13 +17,15 @@ MatmulOptions& GlobalMatmulOptions() {
 namespace {
 
 bool UseBf16Dot(const Tensor& w, int64_t n) {
-  const int min_rows = GlobalMatmulOptions().bf16_dot_min_rows;
-  return w.dtype == DType::kBF16 && min_rows > 0 && n >= min_rows &&
-         cpu::ActiveIsa() >= cpu::Isa::kAvx512;
+  const MatmulOptions& o = GlobalMatmulOptions();
+  if (w.dtype != DType::kBF16 || cpu::ActiveIsa() < cpu::Isa::kAvx512) return false;
+  if (o.batch_invariant) return true;  // one path for every row count
+  return o.bf16_dot_min_rows > 0 && n >= o.bf16_dot_min_rows;
 }
 
 bool UseAmx(const Tensor& w, int64_t n) {
-  return UseBf16Dot(w, n) && cpu::ActiveIsa() == cpu::Isa::kAmx && w.dim(1) % 32 == 0;
+  return !GlobalMatmulOptions().batch_invariant && UseBf16Dot(w, n) &&
+         cpu::ActiveIsa() == cpu::Isa::kAmx && w.dim(1) % 32 == 0;
 }
 
 // Activation rows rounded to bf16, reused across calls (the engine thread is the only caller).

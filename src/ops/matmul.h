@@ -17,6 +17,12 @@ struct MatmulOptions {
   // within the golden tolerance); false: rounded once to bf16 (error ~2⁻⁹, as transformers
   // running in bf16), twice the multiply rate.
   bool bf16_split = true;
+  // Batch invariance: the kernel (and so each output's summation order) never depends on how
+  // many rows are in the call, so a row's result is bit-identical whatever else is batched
+  // with it. bf16 weights then use the AVX512_BF16 dot product for every row count and AMX is
+  // not used (AMX tiles and vdpbf16ps sum in different orders). Costs prefill speed on AMX
+  // CPUs; decode is memory-bound either way.
+  bool batch_invariant = false;
 };
 
 // Process-wide options (set once at start-up, before the engine runs).

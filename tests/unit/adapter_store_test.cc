@@ -1,0 +1,106 @@
+// AdapterStore: LRU eviction bounded by max_cpu_loras, leases pin, unload while leased, on-demand
+// loading from --lora-dir, runtime paths confined to the roots.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "lora/adapter_store.h"
+
+namespace loom {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kModels = std::string(LOOM_FIXTURES) + "/models/";
+const std::string kAdapters = std::string(LOOM_FIXTURES) + "/adapters/";
+
+const Model& Llama() {
+  static std::unique_ptr<Model> m = std::move(Model::Load(kModels + "llama_f32")).value();
+  return *m;
+}
+
+TEST(AdapterStore, LruEvictsOnlyUnleasedAdapters) {
+  AdapterStoreOptions o;
+  o.max_cpu_loras = 2;
+  AdapterStore store(&Llama(), o);
+  ASSERT_TRUE(store.Register("a", kAdapters + "llama_qv_r8_f32").ok());
+  ASSERT_TRUE(store.Register("b", kAdapters + "llama_mlp_r6").ok());
+  auto lease_a = store.Acquire("a");  // a is leased and most recent
+  ASSERT_TRUE(lease_a.ok());
+  ASSERT_TRUE(store.Register("c", kAdapters + "llama_all_r4_f16").ok());
+  EXPECT_EQ(store.num_resident(), 2);
+  EXPECT_EQ(store.num_evictions(), 1);  // b: least recently used and unleased
+  // b comes back from disk when named again, with the same identity (same bytes).
+  auto b = store.Acquire("b");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(store.num_loads(), 4);
+  // Now a (leased) must survive although it is the oldest.
+  EXPECT_EQ((*lease_a)->name(), "a");
+  auto list = store.List();
+  ASSERT_EQ(list.size(), 3u);
+  EXPECT_TRUE(list[0].loaded);  // a
+}
+
+TEST(AdapterStore, UnloadRemovesTheNameButLeasesKeepTheWeights) {
+  AdapterStore store(&Llama(), {});
+  ASSERT_TRUE(store.Register("a", kAdapters + "llama_qv_r8_f32").ok());
+  auto lease = store.Acquire("a");
+  ASSERT_TRUE(lease.ok());
+  ASSERT_TRUE(store.Unregister("a").ok());
+  EXPECT_FALSE(store.Contains("a"));
+  EXPECT_EQ(store.Acquire("a").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store.Unregister("a").code(), StatusCode::kNotFound);
+  EXPECT_GT((*lease)->tensor_bytes(), 0u);  // still usable by in-flight sequences
+}
+
+TEST(AdapterStore, RejectsBadNamesDuplicatesAndBadFoldersWhole) {
+  AdapterStore store(&Llama(), {});
+  EXPECT_EQ(store.Register("../x", kAdapters + "llama_mlp_r6").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(store.Register("ok", "/nonexistent").code(), StatusCode::kNotFound);
+  // A qwen3 adapter does not fit the llama base: rejected, and the name stays free.
+  Status st = store.Register("q", kAdapters + "qwen3_dora");
+  EXPECT_FALSE(st.ok());
+  EXPECT_FALSE(store.Contains("q"));
+  ASSERT_TRUE(store.Register("m", kAdapters + "llama_mlp_r6").ok());
+  Status dup = store.Register("m", kAdapters + "llama_mlp_r6");
+  EXPECT_NE(dup.message().find("already loaded"), std::string::npos);
+}
+
+TEST(AdapterStore, OnDemandAndRuntimePathsStayInsideTheRoots) {
+  const fs::path root = fs::temp_directory_path() / "loom_store_root";
+  const fs::path outside = fs::temp_directory_path() / "loom_store_outside";
+  fs::remove_all(root);
+  fs::remove_all(outside);
+  fs::create_directories(root);
+  fs::copy(kAdapters + "llama_mlp_r6", root / "mlp", fs::copy_options::recursive);
+  fs::copy(kAdapters + "llama_qv_r8_f32", outside, fs::copy_options::recursive);
+  fs::create_directory_symlink(outside, root / "escape");
+  AdapterStoreOptions o;
+  o.lora_dirs = {root.string()};
+  AdapterStore store(&Llama(), o);
+  // On demand: a sub-folder name loads on first use.
+  auto mlp = store.Acquire("mlp");
+  ASSERT_TRUE(mlp.ok()) << mlp.status().ToString();
+  EXPECT_TRUE(store.Contains("mlp"));
+  EXPECT_EQ(store.Acquire("escape").status().code(), StatusCode::kNotFound);  // symlink out
+  EXPECT_EQ(store.Acquire("..").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store.Acquire("nothere").status().code(), StatusCode::kNotFound);
+  // Runtime paths.
+  auto in = store.ResolveRuntimePath("mlp");
+  ASSERT_TRUE(in.ok());
+  EXPECT_EQ(*in, fs::canonical(root / "mlp").string());
+  EXPECT_EQ(store.ResolveRuntimePath("escape").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(store.ResolveRuntimePath(outside.string()).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(store.ResolveRuntimePath("mlp/../mlp").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(store.ResolveRuntimePath("missing").status().code(), StatusCode::kNotFound);
+  fs::remove_all(root);
+  fs::remove_all(outside);
+}
+
+TEST(AdapterStore, RuntimeLoadingNeedsRoots) {
+  AdapterStore store(&Llama(), {});
+  EXPECT_EQ(store.ResolveRuntimePath(kAdapters + "llama_mlp_r6").status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace loom

@@ -1,0 +1,105 @@
+// OpenAI request parsing: every field honoured, accepted without effect, or rejected by name.
+#include <gtest/gtest.h>
+
+#include "server/openai_request.h"
+
+namespace loom::server {
+namespace {
+
+ApiError Reject(const std::string& body, Endpoint e = Endpoint::kCompletions) {
+  OpenAiRequest r;
+  ApiError err;
+  EXPECT_FALSE(ParseOpenAiRequest(body, e, &r, &err)) << body;
+  return err;
+}
+
+TEST(OpenAiRequest, ParsesCompletionFields) {
+  OpenAiRequest r;
+  ApiError err;
+  ASSERT_TRUE(ParseOpenAiRequest(
+      R"({"model":"m","prompt":[1,2,3],"max_tokens":7,"temperature":0.5,"top_p":0.9,"top_k":5,
+          "min_p":0.1,"seed":-3,"n":2,"best_of":2,"stop":["a","b"],"stop_token_ids":[4],
+          "logprobs":3,"presence_penalty":0.5,"frequency_penalty":-0.5,"repetition_penalty":1.1,
+          "ignore_eos":true,"user":"u","stream":true,"stream_options":{"include_usage":true}})",
+      Endpoint::kCompletions, &r, &err))
+      << err.message;
+  EXPECT_EQ(r.model, "m");
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(std::get<std::vector<int32_t>>(r.prompts[0]), (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(r.params.max_tokens, 7);
+  EXPECT_FLOAT_EQ(r.params.temperature, 0.5f);
+  EXPECT_EQ(r.params.top_k, 5);
+  EXPECT_EQ(*r.params.seed, static_cast<uint64_t>(-3));
+  EXPECT_EQ(r.n, 2);
+  EXPECT_EQ(r.stop, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(r.logprobs, 3);
+  EXPECT_TRUE(r.want_logprobs);
+  EXPECT_TRUE(r.params.ignore_eos);
+  EXPECT_TRUE(r.stream && r.include_usage);
+  EXPECT_TRUE(r.add_special_tokens);
+}
+
+TEST(OpenAiRequest, ParsesChatFields) {
+  OpenAiRequest r;
+  ApiError err;
+  ASSERT_TRUE(ParseOpenAiRequest(
+      R"({"model":"m","messages":[{"role":"user","content":"hi"}],"max_completion_tokens":3,
+          "logprobs":true,"top_logprobs":2,"chat_template_kwargs":{"enable_thinking":false},
+          "response_format":{"type":"text"},"tools":[],"tool_choice":"none"})",
+      Endpoint::kChat, &r, &err))
+      << err.message;
+  EXPECT_EQ(r.params.max_tokens, 3);
+  EXPECT_TRUE(r.max_tokens_given);
+  EXPECT_EQ(r.logprobs, 2);
+  EXPECT_FALSE(r.add_special_tokens);
+  EXPECT_TRUE(r.chat_template_kwargs.is_object());
+}
+
+TEST(OpenAiRequest, RejectsNamingTheField) {
+  EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","bogus":1})").param, "bogus");
+  EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","max_tokens":-1})").param, "max_tokens");
+  EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","max_tokens":"x"})").param, "max_tokens");
+  EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","max_tokens":4294967297})").param, "max_tokens");
+  EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","temperature":-1})").param, "temperature");
+  EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","top_p":2})").param, "top_p");
+  EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","top_p":0})").param, "top_p");
+  EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","n":0})").param, "n");
+  EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","logprobs":21})").param, "logprobs");
+  EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","stop":123})").param, "stop");
+  EXPECT_EQ(Reject(R"({"model":"m","prompt":[]})").param, "prompt");
+  EXPECT_EQ(Reject(R"({"model":"m","prompt":[1,4294967297]})").param, "prompt");
+  EXPECT_EQ(Reject(R"({"model":"m","prompt":[1,-2]})").param, "prompt");
+  EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","stream":"yes"})").param, "stream");
+  EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","logit_bias":{"5":1}})").param, "logit_bias");
+  EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","best_of":3})").param, "best_of");
+  EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","suffix":"s"})").param, "suffix");
+  EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","stream_options":{"x":1}})").param,
+            "stream_options.x");
+  EXPECT_EQ(Reject(R"({"prompt":"x"})").param, "model");
+  EXPECT_EQ(Reject(R"({"model":"m"})").param, "prompt");
+  EXPECT_EQ(Reject(R"({"model":"m","messages":[]})", Endpoint::kChat).param, "messages");
+  EXPECT_EQ(Reject(R"({"model":"m","messages":[{"content":"x"}]})", Endpoint::kChat).param,
+            "messages[0].role");
+  EXPECT_EQ(Reject(R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{}]})",
+                   Endpoint::kChat).param, "tools");
+  EXPECT_EQ(Reject(R"({"model":"m","messages":[{"role":"user","content":"x"}],
+                       "response_format":{"type":"json_object"}})", Endpoint::kChat).param,
+            "response_format");
+  EXPECT_EQ(Reject(R"({"model":"m","messages":[{"role":"user","content":"x"}],"top_logprobs":2})",
+                   Endpoint::kChat).param, "top_logprobs");
+  // A completions-only field on chat is unknown there.
+  EXPECT_EQ(Reject(R"({"model":"m","messages":[{"role":"user","content":"x"}],"echo":true})",
+                   Endpoint::kChat).param, "echo");
+}
+
+TEST(OpenAiRequest, RejectsMalformedBodies) {
+  EXPECT_EQ(Reject("").http_status, 400);
+  EXPECT_EQ(Reject("[1,2]").http_status, 400);
+  EXPECT_EQ(Reject("{\"model\": \"m\", \"prompt\": \"\xff\xfe\"}").http_status, 400);
+  std::string deep(100000, '[');
+  EXPECT_NE(Reject(deep).message.find("nests deeper"), std::string::npos);
+  EXPECT_TRUE(JsonDepthWithin(R"({"a":"[[[[[[[[[[[[[["})", 2));
+}
+
+}  // namespace
+}  // namespace loom::server
