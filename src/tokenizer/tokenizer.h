@@ -30,6 +30,10 @@ struct TokenizerConfig {
   nlohmann::json raw;  // the whole tokenizer_config.json (null when the file is absent)
 };
 
+// Longest text Encode accepts (positions inside the BPE merge loop are 32-bit); memory stays
+// linear in the text below it.
+inline constexpr size_t kMaxEncodeBytes = size_t{1} << 30;
+
 // Immutable after load except for the BPE word cache (internally locked): Encode and Decode
 // may run on many threads at once.
 class Tokenizer {
@@ -46,7 +50,9 @@ class Tokenizer {
   // post-processor for them too (checked with LlamaTokenizer and TokenizersBackend).
   static StatusOr<std::unique_ptr<Tokenizer>> FromModelDir(const std::string& dir);
 
-  // `text` must be valid UTF-8. add_special_tokens runs the post-processor (e.g. adds BOS).
+  // `text` must be valid UTF-8 (and at most kMaxEncodeBytes). add_special_tokens runs the
+  // post-processor (e.g. adds BOS). Errors: a normalizer or pre-tokenizer output past its growth
+  // bound (NormalizedLimit), a pre-tokenizer regex that gives up (catastrophic backtracking).
   StatusOr<std::vector<int32_t>> Encode(std::string_view text, bool add_special_tokens) const;
   // Unknown ids are skipped (as HF does); invalid byte sequences become U+FFFD.
   std::string Decode(std::span<const int32_t> ids, bool skip_special_tokens) const;
@@ -66,9 +72,9 @@ class Tokenizer {
   static StatusOr<std::unique_ptr<Tokenizer>> Build(const nlohmann::json& j,
                                                     const nlohmann::json& extra_added);
   Status AddTokens(const nlohmann::json& list, bool from_config);
-  void BuildMatchers();
-  Status EncodePiece(std::string_view text, bool at_start, std::vector<PreToken>* scratch,
-                     std::vector<int32_t>* ids) const;
+  Status BuildMatchers();
+  Status EncodePiece(std::string_view text, bool at_start, size_t max_bytes,
+                     std::vector<PreToken>* scratch, std::vector<int32_t>* ids) const;
 
   std::unique_ptr<BpeModel> model_;
   std::unique_ptr<Normalizer> normalizer_;
@@ -82,6 +88,7 @@ class Tokenizer {
   std::unique_ptr<AddedTokenMatcher> normalized_matcher_;  // normalized == true
   std::vector<AddedToken> raw_tokens_, normalized_tokens_;
   int32_t id_limit_ = 0;
+  int32_t max_added_id_ = -1;  // largest id given to an added token so far
   TokenizerConfig config_;
 };
 
