@@ -34,37 +34,54 @@ StatusOr<jinja::Value> RequestValue(const nlohmann::ordered_json& j, const std::
   return jinja::Value::FromJsonChecked(j, kMaxJsonDepth, what);
 }
 
-// transformers: _normalize_chat_messages (drop null keys) + _alias_reasoning_fields.
+// transformers: _normalize_chat_messages (drop null keys) + _alias_reasoning_fields, straight
+// into template values (linear in the number of keys: nlohmann's ordered_json looks each key up
+// on insertion, which is quadratic for a message with many keys).
 StatusOr<jinja::Value> PrepareMessages(const nlohmann::ordered_json& messages) {
   if (!messages.is_array()) return InvalidArgument("chat messages must be a JSON array");
   RETURN_IF_ERROR(tokenizer::CheckJsonValueDepth(messages, kMaxJsonDepth, "chat messages"));
-  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  jinja::List out;
+  out.reserve(messages.size());
   for (const auto& m : messages) {
     if (!m.is_object()) {
       return InvalidArgument("Chat messages should be dicts, but got " + m.dump());
     }
-    nlohmann::ordered_json msg = nlohmann::ordered_json::object();
-    for (const auto& [k, v] : m.items()) {
-      if (!v.is_null()) msg[k] = v;
-    }
     const nlohmann::ordered_json* reasoning = nullptr;
     for (const char* field : {"reasoning_content", "thinking", "reasoning"}) {
-      if (msg.contains(field)) {
-        reasoning = &msg[field];
+      auto it = m.find(field);
+      if (it != m.end() && !it->is_null()) {
+        reasoning = &*it;
         break;
       }
     }
+    jinja::Dict msg;
+    jinja::Value reasoning_value;
     if (reasoning != nullptr) {
-      nlohmann::ordered_json aliased = nlohmann::ordered_json::object();
-      aliased["thinking"] = *reasoning;
-      for (const auto& [k, v] : msg.items()) aliased[k] = v;
-      aliased["thinking"] = *reasoning;
-      aliased["reasoning_content"] = *reasoning;
-      msg = std::move(aliased);
+      // transformers rebuilds the dict as {"thinking": r, **msg, "thinking": r,
+      // "reasoning_content": r}: thinking first, reasoning_content where it was (or last).
+      ASSIGN_OR_RETURN(reasoning_value,
+                       jinja::Value::FromJsonChecked(*reasoning, kMaxJsonDepth, "chat messages"));
+      msg.AppendNew("thinking", reasoning_value);
     }
-    out.push_back(std::move(msg));
+    bool has_reasoning_content = false;
+    for (const auto& [k, v] : m.items()) {
+      if (v.is_null()) continue;
+      if (reasoning != nullptr && k == "thinking") continue;
+      if (reasoning != nullptr && k == "reasoning_content") {
+        has_reasoning_content = true;
+        msg.AppendNew(k, reasoning_value);
+        continue;
+      }
+      ASSIGN_OR_RETURN(jinja::Value value,
+                       jinja::Value::FromJsonChecked(v, kMaxJsonDepth - 2, "chat messages"));
+      msg.AppendNew(k, std::move(value));
+    }
+    if (reasoning != nullptr && !has_reasoning_content) {
+      msg.AppendNew("reasoning_content", reasoning_value);
+    }
+    out.push_back(jinja::Value::MakeDict(std::move(msg)));
   }
-  return jinja::Value::FromJsonChecked(out, kMaxJsonDepth, "chat messages");
+  return jinja::Value::MakeList(std::move(out));
 }
 
 StatusOr<std::string> ReadFile(const fs::path& path) {
