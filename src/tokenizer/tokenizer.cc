@@ -5,6 +5,7 @@
 #include <charconv>
 #include <filesystem>
 #include <new>
+#include <optional>
 #include <system_error>
 
 #include "tokenizer/json_limits.h"
@@ -148,25 +149,44 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromModelDir(const std::string& 
                       "a folder with only vocab.json + merges.txt or tokenizer.model needs "
                       "converting)");
     }
-    ASSIGN_OR_RETURN(json j, ParseJsonFile(path));
-    json config;
+    ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
     const std::string config_path = (fs::path(dir) / "tokenizer_config.json").string();
+    std::optional<std::string> config_text;
     if (fs::exists(config_path, ec)) {
-      ASSIGN_OR_RETURN(config, ParseJsonFile(config_path));
+      ASSIGN_OR_RETURN(config_text, ReadTextFile(config_path));
     }
-    UseTransformersPipeline(config, &j);
-    ASSIGN_OR_RETURN(json extra, ConfigAddedTokens(config, config_path));
-    auto built = Build(j, extra);
-    if (!built.ok()) return Status(built.status().code(), path + ": " + built.status().message());
-    std::unique_ptr<Tokenizer> t = std::move(built).value();
-    TokenizerConfig& c = t->config_;
-    c.raw = std::move(config);
-    if (c.raw.is_object()) {
-      c.bos_token = TokenString(c.raw, "bos_token");
-      c.eos_token = TokenString(c.raw, "eos_token");
-    }
-    return t;
+    return FromTexts(text, path, config_text, config_path);
   });
+}
+
+StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJsonTexts(
+    std::string_view tokenizer_json, std::optional<std::string_view> tokenizer_config_json) {
+  return NoThrow("tokenizer.json", [&]() -> StatusOr<std::unique_ptr<Tokenizer>> {
+    return FromTexts(tokenizer_json, "tokenizer.json", tokenizer_config_json,
+                     "tokenizer_config.json");
+  });
+}
+
+StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromTexts(
+    std::string_view text, const std::string& path, std::optional<std::string_view> config_text,
+    const std::string& config_path) {
+  ASSIGN_OR_RETURN(json j, ParseJsonText(text, path));
+  json config;
+  if (config_text) {
+    ASSIGN_OR_RETURN(config, ParseJsonText(*config_text, config_path));
+  }
+  UseTransformersPipeline(config, &j);
+  ASSIGN_OR_RETURN(json extra, ConfigAddedTokens(config, config_path));
+  auto built = Build(j, extra);
+  if (!built.ok()) return Status(built.status().code(), path + ": " + built.status().message());
+  std::unique_ptr<Tokenizer> t = std::move(built).value();
+  TokenizerConfig& c = t->config_;
+  c.raw = std::move(config);
+  if (c.raw.is_object()) {
+    c.bos_token = TokenString(c.raw, "bos_token");
+    c.eos_token = TokenString(c.raw, "eos_token");
+  }
+  return t;
 }
 
 StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Build(const json& j, const json& extra_added) {

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -49,6 +50,9 @@ class Tokenizer {
   // add_bos_token / add_eos_token are not applied: transformers 5 keeps tokenizer.json's
   // post-processor for them too (checked with LlamaTokenizer and TokenizersBackend).
   static StatusOr<std::unique_ptr<Tokenizer>> FromModelDir(const std::string& dir);
+  // FromModelDir on texts already read: tokenizer.json and, when given, tokenizer_config.json.
+  static StatusOr<std::unique_ptr<Tokenizer>> FromJsonTexts(
+      std::string_view tokenizer_json, std::optional<std::string_view> tokenizer_config_json);
 
   // `text` must be valid UTF-8 (and at most kMaxEncodeBytes). add_special_tokens runs the
   // post-processor (e.g. adds BOS). Errors: a normalizer or pre-tokenizer output past its growth
@@ -69,6 +73,9 @@ class Tokenizer {
 
  private:
   Tokenizer() = default;
+  static StatusOr<std::unique_ptr<Tokenizer>> FromTexts(
+      std::string_view text, const std::string& path,
+      std::optional<std::string_view> config_text, const std::string& config_path);
   static StatusOr<std::unique_ptr<Tokenizer>> Build(const nlohmann::json& j,
                                                     const nlohmann::json& extra_added);
   Status AddTokens(const nlohmann::json& list, bool from_config);
