@@ -55,7 +55,7 @@ class Dict {
   // Appends a key the caller knows is not present (O(1), unlike Set).
   void AppendNew(std::string key, Value value);
   const std::vector<std::pair<std::string, Value>>& items() const { return items_; }
-  size_t size() const { return items_.size(); }
+  size_t size() const;  // defined below Value (clang instantiates it eagerly)
 
  private:
   std::vector<std::pair<std::string, Value>> items_;
@@ -160,6 +160,8 @@ class Value {
   std::shared_ptr<Dict> dict_;
   std::shared_ptr<Callable> fn_;
 };
+
+inline size_t Dict::size() const { return items_.size(); }
 
 // markupsafe.escape: & < > " ' as HTML entities.
 std::string HtmlEscape(const std::string& s);
