@@ -51,6 +51,9 @@ const BpeModel::MergeValue* BpeModel::MergeMap::Find(int32_t a, int32_t b) const
 
 StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const json& j) {
   if (!j.is_object()) return InvalidArgument("model: expected an object");
+  if (j.contains("type") && !j["type"].is_string()) {
+    return InvalidArgument("model: \"type\" must be a string, got " + j["type"].dump());
+  }
   const std::string type = j.value("type", std::string(j.contains("merges") ? "BPE" : ""));
   if (type != "BPE") {
     return InvalidArgument("model type '" + type +
@@ -67,13 +70,21 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const json& j) {
   int32_t max_id = -1;
   m->vocab_.reserve(j["vocab"].size());
   for (const auto& [token, id] : j["vocab"].items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > kMaxTokenId) {
       return InvalidArgument("model BPE: vocab entry '" + token + "' has an invalid id " +
-                             id.dump());
+                             id.dump() + " (ids are integers in [0, " +
+                             std::to_string(kMaxTokenId) + "])");
     }
     const auto v = static_cast<int32_t>(id.get<int64_t>());
     m->vocab_[token] = v;
     max_id = std::max(max_id, v);
+  }
+  const int64_t max_sparse_id =
+      kVocabIdSparsity * static_cast<int64_t>(m->vocab_.size()) + kVocabIdSlack;
+  if (max_id > max_sparse_id) {
+    return InvalidArgument("model BPE: vocab id " + std::to_string(max_id) + " is too large for " +
+                           std::to_string(m->vocab_.size()) + " entries (at most " +
+                           std::to_string(max_sparse_id) + ")");
   }
   m->id_to_token_.resize(static_cast<size_t>(max_id + 1));
   m->id_present_.assign(static_cast<size_t>(max_id + 1), 0);

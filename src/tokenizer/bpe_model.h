@@ -16,6 +16,14 @@
 
 namespace loom::tokenizer {
 
+// Largest token id accepted anywhere (vocab, added tokens, post-processor): ids size tables, so
+// an id of 2e9 in a file must not become a 2e9-entry vector. 2^24 is 64× the largest real vocab.
+inline constexpr int32_t kMaxTokenId = (1 << 24) - 1;
+// A vocab's ids may leave gaps, but its largest id stays below this many times its entry count
+// (plus kVocabIdSlack): a 10-entry vocab cannot size a table for id 16M.
+inline constexpr int64_t kVocabIdSparsity = 64;
+inline constexpr int64_t kVocabIdSlack = 65536;
+
 // Heterogeneous lookup (string_view keys) for string-keyed hash maps.
 struct StringHash {
   using is_transparent = void;

@@ -2,64 +2,104 @@
 #include "tokenizer/chat_template.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <new>
+#include <system_error>
+
+#include "tokenizer/json_limits.h"
 
 namespace loom {
 namespace {
 
 namespace fs = std::filesystem;
 
-// transformers: _normalize_chat_messages (drop null keys) + _alias_reasoning_fields.
+using tokenizer::kMaxJsonDepth;
+
+// Runs `f` so that no exception leaves a public function: allocation failure is
+// kResourceExhausted, anything else kInternal, both saying what was being done.
+template <typename F>
+auto NoThrow(const std::string& what, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted(what + ": out of memory");
+  } catch (const std::exception& e) {
+    return Internal(what + ": unexpected error: " + e.what());
+  }
+}
+
+// Untrusted JSON from a request → template value, nesting checked first (iteratively) because
+// copying, dumping and converting nlohmann values recurse once per level.
+StatusOr<jinja::Value> RequestValue(const nlohmann::ordered_json& j, const std::string& what) {
+  RETURN_IF_ERROR(tokenizer::CheckJsonValueDepth(j, kMaxJsonDepth, what));
+  return jinja::Value::FromJsonChecked(j, kMaxJsonDepth, what);
+}
+
+// transformers: _normalize_chat_messages (drop null keys) + _alias_reasoning_fields, straight
+// into template values (linear in the number of keys: nlohmann's ordered_json looks each key up
+// on insertion, which is quadratic for a message with many keys).
 StatusOr<jinja::Value> PrepareMessages(const nlohmann::ordered_json& messages) {
   if (!messages.is_array()) return InvalidArgument("chat messages must be a JSON array");
-  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  RETURN_IF_ERROR(tokenizer::CheckJsonValueDepth(messages, kMaxJsonDepth, "chat messages"));
+  jinja::List out;
+  out.reserve(messages.size());
   for (const auto& m : messages) {
     if (!m.is_object()) {
       return InvalidArgument("Chat messages should be dicts, but got " + m.dump());
     }
-    nlohmann::ordered_json msg = nlohmann::ordered_json::object();
-    for (const auto& [k, v] : m.items()) {
-      if (!v.is_null()) msg[k] = v;
-    }
     const nlohmann::ordered_json* reasoning = nullptr;
     for (const char* field : {"reasoning_content", "thinking", "reasoning"}) {
-      if (msg.contains(field)) {
-        reasoning = &msg[field];
+      auto it = m.find(field);
+      if (it != m.end() && !it->is_null()) {
+        reasoning = &*it;
         break;
       }
     }
+    jinja::Dict msg;
+    jinja::Value reasoning_value;
     if (reasoning != nullptr) {
-      nlohmann::ordered_json aliased = nlohmann::ordered_json::object();
-      aliased["thinking"] = *reasoning;
-      for (const auto& [k, v] : msg.items()) aliased[k] = v;
-      aliased["thinking"] = *reasoning;
-      aliased["reasoning_content"] = *reasoning;
-      msg = std::move(aliased);
+      // transformers rebuilds the dict as {"thinking": r, **msg, "thinking": r,
+      // "reasoning_content": r}: thinking first, reasoning_content where it was (or last).
+      ASSIGN_OR_RETURN(reasoning_value,
+                       jinja::Value::FromJsonChecked(*reasoning, kMaxJsonDepth, "chat messages"));
+      msg.AppendNew("thinking", reasoning_value);
     }
-    out.push_back(std::move(msg));
+    bool has_reasoning_content = false;
+    for (const auto& [k, v] : m.items()) {
+      if (v.is_null()) continue;
+      if (reasoning != nullptr && k == "thinking") continue;
+      if (reasoning != nullptr && k == "reasoning_content") {
+        has_reasoning_content = true;
+        msg.AppendNew(k, reasoning_value);
+        continue;
+      }
+      ASSIGN_OR_RETURN(jinja::Value value,
+                       jinja::Value::FromJsonChecked(v, kMaxJsonDepth - 2, "chat messages"));
+      msg.AppendNew(k, std::move(value));
+    }
+    if (reasoning != nullptr && !has_reasoning_content) {
+      msg.AppendNew("reasoning_content", reasoning_value);
+    }
+    out.push_back(jinja::Value::MakeDict(std::move(msg)));
   }
-  return jinja::Value::FromJson(out);
+  return jinja::Value::MakeList(std::move(out));
 }
 
 StatusOr<std::string> ReadFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound("cannot read " + path.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return tokenizer::ReadTextFile(path.string());
 }
 
 StatusOr<nlohmann::json> ReadJson(const fs::path& path) {
   ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return InvalidArgument(path.string() + ": not valid JSON");
-  return j;
+  return tokenizer::ParseJsonText(text, path.string());
 }
 
 }  // namespace
 
 StatusOr<ChatTemplate> ChatTemplate::Parse(const std::string& source) {
+  return NoThrow("chat template", [&]() -> StatusOr<ChatTemplate> { return ParseUnguarded(source); });
+}
+
+StatusOr<ChatTemplate> ChatTemplate::ParseUnguarded(const std::string& source) {
   StatusOr<jinja::Program> parsed = jinja::Parse(source);
   if (!parsed.ok()) {
     return Status(parsed.status().code(), "chat template: " + parsed.status().message());
@@ -74,9 +114,21 @@ StatusOr<ChatTemplate> ChatTemplate::Parse(const std::string& source) {
 
 StatusOr<std::string> ChatTemplate::Render(const nlohmann::ordered_json& messages,
                                            const ChatTemplateOptions& options) const {
+  return NoThrow("chat template", [&]() -> StatusOr<std::string> {
+    return RenderUnguarded(messages, options);
+  });
+}
+
+StatusOr<std::string> ChatTemplate::RenderUnguarded(const nlohmann::ordered_json& messages,
+                                                    const ChatTemplateOptions& options) const {
   jinja::Dict context;
   if (options.extra.is_object()) {
-    for (const auto& [k, v] : options.extra.items()) context.Set(k, jinja::Value::FromJson(v));
+    RETURN_IF_ERROR(tokenizer::CheckJsonValueDepth(options.extra, kMaxJsonDepth,
+                                                   "chat template extra variables"));
+    for (const auto& [k, v] : options.extra.items()) {
+      ASSIGN_OR_RETURN(jinja::Value value, RequestValue(v, "chat template variable '" + k + "'"));
+      context.Set(k, std::move(value));
+    }
   } else if (!options.extra.is_null()) {
     return InvalidArgument("chat template extra variables must be a JSON object");
   }
@@ -84,8 +136,10 @@ StatusOr<std::string> ChatTemplate::Render(const nlohmann::ordered_json& message
   if (options.eos_token) context.Set("eos_token", jinja::Value::String(*options.eos_token));
   ASSIGN_OR_RETURN(jinja::Value msgs, PrepareMessages(messages));
   context.Set("messages", std::move(msgs));
-  context.Set("tools", jinja::Value::FromJson(options.tools));
-  context.Set("documents", jinja::Value::FromJson(options.documents));
+  ASSIGN_OR_RETURN(jinja::Value tools, RequestValue(options.tools, "chat tools"));
+  context.Set("tools", std::move(tools));
+  ASSIGN_OR_RETURN(jinja::Value documents, RequestValue(options.documents, "chat documents"));
+  context.Set("documents", std::move(documents));
   context.Set("add_generation_prompt", jinja::Value::Bool(options.add_generation_prompt));
 
   jinja::RenderOptions render_options;
@@ -110,8 +164,24 @@ StatusOr<std::string> RenderChatTemplate(const std::string& template_source,
   return t.Render(messages, options);
 }
 
+namespace {
+
+StatusOr<std::string> SelectUnguarded(const nlohmann::json& tokenizer_config,
+                                      const std::string& name, bool has_tools);
+
+}  // namespace
+
 StatusOr<std::string> SelectChatTemplate(const nlohmann::json& tokenizer_config,
                                          const std::string& name, bool has_tools) {
+  return NoThrow("chat template selection", [&]() -> StatusOr<std::string> {
+    return SelectUnguarded(tokenizer_config, name, has_tools);
+  });
+}
+
+namespace {
+
+StatusOr<std::string> SelectUnguarded(const nlohmann::json& tokenizer_config,
+                                      const std::string& name, bool has_tools) {
   if (!tokenizer_config.is_object() || !tokenizer_config.contains("chat_template") ||
       tokenizer_config["chat_template"].is_null()) {
     return NotFound("tokenizer_config.json has no chat_template");
@@ -155,20 +225,27 @@ StatusOr<std::string> SelectChatTemplate(const nlohmann::json& tokenizer_config,
                   "' not found; the model has: " + names);
 }
 
-StatusOr<std::string> LoadChatTemplate(const std::string& model_dir, const std::string& name,
-                                       bool has_tools) {
+StatusOr<std::string> LoadUnguarded(const std::string& model_dir, const std::string& name,
+                                    bool has_tools) {
   const fs::path dir(model_dir);
   const fs::path jinja_file = dir / "chat_template.jinja";
   const fs::path extra_dir = dir / "additional_chat_templates";
-  if (fs::exists(jinja_file) || fs::is_directory(extra_dir)) {
+  std::error_code ec;
+  const bool has_jinja = fs::exists(jinja_file, ec);
+  const bool has_extra = fs::is_directory(extra_dir, ec);
+  if (has_jinja || has_extra) {
     // Same shape transformers builds: {"default": chat_template.jinja, <name>: <name>.jinja}.
     nlohmann::json config = {{"chat_template", nlohmann::json::array()}};
-    if (fs::exists(jinja_file)) {
+    if (has_jinja) {
       ASSIGN_OR_RETURN(std::string t, ReadFile(jinja_file));
       config["chat_template"].push_back({{"name", "default"}, {"template", t}});
     }
-    if (fs::is_directory(extra_dir)) {
-      for (const auto& entry : fs::directory_iterator(extra_dir)) {
+    if (has_extra) {
+      fs::directory_iterator it(extra_dir, ec), end;
+      if (ec) return NotFound("cannot list " + extra_dir.string() + ": " + ec.message());
+      for (; it != end; it.increment(ec)) {
+        if (ec) return NotFound("cannot list " + extra_dir.string() + ": " + ec.message());
+        const fs::directory_entry& entry = *it;
         if (entry.path().extension() != ".jinja") continue;
         ASSIGN_OR_RETURN(std::string t, ReadFile(entry.path()));
         config["chat_template"].push_back(
@@ -178,19 +255,28 @@ StatusOr<std::string> LoadChatTemplate(const std::string& model_dir, const std::
     return SelectChatTemplate(config, name, has_tools);
   }
   const fs::path config_file = dir / "tokenizer_config.json";
-  if (fs::exists(config_file)) {
+  if (fs::exists(config_file, ec)) {
     ASSIGN_OR_RETURN(nlohmann::json config, ReadJson(config_file));
     if (config.contains("chat_template") && !config["chat_template"].is_null()) {
       return SelectChatTemplate(config, name, has_tools);
     }
   }
   const fs::path processor_file = dir / "chat_template.json";
-  if (fs::exists(processor_file)) {
+  if (fs::exists(processor_file, ec)) {
     ASSIGN_OR_RETURN(nlohmann::json config, ReadJson(processor_file));
     return SelectChatTemplate(config, name, has_tools);
   }
   return NotFound(model_dir + " has no chat template (chat_template.jinja, tokenizer_config.json "
                               "chat_template or chat_template.json)");
+}
+
+}  // namespace
+
+StatusOr<std::string> LoadChatTemplate(const std::string& model_dir, const std::string& name,
+                                       bool has_tools) {
+  return NoThrow(model_dir, [&]() -> StatusOr<std::string> {
+    return LoadUnguarded(model_dir, name, has_tools);
+  });
 }
 
 }  // namespace loom

@@ -45,6 +45,10 @@ class ChatTemplate {
                                const ChatTemplateOptions& options) const;
 
  private:
+  static StatusOr<ChatTemplate> ParseUnguarded(const std::string& source);
+  StatusOr<std::string> RenderUnguarded(const nlohmann::ordered_json& messages,
+                                        const ChatTemplateOptions& options) const;
+
   std::shared_ptr<const jinja::Program> program_;
 };
 

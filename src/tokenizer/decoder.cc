@@ -16,7 +16,7 @@ using nlohmann::json;
 // its own bytes), then decodes the whole as lossy UTF-8 into one string.
 class ByteLevelDecoder final : public Decoder {
  public:
-  void DecodeChain(std::vector<std::string>* tokens) const override {
+  void DecodeChain(std::vector<std::string>* tokens, size_t max_bytes) const override {
     std::string bytes;
     for (const std::string& t : *tokens) {
       const size_t mark = bytes.size();
@@ -43,7 +43,7 @@ class MetaspaceDecoder final : public Decoder {
  public:
   MetaspaceDecoder(std::string replacement, bool strip_first)
       : replacement_(std::move(replacement)), strip_first_(strip_first) {}
-  void DecodeChain(std::vector<std::string>* tokens) const override {
+  void DecodeChain(std::vector<std::string>* tokens, size_t max_bytes) const override {
     for (size_t i = 0; i < tokens->size(); ++i) {
       std::string& t = (*tokens)[i];
       std::string out;
@@ -70,7 +70,7 @@ class MetaspaceDecoder final : public Decoder {
 // Runs of <0xXX> tokens become their bytes when those are valid UTF-8, else one U+FFFD per byte.
 class ByteFallbackDecoder final : public Decoder {
  public:
-  void DecodeChain(std::vector<std::string>* tokens) const override {
+  void DecodeChain(std::vector<std::string>* tokens, size_t max_bytes) const override {
     std::vector<std::string> out;
     out.reserve(tokens->size());
     std::string bytes;
@@ -118,7 +118,7 @@ class ByteFallbackDecoder final : public Decoder {
 
 class FuseDecoder final : public Decoder {
  public:
-  void DecodeChain(std::vector<std::string>* tokens) const override {
+  void DecodeChain(std::vector<std::string>* tokens, size_t max_bytes) const override {
     std::string all;
     for (const std::string& t : *tokens) all += t;
     tokens->assign(1, std::move(all));
@@ -130,7 +130,7 @@ class StripDecoder final : public Decoder {
  public:
   StripDecoder(char32_t content, size_t start, size_t stop)
       : content_(content), start_(start), stop_(stop) {}
-  void DecodeChain(std::vector<std::string>* tokens) const override {
+  void DecodeChain(std::vector<std::string>* tokens, size_t max_bytes) const override {
     for (std::string& t : *tokens) {
       std::vector<std::pair<size_t, char32_t>> chars;  // (byte offset, code point)
       size_t pos = 0;
@@ -165,8 +165,17 @@ class ReplaceDecoder final : public Decoder {
  public:
   ReplaceDecoder(Pattern pattern, std::string content)
       : pattern_(std::move(pattern)), content_(std::move(content)) {}
-  void DecodeChain(std::vector<std::string>* tokens) const override {
-    for (std::string& t : *tokens) t = pattern_.ReplaceAll(t, content_);
+  void DecodeChain(std::vector<std::string>* tokens, size_t max_bytes) const override {
+    size_t total = 0;
+    for (const std::string& t : *tokens) total += t.size();
+    for (std::string& t : *tokens) {
+      const size_t others = total - t.size();
+      if (others >= max_bytes) break;
+      StatusOr<std::string> r = pattern_.ReplaceAll(t, content_, max_bytes - others);
+      if (!r.ok()) continue;  // over the bound, or the regex gave up: the token stays as is
+      total = others + r->size();
+      t = std::move(r).value();
+    }
   }
 
  private:
@@ -178,7 +187,7 @@ class ReplaceDecoder final : public Decoder {
 class BpeSuffixDecoder final : public Decoder {
  public:
   explicit BpeSuffixDecoder(std::string suffix) : suffix_(std::move(suffix)) {}
-  void DecodeChain(std::vector<std::string>* tokens) const override {
+  void DecodeChain(std::vector<std::string>* tokens, size_t max_bytes) const override {
     for (size_t i = 0; i < tokens->size(); ++i) {
       const std::string replacement = i + 1 == tokens->size() ? "" : " ";
       std::string& t = (*tokens)[i];
@@ -202,8 +211,8 @@ class SequenceDecoder final : public Decoder {
  public:
   explicit SequenceDecoder(std::vector<std::unique_ptr<Decoder>> parts)
       : parts_(std::move(parts)) {}
-  void DecodeChain(std::vector<std::string>* tokens) const override {
-    for (const auto& p : parts_) p->DecodeChain(tokens);
+  void DecodeChain(std::vector<std::string>* tokens, size_t max_bytes) const override {
+    for (const auto& p : parts_) p->DecodeChain(tokens, max_bytes);
   }
 
  private:
@@ -246,8 +255,18 @@ StatusOr<std::unique_ptr<Decoder>> ParseDecoder(const json& j) {
   }
   if (type == "Strip") {
     ASSIGN_OR_RETURN(char32_t cp, OneChar(j, "content", " ", "decoder Strip"));
-    return std::unique_ptr<Decoder>(
-        new StripDecoder(cp, j.value("start", size_t{0}), j.value("stop", size_t{0})));
+    size_t ends[2] = {0, 0};
+    const char* keys[2] = {"start", "stop"};
+    for (int i = 0; i < 2; ++i) {
+      auto it = j.find(keys[i]);
+      if (it == j.end() || it->is_null()) continue;
+      if (!it->is_number_unsigned() && !(it->is_number_integer() && it->get<int64_t>() >= 0)) {
+        return InvalidArgument(std::string("decoder Strip: \"") + keys[i] +
+                               "\" must be a non-negative integer, got " + it->dump());
+      }
+      ends[i] = it->get<size_t>();
+    }
+    return std::unique_ptr<Decoder>(new StripDecoder(cp, ends[0], ends[1]));
   }
   if (type == "Replace") {
     if (!j.contains("pattern") || !j.contains("content") || !j["content"].is_string()) {
@@ -257,7 +276,12 @@ StatusOr<std::unique_ptr<Decoder>> ParseDecoder(const json& j) {
     return std::unique_ptr<Decoder>(new ReplaceDecoder(std::move(p), j["content"].get<std::string>()));
   }
   if (type == "BPEDecoder") {
-    return std::unique_ptr<Decoder>(new BpeSuffixDecoder(j.value("suffix", std::string("</w>"))));
+    auto it = j.find("suffix");
+    if (it != j.end() && !it->is_string()) {
+      return InvalidArgument("decoder BPEDecoder: \"suffix\" must be a string");
+    }
+    return std::unique_ptr<Decoder>(
+        new BpeSuffixDecoder(it != j.end() ? it->get<std::string>() : std::string("</w>")));
   }
   if (type == "Sequence") {
     if (!j.contains("decoders") || !j["decoders"].is_array()) {

@@ -17,7 +17,9 @@ namespace loom::tokenizer {
 class Decoder {
  public:
   virtual ~Decoder() = default;
-  virtual void DecodeChain(std::vector<std::string>* tokens) const = 0;
+  // `max_bytes` bounds what a growing decoder (Replace) may make of all tokens together: a
+  // replacement that would pass it leaves that token as it is (decoding cannot fail).
+  virtual void DecodeChain(std::vector<std::string>* tokens, size_t max_bytes) const = 0;
 };
 
 // `j` is the "decoder" value of tokenizer.json; null gives a null pointer.

@@ -13,10 +13,22 @@ namespace {
 
 using nlohmann::json;
 
+Status TooLong(const char* name, size_t bytes, size_t max_bytes) {
+  return ResourceExhausted(std::string("normalizer ") + name + ": output of " +
+                           std::to_string(bytes) + " bytes exceeds the limit of " +
+                           std::to_string(max_bytes) + " bytes (" +
+                           std::to_string(kNormalizedGrowth) + " x input + " +
+                           std::to_string(kNormalizedSlack) + ")");
+}
+
 class UnicodeNormalizer final : public Normalizer {
  public:
   explicit UnicodeNormalizer(NormalForm form) : form_(form) {}
-  void Normalize(std::string* text) const override { *text = tokenizer::Normalize(*text, form_); }
+  Status Normalize(std::string* text, size_t max_bytes) const override {
+    *text = tokenizer::Normalize(*text, form_);  // at most 18 code points per input one
+    if (text->size() > max_bytes) return TooLong("NFC/NFD/NFKC/NFKD", text->size(), max_bytes);
+    return OkStatus();
+  }
 
  private:
   NormalForm form_;
@@ -24,14 +36,18 @@ class UnicodeNormalizer final : public Normalizer {
 
 class LowercaseNormalizer final : public Normalizer {
  public:
-  void Normalize(std::string* text) const override { *text = Lowercase(*text); }
+  Status Normalize(std::string* text, size_t max_bytes) const override {
+    *text = Lowercase(*text);  // at most 3 code points per input one
+    if (text->size() > max_bytes) return TooLong("Lowercase", text->size(), max_bytes);
+    return OkStatus();
+  }
 };
 
 // Same as HF Strip: removes leading / trailing characters with char::is_whitespace.
 class StripNormalizer final : public Normalizer {
  public:
   StripNormalizer(bool left, bool right) : left_(left), right_(right) {}
-  void Normalize(std::string* text) const override {
+  Status Normalize(std::string* text, size_t max_bytes) const override {
     const std::string& s = *text;
     size_t begin = 0, end = s.size();
     if (left_) {
@@ -51,6 +67,7 @@ class StripNormalizer final : public Normalizer {
       }
     }
     *text = s.substr(begin, end - begin);
+    return OkStatus();
   }
 
  private:
@@ -61,8 +78,13 @@ class StripNormalizer final : public Normalizer {
 class PrependNormalizer final : public Normalizer {
  public:
   explicit PrependNormalizer(std::string prepend) : prepend_(std::move(prepend)) {}
-  void Normalize(std::string* text) const override {
-    if (!text->empty()) text->insert(0, prepend_);
+  Status Normalize(std::string* text, size_t max_bytes) const override {
+    if (text->empty()) return OkStatus();
+    if (prepend_.size() > max_bytes || text->size() > max_bytes - prepend_.size()) {
+      return TooLong("Prepend", text->size() + prepend_.size(), max_bytes);
+    }
+    text->insert(0, prepend_);
+    return OkStatus();
   }
 
  private:
@@ -73,7 +95,12 @@ class ReplaceNormalizer final : public Normalizer {
  public:
   ReplaceNormalizer(Pattern pattern, std::string content)
       : pattern_(std::move(pattern)), content_(std::move(content)) {}
-  void Normalize(std::string* text) const override { *text = pattern_.ReplaceAll(*text, content_); }
+  Status Normalize(std::string* text, size_t max_bytes) const override {
+    StatusOr<std::string> r = pattern_.ReplaceAll(*text, content_, max_bytes);
+    if (!r.ok()) return Status(r.status().code(), "normalizer Replace: " + r.status().message());
+    *text = std::move(r).value();
+    return OkStatus();
+  }
 
  private:
   Pattern pattern_;
@@ -83,11 +110,13 @@ class ReplaceNormalizer final : public Normalizer {
 // Maps every byte to its GPT-2 printable character.
 class ByteLevelNormalizer final : public Normalizer {
  public:
-  void Normalize(std::string* text) const override {
+  Status Normalize(std::string* text, size_t max_bytes) const override {
+    if (text->size() > max_bytes / 2) return TooLong("ByteLevel", text->size() * 2, max_bytes);
     std::string out;
     out.reserve(text->size() * 2);
     for (unsigned char b : *text) out += ByteToChar(b);
     *text = std::move(out);
+    return OkStatus();
   }
 };
 
@@ -95,8 +124,10 @@ class SequenceNormalizer final : public Normalizer {
  public:
   explicit SequenceNormalizer(std::vector<std::unique_ptr<Normalizer>> parts)
       : parts_(std::move(parts)) {}
-  void Normalize(std::string* text) const override {
-    for (const auto& p : parts_) p->Normalize(text);
+  Status Normalize(std::string* text, size_t max_bytes) const override {
+    // One bound for the whole chain (relative to the original input), so growth cannot compound.
+    for (const auto& p : parts_) RETURN_IF_ERROR(p->Normalize(text, max_bytes));
+    return OkStatus();
   }
 
  private:

@@ -2,6 +2,8 @@
 // Sequence. Any other type is rejected by name.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -11,11 +13,24 @@
 
 namespace loom::tokenizer {
 
+// How far normalizing may grow a piece of text: a normalizer whose output exceeds
+// kNormalizedGrowth × input + kNormalizedSlack bytes fails (40 chained Replace('' → 'ab')
+// normalizers would otherwise grow text exponentially). Real pipelines stay under 4×.
+inline constexpr size_t kNormalizedGrowth = 64;
+inline constexpr size_t kNormalizedSlack = 4096;
+inline size_t NormalizedLimit(size_t input_bytes) {
+  return input_bytes > (SIZE_MAX - kNormalizedSlack) / kNormalizedGrowth
+             ? SIZE_MAX
+             : input_bytes * kNormalizedGrowth + kNormalizedSlack;
+}
+
 // Rewrites one piece of input text (valid UTF-8). Immutable; thread-safe.
 class Normalizer {
  public:
   virtual ~Normalizer() = default;
-  virtual void Normalize(std::string* text) const = 0;
+  // kResourceExhausted naming the normalizer when its output would exceed `max_bytes` (see
+  // NormalizedLimit), or when its regex gives up.
+  virtual Status Normalize(std::string* text, size_t max_bytes) const = 0;
 };
 
 // `j` is the "normalizer" value of tokenizer.json; null gives a null pointer (no normalizer).

@@ -51,10 +51,18 @@ class SequencePostProcessor final : public PostProcessor {
   std::vector<std::unique_ptr<PostProcessor>> parts_;
 };
 
+// Ids a post-processor may add: non-negative and inside the id range a vocab may use.
+constexpr int64_t kMaxPostProcessorId = (int64_t{1} << 24) - 1;
+
+bool IsTokenId(const json& v) {
+  return v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= kMaxPostProcessorId;
+}
+
 StatusOr<int32_t> TokenPairId(const json& j, const char* key, const std::string& where) {
   if (!j.contains(key) || !j[key].is_array() || j[key].size() != 2 ||
-      !j[key][1].is_number_integer()) {
-    return InvalidArgument(where + ": \"" + key + "\" must be [token, id]");
+      !IsTokenId(j[key][1])) {
+    return InvalidArgument(where + ": \"" + key + "\" must be [token, id] with an id in [0, " +
+                           std::to_string(kMaxPostProcessorId) + "]");
   }
   return j[key][1].get<int32_t>();
 }
@@ -69,14 +77,25 @@ StatusOr<std::unique_ptr<PostProcessor>> ParseTemplate(const json& j) {
   for (const auto& piece : j["single"]) {
     if (piece.contains("Sequence")) {
       items.emplace_back();
-    } else if (piece.contains("SpecialToken") && piece["SpecialToken"].contains("id")) {
+    } else if (piece.contains("SpecialToken") && piece["SpecialToken"].is_object() &&
+               piece["SpecialToken"].contains("id") && piece["SpecialToken"]["id"].is_string()) {
       const std::string name = piece["SpecialToken"]["id"].get<std::string>();
-      if (!specials.contains(name) || !specials[name].contains("ids") ||
-          !specials[name]["ids"].is_array() || specials[name]["ids"].empty()) {
+      if (!specials.is_object() || !specials.contains(name) || !specials[name].is_object() ||
+          !specials[name].contains("ids") || !specials[name]["ids"].is_array() ||
+          specials[name]["ids"].empty()) {
         return InvalidArgument(where + ": special token '" + name +
                                "' has no entry in \"special_tokens\"");
       }
-      items.push_back(specials[name]["ids"].get<std::vector<int32_t>>());
+      std::vector<int32_t> ids;
+      for (const json& id : specials[name]["ids"]) {
+        if (!IsTokenId(id)) {
+          return InvalidArgument(where + ": special token '" + name + "' has an invalid id " +
+                                 id.dump() + " (ids are integers in [0, " +
+                                 std::to_string(kMaxPostProcessorId) + "])");
+        }
+        ids.push_back(id.get<int32_t>());
+      }
+      items.push_back(std::move(ids));
     } else {
       return InvalidArgument(where + ": unknown template piece " + piece.dump());
     }

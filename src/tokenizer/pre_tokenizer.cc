@@ -97,23 +97,40 @@ void CharMatches(const std::string& s, Pred pred, Ranges* out) {
 }
 
 template <typename Fn>
-void ForEachPiece(std::vector<PreToken>* pieces, Fn split) {
+Status ForEachPiece(std::vector<PreToken>* pieces, Fn split) {
   std::vector<PreToken> out;
   out.reserve(pieces->size() * 2);
-  for (const PreToken& p : *pieces) split(p, &out);
+  for (const PreToken& p : *pieces) RETURN_IF_ERROR(split(p, &out));
   *pieces = std::move(out);
+  return OkStatus();
+}
+
+size_t TotalBytes(const std::vector<PreToken>& pieces) {
+  size_t total = 0;
+  for (const PreToken& p : pieces) total += p.text.size();
+  return total;
+}
+
+Status CheckTotal(const char* name, const std::vector<PreToken>& pieces, size_t max_bytes) {
+  const size_t total = TotalBytes(pieces);
+  if (total <= max_bytes) return OkStatus();
+  return ResourceExhausted(std::string("pre_tokenizer ") + name + ": output of " +
+                           std::to_string(total) + " bytes exceeds the limit of " +
+                           std::to_string(max_bytes) + " bytes");
 }
 
 class SplitPreTokenizer final : public PreTokenizer {
  public:
   SplitPreTokenizer(Pattern pattern, SplitBehavior behavior, bool invert)
       : pattern_(std::move(pattern)), behavior_(behavior), invert_(invert) {}
-  void PreTokenize(std::vector<PreToken>* pieces) const override {
+  Status PreTokenize(std::vector<PreToken>* pieces, size_t) const override {
     Ranges m;
-    ForEachPiece(pieces, [&](const PreToken& p, std::vector<PreToken>* out) {
+    return ForEachPiece(pieces, [&](const PreToken& p, std::vector<PreToken>* out) -> Status {
       m.clear();
-      pattern_.FindAll(p.text, &m);
+      Status st = pattern_.FindAll(p.text, &m);
+      if (!st.ok()) return Status(st.code(), "pre_tokenizer Split: " + st.message());
       SplitPiece(p, m, invert_, behavior_, out);
+      return OkStatus();
     });
   }
 
@@ -127,12 +144,13 @@ template <typename Pred>
 class CharSplitPreTokenizer final : public PreTokenizer {
  public:
   CharSplitPreTokenizer(Pred pred, SplitBehavior behavior) : pred_(pred), behavior_(behavior) {}
-  void PreTokenize(std::vector<PreToken>* pieces) const override {
+  Status PreTokenize(std::vector<PreToken>* pieces, size_t) const override {
     Ranges m;
-    ForEachPiece(pieces, [&](const PreToken& p, std::vector<PreToken>* out) {
+    return ForEachPiece(pieces, [&](const PreToken& p, std::vector<PreToken>* out) -> Status {
       m.clear();
       CharMatches(p.text, pred_, &m);
       SplitPiece(p, m, false, behavior_, out);
+      return OkStatus();
     });
   }
 
@@ -149,8 +167,8 @@ std::unique_ptr<PreTokenizer> MakeCharSplit(Pred pred, SplitBehavior behavior) {
 // Same as HF Whitespace: keeps the matches of \w+|[^\w\s]+ (regex-crate classes).
 class WhitespacePreTokenizer final : public PreTokenizer {
  public:
-  void PreTokenize(std::vector<PreToken>* pieces) const override {
-    ForEachPiece(pieces, [](const PreToken& p, std::vector<PreToken>* out) {
+  Status PreTokenize(std::vector<PreToken>* pieces, size_t) const override {
+    return ForEachPiece(pieces, [](const PreToken& p, std::vector<PreToken>* out) -> Status {
       const std::string& s = p.text;
       size_t pos = 0;
       int run_kind = 0;  // 0 none, 1 word, 2 other
@@ -171,6 +189,7 @@ class WhitespacePreTokenizer final : public PreTokenizer {
         }
       }
       flush(s.size());
+      return OkStatus();
     });
   }
 };
@@ -180,9 +199,9 @@ class MetaspacePreTokenizer final : public PreTokenizer {
   enum class Prepend { kAlways, kFirst, kNever };
   MetaspacePreTokenizer(std::string replacement, Prepend prepend, bool split)
       : replacement_(std::move(replacement)), prepend_(prepend), split_(split) {}
-  void PreTokenize(std::vector<PreToken>* pieces) const override {
+  Status PreTokenize(std::vector<PreToken>* pieces, size_t max_bytes) const override {
     Ranges m;
-    ForEachPiece(pieces, [&](const PreToken& p, std::vector<PreToken>* out) {
+    RETURN_IF_ERROR(ForEachPiece(pieces, [&](const PreToken& p, std::vector<PreToken>* out) -> Status {
       PreToken q;
       q.at_start = p.at_start;
       q.text.reserve(p.text.size() + replacement_.size());
@@ -200,7 +219,7 @@ class MetaspacePreTokenizer final : public PreTokenizer {
       }
       if (!split_) {
         out->push_back(std::move(q));
-        return;
+        return OkStatus();
       }
       m.clear();
       size_t pos = 0;
@@ -209,7 +228,9 @@ class MetaspacePreTokenizer final : public PreTokenizer {
         pos += replacement_.size();
       }
       SplitPiece(q, m, false, SplitBehavior::kMergedWithNext, out);
-    });
+      return OkStatus();
+    }));
+    return CheckTotal("Metaspace", *pieces, max_bytes);
   }
 
  private:
@@ -225,7 +246,7 @@ class ByteLevelPreTokenizer final : public PreTokenizer {
  public:
   ByteLevelPreTokenizer(bool add_prefix_space, std::unique_ptr<Regex> regex)
       : add_prefix_space_(add_prefix_space), regex_(std::move(regex)) {}
-  void PreTokenize(std::vector<PreToken>* pieces) const override {
+  Status PreTokenize(std::vector<PreToken>* pieces, size_t max_bytes) const override {
     std::vector<PreToken> split;
     split.reserve(pieces->size() * 4);
     Ranges m;
@@ -236,8 +257,16 @@ class ByteLevelPreTokenizer final : public PreTokenizer {
         continue;
       }
       m.clear();
-      regex_->FindAll(p.text, &m);
+      Status st = regex_->FindAll(p.text, &m);
+      if (!st.ok()) return Status(st.code(), "pre_tokenizer ByteLevel: " + st.message());
       SplitPiece(p, m, false, SplitBehavior::kIsolated, &split);
+    }
+    // Each byte becomes at most 2 bytes: refuse before mapping when that could pass the bound.
+    const size_t total = TotalBytes(split);
+    if (total > max_bytes / 2) {
+      return ResourceExhausted("pre_tokenizer ByteLevel: output of up to " +
+                               std::to_string(total * 2) + " bytes exceeds the limit of " +
+                               std::to_string(max_bytes) + " bytes");
     }
     for (PreToken& p : split) {
       std::string mapped;
@@ -246,6 +275,7 @@ class ByteLevelPreTokenizer final : public PreTokenizer {
       p.text = std::move(mapped);
     }
     *pieces = std::move(split);
+    return OkStatus();
   }
 
  private:
@@ -257,8 +287,12 @@ class SequencePreTokenizer final : public PreTokenizer {
  public:
   explicit SequencePreTokenizer(std::vector<std::unique_ptr<PreTokenizer>> parts)
       : parts_(std::move(parts)) {}
-  void PreTokenize(std::vector<PreToken>* pieces) const override {
-    for (const auto& p : parts_) p->PreTokenize(pieces);
+  Status PreTokenize(std::vector<PreToken>* pieces, size_t max_bytes) const override {
+    for (const auto& p : parts_) {
+      RETURN_IF_ERROR(p->PreTokenize(pieces, max_bytes));
+      RETURN_IF_ERROR(CheckTotal("Sequence", *pieces, max_bytes));
+    }
+    return OkStatus();
   }
 
  private:
@@ -343,7 +377,9 @@ StatusOr<std::unique_ptr<PreTokenizer>> ParsePreTokenizer(const json& j) {
   if (type == "Whitespace") return std::unique_ptr<PreTokenizer>(new WhitespacePreTokenizer());
   if (type == "WhitespaceSplit") return MakeCharSplit(IsWhitespace, SplitBehavior::kRemoved);
   if (type == "CharDelimiterSplit") {
-    std::string d = j.value("delimiter", std::string());
+    std::string d = j.contains("delimiter") && j["delimiter"].is_string()
+                        ? j["delimiter"].get<std::string>()
+                        : std::string();
     size_t n = 0;
     if (d.empty() || (NextCodePoint(d, &n), n != d.size())) {
       return InvalidArgument("pre_tokenizer CharDelimiterSplit: delimiter must be one character");

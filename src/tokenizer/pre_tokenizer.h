@@ -23,8 +23,10 @@ struct PreToken {
 class PreTokenizer {
  public:
   virtual ~PreTokenizer() = default;
-  // Replaces `pieces` with their splits; empty pieces are dropped.
-  virtual void PreTokenize(std::vector<PreToken>* pieces) const = 0;
+  // Replaces `pieces` with their splits; empty pieces are dropped. kResourceExhausted when a
+  // regex gives up (catastrophic backtracking) or the pieces would exceed `max_bytes` in all
+  // (a Sequence of ByteLevel pre-tokenizers doubles the text at each step).
+  virtual Status PreTokenize(std::vector<PreToken>* pieces, size_t max_bytes) const = 0;
 };
 
 // `j` is the "pre_tokenizer" value of tokenizer.json; null gives a null pointer.

@@ -63,7 +63,11 @@ std::string EscapeLiteral(std::string_view s) {
 struct JitStack {
   pcre2_jit_stack* stack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, nullptr);
   pcre2_match_context* context = pcre2_match_context_create(nullptr);
-  JitStack() { pcre2_jit_stack_assign(context, nullptr, stack); }
+  JitStack() {
+    pcre2_jit_stack_assign(context, nullptr, stack);
+    pcre2_set_match_limit(context, Regex::kMatchLimit);
+    pcre2_set_heap_limit(context, Regex::kHeapLimitKib);
+  }
   ~JitStack() {
     pcre2_match_context_free(context);
     pcre2_jit_stack_free(stack);
@@ -105,16 +109,28 @@ StatusOr<std::unique_ptr<Regex>> Regex::Literal(std::string_view literal) {
 
 Regex::~Regex() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
 
-void Regex::FindAll(std::string_view s, std::vector<std::pair<size_t, size_t>>* out) const {
+Status Regex::FindAll(std::string_view s, std::vector<std::pair<size_t, size_t>>* out) const {
   auto* code = static_cast<pcre2_code*>(code_);
   pcre2_match_data* md = pcre2_match_data_create_from_pattern(code, nullptr);
+  if (md == nullptr) return ResourceExhausted("regex '" + pattern_ + "': out of memory");
   pcre2_match_context* ctx = ThreadMatchContext();
   size_t start = 0;
   size_t last_match_end = static_cast<size_t>(-1);
+  Status status;
   while (start <= s.size()) {
     const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), start,
                                PCRE2_NO_UTF_CHECK, md, ctx);
-    if (rc < 0) break;
+    if (rc == PCRE2_ERROR_NOMATCH) break;
+    if (rc < 0) {
+      PCRE2_UCHAR message[256];
+      pcre2_get_error_message(rc, message, sizeof(message));
+      status = ResourceExhausted("regex '" + pattern_ + "' gave up at byte " +
+                                 std::to_string(start) + " of a " + std::to_string(s.size()) +
+                                 "-byte piece: " + reinterpret_cast<char*>(message) +
+                                 " (catastrophic backtracking; match limit " +
+                                 std::to_string(kMatchLimit) + ")");
+      break;
+    }
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
     const size_t b = ov[0], e = ov[1];
     if (b == e && last_match_end == e) {
@@ -133,14 +149,39 @@ void Regex::FindAll(std::string_view s, std::vector<std::pair<size_t, size_t>>* 
     }
   }
   pcre2_match_data_free(md);
+  return status;
 }
 
-std::string Regex::ReplaceAll(std::string_view s, std::string_view content) const {
-  std::vector<std::pair<size_t, size_t>> matches;
-  FindAll(s, &matches);
-  if (matches.empty()) return std::string(s);
+namespace {
+
+// `s` with each match replaced by `content`, refused before it is built when over `max_bytes`.
+StatusOr<std::string> ReplaceMatches(std::string_view s,
+                                      const std::vector<std::pair<size_t, size_t>>& matches,
+                                      std::string_view content, size_t max_bytes,
+                                      const std::string& pattern) {
+  if (matches.empty()) {
+    if (s.size() > max_bytes) {
+      return ResourceExhausted("replacing '" + pattern + "': text exceeds " +
+                               std::to_string(max_bytes) + " bytes");
+    }
+    return std::string(s);
+  }
+  // Output size = input - matched bytes + matches * content, computed without overflow.
+  size_t matched = 0;
+  for (const auto& [b, e] : matches) matched += e - b;
+  const size_t kept = s.size() - matched;
+  if (content.size() > 0 && matches.size() > (max_bytes - std::min(kept, max_bytes)) / content.size()) {
+    return ResourceExhausted("replacing '" + pattern + "' with a " +
+                             std::to_string(content.size()) + "-byte string " +
+                             std::to_string(matches.size()) + " times would exceed " +
+                             std::to_string(max_bytes) + " bytes");
+  }
+  if (kept > max_bytes) {
+    return ResourceExhausted("replacing '" + pattern + "': text exceeds " +
+                             std::to_string(max_bytes) + " bytes");
+  }
   std::string out;
-  out.reserve(s.size());
+  out.reserve(kept + matches.size() * content.size());
   size_t prev = 0;
   for (const auto& [b, e] : matches) {
     out.append(s.substr(prev, b - prev));
@@ -149,6 +190,15 @@ std::string Regex::ReplaceAll(std::string_view s, std::string_view content) cons
   }
   out.append(s.substr(prev));
   return out;
+}
+
+}  // namespace
+
+StatusOr<std::string> Regex::ReplaceAll(std::string_view s, std::string_view content,
+                                        size_t max_bytes) const {
+  std::vector<std::pair<size_t, size_t>> matches;
+  RETURN_IF_ERROR(FindAll(s, &matches));
+  return ReplaceMatches(s, matches, content, max_bytes, pattern_);
 }
 
 }  // namespace loom::tokenizer
@@ -178,34 +228,23 @@ StatusOr<Pattern> Pattern::FromLiteral(std::string literal) {
   return p;
 }
 
-void Pattern::FindAll(std::string_view s, std::vector<std::pair<size_t, size_t>>* out) const {
-  if (regex_) {
-    regex_->FindAll(s, out);
-    return;
-  }
-  if (literal_.empty()) return;
+Status Pattern::FindAll(std::string_view s, std::vector<std::pair<size_t, size_t>>* out) const {
+  if (regex_) return regex_->FindAll(s, out);
+  if (literal_.empty()) return OkStatus();
   size_t pos = 0;
   while ((pos = s.find(literal_, pos)) != std::string_view::npos) {
     out->emplace_back(pos, pos + literal_.size());
     pos += literal_.size();
   }
+  return OkStatus();
 }
 
-std::string Pattern::ReplaceAll(std::string_view s, std::string_view content) const {
-  if (regex_) return regex_->ReplaceAll(s, content);
+StatusOr<std::string> Pattern::ReplaceAll(std::string_view s, std::string_view content,
+                                          size_t max_bytes) const {
+  if (regex_) return regex_->ReplaceAll(s, content, max_bytes);
   std::vector<std::pair<size_t, size_t>> matches;
-  FindAll(s, &matches);
-  if (matches.empty()) return std::string(s);
-  std::string out;
-  out.reserve(s.size());
-  size_t prev = 0;
-  for (const auto& [b, e] : matches) {
-    out.append(s.substr(prev, b - prev));
-    out.append(content);
-    prev = e;
-  }
-  out.append(s.substr(prev));
-  return out;
+  RETURN_IF_ERROR(FindAll(s, &matches));
+  return ReplaceMatches(s, matches, content, max_bytes, literal_);
 }
 
 }  // namespace loom::tokenizer

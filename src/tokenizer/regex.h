@@ -1,6 +1,7 @@
 // PCRE2 regular expressions with the matching rules of the HF tokenizers library (Oniguruma).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -26,10 +27,19 @@ class Regex {
   Regex& operator=(const Regex&) = delete;
 
   // Appends the [begin, end) byte ranges of the non-overlapping matches in `s` (valid UTF-8),
-  // leftmost first, like Oniguruma's find_iter.
-  void FindAll(std::string_view s, std::vector<std::pair<size_t, size_t>>* out) const;
-  // Replaces every match with `content`.
-  std::string ReplaceAll(std::string_view s, std::string_view content) const;
+  // leftmost first, like Oniguruma's find_iter. kResourceExhausted naming the pattern when one
+  // match attempt hits kMatchLimit backtracking steps or the JIT stack (catastrophic
+  // backtracking), never a silently short result.
+  Status FindAll(std::string_view s, std::vector<std::pair<size_t, size_t>>* out) const;
+  // Replaces every match with `content`; kResourceExhausted when the result would exceed
+  // `max_bytes` (checked before it is built).
+  StatusOr<std::string> ReplaceAll(std::string_view s, std::string_view content,
+                                   size_t max_bytes) const;
+
+  // PCRE2 match limit per match attempt (its own default; ~10 ms of backtracking).
+  static constexpr uint32_t kMatchLimit = 10'000'000;
+  // PCRE2 backtracking depth / heap for the interpreter (when JIT is unavailable), in KiB.
+  static constexpr uint32_t kHeapLimitKib = 64 * 1024;
 
   const std::string& pattern() const { return pattern_; }
 
@@ -47,8 +57,9 @@ class Pattern {
   static StatusOr<Pattern> FromJson(const nlohmann::json& j, const std::string& where);
   static StatusOr<Pattern> FromLiteral(std::string literal);
 
-  void FindAll(std::string_view s, std::vector<std::pair<size_t, size_t>>* out) const;
-  std::string ReplaceAll(std::string_view s, std::string_view content) const;
+  Status FindAll(std::string_view s, std::vector<std::pair<size_t, size_t>>* out) const;
+  StatusOr<std::string> ReplaceAll(std::string_view s, std::string_view content,
+                                   size_t max_bytes) const;
 
  private:
   std::string literal_;

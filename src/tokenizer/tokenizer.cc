@@ -2,10 +2,13 @@
 // (added tokens → normalizer → added tokens on normalized text → pre-tokenizer → BPE → post).
 #include "tokenizer/tokenizer.h"
 
+#include <charconv>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <new>
+#include <optional>
+#include <system_error>
 
+#include "tokenizer/json_limits.h"
 #include "tokenizer/unicode.h"
 
 namespace loom::tokenizer {
@@ -14,19 +17,29 @@ namespace {
 
 using nlohmann::json;
 
-StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound("cannot open " + path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+StatusOr<json> ParseJsonFile(const std::string& path) {
+  ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+  return ParseJsonText(text, path);
 }
 
-StatusOr<json> ParseJsonFile(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return InvalidArgument(path + " is not valid JSON");
-  return j;
+// Runs `f` (returning a Status or StatusOr) so that no exception leaves a public function: an
+// allocation failure is kResourceExhausted, anything else kInternal, both naming `what`.
+template <typename F>
+auto NoThrow(const std::string& what, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted(what + ": out of memory");
+  } catch (const std::exception& e) {
+    return Internal(what + ": unexpected error: " + e.what());
+  }
+}
+
+// A string field of an object, or `fallback` when absent or of another type.
+std::string StringField(const json& j, const char* key, const std::string& fallback = "") {
+  if (!j.is_object()) return fallback;
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : fallback;
 }
 
 // bos_token / eos_token: a string or an AddedToken object.
@@ -48,9 +61,11 @@ std::string TokenString(const json& config, const char* key) {
 // Likewise transformers 5's GPT2Tokenizer replaces the file's pre-tokenizer with
 // ByteLevel(add_prefix_space from the config, default false): SmolLM's Digits split is dropped.
 void UseTransformersPipeline(const json& config, json* j) {
-  const std::string cls = config.value("tokenizer_class", std::string());
+  if (!config.is_object() || !j->is_object()) return;
+  // transformers would fail on a non-string class; loom keeps tokenizer.json's pipeline.
+  const std::string cls = StringField(config, "tokenizer_class");
   if (cls == "GPT2Tokenizer" || cls == "GPT2TokenizerFast") {
-    const json& aps = config.value("add_prefix_space", json());
+    const json aps = config.contains("add_prefix_space") ? config["add_prefix_space"] : json();
     if (!aps.is_null() && !aps.is_boolean()) return;
     (*j)["pre_tokenizer"] = {{"type", "ByteLevel"},
                              {"add_prefix_space", aps.is_boolean() && aps.get<bool>()},
@@ -60,12 +75,12 @@ void UseTransformersPipeline(const json& config, json* j) {
   }
   if (cls != "LlamaTokenizer" && cls != "LlamaTokenizerFast") return;
   if (!config.contains("legacy") || config["legacy"] != false) return;
-  const json& n = j->value("normalizer", json());
-  const json& pre = j->value("pre_tokenizer", json());
+  const json n = j->contains("normalizer") ? (*j)["normalizer"] : json();
+  const json pre = j->contains("pre_tokenizer") ? (*j)["pre_tokenizer"] : json();
   const std::string meta = "\xE2\x96\x81";
   const bool llama2 =
-      pre.is_null() && n.is_object() && n.value("type", "") == "Sequence" &&
-      n.contains("normalizers") && n["normalizers"].size() == 2 &&
+      pre.is_null() && n.is_object() && StringField(n, "type") == "Sequence" &&
+      n.contains("normalizers") && n["normalizers"].is_array() && n["normalizers"].size() == 2 &&
       n["normalizers"][0] == json{{"type", "Prepend"}, {"prepend", meta}} &&
       n["normalizers"][1] ==
           json{{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", meta}};
@@ -78,49 +93,98 @@ void UseTransformersPipeline(const json& config, json* j) {
 }  // namespace
 
 StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromFile(const std::string& path) {
-  ASSIGN_OR_RETURN(json j, ParseJsonFile(path));
-  auto t = Build(j, json());
-  if (!t.ok()) return InvalidArgument(path + ": " + t.status().message());
-  return t;
+  return NoThrow(path, [&]() -> StatusOr<std::unique_ptr<Tokenizer>> {
+    ASSIGN_OR_RETURN(json j, ParseJsonFile(path));
+    auto t = Build(j, json());
+    if (!t.ok()) return Status(t.status().code(), path + ": " + t.status().message());
+    return t;
+  });
 }
 
 StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view text) {
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return InvalidArgument("tokenizer.json is not valid JSON");
-  return Build(j, json());
+  return NoThrow("tokenizer.json", [&]() -> StatusOr<std::unique_ptr<Tokenizer>> {
+    ASSIGN_OR_RETURN(json j, ParseJsonText(text, "tokenizer.json"));
+    return Build(j, json());
+  });
 }
 
-StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromModelDir(const std::string& dir) {
-  namespace fs = std::filesystem;
-  const std::string path = (fs::path(dir) / "tokenizer.json").string();
-  if (!fs::exists(path)) {
-    return NotFound(dir + " has no tokenizer.json (loom reads the tokenizers-library format; a "
-                    "folder with only vocab.json + merges.txt or tokenizer.model needs converting)");
-  }
-  ASSIGN_OR_RETURN(json j, ParseJsonFile(path));
-  json config;
-  const fs::path config_path = fs::path(dir) / "tokenizer_config.json";
-  if (fs::exists(config_path)) {
-    ASSIGN_OR_RETURN(config, ParseJsonFile(config_path.string()));
-  }
-  if (config.is_object()) UseTransformersPipeline(config, &j);
+namespace {
+
+// tokenizer_config.json's added_tokens_decoder: {"<id>": {AddedToken}, ...} as a list of
+// tokens. Keys are decimal ids (transformers calls int() on them).
+StatusOr<json> ConfigAddedTokens(const json& config, const std::string& config_path) {
   json extra = json::array();
-  if (config.is_object() && config.contains("added_tokens_decoder") &&
-      config["added_tokens_decoder"].is_object()) {
-    for (const auto& [id, token] : config["added_tokens_decoder"].items()) {
-      json t = token;
-      t["id"] = std::stoll(id);
-      extra.push_back(t);
+  if (!config.is_object() || !config.contains("added_tokens_decoder")) return extra;
+  const json& decoder = config["added_tokens_decoder"];
+  if (!decoder.is_object()) return extra;
+  for (const auto& [key, token] : decoder.items()) {
+    int64_t id = 0;
+    const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+    if (key.empty() || ec != std::errc() || end != key.data() + key.size() || id < 0 ||
+        id > kMaxTokenId) {
+      return InvalidArgument(config_path + ": added_tokens_decoder key '" + key +
+                             "' is not a token id (a decimal integer in [0, " +
+                             std::to_string(kMaxTokenId) + "])");
     }
+    if (!token.is_object()) {
+      return InvalidArgument(config_path + ": added_tokens_decoder['" + key +
+                             "'] must be an object");
+    }
+    json t = token;
+    t["id"] = id;
+    extra.push_back(std::move(t));
   }
+  return extra;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromModelDir(const std::string& dir) {
+  return NoThrow(dir, [&]() -> StatusOr<std::unique_ptr<Tokenizer>> {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const std::string path = (fs::path(dir) / "tokenizer.json").string();
+    if (!fs::exists(path, ec)) {
+      return NotFound(dir + " has no tokenizer.json (loom reads the tokenizers-library format; "
+                      "a folder with only vocab.json + merges.txt or tokenizer.model needs "
+                      "converting)");
+    }
+    ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+    const std::string config_path = (fs::path(dir) / "tokenizer_config.json").string();
+    std::optional<std::string> config_text;
+    if (fs::exists(config_path, ec)) {
+      ASSIGN_OR_RETURN(config_text, ReadTextFile(config_path));
+    }
+    return FromTexts(text, path, config_text, config_path);
+  });
+}
+
+StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJsonTexts(
+    std::string_view tokenizer_json, std::optional<std::string_view> tokenizer_config_json) {
+  return NoThrow("tokenizer.json", [&]() -> StatusOr<std::unique_ptr<Tokenizer>> {
+    return FromTexts(tokenizer_json, "tokenizer.json", tokenizer_config_json,
+                     "tokenizer_config.json");
+  });
+}
+
+StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromTexts(
+    std::string_view text, const std::string& path, std::optional<std::string_view> config_text,
+    const std::string& config_path) {
+  ASSIGN_OR_RETURN(json j, ParseJsonText(text, path));
+  json config;
+  if (config_text) {
+    ASSIGN_OR_RETURN(config, ParseJsonText(*config_text, config_path));
+  }
+  UseTransformersPipeline(config, &j);
+  ASSIGN_OR_RETURN(json extra, ConfigAddedTokens(config, config_path));
   auto built = Build(j, extra);
-  if (!built.ok()) return InvalidArgument(path + ": " + built.status().message());
+  if (!built.ok()) return Status(built.status().code(), path + ": " + built.status().message());
   std::unique_ptr<Tokenizer> t = std::move(built).value();
   TokenizerConfig& c = t->config_;
-  c.raw = config;
-  if (config.is_object()) {
-    c.bos_token = TokenString(config, "bos_token");
-    c.eos_token = TokenString(config, "eos_token");
+  c.raw = std::move(config);
+  if (c.raw.is_object()) {
+    c.bos_token = TokenString(c.raw, "bos_token");
+    c.eos_token = TokenString(c.raw, "eos_token");
   }
   return t;
 }
@@ -130,25 +194,46 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Build(const json& j, const json&
     if (!j.is_object()) return InvalidArgument("expected a JSON object");
     if (!j.contains("model")) return InvalidArgument("missing \"model\"");
     std::unique_ptr<Tokenizer> t(new Tokenizer());
+    const json null;
+    auto field = [&](const char* key) -> const json& {
+      auto it = j.find(key);
+      return it == j.end() ? null : *it;
+    };
     ASSIGN_OR_RETURN(t->model_, BpeModel::FromJson(j["model"]));
-    ASSIGN_OR_RETURN(t->normalizer_, ParseNormalizer(j.value("normalizer", json())));
-    ASSIGN_OR_RETURN(t->pre_tokenizer_, ParsePreTokenizer(j.value("pre_tokenizer", json())));
-    ASSIGN_OR_RETURN(t->post_processor_, ParsePostProcessor(j.value("post_processor", json())));
-    ASSIGN_OR_RETURN(t->decoder_, ParseDecoder(j.value("decoder", json())));
+    ASSIGN_OR_RETURN(t->normalizer_, ParseNormalizer(field("normalizer")));
+    ASSIGN_OR_RETURN(t->pre_tokenizer_, ParsePreTokenizer(field("pre_tokenizer")));
+    ASSIGN_OR_RETURN(t->post_processor_, ParsePostProcessor(field("post_processor")));
+    ASSIGN_OR_RETURN(t->decoder_, ParseDecoder(field("decoder")));
     t->id_limit_ = t->model_->id_limit();
-    RETURN_IF_ERROR(t->AddTokens(j.value("added_tokens", json::array()), false));
+    const json& added = field("added_tokens");
+    RETURN_IF_ERROR(t->AddTokens(added.is_null() ? json::array() : added, false));
     if (extra_added.is_array()) RETURN_IF_ERROR(t->AddTokens(extra_added, true));
-    t->BuildMatchers();
+    RETURN_IF_ERROR(t->BuildMatchers());
     return t;
   } catch (const json::exception& e) {
     return InvalidArgument(std::string("malformed tokenizer.json: ") + e.what());
   }
 }
 
+namespace {
+
+// An optional boolean flag of an added token: `fallback` when absent, an error naming the
+// token when present with another type.
+StatusOr<bool> TokenFlag(const json& item, const char* key, bool fallback,
+                         const std::string& content) {
+  auto it = item.find(key);
+  if (it == item.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) {
+    return InvalidArgument("added token '" + content + "': \"" + key + "\" must be a boolean");
+  }
+  return it->get<bool>();
+}
+
+}  // namespace
+
 Status Tokenizer::AddTokens(const json& list, bool from_config) {
   if (!list.is_array()) return InvalidArgument("\"added_tokens\" must be a list");
   const int32_t model_vocab_size = static_cast<int32_t>(model_->id_limit());
-  std::vector<AddedToken> specials, others;
   for (const json& item : list) {
     AddedToken a;
     if (!item.is_object() || !item.contains("content") || !item["content"].is_string()) {
@@ -162,22 +247,25 @@ Status Tokenizer::AddTokens(const json& list, bool from_config) {
                                "\"");
       }
     }
-    a.special = item.value("special", false);
-    a.lstrip = item.value("lstrip", false);
-    a.rstrip = item.value("rstrip", false);
-    a.single_word = item.value("single_word", false);
-    a.normalized = item.value("normalized", !a.special);
+    ASSIGN_OR_RETURN(a.special, TokenFlag(item, "special", false, a.content));
+    ASSIGN_OR_RETURN(a.lstrip, TokenFlag(item, "lstrip", false, a.content));
+    ASSIGN_OR_RETURN(a.rstrip, TokenFlag(item, "rstrip", false, a.content));
+    ASSIGN_OR_RETURN(a.single_word, TokenFlag(item, "single_word", false, a.content));
+    ASSIGN_OR_RETURN(a.normalized, TokenFlag(item, "normalized", !a.special, a.content));
     if (a.content.empty() || added_by_content_.count(a.content)) continue;
     // Same as HF AddedVocabulary::add_tokens: a token the model knows keeps the model's id;
     // a new one gets the next id after the vocab (the file's "id" is only checked by HF).
+    // max_added_id_ keeps this O(1) per token (150k added tokens load in linear time).
     int32_t id = model_->TokenToId(a.content);
     if (id < 0) {
-      int32_t max_added = -1;
-      for (const auto& [added_id, index] : added_by_id_) max_added = std::max(max_added, added_id);
-      id = max_added < 0 ? model_vocab_size
-                         : (max_added >= model_vocab_size ? max_added + 1 : model_vocab_size);
+      id = max_added_id_ >= model_vocab_size ? max_added_id_ + 1 : model_vocab_size;
+      if (id > kMaxTokenId) {
+        return InvalidArgument("added token '" + a.content + "': id " + std::to_string(id) +
+                               " exceeds the largest token id " + std::to_string(kMaxTokenId));
+      }
     }
     a.id = id;
+    max_added_id_ = std::max(max_added_id_, id);
     added_by_id_[id] = added_.size();
     added_by_content_[a.content] = added_.size();
     added_.push_back(a);
@@ -186,7 +274,7 @@ Status Tokenizer::AddTokens(const json& list, bool from_config) {
   return OkStatus();
 }
 
-void Tokenizer::BuildMatchers() {
+Status Tokenizer::BuildMatchers() {
   // HF matches special tokens before the others (its pattern order).
   raw_tokens_.clear();
   normalized_tokens_.clear();
@@ -200,81 +288,103 @@ void Tokenizer::BuildMatchers() {
   for (const AddedToken& a : raw_tokens_) raw_patterns.push_back(a.content);
   for (const AddedToken& a : normalized_tokens_) {
     std::string p = a.content;
-    if (normalizer_) normalizer_->Normalize(&p);
+    if (normalizer_) {
+      Status st = normalizer_->Normalize(&p, NormalizedLimit(p.size()));
+      if (!st.ok()) return Status(st.code(), "added token '" + a.content + "': " + st.message());
+    }
     normalized_patterns.push_back(std::move(p));
   }
   raw_matcher_ = std::make_unique<AddedTokenMatcher>(&raw_tokens_, std::move(raw_patterns));
   normalized_matcher_ =
       std::make_unique<AddedTokenMatcher>(&normalized_tokens_, std::move(normalized_patterns));
+  return OkStatus();
 }
 
-Status Tokenizer::EncodePiece(std::string_view text, bool at_start, std::vector<PreToken>* scratch,
-                              std::vector<int32_t>* ids) const {
+Status Tokenizer::EncodePiece(std::string_view text, bool at_start, size_t max_bytes,
+                              std::vector<PreToken>* scratch, std::vector<int32_t>* ids) const {
   scratch->clear();
   scratch->push_back({std::string(text), at_start});
-  if (pre_tokenizer_) pre_tokenizer_->PreTokenize(scratch);
+  if (pre_tokenizer_) RETURN_IF_ERROR(pre_tokenizer_->PreTokenize(scratch, max_bytes));
   for (const PreToken& p : *scratch) RETURN_IF_ERROR(model_->Tokenize(p.text, ids));
   return OkStatus();
 }
 
 StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text,
                                                  bool add_special_tokens) const {
-  if (!IsValidUtf8(text)) return InvalidArgument("text to encode is not valid UTF-8");
-  std::vector<int32_t> ids;
-  ids.reserve(text.size() / 3 + 4);
-  std::vector<TextSegment> segments, inner;
-  raw_matcher_->Split(text, &segments);
-  std::vector<PreToken> scratch;
-  std::string normalized;
-  for (const TextSegment& seg : segments) {
-    if (seg.id >= 0) {
-      ids.push_back(seg.id);
-      continue;
+  return NoThrow("encode", [&]() -> StatusOr<std::vector<int32_t>> {
+    if (text.size() > kMaxEncodeBytes) {
+      return InvalidArgument("text to encode has " + std::to_string(text.size()) +
+                             " bytes; the limit is " + std::to_string(kMaxEncodeBytes));
     }
-    if (seg.end <= seg.begin) continue;
-    normalized.assign(text.substr(seg.begin, seg.end - seg.begin));
-    if (normalizer_) normalizer_->Normalize(&normalized);
-    if (normalized.empty()) continue;
-    inner.clear();
-    normalized_matcher_->Split(normalized, &inner);
-    for (const TextSegment& s : inner) {
-      if (s.id >= 0) {
-        ids.push_back(s.id);
-      } else if (s.end > s.begin) {
-        const bool at_start = seg.begin == 0 && s.begin == 0;
-        RETURN_IF_ERROR(EncodePiece(std::string_view(normalized).substr(s.begin, s.end - s.begin),
-                                    at_start, &scratch, &ids));
+    if (!IsValidUtf8(text)) return InvalidArgument("text to encode is not valid UTF-8");
+    std::vector<int32_t> ids;
+    ids.reserve(text.size() / 3 + 4);
+    std::vector<TextSegment> segments, inner;
+    raw_matcher_->Split(text, &segments);
+    std::vector<PreToken> scratch;
+    std::string normalized;
+    for (const TextSegment& seg : segments) {
+      if (seg.id >= 0) {
+        ids.push_back(seg.id);
+        continue;
+      }
+      if (seg.end <= seg.begin) continue;
+      normalized.assign(text.substr(seg.begin, seg.end - seg.begin));
+      // Normalizing and pre-tokenizing may grow a piece by a bounded factor (NormalizedLimit).
+      const size_t max_bytes = NormalizedLimit(normalized.size());
+      if (normalizer_) RETURN_IF_ERROR(normalizer_->Normalize(&normalized, max_bytes));
+      if (normalized.empty()) continue;
+      inner.clear();
+      normalized_matcher_->Split(normalized, &inner);
+      for (const TextSegment& s : inner) {
+        if (s.id >= 0) {
+          ids.push_back(s.id);
+        } else if (s.end > s.begin) {
+          const bool at_start = seg.begin == 0 && s.begin == 0;
+          RETURN_IF_ERROR(
+              EncodePiece(std::string_view(normalized).substr(s.begin, s.end - s.begin), at_start,
+                          max_bytes, &scratch, &ids));
+        }
       }
     }
-  }
-  if (add_special_tokens && post_processor_) post_processor_->AddSpecialTokens(&ids);
-  return ids;
+    if (add_special_tokens && post_processor_) post_processor_->AddSpecialTokens(&ids);
+    return ids;
+  });
 }
 
 std::string Tokenizer::Decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
-  std::vector<std::string> tokens;
-  tokens.reserve(ids.size());
-  for (int32_t id : ids) {
-    const std::string* token = IdToToken(id);
-    if (token == nullptr) continue;
-    if (skip_special_tokens) {
-      auto it = added_by_content_.find(*token);
-      if (it != added_by_content_.end() && added_[it->second].special) continue;
+  try {
+    std::vector<std::string> tokens;
+    tokens.reserve(ids.size());
+    size_t bytes = 0;
+    for (int32_t id : ids) {
+      const std::string* token = IdToToken(id);
+      if (token == nullptr) continue;
+      if (skip_special_tokens) {
+        auto it = added_by_content_.find(*token);
+        if (it != added_by_content_.end() && added_[it->second].special) continue;
+      }
+      tokens.push_back(*token);
+      bytes += token->size();
     }
-    tokens.push_back(*token);
-  }
-  if (!decoder_) {
+    if (!decoder_) {
+      std::string out;
+      for (size_t i = 0; i < tokens.size(); ++i) {
+        if (i) out += ' ';
+        out += tokens[i];
+      }
+      return out;
+    }
+    // A Replace decoder may grow the text by the same bounded factor as a normalizer.
+    decoder_->DecodeChain(&tokens, NormalizedLimit(bytes));
     std::string out;
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      if (i) out += ' ';
-      out += tokens[i];
-    }
+    for (const std::string& t : tokens) out += t;
     return out;
+  } catch (const std::bad_alloc&) {
+    // Decode cannot report an error; with the growth bound above only real memory exhaustion
+    // gets here, and an empty text is the safe answer.
+    return std::string();
   }
-  decoder_->DecodeChain(&tokens);
-  std::string out;
-  for (const std::string& t : tokens) out += t;
-  return out;
 }
 
 int32_t Tokenizer::TokenToId(std::string_view token) const {

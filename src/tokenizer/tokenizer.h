@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -30,6 +31,10 @@ struct TokenizerConfig {
   nlohmann::json raw;  // the whole tokenizer_config.json (null when the file is absent)
 };
 
+// Longest text Encode accepts (positions inside the BPE merge loop are 32-bit); memory stays
+// linear in the text below it.
+inline constexpr size_t kMaxEncodeBytes = size_t{1} << 30;
+
 // Immutable after load except for the BPE word cache (internally locked): Encode and Decode
 // may run on many threads at once.
 class Tokenizer {
@@ -45,8 +50,13 @@ class Tokenizer {
   // add_bos_token / add_eos_token are not applied: transformers 5 keeps tokenizer.json's
   // post-processor for them too (checked with LlamaTokenizer and TokenizersBackend).
   static StatusOr<std::unique_ptr<Tokenizer>> FromModelDir(const std::string& dir);
+  // FromModelDir on texts already read: tokenizer.json and, when given, tokenizer_config.json.
+  static StatusOr<std::unique_ptr<Tokenizer>> FromJsonTexts(
+      std::string_view tokenizer_json, std::optional<std::string_view> tokenizer_config_json);
 
-  // `text` must be valid UTF-8. add_special_tokens runs the post-processor (e.g. adds BOS).
+  // `text` must be valid UTF-8 (and at most kMaxEncodeBytes). add_special_tokens runs the
+  // post-processor (e.g. adds BOS). Errors: a normalizer or pre-tokenizer output past its growth
+  // bound (NormalizedLimit), a pre-tokenizer regex that gives up (catastrophic backtracking).
   StatusOr<std::vector<int32_t>> Encode(std::string_view text, bool add_special_tokens) const;
   // Unknown ids are skipped (as HF does); invalid byte sequences become U+FFFD.
   std::string Decode(std::span<const int32_t> ids, bool skip_special_tokens) const;
@@ -63,12 +73,15 @@ class Tokenizer {
 
  private:
   Tokenizer() = default;
+  static StatusOr<std::unique_ptr<Tokenizer>> FromTexts(
+      std::string_view text, const std::string& path,
+      std::optional<std::string_view> config_text, const std::string& config_path);
   static StatusOr<std::unique_ptr<Tokenizer>> Build(const nlohmann::json& j,
                                                     const nlohmann::json& extra_added);
   Status AddTokens(const nlohmann::json& list, bool from_config);
-  void BuildMatchers();
-  Status EncodePiece(std::string_view text, bool at_start, std::vector<PreToken>* scratch,
-                     std::vector<int32_t>* ids) const;
+  Status BuildMatchers();
+  Status EncodePiece(std::string_view text, bool at_start, size_t max_bytes,
+                     std::vector<PreToken>* scratch, std::vector<int32_t>* ids) const;
 
   std::unique_ptr<BpeModel> model_;
   std::unique_ptr<Normalizer> normalizer_;
@@ -82,6 +95,7 @@ class Tokenizer {
   std::unique_ptr<AddedTokenMatcher> normalized_matcher_;  // normalized == true
   std::vector<AddedToken> raw_tokens_, normalized_tokens_;
   int32_t id_limit_ = 0;
+  int32_t max_added_id_ = -1;  // largest id given to an added token so far
   TokenizerConfig config_;
 };
 

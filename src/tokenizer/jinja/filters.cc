@@ -1,6 +1,9 @@
 // Jinja filters (`x | name(args)`) with jinja2's behaviour, and transformers' tojson.
 #include <algorithm>
+#include <charconv>
+#include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 
 #include "tokenizer/jinja/builtins.h"
@@ -142,8 +145,9 @@ StatusOr<Value> GetPath(Interpreter& interp, const Value& item, const std::strin
     size_t e = path.find('.', b);
     std::string part = path.substr(b, e == std::string::npos ? std::string::npos : e - b);
     bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
-    ASSIGN_OR_RETURN(cur, interp.GetItem(cur, numeric ? Value::Int(std::atoll(part.c_str()))
-                                                      : Value::String(part)));
+    int64_t index = INT64_MAX;  // more digits than fit: no such element, like any large index
+    if (numeric) std::from_chars(part.data(), part.data() + part.size(), index);
+    ASSIGN_OR_RETURN(cur, interp.GetItem(cur, numeric ? Value::Int(index) : Value::String(part)));
     if (e == std::string::npos) return cur;
     b = e + 1;
   }
@@ -261,13 +265,25 @@ StatusOr<Value> Items(Interpreter&, const Value& v, CallArgs&) {
   return Value::MakeIterator(std::move(out), "generator");
 }
 
+// A finite double truncated toward zero as Python's int() does; an error naming the filter when
+// the result does not fit loom's 64-bit integers (Python would give a big int).
+StatusOr<Value> TruncateToInt(double f) {
+  const double t = std::trunc(f);
+  // [-2^63, 2^63): both bounds are exact doubles.
+  if (!(t >= -9223372036854775808.0 && t < 9223372036854775808.0)) {
+    return InvalidArgument("int: " + FloatRepr(f) +
+                           " does not fit in a 64-bit integer (OverflowError)");
+  }
+  return Value::Int(static_cast<int64_t>(t));
+}
+
 StatusOr<Value> ToInt(Interpreter&, const Value& v, CallArgs& args) {
   const Value* dflt = FindArg(args, 0, "default");
   Value fallback = dflt ? *dflt : Value::Int(0);
   if (v.is_int() || v.is_bool()) return Value::Int(v.as_int());
   if (v.is_float()) {
     if (!std::isfinite(v.as_double())) return fallback;
-    return Value::Int(static_cast<int64_t>(v.as_double()));
+    return TruncateToInt(v.as_double());
   }
   if (v.is_string()) {
     std::string s = PyStrip(v.str(), true, true, nullptr);
@@ -275,8 +291,11 @@ StatusOr<Value> ToInt(Interpreter&, const Value& v, CallArgs& args) {
     errno = 0;
     long long i = std::strtoll(s.c_str(), &end, 10);
     if (!s.empty() && *end == '\0' && errno == 0) return Value::Int(i);
+    if (!s.empty() && *end == '\0' && errno == ERANGE) {
+      return InvalidArgument("int: '" + s + "' does not fit in a 64-bit integer (OverflowError)");
+    }
     double f = std::strtod(s.c_str(), &end);
-    if (!s.empty() && *end == '\0' && std::isfinite(f)) return Value::Int(static_cast<int64_t>(f));
+    if (!s.empty() && *end == '\0' && std::isfinite(f)) return TruncateToInt(f);
   }
   return fallback;
 }
@@ -295,7 +314,12 @@ StatusOr<Value> ToFloat(Interpreter&, const Value& v, CallArgs& args) {
 }
 
 StatusOr<Value> Abs(Interpreter&, const Value& v, CallArgs&) {
-  if (v.is_int() || v.is_bool()) return Value::Int(std::llabs(v.as_int()));
+  if (v.is_int() || v.is_bool()) {
+    if (v.as_int() == INT64_MIN) {
+      return InvalidArgument("abs: integer overflow (OverflowError; loom's integers are 64-bit)");
+    }
+    return Value::Int(v.as_int() < 0 ? -v.as_int() : v.as_int());
+  }
   if (v.is_float()) return Value::Float(std::fabs(v.as_double()));
   return InvalidArgument("bad operand type for abs(): '" + v.TypeName() + "'");
 }
@@ -305,6 +329,9 @@ StatusOr<Value> Round(Interpreter&, const Value& v, CallArgs& args) {
   const Value* p = FindArg(args, 0, "precision");
   const Value* m = FindArg(args, 1, "method");
   std::string method = m ? SoftStr(*m) : "common";
+  if (p != nullptr && !p->is_int() && !p->is_bool()) {
+    return InvalidArgument("round: precision must be an integer, got '" + p->TypeName() + "'");
+  }
   int64_t precision = p ? p->as_int() : 0;
   if (!v.is_number()) return InvalidArgument("round: value must be a number");
   double scale = std::pow(10.0, static_cast<double>(precision));
@@ -329,9 +356,18 @@ StatusOr<Value> Indent(Interpreter& interp, const Value& v, CallArgs& args) {
   const Value* width = FindArg(args, 0, "width");
   const Value* first = FindArg(args, 1, "first");
   const Value* blank = FindArg(args, 2, "blank");
-  std::string ind = width == nullptr ? "    "
-                    : width->is_string() ? width->str()
-                                         : std::string(std::max<int64_t>(0, width->as_int()), ' ');
+  std::string ind = "    ";
+  if (width != nullptr && width->is_string()) {
+    ind = width->str();
+  } else if (width != nullptr && (width->is_int() || width->is_bool())) {
+    // jinja2 builds " " * width: checked against the size limit before it is built.
+    const int64_t w = std::max<int64_t>(0, width->as_int());
+    RETURN_IF_ERROR(interp.CheckSize(static_cast<uint64_t>(w)));
+    ind.assign(static_cast<size_t>(w), ' ');
+  } else if (width != nullptr) {
+    return InvalidArgument("indent: can't multiply sequence by non-int of type '" +
+                           width->TypeName() + "'");
+  }
   std::string s = SoftStr(v) + "\n";
   std::vector<std::string> lines;
   size_t b = 0;
@@ -343,6 +379,13 @@ StatusOr<Value> Indent(Interpreter& interp, const Value& v, CallArgs& args) {
     }
   }
   if (b < s.size()) lines.push_back(s.substr(b));
+  // Each line may get the indent: refuse before building when that could pass the limit.
+  size_t grown;
+  if (__builtin_mul_overflow(lines.size() + 1, ind.size(), &grown) ||
+      __builtin_add_overflow(grown, s.size(), &grown)) {
+    grown = SIZE_MAX;
+  }
+  RETURN_IF_ERROR(interp.CheckSize(grown));
   std::string out;
   if (blank && blank->Truthy()) {
     for (size_t i = 0; i < lines.size(); ++i) out += (i ? "\n" + ind : "") + lines[i];
@@ -453,6 +496,13 @@ StatusOr<Value> Batch(Interpreter& interp, const Value& v, CallArgs& args) {
     return InvalidArgument("batch needs a positive line count");
   }
   ASSIGN_OR_RETURN(List items, interp.Iterate(v));
+  if (fill && !fill->is_none()) {
+    // The last batch is padded to linecount: bound it before filling.
+    RETURN_IF_ERROR(interp.CheckCollectionBytes(
+        count->as_int() > static_cast<int64_t>(SIZE_MAX / (2 * kValueBytes))
+            ? SIZE_MAX
+            : static_cast<size_t>(count->as_int()) * kValueBytes));
+  }
   List out, cur;
   for (Value& item : items) {
     cur.push_back(std::move(item));
@@ -476,8 +526,16 @@ StatusOr<Value> MinMaxSum(Interpreter& interp, const Value& v, CallArgs& args, i
     Value total = Value::Int(0);
     for (const Value& x : items) {
       if (!x.is_number()) return InvalidArgument("sum: items must be numbers");
-      total = total.is_float() || x.is_float() ? Value::Float(total.as_double() + x.as_double())
-                                               : Value::Int(total.as_int() + x.as_int());
+      if (total.is_float() || x.is_float()) {
+        total = Value::Float(total.as_double() + x.as_double());
+      } else {
+        int64_t r;
+        if (__builtin_add_overflow(total.as_int(), x.as_int(), &r)) {
+          return InvalidArgument(
+              "sum: integer overflow (OverflowError; loom's integers are 64-bit)");
+        }
+        total = Value::Int(r);
+      }
     }
     return total;
   }

@@ -73,23 +73,103 @@ Status Unpack(const std::vector<std::string>& targets, const Value& item, Scope*
 Interpreter::Interpreter(const Dict& globals, const RenderOptions& options)
     : globals_(globals), options_(options) {
   AddGlobals(&builtins_);
+  if (options_.limits.max_render_ms > 0) {
+    deadline_ = std::chrono::steady_clock::now() +
+                std::chrono::milliseconds(options_.limits.max_render_ms);
+  }
 }
 
 Status Interpreter::Charge(int64_t steps) {
-  steps_ += steps;
+  const int64_t before = steps_;
+  if (steps < 0 || __builtin_add_overflow(steps_, steps, &steps_)) {
+    steps_ = INT64_MAX;
+  }
   if (steps_ > options_.limits.max_steps) {
     return ResourceExhausted("template exceeded " + std::to_string(options_.limits.max_steps) +
-                             " evaluation steps");
+                             " evaluation steps (RenderLimits::max_steps)");
+  }
+  if (options_.limits.max_render_ms > 0 && (before >> 10) != (steps_ >> 10) &&
+      std::chrono::steady_clock::now() > deadline_) {
+    return ResourceExhausted("template rendering exceeded its time budget of " +
+                             std::to_string(options_.limits.max_render_ms) +
+                             " ms (RenderLimits::max_render_ms)");
   }
   return OkStatus();
 }
 
 Status Interpreter::CheckSize(size_t bytes) const {
   if (bytes > options_.limits.max_output_bytes) {
-    return ResourceExhausted("template output or value exceeds " +
-                             std::to_string(options_.limits.max_output_bytes) + " bytes");
+    return ResourceExhausted("template output or string exceeds " +
+                             std::to_string(options_.limits.max_output_bytes) +
+                             " bytes (RenderLimits::max_output_bytes)");
   }
   return OkStatus();
+}
+
+Status Interpreter::CheckCollectionBytes(size_t bytes) const {
+  if (bytes > options_.limits.max_collection_bytes) {
+    return ResourceExhausted("template list or dict exceeds " +
+                             std::to_string(options_.limits.max_collection_bytes) +
+                             " bytes (RenderLimits::max_collection_bytes)");
+  }
+  return OkStatus();
+}
+
+Status Interpreter::ChargeBuilt(size_t bytes) {
+  if (__builtin_add_overflow(built_bytes_, bytes, &built_bytes_)) built_bytes_ = SIZE_MAX;
+  if (built_bytes_ > options_.limits.max_built_bytes) {
+    return ResourceExhausted("template built more than " +
+                             std::to_string(options_.limits.max_built_bytes) +
+                             " bytes of strings, lists and dicts (RenderLimits::max_built_bytes)");
+  }
+  return OkStatus();
+}
+
+size_t Interpreter::ValueBytes(const Value& v, size_t cap) {
+  // Iterative walk; each visited element adds at least kValueBytes, so it stops after at most
+  // cap / kValueBytes elements however much the value shares.
+  size_t total = 0;
+  std::vector<const Value*> stack = {&v};
+  while (!stack.empty() && total <= cap) {
+    const Value* x = stack.back();
+    stack.pop_back();
+    total += kValueBytes;
+    switch (x->kind()) {
+      case ValueKind::kString:
+      case ValueKind::kUndefined:
+        total += x->str().size();
+        break;
+      case ValueKind::kList:
+        for (const Value& e : x->list()) {
+          if (e.is_list() || e.is_dict() || e.is_namespace()) {
+            stack.push_back(&e);
+          } else {
+            total += kValueBytes + (e.is_string() ? e.str().size() : 0);
+          }
+          if (total > cap) break;
+        }
+        break;
+      case ValueKind::kDict:
+      case ValueKind::kNamespace:
+        for (const auto& [k, e] : x->dict().items()) {
+          total += k.size();
+          if (e.is_list() || e.is_dict() || e.is_namespace()) {
+            stack.push_back(&e);
+          } else {
+            total += kValueBytes + (e.is_string() ? e.str().size() : 0);
+          }
+          if (total > cap) break;
+        }
+        break;
+      case ValueKind::kNone:
+      case ValueKind::kBool:
+      case ValueKind::kInt:
+      case ValueKind::kFloat:
+      case ValueKind::kFunction:
+        break;
+    }
+  }
+  return total;
 }
 
 Status Interpreter::Append(const std::string& text, std::string* out) {
@@ -298,6 +378,38 @@ StatusOr<Value> Interpreter::CallMacro(const Stmt& def, const std::shared_ptr<Sc
   return Value::String(std::move(out));
 }
 
+namespace {
+
+// Expressions whose value is newly built (rather than read from a variable or passed through).
+bool Builds(ExprKind kind) {
+  switch (kind) {
+    case ExprKind::kList:
+    case ExprKind::kTuple:
+    case ExprKind::kDict:
+    case ExprKind::kSlice:
+    case ExprKind::kCall:
+    case ExprKind::kFilter:
+    case ExprKind::kBinary:
+    case ExprKind::kNeg:
+    case ExprKind::kPos:
+      return true;
+    case ExprKind::kLiteral:
+    case ExprKind::kName:
+    case ExprKind::kGetAttr:
+    case ExprKind::kGetItem:
+    case ExprKind::kTest:
+    case ExprKind::kNot:
+    case ExprKind::kAnd:
+    case ExprKind::kOr:
+    case ExprKind::kCompare:
+    case ExprKind::kCondExpr:
+      return false;
+  }
+  return false;
+}
+
+}  // namespace
+
 StatusOr<Value> Interpreter::Eval(const Expr& e, const std::shared_ptr<Scope>& scope) {
   StatusOr<Value> v = EvalInner(e, scope);
   if (!v.ok()) {
@@ -307,7 +419,23 @@ StatusOr<Value> Interpreter::Eval(const Expr& e, const std::shared_ptr<Scope>& s
   if (v->depth() > options_.limits.max_value_depth) {
     set_error_line(e.line);
     return ResourceExhausted("value nested deeper than " +
-                             std::to_string(options_.limits.max_value_depth) + " levels");
+                             std::to_string(options_.limits.max_value_depth) +
+                             " levels (RenderLimits::max_value_depth)");
+  }
+  if (Builds(e.kind)) {
+    Status st;
+    if (v->is_string()) {
+      st = CheckSize(v->str().size());
+      if (st.ok()) st = ChargeBuilt(v->str().size());
+    } else if (v->is_list() || v->is_dict()) {
+      const size_t bytes = ValueBytes(*v, options_.limits.max_collection_bytes);
+      st = CheckCollectionBytes(bytes);
+      if (st.ok()) st = ChargeBuilt(bytes);
+    }
+    if (!st.ok()) {
+      set_error_line(e.line);
+      return st;
+    }
   }
   return v;
 }
@@ -366,6 +494,11 @@ StatusOr<Value> Interpreter::ApplyFilterChain(const std::vector<ExprPtr>& filter
 }
 
 StatusOr<List> Interpreter::Iterate(const Value& v) {
+  if (v.is_string()) {
+    // One value per character: a 16 MB string would be a list of gigabytes.
+    RETURN_IF_ERROR(CheckCollectionBytes(v.str().size() * kValueBytes));
+    RETURN_IF_ERROR(ChargeBuilt(v.str().size() * kValueBytes));
+  }
   switch (v.kind()) {
     case ValueKind::kUndefined:
       return List{};  // jinja2's Undefined iterates as empty

@@ -1,6 +1,7 @@
 // Jinja interpreter: renders a parsed Program against a context, with jinja2's runtime semantics.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <ctime>
 #include <memory>
@@ -17,14 +18,26 @@ namespace loom::jinja {
 // Error code of raise_exception(); the message is exactly the template's message.
 constexpr StatusCode kRaisedCode = StatusCode::kFailedPrecondition;
 
-// Limits that keep a hostile template from exhausting the process; exceeding one is an error
-// (kResourceExhausted), never a crash.
+// Limits that keep a hostile template (or hostile messages) from exhausting the process;
+// exceeding one is an error (kResourceExhausted) whose message names the limit, never a crash.
 struct RenderLimits {
-  size_t max_output_bytes = 16 << 20;  // rendered text, and any one string or list built
-  int max_call_depth = 64;             // nested macro calls
-  int max_value_depth = 128;           // nesting of lists / dicts a template builds
-  int64_t max_steps = 20'000'000;      // evaluated expressions + loop iterations
+  // Rendered text, and any one string built while rendering.
+  size_t max_output_bytes = 16 << 20;
+  // Any one list or dict built while rendering, measured in bytes (kValueBytes per element plus
+  // the bytes of the strings it holds, nested containers included), not in elements.
+  size_t max_collection_bytes = 64 << 20;
+  // All strings, lists and dicts built during one render together (a loop that rebuilds a
+  // large value each iteration hits this long before the step limit).
+  size_t max_built_bytes = 256 << 20;
+  int max_call_depth = 64;         // nested macro calls
+  int max_value_depth = 128;       // nesting of lists / dicts a template builds
+  int64_t max_steps = 20'000'000;  // evaluated expressions + loop iterations
+  // Wall-clock budget of one render, in milliseconds (0: none). Checked every 1024 steps.
+  int64_t max_render_ms = 1000;
 };
+
+// What one element of a list / dict is counted as by the collection limits.
+inline constexpr size_t kValueBytes = 64;
 
 struct RenderOptions {
   RenderLimits limits;
@@ -68,10 +81,18 @@ class Interpreter {
   StatusOr<Value> GetItem(const Value& obj, const Value& key);
   // Items a for loop / filter iterates: list items, dict keys, string characters.
   StatusOr<List> Iterate(const Value& v);
-  // Counts work against max_steps; errors once the budget is spent.
+  // Counts work against max_steps (and, every 1024 steps, the clock against max_render_ms);
+  // errors once a budget is spent.
   Status Charge(int64_t steps = 1);
-  // Errors when a built string or list would exceed max_output_bytes.
+  // Errors when a string of `bytes` would exceed max_output_bytes.
   Status CheckSize(size_t bytes) const;
+  // Errors when a list / dict of `bytes` (see ValueBytes) would exceed max_collection_bytes.
+  Status CheckCollectionBytes(size_t bytes) const;
+  // Adds `bytes` to the total built during this render; errors past max_built_bytes.
+  Status ChargeBuilt(size_t bytes);
+  // Bytes `v` holds as the collection limits count them (deep; a container shared twice counts
+  // twice, as printing it would), stopping early once past `cap`.
+  static size_t ValueBytes(const Value& v, size_t cap);
   const RenderOptions& options() const { return options_; }
   void set_error_line(int line) {
     if (error_line_ == 0) error_line_ = line;
@@ -101,6 +122,8 @@ class Interpreter {
   Dict builtins_;
   RenderOptions options_;
   int64_t steps_ = 0;
+  size_t built_bytes_ = 0;
+  std::chrono::steady_clock::time_point deadline_;
   int call_depth_ = 0;
   int error_line_ = 0;
 };

@@ -1,5 +1,7 @@
 // Python methods a template may call on values: str.strip/split/..., dict.items/get/..., list.index.
 #include <algorithm>
+#include <charconv>
+#include <cstdint>
 
 #include "tokenizer/jinja/builtins.h"
 #include "tokenizer/jinja/interpreter.h"
@@ -143,12 +145,22 @@ StatusOr<Value> Split(Interpreter& interp, const Value& self, CallArgs& args, bo
   return Value::MakeList(std::move(out));
 }
 
-std::string PyReplace(const std::string& s, const std::string& old, const std::string& repl,
-                      int64_t count) {
+// Python's str.replace, refused (kResourceExhausted via CheckSize) as soon as the result would
+// pass the string limit, before it is built.
+StatusOr<std::string> PyReplace(Interpreter& interp, const std::string& s, const std::string& old,
+                                const std::string& repl, int64_t count) {
   std::string out;
   if (old.empty()) {
     // Python inserts `repl` between every character (and at both ends).
     std::u32string cps = DecodeUtf8(s);
+    const size_t inserts =
+        count < 0 ? cps.size() + 1 : std::min<size_t>(cps.size() + 1, static_cast<uint64_t>(count));
+    size_t bytes;
+    if (__builtin_mul_overflow(inserts, repl.size(), &bytes) ||
+        __builtin_add_overflow(bytes, s.size(), &bytes)) {
+      bytes = SIZE_MAX;
+    }
+    RETURN_IF_ERROR(interp.CheckSize(bytes));
     int64_t n = 0;
     for (size_t i = 0; i <= cps.size(); ++i) {
       if (count < 0 || n < count) {
@@ -166,10 +178,12 @@ std::string PyReplace(const std::string& s, const std::string& old, const std::s
     if (p == std::string::npos) break;
     out.append(s, b, p - b);
     out += repl;
+    RETURN_IF_ERROR(interp.CheckSize(out.size()));
     b = p + old.size();
     ++n;
   }
   out.append(s, b, std::string::npos);
+  RETURN_IF_ERROR(interp.CheckSize(out.size()));
   return out;
 }
 
@@ -215,9 +229,15 @@ StatusOr<Value> Format(Interpreter& interp, const Value& self, CallArgs& args) {
       }
       const Value* v = nullptr;
       if (field.empty() || std::all_of(field.begin(), field.end(), ::isdigit)) {
-        size_t idx = field.empty() ? auto_index++ : std::stoul(field);
+        size_t idx = auto_index;
+        if (field.empty()) {
+          ++auto_index;
+        } else if (std::from_chars(field.data(), field.data() + field.size(), idx).ec !=
+                   std::errc()) {
+          idx = SIZE_MAX;  // more digits than a size_t: out of range like any other
+        }
         if (idx >= args.positional.size()) {
-          return InvalidArgument("Replacement index " + std::to_string(idx) +
+          return InvalidArgument("Replacement index " + (field.empty() ? std::to_string(idx) : field) +
                                  " out of range for positional args tuple");
         }
         v = &args.positional[idx];
@@ -227,7 +247,9 @@ StatusOr<Value> Format(Interpreter& interp, const Value& self, CallArgs& args) {
         }
         if (v == nullptr) return InvalidArgument("'" + field + "'");
       }
-      out += PyStr(*v);
+      const std::string piece = PyStr(*v);
+      RETURN_IF_ERROR(interp.CheckSize(out.size() + piece.size()));
+      out += piece;
       i = e;
     } else {
       out.push_back(c);
@@ -269,8 +291,8 @@ const MethodEntry kMethods[] = {
       ASSIGN_OR_RETURN(std::string old, StrArg(args, 0, "old", "replace"));
       ASSIGN_OR_RETURN(std::string repl, StrArg(args, 1, "new", "replace"));
       const Value* count = FindArg(args, 2, "count");
-      std::string r = PyReplace(self.str(), old, repl, count ? count->as_int() : -1);
-      RETURN_IF_ERROR(interp.CheckSize(r.size()));
+      ASSIGN_OR_RETURN(std::string r,
+                       PyReplace(interp, self.str(), old, repl, count ? count->as_int() : -1));
       return Value::String(std::move(r));
     }),
     M(kString, "find", {
@@ -299,10 +321,10 @@ const MethodEntry kMethods[] = {
           return InvalidArgument("sequence item " + std::to_string(i) +
                                  ": expected str instance, " + list[i].TypeName() + " found");
         }
+        RETURN_IF_ERROR(interp.CheckSize(out.size() + self.str().size() + list[i].str().size()));
         if (i > 0) out += self.str();
         out += list[i].str();
       }
-      RETURN_IF_ERROR(interp.CheckSize(out.size()));
       return Value::String(std::move(out));
     }),
     M(kString, "isdigit", {

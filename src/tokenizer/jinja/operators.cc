@@ -15,19 +15,33 @@ Status Unsupported(const std::string& op, const Value& a, const Value& b) {
                          "' and '" + b.TypeName() + "'");
 }
 
-Status Overflow() { return InvalidArgument("integer overflow (loom's integers are 64-bit)"); }
+Status Overflow() {
+  return InvalidArgument("OverflowError: integer overflow (loom's integers are 64-bit)");
+}
 
+// seq * n: the size is checked (without wrapping) before anything is built.
 StatusOr<Value> Repeat(Interpreter& interp, const Value& seq, int64_t n) {
   if (n < 0) n = 0;
+  const auto count = static_cast<size_t>(n);
   if (seq.is_string()) {
-    RETURN_IF_ERROR(interp.CheckSize(seq.str().size() * static_cast<size_t>(n)));
+    size_t bytes;
+    if (__builtin_mul_overflow(seq.str().size(), count, &bytes)) bytes = SIZE_MAX;
+    RETURN_IF_ERROR(interp.CheckSize(bytes));
     std::string out;
-    for (int64_t i = 0; i < n; ++i) out += seq.str();
+    out.reserve(bytes);
+    for (size_t i = 0; i < count && !seq.str().empty(); ++i) out += seq.str();
     return Value::String(std::move(out));
   }
-  RETURN_IF_ERROR(interp.CheckSize(seq.list().size() * static_cast<size_t>(n)));
+  const size_t limit = interp.options().limits.max_collection_bytes;
+  size_t bytes;
+  if (__builtin_mul_overflow(Interpreter::ValueBytes(seq, limit), count, &bytes)) {
+    bytes = SIZE_MAX;
+  }
+  if (!seq.list().empty()) RETURN_IF_ERROR(interp.CheckCollectionBytes(bytes));
   List out;
-  for (int64_t i = 0; i < n; ++i) out.insert(out.end(), seq.list().begin(), seq.list().end());
+  for (size_t i = 0; i < count && !seq.list().empty(); ++i) {
+    out.insert(out.end(), seq.list().begin(), seq.list().end());
+  }
   return seq.is_tuple() ? Value::MakeTuple(std::move(out)) : Value::MakeList(std::move(out));
 }
 
@@ -67,7 +81,9 @@ StatusOr<Value> BinaryOp(Interpreter& interp, const std::string& op, const Value
     }
     if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple() && !a.is_iterator() &&
         !b.is_iterator()) {
-      RETURN_IF_ERROR(interp.CheckSize(a.list().size() + b.list().size()));
+      const size_t limit = interp.options().limits.max_collection_bytes;
+      RETURN_IF_ERROR(interp.CheckCollectionBytes(Interpreter::ValueBytes(a, limit) +
+                                                  Interpreter::ValueBytes(b, limit)));
       List out = a.list();
       out.insert(out.end(), b.list().begin(), b.list().end());
       return a.is_tuple() ? Value::MakeTuple(std::move(out)) : Value::MakeList(std::move(out));
@@ -238,7 +254,10 @@ StatusOr<Value> Slice(const Value& obj, const Value& start_v, const Value& stop_
   int64_t start = adjust(start_v, step < 0 ? n - 1 : 0);
   int64_t stop = adjust(stop_v, step < 0 ? -1 : n);
   std::vector<int64_t> idx;
-  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) idx.push_back(i);
+  for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
+    idx.push_back(i);
+    if (__builtin_add_overflow(i, step, &i)) break;  // past either end: the slice is complete
+  }
   if (obj.is_string()) {
     std::u32string out;
     for (int64_t i : idx) out.push_back(cps[i]);

@@ -32,6 +32,10 @@ void Dict::Set(const std::string& key, Value value) {
   }
 }
 
+void Dict::AppendNew(std::string key, Value value) {
+  items_.emplace_back(std::move(key), std::move(value));
+}
+
 Value Value::Undefined(std::string hint) {
   Value v;
   v.s_ = std::move(hint);
@@ -156,6 +160,39 @@ Value Value::FromJson(const nlohmann::ordered_json& j) {
       return None();
   }
   return None();
+}
+
+namespace {
+
+StatusOr<Value> FromJsonAt(const nlohmann::ordered_json& j, int depth, int max_depth,
+                           const std::string& what) {
+  if (!j.is_structured()) return Value::FromJson(j);
+  if (depth >= max_depth) {
+    return ResourceExhausted(what + ": JSON nested deeper than " + std::to_string(max_depth) +
+                             " levels");
+  }
+  if (j.is_array()) {
+    List items;
+    items.reserve(j.size());
+    for (const auto& e : j) {
+      ASSIGN_OR_RETURN(Value v, FromJsonAt(e, depth + 1, max_depth, what));
+      items.push_back(std::move(v));
+    }
+    return Value::MakeList(std::move(items));
+  }
+  Dict d;
+  for (const auto& [k, e] : j.items()) {
+    ASSIGN_OR_RETURN(Value v, FromJsonAt(e, depth + 1, max_depth, what));
+    d.AppendNew(k, std::move(v));  // JSON object keys are unique
+  }
+  return Value::MakeDict(std::move(d));
+}
+
+}  // namespace
+
+StatusOr<Value> Value::FromJsonChecked(const nlohmann::ordered_json& j, int max_depth,
+                                       const std::string& what) {
+  return FromJsonAt(j, 0, max_depth, what);
 }
 
 bool Value::Truthy() const {

@@ -52,8 +52,10 @@ class Dict {
   const Value* Find(const std::string& key) const;
   Value* Find(const std::string& key);
   void Set(const std::string& key, Value value);
+  // Appends a key the caller knows is not present (O(1), unlike Set).
+  void AppendNew(std::string key, Value value);
   const std::vector<std::pair<std::string, Value>>& items() const { return items_; }
-  size_t size() const { return items_.size(); }
+  size_t size() const;  // defined below Value (clang instantiates it eagerly)
 
  private:
   std::vector<std::pair<std::string, Value>> items_;
@@ -83,8 +85,13 @@ class Value {
   static Value MakeIterator(List items, std::string type_name);
   static Value MakeNamespace(Dict attrs);
   static Value Function(std::shared_ptr<Callable> fn);
-  // JSON → value (objects keep their key order).
+  // JSON → value (objects keep their key order). For trusted JSON; untrusted input goes through
+  // FromJsonChecked.
   static Value FromJson(const nlohmann::ordered_json& j);
+  // Same, for untrusted JSON: kResourceExhausted naming `what` when arrays / objects nest deeper
+  // than `max_depth` (the conversion recurses once per level). Linear in the size of `j`.
+  static StatusOr<Value> FromJsonChecked(const nlohmann::ordered_json& j, int max_depth,
+                                         const std::string& what);
 
   ValueKind kind() const { return kind_; }
   bool is_undefined() const { return kind_ == ValueKind::kUndefined; }
@@ -153,6 +160,8 @@ class Value {
   std::shared_ptr<Dict> dict_;
   std::shared_ptr<Callable> fn_;
 };
+
+inline size_t Dict::size() const { return items_.size(); }
 
 // markupsafe.escape: & < > " ' as HTML entities.
 std::string HtmlEscape(const std::string& s);

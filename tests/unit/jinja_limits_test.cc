@@ -1,0 +1,200 @@
+// Chat-template limits: checked integer arithmetic (errors like Python's OverflowError), sizes
+// checked before anything is built, the step / byte / time budgets of RenderLimits, and deep or
+// wide request JSON. Each case asserts the error code and what the message names.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "tokenizer/chat_template.h"
+#include "tokenizer/jinja/interpreter.h"
+#include "tokenizer/jinja/parser.h"
+
+namespace loom::jinja {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::ordered_json;
+
+StatusOr<std::string> RenderText(const std::string& text, RenderLimits limits = {}) {
+  ASSIGN_OR_RETURN(Program program, Parse(text));
+  RETURN_IF_ERROR(ValidateNames(program));
+  RenderOptions options;
+  options.limits = limits;
+  return Render(program, Dict(), options);
+}
+
+void ExpectError(const std::string& text, StatusCode code, const std::string& fragment,
+                 RenderLimits limits = {}) {
+  StatusOr<std::string> r = RenderText(text, limits);
+  ASSERT_FALSE(r.ok()) << text << " gave " << *r;
+  EXPECT_EQ(r.status().code(), code) << text << ": " << r.status().ToString();
+  EXPECT_NE(r.status().message().find(fragment), std::string::npos)
+      << text << ": " << r.status().message();
+}
+
+void ExpectRender(const std::string& text, const std::string& expected) {
+  StatusOr<std::string> r = RenderText(text);
+  ASSERT_TRUE(r.ok()) << text << ": " << r.status().ToString();
+  EXPECT_EQ(*r, expected) << text;
+}
+
+TEST(JinjaLimitsTest, SizesAreCheckedBeforeBuildingWithoutWrapping) {
+  // 4 * 2**62 wraps to 0 in size_t arithmetic; the check must not.
+  ExpectError("{{ 'aaaa' * 2**62 }}", StatusCode::kResourceExhausted, "max_output_bytes");
+  ExpectError("{{ ('aaaa' * 2**62)|length }}", StatusCode::kResourceExhausted, "max_output_bytes");
+  ExpectError("{{ [1, 2] * 2**62 }}", StatusCode::kResourceExhausted, "max_collection_bytes");
+  ExpectError("{{ 'x'|indent(100000000000) }}", StatusCode::kResourceExhausted,
+              "max_output_bytes");
+  // jinja2 multiplies " " by the width: a float width is its TypeError.
+  ExpectError("{{ 'x'|indent(1e11) }}", StatusCode::kInvalidArgument,
+              "can't multiply sequence by non-int of type 'float'");
+  // Many lines × a long indent.
+  ExpectError("{{ ('\\n' * 100000)|indent('y' * 1000, blank=true) }}",
+              StatusCode::kResourceExhausted, "max_output_bytes");
+  ExpectError("{{ ('a' * 10000)|replace('', 'x' * 10000) }}", StatusCode::kResourceExhausted,
+              "max_output_bytes");
+  ExpectError("{{ ('a' * 10000).replace('a', 'x' * 10000) }}", StatusCode::kResourceExhausted,
+              "max_output_bytes");
+  ExpectError("{{ ('x' * 1000000).join(['a'] * 1000) }}", StatusCode::kResourceExhausted,
+              "max_output_bytes");
+  ExpectError("{{ ('{0}' * 10000).format('x' * 10000) }}", StatusCode::kResourceExhausted,
+              "max_output_bytes");
+  ExpectError("{{ [1]|batch(10**15, 0)|list }}", StatusCode::kResourceExhausted,
+              "max_collection_bytes");
+  // A list that shares one big list many times prints as all of it.
+  ExpectError("{% set x = ['a' * 1000] * 1000 %}{% set y = [x] * 100000 %}{{ y|length }}",
+              StatusCode::kResourceExhausted, "max_collection_bytes");
+  ExpectError("{% for c in 'x' * 10000000 %}{% endfor %}", StatusCode::kResourceExhausted,
+              "max_collection_bytes");
+  ExpectError("{{ '{99999999999999999999999}'.format(1) }}", StatusCode::kInvalidArgument,
+              "Replacement index 99999999999999999999999 out of range");
+  // Ordinary sizes still work.
+  ExpectRender("{{ 'ab' * 3 }}|{{ [1] * 3 }}|{{ 'a\\nb'|indent(2) }}|{{ [1, 2, 3]|batch(2, 0)|list }}",
+               "ababab|[1, 1, 1]|a\n  b|[[1, 2], [3, 0]]");
+}
+
+TEST(JinjaLimitsTest, IntegerArithmeticIsChecked) {
+  ExpectError("{{ [9223372036854775807, 1]|sum }}", StatusCode::kInvalidArgument,
+              "sum: integer overflow");
+  ExpectError("{{ (-9223372036854775807 - 1)|abs }}", StatusCode::kInvalidArgument,
+              "abs: integer overflow");
+  ExpectError("{{ 1e300|int }}", StatusCode::kInvalidArgument,
+              "int: 1e+300 does not fit in a 64-bit integer");
+  ExpectError("{{ '1e300'|int }}", StatusCode::kInvalidArgument, "int: 1e+300 does not fit");
+  ExpectError("{{ '99999999999999999999'|int }}", StatusCode::kInvalidArgument,
+              "int: '99999999999999999999' does not fit");
+  ExpectError("{{ 9223372036854775807 + 1 }}", StatusCode::kInvalidArgument, "OverflowError");
+  ExpectError("{{ 2 ** 64 }}", StatusCode::kInvalidArgument, "OverflowError");
+  ExpectError("{{ 1.5|round(1.0) }}", StatusCode::kInvalidArgument, "round: precision");
+  // Slices whose step passes INT64_MAX end the slice, as in Python.
+  ExpectRender("{{ [1, 2, 3][0:10:9223372036854775807] }}", "[1]");
+  ExpectRender("{{ 'abc'[::-9223372036854775807] }}", "c");
+  ExpectRender("{{ [1, 2, 3][-9223372036854775807:9223372036854775807:2] }}", "[1, 3]");
+  ExpectRender("{{ [1, 2, 3][9223372036854775807:-9223372036854775807:-9223372036854775807] }}",
+               "[3]");
+  // In range, as before.
+  ExpectRender("{{ 1e18|int }} {{ -2.7|int }} {{ '42'|int }} {{ [1, 2]|sum }} {{ -3|abs }}",
+               "1000000000000000000 -2 42 3 3");
+}
+
+TEST(JinjaLimitsTest, TimeBudgetEndsALongRender) {
+  RenderLimits limits;
+  limits.max_steps = INT64_MAX;
+  limits.max_render_ms = 1;
+  ExpectError("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+              StatusCode::kResourceExhausted, "max_render_ms", limits);
+}
+
+TEST(JinjaLimitsTest, TotalBuiltBytesAreBounded) {
+  RenderLimits limits;
+  limits.max_built_bytes = 8 << 20;
+  limits.max_render_ms = 0;
+  // Each iteration builds a 1 MB string: fine alone, bounded in total.
+  ExpectError("{% set ns = namespace(s='x' * 1000000) %}{% for i in range(1000) %}"
+              "{% set ns.t = ns.s ~ '' %}{% endfor %}",
+              StatusCode::kResourceExhausted, "max_built_bytes", limits);
+  ExpectError("{% set big = range(100000)|list %}{% for i in range(1000) %}"
+              "{% set x = big[1:] %}{% endfor %}",
+              StatusCode::kResourceExhausted, "max_built_bytes", limits);
+}
+
+TEST(JinjaLimitsTest, MacroRecursionIsBounded) {
+  ExpectError("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+              StatusCode::kResourceExhausted, "macro calls nested deeper than 64");
+}
+
+std::string Deep(size_t levels) { return std::string(levels, '[') + std::string(levels, ']'); }
+
+TEST(JinjaLimitsTest, DeepRequestJsonIsRefused) {
+  auto t = ChatTemplate::Parse("{{ messages|length }}");
+  ASSERT_TRUE(t.ok());
+  ordered_json messages = ordered_json::parse("[{\"role\": \"user\", \"content\": " +
+                                              Deep(200000) + "}]");
+  ChatTemplateOptions options;
+  StatusOr<std::string> r = t->Render(messages, options);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("chat messages: JSON nested deeper than 128"),
+            std::string::npos)
+      << r.status().message();
+
+  options.tools = ordered_json::parse(Deep(200000));
+  r = t->Render(ordered_json::array(), options);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("chat tools: JSON nested deeper"), std::string::npos)
+      << r.status().message();
+
+  options.tools = nullptr;
+  options.extra = ordered_json::parse("{\"x\": " + Deep(200000) + "}");
+  r = t->Render(ordered_json::array(), options);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("JSON nested deeper"), std::string::npos)
+      << r.status().message();
+
+  // 100 levels is deep but allowed.
+  options.extra = nullptr;
+  messages = ordered_json::parse("[{\"role\": \"user\", \"content\": " + Deep(100) + "}]");
+  r = t->Render(messages, options);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(*r, "1");
+}
+
+TEST(JinjaLimitsTest, WideRequestJsonConvertsInLinearTime) {
+  // Message conversion used to look each key up before adding it: quadratic in the key count.
+  // (The test appends to the object directly: ordered_json's own inserts are quadratic.)
+  ordered_json message = {{"role", "user"}, {"content", "hi"}};
+  auto& items = static_cast<std::vector<std::pair<const std::string, ordered_json>>&>(
+      message.get_ref<ordered_json::object_t&>());
+  for (int i = 0; i < 200000; ++i) items.emplace_back("k" + std::to_string(i), i);
+  auto r = RenderChatTemplate("{{ messages[0]|length }} {{ messages[0]['k199999'] }}",
+                              ordered_json::array({message}), ChatTemplateOptions());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(*r, "200002 199999");
+}
+
+TEST(JinjaLimitsTest, ChatTemplateFilesAreCheckedLikeTokenizerFiles) {
+  const fs::path dir = fs::path(testing::TempDir()) / "loom_jinja_limits_model";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir / "tokenizer_config.json") << "{\"chat_template\": " << Deep(200000) << "}";
+  auto t = LoadChatTemplate(dir.string(), "", false);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("tokenizer_config.json: JSON nested deeper"),
+            std::string::npos)
+      << t.status().message();
+  std::ofstream(dir / "tokenizer_config.json") << R"({"chat_template": 5})";
+  t = LoadChatTemplate(dir.string(), "", false);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("must be a string or a list"), std::string::npos);
+  std::ofstream(dir / "tokenizer_config.json") << R"({"chat_template": [{"name": 1}]})";
+  t = LoadChatTemplate(dir.string(), "", false);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("needs a string name"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace loom::jinja

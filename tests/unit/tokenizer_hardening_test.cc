@@ -1,0 +1,312 @@
+// Tokenizer loading and encoding on hostile files and inputs: every failure is a Status naming
+// the file or component, never a crash, an exception, a quadratic load or an exponential blow-up.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "tokenizer/normalizer.h"
+#include "tokenizer/regex.h"
+#include "tokenizer/tokenizer.h"
+
+namespace loom::tokenizer {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+json TinyByteLevel() {
+  json vocab = json::object();
+  for (int c = 33; c < 127; ++c) vocab[std::string(1, static_cast<char>(c))] = c - 33;
+  vocab["\xC4\xA0"] = 94;  // "Ġ" = space
+  vocab["ab"] = 95;
+  return {{"version", "1.0"},
+          {"added_tokens", json::array()},
+          {"normalizer", nullptr},
+          {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
+          {"post_processor", nullptr},
+          {"decoder", {{"type", "ByteLevel"}}},
+          {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array({"a b"})}}}};
+}
+
+bool Contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+// A scratch model folder under the test's temp dir.
+class ModelDir {
+ public:
+  explicit ModelDir(const std::string& name)
+      : path_(fs::path(testing::TempDir()) / ("loom_tok_hardening_" + name)) {
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~ModelDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  void Write(const std::string& file, const std::string& text) const {
+    std::ofstream(path_ / file, std::ios::binary) << text;
+  }
+  std::string path() const { return path_.string(); }
+
+ private:
+  fs::path path_;
+};
+
+std::string Deep(size_t levels) { return std::string(levels, '[') + std::string(levels, ']'); }
+
+TEST(TokenizerHardening, DeeplyNestedTokenizerJsonIsRefusedBeforeParsing) {
+  auto t = Tokenizer::FromJson(Deep(200000));
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(t.status().message(), "tokenizer.json: JSON nested deeper than 128"))
+      << t.status().message();
+  // Brackets inside strings do not count.
+  json j = TinyByteLevel();
+  j["model"]["vocab"][std::string(500, '[')] = 96;
+  EXPECT_TRUE(Tokenizer::FromJson(j.dump()).ok());
+}
+
+TEST(TokenizerHardening, DeeplyNestedFilesInAModelDirNameTheFile) {
+  ModelDir dir("deep");
+  dir.Write("tokenizer.json", "{\"model\": " + Deep(200000) + "}");
+  auto t = Tokenizer::FromModelDir(dir.path());
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(t.status().message(), "tokenizer.json: JSON nested deeper"))
+      << t.status().message();
+
+  dir.Write("tokenizer.json", TinyByteLevel().dump());
+  dir.Write("tokenizer_config.json", "{\"x\": " + Deep(200000) + "}");
+  t = Tokenizer::FromModelDir(dir.path());
+  ASSERT_FALSE(t.ok());
+  EXPECT_TRUE(Contains(t.status().message(), "tokenizer_config.json: JSON nested deeper"))
+      << t.status().message();
+}
+
+TEST(TokenizerHardening, WrongTypesInTokenizerConfigDoNotThrow) {
+  ModelDir dir("config_types");
+  dir.Write("tokenizer.json", TinyByteLevel().dump());
+  // transformers would refuse a non-string class; loom keeps the file's pipeline.
+  for (const char* config :
+       {R"({"tokenizer_class": 5})", R"({"tokenizer_class": "GPT2Tokenizer", "add_prefix_space": 3})",
+        R"({"tokenizer_class": "LlamaTokenizer", "legacy": false})", R"([1, 2])",
+        R"({"bos_token": 5, "eos_token": {"content": 7}})"}) {
+    dir.Write("tokenizer_config.json", config);
+    auto t = Tokenizer::FromModelDir(dir.path());
+    EXPECT_TRUE(t.ok()) << config << ": " << t.status().message();
+  }
+  json llama = TinyByteLevel();
+  llama["pre_tokenizer"] = nullptr;
+  llama["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{"a", 1}, {"b", 2}}}};
+  dir.Write("tokenizer.json", llama.dump());
+  dir.Write("tokenizer_config.json", R"({"tokenizer_class": "LlamaTokenizer", "legacy": false})");
+  auto t = Tokenizer::FromModelDir(dir.path());
+  ASSERT_FALSE(t.ok());  // the normalizers are not a list: refused with a message, not thrown
+  EXPECT_TRUE(Contains(t.status().message(), "tokenizer.json")) << t.status().message();
+}
+
+TEST(TokenizerHardening, AddedTokensDecoderKeysMustBeIds) {
+  ModelDir dir("decoder_keys");
+  dir.Write("tokenizer.json", TinyByteLevel().dump());
+  for (const char* key : {"abc", "", "-1", "99999999999999999999", "12x"}) {
+    dir.Write("tokenizer_config.json",
+              std::string(R"({"added_tokens_decoder": {")") + key +
+                  R"(": {"content": "<x>", "special": true}}})");
+    auto t = Tokenizer::FromModelDir(dir.path());
+    ASSERT_FALSE(t.ok()) << key;
+    EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_TRUE(Contains(t.status().message(),
+                         std::string("added_tokens_decoder key '") + key + "' is not a token id"))
+        << t.status().message();
+  }
+  dir.Write("tokenizer_config.json", R"({"added_tokens_decoder": {"96": {"content": "<x>"}}})");
+  EXPECT_TRUE(Tokenizer::FromModelDir(dir.path()).ok());
+}
+
+TEST(TokenizerHardening, WronglyTypedTokenizerJsonFieldsAreErrorsNamingTheField) {
+  const std::pair<const char*, json> cases[] = {
+      {"special", {{"added_tokens",
+                    {{{"id", 96}, {"content", "<x>"}, {"special", 5}, {"single_word", false},
+                      {"lstrip", false}, {"rstrip", false}, {"normalized", false}}}}}},
+      {"\"start\"", {{"decoder", {{"type", "Strip"}, {"content", " "}, {"start", "a"}}}}},
+      {"\"start\"", {{"decoder", {{"type", "Strip"}, {"content", " "}, {"start", -1}}}}},
+      {"\"suffix\"", {{"decoder", {{"type", "BPEDecoder"}, {"suffix", 1}}}}},
+      {"delimiter", {{"pre_tokenizer", {{"type", "CharDelimiterSplit"}, {"delimiter", 5}}}}},
+      {"\"type\"", {{"model", {{"type", 5}, {"vocab", json::object()}}}}},
+      {"unknown template piece",
+       {{"post_processor",
+         {{"type", "TemplateProcessing"},
+          {"single", {{{"SpecialToken", {{"id", 5}}}}}},
+          {"special_tokens", json::object()}}}}},
+      {"invalid id",
+       {{"post_processor",
+         {{"type", "TemplateProcessing"},
+          {"single", {{{"SpecialToken", {{"id", "<s>"}}}}}},
+          {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {"x"}}}}}}}}}},
+      {"invalid id",
+       {{"post_processor",
+         {{"type", "TemplateProcessing"},
+          {"single", {{{"SpecialToken", {{"id", "<s>"}}}}}},
+          {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {int64_t{1} << 40}}}}}}}}}},
+      {"\"cls\"", {{"post_processor", {{"type", "BertProcessing"}, {"cls", {"[CLS]", -5}},
+                                      {"sep", {"[SEP]", 1}}}}}},
+  };
+  for (const auto& [fragment, patch] : cases) {
+    json j = TinyByteLevel();
+    j.merge_patch(patch);
+    if (patch.contains("model")) j["model"] = patch["model"];
+    auto t = Tokenizer::FromJson(j.dump());
+    ASSERT_FALSE(t.ok()) << patch.dump();
+    EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument) << patch.dump();
+    EXPECT_TRUE(Contains(t.status().message(), fragment))
+        << fragment << " in " << t.status().message();
+  }
+}
+
+TEST(TokenizerHardening, VocabIdsAreCappedBeforeSizingTables) {
+  json j = TinyByteLevel();
+  j["model"]["vocab"]["zz"] = 2000000000;
+  auto t = Tokenizer::FromJson(j.dump());
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(t.status().message(), "vocab entry 'zz' has an invalid id 2000000000"))
+      << t.status().message();
+  // Under the hard cap but far beyond what 97 entries can use.
+  j["model"]["vocab"]["zz"] = kMaxTokenId - 1;
+  t = Tokenizer::FromJson(j.dump());
+  ASSERT_FALSE(t.ok());
+  EXPECT_TRUE(Contains(t.status().message(), "is too large for 97 entries"))
+      << t.status().message();
+  // Gaps a real file has (a cropped vocab keeping its ids) are fine.
+  j["model"]["vocab"]["zz"] = 50000;
+  EXPECT_TRUE(Tokenizer::FromJson(j.dump()).ok());
+}
+
+TEST(TokenizerHardening, ManyAddedTokensLoadAndMatch) {
+  // Was quadratic (a scan of all earlier ids per token): 150k tokens took minutes.
+  json j = TinyByteLevel();
+  json& added = j["added_tokens"];
+  constexpr int kCount = 150000;
+  for (int i = 0; i < kCount; ++i) {
+    added.push_back({{"id", 96 + i}, {"content", "<t" + std::to_string(i) + ">"},
+                     {"special", i % 2 == 0}, {"single_word", false}, {"lstrip", false},
+                     {"rstrip", false}, {"normalized", false}});
+  }
+  auto t = Tokenizer::FromJson(j.dump());
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_EQ((*t)->id_limit(), 96 + kCount);
+  auto ids = (*t)->Encode("a<t149999>b<t7>", false);
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(*ids, (std::vector<int32_t>{'a' - 33, 96 + 149999, 'b' - 33, 96 + 7}));
+}
+
+json ChainOf(int n, const json& part, const char* list_key, const char* type = "Sequence") {
+  json parts = json::array();
+  for (int i = 0; i < n; ++i) parts.push_back(part);
+  return {{"type", type}, {list_key, parts}};
+}
+
+TEST(TokenizerHardening, ChainedGrowingNormalizersHitTheGrowthBound) {
+  json j = TinyByteLevel();
+  j["normalizer"] = ChainOf(
+      40, {{"type", "Replace"}, {"pattern", {{"Regex", ""}}}, {"content", "ab"}}, "normalizers");
+  auto t = Tokenizer::FromJson(j.dump());
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  auto ids = (*t)->Encode("hello", false);
+  ASSERT_FALSE(ids.ok());
+  EXPECT_EQ(ids.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Contains(ids.status().message(), "normalizer Replace"))
+      << ids.status().message();
+  EXPECT_TRUE(Contains(ids.status().message(), std::to_string(NormalizedLimit(5))))
+      << ids.status().message();
+  // One replacement with a huge content is refused before the text is built.
+  j["normalizer"] = {{"type", "Replace"},
+                     {"pattern", {{"Regex", ""}}},
+                     {"content", std::string(100000, 'x')}};
+  t = Tokenizer::FromJson(j.dump());
+  ASSERT_TRUE(t.ok());
+  ids = (*t)->Encode(std::string(1000, 'a'), false);
+  ASSERT_FALSE(ids.ok());
+  EXPECT_TRUE(Contains(ids.status().message(), "would exceed")) << ids.status().message();
+  // Prepend grows once per piece: fine; a 10 KB prepend on a short piece passes the bound.
+  j["normalizer"] = ChainOf(40, {{"type", "Prepend"}, {"prepend", std::string(1000, 'p')}},
+                            "normalizers");
+  t = Tokenizer::FromJson(j.dump());
+  ASSERT_TRUE(t.ok());
+  ids = (*t)->Encode("a", false);
+  ASSERT_FALSE(ids.ok());
+  EXPECT_TRUE(Contains(ids.status().message(), "normalizer Prepend")) << ids.status().message();
+}
+
+TEST(TokenizerHardening, ChainedByteLevelPreTokenizersHitTheGrowthBound) {
+  json j = TinyByteLevel();
+  j["pre_tokenizer"] = ChainOf(40, {{"type", "ByteLevel"}, {"add_prefix_space", false}},
+                               "pretokenizers");
+  auto t = Tokenizer::FromJson(j.dump());
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  auto ids = (*t)->Encode("\xC3\xA9t\xC3\xA9", false);
+  ASSERT_FALSE(ids.ok());
+  EXPECT_EQ(ids.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Contains(ids.status().message(), "pre_tokenizer")) << ids.status().message();
+}
+
+TEST(TokenizerHardening, GrowingDecodersAreBounded) {
+  json j = TinyByteLevel();
+  j["decoder"] = ChainOf(
+      40, {{"type", "Replace"}, {"pattern", {{"Regex", ""}}}, {"content", "ab"}}, "decoders");
+  auto t = Tokenizer::FromJson(j.dump());
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  const std::vector<int32_t> ids = {0, 1, 2, 3};
+  const std::string text = (*t)->Decode(ids, false);
+  EXPECT_LE(text.size(), NormalizedLimit(4));
+  EXPECT_GT(text.size(), 4u);
+}
+
+TEST(TokenizerHardening, CatastrophicBacktrackingIsAnErrorNamingThePattern) {
+  json j = TinyByteLevel();
+  j["pre_tokenizer"] = {{"type", "Split"},
+                        {"pattern", {{"Regex", "(a+)+$"}}},
+                        {"behavior", "Isolated"},
+                        {"invert", false}};
+  auto t = Tokenizer::FromJson(j.dump());
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  auto ids = (*t)->Encode(std::string(40, 'a') + "!", false);
+  ASSERT_FALSE(ids.ok());
+  EXPECT_EQ(ids.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Contains(ids.status().message(), "pre_tokenizer Split: regex '(a+)+$'"))
+      << ids.status().message();
+  EXPECT_TRUE(Contains(ids.status().message(), "match limit")) << ids.status().message();
+  // The same pattern on a text it matches quickly still works.
+  EXPECT_TRUE((*t)->Encode("aaab", false).ok());
+}
+
+TEST(TokenizerHardening, LongInputsEncode) {
+  // 4 MB of mixed text through a Qwen-style Split regex + ByteLevel: works, no error.
+  json j = TinyByteLevel();
+  j["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       {{{"type", "Split"},
+         {"pattern",
+          {{"Regex",
+            R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"}}},
+         {"behavior", "Isolated"},
+         {"invert", false}},
+        {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
+  auto t = Tokenizer::FromJson(j.dump());
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  std::string text;
+  while (text.size() < (4u << 20)) text += "ab cd, ef!  gh\n";
+  auto ids = (*t)->Encode(text, false);
+  ASSERT_TRUE(ids.ok()) << ids.status().message();
+  EXPECT_GT(ids->size(), text.size() / 4);
+  // One 1 MB word (no spaces) too.
+  ids = (*t)->Encode(std::string(1 << 20, 'a'), false);
+  ASSERT_TRUE(ids.ok()) << ids.status().message();
+}
+
+}  // namespace
+}  // namespace loom::tokenizer
