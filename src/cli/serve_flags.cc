@@ -39,7 +39,7 @@ void AddServeFlags(CLI::App& app, ServeArgs* a) {
                "enable /v1/load_lora_adapter and /v1/unload_lora_adapter (paths under --lora-dir)");
   app.add_option("--http-threads", a->http_threads, "connections served at once")->capture_default_str();
   app.add_option("--max-waiting", a->max_waiting,
-                 "sequences in flight beyond which requests get 503")->capture_default_str();
+                 "queued (not yet running) sequences beyond which requests get 503")->capture_default_str();
   app.add_option("--max-body", a->max_body, "largest request body (413 above)")->capture_default_str();
   app.add_flag("--no-enable-prefix-caching", a->no_prefix_caching,
                "do not reuse the KV blocks of earlier prompts (same adapter, same prefix)");

@@ -196,10 +196,12 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const httplib::Requ
     }
     adapter = std::move(lease).value();
   }
-  const int waiting = ctx.engine->num_in_flight();
-  if (waiting >= ctx.options.max_waiting) {
-    return SendError(res, ApiError{503, "the server is overloaded (" + std::to_string(waiting) +
-                                            " sequences in flight); retry later", "", ""});
+  // Queue limit: sequences submitted but not running (the engine's last snapshot may lag a
+  // step behind; the bound is approximate by a few sequences, never unbounded).
+  const int queued = ctx.engine->num_in_flight() - ctx.engine->Stats().num_running;
+  if (queued >= ctx.options.max_waiting) {
+    return SendError(res, ApiError{503, "the server is overloaded (" + std::to_string(queued) +
+                                            " sequences waiting); retry later", "", ""});
   }
   Submission sub;
   if (!Tokenize(ctx, r, &sub.prompts, &error)) return SendError(res, error);
