@@ -2,6 +2,7 @@
 #include "server/http_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <nlohmann/json.hpp>
 
@@ -67,6 +68,12 @@ HttpServer::HttpServer(ServerContext* ctx) : ctx_(ctx), http_(std::make_unique<h
   http_->set_keep_alive_max_count(1000);
   http_->set_read_timeout(30, 0);
   http_->set_write_timeout(10, 0);
+  // Debian's compiled cpp-httplib listens with a backlog of 5: a burst of clients would see
+  // dropped SYNs and 1 s retransmits. Keep the listening socket to raise it after bind.
+  http_->set_socket_options([this](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listen_fd_ = sock;
+  });
   Routes();
 }
 
@@ -84,6 +91,7 @@ Status HttpServer::Bind() {
     }
     port_ = o.port;
   }
+  if (listen_fd_ >= 0) ::listen(listen_fd_, SOMAXCONN);  // re-listen only changes the backlog
   return OkStatus();
 }
 

@@ -32,6 +32,7 @@ class HttpServer {
   ServerContext* ctx_;
   std::unique_ptr<httplib::Server> http_;
   int port_ = 0;
+  int listen_fd_ = -1;  // the listening socket (to raise its backlog)
 };
 
 }  // namespace loom::server

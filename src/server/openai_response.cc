@@ -233,9 +233,9 @@ bool StreamWriter::Pump(httplib::DataSink& sink) {
       if (!Write(sink, err)) return false;
       continue;
     }
-    const bool worth = !u.text.empty() || u.finish_reason != FinishReason::kNone ||
-                       (request_.want_logprobs && u.has_token) ||
-                       (request_.return_token_ids && u.has_token);
+    // One chunk per token, as vLLM (text may be empty while a character or a possible stop
+    // string is held back), so clients can time every token.
+    const bool worth = u.has_token || !u.text.empty() || u.finish_reason != FinishReason::kNone;
     if (!worth) continue;
     json j = Chunk();
     j["choices"] = json::array({ChoiceChunk(i, u)});
