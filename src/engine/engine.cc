@@ -2,6 +2,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <cstdio>
 
 namespace loom {
 
@@ -136,6 +137,7 @@ bool Engine::Step() {
   ++steps_;
   for (auto& [s, count] : scheduled) s->num_computed += count;
 
+  std::vector<Sequence*> failed;  // sampling failed this step
   for (size_t i = 0; i < logit_owners_.size(); ++i) {
     const RowOwner& owner = logit_owners_[i];
     Sequence& s = *owner.seq;
@@ -151,7 +153,14 @@ bool Engine::Step() {
     }
     TokenLogprob chosen{};
     std::vector<TokenLogprob> top;
-    const int32_t token = s.sampler->Sample(row, c.vocab_size, &chosen, &top);
+    auto sampled = s.sampler->Sample(row, c.vocab_size, &chosen, &top);
+    if (!sampled.ok()) {  // non-finite logits: the sequence ends here, without a token
+      std::fprintf(stderr, "error: request %lld: %s\n", static_cast<long long>(s.result.id),
+                   sampled.status().message().c_str());
+      failed.push_back(&s);
+      continue;
+    }
+    const int32_t token = *sampled;
     s.sampler->Accept(token);
     s.tokens.push_back(token);
     s.result.generated.push_back(token);
@@ -164,7 +173,9 @@ bool Engine::Step() {
   for (auto it = running_.begin(); it != running_.end();) {
     Sequence& s = **it;
     FinishReason reason = FinishReason::kNone;
-    if (!s.result.generated.empty() && s.num_computed + 1 == static_cast<int>(s.tokens.size())) {
+    if (std::find(failed.begin(), failed.end(), &s) != failed.end()) {
+      reason = FinishReason::kStop;
+    } else if (!s.result.generated.empty() && s.num_computed + 1 == static_cast<int>(s.tokens.size())) {
       const int32_t last = s.result.generated.back();
       const auto& eos = c.eos_token_ids;
       if (!s.request.params.ignore_eos && std::find(eos.begin(), eos.end(), last) != eos.end()) {
