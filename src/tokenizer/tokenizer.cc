@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/file.h"
 #include "tokenizer/unicode.h"
 
 namespace loom::tokenizer {
@@ -14,12 +15,9 @@ namespace {
 
 using nlohmann::json;
 
+// Regular files only (a FIFO would block, /dev/zero never ends), at most 256 MiB.
 StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound("cannot open " + path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return ReadFileBounded(path, kMaxRequestFileBytes);
 }
 
 StatusOr<json> ParseJsonFile(const std::string& path) {
