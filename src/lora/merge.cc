@@ -258,13 +258,6 @@ StatusOr<std::string> CheckMergeOutput(const std::string& model_dir,
                              " is a symbolic link; give a new folder or an empty real folder");
     }
     if (!fs::is_directory(st)) return InvalidArgument("--out " + out_dir + " exists and is not a folder");
-    const bool empty = fs::is_empty(out_dir, ec);
-    if (ec) return InvalidArgument("--out " + out_dir + ": " + ec.message());
-    if (!empty) {
-      return InvalidArgument("--out " + out_dir +
-                             " is not empty; loom merge writes only into a new or empty folder "
-                             "(files of an earlier merge there would mix with the new ones)");
-    }
   }
   // Resolved (symlinks, "." and ".." gone) and compared by path and by inode with the inputs:
   // neither the output nor any folder above it may be the model or the adapter folder.
@@ -292,6 +285,15 @@ StatusOr<std::string> CheckMergeOutput(const std::string& model_dir,
                              (out_real == in_real ? "the " : "inside the ") +
                              (std::string(flag) == "--model" ? "model" : "adapter") + " folder " +
                              input + "; loom merge never writes into its inputs");
+    }
+  }
+  if (exists) {
+    const bool empty = fs::is_empty(out_dir, ec);
+    if (ec) return InvalidArgument("--out " + out_dir + ": " + ec.message());
+    if (!empty) {
+      return InvalidArgument("--out " + out_dir +
+                             " is not empty; loom merge writes only into a new or empty folder "
+                             "(files of an earlier merge there would mix with the new ones)");
     }
   }
   return out_real.string();
