@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/sampler.h"
+#include "cli/request_check.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -25,11 +26,6 @@ void AddSamplingFlags(CLI::App* cmd, SamplingParams* params, int64_t* seed);
 // --no-check-weights: skip the finite check of every weight at load (LoadOptions).
 void AddNoCheckWeightsFlag(CLI::App* cmd, bool* no_check_weights);
 LoadOptions LoadOptionsFromFlags(bool no_check_weights);
-
-// A request's sizes checked before anything (the KV cache) is sized from them: the sampling
-// parameters' ranges, and prompt + max_tokens within the model's context length.
-Status ValidateRequestSize(const ModelConfig& config, const SamplingParams& params,
-                           int64_t prompt_len);
 
 // "1,2,3" → ids; error message names the flag.
 bool ParseIdList(const std::string& text, std::vector<int32_t>* out, std::string* error);

@@ -33,19 +33,6 @@ LoadOptions LoadOptionsFromFlags(bool no_check_weights) {
   return options;
 }
 
-Status ValidateRequestSize(const ModelConfig& config, const SamplingParams& params,
-                           int64_t prompt_len) {
-  RETURN_IF_ERROR(params.Validate(config.vocab_size));
-  const int64_t total = prompt_len + int64_t{params.max_tokens};
-  if (total > config.max_position_embeddings) {
-    return InvalidArgument("prompt (" + std::to_string(prompt_len) + " tokens) + max_tokens (" +
-                           std::to_string(params.max_tokens) +
-                           ") exceeds the maximum context length " +
-                           std::to_string(config.max_position_embeddings));
-  }
-  return OkStatus();
-}
-
 bool ParseIdList(const std::string& text, std::vector<int32_t>* out, std::string* error) {
   out->clear();
   std::stringstream ss(text);

@@ -59,62 +59,20 @@ int RunBatchFile(Model* model, const std::vector<std::shared_ptr<const Adapter>>
   };
   auto text = ReadFileBounded(batch_path, kMaxRequestFileBytes);
   if (!text.ok()) return fail(text.status());
-  auto parsed = ParseJson(*text, batch_path);
-  if (!parsed.ok()) return fail(parsed.status());
-  const json& entries = *parsed;
-  if (!entries.is_array() || entries.empty()) {
-    std::fprintf(stderr, "error: --batch %s: expected a non-empty JSON list\n", batch_path.c_str());
-    return 2;
-  }
-  constexpr size_t kMaxEntries = 1 << 16;
-  if (entries.size() > kMaxEntries) {
-    return fail(InvalidArgument(batch_path + ": " + std::to_string(entries.size()) +
-                                " entries, above the maximum " + std::to_string(kMaxEntries)));
-  }
-  // Every entry is parsed and validated before the KV cache is sized from their sum.
-  const ModelConfig& c = model->config();
-  std::map<std::string, int> slot_of;  // adapter name → index in `adapters`
+  std::map<std::string, int> slot_of;  // adapter name → its engine slot (= index)
   for (size_t i = 0; i < adapters.size(); ++i) slot_of[adapters[i]->name()] = static_cast<int>(i);
-  std::vector<GenerationRequest> requests;
-  std::vector<json> adapter_fields;
   int64_t total = 0;
-  for (size_t i = 0; i < entries.size(); ++i) {
-    const json& e = entries[i];
-    const std::string where = batch_path + " entry " + std::to_string(i);
-    GenerationRequest r;
-    r.params = params;
-    if (!e.is_object()) {
-      return fail(InvalidArgument(where + ": needs {\"prompt_tokens\": [ids], ...}, got " +
-                                  JsonToString(e, -1, 60)));
-    }
-    Status st = GetIntList(e, "prompt_tokens", where, &r.prompt, 0, c.vocab_size - 1);
-    if (st.ok()) st = GetOptionalInt(e, "max_tokens", where, &r.params.max_tokens, 1, INT32_MAX);
-    if (st.ok() && r.prompt.empty()) st = InvalidArgument(where + ": prompt_tokens is empty");
-    if (st.ok()) st = ValidateRequestSize(c, r.params, static_cast<int64_t>(r.prompt.size()));
-    if (!st.ok()) return fail(Status(st.code(), st.message().rfind(where, 0) == 0 ? st.message() : where + ": " + st.message()));
-    json adapter_field = e.contains("adapter") ? e["adapter"] : json();
-    if (!adapter_field.is_null()) {
-      const std::string name = adapter_field.is_string() ? adapter_field.get<std::string>() : "";
-      auto it = slot_of.find(name);
-      if (it == slot_of.end()) {
-        std::fprintf(stderr, "error: --batch %s: adapter %s is not loaded (give it with --lora NAME=DIR)\n",
-                     where.c_str(), JsonToString(adapter_field, -1, 80).c_str());
-        return 2;
-      }
-      r.adapter_slot = it->second;
-    }
-    total += static_cast<int64_t>(r.prompt.size()) + r.params.max_tokens;
-    requests.push_back(std::move(r));
-    adapter_fields.push_back(std::move(adapter_field));
-  }
+  auto parsed = ParseBatchRequests(*text, batch_path, model->config(), slot_of, params, &total);
+  if (!parsed.ok()) return fail(parsed.status());
+  std::vector<BatchEntry>& entries = *parsed;
   if (Status st = model->CheckKvCacheTokens(total + 64); !st.ok()) return fail(st);
   EngineOptions options;
   options.kv_cache_tokens = static_cast<int>(std::max<int64_t>(1024, total + 64));
   Engine engine(model, options);
   for (const auto& a : adapters) engine.AddAdapter(a);  // slots in `adapters` order
   std::vector<int64_t> ids;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    auto id = engine.Add(std::move(requests[i]));
+  for (size_t i = 0; i < entries.size(); ++i) {
+    auto id = engine.Add(std::move(entries[i].request));
     if (!id.ok()) {
       std::fprintf(stderr, "error: --batch %s entry %zu: %s\n", batch_path.c_str(), i,
                    id.status().message().c_str());
@@ -131,7 +89,7 @@ int RunBatchFile(Model* model, const std::vector<std::shared_ptr<const Adapter>>
     for (const auto& r : results) {
       if (r.id != id) continue;
       json j = ResultJson(r, params.logprobs);
-      j["adapter"] = adapter_fields[out.size()];
+      j["adapter"] = entries[out.size()].adapter_field;
       out.push_back(j);
       generated += r.generated.size();
     }
