@@ -269,7 +269,10 @@ StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, co
                            " (its modules: embed_tokens, q_proj, k_proj, v_proj, o_proj, gate_proj, "
                            "up_proj, down_proj, lm_head)");
   }
-  for (const auto& [module, t] : by_module) {
+  for (const auto& entry : by_module) {
+    // Plain references, not a structured binding: the lambdas below capture them (clang 14).
+    const std::string& module = entry.first;
+    const auto& t = entry.second;
     LoraSite site;
     bool embedding = false;
     if (!SiteOf(module, config, &site, &embedding)) {
@@ -289,7 +292,10 @@ StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, co
   }
 
   a->layers_.resize(static_cast<size_t>(config.num_layers * kLoraModulesPerLayer));
-  for (const auto& [module, t] : by_module) {
+  for (const auto& entry : by_module) {
+    // Plain references, not a structured binding: the lambdas below capture them (clang 14).
+    const std::string& module = entry.first;
+    const auto& t = entry.second;
     LoraSite site;
     bool embedding = false;
     SiteOf(module, config, &site, &embedding);
