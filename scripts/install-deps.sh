@@ -4,8 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# clang + libclang-rt-14-dev: the sanitized build and libFuzzer targets (scripts/run-tests.sh,
+# scripts/fuzz.sh); ccache makes their rebuilds cheap.
 PACKAGES=(build-essential cmake pkg-config nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
-          libpcre2-dev libutf8proc-dev libgtest-dev libgmock-dev libbenchmark-dev python3 python3-venv)
+          libpcre2-dev libutf8proc-dev libgtest-dev libgmock-dev libbenchmark-dev python3 python3-venv
+          clang libclang-rt-14-dev ccache)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

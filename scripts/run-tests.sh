@@ -1,8 +1,41 @@
 #!/usr/bin/env bash
-# The test command: installs dependencies, builds loom and runs every ctest (unit, golden).
+# The test command: installs dependencies, builds loom and runs every ctest (unit, golden); the
+# end-to-end tests (the real server driven by the official openai client, tests/e2e); then the
+# unit tests again with ASan + UBSan (build-asan), and each libFuzzer target (build-fuzz, clang)
+# for a short budget (LOOM_FUZZ_SECONDS, default 20 s; 0 skips the fuzz runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DLOOM_BUILD_TESTS=ON >/dev/null
-cmake --build build -j"$(nproc)"
-ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 600
+jobs=$(nproc)
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DLOOM_BUILD_TESTS=ON "${launcher[@]}" >/dev/null
+cmake --build build -j"$jobs"
+ctest --test-dir build --output-on-failure -j"$jobs" --timeout 600
+
+# End to end: loom serve on loopback, the openai client, prometheus_client's parser.
+bash scripts/run-e2e.sh
+
+# Sanitized unit tests (golden excluded: slow under ASan, and the Release run checked them).
+cmake --preset asan "${launcher[@]}" >/dev/null
+cmake --build build-asan -j"$jobs"
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-asan --output-on-failure -j"$jobs" --timeout 900 -L unit
+
+seconds=${LOOM_FUZZ_SECONDS:-20}
+if [ "$seconds" -gt 0 ]; then
+  cmake --preset fuzz "${launcher[@]}" >/dev/null
+  cmake --build build-fuzz -j"$jobs"
+  for target in safetensors adapter_config config generation_config adapter batch sampler \
+                tokenizer chat_template; do
+    log=build-fuzz/fuzz-$target.log
+    echo "fuzz: $target for ${seconds} s"
+    if ! bash scripts/fuzz.sh "$target" "$seconds" >"$log" 2>&1; then
+      tail -50 "$log"
+      echo "fuzz: $target FAILED (log: $log)" >&2
+      exit 1
+    fi
+    grep -E "^stat::number_of_executed_units" "$log" || true
+  done
+fi

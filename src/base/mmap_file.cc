@@ -1,4 +1,4 @@
-// MappedFile: mmap(2) wrapper; empty files map to a null, zero-length view.
+// MappedFile: mmap(2) wrapper over regular files only; empty files map to a null, zero-length view.
 #include "base/mmap_file.h"
 
 #include <fcntl.h>
@@ -8,26 +8,23 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
+#include <new>
+
+#include "base/file.h"
 
 namespace loom {
 
 StatusOr<std::shared_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    std::string why = std::strerror(errno);
-    if (errno == ENOENT) return NotFound(path + ": no such file");
-    return InvalidArgument(path + ": cannot open: " + why);
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  // Regular files only: a FIFO or device would block open() or mmap, or never end.
+  uint64_t size = 0;
+  ASSIGN_OR_RETURN(const int fd, OpenRegularFile(path, &size));
+  std::shared_ptr<MappedFile> file(new (std::nothrow) MappedFile());
+  if (!file) {
     ::close(fd);
-    return InvalidArgument(path + ": not a regular file");
+    return ResourceExhausted(path + ": out of memory");
   }
-  std::shared_ptr<MappedFile> file(new MappedFile());
   file->path_ = path;
-  file->size_ = static_cast<size_t>(st.st_size);
+  file->size_ = static_cast<size_t>(size);
   if (file->size_ > 0) {
     void* p = ::mmap(nullptr, file->size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
@@ -46,11 +43,7 @@ MappedFile::~MappedFile() {
 }
 
 StatusOr<std::string> ReadTextFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound(path + ": no such file");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return ReadFileBounded(path, kMaxRequestFileBytes);
 }
 
 }  // namespace loom

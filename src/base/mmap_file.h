@@ -29,7 +29,8 @@ class MappedFile {
   size_t size_ = 0;
 };
 
-// Whole file into a string (small text files: config.json, index.json).
+// Whole regular file into a string, at most kMaxRequestFileBytes (base/file.h); prefer
+// ReadFileBounded with the cap that fits the file.
 StatusOr<std::string> ReadTextFile(const std::string& path);
 
 }  // namespace loom

@@ -1,6 +1,8 @@
 // ThreadPool: spin-then-sleep workers claiming tasks from a shared atomic counter.
 #include "base/thread_pool.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 
@@ -20,11 +22,31 @@ std::unique_ptr<ThreadPool>& GlobalSlot() {
 }
 }  // namespace
 
+int ThreadPool::CapThreads(int requested) {
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  if (requested <= 0) return cores;
+  if (requested > cores) {
+    // More compute threads than cores only adds contention (and 100000 threads would exhaust
+    // the process's thread limit).
+    std::fprintf(stderr, "warning: %d threads requested, this machine has %d cores; using %d\n",
+                 requested, cores, cores);
+    return cores;
+  }
+  return requested;
+}
+
 ThreadPool::ThreadPool(int num_threads) {
-  if (num_threads <= 0) num_threads = static_cast<int>(std::thread::hardware_concurrency());
-  if (num_threads <= 0) num_threads = 1;
-  num_threads_ = num_threads;
-  for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
+  num_threads_ = CapThreads(num_threads);
+  for (int i = 1; i < num_threads_; ++i) {
+    try {
+      workers_.emplace_back([this, i] { WorkerLoop(i); });
+    } catch (const std::exception& e) {  // std::system_error: the OS refused another thread
+      std::fprintf(stderr, "warning: could not start compute thread %d (%s); using %d threads\n",
+                   i, e.what(), i);
+      num_threads_ = i;
+      break;
+    }
+  }
 }
 
 ThreadPool::~ThreadPool() {
@@ -89,7 +111,11 @@ ThreadPool& ThreadPool::Global() {
   auto& slot = GlobalSlot();
   if (!slot) {
     int n = 0;
-    if (const char* env = std::getenv("LOOM_THREADS")) n = std::atoi(env);
+    if (const char* env = std::getenv("LOOM_THREADS")) {
+      char* end = nullptr;
+      const long v = std::strtol(env, &end, 10);
+      if (end != env && *end == '\0' && v > 0) n = static_cast<int>(std::min<long>(v, 1 << 20));
+    }
     slot = std::make_unique<ThreadPool>(n);
   }
   return *slot;

@@ -16,8 +16,12 @@ namespace loom {
 // condition-variable wake-up per job would cost several percent), then sleep.
 class ThreadPool {
  public:
-  // num_threads includes the calling thread; 0 = hardware concurrency.
+  // num_threads includes the calling thread; 0 = hardware concurrency. More than the hardware
+  // has is capped to it (with a warning on stderr); if the OS refuses a thread, the pool runs
+  // with the ones it got.
   explicit ThreadPool(int num_threads = 0);
+  // The thread count a request for `requested` gets (0 or less: all cores).
+  static int CapThreads(int requested);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;

@@ -4,6 +4,8 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "base/check.h"
+#include "base/json.h"
 #include "base/thread_pool.h"
 #include "cli/commands.h"
 #include "engine/engine.h"
@@ -21,7 +23,30 @@ struct BenchArgs {
   int repeats = 2;
   bool json = false;
   std::vector<std::string> loras;  // with adapters: base vs unmerged vs merged vs mixed
+  bool no_check_weights = false;
 };
+
+// Every size a measurement allocates from, checked before the first one: figures for a
+// negative batch would be made up.
+Status ValidateBenchArgs(const Model& model, const BenchArgs& a) {
+  constexpr int kMaxBatch = 4096;
+  if (a.prompt_len < 1) return InvalidArgument("--prompt-len must be at least 1");
+  if (a.gen_tokens < 2) return InvalidArgument("--gen-tokens must be at least 2 (one decode step)");
+  if (a.repeats < 1) return InvalidArgument("--repeats must be at least 1");
+  if (a.batches.empty()) return InvalidArgument("--batch: give at least one batch size");
+  int widest = a.loras.empty() ? 1 : std::max(8, static_cast<int>(a.loras.size()));
+  for (int b : a.batches) {
+    if (b < 1 || b > kMaxBatch) {
+      return InvalidArgument("--batch " + std::to_string(b) + " is outside [1, " +
+                             std::to_string(kMaxBatch) + "]");
+    }
+    widest = std::max(widest, b);
+  }
+  SamplingParams p;
+  p.max_tokens = a.gen_tokens;
+  RETURN_IF_ERROR(ValidateRequestSize(model.config(), p, a.prompt_len));
+  return model.CheckKvCacheTokens(int64_t{widest} * (a.prompt_len + a.gen_tokens) + 64);
+}
 
 struct Figures {
   double prefill_tps = 0;  // prompt tokens / s
@@ -49,7 +74,8 @@ Figures Measure(Model* model, const BenchArgs& a, int batch, uint64_t seed,
     r.params.temperature = 0;
     r.params.ignore_eos = true;
     if (!slots.empty()) r.adapter_slot = slots[static_cast<size_t>(b) % slots.size()];
-    (void)engine.Add(std::move(r));
+    auto id = engine.Add(std::move(r));
+    LOOM_CHECK(id.ok());  // ValidateBenchArgs checked every size first
   }
   auto t0 = Clock::now();
   engine.Step();  // all prompts in one step
@@ -70,7 +96,8 @@ int RunLoraBench(Model* model, const BenchArgs& a) {
   using Clock = std::chrono::steady_clock;
   std::vector<std::shared_ptr<const Adapter>> adapters;
   for (size_t i = 0; i < a.loras.size(); ++i) {
-    auto ad = LoadAdapter("a" + std::to_string(i), a.loras[i], model->config(), model->weights(), 0);
+    auto ad = LoadAdapter("a" + std::to_string(i), a.loras[i], model->config(), model->weights(), 0,
+                          !a.no_check_weights);
     if (!ad.ok()) {
       std::fprintf(stderr, "error: %s\n", ad.status().message().c_str());
       return 1;
@@ -80,11 +107,12 @@ int RunLoraBench(Model* model, const BenchArgs& a) {
   std::vector<double> load_ms;
   for (int i = 0; i < 5; ++i) {
     auto t0 = Clock::now();
-    auto ad = LoadAdapter("load", a.loras[0], model->config(), model->weights(), 0);
+    auto ad = LoadAdapter("load", a.loras[0], model->config(), model->weights(), 0,
+                          !a.no_check_weights);
     load_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   }
   std::sort(load_ms.begin(), load_ms.end());
-  auto merged = Model::Load(a.model);
+  auto merged = Model::Load(a.model, LoadOptionsFromFlags(a.no_check_weights));
   if (!merged.ok() || !(*merged)->MergeAdapter(*adapters[0]).ok()) {
     std::fprintf(stderr, "error: cannot build the merged model\n");
     return 1;
@@ -121,16 +149,20 @@ int RunLoraBench(Model* model, const BenchArgs& a) {
                         {"adapter_bytes", adapters[0]->tensor_bytes()},
                         {"num_adapters", adapters.size()}, {"peak_rss_mib", PeakRssMiB()},
                         {"threads", ThreadPool::Global().num_threads()}};
-    std::printf("%s\n", j.dump().c_str());
+    std::printf("%s\n", JsonToString(j).c_str());
   }
   return 0;
 }
 
 int RunBench(const BenchArgs& a) {
-  auto model = Model::Load(a.model);
+  auto model = Model::Load(a.model, LoadOptionsFromFlags(a.no_check_weights));
   if (!model.ok()) {
     std::fprintf(stderr, "error: %s\n", model.status().message().c_str());
     return 1;
+  }
+  if (Status st = ValidateBenchArgs(**model, a); !st.ok()) {
+    std::fprintf(stderr, "error: %s\n", st.message().c_str());
+    return 2;
   }
   if (!a.loras.empty()) return RunLoraBench(model->get(), a);
   Measure(model->get(), a, 1, 0);  // warm the page cache and the pool
@@ -156,7 +188,7 @@ int RunBench(const BenchArgs& a) {
   if (a.json) {
     nlohmann::json j = {{"results", out}, {"peak_rss_mib", PeakRssMiB()},
                         {"threads", ThreadPool::Global().num_threads()}};
-    std::printf("%s\n", j.dump().c_str());
+    std::printf("%s\n", JsonToString(j).c_str());
   }
   return 0;
 }
@@ -174,6 +206,7 @@ RunFn AddBenchCommand(CLI::App& cmd) {
   cmd.add_option("--lora", a->loras,
                  "adapters: measure base vs unmerged vs merged, and a batch with a different "
                  "adapter per sequence");
+  AddNoCheckWeightsFlag(&cmd, &a->no_check_weights);
   return [a] { return RunBench(*a); };
 }
 

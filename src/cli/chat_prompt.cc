@@ -1,7 +1,8 @@
 // --chat FILE.json: render messages with the model folder's chat template, as apply_chat_template.
 #include <nlohmann/json.hpp>
 
-#include "base/mmap_file.h"
+#include "base/file.h"
+#include "base/json.h"
 #include "cli/commands.h"
 #include "tokenizer/chat_template.h"
 
@@ -9,9 +10,10 @@ namespace loom::cli {
 
 StatusOr<std::string> RenderChatFile(const tokenizer::Tokenizer& tok, const std::string& model_dir,
                                      const std::string& chat_path, bool add_generation_prompt) {
-  ASSIGN_OR_RETURN(std::string text, ReadTextFile(chat_path));
-  // ordered_json keeps the messages' key order, which tojson output depends on.
-  nlohmann::ordered_json doc = nlohmann::ordered_json::parse(text, nullptr, false);
+  ASSIGN_OR_RETURN(std::string text, ReadFileBounded(chat_path, kMaxRequestFileBytes));
+  // ordered_json keeps the messages' key order, which tojson output depends on. The depth
+  // bound keeps the template engine's recursive value conversion off deep input.
+  ASSIGN_OR_RETURN(nlohmann::ordered_json doc, ParseOrderedJson(text, chat_path));
   nlohmann::ordered_json messages, tools = nullptr;
   if (doc.is_array()) {
     messages = doc;

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "engine/sampler.h"
+#include "cli/request_check.h"
+#include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace loom::cli {
@@ -21,6 +23,10 @@ RunFn AddServeCommand(CLI::App& app);
 
 // Sampling flags shared by commands (--temperature, --top-k, ...).
 void AddSamplingFlags(CLI::App* cmd, SamplingParams* params, int64_t* seed);
+
+// --no-check-weights: skip the finite check of every weight at load (LoadOptions).
+void AddNoCheckWeightsFlag(CLI::App* cmd, bool* no_check_weights);
+LoadOptions LoadOptionsFromFlags(bool no_check_weights);
 
 // "1,2,3" → ids; error message names the flag.
 bool ParseIdList(const std::string& text, std::vector<int32_t>* out, std::string* error);

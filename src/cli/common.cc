@@ -1,4 +1,6 @@
 // Helpers shared by CLI commands.
+#include <cerrno>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -20,20 +22,32 @@ void AddSamplingFlags(CLI::App* cmd, SamplingParams* p, int64_t* seed) {
   cmd->add_flag("--ignore-eos", p->ignore_eos, "keep generating after end-of-sequence");
 }
 
+void AddNoCheckWeightsFlag(CLI::App* cmd, bool* no_check_weights) {
+  cmd->add_flag("--no-check-weights", *no_check_weights,
+                "skip the check that every weight is finite (no NaN/Inf) at load");
+}
+
+LoadOptions LoadOptionsFromFlags(bool no_check_weights) {
+  LoadOptions options;
+  options.check_weights = !no_check_weights;
+  return options;
+}
+
 bool ParseIdList(const std::string& text, std::vector<int32_t>* out, std::string* error) {
   out->clear();
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {
-    try {
-      size_t used = 0;
-      long v = std::stol(item, &used);
-      if (used != item.size() || v < 0 || v > INT32_MAX) throw std::invalid_argument(item);
-      out->push_back(static_cast<int32_t>(v));
-    } catch (const std::exception&) {
+    // strtoll, not stol: no exceptions, and "4294967297" must not wrap to 1.
+    errno = 0;
+    char* end = nullptr;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || end != item.c_str() + item.size() || errno == ERANGE || v < 0 ||
+        v > INT32_MAX) {
       *error = "'" + item + "' is not a token id";
       return false;
     }
+    out->push_back(static_cast<int32_t>(v));
   }
   if (out->empty()) {
     *error = "no token ids given";
@@ -46,7 +60,7 @@ double PeakRssMiB() {
   std::ifstream in("/proc/self/status");
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+    if (line.rfind("VmHWM:", 0) == 0) return std::strtod(line.c_str() + 6, nullptr) / 1024.0;
   }
   return 0;
 }

@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include <filesystem>
-
+#include "base/json.h"
+#include "base/file.h"
 #include "cli/commands.h"
 #include "cli/lora_cli.h"
 #include "engine/engine.h"
@@ -27,6 +27,7 @@ struct GenerateArgs {
   std::string output = "text";
   SamplingParams params;
   int64_t seed = -1;
+  bool no_check_weights = false;
 };
 
 int RunGenerate(GenerateArgs& a) {
@@ -47,12 +48,12 @@ int RunGenerate(GenerateArgs& a) {
   }
   if (a.seed >= 0) a.params.seed = static_cast<uint64_t>(a.seed);
   auto t0 = Clock::now();
-  auto model = Model::Load(a.model);
+  auto model = Model::Load(a.model, LoadOptionsFromFlags(a.no_check_weights));
   if (!model.ok()) {
     std::fprintf(stderr, "error: %s\n", model.status().message().c_str());
     return 1;
   }
-  auto adapters = LoadCliAdapters(**model, a.loras, a.max_lora_rank);
+  auto adapters = LoadCliAdapters(**model, a.loras, a.max_lora_rank, !a.no_check_weights);
   if (!adapters.ok()) {
     std::fprintf(stderr, "error: %s\n", adapters.status().message().c_str());
     return 1;
@@ -60,8 +61,12 @@ int RunGenerate(GenerateArgs& a) {
   if (!a.batch.empty()) return RunBatchFile(model->get(), *adapters, a.batch, a.params);
   // The folder's tokenizer: needed for --prompt, used for the output text when present.
   std::unique_ptr<tokenizer::Tokenizer> tok;
-  if (!a.prompt_text.empty() || !a.chat.empty() ||
-      std::filesystem::exists(std::filesystem::path(a.model) / "tokenizer.json")) {
+  auto has_tokenizer = RegularFileExists(a.model + "/tokenizer.json");
+  if (!has_tokenizer.ok()) {
+    std::fprintf(stderr, "error: %s\n", has_tokenizer.status().message().c_str());
+    return 1;
+  }
+  if (!a.prompt_text.empty() || !a.chat.empty() || *has_tokenizer) {
     auto loaded = tokenizer::Tokenizer::FromModelDir(a.model);
     if (!loaded.ok()) {
       std::fprintf(stderr, "error: %s\n", loaded.status().message().c_str());
@@ -101,7 +106,16 @@ int RunGenerate(GenerateArgs& a) {
     }
   }
   auto t_loaded = Clock::now();
+  // Validate before sizing anything from the request: the KV cache holds prompt + max_tokens.
   EngineOptions options;
+  {
+    Status st = ValidateRequestSize((*model)->config(), a.params, static_cast<int64_t>(prompt.size()));
+    if (st.ok()) st = (*model)->CheckKvCacheTokens(static_cast<int64_t>(prompt.size()) + a.params.max_tokens);
+    if (!st.ok()) {
+      std::fprintf(stderr, "error: %s\n", st.message().c_str());
+      return 2;
+    }
+  }
   options.kv_cache_tokens = std::max<int>(256, static_cast<int>(prompt.size()) + a.params.max_tokens);
   options.max_batch_tokens = std::max<int>(512, static_cast<int>(prompt.size()));
   Engine engine(model->get(), options);
@@ -140,7 +154,7 @@ int RunGenerate(GenerateArgs& a) {
   if (a.output == "json") {
     nlohmann::json j = ResultJson(r, a.params.logprobs);
     if (tok) j["text"] = tok->Decode(r.generated, /*skip_special_tokens=*/true);
-    std::printf("%s\n", j.dump().c_str());
+    std::printf("%s\n", JsonToString(j).c_str());
   } else if (tok) {
     const std::string text = tok->Decode(r.generated, /*skip_special_tokens=*/true);
     std::fwrite(text.data(), 1, text.size(), stdout);
@@ -173,6 +187,7 @@ RunFn AddGenerateCommand(CLI::App& cmd) {
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
   AddSamplingFlags(&cmd, &a->params, &a->seed);
+  AddNoCheckWeightsFlag(&cmd, &a->no_check_weights);
   return [a] { return RunGenerate(*a); };
 }
 

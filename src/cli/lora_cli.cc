@@ -6,7 +6,8 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "base/mmap_file.h"
+#include "base/file.h"
+#include "base/json.h"
 #include "lora/merge.h"
 
 namespace loom::cli {
@@ -15,7 +16,7 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 StatusOr<std::vector<std::shared_ptr<const Adapter>>> LoadCliAdapters(
-    const Model& model, const std::vector<std::string>& specs, int max_rank) {
+    const Model& model, const std::vector<std::string>& specs, int max_rank, bool check_weights) {
   std::vector<std::shared_ptr<const Adapter>> out;
   for (const std::string& spec : specs) {
     const size_t eq = spec.find('=');
@@ -26,7 +27,8 @@ StatusOr<std::vector<std::shared_ptr<const Adapter>>> LoadCliAdapters(
     for (const auto& a : out) {
       if (a->name() == name) return InvalidArgument("--lora: adapter name '" + name + "' given twice");
     }
-    ASSIGN_OR_RETURN(auto adapter, LoadAdapter(name, dir, model.config(), model.weights(), max_rank));
+    ASSIGN_OR_RETURN(auto adapter,
+                     LoadAdapter(name, dir, model.config(), model.weights(), max_rank, check_weights));
     out.push_back(std::move(adapter));
   }
   return out;
@@ -51,63 +53,29 @@ json ResultJson(const GenerationResult& r, int logprobs) {
 
 int RunBatchFile(Model* model, const std::vector<std::shared_ptr<const Adapter>>& adapters,
                  const std::string& batch_path, const SamplingParams& params) {
-  auto text = ReadTextFile(batch_path);
-  if (!text.ok()) {
-    std::fprintf(stderr, "error: --batch: %s\n", text.status().message().c_str());
+  auto fail = [](const Status& st) {
+    std::fprintf(stderr, "error: --batch: %s\n", st.message().c_str());
     return 2;
-  }
-  json entries = json::parse(*text, nullptr, false);
-  if (!entries.is_array() || entries.empty()) {
-    std::fprintf(stderr, "error: --batch %s: expected a non-empty JSON list\n", batch_path.c_str());
-    return 2;
-  }
+  };
+  auto text = ReadFileBounded(batch_path, kMaxRequestFileBytes);
+  if (!text.ok()) return fail(text.status());
+  std::map<std::string, int> slot_of;  // adapter name → its engine slot (= index)
+  for (size_t i = 0; i < adapters.size(); ++i) slot_of[adapters[i]->name()] = static_cast<int>(i);
+  int64_t total = 0;
+  auto parsed = ParseBatchRequests(*text, batch_path, model->config(), slot_of, params, &total);
+  if (!parsed.ok()) return fail(parsed.status());
+  std::vector<BatchEntry>& entries = *parsed;
+  if (Status st = model->CheckKvCacheTokens(total + 64); !st.ok()) return fail(st);
   EngineOptions options;
-  int total = 0;
-  for (const auto& e : entries) {
-    total += static_cast<int>(e.value("prompt_tokens", json::array()).size()) +
-             e.value("max_tokens", params.max_tokens);
-  }
-  options.kv_cache_tokens = std::max(1024, total + 64);
+  options.kv_cache_tokens = static_cast<int>(std::max<int64_t>(1024, total + 64));
   Engine engine(model, options);
-  std::map<std::string, int> slots;
-  for (const auto& a : adapters) slots[a->name()] = engine.AddAdapter(a);
+  for (const auto& a : adapters) engine.AddAdapter(a);  // slots in `adapters` order
   std::vector<int64_t> ids;
   for (size_t i = 0; i < entries.size(); ++i) {
-    const json& e = entries[i];
-    const std::string where = "--batch " + batch_path + " entry " + std::to_string(i);
-    GenerationRequest r;
-    r.params = params;
-    if (!e.is_object() || !e.contains("prompt_tokens") || !e["prompt_tokens"].is_array()) {
-      std::fprintf(stderr, "error: %s: needs \"prompt_tokens\": [ids]\n", where.c_str());
-      return 2;
-    }
-    for (const auto& t : e["prompt_tokens"]) {
-      if (!t.is_number_integer()) {
-        std::fprintf(stderr, "error: %s: prompt_tokens must be integers\n", where.c_str());
-        return 2;
-      }
-      r.prompt.push_back(t.get<int32_t>());
-    }
-    if (e.contains("max_tokens")) {
-      if (!e["max_tokens"].is_number_integer()) {
-        std::fprintf(stderr, "error: %s: max_tokens must be an integer\n", where.c_str());
-        return 2;
-      }
-      r.params.max_tokens = e["max_tokens"].get<int>();
-    }
-    if (e.contains("adapter") && !e["adapter"].is_null()) {
-      const std::string name = e["adapter"].is_string() ? e["adapter"].get<std::string>() : "";
-      auto it = slots.find(name);
-      if (it == slots.end()) {
-        std::fprintf(stderr, "error: %s: adapter %s is not loaded (give it with --lora NAME=DIR)\n",
-                     where.c_str(), e["adapter"].dump().c_str());
-        return 2;
-      }
-      r.adapter_slot = it->second;
-    }
-    auto id = engine.Add(std::move(r));
+    auto id = engine.Add(std::move(entries[i].request));
     if (!id.ok()) {
-      std::fprintf(stderr, "error: %s: %s\n", where.c_str(), id.status().message().c_str());
+      std::fprintf(stderr, "error: --batch %s entry %zu: %s\n", batch_path.c_str(), i,
+                   id.status().message().c_str());
       return 2;
     }
     ids.push_back(*id);
@@ -121,14 +89,14 @@ int RunBatchFile(Model* model, const std::vector<std::shared_ptr<const Adapter>>
     for (const auto& r : results) {
       if (r.id != id) continue;
       json j = ResultJson(r, params.logprobs);
-      j["adapter"] = entries[out.size()].value("adapter", json());
+      j["adapter"] = entries[out.size()].adapter_field;
       out.push_back(j);
       generated += r.generated.size();
     }
   }
   std::fprintf(stderr, "%zu sequences, %zu tokens generated in %.2f s (%.1f tokens/s) in %lld steps\n",
                ids.size(), generated, secs, generated / secs, static_cast<long long>(engine.steps()));
-  std::printf("%s\n", out.dump().c_str());
+  std::printf("%s\n", JsonToString(out).c_str());
   return 0;
 }
 
@@ -139,10 +107,11 @@ struct InspectArgs {
   std::string lora;
   int max_rank = 0;
   bool json_out = false;
+  bool no_check_weights = false;
 };
 
 int RunInspect(const InspectArgs& a) {
-  auto model = Model::Load(a.model);
+  auto model = Model::Load(a.model, LoadOptionsFromFlags(a.no_check_weights));
   if (!model.ok()) {
     std::fprintf(stderr, "error: %s\n", model.status().message().c_str());
     return 1;
@@ -156,7 +125,7 @@ int RunInspect(const InspectArgs& a) {
             {"weight_bytes", (*model)->weight_bytes()}};
   if (!a.lora.empty()) {
     auto t0 = std::chrono::steady_clock::now();
-    auto adapters = LoadCliAdapters(**model, {a.lora}, a.max_rank);
+    auto adapters = LoadCliAdapters(**model, {a.lora}, a.max_rank, !a.no_check_weights);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (!adapters.ok()) {
       std::fprintf(stderr, "error: %s\n", adapters.status().message().c_str());
@@ -208,7 +177,7 @@ int RunInspect(const InspectArgs& a) {
       return 0;
     }
   }
-  std::printf("%s\n", j.dump(2).c_str());
+  std::printf("%s\n", JsonToString(j, 2).c_str());
   return 0;
 }
 
@@ -217,15 +186,27 @@ struct MergeArgs {
   std::string lora;
   std::string out;
   uint64_t max_shard_bytes = 2ull << 30;
+  bool no_check_weights = false;
 };
 
 int RunMerge(const MergeArgs& a) {
-  auto model = Model::Load(a.model);
+  // The output rules first: nothing is loaded (or written) for an --out that would be refused.
+  const size_t eq = a.lora.find('=');
+  const std::string lora_dir = eq == std::string::npos ? a.lora : a.lora.substr(eq + 1);
+  if (auto out = CheckMergeOutput(a.model, lora_dir, a.out); !out.ok()) {
+    std::fprintf(stderr, "error: %s\n", out.status().message().c_str());
+    return 2;
+  }
+  if (a.max_shard_bytes == 0) {
+    std::fprintf(stderr, "error: --max-shard-size must be positive\n");
+    return 2;
+  }
+  auto model = Model::Load(a.model, LoadOptionsFromFlags(a.no_check_weights));
   if (!model.ok()) {
     std::fprintf(stderr, "error: %s\n", model.status().message().c_str());
     return 1;
   }
-  auto adapters = LoadCliAdapters(**model, {a.lora}, 0);
+  auto adapters = LoadCliAdapters(**model, {a.lora}, 0, !a.no_check_weights);
   if (!adapters.ok()) {
     std::fprintf(stderr, "error: %s\n", adapters.status().message().c_str());
     return 1;
@@ -252,6 +233,7 @@ RunFn AddInspectCommand(CLI::App& cmd) {
   cmd.add_option("--lora", a->lora, "PEFT adapter folder (NAME=DIR or DIR)");
   cmd.add_option("--max-lora-rank", a->max_rank, "reject adapters above this rank (0 = no limit)");
   cmd.add_flag("--json", a->json_out, "print JSON");
+  AddNoCheckWeightsFlag(&cmd, &a->no_check_weights);
   return [a] { return RunInspect(*a); };
 }
 
@@ -261,6 +243,7 @@ RunFn AddMergeCommand(CLI::App& cmd) {
   cmd.add_option("--lora", a->lora, "PEFT adapter folder")->required();
   cmd.add_option("--out", a->out, "output folder (a standard HF checkpoint)")->required();
   cmd.add_option("--max-shard-size", a->max_shard_bytes, "bytes per safetensors shard")->capture_default_str();
+  AddNoCheckWeightsFlag(&cmd, &a->no_check_weights);
   return [a] { return RunMerge(*a); };
 }
 

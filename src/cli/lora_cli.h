@@ -18,7 +18,8 @@ RunFn AddMergeCommand(CLI::App& app);
 
 // "NAME=DIR" or "DIR" (name = the folder's name) → loaded adapters, in order.
 StatusOr<std::vector<std::shared_ptr<const Adapter>>> LoadCliAdapters(
-    const Model& model, const std::vector<std::string>& specs, int max_rank);
+    const Model& model, const std::vector<std::string>& specs, int max_rank,
+    bool check_weights = true);
 
 // --batch FILE.json: [{"prompt_tokens": [ids], "adapter": NAME | null, "max_tokens": N}, ...]
 // run together as one continuous batch; prints a JSON list of per-entry results.

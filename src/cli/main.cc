@@ -1,6 +1,8 @@
 // loom command-line entry point: dispatches to the subcommands.
 #include <cstdio>
+#include <exception>
 #include <map>
+#include <new>
 
 #include "base/thread_pool.h"
 #include "cli/commands.h"
@@ -12,7 +14,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.fallthrough();  // global flags (--threads) may also follow the subcommand
   int threads = 0;
-  app.add_option("--threads", threads, "compute threads (default: all cores, or LOOM_THREADS)");
+  app.add_option("--threads", threads,
+                 "compute threads (default: all cores, or LOOM_THREADS; capped to the cores)")
+      ->check(CLI::NonNegativeNumber);
   bool fast_bf16 = false;
   app.add_flag("--fast-bf16", fast_bf16,
                "prefill matmuls on bf16 weights round activations to bf16 once (faster on CPUs "
@@ -37,7 +41,18 @@ int main(int argc, char** argv) {
   if (threads > 0) loom::ThreadPool::SetGlobalThreads(threads);
   if (fast_bf16) loom::GlobalMatmulOptions().bf16_split = false;
   for (auto& [cmd, run] : runs) {
-    if (cmd->parsed()) return run();
+    if (!cmd->parsed()) continue;
+    // Commands report errors as Status; this is the last guard, so that nothing a file or a
+    // flag causes ends in std::terminate.
+    try {
+      return run();
+    } catch (const std::bad_alloc&) {
+      std::fprintf(stderr, "error: out of memory\n");
+      return 1;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "error: %s\n", e.what());
+      return 1;
+    }
   }
   return 2;
 }

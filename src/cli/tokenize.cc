@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "base/file.h"
+#include "base/json.h"
 #include "cli/commands.h"
 #include "tokenizer/tokenizer.h"
 
@@ -45,7 +47,7 @@ int RunBench(const tokenizer::Tokenizer& tok, const std::string& text, int itera
   nlohmann::json j = {{"bytes", text.size()},   {"tokens", tokens},
                       {"iterations", iterations}, {"first_s", first},
                       {"median_s", median},       {"mb_per_s", text.size() / median / 1e6}};
-  std::printf("%s\n", j.dump().c_str());
+  std::printf("%s\n", JsonToString(j).c_str());
   return 0;
 }
 
@@ -56,14 +58,12 @@ int RunTokenize(const TokenizeArgs& a) {
   }
   std::string text = a.text;
   if (!a.file.empty()) {
-    std::ifstream in(a.file, std::ios::binary);
-    if (!in) {
-      std::fprintf(stderr, "error: cannot open %s\n", a.file.c_str());
+    auto read = ReadFileBounded(a.file, kMaxRequestFileBytes, "--file");
+    if (!read.ok()) {
+      std::fprintf(stderr, "error: %s\n", read.status().message().c_str());
       return 2;
     }
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    text = ss.str();
+    text = std::move(read).value();
   }
   auto tok = tokenizer::Tokenizer::FromModelDir(a.model);
   if (!tok.ok()) {
@@ -84,7 +84,7 @@ int RunTokenize(const TokenizeArgs& a) {
     nlohmann::json j;
     j["ids"] = *ids;
     j["prompt"] = *rendered;
-    std::printf("%s\n", j.dump().c_str());
+    std::printf("%s\n", JsonToString(j).c_str());
     return 0;
   }
   if (a.bench > 0) return RunBench(**tok, text, a.bench);
@@ -95,7 +95,7 @@ int RunTokenize(const TokenizeArgs& a) {
   }
   nlohmann::json j;
   j["ids"] = *ids;
-  std::printf("%s\n", j.dump().c_str());
+  std::printf("%s\n", JsonToString(j).c_str());
   return 0;
 }
 

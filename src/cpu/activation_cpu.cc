@@ -7,7 +7,8 @@
 
 #define LOOM_AVX512 __attribute__((target("avx512f,avx512dq")))
 
-extern "C" __m512 _ZGVeN16v_expf(__m512 x);  // glibc libmvec
+// The target attribute on the declaration too: clang refuses a __m512 argument otherwise.
+extern "C" LOOM_AVX512 __m512 _ZGVeN16v_expf(__m512 x);  // glibc libmvec
 
 namespace loom::cpu {
 

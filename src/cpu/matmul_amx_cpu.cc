@@ -2,6 +2,7 @@
 // 16×32 weight tile by a 32×16 activation tile (8192 MACs), ~16× the AVX-512 FMA rate. Weights
 // are read in place (row-major [m, k] is already the A-tile layout); activations are packed
 // once per matmul into B tiles by PackActivationsAmx.
+#include <cpuid.h>
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -171,8 +172,11 @@ LOOM_AMX void Kernel(const uint16_t* xp, int64_t lo_offset, int64_t n, int64_t k
 bool AmxAvailable() {
 #if defined(__x86_64__)
   static const bool ok = [] {
-    __builtin_cpu_init();
-    if (!__builtin_cpu_supports("amx-bf16") || !__builtin_cpu_supports("amx-tile")) return false;
+    // CPUID.(7,0):EDX bit 22 = AMX-BF16, bit 24 = AMX-TILE (read directly: clang 14's
+    // __builtin_cpu_supports does not know the AMX names).
+    unsigned int eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    if (!(edx & (1u << 22)) || !(edx & (1u << 24))) return false;
     // Linux hands out the 8 KiB tile state only on request (ARCH_REQ_XCOMP_PERM, XTILEDATA).
     return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
   }();

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <cstdio>
 
 namespace loom {
 
@@ -143,7 +144,19 @@ void Engine::SampleRow(Sequence* seq, float* row) {
   update.id = seq->id;
   TokenLogprob chosen{};
   std::vector<TokenLogprob> top;
-  const int32_t token = seq->sampler->Sample(row, c.vocab_size, &chosen, &top);
+  auto sampled = seq->sampler->Sample(row, c.vocab_size, &chosen, &top);
+  if (!sampled.ok()) {
+    // Non-finite logits (a broken model or adapter): the sequence ends here without a token,
+    // with the reason; other sequences in the step are unaffected.
+    update.error = "request " + std::to_string(seq->id) + ": " + sampled.status().message();
+    seq->result.error = update.error;
+    update.prompt_tokens = static_cast<int>(seq->request.prompt.size());
+    update.generated_tokens = static_cast<int>(seq->result.generated.size());
+    Finish(seq, FinishReason::kError, &update);
+    if (emit_updates_) updates_.push_back(std::move(update));
+    return;
+  }
+  const int32_t token = *sampled;
   seq->sampler->Accept(token);
   seq->tokens.push_back(token);
   seq->result.generated.push_back(token);

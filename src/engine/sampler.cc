@@ -73,7 +73,10 @@ void ComputeLogprobs(const float* logits, int vocab, int32_t token, int top_n,
   double sum = 0;
   for (int i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i] - mx));
   const float log_z = mx + static_cast<float>(std::log(sum));
-  if (chosen) *chosen = {token, logits[token] - log_z};
+  // A token of probability 0 (a -inf logit) gets vLLM's -9999 instead of -inf, which JSON cannot
+  // carry (it would print as null).
+  auto clamp = [](float lp) { return std::isfinite(lp) ? lp : -9999.0f; };
+  if (chosen) *chosen = {token, clamp(logits[token] - log_z)};
   if (top) {
     top->clear();
     std::vector<int32_t> idx(static_cast<size_t>(vocab));
@@ -82,7 +85,7 @@ void ComputeLogprobs(const float* logits, int vocab, int32_t token, int top_n,
     std::partial_sort(idx.begin(), idx.begin() + n, idx.end(), [&](int32_t a, int32_t b) {
       return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
     });
-    for (int i = 0; i < n; ++i) top->push_back({idx[static_cast<size_t>(i)], logits[idx[static_cast<size_t>(i)]] - log_z});
+    for (int i = 0; i < n; ++i) top->push_back({idx[static_cast<size_t>(i)], clamp(logits[idx[static_cast<size_t>(i)]] - log_z)});
   }
 }
 
@@ -95,9 +98,18 @@ int32_t Sampler::Draw(const float* logits, int vocab) {
   for (int i = 0; i < vocab; ++i) mx = std::max(mx, logits[i] * inv_t);
   probs_.resize(static_cast<size_t>(vocab));
   double total = 0;
-  for (int i = 0; i < vocab; ++i) {
-    probs_[static_cast<size_t>(i)] = std::exp(logits[i] * inv_t - mx);
-    total += probs_[static_cast<size_t>(i)];
+  if (std::isfinite(mx)) {
+    for (int i = 0; i < vocab; ++i) {
+      probs_[static_cast<size_t>(i)] = std::exp(logits[i] * inv_t - mx);
+      total += probs_[static_cast<size_t>(i)];
+    }
+  } else {  // logit / T overflowed float: subtract the max first, then scale (both ≤ 0)
+    float raw_max = -INFINITY;
+    for (int i = 0; i < vocab; ++i) raw_max = std::max(raw_max, logits[i]);
+    for (int i = 0; i < vocab; ++i) {
+      probs_[static_cast<size_t>(i)] = std::exp((logits[i] - raw_max) * inv_t);
+      total += probs_[static_cast<size_t>(i)];
+    }
   }
   auto by_prob = [&](int32_t a, int32_t b) {
     const float pa = probs_[static_cast<size_t>(a)], pb = probs_[static_cast<size_t>(b)];
@@ -142,18 +154,41 @@ int32_t Sampler::Draw(const float* logits, int vocab) {
     acc += probs_[static_cast<size_t>(order_[i])];
     if (u < acc) return order_[i];
   }
+  if (keep == 0) return -1;  // unreachable with a finite maximum; never read order_[-1]
   return order_[keep - 1];
 }
 
-int32_t Sampler::Sample(float* logits, int vocab, TokenLogprob* chosen,
-                        std::vector<TokenLogprob>* top) {
+StatusOr<int32_t> Sampler::Sample(float* logits, int vocab, TokenLogprob* chosen,
+                                  std::vector<TokenLogprob>* top) {
+  const int64_t step = step_++;
+  if (vocab <= 0) {
+    return InvalidArgument("sampling step " + std::to_string(step) + ": empty logits row");
+  }
   if (params_.logprobs > 0) raw_.assign(logits, logits + vocab);
   ApplyPenalties(logits, vocab);
-  int32_t token = 0;
-  if (IsGreedy(params_)) {
-    token = static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
-  } else {
+  // Every later stage (max, exp, sort, the draw) is defined only when some logit is a number
+  // below +inf: NaN compares false with everything, +inf gives inf − inf = NaN. Penalties map
+  // NaN to NaN and ±inf to ±inf, so checking after them covers the raw row too.
+  int32_t best = -1;
+  for (int i = 0; i < vocab; ++i) {
+    const float l = logits[i];
+    if (std::isnan(l) || l == INFINITY) {
+      return InvalidArgument("sampling step " + std::to_string(step) + ": logit of token " +
+                             std::to_string(i) + " is " + (std::isnan(l) ? "NaN" : "+inf") +
+                             " (non-finite model output; check the weights)");
+    }
+    if (l > -INFINITY && (best < 0 || l > logits[best])) best = i;
+  }
+  if (best < 0) {
+    return InvalidArgument("sampling step " + std::to_string(step) +
+                           ": every logit is -inf, no token can be drawn");
+  }
+  int32_t token = best;  // greedy: the first maximum, as std::max_element
+  if (!IsGreedy(params_)) {
     token = Draw(logits, vocab);
+    if (token < 0) {
+      return Internal("sampling step " + std::to_string(step) + ": no candidate token left");
+    }
   }
   if (params_.logprobs > 0) ComputeLogprobs(raw_.data(), vocab, token, params_.logprobs, chosen, top);
   return token;

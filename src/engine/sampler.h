@@ -41,7 +41,10 @@ class Sampler {
 
   // Picks the next token from logits [vocab] (modified in place). When params.logprobs > 0,
   // also fills `chosen` and `top` from the unmodified distribution (log_softmax of logits).
-  int32_t Sample(float* logits, int vocab, TokenLogprob* chosen, std::vector<TokenLogprob>* top);
+  // Defined for any floats: a NaN or +inf logit, or a row that is all -inf, is
+  // kInvalidArgument naming the step ("sampling step 3: logit of token 17 is NaN ...").
+  StatusOr<int32_t> Sample(float* logits, int vocab, TokenLogprob* chosen,
+                           std::vector<TokenLogprob>* top);
   // Records a generated token (for the penalties).
   void Accept(int32_t token);
 
@@ -52,6 +55,7 @@ class Sampler {
   int32_t Draw(const float* logits, int vocab);  // temperature, top-k, top-p, min-p, draw
 
   SamplingParams params_;
+  int64_t step_ = 0;  // tokens sampled so far (named in errors)
   std::mt19937_64 rng_;
   std::unordered_map<int32_t, int> output_counts_;
   std::vector<float> raw_;  // [vocab] logits before penalties, for logprobs

@@ -9,6 +9,11 @@
 #include <cstring>
 #include <set>
 
+#include "base/json.h"
+#include "base/file.h"
+#include "base/thread_pool.h"
+#include "tensor/finite.h"
+
 namespace loom {
 
 namespace {
@@ -64,8 +69,15 @@ StatusOr<std::vector<TensorInfo>> ParseSafetensors(const uint8_t* bytes, size_t 
                            " exceeds the 100 MiB limit");
   }
   const char* header = reinterpret_cast<const char*>(bytes + 8);
-  json j = json::parse(header, header + header_len, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return InvalidArgument(path + ": header is not valid JSON");
+  JsonLimits limits;
+  limits.max_bytes = kMaxHeaderBytes;
+  limits.max_depth = 8;  // a header nests 3 levels
+  auto parsed = ParseJson(std::string_view(header, header_len), path + ": header", limits);
+  if (!parsed.ok()) {
+    if (parsed.status().message().find("nested deeper") != std::string::npos) return parsed.status();
+    return InvalidArgument(path + ": header is not valid JSON");
+  }
+  json j = std::move(parsed).value();
   if (!j.is_object()) return InvalidArgument(path + ": header is not a JSON object");
 
   const uint8_t* data = bytes + 8 + header_len;
@@ -161,6 +173,18 @@ Status SafetensorsStore::AddFile(const std::string& path,
   ASSIGN_OR_RETURN(auto infos, ParseSafetensors(file->data(), file->size(), path, &metadata_));
   std::set<std::string> here;
   for (auto& info : infos) {
+    // The format does not require data offsets to be multiples of the element size (and a
+    // header not padded to 8 bytes shifts every tensor): such a tensor is copied to aligned
+    // memory, so kernels can load its elements directly without undefined behaviour.
+    const size_t elem = StoredDTypeSize(info.dtype_name).value_or(1);
+    if (elem > 1 && reinterpret_cast<uintptr_t>(info.data) % elem != 0) {
+      auto copy = std::make_unique<AlignedBuffer<uint8_t>>();
+      Status st = copy->Resize(info.nbytes);
+      if (!st.ok()) return Status(st.code(), path + ": tensor '" + info.name + "': " + st.message());
+      std::memcpy(copy->data(), info.data, info.nbytes);
+      info.data = copy->data();
+      copies_.push_back(std::move(copy));
+    }
     if (tensors_.count(info.name)) {
       return InvalidArgument(path + ": tensor '" + info.name + "' also appears in " +
                              tensors_[info.name].file);
@@ -188,16 +212,20 @@ StatusOr<std::unique_ptr<SafetensorsStore>> SafetensorsStore::Open(const std::st
   std::unique_ptr<SafetensorsStore> store(new SafetensorsStore());
   std::string index_path;
   std::string file_path;
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) {
-    fs::path dir(path);
-    if (fs::exists(dir / (stem + ".safetensors.index.json"))) {
-      index_path = (dir / (stem + ".safetensors.index.json")).string();
-    } else if (fs::exists(dir / (stem + ".safetensors"))) {
-      file_path = (dir / (stem + ".safetensors")).string();
+  ASSIGN_OR_RETURN(const bool is_dir, IsDirectory(path));
+  if (is_dir) {
+    const std::string index = path + "/" + stem + ".safetensors.index.json";
+    const std::string single = path + "/" + stem + ".safetensors";
+    ASSIGN_OR_RETURN(const bool has_index, RegularFileExists(index));
+    if (has_index) {
+      index_path = index;
     } else {
-      return NotFound(path + ": no " + stem + ".safetensors or " + stem +
-                      ".safetensors.index.json");
+      ASSIGN_OR_RETURN(const bool has_single, RegularFileExists(single));
+      if (!has_single) {
+        return NotFound(path + ": no " + stem + ".safetensors or " + stem +
+                        ".safetensors.index.json");
+      }
+      file_path = single;
     }
   } else if (path.size() > 5 && path.substr(path.size() - 5) == ".json") {
     index_path = path;
@@ -208,11 +236,9 @@ StatusOr<std::unique_ptr<SafetensorsStore>> SafetensorsStore::Open(const std::st
     RETURN_IF_ERROR(store->AddFile(file_path, nullptr));
     return store;
   }
-  ASSIGN_OR_RETURN(std::string text, ReadTextFile(index_path));
-  json j = json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) {
-    return InvalidArgument(index_path + ": not a valid JSON object");
-  }
+  ASSIGN_OR_RETURN(std::string text, ReadFileBounded(index_path, kMaxConfigFileBytes * 4));
+  ASSIGN_OR_RETURN(json j, ParseJson(text, index_path));
+  if (!j.is_object()) return InvalidArgument(index_path + ": not a valid JSON object");
   auto wm = j.find("weight_map");
   if (wm == j.end() || !wm->is_object() || wm->empty()) {
     return InvalidArgument(index_path + ": missing or empty 'weight_map'");
@@ -223,7 +249,8 @@ StatusOr<std::unique_ptr<SafetensorsStore>> SafetensorsStore::Open(const std::st
       return InvalidArgument(index_path + ": weight_map entry '" + it.key() + "' is not a string");
     }
     std::string shard = it.value().get<std::string>();
-    if (shard.find('/') != std::string::npos || shard.find("..") != std::string::npos) {
+    if (shard.empty() || shard.find('/') != std::string::npos || shard == "." ||
+        shard.find("..") != std::string::npos || shard.find('\0') != std::string::npos) {
       return InvalidArgument(index_path + ": shard name '" + shard +
                              "' must be a file name in the same folder");
     }
@@ -271,7 +298,7 @@ Status WriteSafetensorsStreaming(const std::string& path, const std::vector<Tens
     offset += n;
     sizes.push_back(n);
   }
-  std::string h = header.dump();
+  std::string h = JsonToString(header);
   while (h.size() % 8 != 0) h.push_back(' ');
   const std::string tmp = path + ".tmp";
   std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
@@ -283,11 +310,18 @@ Status WriteSafetensorsStreaming(const std::string& path, const std::vector<Tens
   out.write(h.data(), static_cast<std::streamsize>(h.size()));
   std::vector<uint8_t> buf;
   for (size_t i = 0; i < specs.size(); ++i) {
-    buf.resize(sizes[i]);
-    Status st = fill(i, buf.data());
+    Status st;
+    try {
+      buf.resize(sizes[i]);
+    } catch (const std::exception&) {
+      st = ResourceExhausted(path + ": cannot allocate " + std::to_string(sizes[i]) +
+                             " bytes for tensor '" + specs[i].name + "'");
+    }
+    if (st.ok()) st = fill(i, buf.data());
     if (!st.ok()) {
       out.close();
-      fs::remove(tmp);
+      std::error_code ec;
+      fs::remove(tmp, ec);
       return st;
     }
     out.write(reinterpret_cast<const char*>(buf.data()), static_cast<std::streamsize>(buf.size()));
@@ -313,6 +347,24 @@ Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite
         return OkStatus();
       },
       metadata);
+}
+
+Status CheckStoreFinite(const SafetensorsStore& store, const std::string& where) {
+  const std::vector<std::string>& names = store.names();
+  std::vector<Status> results(names.size());
+  ThreadPool::Global().ParallelFor(static_cast<int64_t>(names.size()), [&](int64_t i, int) {
+    const TensorInfo* info = store.Find(names[static_cast<size_t>(i)]);
+    if (info == nullptr || !info->dtype) return;  // not a computed dtype: never read as weights
+    Tensor t;
+    t.dtype = *info->dtype;
+    t.shape = info->shape;
+    t.data = info->data;
+    results[static_cast<size_t>(i)] = CheckTensorFinite(t, info->name, where.empty() ? info->file : where);
+  });
+  for (Status& st : results) {
+    if (!st.ok()) return st;  // the first in file order
+  }
+  return OkStatus();
 }
 
 }  // namespace loom

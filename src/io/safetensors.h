@@ -56,12 +56,17 @@ class SafetensorsStore {
   Status AddFile(const std::string& path, const std::vector<std::string>* expected);
 
   std::vector<std::shared_ptr<MappedFile>> mapped_;
+  std::vector<std::unique_ptr<AlignedBuffer<uint8_t>>> copies_;  // tensors stored misaligned
   std::vector<std::string> files_;
   std::unordered_map<std::string, TensorInfo> tensors_;
   std::vector<std::string> names_;
   std::map<std::string, std::string> metadata_;
   uint64_t total_bytes_ = 0;
 };
+
+// Finite check (no NaN/±Inf) of every F32/F16/BF16 tensor of `store`, threaded over tensors;
+// the error names the tensor and its first bad index, led by `where` (default: its file).
+Status CheckStoreFinite(const SafetensorsStore& store, const std::string& where);
 
 // One tensor to write: data is row-major bytes of `dtype` (numel * size bytes).
 struct TensorToWrite {

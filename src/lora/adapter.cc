@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "base/file.h"
 #include "base/mmap_file.h"
 
 namespace loom {
@@ -154,20 +155,29 @@ void ToF32Vector(const Tensor& t, std::vector<float>* out) {
 
 StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, const std::string& dir,
                                                      const ModelConfig& config,
-                                                     const ModelWeights& weights, int max_rank) {
+                                                     const ModelWeights& weights, int max_rank,
+                                                     bool check_weights) {
   const std::string where = "adapter '" + name + "'";
   const fs::path folder(dir);
   const std::string config_path = (folder / "adapter_config.json").string();
   const std::string tensors_path = (folder / "adapter_model.safetensors").string();
-  std::error_code ec;
-  if (!fs::is_directory(folder, ec)) return NotFound(where + ": " + dir + " is not a folder");
-  if (!fs::exists(tensors_path) && fs::exists(folder / "adapter_model.bin")) {
+  {
+    auto is_dir = IsDirectory(dir);
+    if (!is_dir.ok()) return Status(is_dir.status().code(), where + ": " + is_dir.status().message());
+    if (!*is_dir) return NotFound(where + ": " + dir + " is not a folder");
+  }
+  auto has_tensors = RegularFileExists(tensors_path);
+  if (!has_tensors.ok()) {
+    return Status(has_tensors.status().code(), where + ": " + has_tensors.status().message());
+  }
+  auto has_bin = RegularFileExists((folder / "adapter_model.bin").string());
+  if (!*has_tensors && has_bin.ok() && *has_bin) {
     return InvalidArgument(where + ": " + dir +
                            " has only adapter_model.bin, a pickle file that could run arbitrary "
                            "code when loaded; loom does not unpickle. Re-save the adapter with "
                            "safetensors (PeftModel.save_pretrained(..., safe_serialization=True))");
   }
-  auto config_read = ReadTextFile(config_path);
+  auto config_read = ReadFileBounded(config_path, kMaxConfigFileBytes);
   if (!config_read.ok()) {
     return Status(config_read.status().code(), where + ": " + config_read.status().message());
   }
@@ -183,6 +193,7 @@ StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, co
   auto store = SafetensorsStore::Open(tensors_path);
   if (!store.ok()) return Status(store.status().code(), where + ": " + store.status().message());
   a->store_ = std::move(store).value();
+  if (check_weights) RETURN_IF_ERROR(CheckStoreFinite(*a->store_, where + ": " + tensors_path));
   const LoraConfig& cfg = a->config_;
   if (cfg.use_dora && cfg.lora_bias) {
     return InvalidArgument(where + ": use_dora together with lora_bias is not supported yet");
@@ -258,7 +269,10 @@ StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, co
                            " (its modules: embed_tokens, q_proj, k_proj, v_proj, o_proj, gate_proj, "
                            "up_proj, down_proj, lm_head)");
   }
-  for (const auto& [module, t] : by_module) {
+  for (const auto& entry : by_module) {
+    // Plain references, not a structured binding: the lambdas below capture them (clang 14).
+    const std::string& module = entry.first;
+    const auto& t = entry.second;
     LoraSite site;
     bool embedding = false;
     if (!SiteOf(module, config, &site, &embedding)) {
@@ -278,7 +292,10 @@ StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, co
   }
 
   a->layers_.resize(static_cast<size_t>(config.num_layers * kLoraModulesPerLayer));
-  for (const auto& [module, t] : by_module) {
+  for (const auto& entry : by_module) {
+    // Plain references, not a structured binding: the lambdas below capture them (clang 14).
+    const std::string& module = entry.first;
+    const auto& t = entry.second;
     LoraSite site;
     bool embedding = false;
     SiteOf(module, config, &site, &embedding);

@@ -54,7 +54,8 @@ class Adapter {
 
  private:
   friend StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string&, const std::string&,
-                                                              const ModelConfig&, const ModelWeights&, int);
+                                                              const ModelConfig&, const ModelWeights&, int,
+                                                              bool);
   std::string name_;
   std::string dir_;
   uint64_t content_hash_ = 0;
@@ -69,10 +70,12 @@ class Adapter {
 
 // Loads and validates DIR/adapter_config.json + DIR/adapter_model.safetensors against the base
 // model: every tensor consumed, every A with its B, shapes and ranks checked, at least one
-// module attached. `max_rank` 0 = no limit. Errors start with "adapter 'NAME': ".
+// module attached. `max_rank` 0 = no limit. `check_weights`: every tensor is scanned for
+// NaN/±Inf. Errors start with "adapter 'NAME': ".
 StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, const std::string& dir,
                                                      const ModelConfig& config,
-                                                     const ModelWeights& weights, int max_rank);
+                                                     const ModelWeights& weights, int max_rank,
+                                                     bool check_weights = true);
 
 // 64-bit content hash of bytes (identity, not security).
 uint64_t HashBytes(const void* data, size_t size, uint64_t seed);

@@ -8,6 +8,8 @@
 #include <set>
 #include <type_traits>
 
+#include "base/json.h"
+
 namespace loom {
 
 using json = nlohmann::json;
@@ -73,8 +75,13 @@ Status ReadPattern(const nlohmann::ordered_json& v, const std::string& where, co
           it.value().template get<int64_t>() > kMaxRank) {
         return InvalidArgument(where + ": " + key + " value for '" + it.key() +
                                "' must be a positive integer (at most " + std::to_string(kMaxRank) +
-                               "), got " + it.value().dump());
+                               "), got " + JsonToString(it.value(), -1, 80));
       }
+    }
+    if constexpr (std::is_floating_point_v<T>) {
+      double alpha = 0;
+      RETURN_IF_ERROR(JsonValueToFloat(it.value(), std::string(key) + " value for '" + it.key() + "'",
+                                       where, &alpha));
     }
     // Same as PEFT get_pattern_key: re.match(rf"(.*\.)?({key})$", module_path).
     ASSIGN_OR_RETURN(Regex re, Regex::Compile("(.*\\.)?(" + it.key() + ")$", where + " " + key));
@@ -86,21 +93,13 @@ Status ReadPattern(const nlohmann::ordered_json& v, const std::string& where, co
 }  // namespace
 
 StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::string& where) {
-  // Values are copied and printed recursively below: a file nested thousands of levels deep
-  // would overflow the stack, so depth is bounded first (real configs nest 3 levels).
-  int max_depth = 0;
-  nlohmann::ordered_json j = nlohmann::ordered_json::parse(
-      json_text,
-      [&max_depth](int depth, nlohmann::ordered_json::parse_event_t, nlohmann::ordered_json&) {
-        max_depth = std::max(max_depth, depth);
-        return true;
-      },
-      false);
-  if (j.is_discarded() || !j.is_object()) return InvalidArgument(where + ": not a valid JSON object");
-  if (max_depth > kMaxJsonDepth) {
-    return InvalidArgument(where + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
-                           " levels; not an adapter config");
-  }
+  // Values are copied and printed recursively below: the depth is bounded before parsing
+  // (real configs nest 3 levels).
+  JsonLimits limits;
+  limits.max_depth = kMaxJsonDepth;
+  limits.max_bytes = size_t{16} << 20;
+  ASSIGN_OR_RETURN(nlohmann::ordered_json j, ParseOrderedJson(json_text, where, limits));
+  if (!j.is_object()) return InvalidArgument(where + ": not a valid JSON object");
   auto get = [&](const char* key) -> json {
     auto it = j.find(key);
     return it == j.end() ? json() : json(*it);
@@ -119,12 +118,12 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
   if (!r.is_null() || j.contains("r")) {  // absent: PEFT's default r = 8
     if (!r.is_number_integer() || r.get<int64_t>() <= 0 || r.get<int64_t>() > kMaxRank) {
       return InvalidArgument(where + ": r must be a positive integer (at most " +
-                             std::to_string(kMaxRank) + "), got " + r.dump());
+                             std::to_string(kMaxRank) + "), got " + JsonToString(r, -1, 80));
     }
     c.r = r.get<int>();
   }
-  const json alpha = get("lora_alpha");
-  c.lora_alpha = alpha.is_number() ? alpha.get<double>() : 8.0;  // PEFT default
+  c.lora_alpha = 8.0;  // PEFT default when absent; a string or a non-finite value is an error
+  RETURN_IF_ERROR(GetOptionalFloat(j, "lora_alpha", where, &c.lora_alpha));
   for (const char* key : {"use_rslora", "use_dora", "lora_bias"}) {
     const json v = get(key);
     if (!v.is_null() && !v.is_boolean()) return InvalidArgument(where + ": " + key + " must be true or false");
@@ -175,7 +174,7 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
   };
   for (const auto& u : kNotYet) {
     const json v = get(u.key);
-    if (!IsNullOrEmpty(v)) return InvalidArgument(where + ": " + u.why + " (" + u.key + " = " + v.dump() + ")");
+    if (!IsNullOrEmpty(v)) return InvalidArgument(where + ": " + u.why + " (" + u.key + " = " + JsonToString(v, -1, 80) + ")");
   }
   const json bias = get("bias");
   if (bias.is_string() && bias != "none") {
@@ -200,12 +199,16 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
     RETURN_IF_ERROR(ReadStringOrList(exclude, where, "exclude_modules", &c.exclude_list, &c.exclude_regex));
   }
   const json layers = get("layers_to_transform");
-  if (layers.is_number_integer()) {
-    c.layers_to_transform.push_back(layers.get<int>());
+  if (layers.is_number()) {
+    int64_t layer = 0;
+    RETURN_IF_ERROR(JsonValueToInt(layers, "layers_to_transform", where, &layer, 0, INT32_MAX));
+    c.layers_to_transform.push_back(static_cast<int>(layer));
   } else if (layers.is_array()) {
     for (const auto& l : layers) {
       if (!l.is_number_integer()) return InvalidArgument(where + ": layers_to_transform entries must be integers");
-      c.layers_to_transform.push_back(l.get<int>());
+      int64_t layer = 0;
+      RETURN_IF_ERROR(JsonValueToInt(l, "layers_to_transform entry", where, &layer, 0, INT32_MAX));
+      c.layers_to_transform.push_back(static_cast<int>(layer));
     }
   } else if (!layers.is_null()) {
     return InvalidArgument(where + ": layers_to_transform must be an integer or a list");

@@ -1,63 +1,47 @@
 // Shared Llama-family config.json parsing; architecture files add what differs.
 #include "model/config.h"
 
-#include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "base/mmap_file.h"
+#include "base/file.h"
+#include "base/json.h"
 #include "model/registry.h"
 
 namespace loom {
 
 using json = nlohmann::json;
 
-Status ReadInt(const json& j, const char* key, int* out, bool required, const std::string& where) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) {
-    if (required) return InvalidArgument(where + ": missing required field '" + key + "'");
-    return OkStatus();
-  }
-  if (!it->is_number_integer()) {
-    return InvalidArgument(where + ": field '" + key + "' must be an integer, got " + it->dump());
-  }
-  int64_t v = it->get<int64_t>();
-  if (v < INT32_MIN || v > INT32_MAX) {
-    return InvalidArgument(where + ": field '" + key + "' is out of range: " + it->dump());
-  }
-  *out = static_cast<int>(v);
-  return OkStatus();
+Status ReadInt(const json& j, const char* key, int* out, bool required, const std::string& where,
+               int64_t min, int64_t max) {
+  return required ? GetInt(j, key, where, out, min, max)
+                  : GetOptionalInt(j, key, where, out, min, max);
 }
 
 Status ReadDouble(const json& j, const char* key, double* out, bool required,
-                  const std::string& where) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) {
-    if (required) return InvalidArgument(where + ": missing required field '" + key + "'");
-    return OkStatus();
-  }
-  if (!it->is_number()) {
-    return InvalidArgument(where + ": field '" + key + "' must be a number, got " + it->dump());
-  }
-  *out = it->get<double>();
-  return OkStatus();
+                  const std::string& where, double min, double max) {
+  return required ? GetFloat(j, key, where, out, min, max)
+                  : GetOptionalFloat(j, key, where, out, min, max);
 }
 
 Status ReadBool(const json& j, const char* key, bool* out, const std::string& where) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return OkStatus();
-  if (!it->is_boolean()) {
-    return InvalidArgument(where + ": field '" + key + "' must be true or false, got " +
-                           it->dump());
-  }
-  *out = it->get<bool>();
-  return OkStatus();
+  return GetOptionalBool(j, key, where, out);
 }
 
 namespace {
 
+// RoPE frequencies are theta^(-2i/d): theta must be a finite positive number.
+Status CheckRope(const RopeConfig& rope, const std::string& where) {
+  if (!(rope.theta > 0)) {
+    return InvalidArgument(where + ": field 'rope_theta' must be positive, got " +
+                           std::to_string(rope.theta));
+  }
+  return OkStatus();
+}
+
 // rope_scaling (transformers 4.x) or rope_parameters (5.x): {"rope_type"|"type": ..., ...}.
 Status ParseRope(const json& j, const std::string& where, RopeConfig* rope) {
   RETURN_IF_ERROR(ReadDouble(j, "rope_theta", &rope->theta, false, where));
+  RETURN_IF_ERROR(CheckRope(*rope, where));
   const json* params = nullptr;
   std::string field;
   for (const char* key : {"rope_parameters", "rope_scaling"}) {
@@ -72,6 +56,7 @@ Status ParseRope(const json& j, const std::string& where, RopeConfig* rope) {
   if (!params) return OkStatus();
   const std::string at = where + ": " + field;
   RETURN_IF_ERROR(ReadDouble(*params, "rope_theta", &rope->theta, false, at));
+  RETURN_IF_ERROR(CheckRope(*rope, at));
   std::string type = "default";
   for (const char* key : {"rope_type", "type"}) {
     auto it = params->find(key);
@@ -80,7 +65,7 @@ Status ParseRope(const json& j, const std::string& where, RopeConfig* rope) {
       break;
     }
   }
-  if (type == "default") return OkStatus();
+  if (type == "default") return CheckRope(*rope, where);
   if (type == "linear") {
     rope->scaling = RopeScaling::kLinear;
     RETURN_IF_ERROR(ReadDouble(*params, "factor", &rope->factor, true, at));
@@ -99,7 +84,10 @@ Status ParseRope(const json& j, const std::string& where, RopeConfig* rope) {
                            "' is not supported (supported: default, linear, llama3)");
   }
   if (!(rope->factor > 0)) return InvalidArgument(at + ": factor must be positive");
-  return OkStatus();
+  if (rope->scaling == RopeScaling::kLlama3 && rope->original_max_position <= 0) {
+    return InvalidArgument(at + ": original_max_position_embeddings must be positive");
+  }
+  return CheckRope(*rope, where);
 }
 
 // eos_token_id may be an int or a list of ints.
@@ -113,7 +101,7 @@ Status ReadEos(const json& j, const std::string& where, std::vector<int>* out) {
                           ? v.get<uint64_t>() <= INT32_MAX
                           : (v.get<int64_t>() >= INT32_MIN && v.get<int64_t>() <= INT32_MAX);
     if (!fits) {
-      return InvalidArgument(where + ": eos_token_id " + v.dump() + " is outside the vocabulary");
+      return InvalidArgument(where + ": eos_token_id " + JsonToString(v, -1, 80) + " is outside the vocabulary");
     }
     ids.push_back(static_cast<int>(v.get<int64_t>()));
     return OkStatus();
@@ -139,10 +127,8 @@ Status ReadEos(const json& j, const std::string& where, std::vector<int>* out) {
 StatusOr<ModelConfig> ParseModelConfig(const std::string& config_json,
                                        const std::string& generation_config_json,
                                        const std::string& where) {
-  json j = json::parse(config_json, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) {
-    return InvalidArgument(where + ": not a valid JSON object");
-  }
+  ASSIGN_OR_RETURN(json j, ParseJson(config_json, where));
+  if (!j.is_object()) return InvalidArgument(where + ": not a valid JSON object");
   ModelConfig c;
   auto archs = j.find("architectures");
   if (archs == j.end() || !archs->is_array() || archs->empty() || !(*archs)[0].is_string()) {
@@ -156,33 +142,34 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& config_json,
                            "' is not supported (supported: " + SupportedArchitectureList() + ")");
   }
   if (auto mt = j.find("model_type"); mt != j.end() && mt->is_string()) c.model_type = *mt;
-  RETURN_IF_ERROR(ReadInt(j, "vocab_size", &c.vocab_size, true, where));
-  RETURN_IF_ERROR(ReadInt(j, "hidden_size", &c.model_dim, true, where));
-  RETURN_IF_ERROR(ReadInt(j, "intermediate_size", &c.ffn_dim, true, where));
-  RETURN_IF_ERROR(ReadInt(j, "num_hidden_layers", &c.num_layers, true, where));
-  RETURN_IF_ERROR(ReadInt(j, "num_attention_heads", &c.num_heads, true, where));
+  // Sizes are capped before anything is allocated from them (layers, KV cache, scratch).
+  RETURN_IF_ERROR(ReadInt(j, "vocab_size", &c.vocab_size, true, where, 1, kMaxConfigVocab));
+  RETURN_IF_ERROR(ReadInt(j, "hidden_size", &c.model_dim, true, where, 1, kMaxConfigModelDim));
+  RETURN_IF_ERROR(ReadInt(j, "intermediate_size", &c.ffn_dim, true, where, 1, kMaxConfigFfnDim));
+  RETURN_IF_ERROR(ReadInt(j, "num_hidden_layers", &c.num_layers, true, where, 1, kMaxConfigLayers));
+  RETURN_IF_ERROR(ReadInt(j, "num_attention_heads", &c.num_heads, true, where, 1, kMaxConfigHeads));
   c.num_kv_heads = c.num_heads;
-  RETURN_IF_ERROR(ReadInt(j, "num_key_value_heads", &c.num_kv_heads, false, where));
+  RETURN_IF_ERROR(
+      ReadInt(j, "num_key_value_heads", &c.num_kv_heads, false, where, 1, kMaxConfigHeads));
   c.max_position_embeddings = 4096;
-  RETURN_IF_ERROR(ReadInt(j, "max_position_embeddings", &c.max_position_embeddings, false, where));
+  RETURN_IF_ERROR(ReadInt(j, "max_position_embeddings", &c.max_position_embeddings, false, where,
+                          1, kMaxConfigPositions));
   RETURN_IF_ERROR(ReadDouble(j, "rms_norm_eps", &c.rms_norm_eps, false, where));
+  // RMSNorm divides by sqrt(mean(x²) + eps): eps must be positive (and small).
+  if (!(c.rms_norm_eps > 0) || c.rms_norm_eps >= 1) {
+    return InvalidArgument(where + ": field 'rms_norm_eps' must be in (0, 1), got " +
+                           std::to_string(c.rms_norm_eps));
+  }
   RETURN_IF_ERROR(ReadBool(j, "tie_word_embeddings", &c.tie_word_embeddings, where));
   RETURN_IF_ERROR(ReadInt(j, "bos_token_id", &c.bos_token_id, false, where));
   RETURN_IF_ERROR(ReadEos(j, where, &c.eos_token_ids));
-  for (const char* key : {"num_hidden_layers", "hidden_size", "intermediate_size", "vocab_size",
-                          "num_attention_heads", "num_key_value_heads"}) {
-    auto it = j.find(key);
-    if (it != j.end() && it->is_number_integer() && it->get<int64_t>() <= 0) {
-      return InvalidArgument(where + ": field '" + key + "' must be positive, got " + it->dump());
-    }
-  }
   if (c.num_heads % c.num_kv_heads != 0) {
     return InvalidArgument(where + ": num_attention_heads (" + std::to_string(c.num_heads) +
                            ") must be a multiple of num_key_value_heads (" +
                            std::to_string(c.num_kv_heads) + ")");
   }
   c.head_dim = 0;
-  RETURN_IF_ERROR(ReadInt(j, "head_dim", &c.head_dim, false, where));
+  RETURN_IF_ERROR(ReadInt(j, "head_dim", &c.head_dim, false, where, 0, kMaxConfigHeadDim));
   if (c.head_dim == 0) {
     if (c.model_dim % c.num_heads != 0) {
       return InvalidArgument(where + ": hidden_size is not a multiple of num_attention_heads and "
@@ -210,11 +197,11 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& config_json,
   RETURN_IF_ERROR(arch->configure(j, where, &c));
 
   if (!generation_config_json.empty()) {
-    json g = json::parse(generation_config_json, nullptr, false);
-    if (g.is_discarded() || !g.is_object()) {
+    const std::string gwhere = where + " (generation_config.json)";
+    ASSIGN_OR_RETURN(json g, ParseJson(generation_config_json, gwhere));
+    if (!g.is_object()) {
       return InvalidArgument(where + ": generation_config.json is not a valid JSON object");
     }
-    const std::string gwhere = where + " (generation_config.json)";
     RETURN_IF_ERROR(ReadInt(g, "bos_token_id", &c.bos_token_id, false, gwhere));
     RETURN_IF_ERROR(ReadEos(g, gwhere, &c.eos_token_ids));
   }
@@ -228,13 +215,13 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& config_json,
 }
 
 StatusOr<ModelConfig> LoadModelConfig(const std::string& dir) {
-  namespace fs = std::filesystem;
-  const std::string path = (fs::path(dir) / "config.json").string();
-  ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+  const std::string path = dir + "/config.json";
+  ASSIGN_OR_RETURN(std::string text, ReadFileBounded(path, kMaxConfigFileBytes));
   std::string gen;
-  const std::string gen_path = (fs::path(dir) / "generation_config.json").string();
-  if (fs::exists(gen_path)) {
-    ASSIGN_OR_RETURN(gen, ReadTextFile(gen_path));
+  const std::string gen_path = dir + "/generation_config.json";
+  ASSIGN_OR_RETURN(const bool has_gen, RegularFileExists(gen_path));
+  if (has_gen) {
+    ASSIGN_OR_RETURN(gen, ReadFileBounded(gen_path, kMaxConfigFileBytes));
   }
   return ParseModelConfig(text, gen, path);
 }

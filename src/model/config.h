@@ -1,6 +1,7 @@
 // ModelConfig: the typed, validated form of a Hugging Face config.json (Llama family).
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
@@ -50,11 +51,23 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& config_json,
 // Reads DIR/config.json and DIR/generation_config.json (optional).
 StatusOr<ModelConfig> LoadModelConfig(const std::string& dir);
 
-// Helpers for architecture files: read an optional field with a type check.
+// Upper bounds of config.json sizes: several times the largest published models, small enough
+// that no product of them overflows the int64 arithmetic of shapes and buffer sizes.
+inline constexpr int kMaxConfigLayers = 1024;               // num_hidden_layers
+inline constexpr int kMaxConfigModelDim = 1 << 17;          // hidden_size
+inline constexpr int kMaxConfigFfnDim = 1 << 19;            // intermediate_size
+inline constexpr int kMaxConfigVocab = 1 << 22;             // vocab_size
+inline constexpr int kMaxConfigHeads = 1024;                // num_attention_heads, kv heads
+inline constexpr int kMaxConfigHeadDim = 2048;              // head_dim
+inline constexpr int kMaxConfigPositions = 1 << 26;         // max_position_embeddings
+
+// Helpers for architecture files: read a field with a type and range check (via base/json.h);
+// errors name the field and `where`. Absent or null optional fields leave *out unchanged.
 Status ReadInt(const nlohmann::json& j, const char* key, int* out, bool required,
-               const std::string& where);
+               const std::string& where, int64_t min = INT32_MIN, int64_t max = INT32_MAX);
+// Finite numbers only.
 Status ReadDouble(const nlohmann::json& j, const char* key, double* out, bool required,
-                  const std::string& where);
+                  const std::string& where, double min = -1e300, double max = 1e300);
 Status ReadBool(const nlohmann::json& j, const char* key, bool* out, const std::string& where);
 
 }  // namespace loom

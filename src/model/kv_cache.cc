@@ -9,13 +9,49 @@ KvCache::KvCache(int num_layers, int num_kv_heads, int head_dim, int num_blocks)
       head_dim_(head_dim),
       num_blocks_(num_blocks) {
   layer_floats_ = int64_t{num_blocks} * num_kv_heads * kKvBlockSize * head_dim;
-  k_.Resize(static_cast<size_t>(layer_floats_ * num_layers));
-  v_.Resize(static_cast<size_t>(layer_floats_ * num_layers));
-  refs_.assign(static_cast<size_t>(num_blocks), 0);
-  stamps_.assign(static_cast<size_t>(num_blocks), 0);
-  keys_.assign(static_cast<size_t>(num_blocks), 0);
-  for (int b = 0; b < num_blocks; ++b) free_.emplace_back(b, 0);
-  num_free_ = num_blocks;
+}
+
+std::optional<uint64_t> KvCache::BytesFor(int num_layers, int num_kv_heads, int head_dim,
+                                          int64_t num_tokens) {
+  if (num_layers < 0 || num_kv_heads < 0 || head_dim < 0 || num_tokens < 0) return std::nullopt;
+  const uint64_t blocks = (static_cast<uint64_t>(num_tokens) + kKvBlockSize - 1) / kKvBlockSize;
+  uint64_t n = blocks * kKvBlockSize;  // < 2^60: num_tokens < 2^63
+  for (uint64_t f : {uint64_t(num_layers), uint64_t(num_kv_heads), uint64_t(head_dim),
+                     uint64_t{2 * sizeof(float)}}) {
+    if (f != 0 && n > UINT64_MAX / f) return std::nullopt;
+    n *= f;
+  }
+  return n;
+}
+
+StatusOr<std::unique_ptr<KvCache>> KvCache::Create(int num_layers, int num_kv_heads, int head_dim,
+                                                   int num_blocks) {
+  if (num_layers < 0 || num_kv_heads < 0 || head_dim < 0 || num_blocks < 0) {
+    return InvalidArgument("KV cache: negative size (layers " + std::to_string(num_layers) +
+                           ", kv heads " + std::to_string(num_kv_heads) + ", head_dim " +
+                           std::to_string(head_dim) + ", blocks " + std::to_string(num_blocks) +
+                           ")");
+  }
+  const auto bytes =
+      BytesFor(num_layers, num_kv_heads, head_dim, int64_t{num_blocks} * kKvBlockSize);
+  if (!bytes || *bytes / 2 > static_cast<uint64_t>(INT64_MAX)) {
+    return ResourceExhausted("KV cache: " + std::to_string(num_blocks) +
+                             " blocks overflow the addressable size");
+  }
+  std::unique_ptr<KvCache> cache(new KvCache(num_layers, num_kv_heads, head_dim, num_blocks));
+  const size_t floats = static_cast<size_t>(*bytes / 2 / sizeof(float));
+  Status st = cache->k_.Resize(floats);
+  if (st.ok()) st = cache->v_.Resize(floats);
+  if (!st.ok()) {
+    return ResourceExhausted("KV cache of " + std::to_string(int64_t{num_blocks} * kKvBlockSize) +
+                             " tokens: " + st.message());
+  }
+  cache->refs_.assign(static_cast<size_t>(num_blocks), 0);
+  cache->stamps_.assign(static_cast<size_t>(num_blocks), 0);
+  cache->keys_.assign(static_cast<size_t>(num_blocks), 0);
+  for (int b = 0; b < num_blocks; ++b) cache->free_.emplace_back(b, 0);
+  cache->num_free_ = num_blocks;
+  return cache;
 }
 
 int32_t KvCache::TakeFree() {

@@ -3,9 +3,12 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
+#include "base/status.h"
 #include "ops/attention.h"
 #include "tensor/tensor.h"
 
@@ -14,7 +17,14 @@ namespace loom {
 // Thread-safety: owned and used by the engine thread only.
 class KvCache {
  public:
-  KvCache(int num_layers, int num_kv_heads, int head_dim, int num_blocks);
+  // A pool of `num_blocks` 16-token blocks. kResourceExhausted (and nothing allocated) when the
+  // size overflows or the memory cannot be had; kInvalidArgument for a negative dimension.
+  static StatusOr<std::unique_ptr<KvCache>> Create(int num_layers, int num_kv_heads, int head_dim,
+                                                   int num_blocks);
+  // Bytes of K and V for `num_tokens` positions (rounded up to whole blocks); nullopt when the
+  // product overflows 64 bits.
+  static std::optional<uint64_t> BytesFor(int num_layers, int num_kv_heads, int head_dim,
+                                          int64_t num_tokens);
 
   KvLayerView Layer(int layer);
   int num_blocks() const { return num_blocks_; }
@@ -42,6 +52,8 @@ class KvCache {
   static int BlocksFor(int num_tokens) { return (num_tokens + kKvBlockSize - 1) / kKvBlockSize; }
 
  private:
+  KvCache(int num_layers, int num_kv_heads, int head_dim, int num_blocks);
+
   int num_layers_;
   int num_kv_heads_;
   int head_dim_;

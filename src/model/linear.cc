@@ -1,6 +1,7 @@
 // Linear forward: base matmul, per-segment LoRA deltas (shrink then expand, f32), then bias.
 #include "model/linear.h"
 
+#include "base/check.h"
 #include "cpu/lora_cpu.h"
 #include "lora/adapter.h"
 #include "ops/matmul.h"
@@ -52,7 +53,7 @@ void Linear::Forward(const float* x, int64_t n, float* y, const LoraBatch& lora)
   }
   // Shrink: t = x[rows]·Aᵀ per segment (tiny for decode; threaded by Matmul for prefill).
   AlignedBuffer<float>& t = ShrinkScratch();
-  t.Resize(t_size);
+  LOOM_CHECK_OK(t.Resize(t_size));
   for (size_t i = 0; i < num_active; ++i) {
     const Segment& seg = *act[i].seg;
     const LoraWeights& lw = *act[i].lw;
@@ -73,7 +74,7 @@ void Linear::Forward(const float* x, int64_t n, float* y, const LoraBatch& lora)
     for (size_t i = 0; i < num_active; ++i) {
       const Segment& seg = *act[i].seg;
       const LoraWeights& lw = *act[i].lw;
-      d.Resize(static_cast<size_t>(seg.num_rows * width));
+      LOOM_CHECK_OK(d.Resize(static_cast<size_t>(seg.num_rows * width)));
       if (seg.num_rows >= 4 || batch_invariant) {
         // compute-bound: broadcast-FMA over Bᵀ, no reductions; the same summation order for
         // every row count (batch invariance)

@@ -2,8 +2,12 @@
 // (norm → qkv → rope → attention → o; norm → gate/up → silu·mul → down).
 #include "model/model.h"
 
-#include <cmath>
+#include <unistd.h>
 
+#include <cmath>
+#include <cstdio>
+
+#include "base/check.h"
 #include "lora/adapter.h"
 #include "lora/merge.h"
 #include "ops/attention.h"
@@ -27,11 +31,12 @@ struct Model::Scratch {
 
 Model::~Model() = default;
 
-StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir) {
+StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadOptions& options) {
   std::unique_ptr<Model> m(new Model());
   m->dir_ = dir;
   ASSIGN_OR_RETURN(m->config_, LoadModelConfig(dir));
   ASSIGN_OR_RETURN(m->store_, SafetensorsStore::Open(dir));
+  if (options.check_weights) RETURN_IF_ERROR(CheckStoreFinite(*m->store_, ""));
   RETURN_IF_ERROR(LoadWeights(m->config_, *m->store_, &m->weights_));
   m->inv_freq_ = RopeInverseFrequencies(m->config_.rope, m->config_.head_dim);
   m->scratch_ = std::make_unique<Scratch>();
@@ -39,8 +44,15 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir) {
 }
 
 Status Model::MergeAdapter(const Adapter& adapter) {
-  auto own = [&](const Tensor& like) {
-    owned_.push_back(std::make_unique<AlignedBuffer<uint8_t>>(like.nbytes()));
+  Status alloc_error;
+  auto own = [&](const Tensor& like) -> void* {
+    auto buf = std::make_unique<AlignedBuffer<uint8_t>>();
+    Status st = buf->Resize(like.nbytes());
+    if (!st.ok()) {
+      alloc_error = st;
+      return nullptr;
+    }
+    owned_.push_back(std::move(buf));
     return owned_.back()->data();
   };
   for (const LoraWeights* lw : adapter.modules()) {
@@ -52,6 +64,7 @@ Status Model::MergeAdapter(const Adapter& adapter) {
       }
     }
     void* merged = own(lin->weight);
+    if (merged == nullptr) return ResourceExhausted("merging " + lw->module_path + ": " + alloc_error.message());
     MergeLinearWeight(lin->weight, *lw, merged);
     lin->weight.data = merged;  // lm_head of a tied model now has its own copy
     if (!lw->bias.empty()) {  // lora_bias: scale·b_B joins the base bias (zero if none)
@@ -61,6 +74,7 @@ Status Model::MergeAdapter(const Adapter& adapter) {
   }
   if (const LoraEmbedding* e = adapter.embedding()) {
     void* merged = own(weights_.embed);
+    if (merged == nullptr) return ResourceExhausted("merging the embedding: " + alloc_error.message());
     MergeEmbedding(weights_.embed, *e, merged);
     weights_.embed.data = merged;  // a tied lm_head keeps the base table
   }
@@ -68,8 +82,33 @@ Status Model::MergeAdapter(const Adapter& adapter) {
 }
 
 std::unique_ptr<KvCache> Model::NewKvCache(int num_tokens) const {
-  return std::make_unique<KvCache>(config_.num_layers, config_.num_kv_heads, config_.head_dim,
-                                   KvCache::BlocksFor(num_tokens));
+  const int blocks = num_tokens > 0 ? KvCache::BlocksFor(num_tokens) : 0;
+  auto cache = KvCache::Create(config_.num_layers, config_.num_kv_heads, config_.head_dim, blocks);
+  if (cache.ok()) return std::move(cache).value();
+  std::fprintf(stderr, "warning: %s; the KV cache is empty\n", cache.status().message().c_str());
+  auto empty = KvCache::Create(config_.num_layers, config_.num_kv_heads, config_.head_dim, 0);
+  LOOM_CHECK(empty.ok());
+  return std::move(empty).value();
+}
+
+Status Model::CheckKvCacheTokens(int64_t num_tokens) const {
+  if (num_tokens < 0 || num_tokens > kMaxKvCacheTokens) {
+    return InvalidArgument("KV cache of " + std::to_string(num_tokens) +
+                           " tokens is outside [0, " + std::to_string(kMaxKvCacheTokens) + "]");
+  }
+  const auto bytes =
+      KvCache::BytesFor(config_.num_layers, config_.num_kv_heads, config_.head_dim, num_tokens);
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page_size = ::sysconf(_SC_PAGESIZE);
+  const uint64_t memory =
+      pages > 0 && page_size > 0 ? uint64_t(pages) * uint64_t(page_size) : UINT64_MAX;
+  if (!bytes || *bytes > memory) {
+    return ResourceExhausted(
+        "KV cache of " + std::to_string(num_tokens) + " tokens needs " +
+        (bytes ? std::to_string(*bytes >> 20) + " MiB" : std::string("more than 2^64 bytes")) +
+        ", more than this machine's " + std::to_string(memory >> 20) + " MiB of memory");
+  }
+  return OkStatus();
 }
 
 void Model::ForwardLayer(int layer, const Batch& batch, KvCache* cache, const LoraBatch& lora,
@@ -137,15 +176,15 @@ void Model::Forward(const Batch& batch, KvCache* cache, float* logits,
   const size_t d = static_cast<size_t>(c.model_dim);
   const size_t q_dim = static_cast<size_t>(c.num_heads) * c.head_dim;
   const size_t kv_dim = static_cast<size_t>(c.num_kv_heads) * c.head_dim;
-  s.x.Resize(n * d);
-  s.h.Resize(n * d);
-  s.q.Resize(n * q_dim);
-  s.k.Resize(n * kv_dim);
-  s.v.Resize(n * kv_dim);
-  s.attn.Resize(n * q_dim);
-  s.out.Resize(n * d);
-  s.gate.Resize(n * static_cast<size_t>(c.ffn_dim));
-  s.up.Resize(n * static_cast<size_t>(c.ffn_dim));
+  LOOM_CHECK_OK(s.x.Resize(n * d));
+  LOOM_CHECK_OK(s.h.Resize(n * d));
+  LOOM_CHECK_OK(s.q.Resize(n * q_dim));
+  LOOM_CHECK_OK(s.k.Resize(n * kv_dim));
+  LOOM_CHECK_OK(s.v.Resize(n * kv_dim));
+  LOOM_CHECK_OK(s.attn.Resize(n * q_dim));
+  LOOM_CHECK_OK(s.out.Resize(n * d));
+  LOOM_CHECK_OK(s.gate.Resize(n * static_cast<size_t>(c.ffn_dim)));
+  LOOM_CHECK_OK(s.up.Resize(n * static_cast<size_t>(c.ffn_dim)));
 
   EmbedRows(weights_.embed, batch.tokens.data(), static_cast<int64_t>(n), s.x.data());
   LoraBatch lora;
@@ -159,7 +198,7 @@ void Model::Forward(const Batch& batch, KvCache* cache, float* logits,
   // Only the rows whose logits are wanted pay for the final norm and the vocab projection.
   const int64_t num_out = static_cast<int64_t>(batch.logit_rows.size());
   if (num_out == 0) return;
-  s.last.Resize(static_cast<size_t>(num_out) * d);
+  LOOM_CHECK_OK(s.last.Resize(static_cast<size_t>(num_out) * d));
   for (int64_t i = 0; i < num_out; ++i) {
     const size_t row = static_cast<size_t>(batch.logit_rows[static_cast<size_t>(i)]);
     std::copy(s.x.data() + row * d, s.x.data() + (row + 1) * d, s.last.data() + i * d);

@@ -13,12 +13,19 @@
 
 namespace loom {
 
+struct LoadOptions {
+  // Every F32/F16/BF16 tensor in the files is scanned for NaN/±Inf at load (a bad checkpoint
+  // would otherwise be served as garbage tokens); costs one read of the weights.
+  bool check_weights = true;
+};
+
 // Thread-safety: Load from any thread; Forward from one thread at a time (it owns scratch
 // buffers and uses the global worker pool).
 class Model {
  public:
   // `dir`: a Hugging Face checkpoint folder (config.json + safetensors, sharded or not).
-  static StatusOr<std::unique_ptr<Model>> Load(const std::string& dir);
+  static StatusOr<std::unique_ptr<Model>> Load(const std::string& dir,
+                                               const LoadOptions& options = {});
   ~Model();
 
   const ModelConfig& config() const { return config_; }
@@ -32,8 +39,14 @@ class Model {
   Status MergeAdapter(const Adapter& adapter);
   const SafetensorsStore& store() const { return *store_; }
 
-  // A cache sized for `num_tokens` positions in all.
+  // A cache sized for `num_tokens` positions in all. Never null: when the memory cannot be had
+  // (see CheckKvCacheTokens, which callers run first) the cache has no blocks, so every request
+  // is refused with kResourceExhausted instead of the process aborting.
   std::unique_ptr<KvCache> NewKvCache(int num_tokens) const;
+  // Whether a KV cache of `num_tokens` positions is possible: at most kMaxKvCacheTokens, and its
+  // bytes within this machine's physical memory. The error names the sizes.
+  Status CheckKvCacheTokens(int64_t num_tokens) const;
+  static constexpr int64_t kMaxKvCacheTokens = int64_t{1} << 26;
 
   // Runs every row of `batch`, writing its K/V into `cache`, and returns the logits of
   // batch.logit_rows: logits [logit_rows.size(), vocab_size] f32. Rows of batch.segments

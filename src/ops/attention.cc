@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "base/check.h"
 #include "base/thread_pool.h"
 #include "cpu/attention_cpu.h"
 #include "tensor/tensor.h"
@@ -57,7 +58,7 @@ void Attention(const KvLayerView& cache, const std::vector<AttentionChunk>& chun
     const int pos = ch.start_pos + i;
     const int first = window > 0 ? std::max(0, pos - window + 1) : 0;
     AlignedBuffer<float>& scores = tl_scores;
-    scores.Resize(static_cast<size_t>(max_len));
+    LOOM_CHECK_OK(scores.Resize(static_cast<size_t>(max_len)));
     cpu::PagedKvHead head{cache.k, cache.v, cache.block_stride(),
                           int64_t{kv_head} * kKvBlockSize * hd, ch.block_table};
     cpu::AttendRow(isa, q + (row * num_heads + h) * hd, hd, head, first, pos, scale, scores.data(),

@@ -53,7 +53,7 @@ void Matmul(const float* x, int64_t n, const Tensor& w, float* y, const MatmulEp
   const bool split = GlobalMatmulOptions().bf16_split;
   if (UseAmx(w, n)) {
     auto& buf = Bf16Scratch();
-    buf.Resize(cpu::PackedActivationsAmxSize(n, k, split));
+    LOOM_CHECK_OK(buf.Resize(cpu::PackedActivationsAmxSize(n, k, split)));
     cpu::PackActivationsAmx(x, n, k, split, buf.data());
     // 32 weight rows per tile pair; enough blocks to balance the cores.
     const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(pool.num_threads() * 4, m / 32));
@@ -71,7 +71,7 @@ void Matmul(const float* x, int64_t n, const Tensor& w, float* y, const MatmulEp
   const uint16_t* x_lo = nullptr;
   if (bf16_dot) {
     auto& buf = Bf16Scratch();
-    buf.Resize(static_cast<size_t>(n * k) * (split ? 2 : 1));
+    LOOM_CHECK_OK(buf.Resize(static_cast<size_t>(n * k) * (split ? 2 : 1)));
     uint16_t* hi = buf.data();
     for (int64_t i = 0; i < n * k; ++i) hi[i] = F32ToBf16(x[i]);
     if (split) {

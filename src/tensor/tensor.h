@@ -3,10 +3,13 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "tensor/dtype.h"
 
 namespace loom {
@@ -30,21 +33,32 @@ struct Tensor {
 std::string ShapeString(const std::vector<int64_t>& shape);  // "[4864, 896]"
 
 // 64-byte aligned, zero-initialised array of T (cache-line/zmm aligned scratch).
+// Thread-safety: none (owned by one thread or guarded by its owner).
 template <typename T>
 class AlignedBuffer {
  public:
   AlignedBuffer() = default;
-  explicit AlignedBuffer(size_t n) { Resize(n); }
-  void Resize(size_t n) {
+  // Grows to n elements (zeroed when new memory is taken; shrinking keeps the memory). An
+  // impossible size or a failed allocation is kResourceExhausted and leaves the buffer as it was.
+  Status Resize(size_t n) {
     if (n <= capacity_) {
       size_ = n;
-      return;
+      return OkStatus();
     }
-    size_t bytes = ((n * sizeof(T) + 63) / 64) * 64;
+    if (n > (std::numeric_limits<size_t>::max() - 63) / sizeof(T)) {
+      return ResourceExhausted("cannot allocate " + std::to_string(n) + " elements of " +
+                               std::to_string(sizeof(T)) + " bytes: the size overflows");
+    }
+    const size_t bytes = ((n * sizeof(T) + 63) / 64) * 64;
     T* p = static_cast<T*>(std::aligned_alloc(64, bytes == 0 ? 64 : bytes));
-    std::fill(reinterpret_cast<char*>(p), reinterpret_cast<char*>(p) + bytes, 0);
+    if (p == nullptr) {
+      return ResourceExhausted("cannot allocate " + std::to_string(bytes) + " bytes (" +
+                               std::to_string(bytes >> 20) + " MiB): out of memory");
+    }
+    std::memset(p, 0, bytes);
     ptr_.reset(p);
     size_ = capacity_ = n;
+    return OkStatus();
   }
   T* data() { return ptr_.get(); }
   const T* data() const { return ptr_.get(); }

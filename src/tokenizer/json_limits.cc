@@ -1,6 +1,8 @@
 // JSON limits: depth pre-scan over the raw text, exception-free parsing, file reading.
 #include "tokenizer/json_limits.h"
 
+#include "base/file.h"
+
 #include <fstream>
 #include <sstream>
 #include <utility>
@@ -81,12 +83,8 @@ Status CheckJsonValueDepth(const nlohmann::ordered_json& j, int max_depth, std::
 }
 
 StatusOr<std::string> ReadTextFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound("cannot open " + path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return NotFound("cannot read " + path);
-  return ss.str();
+  // Regular files only (a FIFO would block, /dev/zero never ends), at most 256 MiB.
+  return ReadFileBounded(path, kMaxRequestFileBytes);
 }
 
 }  // namespace loom::tokenizer

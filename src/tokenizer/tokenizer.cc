@@ -8,6 +8,7 @@
 #include <optional>
 #include <system_error>
 
+#include "base/file.h"
 #include "tokenizer/json_limits.h"
 #include "tokenizer/unicode.h"
 
@@ -17,8 +18,10 @@ namespace {
 
 using nlohmann::json;
 
+// Regular files only (a FIFO would block, /dev/zero never ends), at most 256 MiB; the JSON
+// nesting is checked before parsing.
 StatusOr<json> ParseJsonFile(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+  ASSIGN_OR_RETURN(std::string text, ReadFileBounded(path, kMaxRequestFileBytes));
   return ParseJsonText(text, path);
 }
 

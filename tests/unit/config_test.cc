@@ -246,7 +246,8 @@ TEST(ConfigRejectTest, NotJson) {
   auto c = ParseModelConfig("{\"architectures\": [", "", kWhere);
   ASSERT_FALSE(c.ok());
   EXPECT_TRUE(Contains(c.status().message(), kWhere));
-  EXPECT_TRUE(Contains(c.status().message(), "not a valid JSON object"));
+  EXPECT_TRUE(Contains(c.status().message(), "not valid JSON"));
+  EXPECT_TRUE(Contains(c.status().message(), "column 20"));  // where it broke
   auto arr = ParseModelConfig("[1, 2]", "", kWhere);
   ASSERT_FALSE(arr.ok());
   EXPECT_TRUE(Contains(arr.status().message(), "not a valid JSON object"));
@@ -288,7 +289,7 @@ TEST(ConfigRejectTest, WrongTypes) {
   ExpectRejected(j, {"field 'hidden_size' must be an integer"});
   j = BaseConfig();
   j["num_hidden_layers"] = 5000000000LL;
-  ExpectRejected(j, {"field 'num_hidden_layers' is out of range"});
+  ExpectRejected(j, {"field 'num_hidden_layers' is 5000000000, above the maximum 1024"});
   j = BaseConfig();
   j["rms_norm_eps"] = "1e-5";
   ExpectRejected(j, {"field 'rms_norm_eps' must be a number"});
@@ -311,10 +312,65 @@ TEST(ConfigRejectTest, NonPositiveSizes) {
        {"hidden_size", "num_key_value_heads", "vocab_size", "num_hidden_layers"}) {
     json j = BaseConfig();
     j[key] = 0;
-    ExpectRejected(j, {std::string("field '") + key + "' must be positive"});
+    ExpectRejected(j, {std::string("field '") + key + "' is 0, below the minimum 1"});
     j[key] = -4;
-    ExpectRejected(j, {std::string("field '") + key + "' must be positive"});
+    ExpectRejected(j, {std::string("field '") + key + "' is -4, below the minimum 1"});
   }
+}
+
+// Sizes are capped before anything is allocated from them (num_hidden_layers: 1e8 used to
+// size a vector of layers; bad_alloc aborted the process).
+TEST(ConfigRejectTest, SizesAboveTheirCapsNameTheFieldAndTheCap) {
+  const std::vector<std::pair<const char*, int64_t>> caps = {
+      {"num_hidden_layers", kMaxConfigLayers},  {"hidden_size", kMaxConfigModelDim},
+      {"intermediate_size", kMaxConfigFfnDim},  {"vocab_size", kMaxConfigVocab},
+      {"num_attention_heads", kMaxConfigHeads}, {"num_key_value_heads", kMaxConfigHeads},
+      {"head_dim", kMaxConfigHeadDim},          {"max_position_embeddings", kMaxConfigPositions}};
+  for (const auto& [key, cap] : caps) {
+    json j = BaseConfig();
+    j[key] = cap + 1;
+    ExpectRejected(j, {std::string("field '") + key + "' is " + std::to_string(cap + 1) +
+                       ", above the maximum " + std::to_string(cap)});
+    j[key] = 1e8;  // a float with an integral value is read as the integer
+    ExpectRejected(j, {std::string("field '") + key + "' is 100000000, above the maximum"});
+  }
+}
+
+// Values outside a field's domain would be served as NaN logits (all-zero tokens).
+TEST(ConfigRejectTest, RopeThetaAndRmsNormEpsOutsideTheirDomain) {
+  for (double theta : {0.0, -10000.0}) {
+    json j = BaseConfig();
+    j["rope_theta"] = theta;
+    ExpectRejected(j, {"field 'rope_theta' must be positive"});
+    j = BaseConfig();
+    j["rope_scaling"] = {{"rope_type", "default"}, {"rope_theta", theta}};
+    ExpectRejected(j, {"rope_scaling", "field 'rope_theta' must be positive"});
+  }
+  for (double eps : {0.0, -1e-6, 1.0, 5.0}) {
+    json j = BaseConfig();
+    j["rms_norm_eps"] = eps;
+    ExpectRejected(j, {"field 'rms_norm_eps' must be in (0, 1)"});
+  }
+  // JSON has no NaN/Infinity literals, and a huge exponent is a parse error, not inf.
+  std::string text = BaseConfig().dump();
+  text.insert(1, "\"rope_theta\": 1e999, ");
+  auto c = ParseModelConfig(text, "", kWhere);
+  ASSERT_FALSE(c.ok());
+  EXPECT_TRUE(Contains(c.status().message(), "number overflow")) << c.status().message();
+}
+
+TEST(ConfigRejectTest, DeeplyNestedConfigAndGenerationConfigAreRefusedWithoutRecursion) {
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  json j = BaseConfig();
+  std::string text = j.dump();
+  text.insert(1, "\"x\": " + deep + ", ");
+  auto c = ParseModelConfig(text, "", kWhere);
+  ASSERT_FALSE(c.ok());
+  EXPECT_TRUE(Contains(c.status().message(), "JSON nested deeper than 128 levels"));
+  auto g = ParseModelConfig(j.dump(), "{\"eos_token_id\": " + deep + "}", kWhere);
+  ASSERT_FALSE(g.ok());
+  EXPECT_TRUE(Contains(g.status().message(), "generation_config.json"));
+  EXPECT_TRUE(Contains(g.status().message(), "JSON nested deeper than 128 levels"));
 }
 
 TEST(ConfigRejectTest, HeadsNotAMultipleOfKvHeads) {
@@ -333,7 +389,7 @@ TEST(ConfigRejectTest, HeadDim) {
   j["head_dim"] = 15;
   ExpectRejected(j, {"head_dim must be positive and even, got 15"});
   j["head_dim"] = -16;
-  ExpectRejected(j, {"head_dim must be positive and even, got -16"});
+  ExpectRejected(j, {"field 'head_dim' is -16, below the minimum 0"});
   j = BaseConfig();
   j["hidden_size"] = 100;  // 100 / 6 heads
   ExpectRejected(j, {"hidden_size is not a multiple of num_attention_heads"});

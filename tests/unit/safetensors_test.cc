@@ -505,7 +505,7 @@ TEST(SafetensorsShardTest, BrokenIndexFiles) {
     std::string text;
     std::string needle;
   };
-  for (const Case& c : std::vector<Case>{{"{\"weight_map\": ", "not a valid JSON object"},
+  for (const Case& c : std::vector<Case>{{"{\"weight_map\": ", "not valid JSON"},
                                          {"[]", "not a valid JSON object"},
                                          {"{\"metadata\": {}}", "missing or empty 'weight_map'"},
                                          {"{\"weight_map\": {}}", "missing or empty 'weight_map'"},

@@ -19,7 +19,9 @@ std::vector<float> Logits(int vocab, uint32_t seed) {
 }
 
 int32_t Draw(const SamplingParams& p, std::vector<float> logits, Sampler* s) {
-  return s->Sample(logits.data(), static_cast<int>(logits.size()), nullptr, nullptr);
+  auto t = s->Sample(logits.data(), static_cast<int>(logits.size()), nullptr, nullptr);
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  return t.ok() ? *t : -1;
 }
 
 TEST(Sampler, GreedyIsArgmax) {
@@ -124,8 +126,9 @@ TEST(Sampler, LogprobsComeFromTheUnpenalisedDistribution) {
   std::vector<float> work = l;
   TokenLogprob chosen{};
   std::vector<TokenLogprob> top;
-  const int32_t t = s.Sample(work.data(), 4, &chosen, &top);
-  EXPECT_EQ(t, 0);  // 2.0 / 5 = 0.4 < 1.0
+  const auto t = s.Sample(work.data(), 4, &chosen, &top);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(*t, 0);  // 2.0 / 5 = 0.4 < 1.0
   double z = 0;
   for (float v : l) z += std::exp(double(v));
   ASSERT_EQ(top.size(), 3u);
@@ -160,6 +163,78 @@ TEST(Sampler, ValidateNamesTheField) {
     EXPECT_FALSE(st.ok()) << c.field;
     EXPECT_NE(st.message().find(c.field), std::string::npos) << st.message();
   }
+}
+
+// Every mode × every kind of broken row: an error naming the step, never a token read out of
+// bounds (keep = 0 read order_[-1] before).
+TEST(Sampler, NonFiniteLogitsAreAnErrorNamingTheStep) {
+  const float nan = std::nanf("");
+  const std::vector<std::pair<std::vector<float>, std::string>> rows = {
+      {{nan, nan, nan, nan}, "logit of token 0 is NaN"},
+      {{1.0f, nan, 2.0f, 0.0f}, "logit of token 1 is NaN"},
+      {{1.0f, 2.0f, INFINITY, 0.0f}, "logit of token 2 is +inf"},
+      {{-INFINITY, -INFINITY, -INFINITY, -INFINITY}, "every logit is -inf"},
+  };
+  for (float temperature : {0.0f, 1.0f}) {
+    for (int top_k : {0, 2}) {
+      for (float top_p : {1.0f, 0.5f}) {
+        for (float min_p : {0.0f, 0.5f}) {
+          SamplingParams p;
+          p.temperature = temperature;
+          p.top_k = top_k;
+          p.top_p = top_p;
+          p.min_p = min_p;
+          p.logprobs = 2;
+          p.repetition_penalty = 1.5f;
+          p.seed = 1;
+          for (const auto& [row, fragment] : rows) {
+            Sampler s(p, {0});
+            std::vector<float> ok_row = {0.5f, 1.0f, 0.25f, 0.0f};
+            TokenLogprob chosen{};
+            std::vector<TokenLogprob> top;
+            ASSERT_TRUE(s.Sample(ok_row.data(), 4, &chosen, &top).ok());
+            std::vector<float> work = row;
+            auto t = s.Sample(work.data(), 4, &chosen, &top);
+            ASSERT_FALSE(t.ok());
+            EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+            EXPECT_NE(t.status().message().find("sampling step 1"), std::string::npos)
+                << t.status().message();
+            EXPECT_NE(t.status().message().find(fragment), std::string::npos)
+                << t.status().message();
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Sampler, PartlyMaskedRowsSampleOnlyFiniteTokensAndLogprobsStayFinite) {
+  for (float temperature : {0.0f, 1e-4f, 1.0f}) {
+    SamplingParams p;
+    p.temperature = temperature;
+    p.logprobs = 4;
+    p.seed = 3;
+    p.top_p = 0.9f;
+    Sampler s(p, {});
+    for (int i = 0; i < 50; ++i) {
+      std::vector<float> row = {-INFINITY, 3e38f, -INFINITY, -3e38f};
+      TokenLogprob chosen{};
+      std::vector<TokenLogprob> top;
+      auto t = s.Sample(row.data(), 4, &chosen, &top);
+      ASSERT_TRUE(t.ok()) << t.status().ToString();
+      EXPECT_EQ(*t, 1);
+      for (const auto& e : top) EXPECT_TRUE(std::isfinite(e.logprob));
+    }
+  }
+}
+
+TEST(Sampler, EmptyRowIsAnError) {
+  SamplingParams p;
+  Sampler s(p, {});
+  float x = 0;
+  auto t = s.Sample(&x, 0, nullptr, nullptr);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("empty logits row"), std::string::npos);
 }
 
 }  // namespace

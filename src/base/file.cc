@@ -1,0 +1,145 @@
+// Regular-file-only opening and bounded reads (open with O_NONBLOCK, fstat, then read).
+#include "base/file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+namespace loom {
+
+namespace {
+
+std::string Where(const std::string& path, std::string_view what) {
+  return what.empty() ? path : std::string(what) + " " + path;
+}
+
+Status ErrnoStatus(const std::string& path, std::string_view what, int err) {
+  const std::string at = Where(path, what);
+  switch (err) {
+    case ENOENT: return NotFound(at + ": no such file");
+    case ENOTDIR: return NotFound(at + ": a part of the path is not a folder");
+    case ELOOP: return InvalidArgument(at + ": too many levels of symbolic links (a symlink loop?)");
+    case EACCES:
+    case EPERM: return InvalidArgument(at + ": permission denied");
+    case ENAMETOOLONG: return InvalidArgument(at + ": path too long");
+    default: return InvalidArgument(at + ": cannot open: " + std::strerror(err));
+  }
+}
+
+}  // namespace
+
+const char* FileTypeName(unsigned int st_mode) {
+  if (S_ISREG(st_mode)) return "a regular file";
+  if (S_ISDIR(st_mode)) return "a folder";
+  if (S_ISFIFO(st_mode)) return "a FIFO";
+  if (S_ISCHR(st_mode)) return "a character device";
+  if (S_ISBLK(st_mode)) return "a block device";
+  if (S_ISSOCK(st_mode)) return "a socket";
+  if (S_ISLNK(st_mode)) return "a symbolic link";
+  return "not a regular file";
+}
+
+StatusOr<int> OpenRegularFile(const std::string& path, uint64_t* size, std::string_view what) {
+  // Refuse before opening too: open() on a device can have side effects (tapes, ttys).
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return ErrnoStatus(path, what, errno);
+  if (!S_ISREG(st.st_mode)) {
+    return InvalidArgument(Where(path, what) + ": is " + FileTypeName(st.st_mode) +
+                           ", not a regular file");
+  }
+  // O_NONBLOCK: if the path was swapped for a FIFO since stat, open still returns at once.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) return ErrnoStatus(path, what, errno);
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return InvalidArgument(Where(path, what) + ": is " + FileTypeName(st.st_mode) +
+                           ", not a regular file");
+  }
+  // Regular files ignore O_NONBLOCK for reads; clear it anyway so later reads are plain.
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  *size = static_cast<uint64_t>(st.st_size);
+  return fd;
+}
+
+StatusOr<std::string> ReadFileBounded(const std::string& path, uint64_t max_bytes,
+                                      std::string_view what) {
+  uint64_t size = 0;
+  ASSIGN_OR_RETURN(const int fd, OpenRegularFile(path, &size, what));
+  if (size > max_bytes) {
+    ::close(fd);
+    return ResourceExhausted(Where(path, what) + ": file is " + std::to_string(size) +
+                             " bytes, above the limit of " + std::to_string(max_bytes));
+  }
+  std::string text;
+  try {
+    text.resize(static_cast<size_t>(size));
+  } catch (const std::exception&) {
+    ::close(fd);
+    return ResourceExhausted(Where(path, what) + ": out of memory reading " +
+                             std::to_string(size) + " bytes");
+  }
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::read(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      return InvalidArgument(Where(path, what) + ": read failed: " + std::strerror(err));
+    }
+    if (n == 0) break;  // the file shrank while reading
+    done += static_cast<size_t>(n);
+  }
+  text.resize(done);
+  // A file that grew past the cap while reading is refused, not cut.
+  char extra = 0;
+  ssize_t more;
+  do {
+    more = ::read(fd, &extra, 1);
+  } while (more < 0 && errno == EINTR);
+  ::close(fd);
+  if (more > 0 && done + 1 > max_bytes) {
+    return ResourceExhausted(Where(path, what) + ": file grew above the limit of " +
+                             std::to_string(max_bytes) + " bytes while being read");
+  }
+  if (more > 0) {
+    return Unavailable(Where(path, what) + ": file changed while being read; try again");
+  }
+  return text;
+}
+
+StatusOr<bool> RegularFileExists(const std::string& path, std::string_view what) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) {
+      // A dangling symlink is absent too, but a symlink loop is an error.
+      struct stat lst {};
+      if (::lstat(path.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode)) {
+        return InvalidArgument(Where(path, what) + ": is a symbolic link to nothing");
+      }
+      return false;
+    }
+    return ErrnoStatus(path, what, errno);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return InvalidArgument(Where(path, what) + ": is " + FileTypeName(st.st_mode) +
+                           ", not a regular file");
+  }
+  return true;
+}
+
+StatusOr<bool> IsDirectory(const std::string& path, std::string_view what) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR) return false;
+    return ErrnoStatus(path, what, errno);
+  }
+  return S_ISDIR(st.st_mode);
+}
+
+}  // namespace loom

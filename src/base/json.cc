@@ -1,0 +1,380 @@
+// Bounded JSON parse (depth pre-scan, size cap, no exceptions) and typed field getters.
+#include "base/json.h"
+
+#include <cmath>
+#include <new>
+
+namespace loom {
+
+namespace {
+
+std::string Prefix(std::string_view what) {
+  return what.empty() ? std::string("JSON: ") : std::string(what) + ": ";
+}
+
+template <typename J>
+StatusOr<J> ParseImpl(std::string_view text, std::string_view what, JsonLimits limits) {
+  if (text.size() > limits.max_bytes) {
+    return InvalidArgument(Prefix(what) + "JSON text is " + std::to_string(text.size()) +
+                           " bytes, above the limit of " + std::to_string(limits.max_bytes));
+  }
+  RETURN_IF_ERROR(CheckJsonDepth(text, what, limits.max_depth));
+  try {
+    J j = J::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) {
+      // Parse again with exceptions only to learn where it failed (depth is already bounded).
+      std::string why = "not valid JSON";
+      try {
+        (void)J::parse(text.begin(), text.end());
+      } catch (const nlohmann::json::exception& e) {
+        why = std::string("not valid JSON (") + e.what() + ")";
+      }
+      return InvalidArgument(Prefix(what) + why);
+    }
+    return j;
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted(Prefix(what) + "out of memory parsing JSON");
+  } catch (const std::exception& e) {
+    return InvalidArgument(Prefix(what) + "not valid JSON (" + e.what() + ")");
+  }
+}
+
+const char* TypeName(nlohmann::json::value_t t) {
+  using V = nlohmann::json::value_t;
+  switch (t) {
+    case V::null: return "null";
+    case V::object: return "an object";
+    case V::array: return "a list";
+    case V::string: return "a string";
+    case V::boolean: return "a boolean";
+    case V::number_integer:
+    case V::number_unsigned: return "an integer";
+    case V::number_float: return "a number";
+    case V::binary: return "binary";
+    case V::discarded: return "invalid";
+  }
+  return "?";
+}
+
+template <typename J>
+std::string Shown(const J& v) {
+  return JsonToString(v, -1, 80);
+}
+
+template <typename J>
+std::string FieldPrefix(std::string_view what, std::string_view field) {
+  return Prefix(what) + "field '" + std::string(field) + "'";
+}
+
+// Finds obj[field]; nullptr when absent or null. Error when obj is not an object.
+template <typename J>
+StatusOr<const J*> Find(const J& obj, std::string_view field, std::string_view what,
+                        bool required) {
+  if (!obj.is_object()) {
+    return InvalidArgument(Prefix(what) + "expected a JSON object, got " + TypeName(obj.type()));
+  }
+  auto it = obj.find(std::string(field));
+  if (it == obj.end() || it->is_null()) {
+    if (required) {
+      return InvalidArgument(Prefix(what) + "missing required field '" + std::string(field) + "'");
+    }
+    return static_cast<const J*>(nullptr);
+  }
+  return &*it;
+}
+
+}  // namespace
+
+Status CheckJsonDepth(std::string_view text, std::string_view what, int max_depth) {
+  int depth = 0;
+  const size_t n = text.size();
+  for (size_t i = 0; i < n; ++i) {
+    const char c = text[i];
+    if (c == '"') {
+      // Skip the string: up to the next quote not escaped by a backslash.
+      for (++i; i < n && text[i] != '"'; ++i) {
+        if (text[i] == '\\') ++i;
+      }
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) {
+        return InvalidArgument(Prefix(what) + "JSON nested deeper than " +
+                               std::to_string(max_depth) + " levels (at byte " +
+                               std::to_string(i) + ")");
+      }
+    } else if (c == ']' || c == '}') {
+      --depth;  // unbalanced text is the parser's to report
+    }
+  }
+  return OkStatus();
+}
+
+StatusOr<nlohmann::json> ParseJson(std::string_view text, std::string_view what,
+                                   JsonLimits limits) {
+  return ParseImpl<nlohmann::json>(text, what, limits);
+}
+
+StatusOr<nlohmann::ordered_json> ParseOrderedJson(std::string_view text, std::string_view what,
+                                                  JsonLimits limits) {
+  return ParseImpl<nlohmann::ordered_json>(text, what, limits);
+}
+
+namespace {
+template <typename J>
+std::string ToStringImpl(const J& j, int indent, size_t max_chars) {
+  std::string s;
+  try {
+    s = j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+  } catch (const std::exception&) {
+    s = "<unprintable>";
+  }
+  if (max_chars > 0 && s.size() > max_chars) {
+    s.resize(max_chars);
+    // Do not cut a UTF-8 sequence in half.
+    while (!s.empty() && (static_cast<unsigned char>(s.back()) & 0xC0) == 0x80) s.pop_back();
+    if (!s.empty() && (static_cast<unsigned char>(s.back()) & 0x80)) s.pop_back();
+    s += "...";
+  }
+  return s;
+}
+}  // namespace
+
+std::string JsonToString(const nlohmann::json& j, int indent, size_t max_chars) {
+  return ToStringImpl(j, indent, max_chars);
+}
+std::string JsonToString(const nlohmann::ordered_json& j, int indent, size_t max_chars) {
+  return ToStringImpl(j, indent, max_chars);
+}
+
+template <typename J>
+Status JsonValueToInt(const J& v, std::string_view name, std::string_view what, int64_t* out,
+                      int64_t min, int64_t max) {
+  const std::string at = Prefix(what) + std::string(name);
+  int64_t value = 0;
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.template get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return InvalidArgument(at + " is " + Shown(v) + ", above the maximum " + std::to_string(max));
+    }
+    value = static_cast<int64_t>(u);
+  } else if (v.is_number_integer()) {
+    value = v.template get<int64_t>();
+  } else if (v.is_number_float()) {
+    const double d = v.template get<double>();
+    if (!std::isfinite(d) || std::floor(d) != d) {
+      return InvalidArgument(at + " must be an integer, got " + Shown(v));
+    }
+    // 2^63 is exactly representable; anything at or beyond it does not fit.
+    if (d >= 9223372036854775808.0) {
+      return InvalidArgument(at + " is " + Shown(v) + ", above the maximum " + std::to_string(max));
+    }
+    if (d < -9223372036854775808.0) {
+      return InvalidArgument(at + " is " + Shown(v) + ", below the minimum " + std::to_string(min));
+    }
+    value = static_cast<int64_t>(d);
+  } else {
+    return InvalidArgument(at + " must be an integer, got " + Shown(v));
+  }
+  if (value < min) {
+    return InvalidArgument(at + " is " + std::to_string(value) + ", below the minimum " +
+                           std::to_string(min));
+  }
+  if (value > max) {
+    return InvalidArgument(at + " is " + std::to_string(value) + ", above the maximum " +
+                           std::to_string(max));
+  }
+  *out = value;
+  return OkStatus();
+}
+
+template <typename J>
+Status JsonValueToFloat(const J& v, std::string_view name, std::string_view what, double* out,
+                        double min, double max) {
+  const std::string at = Prefix(what) + std::string(name);
+  if (!v.is_number()) return InvalidArgument(at + " must be a number, got " + Shown(v));
+  const double d = v.template get<double>();
+  if (!std::isfinite(d)) return InvalidArgument(at + " must be a finite number, got " + Shown(v));
+  if (d < min) {
+    return InvalidArgument(at + " is " + Shown(v) + ", below the minimum " + std::to_string(min));
+  }
+  if (d > max) {
+    return InvalidArgument(at + " is " + Shown(v) + ", above the maximum " + std::to_string(max));
+  }
+  *out = d;
+  return OkStatus();
+}
+
+namespace {
+
+template <typename J>
+Status IntField(const J& obj, std::string_view field, std::string_view what, int64_t* out,
+                int64_t min, int64_t max, bool required) {
+  ASSIGN_OR_RETURN(const J* v, Find(obj, field, what, required));
+  if (v == nullptr) return OkStatus();
+  return JsonValueToInt(*v, "field '" + std::string(field) + "'", what, out, min, max);
+}
+
+template <typename J>
+Status IntField32(const J& obj, std::string_view field, std::string_view what, int* out,
+                  int64_t min, int64_t max, bool required) {
+  min = std::max<int64_t>(min, std::numeric_limits<int>::min());
+  max = std::min<int64_t>(max, std::numeric_limits<int>::max());
+  int64_t v = *out;
+  RETURN_IF_ERROR(IntField(obj, field, what, &v, min, max, required));
+  *out = static_cast<int>(v);
+  return OkStatus();
+}
+
+template <typename J>
+Status FloatField(const J& obj, std::string_view field, std::string_view what, double* out,
+                  double min, double max, bool required) {
+  ASSIGN_OR_RETURN(const J* v, Find(obj, field, what, required));
+  if (v == nullptr) return OkStatus();
+  return JsonValueToFloat(*v, "field '" + std::string(field) + "'", what, out, min, max);
+}
+
+template <typename J>
+Status StringField(const J& obj, std::string_view field, std::string_view what, std::string* out,
+                   bool required) {
+  ASSIGN_OR_RETURN(const J* v, Find(obj, field, what, required));
+  if (v == nullptr) return OkStatus();
+  if (!v->is_string()) {
+    return InvalidArgument(FieldPrefix<J>(what, field) + " must be a string, got " + Shown(*v));
+  }
+  *out = v->template get<std::string>();
+  return OkStatus();
+}
+
+template <typename J>
+Status BoolField(const J& obj, std::string_view field, std::string_view what, bool* out,
+                 bool required) {
+  ASSIGN_OR_RETURN(const J* v, Find(obj, field, what, required));
+  if (v == nullptr) return OkStatus();
+  if (!v->is_boolean()) {
+    return InvalidArgument(FieldPrefix<J>(what, field) + " must be true or false, got " +
+                           Shown(*v));
+  }
+  *out = v->template get<bool>();
+  return OkStatus();
+}
+
+template <typename J>
+Status IntListField(const J& obj, std::string_view field, std::string_view what,
+                    std::vector<int32_t>* out, int64_t min, int64_t max, size_t max_size,
+                    bool required) {
+  ASSIGN_OR_RETURN(const J* v, Find(obj, field, what, required));
+  if (v == nullptr) return OkStatus();
+  if (!v->is_array()) {
+    return InvalidArgument(FieldPrefix<J>(what, field) + " must be a list of integers, got " +
+                           Shown(*v));
+  }
+  if (v->size() > max_size) {
+    return InvalidArgument(FieldPrefix<J>(what, field) + " has " + std::to_string(v->size()) +
+                           " entries, above the maximum " + std::to_string(max_size));
+  }
+  min = std::max<int64_t>(min, std::numeric_limits<int32_t>::min());
+  max = std::min<int64_t>(max, std::numeric_limits<int32_t>::max());
+  std::vector<int32_t> ids;
+  ids.reserve(v->size());
+  for (size_t i = 0; i < v->size(); ++i) {
+    int64_t x = 0;
+    RETURN_IF_ERROR(JsonValueToInt((*v)[i],
+                                   "field '" + std::string(field) + "' entry " + std::to_string(i),
+                                   what, &x, min, max));
+    ids.push_back(static_cast<int32_t>(x));
+  }
+  *out = std::move(ids);
+  return OkStatus();
+}
+
+}  // namespace
+
+template <typename J>
+Status GetInt(const J& obj, std::string_view field, std::string_view what, int64_t* out,
+              int64_t min, int64_t max) {
+  return IntField(obj, field, what, out, min, max, true);
+}
+template <typename J>
+Status GetOptionalInt(const J& obj, std::string_view field, std::string_view what, int64_t* out,
+                      int64_t min, int64_t max) {
+  return IntField(obj, field, what, out, min, max, false);
+}
+template <typename J>
+Status GetInt(const J& obj, std::string_view field, std::string_view what, int* out, int64_t min,
+              int64_t max) {
+  return IntField32(obj, field, what, out, min, max, true);
+}
+template <typename J>
+Status GetOptionalInt(const J& obj, std::string_view field, std::string_view what, int* out,
+                      int64_t min, int64_t max) {
+  return IntField32(obj, field, what, out, min, max, false);
+}
+template <typename J>
+Status GetFloat(const J& obj, std::string_view field, std::string_view what, double* out,
+                double min, double max) {
+  return FloatField(obj, field, what, out, min, max, true);
+}
+template <typename J>
+Status GetOptionalFloat(const J& obj, std::string_view field, std::string_view what, double* out,
+                        double min, double max) {
+  return FloatField(obj, field, what, out, min, max, false);
+}
+template <typename J>
+Status GetString(const J& obj, std::string_view field, std::string_view what, std::string* out) {
+  return StringField(obj, field, what, out, true);
+}
+template <typename J>
+Status GetOptionalString(const J& obj, std::string_view field, std::string_view what,
+                         std::string* out) {
+  return StringField(obj, field, what, out, false);
+}
+template <typename J>
+Status GetBool(const J& obj, std::string_view field, std::string_view what, bool* out) {
+  return BoolField(obj, field, what, out, true);
+}
+template <typename J>
+Status GetOptionalBool(const J& obj, std::string_view field, std::string_view what, bool* out) {
+  return BoolField(obj, field, what, out, false);
+}
+template <typename J>
+Status GetIntList(const J& obj, std::string_view field, std::string_view what,
+                  std::vector<int32_t>* out, int64_t min, int64_t max, size_t max_size) {
+  return IntListField(obj, field, what, out, min, max, max_size, true);
+}
+template <typename J>
+Status GetOptionalIntList(const J& obj, std::string_view field, std::string_view what,
+                          std::vector<int32_t>* out, int64_t min, int64_t max, size_t max_size) {
+  return IntListField(obj, field, what, out, min, max, max_size, false);
+}
+
+#define LOOM_JSON_INSTANTIATE(J)                                                               \
+  template Status GetInt<J>(const J&, std::string_view, std::string_view, int64_t*, int64_t,   \
+                            int64_t);                                                          \
+  template Status GetOptionalInt<J>(const J&, std::string_view, std::string_view, int64_t*,    \
+                                    int64_t, int64_t);                                         \
+  template Status GetInt<J>(const J&, std::string_view, std::string_view, int*, int64_t,       \
+                            int64_t);                                                          \
+  template Status GetOptionalInt<J>(const J&, std::string_view, std::string_view, int*,        \
+                                    int64_t, int64_t);                                         \
+  template Status GetFloat<J>(const J&, std::string_view, std::string_view, double*, double,   \
+                              double);                                                         \
+  template Status GetOptionalFloat<J>(const J&, std::string_view, std::string_view, double*,   \
+                                      double, double);                                         \
+  template Status GetString<J>(const J&, std::string_view, std::string_view, std::string*);    \
+  template Status GetOptionalString<J>(const J&, std::string_view, std::string_view,           \
+                                       std::string*);                                          \
+  template Status GetBool<J>(const J&, std::string_view, std::string_view, bool*);             \
+  template Status GetOptionalBool<J>(const J&, std::string_view, std::string_view, bool*);     \
+  template Status GetIntList<J>(const J&, std::string_view, std::string_view,                  \
+                                std::vector<int32_t>*, int64_t, int64_t, size_t);              \
+  template Status GetOptionalIntList<J>(const J&, std::string_view, std::string_view,          \
+                                        std::vector<int32_t>*, int64_t, int64_t, size_t);      \
+  template Status JsonValueToInt<J>(const J&, std::string_view, std::string_view, int64_t*,    \
+                                    int64_t, int64_t);                                         \
+  template Status JsonValueToFloat<J>(const J&, std::string_view, std::string_view, double*,   \
+                                      double, double);
+
+LOOM_JSON_INSTANTIATE(nlohmann::json)
+LOOM_JSON_INSTANTIATE(nlohmann::ordered_json)
+#undef LOOM_JSON_INSTANTIATE
+
+}  // namespace loom

@@ -1,0 +1,114 @@
+// Bounded JSON reading for untrusted input: a parse that never throws and never recurses deeply,
+// and typed field getters whose errors name the field and the file (or request) it came from.
+//
+// Every JSON document loom reads (config.json, generation_config.json, adapter_config.json, the
+// safetensors index, CLI batch and chat files, HTTP request bodies) goes through ParseJson:
+//
+//   ASSIGN_OR_RETURN(nlohmann::json j, ParseJson(text, path));
+//   int64_t max_tokens = 16;
+//   RETURN_IF_ERROR(GetOptionalInt(j, "max_tokens", path, &max_tokens, 1, 1 << 20));
+//
+// Nesting depth is checked by an O(n) scan before nlohmann sees the text, so nothing recursive
+// (the parser, copies, dump(), destruction) ever meets a deep document.
+//
+// Thread-safety: every function is reentrant.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+
+namespace loom {
+
+struct JsonLimits {
+  size_t max_bytes = size_t{64} << 20;  // text longer than this is refused (64 MiB)
+  int max_depth = 128;                  // arrays/objects nested deeper are refused
+};
+
+// Parses `text` as one JSON document. `what` names the source in errors (a file path, "request
+// body"). Errors (all kInvalidArgument): too large, nested deeper than limits.max_depth, not
+// valid JSON (with nlohmann's byte position). Never throws.
+StatusOr<nlohmann::json> ParseJson(std::string_view text, std::string_view what,
+                                   JsonLimits limits = {});
+// The same, keeping the keys in file order (PEFT patterns, chat messages).
+StatusOr<nlohmann::ordered_json> ParseOrderedJson(std::string_view text, std::string_view what,
+                                                  JsonLimits limits = {});
+
+// The O(n) depth scan ParseJson runs first (strings skipped); exposed for tests and for callers
+// that hand text to another parser.
+Status CheckJsonDepth(std::string_view text, std::string_view what, int max_depth);
+
+// dump() that never throws: invalid UTF-8 in strings is replaced by U+FFFD. `max_chars` > 0
+// cuts the result (with "...") for use inside error messages.
+std::string JsonToString(const nlohmann::json& j, int indent = -1, size_t max_chars = 0);
+std::string JsonToString(const nlohmann::ordered_json& j, int indent = -1, size_t max_chars = 0);
+
+// Typed getters. `obj` must be an object (else an error naming `what`); `field` is a key of it.
+// The Get* forms require the field; GetOptional* leave *out unchanged when the field is absent or
+// null. A present value of the wrong type or outside [min, max] is an error:
+//   "<what>: field 'max_tokens' must be an integer, got \"x\""
+//   "<what>: field 'num_hidden_layers' is 100000000, above the maximum 1024"
+// Integers accept JSON numbers with an exact integral value (16 and 16.0, not 16.5 nor "16").
+// Floats must be finite numbers. Templates instantiated for json and ordered_json.
+template <typename J>
+Status GetInt(const J& obj, std::string_view field, std::string_view what, int64_t* out,
+              int64_t min = std::numeric_limits<int64_t>::min(),
+              int64_t max = std::numeric_limits<int64_t>::max());
+template <typename J>
+Status GetOptionalInt(const J& obj, std::string_view field, std::string_view what, int64_t* out,
+                      int64_t min = std::numeric_limits<int64_t>::min(),
+                      int64_t max = std::numeric_limits<int64_t>::max());
+// int forms: the range defaults to int's.
+template <typename J>
+Status GetInt(const J& obj, std::string_view field, std::string_view what, int* out,
+              int64_t min = std::numeric_limits<int>::min(),
+              int64_t max = std::numeric_limits<int>::max());
+template <typename J>
+Status GetOptionalInt(const J& obj, std::string_view field, std::string_view what, int* out,
+                      int64_t min = std::numeric_limits<int>::min(),
+                      int64_t max = std::numeric_limits<int>::max());
+template <typename J>
+Status GetFloat(const J& obj, std::string_view field, std::string_view what, double* out,
+                double min = -std::numeric_limits<double>::max(),
+                double max = std::numeric_limits<double>::max());
+template <typename J>
+Status GetOptionalFloat(const J& obj, std::string_view field, std::string_view what, double* out,
+                        double min = -std::numeric_limits<double>::max(),
+                        double max = std::numeric_limits<double>::max());
+template <typename J>
+Status GetString(const J& obj, std::string_view field, std::string_view what, std::string* out);
+template <typename J>
+Status GetOptionalString(const J& obj, std::string_view field, std::string_view what,
+                         std::string* out);
+template <typename J>
+Status GetBool(const J& obj, std::string_view field, std::string_view what, bool* out);
+template <typename J>
+Status GetOptionalBool(const J& obj, std::string_view field, std::string_view what, bool* out);
+// A list of integers, each in [min, max], at most max_size entries (token ids, layer lists).
+template <typename J>
+Status GetIntList(const J& obj, std::string_view field, std::string_view what,
+                  std::vector<int32_t>* out, int64_t min, int64_t max,
+                  size_t max_size = size_t{1} << 24);
+template <typename J>
+Status GetOptionalIntList(const J& obj, std::string_view field, std::string_view what,
+                          std::vector<int32_t>* out, int64_t min, int64_t max,
+                          size_t max_size = size_t{1} << 24);
+
+// One JSON value (not a field) as an integer in [min, max]; `name` names it in errors
+// ("entry 3 of prompt_tokens"). The building block of the getters above.
+template <typename J>
+Status JsonValueToInt(const J& v, std::string_view name, std::string_view what, int64_t* out,
+                      int64_t min = std::numeric_limits<int64_t>::min(),
+                      int64_t max = std::numeric_limits<int64_t>::max());
+template <typename J>
+Status JsonValueToFloat(const J& v, std::string_view name, std::string_view what, double* out,
+                        double min = -std::numeric_limits<double>::max(),
+                        double max = std::numeric_limits<double>::max());
+
+}  // namespace loom

@@ -1,0 +1,65 @@
+// FindNonFinite: exponent-mask scan per dtype, block by block.
+#include "tensor/finite.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace loom {
+
+namespace {
+
+constexpr int64_t kBlock = 2048;  // elements per vectorised pass
+
+// A value is NaN or ±Inf exactly when all its exponent bits are set.
+template <typename Bits, Bits kExp>
+int64_t Scan(const void* data, int64_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  Bits buf[kBlock];
+  for (int64_t start = 0; start < n; start += kBlock) {
+    const int64_t len = std::min(kBlock, n - start);
+    // memcpy: the bytes may sit at any offset of an mmap'd file; this is also what lets the
+    // loop below use aligned vector loads.
+    std::memcpy(buf, p + start * int64_t(sizeof(Bits)), static_cast<size_t>(len) * sizeof(Bits));
+    Bits bad = 0;
+    for (int64_t i = 0; i < len; ++i) bad |= static_cast<Bits>((buf[i] & kExp) == kExp);
+    if (!bad) continue;
+    for (int64_t i = 0; i < len; ++i) {
+      if ((buf[i] & kExp) == kExp) return start + i;
+    }
+  }
+  return -1;
+}
+
+}  // namespace
+
+int64_t FindNonFinite(DType dtype, const void* data, int64_t n) {
+  if (n <= 0 || data == nullptr) return -1;
+  switch (dtype) {
+    case DType::kF32: return Scan<uint32_t, 0x7F800000u>(data, n);
+    case DType::kF16: return Scan<uint16_t, 0x7C00>(data, n);
+    case DType::kBF16: return Scan<uint16_t, 0x7F80>(data, n);
+  }
+  return -1;
+}
+
+Status CheckTensorFinite(const Tensor& t, std::string_view name, std::string_view where) {
+  const int64_t n = t.numel();
+  const int64_t bad = FindNonFinite(t.dtype, t.data, n);
+  if (bad < 0) return OkStatus();
+  float value = 0;
+  ConvertToF32(t.dtype, static_cast<const uint8_t*>(t.data) + bad * int64_t(DTypeSize(t.dtype)),
+               &value, 1);
+  std::string what = std::isnan(value) ? "NaN" : (value > 0 ? "+Inf" : "-Inf");
+  std::string at = "index " + std::to_string(bad);
+  if (t.rank() == 2 && t.dim(1) > 0) {
+    at += " (row " + std::to_string(bad / t.dim(1)) + ", column " + std::to_string(bad % t.dim(1)) +
+          ")";
+  }
+  return InvalidArgument(std::string(where) + (where.empty() ? "" : ": ") + "tensor '" +
+                         std::string(name) + "' (" + ShapeString(t.shape) + " " +
+                         DTypeName(t.dtype) + ") has " + what + " at " + at +
+                         "; loom refuses non-finite weights (--no-check-weights skips this check)");
+}
+
+}  // namespace loom

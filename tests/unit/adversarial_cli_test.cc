@@ -1,0 +1,123 @@
+// The loom binary on hostile flags and files (the issue's reproductions): every case ends with
+// exit code 1 or 2 and a message naming the flag, field or file — no abort, no hang, no
+// figures made up from invalid sizes — and nothing on disk changes.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <chrono>
+
+#include "adversarial_util.h"
+
+namespace loom {
+namespace {
+
+using namespace loom::testing;
+
+const std::string kModel = kFixtures + "/models/llama_f32";
+
+void ExpectFails(const std::string& args, int code, const std::vector<std::string>& fragments) {
+  SCOPED_TRACE("loom " + args);
+  const auto t0 = std::chrono::steady_clock::now();
+  const RunResult r = RunLoom(args);
+  EXPECT_EQ(r.exit_code, code) << r.output;
+  for (const auto& f : fragments) EXPECT_TRUE(Contains(r.output, f)) << "'" << f << "' not in: " << r.output;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
+}
+
+TEST(AdversarialCli, MaxTokensIsValidatedBeforeTheKvCacheIsSized) {
+  for (const char* n : {"2000000000", "10000000", "2147483647"}) {
+    ExpectFails("generate --model " + kModel + " --prompt-tokens 1,2,3 --max-tokens " + n, 2,
+                {"exceeds the maximum context length"});
+  }
+  ExpectFails("generate --model " + kModel + " --prompt-tokens 1,2,3 --max-tokens 0", 2,
+              {"max_tokens must be at least 1"});
+  ExpectFails("generate --model " + kModel + " --prompt-tokens 4294967297", 2,
+              {"'4294967297' is not a token id"});
+}
+
+TEST(AdversarialCli, BatchFilesWithWrongTypesOrHugeValuesAreErrorsNamingEntryAndField) {
+  TempDir dir;
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"[[1,2]]", {"entry 0: needs {\"prompt_tokens\": [ids], ...}"}},
+      {R"([{"prompt_tokens": [1], "max_tokens": "x"}])",
+       {"entry 0: field 'max_tokens' must be an integer, got \"x\""}},
+      {R"([{"prompt_tokens": [1], "max_tokens": 4294967297}])",
+       {"field 'max_tokens' is 4294967297, above the maximum"}},
+      {R"([{"prompt_tokens": [4294967297]}])",
+       {"field 'prompt_tokens' entry 0 is 4294967297, above the maximum"}},
+      {R"([{"prompt_tokens": [2000000000]}])", {"entry 0 is 2000000000, above the maximum"}},
+      {R"([{"prompt_tokens": [1], "max_tokens": 2000000000}])",
+       {"exceeds the maximum context length"}},
+      {R"([{"prompt_tokens": []}])", {"prompt_tokens is empty"}},
+      {R"([{"prompt_tokens": "1,2"}])", {"must be a list of integers"}},
+      {R"([{"prompt_tokens": [1], "adapter": 5}])", {"adapter 5 is not loaded"}},
+      {deep, {"JSON nested deeper than 128 levels"}},
+      {"[1, 2", {"not valid JSON"}},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string file = dir.Path("batch" + std::to_string(i) + ".json");
+    WriteBytes(file, cases[i].first);
+    std::vector<std::string> want = cases[i].second;
+    want.push_back(file);
+    ExpectFails("generate --model " + kModel + " --batch " + file, 2, want);
+  }
+  ASSERT_EQ(::mkfifo(dir.Path("fifo.json").c_str(), 0600), 0);
+  ExpectFails("generate --model " + kModel + " --batch " + dir.Path("fifo.json"), 2,
+              {"fifo.json", "is a FIFO"});
+  ExpectFails("generate --model " + kModel + " --batch " + dir.path(), 2, {"is a folder"});
+}
+
+TEST(AdversarialCli, ThreadsAreCappedToTheCoresWithAWarning) {
+  const RunResult r =
+      RunLoom("--threads 100000 generate --model " + kModel + " --prompt-tokens 1,2 --max-tokens 2");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, "warning: 100000 threads requested")) << r.output;
+  ExpectFails("--threads -3 generate --model " + kModel + " --prompt-tokens 1", 105, {"--threads"});
+}
+
+TEST(AdversarialCli, BenchRefusesSizesItWouldMakeFiguresUpFrom) {
+  ExpectFails("bench --model " + kModel + " --batch -2", 2, {"--batch -2 is outside [1, 4096]"});
+  ExpectFails("bench --model " + kModel + " --batch 0", 2, {"--batch 0 is outside"});
+  ExpectFails("bench --model " + kModel + " --prompt-len 0", 2, {"--prompt-len must be at least 1"});
+  ExpectFails("bench --model " + kModel + " --gen-tokens 100000000", 2,
+              {"exceeds the maximum context length"});
+}
+
+TEST(AdversarialCli, TokenizeFileMustBeARegularFile) {
+  TempDir dir;
+  const std::string model = dir.Path("m");
+  CopyDir(kFixtures + "/tokenizers/TinyLlama-1.1B-Chat-v1.0", model);
+  ExpectFails("tokenize --model " + model + " --file " + dir.path(), 2, {"--file", "is a folder"});
+  ExpectFails("tokenize --model " + model + " --file /dev/zero", 2, {"is a character device"});
+  // --chat files are bounded JSON too.
+  WriteBytes(dir.Path("chat.json"), std::string(200000, '[') + std::string(200000, ']'));
+  ExpectFails("tokenize --model " + model + " --chat " + dir.Path("chat.json"), 2,
+              {"chat.json", "JSON nested deeper than 128 levels"});
+}
+
+TEST(AdversarialCli, MergeIntoItsInputsIsRefusedAndNothingChanges) {
+  TempDir dir;
+  const std::string model = dir.Path("model");
+  const std::string adapter = dir.Path("adapter");
+  CopyDir(kModel, model);
+  CopyDir(kFixtures + "/adapters/llama_qv_r8_f32", adapter);
+  const auto before = Snapshot(dir.path());
+  for (const std::string& out : {model, model + "/./", adapter, model + "/merged"}) {
+    ExpectFails("merge --model " + model + " --lora " + adapter + " --out " + out, 2,
+                {"--out", "loom merge never writes into its inputs"});
+  }
+  EXPECT_EQ(Snapshot(dir.path()), before);
+}
+
+TEST(AdversarialCli, ConfigFromDevZeroIsAnErrorNotAHangOrCrash) {
+  TempDir dir;
+  const std::string model = dir.Path("m");
+  CopyDir(kModel, model);
+  fs::remove(model + "/config.json");
+  fs::create_symlink("/dev/zero", model + "/config.json");
+  ExpectFails("inspect --model " + model, 1, {"config.json", "is a character device"});
+}
+
+}  // namespace
+}  // namespace loom

@@ -1,0 +1,105 @@
+// `loom merge` never touches its inputs: --out pointed at the model or adapter folder (directly,
+// via "model/./", via a symlink, or below them), a non-empty --out (stale shards), an --out that
+// is a symlink. Each is refused before anything is written, and no file on disk changes; a
+// successful merge goes through a temporary sibling and leaves no trace of it.
+#include <gtest/gtest.h>
+
+#include "adversarial_util.h"
+#include "io/safetensors.h"
+#include "lora/adapter.h"
+#include "lora/merge.h"
+#include "model/model.h"
+
+namespace loom {
+namespace {
+
+using namespace loom::testing;
+
+class AdversarialMerge : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_dir_ = dir_.Path("model");
+    adapter_dir_ = dir_.Path("adapter");
+    CopyDir(kFixtures + "/models/llama_f32", model_dir_);
+    CopyDir(kFixtures + "/adapters/llama_qv_r8_f32", adapter_dir_);
+    auto m = Model::Load(model_dir_);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    model_ = std::move(m).value();
+    auto a = LoadAdapter("a", adapter_dir_, model_->config(), model_->weights(), 0);
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    adapter_ = std::move(a).value();
+  }
+
+  // Expects the merge into `out` to be refused with `fragment`, and the whole temp tree unchanged.
+  void ExpectRefused(const std::string& out, const std::string& fragment) {
+    SCOPED_TRACE("--out " + out);
+    const auto before = Snapshot(dir_.path());
+    Status st = WriteMergedCheckpoint(model_dir_, *model_, *adapter_, out, 1 << 30);
+    EXPECT_STATUS(st, StatusCode::kInvalidArgument, "--out", fragment);
+    EXPECT_EQ(Snapshot(dir_.path()), before);
+  }
+
+  TempDir dir_;
+  std::string model_dir_, adapter_dir_;
+  std::unique_ptr<Model> model_;
+  std::shared_ptr<const Adapter> adapter_;
+};
+
+TEST_F(AdversarialMerge, OutIsTheModelFolderInAnySpelling) {
+  ExpectRefused(model_dir_, "is the model folder");
+  ExpectRefused(model_dir_ + "/./", "is the model folder");
+  ExpectRefused(model_dir_ + "/../model", "is the model folder");
+  fs::create_symlink(model_dir_, dir_.Path("link_to_model"));
+  ExpectRefused(dir_.Path("link_to_model"), "is a symbolic link");
+  ExpectRefused(dir_.Path("link_to_model") + "/", "is the model folder");
+  ExpectRefused(model_dir_ + "/sub/out", "inside the model folder");
+}
+
+TEST_F(AdversarialMerge, OutIsTheAdapterFolderOrInsideIt) {
+  ExpectRefused(adapter_dir_, "is the adapter folder");
+  ExpectRefused(adapter_dir_ + "/merged", "inside the adapter folder");
+}
+
+TEST_F(AdversarialMerge, NonEmptyOutOrOutWithSymlinksIsRefused) {
+  // Stale shards of an earlier merge must not mix with the new file.
+  const std::string out = dir_.Path("out");
+  fs::create_directories(out);
+  WriteBytes(out + "/model-00001-of-00002.safetensors", "stale");
+  ExpectRefused(out, "is not empty");
+  // A symlink inside --out pointing at the base model would be written through.
+  const std::string out2 = dir_.Path("out2");
+  fs::create_directories(out2);
+  fs::create_symlink(model_dir_ + "/model.safetensors", out2 + "/model.safetensors");
+  ExpectRefused(out2, "is not empty");
+  WriteBytes(dir_.Path("file"), "x");
+  ExpectRefused(dir_.Path("file"), "exists and is not a folder");
+}
+
+TEST_F(AdversarialMerge, NewOrEmptyOutIsWrittenAndLoadsAndNoTemporaryFolderIsLeft) {
+  const auto inputs_before = Snapshot(model_dir_);
+  const auto adapter_before = Snapshot(adapter_dir_);
+  // A symlink in the model folder to a file outside it is not copied into the checkpoint.
+  WriteBytes(dir_.Path("secret.txt"), "secret");
+  fs::create_symlink(dir_.Path("secret.txt"), model_dir_ + "/notes.txt");
+  const auto with_link = Snapshot(model_dir_);
+  for (const bool pre_create : {false, true}) {
+    const std::string out = dir_.Path(pre_create ? "empty_out" : "new_out/nested");
+    if (pre_create) fs::create_directories(out);
+    Status st = WriteMergedCheckpoint(model_dir_, *model_, *adapter_, out, 1 << 30);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_TRUE(fs::exists(out + "/model.safetensors"));
+    EXPECT_TRUE(fs::exists(out + "/config.json"));
+    EXPECT_FALSE(fs::exists(out + "/notes.txt"));
+    auto merged = Model::Load(out);
+    EXPECT_TRUE(merged.ok()) << merged.status().ToString();
+    for (const auto& e : fs::directory_iterator(fs::path(out).parent_path())) {
+      EXPECT_FALSE(Contains(e.path().filename().string(), ".loom-merge-")) << e.path();
+    }
+  }
+  EXPECT_EQ(Snapshot(model_dir_), with_link);
+  EXPECT_EQ(Snapshot(adapter_dir_), adapter_before);
+  (void)inputs_before;
+}
+
+}  // namespace
+}  // namespace loom
