@@ -1,6 +1,8 @@
 // Bounded JSON parse (depth pre-scan, size cap, no exceptions) and typed field getters.
 #include "base/json.h"
 
+#include <vector>
+
 #include <cmath>
 #include <new>
 
@@ -108,6 +110,33 @@ Status CheckJsonDepth(std::string_view text, std::string_view what, int max_dept
   return OkStatus();
 }
 
+Status CheckJsonObjectKeys(std::string_view text, std::string_view what, int max_keys) {
+  // Per open container: -1 for an array, else the members seen so far (one ':' per member).
+  std::vector<int> open;
+  const size_t n = text.size();
+  for (size_t i = 0; i < n; ++i) {
+    const char c = text[i];
+    if (c == '"') {
+      for (++i; i < n && text[i] != '"'; ++i) {
+        if (text[i] == '\\') ++i;
+      }
+    } else if (c == '{') {
+      open.push_back(0);
+    } else if (c == '[') {
+      open.push_back(-1);
+    } else if (c == ']' || c == '}') {
+      if (!open.empty()) open.pop_back();
+    } else if (c == ':' && !open.empty() && open.back() >= 0) {
+      if (++open.back() > max_keys) {
+        return InvalidArgument(Prefix(what) + "a JSON object has more than " +
+                               std::to_string(max_keys) + " members (at byte " +
+                               std::to_string(i) + ")");
+      }
+    }
+  }
+  return OkStatus();
+}
+
 StatusOr<nlohmann::json> ParseJson(std::string_view text, std::string_view what,
                                    JsonLimits limits) {
   return ParseImpl<nlohmann::json>(text, what, limits);
@@ -115,6 +144,11 @@ StatusOr<nlohmann::json> ParseJson(std::string_view text, std::string_view what,
 
 StatusOr<nlohmann::ordered_json> ParseOrderedJson(std::string_view text, std::string_view what,
                                                   JsonLimits limits) {
+  // Depth first (bounds the scan's stack), then the member count the ordered map needs.
+  RETURN_IF_ERROR(CheckJsonDepth(text, what, limits.max_depth));
+  if (limits.max_object_keys > 0) {
+    RETURN_IF_ERROR(CheckJsonObjectKeys(text, what, limits.max_object_keys));
+  }
   return ParseImpl<nlohmann::ordered_json>(text, what, limits);
 }
 

@@ -29,6 +29,9 @@ namespace loom {
 struct JsonLimits {
   size_t max_bytes = size_t{64} << 20;  // text longer than this is refused (64 MiB)
   int max_depth = 128;                  // arrays/objects nested deeper are refused
+  // ParseOrderedJson only: members of one object. nlohmann's ordered map finds each key by a
+  // linear search on insert, so an object with n keys costs n²/2 string compares.
+  int max_object_keys = 4096;
 };
 
 // Parses `text` as one JSON document. `what` names the source in errors (a file path, "request
@@ -43,6 +46,9 @@ StatusOr<nlohmann::ordered_json> ParseOrderedJson(std::string_view text, std::st
 // The O(n) depth scan ParseJson runs first (strings skipped); exposed for tests and for callers
 // that hand text to another parser.
 Status CheckJsonDepth(std::string_view text, std::string_view what, int max_depth);
+
+// O(n) scan: kInvalidArgument when one object has more than `max_keys` members.
+Status CheckJsonObjectKeys(std::string_view text, std::string_view what, int max_keys);
 
 // dump() that never throws: invalid UTF-8 in strings is replaced by U+FFFD. `max_chars` > 0
 // cuts the result (with "...") for use inside error messages.

@@ -127,10 +127,12 @@ const Adapter* Engine::AdapterOf(const Sequence& seq) const { return seq.request
 void Engine::Finish(Sequence* seq, FinishReason reason, SequenceUpdate* update) {
   seq->result.finish_reason = reason;
   update->finish_reason = reason;
-  if (seq->detokenizer != nullptr && reason != FinishReason::kStop) {
+  // Whatever the detokenizer and the stop checker still hold is final text, unless a stop
+  // string ended the sequence (then nothing after it is returned).
+  if (seq->detokenizer != nullptr && seq->result.stop_reason.empty()) {
     std::string matched;
     update->text += seq->stop.Add(seq->detokenizer->Finish(), &matched);
-    update->text += seq->stop.Flush();
+    if (matched.empty()) update->text += seq->stop.Flush();
   }
   if (seq->detokenizer != nullptr) seq->result.text = seq->stop.text();
 }
@@ -171,23 +173,28 @@ void Engine::SampleRow(Sequence* seq, float* row) {
   FinishReason reason = FinishReason::kNone;
   const auto& eos = c.eos_token_ids;
   const auto& stop_ids = seq->request.stop_token_ids;
+  bool stop_token = false;  // EOS or a stop token id ended it
   if (!seq->request.params.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) {
     reason = FinishReason::kStop;
+    stop_token = true;
   } else if (std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) {
     reason = FinishReason::kStop;
+    stop_token = true;
+    update.stop_token = token;
+    seq->result.stop_token = token;
   }
-  if (seq->detokenizer != nullptr && reason == FinishReason::kNone) {
+  if (seq->detokenizer != nullptr) {
+    // As vLLM: the token that ends a sequence (EOS, a stop token id) is not part of the text
+    // unless include_stop_str_in_output.
     std::string matched;
-    update.text = seq->stop.Add(seq->detokenizer->Add(token), &matched);
-    if (!matched.empty()) {
+    if (!stop_token || seq->request.include_stop_str_in_output) {
+      update.text = seq->stop.Add(seq->detokenizer->Add(token), &matched);
+    }
+    if (!matched.empty() && reason == FinishReason::kNone) {
       reason = FinishReason::kStop;
       seq->result.stop_reason = matched;
       update.stop_reason = matched;
     }
-  } else if (seq->detokenizer != nullptr) {
-    // EOS / stop id: its text is not part of the output unless it is an ordinary token.
-    std::string matched;
-    update.text = seq->stop.Add(seq->detokenizer->Add(token), &matched);
   }
   if (reason == FinishReason::kNone &&
       static_cast<int>(seq->result.generated.size()) >= seq->request.params.max_tokens) {

@@ -37,6 +37,7 @@ struct GenerationResult {
   std::vector<int32_t> generated;
   FinishReason finish_reason = FinishReason::kNone;
   std::string stop_reason;  // the stop string that ended it, if any
+  int32_t stop_token = -1;  // the stop_token_ids entry that ended it, if any
   std::string error;        // kError: what went wrong
   std::string text;         // decoded output (when request.detokenize or stop strings)
   std::vector<TokenLogprob> logprobs;                   // [generated] chosen token
@@ -55,7 +56,8 @@ struct SequenceUpdate {
   std::vector<TokenLogprob> top;    // [params.logprobs]
   std::string text;                 // newly final text (after stop-string hold-back)
   FinishReason finish_reason = FinishReason::kNone;  // kNone while running
-  std::string stop_reason;
+  std::string stop_reason;   // the stop string that ended it
+  int32_t stop_token = -1;   // the stop token id that ended it
   std::string error;
   int prompt_tokens = 0;
   int generated_tokens = 0;

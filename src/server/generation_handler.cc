@@ -4,6 +4,7 @@
 #include <chrono>
 #include <random>
 
+#include "server/connection.h"
 #include "server/generation_state.h"
 #include "server/openai_response.h"
 
@@ -39,7 +40,20 @@ bool RenderChat(const ServerContext& ctx, const OpenAiRequest& r, std::string* t
   if (!cfg.bos_token.empty()) options.bos_token = cfg.bos_token;
   if (!cfg.eos_token.empty()) options.eos_token = cfg.eos_token;
   options.extra = r.chat_template_kwargs;
-  auto rendered = ctx.chat_template->Render(r.messages, options);
+  // Text parts ([{"type": "text", "text": ...}]) become one string joined by "\n", as vLLM
+  // does for templates that expect string content.
+  nlohmann::ordered_json messages = r.messages;
+  for (auto& m : messages) {
+    if (m.contains("content") && m["content"].is_array()) {
+      std::string joined;
+      for (size_t i = 0; i < m["content"].size(); ++i) {
+        if (i > 0) joined += "\n";
+        joined += m["content"][i]["text"].get<std::string>();
+      }
+      m["content"] = joined;
+    }
+  }
+  auto rendered = ctx.chat_template->Render(messages, options);
   if (!rendered.ok()) {
     *error = BadRequest("messages", "chat template: " + rendered.status().message());
     return false;
@@ -181,8 +195,10 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const httplib::Requ
   // The adapter: the base model's name, or an adapter's (loaded now if needed, not on the
   // engine thread).
   std::shared_ptr<const Adapter> adapter;
-  const bool is_base = r.model == ctx.options.served_model_name ||
-                       (!ctx.options.merged_adapter.empty() && r.model == ctx.options.merged_adapter);
+  // With --merge NAME the weights are the merged adapter's: only NAME may be asked for.
+  const bool is_base = ctx.options.merged_adapter.empty()
+                           ? r.model == ctx.options.served_model_name
+                           : r.model == ctx.options.merged_adapter;
   if (!is_base) {
     if (ctx.adapters == nullptr) {
       return SendError(res, ApiError{404, "the model '" + r.model + "' does not exist", "model", ""});
@@ -205,6 +221,17 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const httplib::Requ
   }
   Submission sub;
   if (!Tokenize(ctx, r, &sub.prompts, &error)) return SendError(res, error);
+  const char* prompt_field = endpoint == Endpoint::kChat ? "messages" : "prompt";
+  for (const auto& p : sub.prompts) {
+    if (static_cast<int64_t>(p.size()) >= ctx.max_model_len) {
+      return SendError(res, BadRequest(prompt_field,
+                                       "this model's maximum context length is " +
+                                           std::to_string(ctx.max_model_len) + " tokens; the " +
+                                           prompt_field + " has " + std::to_string(p.size()) +
+                                           " tokens (room is needed for at least one more)"));
+    }
+    if (p.empty()) return SendError(res, BadRequest(prompt_field, std::string(prompt_field) + " is empty"));
+  }
   if (!Submit(ctx, r, adapter, &sub, &error)) return SendError(res, error);
 
   ResponseMeta meta;
@@ -215,9 +242,20 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const httplib::Requ
 
   if (!r.stream) {
     auto& state = *sub.state;
+    // Wait, and every 100 ms check that the client is still there: one that left cancels its
+    // sequences (as vLLM) and frees their blocks.
+    const int fd = FindClientSocket(req.remote_addr, req.remote_port, req.local_port);
     {
       std::unique_lock<std::mutex> lock(state.mu);
-      state.cv.wait(lock, [&] { return state.unfinished == 0; });
+      while (!state.cv.wait_for(lock, std::chrono::milliseconds(100),
+                                [&] { return state.unfinished == 0; })) {
+        if (PeerClosed(fd)) {
+          lock.unlock();
+          AbortUnfinished(ctx, state);
+          res.status = 499;  // nginx's "client closed request"; nobody reads it
+          return;
+        }
+      }
       for (auto& c : state.choices) {
         for (const auto& u : c.pending) Accumulate(&c, u);
         c.pending.clear();
@@ -235,6 +273,7 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const httplib::Requ
 
   auto state = sub.state;
   auto writer = std::make_shared<StreamWriter>(ctx, r, meta, state);
+  writer->set_client_fd(FindClientSocket(req.remote_addr, req.remote_port, req.local_port));
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",

@@ -46,6 +46,7 @@ void Accumulate(ChoiceState* c, const SequenceUpdate& u) {
   if (u.finish_reason != FinishReason::kNone) {
     c->finish_reason = u.finish_reason;
     c->stop_reason = u.stop_reason;
+    c->stop_token = u.stop_token;
     c->error = u.error;
   }
 }

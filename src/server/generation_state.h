@@ -30,6 +30,7 @@ struct ChoiceState {
   std::vector<std::vector<TokenLogprob>> top;
   FinishReason finish_reason = FinishReason::kNone;
   std::string stop_reason;
+  int32_t stop_token = -1;
   std::string error;
 };
 

@@ -4,8 +4,13 @@
 #include <httplib.h>
 #include <sys/socket.h>
 
+#include <chrono>
+#include <thread>
+
 #include <nlohmann/json.hpp>
 
+#include "base/json.h"
+#include "server/connection.h"
 #include "server/generation_handler.h"
 
 namespace loom::server {
@@ -15,6 +20,7 @@ using json = nlohmann::ordered_json;
 namespace {
 
 constexpr char kVersion[] = "0.2.0";
+constexpr size_t kMaxHeaderBytes = 64 << 10;
 
 // Constant-time comparison (the key's length is not secret).
 bool SameKey(const std::string& a, const std::string& b) {
@@ -33,12 +39,15 @@ bool JsonContentType(const httplib::Request& req) {
 // Parses a small admin body ({"lora_name", "lora_path"}): only the named fields, strings.
 bool ParseAdminBody(const std::string& body, const std::vector<std::string>& required,
                     const std::vector<std::string>& optional, json* out, ApiError* error) {
-  if (!JsonDepthWithin(body, 8)) {
-    *error = BadRequest("", "the request body nests too deep");
+  JsonLimits limits;
+  limits.max_depth = 8;
+  auto parsed = ParseOrderedJson(body, "request body", limits);
+  if (!parsed.ok()) {
+    *error = BadRequest("", parsed.status().message());
     return false;
   }
-  *out = json::parse(body, nullptr, false);
-  if (out->is_discarded() || !out->is_object()) {
+  *out = std::move(parsed).value();
+  if (!out->is_object()) {
     *error = BadRequest("", "the request body must be a JSON object");
     return false;
   }
@@ -97,12 +106,35 @@ Status HttpServer::Bind() {
 
 void HttpServer::Listen() { http_->listen_after_bind(); }
 
-void HttpServer::Stop() { http_->stop(); }
+void HttpServer::Stop() {
+  // stop() before listen_after_bind() has started would be lost (and Listen never return):
+  // wait for the server to run first (bounded: Listen starts right after Bind).
+  for (int i = 0; i < 500 && !http_->is_running(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  http_->stop();
+  // Idle keep-alive connections would hold their threads (and the exit) for up to 5 s.
+  if (port_ > 0) ShutdownClientSockets(port_);
+}
 
 void HttpServer::Routes() {
   ServerContext& ctx = *ctx_;
   // Auth and readiness for /v1; everything else is open (/health, /metrics, /version).
   http_->set_pre_routing_handler([&ctx](const httplib::Request& req, httplib::Response& res) {
+    // Runs before the body is read. Debian's cpp-httplib 0.11 bounds Content-Length bodies
+    // (413) and each header line (8 KiB), but neither chunked uploads nor the header count.
+    size_t header_bytes = 0;
+    for (const auto& [k, v] : req.headers) header_bytes += k.size() + v.size() + 4;
+    if (header_bytes > kMaxHeaderBytes) {
+      SendError(res, ApiError{431, "request headers exceed " + std::to_string(kMaxHeaderBytes) +
+                                       " bytes", "", "RequestHeaderFieldsTooLarge"});
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (req.has_header("Transfer-Encoding")) {
+      SendError(res, ApiError{411, "chunked request bodies are not accepted; send Content-Length",
+                              "", "LengthRequired"});
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
     if (!ctx.options.api_key.empty()) {
       const std::string auth = req.get_header_value("Authorization");
@@ -154,6 +186,10 @@ void HttpServer::Routes() {
   http_->Post("/v1/chat/completions", generation(Endpoint::kChat));
 
   http_->Get("/health", [&ctx](const httplib::Request&, httplib::Response& res) {
+    if (ctx.draining.load()) {  // a readiness probe stops routing here while it drains
+      SendError(res, ApiError{503, "the server is shutting down", "", ""});
+      return;
+    }
     if (!ctx.ready.load()) {
       res.status = 503;
       res.set_header("Retry-After", "1");

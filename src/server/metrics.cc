@@ -2,6 +2,7 @@
 #include "server/metrics.h"
 
 #include <cstdio>
+#include <cstdlib>
 
 namespace loom::server {
 
@@ -10,6 +11,18 @@ std::string Num(double v) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), "%.17g", v);
   return buf;
+}
+// As Python's repr (what vLLM's prometheus_client writes for `le`): the shortest decimal that
+// reads back as the same double, with ".0" on integral values ("0.005", "1.0", "2560.0").
+std::string BucketLabel(double v) {
+  char buf[64];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof(buf), "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  std::string out = buf;
+  if (out.find_first_of(".eEn") == std::string::npos) out += ".0";
+  return out;
 }
 // Label values escape \, " and newline (Prometheus text format).
 std::string Escape(const std::string& s) {
@@ -56,7 +69,7 @@ void Histogram::Render(const std::string& name, const std::string& help, const s
   uint64_t cumulative = 0;
   for (size_t i = 0; i <= bounds_.size(); ++i) {
     cumulative += counts_[i];
-    const std::string le = i < bounds_.size() ? Num(bounds_[i]) : "+Inf";
+    const std::string le = i < bounds_.size() ? BucketLabel(bounds_[i]) : "+Inf";
     *out += name + "_bucket{" + labels + ",le=\"" + le + "\"} " + std::to_string(cumulative) + "\n";
   }
   *out += name + "_sum{" + labels + "} " + Num(sum_) + "\n";
@@ -80,8 +93,9 @@ std::string RenderMetrics(const Metrics& m, const MetricsSnapshot& s, const std:
     Family(&out, name, "gauge", help);
     out += name + "{" + ml + "} " + Num(v) + "\n";
   };
+  // Counter families are named with their _total suffix, as prometheus_client writes them.
   auto counter = [&](const std::string& name, const std::string& help, int64_t v) {
-    Family(&out, name, "counter", help);
+    Family(&out, name + "_total", "counter", help);
     out += name + "_total{" + ml + "} " + std::to_string(v) + "\n";
   };
   gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
@@ -98,7 +112,7 @@ std::string RenderMetrics(const Metrics& m, const MetricsSnapshot& s, const std:
   counter("vllm:prompt_tokens", "Number of prefill tokens processed.", m.prompt_tokens.load());
   counter("vllm:generation_tokens", "Number of generation tokens processed.",
           m.generation_tokens.load());
-  Family(&out, "vllm:request_success", "counter", "Count of successfully processed requests.");
+  Family(&out, "vllm:request_success_total", "counter", "Count of successfully processed requests.");
   const std::pair<const char*, int64_t> reasons[] = {
       {"stop", m.success_stop.load()}, {"length", m.success_length.load()},
       {"abort", m.success_abort.load()}};

@@ -1,6 +1,8 @@
 // Strict OpenAI request parsing: every key is dispatched to a handler; an unknown key is a 400.
 #include "server/openai_request.h"
 
+#include "base/json.h"
+
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -9,28 +11,6 @@
 namespace loom::server {
 
 using json = nlohmann::ordered_json;
-
-bool JsonDepthWithin(const std::string& text, int max_depth) {
-  int depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      if (++depth > max_depth) return false;
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
-  return true;
-}
 
 namespace {
 
@@ -400,15 +380,15 @@ bool ParseOpenAiRequest(const std::string& body, Endpoint endpoint, OpenAiReques
   out->endpoint = endpoint;
   out->add_special_tokens = endpoint == Endpoint::kCompletions;
   if (endpoint == Endpoint::kCompletions) out->params.max_tokens = 16;
-  if (!JsonDepthWithin(body, max_nesting)) {
-    *error = BadRequest("", "the request body nests deeper than " + std::to_string(max_nesting) + " levels");
+  JsonLimits limits;
+  limits.max_bytes = body.size();  // the HTTP layer bounds it (--max-body)
+  limits.max_depth = max_nesting;
+  auto parsed = ParseOrderedJson(body, "request body", limits);
+  if (!parsed.ok()) {
+    *error = BadRequest("", parsed.status().message());
     return false;
   }
-  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) {
-    *error = BadRequest("", "the request body is not valid JSON");
-    return false;
-  }
+  json j = std::move(parsed).value();
   if (!j.is_object()) {
     *error = BadRequest("", "the request body must be a JSON object");
     return false;

@@ -53,7 +53,4 @@ struct OpenAiRequest {
 bool ParseOpenAiRequest(const std::string& body, Endpoint endpoint, OpenAiRequest* out,
                         ApiError* error, int max_nesting = 64);
 
-// True when `text` nests objects/arrays at most `max_depth` deep (strings skipped; O(n)).
-bool JsonDepthWithin(const std::string& text, int max_depth);
-
 }  // namespace loom::server

@@ -3,6 +3,8 @@
 
 #include <chrono>
 
+#include "server/connection.h"
+
 namespace loom::server {
 
 using json = nlohmann::ordered_json;
@@ -30,6 +32,13 @@ json Bytes(const std::string& s) {
   json b = json::array();
   for (unsigned char c : s) b.push_back(static_cast<int>(c));
   return b;
+}
+
+// vLLM's stop_reason: the stop string, or the stop token id, or null (EOS, length).
+json StopReason(const std::string& text, int32_t token) {
+  if (!text.empty()) return text;
+  if (token >= 0) return token;
+  return nullptr;
 }
 
 json FinishField(FinishReason r) {
@@ -123,7 +132,7 @@ json BuildFullResponse(const ServerContext& ctx, const OpenAiRequest& r, const R
                                : json(nullptr);
     }
     choice["finish_reason"] = FinishField(c.finish_reason);
-    choice["stop_reason"] = c.stop_reason.empty() ? json(nullptr) : json(c.stop_reason);
+    choice["stop_reason"] = StopReason(c.stop_reason, c.stop_token);
     if (r.return_token_ids) {
       choice["token_ids"] = c.token_ids;
       choice["prompt_token_ids"] = prompts[static_cast<size_t>(c.prompt_index)];
@@ -181,7 +190,7 @@ json StreamWriter::ChoiceChunk(size_t index, const SequenceUpdate& u) {
                                 : json(nullptr);
   }
   choice["finish_reason"] = FinishField(u.finish_reason);
-  choice["stop_reason"] = u.stop_reason.empty() ? json(nullptr) : json(u.stop_reason);
+  choice["stop_reason"] = StopReason(u.stop_reason, u.stop_token);
   if (request_.return_token_ids) {
     choice["token_ids"] = u.has_token ? json::array({u.token}) : json::array();
   }
@@ -223,6 +232,7 @@ bool StreamWriter::Pump(httplib::DataSink& sink) {
     }
     all_done = state_->unfinished == 0;
   }
+  if (updates.empty() && !all_done && PeerClosed(client_fd_)) return false;
   for (auto& [i, u] : updates) {
     ChoiceState& c = state_->choices[i];
     Accumulate(&c, u);

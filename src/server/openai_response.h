@@ -37,6 +37,9 @@ class StreamWriter {
   // Waits briefly for updates and writes them. False when the client is gone (the caller
   // then aborts the sequences). Calls sink.done() after the last chunk and [DONE].
   bool Pump(httplib::DataSink& sink);
+  // The client's socket (or -1): checked while no token arrives (queued, long prefill), so a
+  // client that left is noticed before the next token would be written.
+  void set_client_fd(int fd) { client_fd_ = fd; }
 
  private:
   nlohmann::ordered_json Chunk() const;
@@ -51,6 +54,7 @@ class StreamWriter {
   bool started_ = false;
   std::vector<size_t> text_offset_;  // completions logprobs text_offset per choice
   int completion_tokens_ = 0;
+  int client_fd_ = -1;
 };
 
 }  // namespace loom::server
