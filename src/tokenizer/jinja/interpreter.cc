@@ -79,6 +79,11 @@ Interpreter::Interpreter(const Dict& globals, const RenderOptions& options)
   }
 }
 
+Interpreter::~Interpreter() {
+  for (const std::shared_ptr<Scope>& scope : macro_scopes_) scope->vars.clear();
+  for (const Value& ns : namespaces_) ns.mutable_dict() = Dict();
+}
+
 Status Interpreter::Charge(int64_t steps) {
   const int64_t before = steps_;
   if (steps < 0 || __builtin_add_overflow(steps_, steps, &steps_)) {
@@ -245,6 +250,7 @@ StatusOr<Flow> Interpreter::Exec(const Stmt& s, const std::shared_ptr<Scope>& sc
     }
     case StmtKind::kMacro:
       scope->vars[s.name] = Value::Function(std::make_shared<MacroCallable>(&s, scope));
+      macro_scopes_.push_back(scope);
       return Flow::kNormal;
     case StmtKind::kFilterBlock: {
       std::string text;

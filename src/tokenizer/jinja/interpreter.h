@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "base/status.h"
 #include "tokenizer/jinja/ast.h"
@@ -68,6 +69,10 @@ enum class Flow { kNormal, kBreak, kContinue };
 class Interpreter {
  public:
   Interpreter(const Dict& globals, const RenderOptions& options);
+  // Breaks the reference cycles a render can make (see TrackMutable), so nothing leaks.
+  ~Interpreter();
+  Interpreter(const Interpreter&) = delete;
+  Interpreter& operator=(const Interpreter&) = delete;
 
   StatusOr<std::string> Run(const Program& program);
 
@@ -98,6 +103,10 @@ class Interpreter {
     if (error_line_ == 0) error_line_ = line;
   }
 
+  // Remembers a namespace: the only mutable value, so the only one that can hold itself
+  // (directly or through a macro's scope). Its attributes are dropped when the render ends.
+  void TrackMutable(const Value& ns) { namespaces_.push_back(ns); }
+
   // Macro calls (macros are Callables defined in macros.cc that call back in here).
   StatusOr<Value> CallMacro(const Stmt& def, const std::shared_ptr<Scope>& closure,
                             CallArgs& args);
@@ -121,6 +130,10 @@ class Interpreter {
   const Dict& globals_;
   Dict builtins_;
   RenderOptions options_;
+  // Scopes that define a macro (the macro holds its scope and the scope holds the macro) and
+  // namespaces: cleared by the destructor to break those cycles.
+  std::vector<std::shared_ptr<Scope>> macro_scopes_;
+  std::vector<Value> namespaces_;
   int64_t steps_ = 0;
   size_t built_bytes_ = 0;
   std::chrono::steady_clock::time_point deadline_;
