@@ -68,6 +68,12 @@ TEST(JinjaLimitsTest, SizesAreCheckedBeforeBuildingWithoutWrapping) {
               StatusCode::kResourceExhausted, "max_collection_bytes");
   ExpectError("{% for c in 'x' * 10000000 %}{% endfor %}", StatusCode::kResourceExhausted,
               "max_collection_bytes");
+  // tojson's indent repeats per level on every line: the text is bounded as it is written.
+  ExpectError("{{ " + std::string(20, '[') + "[0] * 100000" + std::string(20, ']') +
+                  "|tojson(indent=64) }}",
+              StatusCode::kResourceExhausted, "tojson: text exceeds");
+  ExpectError("{{ [1, 2, 3]|tojson(separators=('x' * 10000000, ':')) }}",
+              StatusCode::kResourceExhausted, "max_output_bytes");
   ExpectError("{{ '{99999999999999999999999}'.format(1) }}", StatusCode::kInvalidArgument,
               "Replacement index 99999999999999999999999 out of range");
   // Ordinary sizes still work.
