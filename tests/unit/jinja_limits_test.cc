@@ -129,6 +129,14 @@ TEST(JinjaLimitsTest, TotalBuiltBytesAreBounded) {
 TEST(JinjaLimitsTest, MacroRecursionIsBounded) {
   ExpectError("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
               StatusCode::kResourceExhausted, "macro calls nested deeper than 64");
+  // Each macro level nests 190 operators: under the call limit, but it overflowed the stack.
+  ExpectError("{% macro f(n) %}{{ " + std::string(190, '-') +
+                  "(f(n + 1) if n < 60 else 0) }}{% endmacro %}{{ f(0) }}",
+              StatusCode::kResourceExhausted, "RenderLimits::max_stack_bytes");
+  // Brackets make no nodes: the same depth of them renders.
+  ExpectRender("{% macro f(n) %}{{ " + std::string(90, '(') + "f(n + 1) if n < 60 else 0" +
+                   std::string(90, ')') + " }}{% endmacro %}{{ f(0) }}",
+               "0");
 }
 
 // A callable whose use count shows whether a render kept references after it ended.

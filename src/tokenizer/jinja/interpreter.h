@@ -31,6 +31,9 @@ struct RenderLimits {
   // large value each iteration hits this long before the step limit).
   size_t max_built_bytes = 256 << 20;
   int max_call_depth = 64;         // nested macro calls
+  // Native stack the evaluator may use below Render's frame: deep expressions inside recursive
+  // macros nest evaluation (70 macro levels × 190 nested operators overflowed 8 MiB).
+  size_t max_stack_bytes = 1 << 20;
   int max_value_depth = 128;       // nesting of lists / dicts a template builds
   int64_t max_steps = 20'000'000;  // evaluated expressions + loop iterations
   // Wall-clock budget of one render, in milliseconds (0: none). Checked every 1024 steps.
@@ -134,6 +137,9 @@ class Interpreter {
   // namespaces: cleared by the destructor to break those cycles.
   std::vector<std::shared_ptr<Scope>> macro_scopes_;
   std::vector<Value> namespaces_;
+  Status CheckStack() const;
+
+  uintptr_t stack_base_ = 0;  // frame address of Run
   int64_t steps_ = 0;
   size_t built_bytes_ = 0;
   std::chrono::steady_clock::time_point deadline_;
