@@ -2,8 +2,10 @@
 // the file or component, never a crash, an exception, a quadratic load or an exponential blow-up.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <string>
 
 #include "tokenizer/normalizer.h"
@@ -201,6 +203,77 @@ TEST(TokenizerHardening, ManyAddedTokensLoadAndMatch) {
   auto ids = (*t)->Encode("a<t149999>b<t7>", false);
   ASSERT_TRUE(ids.ok());
   EXPECT_EQ(*ids, (std::vector<int32_t>{'a' - 33, 96 + 149999, 'b' - 33, 96 + 7}));
+}
+
+json AddedToken(int id, const std::string& content) {
+  return {{"id", id},         {"content", content}, {"special", false}, {"single_word", false},
+          {"lstrip", false},  {"rstrip", false},    {"normalized", false}};
+}
+
+TEST(TokenizerHardening, AddedTokenMatchingIsLinearInTheText) {
+  // A forward trie walk per position cost the pattern length at each one: quadratic here.
+  json j = TinyByteLevel();
+  j["added_tokens"] = {AddedToken(96, std::string(50000, 'a') + "b")};
+  auto t = Tokenizer::FromJson(j.dump());
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  std::string text(1 << 20, 'a');
+  auto ids = (*t)->Encode(text, false);
+  ASSERT_TRUE(ids.ok()) << ids.status().message();
+  EXPECT_EQ(ids->size(), text.size());
+  text.replace(600000, 50001, std::string(50000, 'a') + "b");
+  ids = (*t)->Encode(text, false);
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(std::count(ids->begin(), ids->end(), 96), 1);
+}
+
+TEST(TokenizerHardening, AddedTokenMatchingIsLeftmostLongest) {
+  // Random patterns and texts over {a, b, c}: the matcher agrees with a brute-force
+  // leftmost-longest scan (earliest pattern on equal content).
+  std::mt19937 rng(7);
+  auto random_string = [&](size_t min_len, size_t max_len) {
+    std::string s(std::uniform_int_distribution<size_t>(min_len, max_len)(rng), ' ');
+    for (char& c : s) c = static_cast<char>('a' + std::uniform_int_distribution<int>(0, 2)(rng));
+    return s;
+  };
+  for (int trial = 0; trial < 300; ++trial) {
+    std::vector<std::string> patterns;
+    const int count = std::uniform_int_distribution<int>(1, 6)(rng);
+    for (int i = 0; i < count; ++i) patterns.push_back(random_string(1, 5));
+    json j = TinyByteLevel();
+    j["added_tokens"] = json::array();
+    for (int i = 0; i < count; ++i) j["added_tokens"].push_back(AddedToken(96 + i, patterns[i]));
+    auto t = Tokenizer::FromJson(j.dump());
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    // A few texts span several 64 KiB blocks of the matcher.
+    const std::string text = trial < 4 ? random_string(150000, 200000) : random_string(0, 40);
+    std::vector<int32_t> expected;
+    size_t gap = 0, pos = 0;
+    while (pos < text.size()) {
+      int best = -1;
+      for (int i = 0; i < count; ++i) {
+        if (text.compare(pos, patterns[i].size(), patterns[i]) == 0 &&
+            (best < 0 || patterns[i].size() > patterns[best].size())) {
+          best = i;
+        }
+      }
+      if (best < 0) {
+        ++pos;
+        continue;
+      }
+      auto piece = (*t)->Encode(text.substr(gap, pos - gap), false);
+      ASSERT_TRUE(piece.ok());
+      expected.insert(expected.end(), piece->begin(), piece->end());
+      expected.push_back((*t)->TokenToId(patterns[best]));
+      pos += patterns[best].size();
+      gap = pos;
+    }
+    auto rest = (*t)->Encode(text.substr(gap), false);
+    ASSERT_TRUE(rest.ok());
+    expected.insert(expected.end(), rest->begin(), rest->end());
+    auto ids = (*t)->Encode(text, false);
+    ASSERT_TRUE(ids.ok());
+    EXPECT_EQ(*ids, expected) << "text '" << text << "', patterns " << json(patterns).dump();
+  }
 }
 
 json ChainOf(int n, const json& part, const char* list_key, const char* type = "Sequence") {

@@ -68,7 +68,8 @@ StatusOr<Value> ToJson(Interpreter& interp, const Value& v, CallArgs& args) {
     key_sep = separators->list()[1].str();
   }
   ASSIGN_OR_RETURN(std::string s,
-                   v.ToJson(indent, item_sep, key_sep, sort_keys && sort_keys->Truthy()));
+                   v.ToJson(indent, item_sep, key_sep, sort_keys && sort_keys->Truthy(),
+                            interp.options().limits.max_output_bytes));
   if (ensure_ascii && ensure_ascii->Truthy()) s = EscapeNonAscii(s);
   RETURN_IF_ERROR(interp.CheckSize(s.size()));
   return Value::String(std::move(s));

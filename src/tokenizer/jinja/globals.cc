@@ -79,7 +79,9 @@ StatusOr<Value> Namespace(Interpreter& interp, CallArgs& args) {
           k + "'. Please rename the attribute.");
     }
   }
-  return Value::MakeNamespace(std::move(d));
+  Value ns = Value::MakeNamespace(std::move(d));
+  interp.TrackMutable(ns);  // `ns.self = ns` makes a cycle; the render breaks it at its end
+  return ns;
 }
 
 StatusOr<Value> DictFn(Interpreter& interp, CallArgs& args) {

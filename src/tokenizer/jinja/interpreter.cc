@@ -79,6 +79,11 @@ Interpreter::Interpreter(const Dict& globals, const RenderOptions& options)
   }
 }
 
+Interpreter::~Interpreter() {
+  for (const std::shared_ptr<Scope>& scope : macro_scopes_) scope->vars.clear();
+  for (const Value& ns : namespaces_) ns.mutable_dict() = Dict();
+}
+
 Status Interpreter::Charge(int64_t steps) {
   const int64_t before = steps_;
   if (steps < 0 || __builtin_add_overflow(steps_, steps, &steps_)) {
@@ -178,7 +183,19 @@ Status Interpreter::Append(const std::string& text, std::string* out) {
   return OkStatus();
 }
 
+Status Interpreter::CheckStack() const {
+  // Stacks grow down on every target loom builds for.
+  const auto here = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  if (stack_base_ > here && stack_base_ - here > options_.limits.max_stack_bytes) {
+    return ResourceExhausted("template evaluation nested too deeply (more than " +
+                             std::to_string(options_.limits.max_stack_bytes) +
+                             " bytes of stack; RenderLimits::max_stack_bytes)");
+  }
+  return OkStatus();
+}
+
 StatusOr<std::string> Interpreter::Run(const Program& program) {
+  stack_base_ = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
   auto root = std::make_shared<Scope>();
   std::string out;
   StatusOr<Flow> r = ExecBody(program.body, root, &out);
@@ -216,6 +233,7 @@ StatusOr<Flow> Interpreter::ExecBody(const Body& body, const std::shared_ptr<Sco
 StatusOr<Flow> Interpreter::Exec(const Stmt& s, const std::shared_ptr<Scope>& scope,
                                  std::string* out) {
   RETURN_IF_ERROR(Charge());
+  RETURN_IF_ERROR(CheckStack());
   switch (s.kind) {
     case StmtKind::kText:
       RETURN_IF_ERROR(Append(s.text, out));
@@ -245,6 +263,7 @@ StatusOr<Flow> Interpreter::Exec(const Stmt& s, const std::shared_ptr<Scope>& sc
     }
     case StmtKind::kMacro:
       scope->vars[s.name] = Value::Function(std::make_shared<MacroCallable>(&s, scope));
+      macro_scopes_.push_back(scope);
       return Flow::kNormal;
     case StmtKind::kFilterBlock: {
       std::string text;
@@ -563,6 +582,7 @@ StatusOr<Value> Interpreter::GetItem(const Value& obj, const Value& key) {
 
 StatusOr<Value> Interpreter::EvalInner(const Expr& e, const std::shared_ptr<Scope>& scope) {
   RETURN_IF_ERROR(Charge());
+  RETURN_IF_ERROR(CheckStack());
   switch (e.kind) {
     case ExprKind::kLiteral:
       return e.literal;

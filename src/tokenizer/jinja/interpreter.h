@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "base/status.h"
 #include "tokenizer/jinja/ast.h"
@@ -30,6 +31,9 @@ struct RenderLimits {
   // large value each iteration hits this long before the step limit).
   size_t max_built_bytes = 256 << 20;
   int max_call_depth = 64;         // nested macro calls
+  // Native stack the evaluator may use below Render's frame: deep expressions inside recursive
+  // macros nest evaluation (70 macro levels × 190 nested operators overflowed 8 MiB).
+  size_t max_stack_bytes = 1 << 20;
   int max_value_depth = 128;       // nesting of lists / dicts a template builds
   int64_t max_steps = 20'000'000;  // evaluated expressions + loop iterations
   // Wall-clock budget of one render, in milliseconds (0: none). Checked every 1024 steps.
@@ -68,6 +72,10 @@ enum class Flow { kNormal, kBreak, kContinue };
 class Interpreter {
  public:
   Interpreter(const Dict& globals, const RenderOptions& options);
+  // Breaks the reference cycles a render can make (see TrackMutable), so nothing leaks.
+  ~Interpreter();
+  Interpreter(const Interpreter&) = delete;
+  Interpreter& operator=(const Interpreter&) = delete;
 
   StatusOr<std::string> Run(const Program& program);
 
@@ -98,6 +106,10 @@ class Interpreter {
     if (error_line_ == 0) error_line_ = line;
   }
 
+  // Remembers a namespace: the only mutable value, so the only one that can hold itself
+  // (directly or through a macro's scope). Its attributes are dropped when the render ends.
+  void TrackMutable(const Value& ns) { namespaces_.push_back(ns); }
+
   // Macro calls (macros are Callables defined in macros.cc that call back in here).
   StatusOr<Value> CallMacro(const Stmt& def, const std::shared_ptr<Scope>& closure,
                             CallArgs& args);
@@ -121,6 +133,13 @@ class Interpreter {
   const Dict& globals_;
   Dict builtins_;
   RenderOptions options_;
+  // Scopes that define a macro (the macro holds its scope and the scope holds the macro) and
+  // namespaces: cleared by the destructor to break those cycles.
+  std::vector<std::shared_ptr<Scope>> macro_scopes_;
+  std::vector<Value> namespaces_;
+  Status CheckStack() const;
+
+  uintptr_t stack_base_ = 0;  // frame address of Run
   int64_t steps_ = 0;
   size_t built_bytes_ = 0;
   std::chrono::steady_clock::time_point deadline_;

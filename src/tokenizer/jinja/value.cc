@@ -485,7 +485,8 @@ StatusOr<bool> Value::Less(const Value& other) const {
 }
 
 StatusOr<std::string> Value::ToJson(int indent, const std::string& item_sep,
-                                    const std::string& key_sep, bool sort_keys) const {
+                                    const std::string& key_sep, bool sort_keys,
+                                    size_t max_bytes) const {
   std::string out;
   // Iterative helper via lambda recursion; depth is bounded by the value's own nesting, which
   // the interpreter limits when building values.
@@ -494,6 +495,7 @@ StatusOr<std::string> Value::ToJson(int indent, const std::string& item_sep,
     const std::string& item_sep;
     const std::string& key_sep;
     bool sort_keys;
+    size_t max_bytes;
     std::string* out;
     void Newline(int level) {
       if (indent < 0) return;
@@ -502,6 +504,10 @@ StatusOr<std::string> Value::ToJson(int indent, const std::string& item_sep,
     }
     Status Write(const Value& v, int level) {
       if (level > 512) return InvalidArgument("tojson: value nested too deeply");
+      if (out->size() > max_bytes) {
+        return ResourceExhausted("tojson: text exceeds " + std::to_string(max_bytes) +
+                                 " bytes (RenderLimits::max_output_bytes)");
+      }
       switch (v.kind()) {
         case ValueKind::kNone:
           *out += "null";
@@ -576,8 +582,12 @@ StatusOr<std::string> Value::ToJson(int indent, const std::string& item_sep,
       return OkStatus();
     }
   };
-  Writer w{indent, item_sep, key_sep, sort_keys, &out};
+  Writer w{indent, item_sep, key_sep, sort_keys, max_bytes, &out};
   RETURN_IF_ERROR(w.Write(*this, 0));
+  if (out.size() > max_bytes) {
+    return ResourceExhausted("tojson: text exceeds " + std::to_string(max_bytes) +
+                             " bytes (RenderLimits::max_output_bytes)");
+  }
   return out;
 }
 

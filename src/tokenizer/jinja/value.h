@@ -141,8 +141,10 @@ class Value {
   StatusOr<bool> Less(const Value& other) const;
   // json.dumps(x, ensure_ascii=False, indent, separators, sort_keys) as transformers' tojson does.
   // indent < 0 means None.
+  // kResourceExhausted once the text passes `max_bytes` (checked as it is written: an indent
+  // repeats per nesting level on every line, so the text can be far larger than the value).
   StatusOr<std::string> ToJson(int indent, const std::string& item_sep, const std::string& key_sep,
-                               bool sort_keys) const;
+                               bool sort_keys, size_t max_bytes = SIZE_MAX) const;
 
  private:
   std::string Repr(int depth) const;
