@@ -141,3 +141,24 @@ TEST(JsonToString, InvalidUtf8NeverThrowsAndLongValuesAreCut) {
 
 }  // namespace
 }  // namespace loom
+
+namespace loom {
+namespace {
+
+// An ordered object's inserts are linear searches: a 200k-member object would take minutes.
+TEST(ParseJson, OrderedParseBoundsMembersPerObject) {
+  std::string many = "{";
+  for (int i = 0; i < 5000; ++i) many += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":1";
+  many += "}";
+  auto ordered = ParseOrderedJson(many, "request body");
+  ASSERT_FALSE(ordered.ok());
+  EXPECT_NE(ordered.status().message().find("more than 4096 members"), std::string::npos);
+  EXPECT_TRUE(ParseJson(many, "tokenizer.json").ok());  // std::map: no such cost
+  // Colons inside strings and members of nested objects are not counted against the outer one.
+  auto nested = ParseOrderedJson(R"({"a": "x:y:z", "b": {"c": 1, "d": 2}, "e": [1, 2]})", "t",
+                                 JsonLimits{1024, 16, 3});
+  EXPECT_TRUE(nested.ok()) << nested.status().ToString();
+}
+
+}  // namespace
+}  // namespace loom
