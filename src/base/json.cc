@@ -1,6 +1,7 @@
 // Bounded JSON parse (depth pre-scan, size cap, no exceptions) and typed field getters.
 #include "base/json.h"
 
+#include <algorithm>
 #include <vector>
 
 #include <cmath>
@@ -267,6 +268,17 @@ Status FloatField(const J& obj, std::string_view field, std::string_view what, d
 }
 
 template <typename J>
+Status FloatField32(const J& obj, std::string_view field, std::string_view what, float* out,
+                    double min, double max, bool required) {
+  min = std::max<double>(min, -std::numeric_limits<float>::max());
+  max = std::min<double>(max, std::numeric_limits<float>::max());
+  double v = *out;
+  RETURN_IF_ERROR(FloatField(obj, field, what, &v, min, max, required));
+  *out = static_cast<float>(v);
+  return OkStatus();
+}
+
+template <typename J>
 Status StringField(const J& obj, std::string_view field, std::string_view what, std::string* out,
                    bool required) {
   ASSIGN_OR_RETURN(const J* v, Find(obj, field, what, required));
@@ -353,6 +365,16 @@ Status GetOptionalFloat(const J& obj, std::string_view field, std::string_view w
   return FloatField(obj, field, what, out, min, max, false);
 }
 template <typename J>
+Status GetFloat(const J& obj, std::string_view field, std::string_view what, float* out, double min,
+                double max) {
+  return FloatField32(obj, field, what, out, min, max, true);
+}
+template <typename J>
+Status GetOptionalFloat(const J& obj, std::string_view field, std::string_view what, float* out,
+                        double min, double max) {
+  return FloatField32(obj, field, what, out, min, max, false);
+}
+template <typename J>
 Status GetString(const J& obj, std::string_view field, std::string_view what, std::string* out) {
   return StringField(obj, field, what, out, true);
 }
@@ -392,6 +414,10 @@ Status GetOptionalIntList(const J& obj, std::string_view field, std::string_view
   template Status GetFloat<J>(const J&, std::string_view, std::string_view, double*, double,   \
                               double);                                                         \
   template Status GetOptionalFloat<J>(const J&, std::string_view, std::string_view, double*,   \
+                                      double, double);                                         \
+  template Status GetFloat<J>(const J&, std::string_view, std::string_view, float*, double,    \
+                              double);                                                         \
+  template Status GetOptionalFloat<J>(const J&, std::string_view, std::string_view, float*,    \
                                       double, double);                                         \
   template Status GetString<J>(const J&, std::string_view, std::string_view, std::string*);    \
   template Status GetOptionalString<J>(const J&, std::string_view, std::string_view,           \

@@ -87,6 +87,15 @@ template <typename J>
 Status GetOptionalFloat(const J& obj, std::string_view field, std::string_view what, double* out,
                         double min = -std::numeric_limits<double>::max(),
                         double max = std::numeric_limits<double>::max());
+// float forms (SamplingParams fields): the range defaults to float's finite range.
+template <typename J>
+Status GetFloat(const J& obj, std::string_view field, std::string_view what, float* out,
+                double min = -std::numeric_limits<float>::max(),
+                double max = std::numeric_limits<float>::max());
+template <typename J>
+Status GetOptionalFloat(const J& obj, std::string_view field, std::string_view what, float* out,
+                        double min = -std::numeric_limits<float>::max(),
+                        double max = std::numeric_limits<float>::max());
 template <typename J>
 Status GetString(const J& obj, std::string_view field, std::string_view what, std::string* out);
 template <typename J>

@@ -261,8 +261,9 @@ StatusOr<std::string> CheckMergeOutput(const std::string& model_dir,
   }
   // Resolved (symlinks, "." and ".." gone) and compared by path and by inode with the inputs:
   // neither the output nor any folder above it may be the model or the adapter folder.
-  const fs::path out_real = fs::weakly_canonical(fs::absolute(out_dir, ec), ec);
+  fs::path out_real = fs::weakly_canonical(fs::absolute(out_dir, ec), ec);
   if (ec) return InvalidArgument("--out " + out_dir + ": cannot resolve: " + ec.message());
+  if (out_real.filename().empty()) out_real = out_real.parent_path();  // "new/" → "new"
   for (const auto& [flag, input] : {std::pair<const char*, const std::string&>{"--model", model_dir},
                                     std::pair<const char*, const std::string&>{"--lora", adapter_dir}}) {
     if (input.empty()) continue;
@@ -315,6 +316,7 @@ Status WriteMergedCheckpoint(const std::string& model_dir, const Model& model,
                            std::strerror(errno));
   }
   const fs::path tmp(tmpl);
+  ::chmod(tmp.c_str(), 0755);  // mkdtemp makes it 0700; the checkpoint is an ordinary folder
   Status st = WriteCheckpointInto(model_dir, model, adapter, tmp, max_shard_bytes);
   if (st.ok()) {
     // --out was checked empty (or absent); rmdir fails, rather than deleting, if it filled since.

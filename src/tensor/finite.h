@@ -10,8 +10,8 @@
 namespace loom {
 
 // Index of the first NaN or ±Inf among `n` values of `dtype` at `data` (any alignment), or -1.
-// Bandwidth-bound: whole blocks are tested with an OR over exponent masks the compiler
-// vectorises, and only a block that fails is searched element by element.
+// Bandwidth-bound: whole blocks are tested with a vectorised max over the magnitude bits, and
+// only a block that fails is searched element by element.
 int64_t FindNonFinite(DType dtype, const void* data, int64_t n);
 
 // kInvalidArgument naming the tensor, the first bad flat index and its row/column:

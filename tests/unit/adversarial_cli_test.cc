@@ -96,6 +96,22 @@ TEST(AdversarialCli, TokenizeFileMustBeARegularFile) {
               {"chat.json", "JSON nested deeper than 128 levels"});
 }
 
+// An exception from code that still throws (here std::filesystem inside the tokenizer, on a
+// symlink loop) is caught at the top of the CLI: an error line and exit 1, never an abort.
+TEST(AdversarialCli, ExceptionsNeverAbortTheProcess) {
+  TempDir dir;
+  const std::string model = dir.Path("m");
+  CopyDir(kFixtures + "/tokenizers/TinyLlama-1.1B-Chat-v1.0", model);
+  fs::remove(model + "/tokenizer_config.json");
+  fs::create_symlink("loop_b", model + "/loop_a");
+  fs::create_symlink("loop_a", model + "/loop_b");
+  fs::create_symlink("loop_a", model + "/tokenizer_config.json");
+  const RunResult r = RunLoom("tokenize --model " + model + " --text hi");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(Contains(r.output, "error:")) << r.output;
+  ExpectFails("detokenize --model " + model + " --ids 4294967297", 2, {"is not a token id"});
+}
+
 TEST(AdversarialCli, MergeIntoItsInputsIsRefusedAndNothingChanges) {
   TempDir dir;
   const std::string model = dir.Path("model");

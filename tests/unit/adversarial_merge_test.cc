@@ -82,9 +82,9 @@ TEST_F(AdversarialMerge, NewOrEmptyOutIsWrittenAndLoadsAndNoTemporaryFolderIsLef
   WriteBytes(dir_.Path("secret.txt"), "secret");
   fs::create_symlink(dir_.Path("secret.txt"), model_dir_ + "/notes.txt");
   const auto with_link = Snapshot(model_dir_);
-  for (const bool pre_create : {false, true}) {
-    const std::string out = dir_.Path(pre_create ? "empty_out" : "new_out/nested");
-    if (pre_create) fs::create_directories(out);
+  for (const std::string& out :
+       {dir_.Path("new_out/nested"), dir_.Path("empty_out"), dir_.Path("slash_out") + "/"}) {
+    if (Contains(out, "empty_out")) fs::create_directories(out);
     Status st = WriteMergedCheckpoint(model_dir_, *model_, *adapter_, out, 1 << 30);
     ASSERT_TRUE(st.ok()) << st.ToString();
     EXPECT_TRUE(fs::exists(out + "/model.safetensors"));

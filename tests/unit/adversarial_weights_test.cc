@@ -89,11 +89,16 @@ TEST(AdversarialWeights, FindNonFiniteFindsTheFirstBadValueAtAnyOffset) {
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
     for (int64_t n : {1, 7, 2048, 5000}) {
       std::vector<float> v(static_cast<size_t>(n), 0.25f);
-      std::vector<uint8_t> raw(static_cast<size_t>(n) * DTypeSize(dtype) + 1);
-      ConvertFromF32(dtype, v.data(), raw.data() + 1, n);  // misaligned on purpose
+      const size_t bytes = static_cast<size_t>(n) * DTypeSize(dtype);
+      std::vector<float> aligned(static_cast<size_t>(n));  // room for any dtype's encoding
+      ConvertFromF32(dtype, v.data(), aligned.data(), n);
+      std::vector<uint8_t> raw(bytes + 1);
+      std::memcpy(raw.data() + 1, aligned.data(), bytes);  // misaligned on purpose
       EXPECT_EQ(FindNonFinite(dtype, raw.data() + 1, n), -1);
       const float inf = INFINITY;
-      ConvertFromF32(dtype, &inf, raw.data() + 1 + (n - 1) * DTypeSize(dtype), 1);
+      uint32_t enc = 0;
+      ConvertFromF32(dtype, &inf, &enc, 1);
+      std::memcpy(raw.data() + 1 + bytes - DTypeSize(dtype), &enc, DTypeSize(dtype));
       EXPECT_EQ(FindNonFinite(dtype, raw.data() + 1, n), n - 1);
     }
   }

@@ -104,6 +104,12 @@ TEST(JsonGetters, FloatsStringsBoolsAndLists) {
                 "adapter_config.json: field 'alpha' must be a number, got \"16\"");
   EXPECT_STATUS(GetFloat(j, "x", "w", &d, 1.0, 2.0), StatusCode::kInvalidArgument,
                 "below the minimum");
+  float temperature = 1.0f;
+  ASSERT_TRUE(GetOptionalFloat(j, "x", "request body", &temperature, 0.0, 2.0).ok());
+  EXPECT_EQ(temperature, 0.5f);
+  EXPECT_STATUS(GetOptionalFloat(json::parse(R"({"t": 1e300})"), "t", "request body", &temperature),
+                StatusCode::kInvalidArgument, "field 't'", "above the maximum");
+  EXPECT_EQ(temperature, 0.5f);
   std::string s;
   ASSERT_TRUE(GetString(j, "s", "w", &s).ok());
   EXPECT_EQ(s, "a");
