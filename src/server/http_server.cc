@@ -133,6 +133,7 @@ void HttpServer::Routes() {
     if (req.has_header("Transfer-Encoding")) {
       SendError(res, ApiError{411, "chunked request bodies are not accepted; send Content-Length",
                               "", "LengthRequired"});
+      res.set_header("Connection", "close");  // the unread body must not be taken as a request
       return httplib::Server::HandlerResponse::Handled;
     }
     if (req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;

@@ -1,6 +1,8 @@
 // Chat templates: transformers' message preprocessing, template selection and rendering.
 #include "tokenizer/chat_template.h"
 
+#include "base/file.h"
+
 #include <filesystem>
 #include <new>
 #include <system_error>
@@ -231,7 +233,8 @@ StatusOr<std::string> LoadUnguarded(const std::string& model_dir, const std::str
   const fs::path jinja_file = dir / "chat_template.jinja";
   const fs::path extra_dir = dir / "additional_chat_templates";
   std::error_code ec;
-  const bool has_jinja = fs::exists(jinja_file, ec);
+  // Optional files: absent is fine; a loop, FIFO or folder in their place is an error.
+  ASSIGN_OR_RETURN(const bool has_jinja, RegularFileExists(jinja_file.string()));
   const bool has_extra = fs::is_directory(extra_dir, ec);
   if (has_jinja || has_extra) {
     // Same shape transformers builds: {"default": chat_template.jinja, <name>: <name>.jinja}.
@@ -255,14 +258,16 @@ StatusOr<std::string> LoadUnguarded(const std::string& model_dir, const std::str
     return SelectChatTemplate(config, name, has_tools);
   }
   const fs::path config_file = dir / "tokenizer_config.json";
-  if (fs::exists(config_file, ec)) {
+  ASSIGN_OR_RETURN(const bool has_config, RegularFileExists(config_file.string()));
+  if (has_config) {
     ASSIGN_OR_RETURN(nlohmann::json config, ReadJson(config_file));
     if (config.contains("chat_template") && !config["chat_template"].is_null()) {
       return SelectChatTemplate(config, name, has_tools);
     }
   }
   const fs::path processor_file = dir / "chat_template.json";
-  if (fs::exists(processor_file, ec)) {
+  ASSIGN_OR_RETURN(const bool has_processor, RegularFileExists(processor_file.string()));
+  if (has_processor) {
     ASSIGN_OR_RETURN(nlohmann::json config, ReadJson(processor_file));
     return SelectChatTemplate(config, name, has_tools);
   }

@@ -145,9 +145,10 @@ StatusOr<json> ConfigAddedTokens(const json& config, const std::string& config_p
 StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromModelDir(const std::string& dir) {
   return NoThrow(dir, [&]() -> StatusOr<std::unique_ptr<Tokenizer>> {
     namespace fs = std::filesystem;
-    std::error_code ec;
     const std::string path = (fs::path(dir) / "tokenizer.json").string();
-    if (!fs::exists(path, ec)) {
+    // Absent → NotFound; a loop, FIFO or folder in its place → an error naming it.
+    ASSIGN_OR_RETURN(const bool has_tokenizer, RegularFileExists(path));
+    if (!has_tokenizer) {
       return NotFound(dir + " has no tokenizer.json (loom reads the tokenizers-library format; "
                       "a folder with only vocab.json + merges.txt or tokenizer.model needs "
                       "converting)");
@@ -155,7 +156,8 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromModelDir(const std::string& 
     ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
     const std::string config_path = (fs::path(dir) / "tokenizer_config.json").string();
     std::optional<std::string> config_text;
-    if (fs::exists(config_path, ec)) {
+    ASSIGN_OR_RETURN(const bool has_config, RegularFileExists(config_path));
+    if (has_config) {
       ASSIGN_OR_RETURN(config_text, ReadTextFile(config_path));
     }
     return FromTexts(text, path, config_text, config_path);

@@ -1,0 +1,169 @@
+"""Per-request adapters in mixed batches: every (model, prompt) run alone first, then all of them
+from 16 concurrent clients, repeated and shuffled so batches mix adapters; each answer must be
+the solo answer token for token (and, ideally, log-prob for log-prob)."""
+import random
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import ADAPTERS, BASE, LoomServer, adapter_args
+
+MODELS = [BASE] + list(ADAPTERS)
+PROMPTS = [
+    "Hi",
+    "The quick brown fox jumps",
+    "Once upon a time there was a tiny model that served many adapters at once.",
+    "Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor incididunt "
+    "ut labore et dolore magna aliqua. Ut enim ad minim veniam, quis nostrud exercitation.",
+]
+MAX_TOKENS = 24
+SEEDED = [(m, PROMPTS[1], 11) for m in MODELS] + [(m, PROMPTS[2], 5) for m in (BASE, "all")]
+
+
+def run_one(srv, model, prompt, seed=None, stream=False):
+    """(token ids, chosen log-probs, finish_reason) of one completion."""
+    kw = dict(model=model, prompt=prompt, max_tokens=MAX_TOKENS, logprobs=1,
+              extra_body={"return_token_ids": True, "ignore_eos": True})
+    if seed is None:
+        kw["temperature"] = 0
+    else:
+        kw.update(temperature=1.0, top_p=0.95, seed=seed)
+    client = srv.client()
+    if not stream:
+        c = client.completions.create(**kw).choices[0]
+        return c.token_ids, c.logprobs.token_logprobs, c.finish_reason
+    ids, lps, finish = [], [], None
+    for ch in client.completions.create(stream=True, **kw):
+        for c in ch.choices:
+            ids += c.token_ids or []
+            if c.logprobs:
+                lps += c.logprobs.token_logprobs
+            if c.finish_reason:
+                finish = c.finish_reason
+    return ids, lps, finish
+
+
+class MetricsSampler:
+    """Polls /metrics while traffic runs: the most requests and adapters seen running at once."""
+
+    def __init__(self, srv):
+        self.srv = srv
+        self.max_running = 0
+        self.adapter_sets = set()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+
+    def loop(self):
+        session = requests.Session()
+        while not self.stop.is_set():
+            try:
+                text = session.get(self.srv.url + "/metrics", timeout=5).text
+            except requests.RequestException:
+                continue
+            for f in text_string_to_metric_families(text):
+                for s in f.samples:
+                    if s.name == "vllm:num_requests_running":
+                        self.max_running = max(self.max_running, int(s.value))
+                    if s.name == "vllm:lora_requests_info":
+                        running = s.labels.get("running_lora_adapters", "")
+                        self.adapter_sets.add(tuple(x for x in running.split(",") if x))
+            time.sleep(0.002)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join(10)
+
+
+@pytest.fixture(scope="module", params=[8, 2], ids=["max_loras8", "max_loras2"])
+def mixed(request, llama_dir):
+    """Starts a server, runs everything solo, then concurrently; returns what it saw."""
+    max_loras = request.param
+    srv = LoomServer(llama_dir, adapter_args() + ["--max-loras", str(max_loras)])
+    srv.start()
+    try:
+        solo = {}
+        for m in MODELS:
+            for p in PROMPTS:
+                solo[(m, p, None)] = run_one(srv, m, p)
+        for m, p, seed in SEEDED:
+            solo[(m, p, seed)] = run_one(srv, m, p, seed)
+        jobs = [(key, rep % 2 == 1) for key in solo for rep in range(2)]
+        random.Random(1).shuffle(jobs)
+        with MetricsSampler(srv) as sampler, ThreadPoolExecutor(16) as pool:
+            futures = [(key, stream, pool.submit(run_one, srv, *key, stream))
+                       for key, stream in jobs]
+            results = [(key, stream, f.result(timeout=120)) for key, stream, f in futures]
+        yield {"solo": solo, "results": results, "sampler": sampler, "max_loras": max_loras,
+               "server": srv}
+    finally:
+        srv.kill()
+
+
+def _describe(key):
+    m, p, seed = key
+    return f"model={m} prompt={p[:20]!r}" + (f" seed={seed}" if seed is not None else "")
+
+
+def test_mixed_batch_tokens_equal_solo(mixed):
+    bad = []
+    for key, stream, (ids, _, finish) in mixed["results"]:
+        solo_ids = mixed["solo"][key][0]
+        assert len(solo_ids) == MAX_TOKENS and finish == "length"
+        if ids != solo_ids:
+            first = next(i for i, (a, b) in enumerate(zip(ids, solo_ids)) if a != b)
+            bad.append(f"{_describe(key)} stream={stream}: differs from solo at token {first}")
+    assert not bad, f"{len(bad)}/{len(mixed['results'])} mixed-batch answers differ:\n" + \
+        "\n".join(bad[:20])
+
+
+def test_mixed_batch_really_mixed(mixed):
+    s = mixed["sampler"]
+    assert s.max_running >= 2, "the concurrent requests never ran together (nothing was tested)"
+    assert any(len(a) >= 2 for a in s.adapter_sets), \
+        f"never saw two adapters running in one step: {sorted(s.adapter_sets)}"
+    too_many = [a for a in s.adapter_sets if len(a) > mixed["max_loras"]]
+    assert not too_many, f"more adapters running than --max-loras {mixed['max_loras']}: {too_many}"
+
+
+def test_mixed_batch_logprobs_bitwise(mixed):
+    max_diff, where, n_diff, n_runs = 0.0, None, 0, 0
+    for key, stream, (ids, lps, _) in mixed["results"]:
+        solo_ids, solo_lps, _ = mixed["solo"][key]
+        assert len(lps) == len(ids) == MAX_TOKENS
+        if ids != solo_ids:
+            continue  # reported by the token test
+        n_runs += 1
+        diffs = [abs(a - b) for a, b in zip(lps, solo_lps)]
+        if max(diffs) > 0:
+            n_diff += 1
+        i = max(range(len(diffs)), key=diffs.__getitem__)
+        if diffs[i] > max_diff:
+            max_diff, where = diffs[i], f"{_describe(key)} stream={stream} token {i}"
+    if max_diff > 0:
+        pytest.xfail(f"batch invariance not bitwise yet: {n_diff}/{n_runs} mixed-batch runs "
+                     f"differ from their solo run, max |Δlogprob| = {max_diff:.3g} ({where})")
+
+
+def test_adapters_change_the_output(mixed):
+    solo = mixed["solo"]
+    for name in ADAPTERS:
+        differs = [p for p in PROMPTS if solo[(name, p, None)][0] != solo[(BASE, p, None)][0]]
+        assert differs, f"adapter {name} gives the base model's tokens for every prompt"
+    # And the adapters differ from each other.
+    outs = {name: tuple(solo[(name, PROMPTS[3], None)][0]) for name in MODELS}
+    assert len(set(outs.values())) == len(outs), "two models gave identical outputs"
+
+
+def test_seeded_runs_are_sampled(mixed):
+    # The seeded keys are checked for batch invariance by the token test; make sure they really
+    # sample (are not greedy in disguise).
+    solo = mixed["solo"]
+    assert any(solo[(m, p, seed)][0] != solo[(m, p, None)][0] for m, p, seed in SEEDED)

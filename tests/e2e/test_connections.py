@@ -1,0 +1,78 @@
+"""Connection handling: a burst of new connections must not hit a tiny listen backlog (the
+kernel drops SYNs beyond it and the client retries after 1 s, 3 s, ...)."""
+import select
+import signal
+import socket
+import time
+
+from conftest import BASE
+
+
+def test_listen_backlog_holds_a_burst(server):
+    # Stop the server so it accepts nothing: the kernel completes handshakes only up to the
+    # listen backlog. 64 simultaneous new connections (a gateway's burst) must fit.
+    wanted = 64
+    socks = []
+    server.proc.send_signal(signal.SIGSTOP)
+    try:
+        for _ in range(wanted):
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", server.port))
+            socks.append(s)
+        pending, connected = set(socks), 0
+        deadline = time.monotonic() + 0.7  # well under the 1 s SYN retransmission
+        while pending and time.monotonic() < deadline:
+            _, writable, _ = select.select([], list(pending), [], 0.05)
+            for s in writable:
+                pending.discard(s)
+                if s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0:
+                    connected += 1
+    finally:
+        server.proc.send_signal(signal.SIGCONT)
+        for s in socks:
+            s.close()
+    assert connected == wanted, (f"only {connected} of {wanted} connections were queued while "
+                                 f"the server was busy: the listen backlog is too small")
+    r = server.client().completions.create(model=BASE, prompt="x", max_tokens=2)
+    assert r.usage.completion_tokens >= 1
+
+
+def test_overload_is_503_with_retry_after(start_server, long_dir):
+    # --max-num-seqs 1 --max-waiting 1: one stream runs, one is queued; a third request finds
+    # the queue full.
+    import requests
+    srv = start_server(long_dir, ["--max-num-seqs", "1", "--max-waiting", "1"])
+    body = {"model": "llama_long", "prompt": "long", "max_tokens": 15000, "ignore_eos": True,
+            "stream": True}
+    streams = []
+    try:
+        streams.append(requests.post(srv.url + "/v1/completions", json=body, stream=True,
+                                     timeout=60))
+        assert streams[0].status_code == 200
+        lines = streams[0].iter_lines()  # keep the generator: collecting it closes the stream
+        next(lines)
+        streams.append(requests.post(srv.url + "/v1/completions", json=body, stream=True,
+                                     timeout=60))
+        assert streams[1].status_code == 200
+        deadline = time.monotonic() + 10
+        while srv.metric("vllm:num_requests_waiting") != 1:
+            assert time.monotonic() < deadline, "the second stream never queued"
+            time.sleep(0.05)
+        r = requests.post(srv.url + "/v1/completions", timeout=30,
+                          json={"model": "llama_long", "prompt": "x", "max_tokens": 2})
+        assert r.status_code == 503, r.text
+        assert r.headers.get("Retry-After")
+        assert r.json()["error"]["code"] == 503
+    finally:
+        for s in streams:
+            s.close()
+    # Once the streams are gone, requests are served again.
+    deadline = time.monotonic() + 10
+    while True:
+        r = requests.post(srv.url + "/v1/completions", timeout=30,
+                          json={"model": "llama_long", "prompt": "x", "max_tokens": 2})
+        if r.status_code == 200 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert r.status_code == 200, r.text

@@ -1,0 +1,235 @@
+"""Error answers: unknown adapters, every invalid field value, auth, context length."""
+import openai
+import pytest
+import requests
+
+from conftest import BASE, MAX_MODEL_LEN, adapter_args
+
+
+def error_of(r):
+    body = r.json()
+    assert set(body) == {"error"}, body
+    e = body["error"]
+    assert {"message", "type", "param", "code"} <= set(e), e
+    assert e["code"] == r.status_code, e
+    assert isinstance(e["message"], str) and e["message"], e
+    return e
+
+
+def test_unknown_adapter_is_404_naming_model(server):
+    with pytest.raises(openai.NotFoundError) as exc:
+        server.client().completions.create(model="no-such-adapter", prompt="hi", max_tokens=2)
+    assert exc.value.status_code == 404
+    assert exc.value.body["param"] == "model"
+    with pytest.raises(openai.NotFoundError) as exc:
+        server.client().chat.completions.create(model="no-such-adapter",
+                                                messages=[{"role": "user", "content": "x"}])
+    assert exc.value.body["param"] == "model"
+
+
+GOOD_COMPLETION = {"model": BASE, "prompt": "hi", "max_tokens": 2}
+GOOD_CHAT = {"model": BASE, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+
+# (field, bad value, the param the error must name)
+COMPLETION_CASES = [
+    ("max_tokens", -1, "max_tokens"),
+    ("max_tokens", 0, "max_tokens"),
+    ("max_tokens", "x", "max_tokens"),
+    ("max_tokens", 1.5, "max_tokens"),
+    ("temperature", -1, "temperature"),
+    ("temperature", "hot", "temperature"),
+    ("top_p", 2, "top_p"),
+    ("top_p", 0, "top_p"),
+    ("top_k", -2, "top_k"),
+    ("min_p", 1.5, "min_p"),
+    ("presence_penalty", 3, "presence_penalty"),
+    ("frequency_penalty", -3, "frequency_penalty"),
+    ("repetition_penalty", 0, "repetition_penalty"),
+    ("n", 0, "n"),
+    ("n", "two", "n"),
+    ("logprobs", 21, "logprobs"),
+    ("logprobs", -1, "logprobs"),
+    ("stop", 123, "stop"),
+    ("stop", [1, 2], "stop"),
+    ("stop", "", "stop"),
+    ("stop_token_ids", [300], "stop_token_ids"),
+    ("stop_token_ids", "x", "stop_token_ids"),
+    ("prompt", [], "prompt"),
+    ("prompt", 5, "prompt"),
+    ("prompt", [[]], "prompt"),
+    ("prompt", [1000], "prompt"),  # outside the 256-token vocabulary
+    ("stream", "yes", "stream"),
+    ("stream_options", {"include_usage": True}, "stream_options"),  # without stream
+    ("seed", "s", "seed"),
+    ("ignore_eos", "no", "ignore_eos"),
+    ("model", "", "model"),
+    ("model", 3, "model"),
+    ("bogus_field", 1, "bogus_field"),
+    ("logit_bias", {"5": 10}, "logit_bias"),
+    ("suffix", "x", "suffix"),
+]
+CHAT_CASES = [
+    ("messages", [], "messages"),
+    ("messages", "hi", "messages"),
+    ("max_tokens", -1, "max_tokens"),
+    ("max_completion_tokens", 0, "max_completion_tokens"),
+    ("temperature", -1, "temperature"),
+    ("top_p", 2, "top_p"),
+    ("n", 0, "n"),
+    ("logprobs", "yes", "logprobs"),
+    ("top_logprobs", 21, "top_logprobs"),
+    ("stop", 123, "stop"),
+    ("stream", "yes", "stream"),
+    ("tools", [{"type": "function", "function": {"name": "f"}}], "tools"),
+    ("response_format", {"type": "json_object"}, "response_format"),
+    ("unknown_thing", True, "unknown_thing"),
+]
+
+
+def _id(case):
+    return f"{case[0]}={case[1]!r}"[:40]
+
+
+@pytest.mark.parametrize("case", COMPLETION_CASES, ids=_id)
+def test_completion_invalid_field_is_400(server, case):
+    field, value, param = case
+    body = dict(GOOD_COMPLETION, **{field: value})
+    r = server.post("/v1/completions", body)
+    assert r.status_code == 400, (field, value, r.status_code, r.text)
+    e = error_of(r)
+    assert e["param"] == param, e
+    assert e["type"] == "BadRequestError"
+
+
+@pytest.mark.parametrize("case", CHAT_CASES, ids=_id)
+def test_chat_invalid_field_is_400(server, case):
+    field, value, param = case
+    body = dict(GOOD_CHAT, **{field: value})
+    r = server.post("/v1/chat/completions", body)
+    assert r.status_code == 400, (field, value, r.status_code, r.text)
+    assert error_of(r)["param"] == param
+
+
+def test_missing_required_fields(server):
+    r = server.post("/v1/completions", {"model": BASE})
+    assert r.status_code == 400 and error_of(r)["param"] == "prompt"
+    r = server.post("/v1/completions", {"prompt": "x"})
+    assert r.status_code == 400 and error_of(r)["param"] == "model"
+    r = server.post("/v1/chat/completions", {"model": BASE})
+    assert r.status_code == 400 and error_of(r)["param"] == "messages"
+
+
+def test_invalid_value_through_openai_client(server):
+    with pytest.raises(openai.BadRequestError) as exc:
+        server.client().completions.create(model=BASE, prompt="hi", max_tokens=-1)
+    assert exc.value.status_code == 400
+    assert exc.value.body["param"] == "max_tokens"
+
+
+def test_good_request_after_bad_ones(server):
+    # The bad requests above must not disturb the server.
+    r = server.post("/v1/completions", GOOD_COMPLETION)
+    assert r.status_code == 200, r.text
+
+
+def test_prompt_longer_than_context_is_400(server):
+    prompt = "x" * (MAX_MODEL_LEN + 50)
+    problems = []
+    for path, body, param in [
+            ("/v1/completions", {"model": BASE, "prompt": prompt, "max_tokens": 1}, "prompt"),
+            ("/v1/completions", {"model": BASE, "prompt": prompt}, "prompt"),
+            ("/v1/chat/completions",
+             {"model": BASE, "messages": [{"role": "user", "content": prompt}]}, "messages")]:
+        r = server.post(path, body)
+        assert r.status_code == 400, r.text
+        e = error_of(r)
+        assert str(MAX_MODEL_LEN) in e["message"], e
+        if e["param"] != param:
+            problems.append(f"{path} {sorted(body)}: the prompt alone is over the context, param "
+                            f"should be {param!r}, got {e['param']!r} ({e['message']})")
+    assert not problems, "\n".join(problems)
+
+
+def test_prompt_plus_max_tokens_over_context_is_400(server):
+    r = server.post("/v1/completions", {"model": BASE, "prompt": "x" * 500, "max_tokens": 100})
+    assert r.status_code == 400, r.text
+    e = error_of(r)
+    assert e["param"] == "max_tokens", e
+    assert str(MAX_MODEL_LEN) in e["message"]
+    # A prompt that just fits with its tokens works.
+    r = server.post("/v1/completions", {"model": BASE, "prompt": "x" * 500, "max_tokens": 12,
+                                        "ignore_eos": True})
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] == 12
+
+
+def test_chat_default_max_tokens_fills_context(server):
+    # Without max_tokens a chat request may run to the end of the context (vLLM), and it must
+    # not be rejected for prompt + default max_tokens.
+    r = server.post("/v1/chat/completions",
+                    {"model": BASE, "messages": [{"role": "user", "content": "y" * 400}],
+                     "ignore_eos": True})
+    assert r.status_code == 200, r.text
+    u = r.json()["usage"]
+    assert u["prompt_tokens"] + u["completion_tokens"] == MAX_MODEL_LEN
+
+
+def test_wrong_content_type_is_415(server):
+    r = requests.post(server.url + "/v1/completions", data='{"model": "llama", "prompt": "x"}',
+                      headers={"Content-Type": "text/plain"}, timeout=10)
+    assert r.status_code == 415, r.text
+    error_of(r)
+
+
+def test_unknown_route_is_404_json(server):
+    r = requests.get(server.url + "/v1/nothing", timeout=10)
+    assert r.status_code == 404
+    error_of(r)
+
+
+def test_runtime_lora_endpoints_off_by_default(server):
+    r = server.post("/v1/load_lora_adapter", {"lora_name": "x", "lora_path": "/tmp"})
+    assert r.status_code == 404, r.text
+    r = server.post("/v1/unload_lora_adapter", {"lora_name": "qv"})
+    assert r.status_code == 404, r.text
+    # ... and did not unload anything.
+    assert server.post("/v1/completions", dict(GOOD_COMPLETION, model="qv")).status_code == 200
+
+
+# ---- auth ---------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def auth_server(llama_dir):
+    from conftest import LoomServer
+    s = LoomServer(llama_dir, adapter_args(["qv"]), api_key="sekrit-key")
+    try:
+        yield s.start()
+    finally:
+        s.kill()
+
+
+def test_auth(auth_server):
+    url = auth_server.url
+    body = '{"model": "llama", "prompt": "hi", "max_tokens": 2}'
+    ct = {"Content-Type": "application/json"}
+    for path in ("/v1/completions", "/v1/chat/completions", "/v1/load_lora_adapter"):
+        r = requests.post(url + path, data=body, headers=ct, timeout=10)
+        assert r.status_code == 401, (path, r.status_code)
+        error_of(r)
+    r = requests.get(url + "/v1/models", timeout=10)
+    assert r.status_code == 401
+    for bad in ("Bearer wrong-key!", "Bearer sekrit-ke", "Bearer sekrit-key2", "sekrit-key",
+                "Basic c2Vrcml0LWtleQ==", "Bearer "):
+        r = requests.post(url + "/v1/completions", data=body,
+                          headers=dict(ct, Authorization=bad), timeout=10)
+        assert r.status_code == 401, (bad, r.status_code)
+    with pytest.raises(openai.AuthenticationError):
+        auth_server.client(api_key="wrong").completions.create(model=BASE, prompt="hi",
+                                                               max_tokens=2)
+    # The right key works (openai client and raw).
+    r = auth_server.client().completions.create(model="qv", prompt="hi", max_tokens=2)
+    assert r.usage.completion_tokens >= 1
+    assert auth_server.client().models.list().data[0].id == BASE
+    # /health and /metrics stay open.
+    assert requests.get(url + "/health", timeout=10).status_code == 200
+    assert requests.get(url + "/metrics", timeout=10).status_code == 200

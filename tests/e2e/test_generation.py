@@ -1,0 +1,538 @@
+"""Chat and completions through the official openai client: usage, streaming, n, stop strings,
+stop_token_ids, max_tokens, seeds and log-probs."""
+import math
+
+import pytest
+
+from conftest import BASE, EOS, complete
+
+PROMPTS = ["Hello world", "The quick brown fox", "Once upon a time, in a land", "0123456789 abc"]
+
+
+def chat_prompt_bytes(content: str) -> bytes:
+    # tiny_model's chat template with add_generation_prompt.
+    return f"<|user|>{content}\n<|assistant|>".encode()
+
+
+def printable(tok: int) -> bool:
+    return 0x20 <= tok <= 0x7E
+
+
+# ---- completions --------------------------------------------------------------------------------
+
+def test_completion_usage_and_token_ids(server):
+    prompt = "Hello world"
+    r = complete(server, BASE, prompt, max_tokens=12)
+    c = r.choices[0]
+    assert r.object == "text_completion"
+    assert r.model == BASE
+    assert c.index == 0
+    # The byte-level tokenizer has no merges and no BOS: one token per byte.
+    assert c.prompt_token_ids == list(prompt.encode())
+    assert r.usage.prompt_tokens == len(prompt.encode())
+    assert r.usage.completion_tokens == len(c.token_ids)
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+    assert c.finish_reason in ("stop", "length")
+    if c.finish_reason == "length":
+        assert len(c.token_ids) == 12
+    else:
+        assert c.token_ids[-1] == EOS and len(c.token_ids) <= 12
+    # The text is the decoding of the tokens (EOS is not text).
+    ids = [t for t in c.token_ids if t != EOS]
+    assert c.text == bytes(ids).decode("utf-8", "replace"), (c.text, ids)
+
+
+def test_completion_prompt_as_token_ids(server):
+    prompt = "The quick brown fox"
+    a = complete(server, BASE, prompt, max_tokens=10).choices[0]
+    b = complete(server, BASE, list(prompt.encode()), max_tokens=10).choices[0]
+    assert b.prompt_token_ids == list(prompt.encode())
+    assert a.token_ids == b.token_ids and a.text == b.text
+
+
+def test_completion_greedy_is_deterministic(server):
+    a = complete(server, BASE, PROMPTS[2], max_tokens=20, extra_body={"ignore_eos": True})
+    b = complete(server, BASE, PROMPTS[2], max_tokens=20, extra_body={"ignore_eos": True})
+    assert a.choices[0].token_ids == b.choices[0].token_ids
+
+
+def test_completion_stream_equals_non_stream(server):
+    for prompt in PROMPTS[:2]:
+        full = complete(server, BASE, prompt, max_tokens=20, extra_body={"ignore_eos": True})
+        stream = server.client().completions.create(
+            model=BASE, prompt=prompt, max_tokens=20, temperature=0, stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"ignore_eos": True, "return_token_ids": True})
+        text, ids, finish, usage, n_usage_chunks = "", [], None, None, 0
+        chunks = list(stream)
+        for i, ch in enumerate(chunks):
+            assert ch.object == "text_completion"
+            if ch.usage is not None:
+                n_usage_chunks += 1
+                assert ch.choices == [], "the usage chunk has no choices"
+                assert i == len(chunks) - 1, "the usage chunk is the last one"
+                usage = ch.usage
+                continue
+            for c in ch.choices:
+                assert c.index == 0
+                text += c.text
+                ids += c.token_ids or []
+                if c.finish_reason:
+                    finish = c.finish_reason
+        assert n_usage_chunks == 1
+        assert text == full.choices[0].text
+        assert ids == full.choices[0].token_ids
+        assert finish == full.choices[0].finish_reason == "length"
+        assert usage.prompt_tokens == len(prompt.encode())
+        assert usage.completion_tokens == 20
+        assert usage.total_tokens == usage.prompt_tokens + 20
+
+
+def test_completion_stream_without_include_usage_has_no_usage(server):
+    stream = server.client().completions.create(model=BASE, prompt="abc", max_tokens=5,
+                                                temperature=0, stream=True)
+    chunks = list(stream)
+    assert chunks
+    assert all(getattr(c, "usage", None) is None for c in chunks)
+
+
+def test_max_tokens_gives_length(server):
+    r = complete(server, BASE, "abc", max_tokens=5, extra_body={"ignore_eos": True})
+    assert r.choices[0].finish_reason == "length"
+    assert r.usage.completion_tokens == 5 == len(r.choices[0].token_ids)
+
+
+def test_n_two_choices(server):
+    r = server.client().completions.create(model=BASE, prompt="Hello", max_tokens=8, n=2,
+                                           temperature=1.0, seed=7,
+                                           extra_body={"return_token_ids": True, "ignore_eos": True})
+    assert sorted(c.index for c in r.choices) == [0, 1]
+    assert r.usage.completion_tokens == sum(len(c.token_ids) for c in r.choices) == 16
+    assert r.usage.prompt_tokens == len(b"Hello")  # the prompt counts once
+    # Streaming: both indices appear and each finishes.
+    stream = server.client().completions.create(model=BASE, prompt="Hello", max_tokens=8, n=2,
+                                                temperature=1.0, seed=7, stream=True,
+                                                extra_body={"return_token_ids": True,
+                                                            "ignore_eos": True})
+    ids = {0: [], 1: []}
+    finished = {}
+    for ch in stream:
+        for c in ch.choices:
+            ids[c.index] += c.token_ids or []
+            if c.finish_reason:
+                finished[c.index] = c.finish_reason
+    assert finished == {0: "length", 1: "length"}
+    # Same seed, same parameters: the same two choices as the non-streaming request.
+    assert {tuple(v) for v in ids.values()} == {tuple(c.token_ids) for c in r.choices}
+
+
+def test_seed_reproducible_with_temperature(server):
+    def run(seed):
+        r = complete(server, BASE, "Once upon", max_tokens=24, temperature=1.0, seed=seed,
+                     extra_body={"ignore_eos": True})
+        return r.choices[0].token_ids
+
+    a, b = run(1234), run(1234)
+    assert a == b, "same seed, same parameters must give the same tokens"
+    others = [run(s) for s in (1, 2, 3)]
+    assert any(o != a for o in others), "different seeds never changed the output: seed ignored?"
+    greedy = complete(server, BASE, "Once upon", max_tokens=24,
+                      extra_body={"ignore_eos": True}).choices[0].token_ids
+    assert any(o != greedy for o in others + [a]), "temperature 1 samples equal greedy"
+
+
+# ---- stop strings and stop tokens ---------------------------------------------------------------
+
+def _greedy_long(server, prompt, n=48):
+    r = complete(server, BASE, prompt, max_tokens=n, extra_body={"ignore_eos": True})
+    return r.choices[0]
+
+
+def _find_stop(server, width):
+    """A (prompt, greedy choice, token index k, stop string) where the `width` tokens starting at
+    k are printable ASCII, k ≥ 2, and the stop string does not occur earlier in the text."""
+    for prompt in PROMPTS + ["abcdefgh", "zzz yyy xxx", "Hi!", "42"]:
+        c = _greedy_long(server, prompt)
+        ids = c.token_ids
+        for k in range(2, len(ids) - width):
+            span = ids[k:k + width]
+            if not all(printable(t) for t in span):
+                continue
+            stop = bytes(span).decode()
+            at = c.text.find(stop)
+            # Its first occurrence in the text must be these tokens.
+            prefix_text = bytes([t for t in ids[:k] if t != EOS]).decode("utf-8", "replace")
+            if at == len(prefix_text) and stop not in prefix_text:
+                return prompt, c, k, stop
+    pytest.fail(f"no greedy output had a {width}-character ASCII stop candidate")
+
+
+@pytest.mark.parametrize("width", [1, 2], ids=["one_token", "two_tokens"])
+@pytest.mark.parametrize("stream", [False, True], ids=["full", "stream"])
+def test_stop_string(server, width, stream):
+    prompt, full, k, stop = _find_stop(server, width)
+    expected_text = full.text[:full.text.index(stop)]
+    kw = dict(model=BASE, prompt=prompt, max_tokens=48, temperature=0, stop=[stop],
+              extra_body={"ignore_eos": True, "return_token_ids": True})
+    if not stream:
+        c = server.client().completions.create(**kw).choices[0]
+        text, ids, finish, stop_reason = c.text, c.token_ids, c.finish_reason, c.stop_reason
+    else:
+        text, ids, finish, stop_reason = "", [], None, None
+        for ch in server.client().completions.create(stream=True, **kw):
+            for c in ch.choices:
+                text += c.text
+                ids += c.token_ids or []
+                if c.finish_reason:
+                    finish, stop_reason = c.finish_reason, c.stop_reason
+    assert finish == "stop", (stop, text)
+    assert text == expected_text, f"stop {stop!r}: text must end right before it"
+    assert stop_reason == stop
+    # The tokens up to the one that completed the stop string (vLLM keeps them in token_ids).
+    assert ids == full.token_ids[:k + width]
+
+
+def test_stop_string_include_in_output(server):
+    prompt, full, k, stop = _find_stop(server, 2)
+    r = complete(server, BASE, prompt, max_tokens=48, stop=stop,
+                 extra_body={"ignore_eos": True, "include_stop_str_in_output": True})
+    assert r.choices[0].finish_reason == "stop"
+    assert r.choices[0].text == full.text[:full.text.index(stop) + len(stop)]
+
+
+def test_stop_token_ids(server):
+    prompt = PROMPTS[1]
+    full = _greedy_long(server, prompt, 32)
+    ids = full.token_ids
+    # A printable token that first occurs at index k ≥ 2.
+    k = next(i for i in range(2, len(ids)) if printable(ids[i]) and ids[i] not in ids[:i])
+    r = complete(server, BASE, prompt, max_tokens=32,
+                 extra_body={"ignore_eos": True, "stop_token_ids": [ids[k]]})
+    c = r.choices[0]
+    assert c.finish_reason == "stop"
+    assert c.token_ids == ids[:k + 1], "generation ends at the stop token (kept in token_ids)"
+    assert r.usage.completion_tokens == k + 1
+    # As vLLM: the stop token's text is not in the output, and stop_reason is its id.
+    problems = []
+    if c.text != bytes(ids[:k]).decode("utf-8", "replace"):
+        problems.append(f"text {c.text!r} includes the stop token {chr(ids[k])!r} (vLLM leaves "
+                        f"it out unless include_stop_str_in_output)")
+    if c.stop_reason != ids[k]:
+        problems.append(f"stop_reason is {c.stop_reason!r}, vLLM gives the token id {ids[k]}")
+    assert not problems, "; ".join(problems)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["full", "stream"])
+def test_eos_ends_with_stop(server, stream):
+    # The tiny model samples EOS (id 2) within a few hundred tokens for most seeds.
+    for seed in range(1, 9):
+        r = complete(server, BASE, "Hi", max_tokens=300, temperature=1.0, seed=seed)
+        c = r.choices[0]
+        if c.finish_reason == "stop":
+            break
+    else:
+        pytest.skip("no seed reached EOS")
+    assert c.token_ids[-1] == EOS and EOS not in c.token_ids[:-1]
+    assert r.usage.completion_tokens == len(c.token_ids), "EOS counts as a generated token"
+    assert c.stop_reason is None
+    text = c.text
+    if stream:
+        text, finish = "", None
+        for ch in server.client().completions.create(model=BASE, prompt="Hi", max_tokens=300,
+                                                     temperature=1.0, seed=seed, stream=True):
+            for x in ch.choices:
+                text += x.text
+                finish = x.finish_reason or finish
+        assert finish == "stop"
+    # As vLLM: the EOS token that ends the sequence is not detokenized into the text.
+    assert text == bytes(c.token_ids[:-1]).decode("utf-8", "replace"), \
+        f"text ends with {text[-3:]!r}: the EOS token's text is in the output"
+
+
+# ---- log-probs ----------------------------------------------------------------------------------
+
+def test_completion_logprobs_greedy_consistent(server):
+    r = complete(server, BASE, "Hello world", max_tokens=12, logprobs=3,
+                 extra_body={"ignore_eos": True})
+    c = r.choices[0]
+    lp = c.logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 12
+    assert len(lp.text_offset) == 12
+    for i, (tok_id, chosen, top) in enumerate(zip(c.token_ids, lp.token_logprobs, lp.top_logprobs)):
+        assert chosen <= 0 and math.isfinite(chosen)
+        assert 1 <= len(top) <= 3
+        assert all(v <= 0 for v in top.values())
+        # Greedy: the chosen token is the most likely one.
+        assert chosen == pytest.approx(max(top.values()), abs=1e-6) or chosen >= max(top.values()), \
+            (i, chosen, top)
+        if printable(tok_id):
+            assert lp.tokens[i] == chr(tok_id)
+            assert top.get(chr(tok_id)) == pytest.approx(chosen, abs=1e-6), (i, chosen, top)
+    assert lp.text_offset == sorted(lp.text_offset) and lp.text_offset[0] == 0
+
+
+def test_chat_logprobs_greedy_consistent(server):
+    r = server.client().chat.completions.create(
+        model=BASE, messages=[{"role": "user", "content": "Say something"}], max_tokens=10,
+        temperature=0, logprobs=True, top_logprobs=4, extra_body={"ignore_eos": True})
+    content = r.choices[0].logprobs.content
+    assert len(content) == 10 == r.usage.completion_tokens
+    for e in content:
+        assert len(e.top_logprobs) == 4
+        tops = [t.logprob for t in e.top_logprobs]
+        assert tops == sorted(tops, reverse=True)
+        assert e.logprob == tops[0], "greedy: the chosen token is the top-1"
+        assert e.token == e.top_logprobs[0].token
+        assert bytes(e.bytes) == e.token.encode()
+        assert sum(math.exp(t) for t in tops) <= 1.0 + 1e-5
+
+
+def test_logprobs_stream_equal_non_stream(server):
+    kw = dict(model=BASE, prompt="The quick", max_tokens=10, temperature=0, logprobs=2,
+              extra_body={"ignore_eos": True})
+    full = server.client().completions.create(**kw).choices[0].logprobs
+    lps = []
+    for ch in server.client().completions.create(stream=True, **kw):
+        for c in ch.choices:
+            if c.logprobs:
+                lps += c.logprobs.token_logprobs
+    assert lps == full.token_logprobs
+
+
+# ---- chat ---------------------------------------------------------------------------------------
+
+def test_chat_usage_and_prompt(server):
+    content = "What is two plus two?"
+    r = server.client().chat.completions.create(
+        model=BASE, messages=[{"role": "user", "content": content}], max_tokens=12, temperature=0,
+        extra_body={"return_token_ids": True, "ignore_eos": True})
+    c = r.choices[0]
+    assert r.object == "chat.completion"
+    assert c.message.role == "assistant"
+    assert c.prompt_token_ids == list(chat_prompt_bytes(content))
+    assert r.usage.prompt_tokens == len(chat_prompt_bytes(content))
+    assert r.usage.completion_tokens == 12 == len(c.token_ids)
+    assert r.usage.total_tokens == r.usage.prompt_tokens + 12
+    assert c.finish_reason == "length"
+    # The same prompt as a completion gives the same tokens.
+    p = complete(server, BASE, chat_prompt_bytes(content).decode(), max_tokens=12,
+                 extra_body={"ignore_eos": True}).choices[0]
+    assert p.token_ids == c.token_ids
+    assert p.text == c.message.content
+
+
+def test_chat_max_completion_tokens(server):
+    r = server.client().chat.completions.create(
+        model=BASE, messages=[{"role": "user", "content": "hi"}], max_completion_tokens=3,
+        temperature=0, extra_body={"ignore_eos": True})
+    assert r.usage.completion_tokens == 3 and r.choices[0].finish_reason == "length"
+
+
+def test_chat_stream_equals_non_stream(server):
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}]
+    full = server.client().chat.completions.create(model=BASE, messages=msgs, max_tokens=16,
+                                                   temperature=0,
+                                                   extra_body={"ignore_eos": True})
+    chunks = list(server.client().chat.completions.create(
+        model=BASE, messages=msgs, max_tokens=16, temperature=0, stream=True,
+        stream_options={"include_usage": True}, extra_body={"ignore_eos": True}))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert text == full.choices[0].message.content
+    assert finish == ["length"]
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    assert chunks[-1].usage.prompt_tokens == full.usage.prompt_tokens
+    assert chunks[-1].usage.completion_tokens == 16
+    assert all(c.object == "chat.completion.chunk" for c in chunks)
+    assert len({c.id for c in chunks}) == 1
+
+
+def test_chat_n_two(server):
+    r = server.client().chat.completions.create(
+        model=BASE, messages=[{"role": "user", "content": "hi"}], max_tokens=6, n=2,
+        temperature=1.0, seed=3, extra_body={"ignore_eos": True})
+    assert sorted(c.index for c in r.choices) == [0, 1]
+    assert r.usage.completion_tokens == 12
+
+
+def test_chat_stop_string(server):
+    content = "Tell me"
+    full = server.client().chat.completions.create(
+        model=BASE, messages=[{"role": "user", "content": content}], max_tokens=40,
+        temperature=0, extra_body={"ignore_eos": True, "return_token_ids": True}).choices[0]
+    ids = full.token_ids
+    ks = [k for k in range(2, len(ids)) if printable(ids[k])
+          and chr(ids[k]) not in bytes(ids[:k]).decode("utf-8", "replace")]
+    if not ks:
+        pytest.skip("no ASCII stop candidate in this greedy output")
+    k = ks[0]
+    stop = chr(ids[k])
+    r = server.client().chat.completions.create(
+        model=BASE, messages=[{"role": "user", "content": content}], max_tokens=40,
+        temperature=0, stop=stop, extra_body={"ignore_eos": True}).choices[0]
+    assert r.finish_reason == "stop"
+    assert r.message.content == full.message.content[:full.message.content.index(stop)]
+
+
+# ---- more sampling fields -----------------------------------------------------------------------
+
+def test_default_max_tokens_is_16_for_completions(server):
+    r = server.post("/v1/completions", {"model": BASE, "prompt": "abc", "ignore_eos": True,
+                                        "temperature": 0})
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] == 16
+
+
+def test_prompt_list_gives_a_choice_per_prompt(server):
+    prompts = ["first", "second one"]
+    r = server.client().completions.create(model=BASE, prompt=prompts, max_tokens=4, n=2,
+                                           temperature=0,
+                                           extra_body={"ignore_eos": True,
+                                                       "return_token_ids": True})
+    assert [c.index for c in r.choices] == [0, 1, 2, 3]
+    assert [c.prompt_token_ids for c in r.choices] == [list(b"first")] * 2 + \
+        [list(b"second one")] * 2
+    # Greedy: both choices of a prompt are equal, and equal the single-prompt request.
+    for i, p in enumerate(prompts):
+        single = complete(server, BASE, p, max_tokens=4, extra_body={"ignore_eos": True})
+        assert r.choices[2 * i].token_ids == r.choices[2 * i + 1].token_ids == \
+            single.choices[0].token_ids
+    assert r.usage.prompt_tokens == len(b"first") + len(b"second one")
+    assert r.usage.completion_tokens == 16
+
+
+def test_top_k_one_is_greedy(server):
+    greedy = complete(server, BASE, "Once upon", max_tokens=16,
+                      extra_body={"ignore_eos": True}).choices[0].token_ids
+    for seed in (1, 2):
+        r = complete(server, BASE, "Once upon", max_tokens=16, temperature=1.0, seed=seed,
+                     extra_body={"ignore_eos": True, "top_k": 1})
+        assert r.choices[0].token_ids == greedy
+
+
+@pytest.mark.parametrize("field,value", [("presence_penalty", 2.0), ("frequency_penalty", 2.0),
+                                         ("repetition_penalty", 2.0)])
+def test_penalties_are_honoured(server, field, value):
+    # No field is dropped silently: a strong penalty changes a greedy 64-token run.
+    changed = False
+    for prompt in PROMPTS[:3]:
+        plain = complete(server, BASE, prompt, max_tokens=64,
+                         extra_body={"ignore_eos": True}).choices[0].token_ids
+        kw = {field: value} if field != "repetition_penalty" else {}
+        extra = {"ignore_eos": True}
+        if field == "repetition_penalty":
+            extra[field] = value
+        pen = complete(server, BASE, prompt, max_tokens=64, extra_body=extra, **kw)
+        if pen.choices[0].token_ids != plain:
+            changed = True
+            break
+    assert changed, f"{field}={value} never changed the output"
+
+
+def test_user_field_accepted(server):
+    r = complete(server, BASE, "x", max_tokens=2, user="someone")
+    assert r.usage.completion_tokens >= 1
+
+
+def test_content_type_with_charset(server):
+    import requests
+    r = requests.post(server.url + "/v1/completions",
+                      data='{"model": "llama", "prompt": "x", "max_tokens": 2}',
+                      headers={"Content-Type": "application/json; charset=utf-8"}, timeout=30)
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["full", "stream"])
+def test_stop_prefix_at_the_end_is_released(server, stream):
+    # The output ends with the first character of a stop string that never completes: the
+    # held-back text must be released when the sequence ends at max_tokens.
+    for prompt in PROMPTS:
+        full = _greedy_long(server, prompt, 20)
+        if printable(full.token_ids[-1]):
+            break
+    else:
+        pytest.skip("no greedy output ending in an ASCII character")
+    stop = chr(full.token_ids[-1]) + "\x01\x01never"
+    kw = dict(model=BASE, prompt=prompt, max_tokens=20, temperature=0, stop=[stop],
+              extra_body={"ignore_eos": True})
+    if stream:
+        text, finish = "", None
+        for ch in server.client().completions.create(stream=True, **kw):
+            for c in ch.choices:
+                text += c.text
+                finish = c.finish_reason or finish
+    else:
+        c = server.client().completions.create(**kw).choices[0]
+        text, finish = c.text, c.finish_reason
+    assert finish == "length"
+    assert text == full.text
+
+
+def test_echo(server):
+    r = complete(server, BASE, "Echo me", max_tokens=4, echo=True,
+                 extra_body={"ignore_eos": True})
+    plain = complete(server, BASE, "Echo me", max_tokens=4, extra_body={"ignore_eos": True})
+    assert r.choices[0].text == "Echo me" + plain.choices[0].text
+
+
+def test_empty_prompt_is_400(server):
+    r = server.post("/v1/completions", {"model": BASE, "prompt": "", "max_tokens": 2})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "prompt"
+
+
+def test_unicode_prompt_usage(server):
+    prompt = "héllo 世界 🙂"
+    r = complete(server, BASE, prompt, max_tokens=3)
+    assert r.usage.prompt_tokens == len(prompt.encode())
+    assert r.choices[0].prompt_token_ids == list(prompt.encode())
+
+
+def test_chat_content_parts_equal_string(server):
+    # vLLM, for a template that prints content as a string: the text parts joined with "\n".
+    kw = dict(model=BASE, max_tokens=8, temperature=0, extra_body={"ignore_eos": True,
+                                                                    "return_token_ids": True})
+    a = server.client().chat.completions.create(
+        messages=[{"role": "user", "content": "part one, \npart two"}], **kw).choices[0]
+    b = server.client().chat.completions.create(
+        messages=[{"role": "user", "content": [{"type": "text", "text": "part one, "},
+                                               {"type": "text", "text": "part two"}]}],
+        **kw).choices[0]
+    assert bytes(b.prompt_token_ids) == bytes(a.prompt_token_ids), \
+        f"text parts rendered as {bytes(b.prompt_token_ids)!r}"
+    assert b.token_ids == a.token_ids
+
+
+def test_chat_stream_n_two(server):
+    chunks = list(server.client().chat.completions.create(
+        model=BASE, messages=[{"role": "user", "content": "hi"}], max_tokens=5, n=2,
+        temperature=1.0, seed=9, stream=True, stream_options={"include_usage": True},
+        extra_body={"ignore_eos": True}))
+    roles = [c.choices[0].index for c in chunks if c.choices and c.choices[0].delta.role]
+    assert sorted(roles) == [0, 1], "one role delta per choice"
+    finished = sorted(c.choices[0].index for c in chunks
+                      if c.choices and c.choices[0].finish_reason == "length")
+    assert finished == [0, 1]
+    assert chunks[-1].usage.completion_tokens == 10
+
+
+def test_continuous_usage_stats(server):
+    chunks = list(server.client().completions.create(
+        model=BASE, prompt="abc", max_tokens=4, temperature=0, stream=True,
+        stream_options={"include_usage": True, "continuous_usage_stats": True},
+        extra_body={"ignore_eos": True}))
+    with_choices = [c for c in chunks if c.choices]
+    assert with_choices and all(c.usage is not None for c in with_choices)
+    counts = [c.usage.completion_tokens for c in with_choices]
+    assert counts == sorted(counts) and counts[-1] == 4
+    assert all(c.usage.prompt_tokens == 3 for c in chunks)
+
+
+def test_chat_top_logprobs_zero(server):
+    r = server.client().chat.completions.create(
+        model=BASE, messages=[{"role": "user", "content": "x"}], max_tokens=3, temperature=0,
+        logprobs=True, top_logprobs=0, extra_body={"ignore_eos": True})
+    content = r.choices[0].logprobs.content
+    assert len(content) == 3
+    assert all(e.top_logprobs == [] and e.logprob <= 0 for e in content)

@@ -1,0 +1,77 @@
+"""/v1/models (base with parent null, adapters with parent = base id, root, max_model_len),
+--served-model-name, --max-model-len, --merge, /version and /health."""
+import openai
+import pytest
+import requests
+
+from conftest import ADAPTER_FIXTURES, ADAPTERS, BASE, MAX_MODEL_LEN, adapter_args, greedy
+
+
+def check_entry(m):
+    assert m["object"] == "model"
+    assert isinstance(m["created"], int) and m["created"] > 1_600_000_000
+    assert isinstance(m["owned_by"], str) and m["owned_by"]
+
+
+def test_models_lists_base_and_adapters(server, llama_dir):
+    body = server.get("/v1/models").json()
+    assert body["object"] == "list"
+    data = body["data"]
+    assert data[0]["id"] == BASE, "the base model comes first"
+    base = data[0]
+    check_entry(base)
+    assert base["parent"] is None
+    assert base["root"] == str(llama_dir)
+    assert base["max_model_len"] == MAX_MODEL_LEN
+    adapters = {m["id"]: m for m in data[1:]}
+    assert set(adapters) == set(ADAPTERS)
+    for name, m in adapters.items():
+        check_entry(m)
+        assert m["parent"] == BASE
+        assert m["root"] == str(ADAPTER_FIXTURES / ADAPTERS[name])
+        assert m["max_model_len"] == MAX_MODEL_LEN
+    # Through the openai client; every listed id can be used as `model`.
+    listed = [m.id for m in server.client().models.list().data]
+    assert listed == [m["id"] for m in data]
+    for mid in listed:
+        r = server.client().completions.create(model=mid, prompt="x", max_tokens=1)
+        assert r.model == mid
+
+
+def test_served_model_name_and_max_model_len(start_server, llama_dir, reference):
+    srv = start_server(llama_dir, ["--served-model-name", "my-base", "--max-model-len", "256"]
+                       + adapter_args(["qv"]))
+    data = srv.get("/v1/models").json()["data"]
+    assert [m["id"] for m in data] == ["my-base", "qv"]
+    assert data[1]["parent"] == "my-base"
+    assert all(m["max_model_len"] == 256 for m in data)
+    assert greedy(srv, "my-base", "Hello")[:2] == reference(BASE, "Hello")[:2]
+    with pytest.raises(openai.NotFoundError):
+        srv.client().completions.create(model=BASE, prompt="x", max_tokens=1)
+    r = srv.post("/v1/completions", {"model": "my-base", "prompt": "z" * 300, "max_tokens": 1})
+    assert r.status_code == 400 and "256" in r.json()["error"]["message"]
+    r = srv.post("/v1/completions", {"model": "my-base", "prompt": "z" * 200, "max_tokens": 56,
+                                     "ignore_eos": True})
+    assert r.status_code == 200, r.text
+    # The metrics carry the served name.
+    assert srv.metric("vllm:num_requests_running", model_name="my-base") == 0
+
+
+def test_merged_adapter(start_server, llama_dir, reference):
+    srv = start_server(llama_dir, adapter_args(["qv"]) + ["--merge", "qv"])
+    ids = [m["id"] for m in srv.get("/v1/models").json()["data"]]
+    assert ids == ["qv"]
+    # Merged weights give the unmerged adapter's greedy tokens.
+    for prompt in ("Hello", "The quick brown fox jumps"):
+        assert greedy(srv, "qv", prompt)[0] == reference("qv", prompt)[0], prompt
+    # The base model is not served any more (its weights hold the adapter): naming it must not
+    # silently answer with the adapter's output.
+    r = srv.post("/v1/completions", {"model": BASE, "prompt": "Hello", "max_tokens": 4})
+    assert r.status_code == 404, (
+        f"model={BASE!r} is not in /v1/models {ids} but got {r.status_code}: {r.text[:200]}")
+
+
+def test_version_and_health(server):
+    r = requests.get(server.url + "/version", timeout=10)
+    assert r.status_code == 200 and isinstance(r.json()["version"], str)
+    assert requests.get(server.url + "/health", timeout=10).status_code == 200

@@ -1,0 +1,256 @@
+"""Adapters at runtime: on-demand loading from --lora-dir, the load/unload endpoints and their
+path confinement, load/unload under traffic, and LRU eviction with --max-cpu-loras."""
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import openai
+import pytest
+
+from conftest import ADAPTERS, BASE, greedy
+
+PROMPT = "The quick brown fox jumps"
+
+
+def model_ids(srv):
+    return {m["id"]: m for m in srv.get("/v1/models").json()["data"]}
+
+
+def load(srv, name, path):
+    return srv.post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
+
+
+def unload(srv, name):
+    return srv.post("/v1/unload_lora_adapter", {"lora_name": name})
+
+
+def test_on_demand_loading(start_server, llama_dir, lora_dir, reference):
+    srv = start_server(llama_dir, ["--lora-dir", str(lora_dir)])
+    assert set(model_ids(srv)) == {BASE}
+    loads0 = srv.metric("loom_adapter_loads_total")
+    ids, text, _ = greedy(srv, "mlp", PROMPT)
+    assert (ids, text) == reference("mlp", PROMPT)[:2], "on-demand adapter != --lora adapter"
+    models = model_ids(srv)
+    assert "mlp" in models
+    assert models["mlp"]["parent"] == BASE
+    assert os.path.realpath(models["mlp"]["root"]) == os.path.realpath(lora_dir / "mlp")
+    assert srv.metric("loom_adapter_loads_total") == loads0 + 1
+    # A second use does not load again; streaming works too.
+    assert greedy(srv, "mlp", PROMPT, stream=True)[0] == ids
+    assert srv.metric("loom_adapter_loads_total") == loads0 + 1
+    # Chat on an on-demand adapter.
+    r = srv.client().chat.completions.create(model="embed", max_tokens=4, temperature=0,
+                                             messages=[{"role": "user", "content": "x"}])
+    assert r.model == "embed" and r.usage.completion_tokens >= 1
+    # Names that are not adapters under the root: 404 naming "model", nothing loaded.
+    for name in ("nope", "junk", "evil", "../loras/qv", "qv/..", ".", "..", "/etc"):
+        with pytest.raises(openai.NotFoundError) as exc:
+            srv.client().completions.create(model=name, prompt="x", max_tokens=2)
+        assert exc.value.body["param"] == "model", name
+    assert "evil" not in model_ids(srv), "a symlink out of --lora-dir was loaded on demand"
+
+
+def test_load_unload_endpoints(start_server, llama_dir, lora_dir, reference, tmp_path):
+    srv = start_server(llama_dir, ["--lora-dir", str(lora_dir), "--allow-runtime-lora"])
+    r = load(srv, "a1", "qv")
+    assert r.status_code == 200, r.text
+    assert "a1" in model_ids(srv) and model_ids(srv)["a1"]["parent"] == BASE
+    assert greedy(srv, "a1", PROMPT)[:2] == reference("qv", PROMPT)[:2]
+    # Absolute path inside the root.
+    r = load(srv, "a2", lora_dir / "all")
+    assert r.status_code == 200, r.text
+    assert greedy(srv, "a2", PROMPT)[:2] == reference("all", PROMPT)[:2]
+
+    def expect(resp, status, param=None):
+        assert resp.status_code == status, (resp.status_code, resp.text)
+        e = resp.json()["error"]
+        assert e["code"] == status
+        if param is not None:
+            assert e["param"] == param, e
+
+    expect(load(srv, "a1", "mlp"), 400, "lora_name")          # exists
+    expect(load(srv, BASE, "mlp"), 400, "lora_name")          # the base model's name
+    expect(load(srv, "a b/c", "mlp"), 400)                    # not a valid name
+    expect(load(srv, "a3", "missing"), 404, "lora_path")      # no such path
+    expect(load(srv, "a3", lora_dir / "missing"), 404, "lora_path")
+    expect(load(srv, "a4", "../outside/qv_copy"), 400, "lora_path")
+    expect(load(srv, "a4", "qv/../mlp"), 400, "lora_path")
+    expect(load(srv, "a5", "evil"), 400, "lora_path")         # symlink inside → outside
+    expect(load(srv, "a6", tmp_path / "outside" / "qv_copy"), 400, "lora_path")  # abs outside
+    expect(load(srv, "a6", "/etc"), 400, "lora_path")
+    expect(load(srv, "a6", "/etc/passwd"), 400, "lora_path")
+    expect(load(srv, "a7", "."), 400, "lora_path")            # the root itself
+    r = load(srv, "a8", "junk")                               # a folder with no adapter
+    assert r.status_code in (400, 404), r.text                # (vLLM: 404; docs/API.md: 400)
+    expect(load(srv, "a8", "broken"), 400, "lora_path")       # an adapter that does not load
+    expect(srv.post("/v1/load_lora_adapter", {"lora_name": "a9"}), 400, "lora_path")
+    expect(srv.post("/v1/load_lora_adapter", {"lora_name": "a9", "lora_path": "qv", "x": 1}),
+           400, "x")
+    ids = model_ids(srv)
+    for name in ("a3", "a4", "a5", "a6", "a7", "a8", "a9", "evil", "junk", "broken"):
+        assert name not in ids, f"{name} was registered by a failed load"
+    # Unload.
+    r = unload(srv, "a1")
+    assert r.status_code == 200, r.text
+    assert "a1" not in model_ids(srv)
+    expect(unload(srv, "a1"), 404)
+    expect(unload(srv, "never-loaded"), 404)
+    with pytest.raises(openai.NotFoundError):
+        srv.client().completions.create(model="a1", prompt="x", max_tokens=2)
+    # The name can be loaded again, now with other weights.
+    assert load(srv, "a1", "mlp").status_code == 200
+    assert greedy(srv, "a1", PROMPT)[:2] == reference("mlp", PROMPT)[:2]
+    # a2 was untouched by all of this.
+    assert greedy(srv, "a2", PROMPT)[:2] == reference("all", PROMPT)[:2]
+
+
+def test_load_unload_while_streaming(start_server, llama_dir, lora_dir, reference):
+    srv = start_server(llama_dir, ["--lora-dir", str(lora_dir), "--allow-runtime-lora",
+                                   "--lora", f"qv={lora_dir / 'qv'}"])
+    refs = {m: reference(m, PROMPT, 64) for m in ("qv", "mlp", BASE, "all", "embed")}
+    stop = threading.Event()
+    failures, done = [], []
+
+    def traffic(model):
+        n = 0
+        while not stop.is_set() and n < 200:
+            n += 1
+            try:
+                got = greedy(srv, model, PROMPT, 64, stream=True)
+            except Exception as e:  # noqa: BLE001 — every failure is reported
+                failures.append(f"{model}: {type(e).__name__}: {e}")
+                continue
+            if got[:2] != refs[model][:2] or got[2] != "length":
+                failures.append(f"{model}: output differs from its solo run")
+            done.append(model)
+
+    threads = [threading.Thread(target=traffic, args=(m,), daemon=True)
+               for m in ("qv", "mlp", BASE, "qv")]
+    for t in threads:
+        t.start()
+    try:
+        for i in range(4):
+            name = f"tmp{i}"
+            r = load(srv, name, "all")
+            assert r.status_code == 200, r.text
+            assert greedy(srv, name, PROMPT, 64)[:2] == refs["all"][:2]
+            # Unload while a stream on it is running: the stream finishes on its weights.
+            kw = dict(model=name, prompt=PROMPT, max_tokens=64, temperature=0, stream=True,
+                      extra_body={"return_token_ids": True, "ignore_eos": True})
+            stream = srv.client().completions.create(**kw)
+            it = iter(stream)
+            first = next(it)
+            r = unload(srv, name)
+            assert r.status_code == 200, r.text
+            ids = list(first.choices[0].token_ids or []) if first.choices else []
+            for ch in it:
+                for c in ch.choices:
+                    ids += c.token_ids or []
+            assert ids == refs["all"][0], "a stream changed output when its adapter was unloaded"
+            with pytest.raises(openai.NotFoundError):
+                srv.client().completions.create(model=name, prompt="x", max_tokens=1)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(60)
+    assert not failures, f"{len(failures)} traffic requests failed: {failures[:10]}"
+    assert len(done) >= 8, f"too little traffic ran alongside ({len(done)} requests)"
+    assert srv.metric("vllm:num_requests_running") == 0
+
+
+def test_eviction_with_max_cpu_loras(start_server, llama_dir, lora_dir, reference):
+    srv = start_server(llama_dir, ["--lora-dir", str(lora_dir), "--max-cpu-loras", "2"])
+    names = list(ADAPTERS)  # 4 adapters, at most 2 kept loaded
+    ev0 = srv.metric("loom_adapter_evictions_total")
+    for rnd in range(2):
+        for name in names:
+            got = greedy(srv, name, PROMPT)
+            assert got[:2] == reference(name, PROMPT)[:2], f"round {rnd}: {name} wrong"
+            assert srv.metric("loom_adapters_resident") <= 2
+    evictions = srv.metric("loom_adapter_evictions_total") - ev0
+    assert evictions >= 6, f"8 uses of 4 adapters through 2 slots evicted only {evictions}"
+    assert srv.metric("loom_adapter_loads_total") >= 8
+    # Evicted adapters can still be named.
+    assert set(names) <= set(model_ids(srv))
+    # Concurrently: leased adapters are pinned, every answer still right.
+    jobs = [(n, p) for n in names for p in (PROMPT, "Hi there")] * 3
+    with ThreadPoolExecutor(12) as pool:
+        outs = list(pool.map(lambda j: (j, greedy(srv, j[0], j[1])), jobs, timeout=120))
+    for (name, prompt), got in outs:
+        assert got[:2] == reference(name, prompt)[:2], f"{name} {prompt!r} wrong under eviction"
+    assert srv.metric("loom_adapter_evictions_total") - ev0 > evictions
+
+
+def test_unload_while_queued(start_server, long_dir, lora_dir, reference):
+    # --max-num-seqs 1: a long base stream runs; a request on adapter 'u' waits in the queue;
+    # 'u' is unloaded meanwhile. The queued request still runs on the weights it was admitted
+    # with once the stream is closed.
+    import requests
+    # long_dir: the same weights with a long context, so the blocker runs for seconds.
+    srv = start_server(long_dir, ["--lora-dir", str(lora_dir), "--allow-runtime-lora",
+                                  "--max-num-seqs", "1"])
+    assert load(srv, "u", "mlp").status_code == 200
+    blocker = requests.post(srv.url + "/v1/completions", stream=True, timeout=60,
+                            json={"model": "llama_long", "prompt": "block", "max_tokens": 15000,
+                                  "ignore_eos": True, "stream": True})
+    lines = blocker.iter_lines()
+    next(lines)
+    result = {}
+
+    def queued():
+        result["got"] = greedy(srv, "u", PROMPT)
+
+    t = threading.Thread(target=queued, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 10
+    while srv.metric("vllm:num_requests_waiting") < 1:
+        assert time.monotonic() < deadline, "the adapter request never queued"
+        time.sleep(0.02)
+    assert unload(srv, "u").status_code == 200
+    blocker.close()
+    t.join(60)
+    assert result.get("got", (None,))[:2] == reference("mlp", PROMPT)[:2]
+
+
+def test_reload_with_changed_files_is_a_new_adapter(start_server, llama_dir, lora_dir,
+                                                    reference):
+    # Same name, same folder, new files: the new weights must be used, never cached prefixes
+    # (KV blocks) computed with the old ones.
+    import shutil
+    srv = start_server(llama_dir, ["--lora-dir", str(lora_dir), "--allow-runtime-lora"])
+    swap = lora_dir / "swap"
+    shutil.copytree(lora_dir / "qv", swap)
+    long_prompt = "A prompt long enough to fill several KV blocks of sixteen tokens each. " * 2
+    assert load(srv, "s", "swap").status_code == 200
+    assert greedy(srv, "s", long_prompt)[:2] == reference("qv", long_prompt)[:2]
+    assert unload(srv, "s").status_code == 200
+    shutil.rmtree(swap)
+    shutil.copytree(lora_dir / "all", swap)
+    assert load(srv, "s", "swap").status_code == 200
+    assert greedy(srv, "s", long_prompt)[:2] == reference("all", long_prompt)[:2]
+    # And the base, run on the same prompt after the adapters, is the base.
+    assert greedy(srv, BASE, long_prompt)[:2] == reference(BASE, long_prompt)[:2]
+
+
+def test_prefix_cache_not_shared_across_adapters(start_server, llama_dir, reference):
+    # The same long prompt on the base, then on each adapter, on one server: each answer equals
+    # the one from a server that saw only that model (the shared `reference` server).
+    from conftest import adapter_args
+    srv = start_server(llama_dir, adapter_args())
+    long_prompt = "Shared prefix across models, long enough for a few full KV blocks. " * 2
+    hits0 = srv.metric("vllm:prefix_cache_hits_total")
+    for model in [BASE] + list(ADAPTERS) + [BASE]:
+        assert greedy(srv, model, long_prompt)[:2] == reference(model, long_prompt)[:2], model
+    # The second base run could reuse the first one's blocks.
+    assert srv.metric("vllm:prefix_cache_hits_total") > hits0, "no prefix cache hit at all"
+
+
+def test_concurrent_loads_of_one_name(start_server, llama_dir, lora_dir):
+    srv = start_server(llama_dir, ["--lora-dir", str(lora_dir), "--allow-runtime-lora"])
+    paths = ["qv", "mlp", "all", "embed"] * 2
+    with ThreadPoolExecutor(8) as pool:
+        codes = list(pool.map(lambda p: load(srv, "race", p).status_code, paths, timeout=60))
+    assert sorted(codes) == [200] + [400] * 7, codes
+    assert "race" in model_ids(srv)
+    assert greedy(srv, "race", PROMPT)[2] == "length"
