@@ -20,6 +20,10 @@ std::unique_ptr<ThreadPool>& GlobalSlot() {
   static std::unique_ptr<ThreadPool> pool;
   return pool;
 }
+std::mutex& GlobalMutex() {  // first use of Global() may race between threads
+  static std::mutex mu;
+  return mu;
+}
 }  // namespace
 
 int ThreadPool::CapThreads(int requested) {
@@ -90,7 +94,9 @@ void ThreadPool::WorkerLoop(int thread_index) {
 
 void ThreadPool::ParallelFor(int64_t num_tasks, const std::function<void(int64_t, int)>& fn) {
   if (num_tasks <= 0) return;
-  if (num_threads_ == 1 || num_tasks == 1) {
+  // Another thread's job holds the workers: run this one inline rather than corrupt theirs.
+  std::unique_lock<std::mutex> owner(run_mu_, std::try_to_lock);
+  if (num_threads_ == 1 || num_tasks == 1 || !owner.owns_lock()) {
     for (int64_t t = 0; t < num_tasks; ++t) fn(t, 0);
     return;
   }
@@ -108,6 +114,7 @@ void ThreadPool::ParallelFor(int64_t num_tasks, const std::function<void(int64_t
 }
 
 ThreadPool& ThreadPool::Global() {
+  std::lock_guard<std::mutex> lock(GlobalMutex());
   auto& slot = GlobalSlot();
   if (!slot) {
     int n = 0;
@@ -122,6 +129,7 @@ ThreadPool& ThreadPool::Global() {
 }
 
 void ThreadPool::SetGlobalThreads(int num_threads) {
+  std::lock_guard<std::mutex> lock(GlobalMutex());
   GlobalSlot() = std::make_unique<ThreadPool>(num_threads);
 }
 

@@ -11,7 +11,11 @@
 
 namespace loom {
 
-// Thread-safety: ParallelFor may be called from one thread at a time (the engine thread).
+// Thread-safety: ParallelFor may be called from any thread. One caller at a time gets the
+// workers (the engine thread, normally); a call made while another runs (an adapter loading on
+// an HTTP thread, say) runs its tasks inline on its own thread, so two jobs never share the
+// workers. Task functions must keep per-thread scratch in thread_local storage: the thread
+// index passed to them is 0 for an inline caller too.
 // Workers spin briefly between jobs (a decode step issues hundreds of short jobs; a
 // condition-variable wake-up per job would cost several percent), then sleep.
 class ThreadPool {
@@ -43,6 +47,7 @@ class ThreadPool {
   int num_threads_;
   std::vector<std::thread> workers_;
   std::mutex mu_;
+  std::mutex run_mu_;  // held by the caller that owns the workers for one ParallelFor
   std::condition_variable cv_;
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_workers_{0};
