@@ -97,8 +97,12 @@ TEST(OpenAiRequest, RejectsMalformedBodies) {
   EXPECT_EQ(Reject("[1,2]").http_status, 400);
   EXPECT_EQ(Reject("{\"model\": \"m\", \"prompt\": \"\xff\xfe\"}").http_status, 400);
   std::string deep(100000, '[');
-  EXPECT_NE(Reject(deep).message.find("nests deeper"), std::string::npos);
-  EXPECT_TRUE(JsonDepthWithin(R"({"a":"[[[[[[[[[[[[[["})", 2));
+  EXPECT_NE(Reject(deep).message.find("nested deeper"), std::string::npos);
+  // Brackets inside strings do not count.
+  OpenAiRequest r;
+  ApiError err;
+  EXPECT_TRUE(ParseOpenAiRequest(R"({"model":"m","prompt":"[[[[[[[[[[[[[[[[[[[["})",
+                                 Endpoint::kCompletions, &r, &err, 2)) << err.message;
 }
 
 }  // namespace
