@@ -123,7 +123,11 @@ StatusOr<std::shared_ptr<const Adapter>> AdapterStore::Acquire(const std::string
     auto it = entries_.find(name);
     if (it != entries_.end() && it->second.loaded) {
       Touch(name, it->second);
-      return it->second.loaded;
+      std::shared_ptr<const Adapter> lease = it->second.loaded;
+      // Over the bound because adapters were leased when others loaded: back to it now that
+      // some may be free (the one just acquired is the most recent, never a victim).
+      EvictLocked();
+      return lease;
     }
     if (it == entries_.end() && roots_.empty()) return NotFound("no adapter named '" + name + "'");
   }

@@ -104,3 +104,29 @@ TEST(AdapterStore, RuntimeLoadingNeedsRoots) {
 
 }  // namespace
 }  // namespace loom
+
+namespace loom {
+namespace {
+
+// Adapters loaded while every other one was leased push the store over its bound; the next
+// acquire after the leases end brings it back.
+TEST(AdapterStore, OverTheBoundWhileLeasedThenEvictedOnTheNextAcquire) {
+  AdapterStoreOptions o;
+  o.max_cpu_loras = 2;
+  AdapterStore store(&Llama(), o);
+  ASSERT_TRUE(store.Register("a", kAdapters + "llama_qv_r8_f32").ok());
+  ASSERT_TRUE(store.Register("b", kAdapters + "llama_mlp_r6").ok());
+  {
+    auto la = store.Acquire("a");
+    auto lb = store.Acquire("b");
+    ASSERT_TRUE(store.Register("c", kAdapters + "llama_all_r4_f16").ok());
+    EXPECT_EQ(store.num_resident(), 3);  // a and b pinned, c the newest
+    EXPECT_EQ(store.num_evictions(), 0);
+  }
+  ASSERT_TRUE(store.Acquire("c").ok());
+  EXPECT_EQ(store.num_resident(), 2);
+  EXPECT_EQ(store.num_evictions(), 1);
+}
+
+}  // namespace
+}  // namespace loom
