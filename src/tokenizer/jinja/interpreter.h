@@ -21,6 +21,20 @@ constexpr StatusCode kRaisedCode = StatusCode::kFailedPrecondition;
 
 // Limits that keep a hostile template (or hostile messages) from exhausting the process;
 // exceeding one is an error (kResourceExhausted) whose message names the limit, never a crash.
+// Evaluator stack budget. AddressSanitizer frames are several times larger (redzones), so
+// sanitized builds get a proportionally larger budget for the same template depth.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr size_t kDefaultMaxStackBytes = size_t{4} << 20;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr size_t kDefaultMaxStackBytes = size_t{4} << 20;
+#else
+inline constexpr size_t kDefaultMaxStackBytes = size_t{1} << 20;
+#endif
+#else
+inline constexpr size_t kDefaultMaxStackBytes = size_t{1} << 20;
+#endif
+
 struct RenderLimits {
   // Rendered text, and any one string built while rendering.
   size_t max_output_bytes = 16 << 20;
@@ -33,7 +47,7 @@ struct RenderLimits {
   int max_call_depth = 64;         // nested macro calls
   // Native stack the evaluator may use below Render's frame: deep expressions inside recursive
   // macros nest evaluation (70 macro levels × 190 nested operators overflowed 8 MiB).
-  size_t max_stack_bytes = 1 << 20;
+  size_t max_stack_bytes = kDefaultMaxStackBytes;
   int max_value_depth = 128;       // nesting of lists / dicts a template builds
   int64_t max_steps = 20'000'000;  // evaluated expressions + loop iterations
   // Wall-clock budget of one render, in milliseconds (0: none). Checked every 1024 steps.
