@@ -27,18 +27,9 @@ import os
 import sys
 
 
-def bytes_to_unicode():
-    """GPT-2's byte -> printable character table (what ByteLevel pre-tokenizers use)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(
-        range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, [chr(c) for c in cs]))
+# GPT-2's byte -> printable character table: the one the e2e tests' tokenizer uses.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "tests", "e2e"))
+from tiny_model import bytes_to_unicode  # noqa: E402
 
 
 def synthetic_tokenizer(vocab_size):
