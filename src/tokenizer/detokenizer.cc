@@ -26,14 +26,18 @@ std::string StreamingDetokenizer::Add(int32_t id) {
   if (skip_special_tokens_ && tokenizer_->IsSpecial(id)) return "";
   ids_.push_back(id);
   if (IsByteToken(tokenizer_->IdToToken(id))) return "";
+  const size_t pending = ids_.size() - read_offset_;
+  if (pending < next_try_) return "";
   const std::span<const int32_t> all(ids_);
   const std::string prefix_text =
       tokenizer_->Decode(all.subspan(prefix_offset_, read_offset_ - prefix_offset_), false);
   const std::string new_text = tokenizer_->Decode(all.subspan(prefix_offset_), false);
   if (new_text.size() <= prefix_text.size() || EndsWithReplacement(new_text) ||
       new_text.compare(0, prefix_text.size(), prefix_text) != 0) {
+    if (pending >= kEagerPending) next_try_ = 2 * pending;
     return "";
   }
+  next_try_ = 0;
   prefix_offset_ = read_offset_;
   read_offset_ = ids_.size();
   std::string delta = new_text.substr(prefix_text.size());
@@ -47,6 +51,7 @@ std::string StreamingDetokenizer::Finish() {
   std::string rest = emitted_bytes_ <= full.size() ? full.substr(emitted_bytes_) : std::string();
   emitted_bytes_ += rest.size();
   prefix_offset_ = read_offset_ = ids_.size();
+  next_try_ = 0;
   return rest;
 }
 

@@ -18,6 +18,11 @@ namespace loom::tokenizer {
 // unfinished character). The window starts one emitted token back, so decoder rules that look at
 // the first token (Metaspace, Strip) act the same on both decodes. A run of <0xXX> byte tokens is
 // held until it ends, because ByteFallback judges the run as a whole.
+//
+// Cost: each Add decodes the window, which grows while the text keeps ending in U+FFFD (a long
+// run of invalid bytes never "completes"). Past kEagerPending pending ids the window is decoded
+// again only when the pending count has doubled since the last try, so a hostile run of n such
+// ids costs O(n) decode work instead of O(n^2); the output is unchanged, only held longer.
 class StreamingDetokenizer {
  public:
   StreamingDetokenizer(const Tokenizer* tokenizer, bool skip_special_tokens)
@@ -35,6 +40,8 @@ class StreamingDetokenizer {
   size_t prefix_offset_ = 0;  // window start
   size_t read_offset_ = 0;    // ids before this are emitted
   size_t emitted_bytes_ = 0;
+  size_t next_try_ = 0;  // pending count at which to decode again (0: every Add)
+  static constexpr size_t kEagerPending = 8;
 };
 
 }  // namespace loom::tokenizer

@@ -80,6 +80,30 @@ TEST_P(DetokenizerTest, MultiByteTextNeverEmitsReplacementCharacters) {
   EXPECT_EQ(streamed, (*t)->Decode(*ids, true));
 }
 
+// A long run of ids whose text keeps ending in an unfinished character (lone UTF-8 continuation
+// bytes), then ordinary text: the streamed text still equals the one-shot decode, and the run
+// costs linear decode work (the quadratic version takes minutes here and hits the ctest timeout).
+TEST_P(DetokenizerTest, LongInvalidRunStreamsToTheFullDecode) {
+  auto t = Tokenizer::FromFile((kTokenizers / GetParam()).string());
+  ASSERT_TRUE(t.ok());
+  const Tokenizer& tok = **t;
+  int32_t invalid = -1;  // an id that decodes alone to U+FFFD (a lone lead/continuation byte)
+  for (int32_t id = 0; id < tok.id_limit() && invalid < 0; ++id) {
+    const int32_t one[] = {id};
+    if (!tok.IsSpecial(id) && tok.Decode(one, false) == "\xEF\xBF\xBD") invalid = id;
+  }
+  if (invalid < 0) GTEST_SKIP() << "no id decodes to U+FFFD alone";
+  auto tail = tok.Encode(" and then plain words.", false);
+  ASSERT_TRUE(tail.ok());
+  std::vector<int32_t> ids(40000, invalid);
+  ids.insert(ids.end(), tail->begin(), tail->end());
+  StreamingDetokenizer d(&tok, true);
+  std::string streamed;
+  for (int32_t id : ids) streamed += d.Add(id);
+  streamed += d.Finish();
+  EXPECT_EQ(streamed, tok.Decode(ids, true));
+}
+
 INSTANTIATE_TEST_SUITE_P(Tokenizers, DetokenizerTest,
                          testing::Values("gpt2/tokenizer.json",
                                          "TinyLlama-1.1B-Chat-v1.0/tokenizer.json",
