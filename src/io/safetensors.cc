@@ -350,19 +350,37 @@ Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite
 }
 
 Status CheckStoreFinite(const SafetensorsStore& store, const std::string& where) {
-  const std::vector<std::string>& names = store.names();
-  std::vector<Status> results(names.size());
-  ThreadPool::Global().ParallelFor(static_cast<int64_t>(names.size()), [&](int64_t i, int) {
-    const TensorInfo* info = store.Find(names[static_cast<size_t>(i)]);
-    if (info == nullptr || !info->dtype) return;  // not a computed dtype: never read as weights
+  // Work is split into chunks of at most kChunk elements across all tensors, so one huge tensor
+  // (the embedding is a quarter of a small model) does not leave the other threads idle.
+  constexpr int64_t kChunk = int64_t{1} << 21;
+  struct Chunk {
+    const TensorInfo* info;
+    int64_t start, len;
+  };
+  std::vector<Chunk> chunks;
+  for (const std::string& name : store.names()) {
+    const TensorInfo* info = store.Find(name);
+    if (info == nullptr || !info->dtype) continue;  // not a computed dtype: never read as weights
+    int64_t n = 1;
+    for (int64_t d : info->shape) n *= d;  // validated against the byte size at open
+    for (int64_t s = 0; s < n; s += kChunk) chunks.push_back({info, s, std::min(kChunk, n - s)});
+  }
+  std::vector<int64_t> bad(chunks.size(), -1);  // first bad index within the tensor, per chunk
+  ThreadPool::Global().ParallelFor(static_cast<int64_t>(chunks.size()), [&](int64_t i, int) {
+    const Chunk& c = chunks[static_cast<size_t>(i)];
+    const size_t esize = DTypeSize(*c.info->dtype);
+    const int64_t at = FindNonFinite(*c.info->dtype,
+                                     static_cast<const uint8_t*>(c.info->data) + c.start * esize, c.len);
+    if (at >= 0) bad[static_cast<size_t>(i)] = c.start + at;
+  });
+  for (size_t i = 0; i < chunks.size(); ++i) {  // chunks are in file order: the first bad wins
+    if (bad[i] < 0) continue;
+    const TensorInfo* info = chunks[i].info;
     Tensor t;
     t.dtype = *info->dtype;
     t.shape = info->shape;
     t.data = info->data;
-    results[static_cast<size_t>(i)] = CheckTensorFinite(t, info->name, where.empty() ? info->file : where);
-  });
-  for (Status& st : results) {
-    if (!st.ok()) return st;  // the first in file order
+    return NonFiniteError(t, bad[i], info->name, where.empty() ? info->file : where);
   }
   return OkStatus();
 }

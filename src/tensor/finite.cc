@@ -12,10 +12,32 @@ namespace {
 constexpr int64_t kBlock = 4096;  // elements per vectorised pass
 
 // A value is NaN or ±Inf exactly when its exponent bits are all set, i.e. when its magnitude
-// bits (sign cleared) are at least kExp. The block test is a max-reduction of the magnitudes —
-// integer max vectorises on every x86 level (pmaxsw / pmaxsd or compare+blend) — so the scan runs
-// at memory speed; only a failing block is searched element by element.
-template <typename Bits, typename Signed, Bits kAbs, Bits kExp>
+// bits (sign cleared) are at least kExp. The block test is an unsigned max-reduction of the
+// magnitudes, compiled for AVX-512BW, AVX2 and the baseline (picked at load by the dynamic
+// linker), so the scan runs at memory speed; only a failing block is searched element by element.
+template <typename Bits>
+[[gnu::always_inline]] inline Bits MaxMagnitude(const Bits* p, int64_t len, Bits abs_mask) {
+  Bits top = 0;
+  for (int64_t i = 0; i < len; ++i) top = std::max<Bits>(top, p[i] & abs_mask);
+  return top;
+}
+
+[[gnu::target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")]] uint16_t MaxMagnitude16(const uint16_t* p,
+                                                                              int64_t len,
+                                                                              uint16_t abs_mask) {
+  return MaxMagnitude<uint16_t>(p, len, abs_mask);
+}
+
+[[gnu::target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")]] uint32_t MaxMagnitude32(const uint32_t* p,
+                                                                              int64_t len,
+                                                                              uint32_t abs_mask) {
+  return MaxMagnitude<uint32_t>(p, len, abs_mask);
+}
+
+inline uint16_t BlockMax(const uint16_t* p, int64_t len, uint16_t m) { return MaxMagnitude16(p, len, m); }
+inline uint32_t BlockMax(const uint32_t* p, int64_t len, uint32_t m) { return MaxMagnitude32(p, len, m); }
+
+template <typename Bits, Bits kAbs, Bits kExp>
 int64_t Scan(const void* data, int64_t n) {
   const auto* bytes = static_cast<const unsigned char*>(data);
   const bool aligned = reinterpret_cast<uintptr_t>(data) % sizeof(Bits) == 0;
@@ -27,9 +49,7 @@ int64_t Scan(const void* data, int64_t n) {
       std::memcpy(copy, bytes + start * int64_t(sizeof(Bits)), static_cast<size_t>(len) * sizeof(Bits));
       p = copy;
     }
-    Signed top = 0;  // magnitudes fit the signed type: sign bit cleared
-    for (int64_t i = 0; i < len; ++i) top = std::max(top, static_cast<Signed>(p[i] & kAbs));
-    if (static_cast<Bits>(top) < kExp) continue;
+    if (BlockMax(p, len, kAbs) < kExp) continue;
     for (int64_t i = 0; i < len; ++i) {
       if ((p[i] & kAbs) >= kExp) return start + i;
     }
@@ -42,17 +62,20 @@ int64_t Scan(const void* data, int64_t n) {
 int64_t FindNonFinite(DType dtype, const void* data, int64_t n) {
   if (n <= 0 || data == nullptr) return -1;
   switch (dtype) {
-    case DType::kF32: return Scan<uint32_t, int32_t, 0x7FFFFFFFu, 0x7F800000u>(data, n);
-    case DType::kF16: return Scan<uint16_t, int16_t, 0x7FFF, 0x7C00>(data, n);
-    case DType::kBF16: return Scan<uint16_t, int16_t, 0x7FFF, 0x7F80>(data, n);
+    case DType::kF32: return Scan<uint32_t, 0x7FFFFFFFu, 0x7F800000u>(data, n);
+    case DType::kF16: return Scan<uint16_t, 0x7FFF, 0x7C00>(data, n);
+    case DType::kBF16: return Scan<uint16_t, 0x7FFF, 0x7F80>(data, n);
   }
   return -1;
 }
 
 Status CheckTensorFinite(const Tensor& t, std::string_view name, std::string_view where) {
-  const int64_t n = t.numel();
-  const int64_t bad = FindNonFinite(t.dtype, t.data, n);
+  const int64_t bad = FindNonFinite(t.dtype, t.data, t.numel());
   if (bad < 0) return OkStatus();
+  return NonFiniteError(t, bad, name, where);
+}
+
+Status NonFiniteError(const Tensor& t, int64_t bad, std::string_view name, std::string_view where) {
   float value = 0;
   ConvertToF32(t.dtype, static_cast<const uint8_t*>(t.data) + bad * int64_t(DTypeSize(t.dtype)),
                &value, 1);

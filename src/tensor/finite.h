@@ -19,4 +19,8 @@ int64_t FindNonFinite(DType dtype, const void* data, int64_t n);
 //   column 6)". `where` leads the message (a file path, "adapter 'sql'").
 Status CheckTensorFinite(const Tensor& t, std::string_view name, std::string_view where);
 
+// The error CheckTensorFinite returns when flat index `bad` of `t` is not finite (for callers
+// that scan a tensor in parallel chunks with FindNonFinite).
+Status NonFiniteError(const Tensor& t, int64_t bad, std::string_view name, std::string_view where);
+
 }  // namespace loom
