@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "engine/engine.h"
 #include "lora/adapter.h"
+#include "ops/matmul.h"
 
 namespace loom::cli {
 
@@ -24,6 +25,7 @@ struct BenchArgs {
   bool json = false;
   std::vector<std::string> loras;  // with adapters: base vs unmerged vs merged vs mixed
   bool no_check_weights = false;
+  bool batch_invariant = false;  // the kernels loom serve uses (on there by default)
 };
 
 // Every size a measurement allocates from, checked before the first one: figures for a
@@ -207,7 +209,12 @@ RunFn AddBenchCommand(CLI::App& cmd) {
                  "adapters: measure base vs unmerged vs merged, and a batch with a different "
                  "adapter per sequence");
   AddNoCheckWeightsFlag(&cmd, &a->no_check_weights);
-  return [a] { return RunBench(*a); };
+  cmd.add_flag("--batch-invariant", a->batch_invariant,
+               "measure the batch-invariant kernels loom serve uses by default");
+  return [a] {
+    GlobalMatmulOptions().batch_invariant = a->batch_invariant;
+    return RunBench(*a);
+  };
 }
 
 }  // namespace loom::cli

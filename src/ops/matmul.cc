@@ -23,9 +23,11 @@ bool UseBf16Dot(const Tensor& w, int64_t n) {
   return o.bf16_dot_min_rows > 0 && n >= o.bf16_dot_min_rows;
 }
 
+// Batch-invariant mode uses AMX for every row count too (a decode row is padded into a
+// 16-row tile; each output still sums its own row's products in the same order), so the
+// invariant path runs at AMX speed for prefill and at memory speed for decode.
 bool UseAmx(const Tensor& w, int64_t n) {
-  return !GlobalMatmulOptions().batch_invariant && UseBf16Dot(w, n) &&
-         cpu::ActiveIsa() == cpu::Isa::kAmx && w.dim(1) % 32 == 0;
+  return UseBf16Dot(w, n) && cpu::ActiveIsa() == cpu::Isa::kAmx && w.dim(1) % 32 == 0;
 }
 
 // Activation rows rounded to bf16, reused across calls (the engine thread is the only caller).

@@ -19,9 +19,9 @@ struct MatmulOptions {
   bool bf16_split = true;
   // Batch invariance: the kernel (and so each output's summation order) never depends on how
   // many rows are in the call, so a row's result is bit-identical whatever else is batched
-  // with it. bf16 weights then use the AVX512_BF16 dot product for every row count and AMX is
-  // not used (AMX tiles and vdpbf16ps sum in different orders). Costs prefill speed on AMX
-  // CPUs; decode is memory-bound either way.
+  // with it. bf16 weights then use one bf16 kernel for every row count: AMX tiles where the CPU
+  // has AMX-BF16 (a lone decode row is padded into a 16-row tile: decode stays memory-bound,
+  // prefill keeps AMX speed), else the AVX512_BF16 dot product.
   bool batch_invariant = false;
 };
 
