@@ -9,9 +9,11 @@
 namespace loom {
 
 namespace {
-// LoRA intermediates t = x·Aᵀ per active segment (engine thread only).
+// LoRA intermediates t = x·Aᵀ per active segment. Owned by the calling thread (the engine's),
+// taken before the parallel region and shared with the workers by reference: two engines on
+// two threads never share it.
 AlignedBuffer<float>& ShrinkScratch() {
-  static AlignedBuffer<float> buf;
+  static thread_local AlignedBuffer<float> buf;
   return buf;
 }
 }  // namespace

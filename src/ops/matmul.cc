@@ -30,9 +30,10 @@ bool UseAmx(const Tensor& w, int64_t n) {
   return UseBf16Dot(w, n) && cpu::ActiveIsa() == cpu::Isa::kAmx && w.dim(1) % 32 == 0;
 }
 
-// Activation rows rounded to bf16, reused across calls (the engine thread is the only caller).
+// Activation rows rounded to bf16, reused across calls. Owned by the calling thread, taken
+// before the parallel region: concurrent Matmul callers (two engines, a merge) never share it.
 AlignedBuffer<uint16_t>& Bf16Scratch() {
-  static AlignedBuffer<uint16_t> buf;
+  static thread_local AlignedBuffer<uint16_t> buf;
   return buf;
 }
 
