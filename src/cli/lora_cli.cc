@@ -71,7 +71,9 @@ int RunBatchFile(Model* model, const std::vector<std::shared_ptr<const Adapter>>
   Engine engine(model, options);
   for (const auto& a : adapters) engine.AddAdapter(a);  // slots in `adapters` order
   std::vector<int64_t> ids;
+  std::vector<int> logprobs_of;  // per entry: its own "logprobs" or the flag's
   for (size_t i = 0; i < entries.size(); ++i) {
+    logprobs_of.push_back(entries[i].request.params.logprobs);
     auto id = engine.Add(std::move(entries[i].request));
     if (!id.ok()) {
       std::fprintf(stderr, "error: --batch %s entry %zu: %s\n", batch_path.c_str(), i,
@@ -88,7 +90,7 @@ int RunBatchFile(Model* model, const std::vector<std::shared_ptr<const Adapter>>
   for (int64_t id : ids) {
     for (const auto& r : results) {
       if (r.id != id) continue;
-      json j = ResultJson(r, params.logprobs);
+      json j = ResultJson(r, logprobs_of[out.size()]);
       j["adapter"] = entries[out.size()].adapter_field;
       out.push_back(j);
       generated += r.generated.size();

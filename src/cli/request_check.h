@@ -27,7 +27,10 @@ struct BatchEntry {
 
 inline constexpr size_t kMaxBatchEntries = 1 << 16;
 
-// Parses a --batch file: [{"prompt_tokens": [ids], "adapter": NAME | null, "max_tokens": N}, ...].
+// Parses a --batch file: [{"prompt_tokens": [ids], "adapter": NAME | null, "max_tokens": N, ...}, ...].
+// Besides prompt_tokens and adapter an entry may set "logprobs" and any sampling field the
+// server takes (engine/request_fields.h: temperature, top_p, seed, ...), parsed by the same
+// code, over `defaults` (the command's flags); any other key is an error naming it.
 // Every entry is validated (ids in the vocabulary, max_tokens ≥ 1, prompt + max_tokens within
 // the context, adapter among `adapter_slots`) before the caller sizes anything; errors name the
 // file (`where`), the entry and the field. *total_tokens gets the sum of prompt + max_tokens.

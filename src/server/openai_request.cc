@@ -2,6 +2,7 @@
 #include "server/openai_request.h"
 
 #include "base/json.h"
+#include "engine/request_fields.h"
 
 #include <cmath>
 #include <functional>
@@ -14,8 +15,6 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
-constexpr int64_t kMaxTokensLimit = 1 << 24;
-
 struct Parser {
   const json& body;
   ApiError* error;
@@ -26,62 +25,17 @@ struct Parser {
     failed = true;
     return false;
   }
-  // An integer (an integral JSON float is accepted, as pydantic's lax mode does) in [lo, hi].
+  bool Check(const std::string& field, const Status& st) {
+    return st.ok() ? true : Fail(field, st.message());
+  }
   bool Int(const std::string& field, const json& v, int64_t lo, int64_t hi, int64_t* out) {
-    if (v.is_number_integer()) {
-      if (v.is_number_unsigned()) {
-        const uint64_t u = v.get<uint64_t>();
-        if (u > static_cast<uint64_t>(hi)) {
-          return Fail(field, field + " must be at most " + std::to_string(hi) + ", got " + v.dump());
-        }
-        *out = static_cast<int64_t>(u);
-      } else {
-        *out = v.get<int64_t>();
-      }
-    } else if (v.is_number_float()) {
-      const double d = v.get<double>();
-      if (!std::isfinite(d) || d != std::floor(d) || std::fabs(d) > 9.0e15) {
-        return Fail(field, field + " must be an integer, got " + v.dump());
-      }
-      *out = static_cast<int64_t>(d);
-    } else {
-      return Fail(field, field + " must be an integer, got " + std::string(v.type_name()));
-    }
-    if (*out < lo || *out > hi) {
-      return Fail(field, field + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                             "], got " + std::to_string(*out));
-    }
-    return true;
+    return Check(field, JsonInt(field, v, lo, hi, out));
   }
   bool Int32(const std::string& field, const json& v, int64_t lo, int64_t hi, int* out) {
-    int64_t x = 0;
-    if (!Int(field, v, lo, hi, &x)) return false;
-    *out = static_cast<int>(x);
-    return true;
-  }
-  bool Number(const std::string& field, const json& v, double lo, double hi, float* out,
-              bool lo_open = false) {
-    if (!v.is_number()) {
-      return Fail(field, field + " must be a number, got " + std::string(v.type_name()));
-    }
-    const double d = v.get<double>();
-    if (!std::isfinite(d) || d < lo || d > hi || (lo_open && d == lo)) {
-      return Fail(field, field + " must be in " + std::string(lo_open ? "(" : "[") + FormatNum(lo) +
-                             ", " + FormatNum(hi) + "], got " + v.dump());
-    }
-    *out = static_cast<float>(d);
-    return true;
-  }
-  static std::string FormatNum(double d) {
-    json j = d;
-    return j.dump();
+    return Check(field, JsonInt32(field, v, lo, hi, out));
   }
   bool Bool(const std::string& field, const json& v, bool* out) {
-    if (!v.is_boolean()) {
-      return Fail(field, field + " must be a boolean, got " + std::string(v.type_name()));
-    }
-    *out = v.get<bool>();
-    return true;
+    return Check(field, JsonBool(field, v, out));
   }
   bool TokenIds(const std::string& field, const json& v, std::vector<int32_t>* out) {
     if (!v.is_array()) return Fail(field, field + " must be a list of token ids");
@@ -106,49 +60,6 @@ void AddCommon(std::map<std::string, Handler>* h) {
       return p.Fail("model", "model must be a non-empty string");
     }
     r->model = v.get<std::string>();
-    return true;
-  };
-  m["max_tokens"] = [](Parser& p, const json& v, OpenAiRequest* r) {
-    if (v.is_null()) return true;
-    r->max_tokens_given = true;
-    return p.Int32("max_tokens", v, 1, kMaxTokensLimit, &r->params.max_tokens);
-  };
-  m["temperature"] = [](Parser& p, const json& v, OpenAiRequest* r) {
-    if (v.is_null()) return true;
-    return p.Number("temperature", v, 0, 100, &r->params.temperature);
-  };
-  m["top_p"] = [](Parser& p, const json& v, OpenAiRequest* r) {
-    if (v.is_null()) return true;
-    return p.Number("top_p", v, 0, 1, &r->params.top_p, /*lo_open=*/true);
-  };
-  m["top_k"] = [](Parser& p, const json& v, OpenAiRequest* r) {
-    if (v.is_null()) return true;
-    return p.Int32("top_k", v, -1, std::numeric_limits<int32_t>::max(), &r->params.top_k);
-  };
-  m["min_p"] = [](Parser& p, const json& v, OpenAiRequest* r) {
-    if (v.is_null()) return true;
-    return p.Number("min_p", v, 0, 1, &r->params.min_p);
-  };
-  m["presence_penalty"] = [](Parser& p, const json& v, OpenAiRequest* r) {
-    if (v.is_null()) return true;
-    return p.Number("presence_penalty", v, -2, 2, &r->params.presence_penalty);
-  };
-  m["frequency_penalty"] = [](Parser& p, const json& v, OpenAiRequest* r) {
-    if (v.is_null()) return true;
-    return p.Number("frequency_penalty", v, -2, 2, &r->params.frequency_penalty);
-  };
-  m["repetition_penalty"] = [](Parser& p, const json& v, OpenAiRequest* r) {
-    if (v.is_null()) return true;
-    return p.Number("repetition_penalty", v, 0, 10, &r->params.repetition_penalty, true);
-  };
-  m["seed"] = [](Parser& p, const json& v, OpenAiRequest* r) {
-    if (v.is_null()) return true;
-    int64_t seed = 0;
-    if (!p.Int("seed", v, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(),
-               &seed)) {
-      return false;
-    }
-    r->params.seed = static_cast<uint64_t>(seed);
     return true;
   };
   m["n"] = [](Parser& p, const json& v, OpenAiRequest* r) {
@@ -204,10 +115,6 @@ void AddCommon(std::map<std::string, Handler>* h) {
     if (v.is_null()) return true;
     if (v.is_array() && v.size() > 256) return p.Fail("stop_token_ids", "at most 256 stop_token_ids");
     return p.TokenIds("stop_token_ids", v, &r->stop_token_ids);
-  };
-  m["ignore_eos"] = [](Parser& p, const json& v, OpenAiRequest* r) {
-    if (v.is_null()) return true;
-    return p.Bool("ignore_eos", v, &r->params.ignore_eos);
   };
   m["include_stop_str_in_output"] = [](Parser& p, const json& v, OpenAiRequest* r) {
     if (v.is_null()) return true;
@@ -405,6 +312,16 @@ bool ParseOpenAiRequest(const std::string& body, Endpoint endpoint, OpenAiReques
   if (j.contains("n") && !handlers["n"](p, j["n"], out)) return false;
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (it.key() == "n") continue;
+    // Sampling fields: one parser for the server and the CLI's --batch files.
+    Status sampling;
+    if (ParseSamplingField(it.key(), it.value(), &out->params, &sampling)) {
+      if (!sampling.ok()) {
+        *error = BadRequest(it.key(), sampling.message());
+        return false;
+      }
+      if (it.key() == "max_tokens" && !it.value().is_null()) out->max_tokens_given = true;
+      continue;
+    }
     auto h = handlers.find(it.key());
     if (h == handlers.end()) {
       *error = BadRequest(it.key(), "unknown field '" + it.key() + "'");

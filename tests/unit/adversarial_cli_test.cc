@@ -41,14 +41,21 @@ TEST(AdversarialCli, BatchFilesWithWrongTypesOrHugeValuesAreErrorsNamingEntryAnd
   const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
       {"[[1,2]]", {"entry 0: needs {\"prompt_tokens\": [ids], ...}"}},
       {R"([{"prompt_tokens": [1], "max_tokens": "x"}])",
-       {"entry 0: field 'max_tokens' must be an integer, got \"x\""}},
+       {"entry 0: max_tokens must be an integer, got string"}},
       {R"([{"prompt_tokens": [1], "max_tokens": 4294967297}])",
-       {"field 'max_tokens' is 4294967297, above the maximum"}},
+       {"max_tokens must be at most 16777216, got 4294967297"}},
+      // Sampling fields go through the server's parser: typos and bad values are errors.
+      {R"([{"prompt_tokens": [1], "temprature": 0}])", {"entry 0: unknown field 'temprature'"}},
+      {R"([{"prompt_tokens": [1]}, {"prompt_tokens": [1], "top_p": 0}])",
+       {"entry 1: top_p must be in (0.0, 1.0], got 0"}},
+      {R"([{"prompt_tokens": [1], "temperature": "hot"}])", {"temperature must be a number"}},
+      {R"([{"prompt_tokens": [1], "logprobs": 99}])", {"entry 0: logprobs must be at most 20, got 99"}},
       {R"([{"prompt_tokens": [4294967297]}])",
        {"field 'prompt_tokens' entry 0 is 4294967297, above the maximum"}},
       {R"([{"prompt_tokens": [2000000000]}])", {"entry 0 is 2000000000, above the maximum"}},
       {R"([{"prompt_tokens": [1], "max_tokens": 2000000000}])",
-       {"exceeds the maximum context length"}},
+       {"max_tokens must be at most 16777216, got 2000000000"}},
+      {R"([{"prompt_tokens": [1], "max_tokens": 600}])", {"exceeds the maximum context length"}},
       {R"([{"prompt_tokens": []}])", {"prompt_tokens is empty"}},
       {R"([{"prompt_tokens": "1,2"}])", {"must be a list of integers"}},
       {R"([{"prompt_tokens": [1], "adapter": 5}])", {"adapter 5 is not loaded"}},
@@ -66,6 +73,27 @@ TEST(AdversarialCli, BatchFilesWithWrongTypesOrHugeValuesAreErrorsNamingEntryAnd
   ExpectFails("generate --model " + kModel + " --batch " + dir.Path("fifo.json"), 2,
               {"fifo.json", "is a FIFO"});
   ExpectFails("generate --model " + kModel + " --batch " + dir.path(), 2, {"is a folder"});
+}
+
+// A sampling field in a --batch entry takes effect (it used to be dropped silently): with
+// "temperature": 0 the entry is greedy whatever --seed says; without it, --temperature 1 samples
+// and two seeds give different tokens.
+TEST(AdversarialCli, BatchEntrySamplingFieldsOverrideTheFlags) {
+  TempDir dir;
+  auto tokens = [&](const std::string& entry, int seed) {
+    const std::string file = dir.Path("b" + std::to_string(seed) + ".json");
+    WriteBytes(file, "[" + entry + "]");
+    const RunResult r = RunLoom("generate --model " + kModel + " --batch " + file +
+                                " --temperature 1 --seed " + std::to_string(seed));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    const size_t at = r.output.find("\"generated_tokens\":[");
+    EXPECT_NE(at, std::string::npos) << r.output;
+    return at == std::string::npos ? std::string() : r.output.substr(at, r.output.find(']', at) - at);
+  };
+  const std::string greedy = R"({"prompt_tokens": [5, 6, 7], "max_tokens": 12, "temperature": 0})";
+  const std::string sampled = R"({"prompt_tokens": [5, 6, 7], "max_tokens": 12})";
+  EXPECT_EQ(tokens(greedy, 1), tokens(greedy, 2));
+  EXPECT_NE(tokens(sampled, 1), tokens(sampled, 2));
 }
 
 TEST(AdversarialCli, ThreadsAreCappedToTheCoresWithAWarning) {

@@ -1,0 +1,111 @@
+// Typed request-field values and the sampling fields, shared by the server and the CLI.
+#include "engine/request_fields.h"
+
+#include <cmath>
+#include <limits>
+
+namespace loom {
+
+using json = nlohmann::ordered_json;
+
+namespace {
+
+std::string FormatNum(double d) {
+  json j = d;
+  return j.dump();
+}
+
+}  // namespace
+
+Status JsonInt(const std::string& field, const json& v, int64_t lo, int64_t hi, int64_t* out) {
+  if (v.is_number_integer()) {
+    if (v.is_number_unsigned()) {
+      const uint64_t u = v.get<uint64_t>();
+      if (u > static_cast<uint64_t>(hi)) {
+        return InvalidArgument(field + " must be at most " + std::to_string(hi) + ", got " + v.dump());
+      }
+      *out = static_cast<int64_t>(u);
+    } else {
+      *out = v.get<int64_t>();
+    }
+  } else if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (!std::isfinite(d) || d != std::floor(d) || std::fabs(d) > 9.0e15) {
+      return InvalidArgument(field + " must be an integer, got " + v.dump());
+    }
+    *out = static_cast<int64_t>(d);
+  } else {
+    return InvalidArgument(field + " must be an integer, got " + std::string(v.type_name()));
+  }
+  if (*out < lo || *out > hi) {
+    return InvalidArgument(field + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                           "], got " + std::to_string(*out));
+  }
+  return OkStatus();
+}
+
+Status JsonInt32(const std::string& field, const json& v, int64_t lo, int64_t hi, int* out) {
+  int64_t x = 0;
+  RETURN_IF_ERROR(JsonInt(field, v, lo, hi, &x));
+  *out = static_cast<int>(x);
+  return OkStatus();
+}
+
+Status JsonNumber(const std::string& field, const json& v, double lo, double hi, float* out,
+                  bool lo_open) {
+  if (!v.is_number()) {
+    return InvalidArgument(field + " must be a number, got " + std::string(v.type_name()));
+  }
+  const double d = v.get<double>();
+  if (!std::isfinite(d) || d < lo || d > hi || (lo_open && d == lo)) {
+    return InvalidArgument(field + " must be in " + std::string(lo_open ? "(" : "[") + FormatNum(lo) +
+                           ", " + FormatNum(hi) + "], got " + v.dump());
+  }
+  *out = static_cast<float>(d);
+  return OkStatus();
+}
+
+Status JsonBool(const std::string& field, const json& v, bool* out) {
+  if (!v.is_boolean()) {
+    return InvalidArgument(field + " must be a boolean, got " + std::string(v.type_name()));
+  }
+  *out = v.get<bool>();
+  return OkStatus();
+}
+
+bool ParseSamplingField(const std::string& key, const json& v, SamplingParams* p, Status* status) {
+  constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+  Status st;
+  if (key == "max_tokens") {
+    if (!v.is_null()) st = JsonInt32(key, v, 1, kMaxTokensLimit, &p->max_tokens);
+  } else if (key == "temperature") {
+    if (!v.is_null()) st = JsonNumber(key, v, 0, 100, &p->temperature);
+  } else if (key == "top_p") {
+    if (!v.is_null()) st = JsonNumber(key, v, 0, 1, &p->top_p, /*lo_open=*/true);
+  } else if (key == "top_k") {
+    if (!v.is_null()) st = JsonInt32(key, v, -1, kInt32Max, &p->top_k);
+  } else if (key == "min_p") {
+    if (!v.is_null()) st = JsonNumber(key, v, 0, 1, &p->min_p);
+  } else if (key == "presence_penalty") {
+    if (!v.is_null()) st = JsonNumber(key, v, -2, 2, &p->presence_penalty);
+  } else if (key == "frequency_penalty") {
+    if (!v.is_null()) st = JsonNumber(key, v, -2, 2, &p->frequency_penalty);
+  } else if (key == "repetition_penalty") {
+    if (!v.is_null()) st = JsonNumber(key, v, 0, 10, &p->repetition_penalty, /*lo_open=*/true);
+  } else if (key == "seed") {
+    if (!v.is_null()) {
+      int64_t seed = 0;
+      st = JsonInt(key, v, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(),
+                   &seed);
+      if (st.ok()) p->seed = static_cast<uint64_t>(seed);
+    }
+  } else if (key == "ignore_eos") {
+    if (!v.is_null()) st = JsonBool(key, v, &p->ignore_eos);
+  } else {
+    return false;
+  }
+  *status = st;
+  return true;
+}
+
+}  // namespace loom
