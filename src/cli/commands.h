@@ -20,6 +20,7 @@ RunFn AddBenchCommand(CLI::App& app);
 RunFn AddTokenizeCommand(CLI::App& app);
 RunFn AddDetokenizeCommand(CLI::App& app);
 RunFn AddServeCommand(CLI::App& app);
+RunFn AddChatCommand(CLI::App& app);
 
 // Sampling flags shared by commands (--temperature, --top-k, ...).
 void AddSamplingFlags(CLI::App* cmd, SamplingParams* params, int64_t* seed);
@@ -36,6 +37,13 @@ bool ParseIdList(const std::string& text, std::vector<int32_t>* out, std::string
 // apply_chat_template does.
 StatusOr<std::string> RenderChatFile(const tokenizer::Tokenizer& tok, const std::string& model_dir,
                                      const std::string& chat_path, bool add_generation_prompt);
+
+// The bundled demo model (models/demo): ./models/demo, else next to the binary
+// (<exe dir>/../models/demo, <exe dir>/models/demo). Empty when not found.
+std::string FindDemoModelDir();
+// Its adapters as NAME=DIR specs: every sub-folder of DIR/adapters with an adapter_config.json,
+// sorted by name.
+std::vector<std::string> DemoAdapterSpecs(const std::string& model_dir);
 
 // Peak resident set size of this process in MiB (from /proc/self/status VmHWM).
 double PeakRssMiB();

@@ -6,6 +6,9 @@
 
 #include "cli/commands.h"
 
+#include <algorithm>
+#include <filesystem>
+
 namespace loom::cli {
 
 void AddSamplingFlags(CLI::App* cmd, SamplingParams* p, int64_t* seed) {
@@ -54,6 +57,37 @@ bool ParseIdList(const std::string& text, std::vector<int32_t>* out, std::string
     return false;
   }
   return true;
+}
+
+std::string FindDemoModelDir() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::vector<fs::path> candidates = {fs::path("models") / "demo"};
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    candidates.push_back(exe.parent_path().parent_path() / "models" / "demo");
+    candidates.push_back(exe.parent_path() / "models" / "demo");
+  }
+  for (const fs::path& dir : candidates) {
+    if (fs::is_regular_file(dir / "config.json", ec)) return dir.lexically_normal().string();
+  }
+  return "";
+}
+
+std::vector<std::string> DemoAdapterSpecs(const std::string& model_dir) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> specs;
+  std::error_code ec;
+  const fs::path root = fs::path(model_dir) / "adapters";
+  if (!fs::is_directory(root, ec)) return specs;
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code ec2;
+    if (it->is_directory(ec2) && fs::is_regular_file(it->path() / "adapter_config.json", ec2)) {
+      specs.push_back(it->path().filename().string() + "=" + it->path().string());
+    }
+  }
+  std::sort(specs.begin(), specs.end());
+  return specs;
 }
 
 double PeakRssMiB() {

@@ -25,6 +25,8 @@ int main(int argc, char** argv) {
   std::map<CLI::App*, loom::cli::RunFn> runs;
   auto* serve = app.add_subcommand("serve", "OpenAI-compatible HTTP server (vLLM's API and flags)");
   runs[serve] = loom::cli::AddServeCommand(*serve);
+  auto* chat = app.add_subcommand("chat", "interactive chat in the terminal (the model's chat template, streamed)");
+  runs[chat] = loom::cli::AddChatCommand(*chat);
   auto* gen = app.add_subcommand("generate", "generate tokens from a prompt");
   runs[gen] = loom::cli::AddGenerateCommand(*gen);
   auto* bench = app.add_subcommand("bench", "measure prefill and decode tokens/s");

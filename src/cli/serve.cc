@@ -34,6 +34,14 @@ int RunServe(ServeArgs& a) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
+  if (a.model.empty()) {  // the bundled demo: the model and, unless told otherwise, its adapters
+    a.model = FindDemoModelDir();
+    if (a.model.empty()) {
+      return Fail("no --model given and the bundled demo model (models/demo) was not found", 2);
+    }
+    if (a.loras.empty() && a.merge.empty()) a.loras = DemoAdapterSpecs(a.model);
+    std::fprintf(stderr, "loom: no --model: serving the bundled demo model %s\n", a.model.c_str());
+  }
   auto plan = PlanServe(a);
   if (!plan.ok()) return Fail(plan.status().message(), 2);
 

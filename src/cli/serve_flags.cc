@@ -12,7 +12,9 @@ namespace loom::cli {
 namespace fs = std::filesystem;
 
 void AddServeFlags(CLI::App& app, ServeArgs* a) {
-  app.add_option("--model", a->model, "Hugging Face model folder")->required();
+  app.add_option("--model", a->model,
+                 "Hugging Face model folder (default: the bundled demo model, models/demo, with "
+                 "its adapters)");
   app.add_option("--served-model-name", a->served_model_name,
                  "the base model's name in requests (default: the folder's name)");
   app.add_option("--lora", a->loras,

@@ -1,0 +1,158 @@
+// `loom chat`: an interactive terminal chat through the model's chat template, one adapter or
+// none, tokens printed as they come. Lines from stdin; /reset clears the history, /exit ends.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <string>
+
+#include "cli/commands.h"
+#include "cli/lora_cli.h"
+#include "engine/engine.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace loom::cli {
+
+namespace {
+
+struct ChatArgs {
+  std::string model;
+  std::string lora;
+  std::string system;
+  SamplingParams params;
+  int64_t seed = -1;
+  bool no_check_weights = false;
+};
+
+int Fail(const std::string& message, int code = 1) {
+  std::fprintf(stderr, "error: %s\n", message.c_str());
+  return code;
+}
+
+// --lora NAME of one of the demo model's adapters, or DIR / NAME=DIR.
+std::string ResolveLora(const std::string& model_dir, const std::string& lora) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (lora.empty() || lora.find('=') != std::string::npos || fs::exists(lora, ec)) return lora;
+  const fs::path bundled = fs::path(model_dir) / "adapters" / lora;
+  if (fs::is_regular_file(bundled / "adapter_config.json", ec)) return lora + "=" + bundled.string();
+  return lora;
+}
+
+int RunChat(ChatArgs& a) {
+  if (a.model.empty()) {
+    a.model = FindDemoModelDir();
+    if (a.model.empty()) return Fail("no --model given and the bundled demo model (models/demo) was not found", 2);
+  }
+  if (a.seed >= 0) a.params.seed = static_cast<uint64_t>(a.seed);
+  auto model = Model::Load(a.model, LoadOptionsFromFlags(a.no_check_weights));
+  if (!model.ok()) return Fail(model.status().message());
+  auto tok = tokenizer::Tokenizer::FromModelDir(a.model);
+  if (!tok.ok()) return Fail(tok.status().message());
+  auto source = LoadChatTemplate(a.model, "", false);
+  if (!source.ok()) return Fail(source.status().message());
+  auto tmpl = ChatTemplate::Parse(*source);
+  if (!tmpl.ok()) return Fail("chat template of " + a.model + ": " + tmpl.status().message());
+  std::vector<std::string> specs;
+  if (!a.lora.empty()) specs.push_back(ResolveLora(a.model, a.lora));
+  auto adapters = LoadCliAdapters(**model, specs, 0, !a.no_check_weights);
+  if (!adapters.ok()) return Fail(adapters.status().message());
+
+  const ModelConfig& config = (*model)->config();
+  EngineOptions options;
+  options.kv_cache_tokens = config.max_position_embeddings;
+  Engine engine(model->get(), options, tok->get());
+  engine.set_emit_updates(true);
+  const int slot = adapters->empty() ? -1 : engine.AddAdapter(adapters->front());
+  ChatTemplateOptions render;
+  render.add_generation_prompt = true;
+  if (!(*tok)->config().bos_token.empty()) render.bos_token = (*tok)->config().bos_token;
+  if (!(*tok)->config().eos_token.empty()) render.eos_token = (*tok)->config().eos_token;
+
+  const bool interactive = isatty(STDIN_FILENO);
+  std::fprintf(stderr, "loom chat: %s%s%s — /reset clears the conversation, /exit (or Ctrl-D) ends\n",
+               a.model.c_str(), adapters->empty() ? "" : " + adapter ",
+               adapters->empty() ? "" : adapters->front()->name().c_str());
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  if (!a.system.empty()) messages.push_back({{"role", "system"}, {"content", a.system}});
+  const size_t first_turn = messages.size();
+  std::string line;
+  while (true) {
+    if (interactive) std::fprintf(stderr, "\nyou> ");
+    if (!std::getline(std::cin, line)) break;
+    if (line == "/exit" || line == "/quit") break;
+    if (line == "/reset") {
+      messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(first_turn), messages.end());
+      std::fprintf(stderr, "(conversation cleared)\n");
+      continue;
+    }
+    if (line.empty()) continue;
+    messages.push_back({{"role", "user"}, {"content", line}});
+    auto text = tmpl->Render(messages, render);
+    StatusOr<std::vector<int32_t>> ids = text.ok() ? (*tok)->Encode(*text, false)
+                                                   : StatusOr<std::vector<int32_t>>(text.status());
+    GenerationRequest request;
+    if (ids.ok()) {
+      request.prompt = std::move(ids).value();
+      request.params = a.params;
+      const int64_t room = int64_t{engine.max_model_len()} - static_cast<int64_t>(request.prompt.size());
+      request.params.max_tokens = static_cast<int>(std::min<int64_t>(a.params.max_tokens, room));
+      request.detokenize = true;
+      request.adapter_slot = slot;
+    }
+    auto id = ids.ok() ? (request.params.max_tokens >= 1
+                              ? engine.Add(request)
+                              : StatusOr<int64_t>(InvalidArgument(
+                                    "the conversation fills the context; /reset to start over")))
+                       : StatusOr<int64_t>(ids.status());
+    if (!id.ok()) {
+      std::fprintf(stderr, "error: %s\n", id.status().message().c_str());
+      messages.erase(messages.end() - 1);
+      continue;
+    }
+    if (interactive) std::fprintf(stderr, "%s> ", adapters->empty() ? "loom" : adapters->front()->name().c_str());
+    std::string answer;
+    bool done = false;
+    const auto t0 = std::chrono::steady_clock::now();
+    int tokens = 0;
+    while (!done && engine.Step()) {
+      for (const SequenceUpdate& u : engine.TakeUpdates()) {
+        tokens += u.has_token;
+        std::fwrite(u.text.data(), 1, u.text.size(), stdout);
+        answer += u.text;
+        if (u.finish_reason != FinishReason::kNone) {
+          done = true;
+          if (!u.error.empty()) std::fprintf(stderr, "\nerror: %s", u.error.c_str());
+        }
+      }
+      std::fflush(stdout);
+    }
+    engine.TakeFinished();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("\n");
+    std::fflush(stdout);
+    if (interactive) std::fprintf(stderr, "(%d tokens, %.1f tokens/s)\n", tokens, tokens / s);
+    messages.push_back({{"role", "assistant"}, {"content", answer}});
+  }
+  return 0;
+}
+
+}  // namespace
+
+RunFn AddChatCommand(CLI::App& cmd) {
+  auto a = std::make_shared<ChatArgs>();
+  a->params.temperature = 0;  // greedy unless asked: the same question gives the same answer
+  a->params.max_tokens = 256;
+  cmd.add_option("--model", a->model, "Hugging Face model folder (default: the bundled demo model)");
+  cmd.add_option("--lora", a->lora,
+                 "one PEFT adapter: DIR, NAME=DIR, or the name of a bundled demo adapter");
+  cmd.add_option("--system", a->system, "a system message starting the conversation");
+  AddSamplingFlags(&cmd, &a->params, &a->seed);
+  AddNoCheckWeightsFlag(&cmd, &a->no_check_weights);
+  return [a] { return RunChat(*a); };
+}
+
+}  // namespace loom::cli
