@@ -67,8 +67,9 @@ class LoomServer:
 
     LISTEN_RE = re.compile(r"loom: listening on http://([^:\s]+):(\d+)")
 
-    def __init__(self, model_dir: Path, args=(), api_key=None, env=None):
-        self.model_dir = Path(model_dir)
+    def __init__(self, model_dir, args=(), api_key=None, env=None):
+        # model_dir None: no --model (loom serves the bundled demo model, models/demo).
+        self.model_dir = None if model_dir is None else Path(model_dir)
         self.args = list(args)
         self.api_key = api_key
         self.log_lines = []
@@ -81,8 +82,10 @@ class LoomServer:
     def start(self, ready_timeout: float = 60.0):
         binary = loom_bin()
         _wait_for_binary(binary)
-        cmd = [str(binary), "serve", "--model", str(self.model_dir), "--host", "127.0.0.1",
-               "--port", "0"] + self.args
+        cmd = [str(binary), "serve"]
+        if self.model_dir is not None:
+            cmd += ["--model", str(self.model_dir)]
+        cmd += ["--host", "127.0.0.1", "--port", "0"] + self.args
         if self.api_key:
             cmd += ["--api-key", self.api_key]
         self.cmd = cmd
