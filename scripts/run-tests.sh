@@ -22,9 +22,8 @@ bash scripts/run-e2e.sh
 # Sanitized unit tests (golden excluded: slow under ASan, and the Release run checked them).
 cmake --preset asan "${launcher[@]}" >/dev/null
 cmake --build build-asan -j"$jobs"
-# Leak checking is off: thread_local scratch of the worker pool and the Jinja engine's shared
-# values are reported as leaks at exit; this run is for memory errors and undefined behaviour.
-ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+# Memory errors, undefined behaviour and leaks (LeakSanitizer on).
+ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j"$jobs" --timeout 900 -L unit
 
 seconds=${LOOM_FUZZ_SECONDS:-20}

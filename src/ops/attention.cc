@@ -42,7 +42,6 @@ void Attention(const KvLayerView& cache, const std::vector<AttentionChunk>& chun
   }
   int max_len = 0;
   for (const auto& c : chunks) max_len = std::max(max_len, c.start_pos + c.num_rows);
-  static thread_local AlignedBuffer<float> tl_scores;
   const cpu::Isa isa = cpu::ActiveIsa();
   const int64_t num_tasks = chunk_first_task.back();
   auto task_fn = [&](int64_t task, int) {
@@ -57,7 +56,10 @@ void Attention(const KvLayerView& cache, const std::vector<AttentionChunk>& chun
     const int64_t row = ch.first_row + i;
     const int pos = ch.start_pos + i;
     const int first = window > 0 ? std::max(0, pos - window + 1) : 0;
-    AlignedBuffer<float>& scores = tl_scores;
+    // Declared here, on the thread that runs the task: a block-scope thread_local declared in
+    // the enclosing function would be used by the workers without ever being constructed there
+    // (its destructor never registered: LeakSanitizer saw one buffer lost per worker).
+    static thread_local AlignedBuffer<float> scores;
     LOOM_CHECK_OK(scores.Resize(static_cast<size_t>(max_len)));
     cpu::PagedKvHead head{cache.k, cache.v, cache.block_stride(),
                           int64_t{kv_head} * kKvBlockSize * hd, ch.block_table};
