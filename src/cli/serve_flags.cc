@@ -46,8 +46,9 @@ void AddServeFlags(CLI::App& app, ServeArgs* a) {
   app.add_flag("--no-enable-prefix-caching", a->no_prefix_caching,
                "do not reuse the KV blocks of earlier prompts (same adapter, same prefix)");
   app.add_flag("--no-batch-invariant", a->no_batch_invariant,
-               "let kernels depend on the batch (AMX prefill): faster prefill on AMX CPUs, but a "
-               "request's log-probs may differ in the last bits with what runs beside it");
+               "let kernels depend on the batch size (f32 kernel for small decode batches): faster "
+               "decode on CPUs without AMX, but a request's log-probs may differ in the last bits "
+               "with what runs beside it");
   app.add_option("--shutdown-timeout", a->shutdown_timeout_s,
                  "seconds SIGTERM waits for running requests before aborting them")->capture_default_str();
 }
