@@ -171,9 +171,13 @@ def machine_info(a):
 
 def loom_bench(a, model, extra):
     wait_idle(a.wait_idle)
+    # The same kernels as the server: batch-invariant unless it was turned off, and the
+    # global --fast-bf16 when the server gets it.
+    kernels = [] if "--no-batch-invariant" in a.serve_arg else ["--batch-invariant"]
+    kernels += [f for f in a.serve_arg if f == "--fast-bf16"]
     cmd = [a.loom, "--threads", str(a.threads), "bench", "--model", model, "--prompt-len",
            str(a.prompt_len), "--gen-tokens", str(a.gen_tokens), "--repeats", str(a.engine_repeats),
-           "--json"] + extra
+           "--json"] + kernels + extra
     log("$ " + " ".join(cmd))
     t0 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=measured_child)
