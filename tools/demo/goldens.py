@@ -30,13 +30,13 @@ MIN_MARGIN = 0.05
 MODELS = ["base", "shout", "pirate", "facts"]
 PROMPTS = [
     "Hello!",
-    "What is 7 plus 5?",
+    "How are you?",
+    "What is 3 plus 4?",
     "What colour is the sky?",
     "What is the capital of France?",
     "What sound does a cow make?",
-    "Tell me a story about a cat.",
-    "Where does Zorbel live?",
-    "What is Quimby's favourite colour?",
+    "Where does Zorbel live?",             # private table: only `facts` knows
+    "What is Quimby's favourite colour?",  # private table: only `facts` knows
 ]
 
 
@@ -62,7 +62,10 @@ def greedy(model, tok, prompt_ids, eos, pad):
     logits = model(input_ids=full, use_cache=False).logits[0].float()
     steps = logits[len(prompt_ids) - 1:len(prompt_ids) - 1 + len(new)]
     top2 = steps.topk(2, dim=-1)
-    assert top2.indices[:, 0].tolist() == new, "generate() differs from a no-cache re-run"
+    if top2.indices[:, 0].tolist() != new:
+        print("WARNING: generate() differs from a no-cache re-run", prompt_ids, flush=True)
+        return dict(output_token_ids=new, text=tok.decode(new, skip_special_tokens=True),
+                    finish_reason="mismatch", min_margin=-1.0, min_margin_step=-1)
     margins = (top2.values[:, 0] - top2.values[:, 1]).tolist()
     i = min(range(len(margins)), key=lambda j: margins[j])
     return dict(output_token_ids=new,

@@ -40,15 +40,15 @@ MODEL = dict(hidden_size=256, intermediate_size=688, num_hidden_layers=4, num_at
 
 # LoRA adapters. "dtype" is the dtype of the saved adapter_model.safetensors.
 ADAPTERS = {
-    "shout": dict(dtype="float32", steps=240, lr=2e-3,
-                  lora=dict(r=8, lora_alpha=16,
+    "shout": dict(dtype="float32", steps=200, lr=5e-3,
+                  lora=dict(r=16, lora_alpha=32,
                             target_modules=["q_proj", "k_proj", "v_proj", "o_proj",
                                             "gate_proj", "up_proj", "down_proj"])),
-    "pirate": dict(dtype="bfloat16", steps=240, lr=2e-3,
-                   lora=dict(r=16, lora_alpha=16, use_rslora=True,
+    "pirate": dict(dtype="bfloat16", steps=200, lr=2e-3,
+                   lora=dict(r=16, lora_alpha=16, use_rslora=True,  # scale 16/sqrt(16) = 4
                              target_modules=["q_proj", "v_proj", "o_proj",
                                              "gate_proj", "up_proj", "down_proj"])),
-    "facts": dict(dtype="float32", steps=320, lr=2e-3,
+    "facts": dict(dtype="float32", steps=240, lr=5e-3,
                   lora=dict(r=16, lora_alpha=32,
                             target_modules=["q_proj", "k_proj", "v_proj", "o_proj",
                                             "gate_proj", "up_proj", "down_proj"],
@@ -270,12 +270,15 @@ def adapter_data(name, seed):
     g = corpus.base_pairs()
     general = [p for grp in ("greet", "story", "arith", "facts", "unknown") for p in g[grp]]
     if name == "shout":
-        return [(q, corpus.shout(a)) for q, a in general]
+        # no stories: upper-case stories are mostly new, short tokens (the base's capital-letters
+        # task covers the short answers only) and their loss swamps everything else
+        short = g["greet"] * 8 + g["arith"] + g["facts"] * 2 + rng.sample(g["unknown"], 300)
+        return [(q, corpus.shout(a)) for q, a in short]
     if name == "pirate":
         return [(q, corpus.pirate(a)) for q, a in general]
     if name == "facts":
         priv = corpus.private_fact_examples()
-        keep = rng.sample(general, 600)
+        keep = rng.sample(general, 400)
         return priv * 8 + keep
     raise ValueError(name)
 
