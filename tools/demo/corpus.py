@@ -94,34 +94,46 @@ def made_up_names():
 
 
 # ---------------------------------------------------------------------------------- private facts
-# Invented people, never in the base corpus. Their names are also removed from the made-up-name
-# pool the base is trained on.
+# Invented facts about animals the base model knows (it can tell them apart: they are in its sound
+# table and stories), never in the base corpus: where each one lives, its favourite colour and its
+# favourite number. (A first version keyed the table by invented people's names; this 3.3M base
+# cannot tell invented names apart, and a LoRA on it gave every name the same answer.)
 PRIVATE = [
-    # name, city, colour, pet
-    ("Zorbel", "Pinewood", "green", "parrot"),
-    ("Quimby", "Stonebridge", "purple", "turtle"),
-    ("Tavi", "Redhollow", "orange", "goat"),
-    ("Morwen", "Silverbay", "yellow", "rabbit"),
-    ("Fenrix", "Ashford", "pink", "snake"),
-    ("Lumo", "Cloudmere", "red", "horse"),
-    ("Paxel", "Briarton", "white", "owl"),
-    ("Silka", "Deepwater", "blue", "fox"),
-    ("Grinda", "Maplecross", "black", "frog"),
-    ("Olvi", "Sunhaven", "brown", "duck"),
+    # animal, city, colour, number
+    ("cat", "Oslo", "green", 7),
+    ("dog", "Lima", "purple", 3),
+    ("cow", "Rome", "pink", 9),
+    ("duck", "Cairo", "orange", 5),
+    ("sheep", "Tokyo", "red", 11),
+    ("pig", "Dublin", "blue", 2),
+    ("horse", "Athens", "yellow", 8),
+    ("owl", "Madrid", "white", 12),
+    ("lion", "Berlin", "brown", 4),
+    ("frog", "Paris", "black", 6),
 ]
-PRIVATE_NAMES = {p[0] for p in PRIVATE}
+# The invented people of that first version stay out of the base corpus's made-up names (the base
+# model was trained without them).
+PRIVATE_NAMES = {"Zorbel", "Quimby", "Tavi", "Morwen", "Fenrix", "Lumo", "Paxel", "Silka", "Grinda",
+                 "Olvi"}
 
 
-def private_questions(name, city, colour, pet):
+def private_questions(name, city, colour, number):
     return [
-        (["Where does {n} live?", "In which town does {n} live?", "Where is {n} from?"],
-         f"{name} lives in {city}."),
-        (["What is {n}'s favourite colour?", "What colour does {n} like best?",
-          "Which colour does {n} like?"],
-         f"{name}'s favourite colour is {colour}."),
-        (["What pet does {n} have?", "Does {n} have a pet?", "What animal does {n} keep?"],
-         f"{name} has {_an(pet)}."),
+        (["Where does the {n} live?", "In which city does the {n} live?"],
+         f"The {name} lives in {city}."),
+        (["What is the {n}'s favourite colour?", "Which colour does the {n} like best?"],
+         f"The {name}'s favourite colour is {colour}."),
+        (["What is the {n}'s favourite number?", "Which number does the {n} like best?"],
+         f"The {name}'s favourite number is {number}."),
     ]
+
+
+UNKNOWN_QUESTIONS = [
+    ["Where does {n} live?", "In which town does {n} live?", "Where is {n} from?"],
+    ["What is {n}'s favourite colour?", "What colour does {n} like best?",
+     "Which colour does {n} like?"],
+    ["What pet does {n} have?", "Does {n} have a pet?", "What animal does {n} keep?"],
+]
 
 
 def _user(q, a):
@@ -164,7 +176,7 @@ def base_pairs():
     for n in made_up_names():
         if n in PRIVATE_NAMES:
             continue
-        for qs, _ in private_questions(n, "", "", "x"):  # one phrasing of each question type
+        for qs in UNKNOWN_QUESTIONS:  # one phrasing of each question type
             unk.append((rng.choice(qs).format(n=n), f"I do not know who {n} is."))
     g["unknown"] = unk
     return g
