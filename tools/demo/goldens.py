@@ -35,8 +35,8 @@ PROMPTS = [
     "What colour is the sky?",
     "What is the capital of France?",
     "What sound does a cow make?",
-    "Where does the cat live?",             # private table: only `facts` knows
-    "What is the dog's favourite colour?",  # private table: only `facts` knows
+    "What is the frog's favourite colour?",  # private table: only `facts` knows
+    "In which city does the cat live?",     # private table: only `facts` knows
 ]
 
 
