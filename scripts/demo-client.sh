@@ -12,7 +12,7 @@ import concurrent.futures, json, os, sys, textwrap, urllib.request
 
 base_url, questions = sys.argv[1], sys.argv[2:]
 if not questions:
-    questions = ["What colour is the sky?", "What is 3 plus 4?", "Where does the cat live?"]
+    questions = ["What colour is the sky?", "What is 3 plus 4?", "In which city does the cat live?"]
 headers = {"Content-Type": "application/json"}
 if os.environ.get("LOOM_API_KEY"):
     headers["Authorization"] = "Bearer " + os.environ["LOOM_API_KEY"]

@@ -1,11 +1,9 @@
 #!/usr/bin/env bash
-# The main job: installs dependencies, builds loom and serves a bundled model with two PEFT
-# adapters on http://127.0.0.1:${PORT:-8000}; sends one request to the base and to each
-# adapter (curl and the official openai client), then keeps serving until Ctrl-C.
-#
-# The bundled model is a tiny random-weight Llama (tests/fixtures/models/llama_f32, 3 layers,
-# a 256-token byte-level vocabulary): its "text" is noise, but every part of the serving path
-# is real — chat template, tokenizer, per-request adapters in one batch, streaming, metrics.
+# The main job: installs dependencies, builds loom and serves the bundled demo model
+# (models/demo: a small Llama trained for this repository, with three PEFT LoRA adapters —
+# shout, pirate, facts) on http://127.0.0.1:${PORT:-8000}. Once it is ready it asks the base and
+# every adapter the same questions at once (scripts/demo-client.sh) and shows one curl and one
+# openai-client request, then keeps serving until Ctrl-C. Extra arguments go to `loom serve`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PORT="${PORT:-8000}"
@@ -13,15 +11,11 @@ bash scripts/install-deps.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)" --target loom
 
-MODEL=build/demo-model/tiny-llama
-python3 tests/e2e/tiny_model.py tests/fixtures/models/llama_f32 "$MODEL"
-./build/loom serve --model "$MODEL" --port "$PORT" \
-  --lora qv=tests/fixtures/adapters/llama_qv_r8_f32 \
-  --lora mlp=tests/fixtures/adapters/llama_mlp_r6 \
-  --lora-dir tests/fixtures/adapters --allow-runtime-lora "$@" &
+# No --model: loom serves models/demo and registers models/demo/adapters/* under their names.
+./build/loom serve --port "$PORT" "$@" &
 SERVER=$!
 trap 'kill -TERM $SERVER 2>/dev/null; wait $SERVER' INT TERM
-for _ in $(seq 100); do
+for _ in $(seq 300); do
   curl -sf "http://127.0.0.1:$PORT/health" >/dev/null && break
   kill -0 $SERVER 2>/dev/null || { echo "loom serve exited"; exit 1; }
   sleep 0.1
@@ -29,38 +23,40 @@ done
 
 echo; echo "== GET /v1/models"
 curl -s "http://127.0.0.1:$PORT/v1/models"; echo
-for model in tiny-llama qv mlp; do
-  echo; echo "== POST /v1/completions model=$model (greedy, 12 tokens, token ids back)"
-  curl -s "http://127.0.0.1:$PORT/v1/completions" -H 'Content-Type: application/json' \
-    -d "{\"model\": \"$model\", \"prompt\": [50, 214, 41, 56, 207], \"max_tokens\": 12,
-         \"temperature\": 0, \"return_token_ids\": true}"
-  echo
-done
+echo; echo "== the same questions to the base and to each adapter, sent together (one batch)"
+PORT=$PORT bash scripts/demo-client.sh
+echo; echo "== curl: chat with the 'pirate' adapter"
+curl -s "http://127.0.0.1:$PORT/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"model": "pirate", "messages": [{"role": "user", "content": "What colour is grass?"}],
+       "max_tokens": 48, "temperature": 0}'
+echo
 # The official openai client, if it is installed (the test command installs it in .venv-e2e).
 PY=python3
 [ -x .venv-e2e/bin/python ] && PY=.venv-e2e/bin/python
 if "$PY" -c 'import openai' 2>/dev/null; then
-  echo; echo "== openai client: chat, streamed, adapter 'qv'"
+  echo; echo "== openai client: streamed chat with the 'shout' adapter"
   "$PY" - "$PORT" <<'PYEOF'
 import sys
 from openai import OpenAI
 client = OpenAI(base_url=f"http://127.0.0.1:{sys.argv[1]}/v1", api_key="unused")
 stream = client.chat.completions.create(
-    model="qv", messages=[{"role": "user", "content": "Hello!"}], max_tokens=12,
-    temperature=0, stream=True, stream_options={"include_usage": True})
+    model="shout", messages=[{"role": "user", "content": "Tell me a story about a cat."}],
+    max_tokens=64, temperature=0, stream=True, stream_options={"include_usage": True})
 for chunk in stream:
     if chunk.choices and chunk.choices[0].delta.content:
-        print(repr(chunk.choices[0].delta.content), end=" ")
+        print(chunk.choices[0].delta.content, end="", flush=True)
     if chunk.usage:
         print("\nusage:", chunk.usage)
 PYEOF
 fi
 cat <<MSG
 
-loom is serving on http://127.0.0.1:$PORT (model 'tiny-llama'; adapters 'qv', 'mlp', and any
-folder under tests/fixtures/adapters by name, e.g. 'llama_all_r4_f16'). Try:
+loom is serving the demo model on http://127.0.0.1:$PORT (base 'demo'; adapters 'shout',
+'pirate', 'facts' — facts knows where the animals live and their favourite colours). Try:
+  PORT=$PORT scripts/demo-client.sh "What is 5 plus 6?" "What is the frog's favourite colour?"
   curl http://127.0.0.1:$PORT/v1/chat/completions -H 'Content-Type: application/json' \\
-       -d '{"model": "mlp", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}'
+       -d '{"model": "facts", "messages": [{"role": "user", "content": "In which city does the cat live?"}]}'
+  ./build/loom chat --lora pirate          # a terminal chat (no server needed)
   curl http://127.0.0.1:$PORT/metrics
 Ctrl-C stops it (SIGTERM drains running requests first).
 MSG
