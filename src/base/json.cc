@@ -86,6 +86,15 @@ StatusOr<const J*> Find(const J& obj, std::string_view field, std::string_view w
   return &*it;
 }
 
+// `text[i]` opens a string: the index of its closing quote (the next one not escaped by a
+// backslash), or text.size() when the string never ends.
+size_t SkipString(std::string_view text, size_t i) {
+  for (++i; i < text.size() && text[i] != '"'; ++i) {
+    if (text[i] == '\\') ++i;
+  }
+  return i;
+}
+
 }  // namespace
 
 Status CheckJsonDepth(std::string_view text, std::string_view what, int max_depth) {
@@ -94,10 +103,7 @@ Status CheckJsonDepth(std::string_view text, std::string_view what, int max_dept
   for (size_t i = 0; i < n; ++i) {
     const char c = text[i];
     if (c == '"') {
-      // Skip the string: up to the next quote not escaped by a backslash.
-      for (++i; i < n && text[i] != '"'; ++i) {
-        if (text[i] == '\\') ++i;
-      }
+      i = SkipString(text, i);
     } else if (c == '[' || c == '{') {
       if (++depth > max_depth) {
         return InvalidArgument(Prefix(what) + "JSON nested deeper than " +
@@ -118,9 +124,7 @@ Status CheckJsonObjectKeys(std::string_view text, std::string_view what, int max
   for (size_t i = 0; i < n; ++i) {
     const char c = text[i];
     if (c == '"') {
-      for (++i; i < n && text[i] != '"'; ++i) {
-        if (text[i] == '\\') ++i;
-      }
+      i = SkipString(text, i);
     } else if (c == '{') {
       open.push_back(0);
     } else if (c == '[') {

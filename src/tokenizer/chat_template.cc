@@ -2,6 +2,7 @@
 #include "tokenizer/chat_template.h"
 
 #include "base/file.h"
+#include "base/no_throw.h"
 
 #include <filesystem>
 #include <new>
@@ -16,18 +17,6 @@ namespace fs = std::filesystem;
 
 using tokenizer::kMaxJsonDepth;
 
-// Runs `f` so that no exception leaves a public function: allocation failure is
-// kResourceExhausted, anything else kInternal, both saying what was being done.
-template <typename F>
-auto NoThrow(const std::string& what, F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const std::bad_alloc&) {
-    return ResourceExhausted(what + ": out of memory");
-  } catch (const std::exception& e) {
-    return Internal(what + ": unexpected error: " + e.what());
-  }
-}
 
 // Untrusted JSON from a request → template value, nesting checked first (iteratively) because
 // copying, dumping and converting nlohmann values recurse once per level.

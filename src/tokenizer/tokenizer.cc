@@ -9,6 +9,7 @@
 #include <system_error>
 
 #include "base/file.h"
+#include "base/no_throw.h"
 #include "tokenizer/json_limits.h"
 #include "tokenizer/unicode.h"
 
@@ -25,18 +26,6 @@ StatusOr<json> ParseJsonFile(const std::string& path) {
   return ParseJsonText(text, path);
 }
 
-// Runs `f` (returning a Status or StatusOr) so that no exception leaves a public function: an
-// allocation failure is kResourceExhausted, anything else kInternal, both naming `what`.
-template <typename F>
-auto NoThrow(const std::string& what, F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const std::bad_alloc&) {
-    return ResourceExhausted(what + ": out of memory");
-  } catch (const std::exception& e) {
-    return Internal(what + ": unexpected error: " + e.what());
-  }
-}
 
 // A string field of an object, or `fallback` when absent or of another type.
 std::string StringField(const json& j, const char* key, const std::string& fallback = "") {

@@ -151,7 +151,7 @@ def _greedy_long(server, prompt, n=48):
 def _find_stop(server, width):
     """A (prompt, greedy choice, token index k, stop string) where the `width` tokens starting at
     k are printable ASCII, k ≥ 2, and the stop string does not occur earlier in the text."""
-    for prompt in PROMPTS + ["abcdefgh", "zzz yyy xxx", "Hi!", "42"]:
+    for prompt in PROMPTS + ["abcdefgh", "zzz yyy www", "Hi!", "42"]:
         c = _greedy_long(server, prompt)
         ids = c.token_ids
         for k in range(2, len(ids) - width):

@@ -28,6 +28,7 @@ import time
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # the bandwidth probe makes its own threads
 import numpy as np  # noqa: E402
+from bench_sched import enter_priority_session  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -107,18 +108,7 @@ PRIORITY = 0
 def _child_setup():
     """preexec_fn of the measuring processes: a session of their own (so a scheduler autogroup of their
     own: with autogroups, plain nice values only order processes within one session) at PRIORITY."""
-    if not PRIORITY:
-        return
-    try:
-        os.setsid()
-        with open("/proc/self/autogroup", "w") as f:
-            f.write(str(PRIORITY))
-    except OSError:
-        pass
-    try:
-        os.setpriority(os.PRIO_PROCESS, 0, PRIORITY)
-    except OSError:
-        pass
+    enter_priority_session(PRIORITY)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -30,6 +30,9 @@ import time
 import urllib.error
 import urllib.request
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench_sched import enter_priority_session  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 BENCH = os.path.join(ROOT, "tools", "bench")
@@ -61,18 +64,7 @@ def measured_child():
     (with autogroups, a plain nice value only orders processes within one session), as
     tools/bench/bench_core.py does. Needs root; PRIORITY 0 leaves priorities alone."""
     die_with_parent()
-    if not PRIORITY:
-        return
-    try:
-        os.setsid()
-        with open("/proc/self/autogroup", "w") as f:
-            f.write(str(PRIORITY))
-    except OSError:
-        pass
-    try:
-        os.setpriority(os.PRIO_PROCESS, 0, PRIORITY)
-    except OSError:
-        pass
+    enter_priority_session(PRIORITY)
 
 
 def cpu_busy_fraction(seconds=2.0):
