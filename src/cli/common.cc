@@ -1,13 +1,12 @@
 // Helpers shared by CLI commands.
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "cli/commands.h"
-
-#include <algorithm>
-#include <filesystem>
 
 namespace loom::cli {
 
