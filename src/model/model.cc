@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "base/check.h"
+#include "base/mmap_file.h"
 #include "lora/adapter.h"
 #include "lora/merge.h"
 #include "ops/attention.h"
@@ -38,9 +39,22 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadO
   ASSIGN_OR_RETURN(m->store_, SafetensorsStore::Open(dir));
   if (options.check_weights) RETURN_IF_ERROR(CheckStoreFinite(*m->store_, ""));
   RETURN_IF_ERROR(LoadWeights(m->config_, *m->store_, &m->weights_, &m->sites_, &m->site_linears_));
+  if (options.quantize != LoadOptions::Quantization::kNone) RETURN_IF_ERROR(m->Quantize(options));
   m->inv_freq_ = RopeInverseFrequencies(m->config_.rope, m->config_.head_dim);
   m->scratch_ = std::make_unique<Scratch>();
   return m;
+}
+
+Status Model::Quantize(const LoadOptions& options) {
+  for (Linear* lin : site_linears_) {
+    if (lin == &weights_.lm_head && !options.quantize_head) continue;
+    ASSIGN_OR_RETURN(std::unique_ptr<Int8Weight> q, QuantizeWeightInt8(lin->weight, lin->name));
+    quantized_bytes_ += q->bytes();
+    lin->int8 = std::move(q);
+    // The file's copy is read again only by a merge or a DoRA norm.
+    if (lin->weight.data != weights_.embed.data) ReleaseMappedPages(lin->weight.data, lin->weight.nbytes());
+  }
+  return OkStatus();
 }
 
 Status Model::MergeAdapter(const Adapter& adapter) {
@@ -64,6 +78,10 @@ Status Model::MergeAdapter(const Adapter& adapter) {
     MergeLinearWeight(lin->weight, *lw, merged);
     lin->weight.data = merged;  // lm_head of a tied model now has its own copy
     sites_.SetWeight(site, lin->weight);
+    if (lin->int8) {  // quantized base: the merged weight is quantized again
+      ASSIGN_OR_RETURN(std::unique_ptr<Int8Weight> q, QuantizeWeightInt8(lin->weight, lin->name));
+      lin->int8 = std::move(q);
+    }
     if (!lw->bias.empty()) {  // lora_bias: scale·b_B joins the base bias (zero if none)
       lin->bias.resize(static_cast<size_t>(lin->out_features()), 0.0f);
       for (size_t j = 0; j < lin->bias.size(); ++j) lin->bias[j] += lw->scale * lw->bias[j];
