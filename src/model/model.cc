@@ -172,7 +172,8 @@ void Model::ForwardLayer(int layer, const Batch& batch, KvCache* cache, const Lo
   AddInPlace(s.x.data(), s.out.data(), n * d);
 }
 
-// Same as PEFT's LoRA Embedding: e[t] += scale · B · A[:, t], before any embedding scaling.
+// Same as PEFT's LoRA Embedding: e[t] += scale · B · A[:, t], before the embedding scaling
+// (PEFT multiplies its delta by the base layer's embed_scale as well).
 void Model::AddEmbeddingLora(const Batch& batch, const std::vector<const Adapter*>& adapters,
                              float* x) const {
   const int64_t d = config_.model_dim;
@@ -212,13 +213,14 @@ void Model::Forward(const Batch& batch, KvCache* cache, float* logits,
   LOOM_CHECK_OK(s.up.Resize(n * static_cast<size_t>(c.ffn_dim)));
 
   EmbedRows(weights_.embed, batch.tokens.data(), static_cast<int64_t>(n), s.x.data());
-  if (embed_scale_ != 0) ScaleInPlace(s.x.data(), static_cast<int64_t>(n * d), embed_scale_);
   LoraBatch lora;
   if (adapters && !batch.segments.empty()) {
     lora.segments = &batch.segments;
     lora.adapters = adapters;
     AddEmbeddingLora(batch, *adapters, s.x.data());
   }
+  // Gemma: PEFT scales the embedding LoRA delta by embed_scale too, so it scales the sum.
+  if (embed_scale_ != 0) ScaleInPlace(s.x.data(), static_cast<int64_t>(n * d), embed_scale_);
   for (int layer = 0; layer < c.num_layers; ++layer) ForwardLayer(layer, batch, cache, lora, s);
 
   // Only the rows whose logits are wanted pay for the final norm and the vocab projection.

@@ -28,6 +28,7 @@ from make_models import N_GEN, VOCAB, build_one, prompt_logits  # same dir (sys.
 import make_models
 
 ARCH_SEEDS = {"gemma2": 501, "gemma3": 601}
+POST_NORM_SCALE = 5.0
 
 COMMON = dict(
     vocab_size=VOCAB,
@@ -79,13 +80,18 @@ _llama_reinit = make_models.reinit_
 @torch.no_grad()
 def reinit_gemma_(model, seed):
     """make_models.reinit_, then every Gemma RMSNorm weight minus 1: (1 + w) gets the Llama-style
-    scale N(1, 0.1) (final norm ×3 with the tied head) that make_models gives its models."""
+    scale N(1, 0.1) (final norm ×3 with the tied head) that make_models gives its models, and the
+    post-attention / post-feedforward norms ×POST_NORM_SCALE."""
     _llama_reinit(model, seed)
     if "Gemma" not in type(model).__name__:
         return
-    for _, mod in model.named_modules():
+    for mname, mod in model.named_modules():
         if type(mod).__name__.endswith("RMSNorm"):
             mod.weight.sub_(1.0)
+            # Block outputs ×5 so that the residual is not dominated by the token's own
+            # embedding, which the tied head would copy (greedy repeating one token).
+            if mname.endswith(("post_attention_layernorm", "post_feedforward_layernorm")):
+                mod.weight.copy_((1.0 + mod.weight) * POST_NORM_SCALE - 1.0)
 
 
 def patch_make_models():
