@@ -4,6 +4,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "base/json.h"
 #include "model/registry.h"
 #include "model/weights.h"
 
@@ -51,7 +52,8 @@ Status ReadLayerTypes(const nlohmann::json& j, const std::string& where, int pat
       if (t == "sliding_attention") {
         sliding[i] = true;
       } else if (t != "full_attention") {
-        return InvalidArgument(where + ": field 'layer_types' entry " + std::to_string(i) +
+        return InvalidArgument(where + ": field 'layer_types' entry " + std::to_string(i) + " " +
+                               JsonToString(t, -1, 80) +
                                " is not supported (supported: sliding_attention, full_attention)");
       }
     }
