@@ -46,6 +46,22 @@ TEST(Ops, SiluMulMatchesReference) {
   }
 }
 
+// Gemma's GeGLU (gelu_pytorch_tanh) and logit soft-capping against double references.
+TEST(Ops, GeluTanhMulAndSoftCapMatchReference) {
+  auto g = Random(100, 5), u = Random(100, 6);
+  for (size_t i = 0; i < 10; ++i) g[i] *= 8.0f;  // the saturating tails too
+  auto out = g;
+  GeluTanhMulInPlace(out.data(), u.data(), 100);
+  for (size_t i = 0; i < 100; ++i) {
+    const double v = g[i];
+    const double gelu = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+    ASSERT_NEAR(out[i], gelu * u[i], 1e-6 * (1 + std::fabs(gelu)));
+  }
+  auto x = g;
+  SoftCapInPlace(x.data(), 100, 2.5f);
+  for (size_t i = 0; i < 100; ++i) ASSERT_NEAR(x[i], std::tanh(g[i] / 2.5) * 2.5, 1e-6);
+}
+
 TEST(Ops, RopeRotatesHalvesByPositionTimesFrequency) {
   RopeConfig rope;
   rope.theta = 10000;
