@@ -187,6 +187,35 @@ TEST_P(LoraMixedBatch, MatchesPeftAdapterNamesForward) {
 INSTANTIATE_TEST_SUITE_P(Bases, LoraMixedBatch, ::testing::Values("mixed_llama", "mixed_gemma3"),
                          [](const auto& info) { return info.param; });
 
+// Gemma: PEFT multiplies an embedding LoRA delta by embed_scale (√hidden) like the base row. The
+// embedding is tied to the head, so loom's merge unties it and must equal PEFT's unmerged run.
+TEST(LoraGoldenGemma, EmbeddingLoraScaledLikeTheRowUnmergedAndMerged) {
+  const std::string name = "gemma3_embed_v";
+  const json ref = LoadJson(kDir + name + ".json");
+  const auto prompts = ref["prompts"].get<std::vector<std::vector<int32_t>>>();
+  const int steps = static_cast<int>(ref["unmerged"]["greedy"][0].size());
+  const auto want = LoadRows(kDir + name + ".unmerged.safetensors", "prompt_", prompts.size());
+  const float tol = test::GoldenTolerance(ref["base"]);
+  auto model = Model::Load(kModels + std::string(ref["base"]));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto adapter = LoadAdapter(name, kAdapters + name, (*model)->sites(), 0);
+  ASSERT_TRUE(adapter.ok()) << adapter.status().ToString();
+  ASSERT_NE((*adapter)->embedding(), nullptr);
+  auto merged_model = Model::Load(kModels + std::string(ref["base"]));
+  ASSERT_TRUE(merged_model.ok());
+  ASSERT_TRUE((*merged_model)->MergeAdapter(**adapter).ok());
+  const PromptRun unmerged = RunPrompts(model->get(), *adapter, prompts, steps);
+  const PromptRun merged = RunPrompts(merged_model->get(), nullptr, prompts, steps);
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    SCOPED_TRACE("prompt " + std::to_string(p));
+    const auto greedy = ref["unmerged"]["greedy"][p].get<std::vector<int32_t>>();
+    EXPECT_LE(test::MaxAbsDiff(unmerged.logits[p].data(), want[p].data(), want[p].size()), tol);
+    EXPECT_EQ(unmerged.greedy[p], greedy);
+    EXPECT_LE(test::MaxAbsDiff(merged.logits[p].data(), want[p].data(), want[p].size()), tol);
+    EXPECT_EQ(merged.greedy[p], greedy);
+  }
+}
+
 // A DoRA adapter (PEFT refuses adapter_names with DoRA) in a batch with another adapter and
 // base rows gives, row by row, exactly what each request gives alone.
 TEST(LoraMixedDora, DoraAndLoraAndBaseRowsEqualEachAlone) {

@@ -7,8 +7,9 @@ Usage (after make_models_gemma.py has written tests/fixtures/models/gemma*):
 Runs make_adapters.py's pipeline (random non-zero B, PEFT save, unmerged / merged / merged_bf16
 references, spec-math merge check) on the adapters below, then a PEFT mixed-batch forward on
 gemma3_f32 (two adapters + base rows) written as golden_lora/mixed_gemma3.{json,safetensors}.
-No embed_tokens adapter: on the tied Gemma embedding PEFT's in-place merge also changes the head,
-which make_adapters.py's merged reference does not untie for embed_tokens.
+The embed_tokens adapter (gemma3_embed_v) gets an unmerged reference only: PEFT multiplies the LoRA
+embedding delta by Gemma's embed_scale, and on the tied embedding PEFT's in-place merge would also
+change the head (loom's merge unties, so its merged run must equal PEFT's unmerged one).
 """
 
 import argparse
@@ -36,6 +37,9 @@ ADAPTERS = [
 # Seed salts from a small scan (as make_adapters.SEED_SALT): every greedy step keeps a top-1/top-2
 # margin >= 2e-3.
 SEED_SALT = {"gemma2_all_r8": 5, "gemma2_bf16_qv": 7, "gemma3_all_linear_r4": 1}
+
+EMBED_ADAPTER = ("gemma3_embed_v", "gemma3_f32", "f32",
+                 dict(target_modules=["embed_tokens", "v_proj"], r=4, lora_alpha=8))
 
 MIXED_BASE = "gemma3_f32"
 MIXED_ASSIGN = ["gemma3_all_linear_r4", "__base__", "gemma3_mlp_r6_f16", "gemma3_all_linear_r4"]
@@ -95,6 +99,34 @@ def mixed(out, prompts):
     print(f"mixed batch {MIXED_ASSIGN}: every row == alone within {worst:.3g}; generate() == alone")
 
 
+@torch.no_grad()
+def embed_unmerged(out, prompts):
+    """EMBED_ADAPTER saved as PEFT saves it; golden_lora/<name>.json + .unmerged.safetensors."""
+    import shutil
+    name, base, dtype_name, kw = EMBED_ADAPTER
+    log = {}
+    make_adapters.make_adapter(out, name, base, dtype_name, kw, log)
+    shutil.rmtree(os.path.join(out, "adapters", name + "_peft_default_save"), ignore_errors=True)
+    pm, _ = quiet(PeftModel.from_pretrained, load_base(out, base), os.path.join(out, "adapters", name))
+    pm.eval()
+    emb = pm.base_model.model.model.embed_tokens
+    assert emb._get_embed_scale() is not None, "PEFT did not find Gemma's embed_scale"
+    logits, gen, margin = make_adapters.run_all(pm, prompts)
+    assert margin >= 2e-3, (name, margin)
+    base_logits = load_file(os.path.join(out, "golden", f"{base}.logits.safetensors"))
+    delta = make_adapters.max_delta(logits, base_logits)
+    assert delta > 0.5, (name, delta)
+    save_file(logits, os.path.join(out, "golden_lora", f"{name}.unmerged.safetensors"))
+    doc = {"adapter": name, "base": base, "prompts": prompts,
+           "unmerged": {"greedy": gen, "min_greedy_margin": margin}, "max_abs_delta_vs_base": delta,
+           "note": "unmerged only; PEFT scales the embedding LoRA delta by embed_scale"}
+    with open(os.path.join(out, "golden_lora", f"{name}.json"), "w") as f:
+        json.dump(doc, f, indent=None)
+        f.write("\n")
+    print(f"{name}: unmerged reference, max|adapter-base| {delta:.3f}, min greedy margin {margin:.4f}, "
+          f"distinct greedy {[len(set(g)) for g in gen]}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="tests/fixtures")
@@ -111,6 +143,7 @@ def main():
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     mixed(args.out, prompts)
+    embed_unmerged(args.out, prompts)
 
 
 if __name__ == "__main__":
