@@ -1,6 +1,7 @@
 // Gemma3ForCausalLM (text): the Gemma 2 block with q/k norms, no soft-capping by default, and
 // separate RoPE for sliding (local) and full (global) layers, scaling on the global one.
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "model/arch/gemma_common.h"
 #include "model/registry.h"

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "base/json.h"
 #include "model/registry.h"
