@@ -77,7 +77,9 @@ class Model {
   ModelWeights weights_;
   SiteTable sites_;
   std::vector<Linear*> site_linears_;  // [sites_.size()]: the Linear of each site (merge)
-  std::vector<float> inv_freq_;  // [head_dim / 2]
+  std::vector<float> inv_freq_;        // [head_dim / 2]
+  std::vector<float> inv_freq_local_;  // [head_dim / 2] layers with local_rope (Gemma 3)
+  float embed_scale_ = 0;              // config embed_scale in the embedding dtype; 0 = none
   std::unique_ptr<Scratch> scratch_;
   std::vector<std::unique_ptr<AlignedBuffer<uint8_t>>> owned_;  // merged weights
   Status Quantize(const LoadOptions& options);
