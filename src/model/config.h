@@ -36,6 +36,8 @@ struct ModelConfig {
   bool o_bias = false;    // Llama attention_bias also adds an o_proj bias
   bool mlp_bias = false;
   bool qk_norm = false;   // Qwen3: RMSNorm over head_dim on q and k before RoPE
+  bool fused_qkv = false;      // Phi-3: one self_attn.qkv_proj [q_dim + 2·kv_dim, hidden]
+  bool fused_gate_up = false;  // Phi-3: one mlp.gate_up_proj [2·ffn, hidden], gate rows first
   std::vector<LayerConfig> layers;
   int bos_token_id = -1;
   std::vector<int> eos_token_ids;

@@ -9,6 +9,7 @@ const std::vector<ArchEntry>& Architectures() {
       {"MistralForCausalLM", &ConfigureMistral},
       {"Qwen2ForCausalLM", &ConfigureQwen2},
       {"Qwen3ForCausalLM", &ConfigureQwen3},
+      {"Phi3ForCausalLM", &ConfigurePhi3},
   };
   return kArchs;
 }
