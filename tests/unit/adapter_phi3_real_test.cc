@@ -64,8 +64,7 @@ void WriteAdapter(const std::string& dir, const std::vector<std::string>& target
   for (int layer = 0; layer < layers; ++layer) {
     for (const auto& m : config["target_modules"]) {
       const std::string name = m.get<std::string>();
-      const bool attn = name.find("proj") != std::string::npos &&
-                        (name[0] == 'q' || name[0] == 'k' || name[0] == 'v' || name[0] == 'o');
+      const bool attn = name[0] == 'q' || name[0] == 'k' || name[0] == 'v' || name[0] == 'o';
       const std::string p = "base_model.model.model.layers." + std::to_string(layer) +
                             (attn ? ".self_attn." : ".mlp.") + name;
       const int64_t in = name == "down_proj" ? out.at("ffn") : name == "o_proj" ? out.at("q") : hidden;
@@ -96,6 +95,47 @@ TEST(Phi3RealAdapterTest, RealConfigOnTheSplitLayoutAttachesEveryTensor) {
   }
   auto store = SafetensorsStore::Open(tmp.File("a") + "/adapter_model.safetensors");
   ASSERT_TRUE(store.ok());
+  EXPECT_EQ((*a)->tensor_bytes(), (*store)->total_bytes());
+}
+
+// The same fine-tune's config on the fused layout Phi3ForCausalLM loads (PEFT would attach only
+// o_proj and down_proj and drop the rest silently): refused, naming a tensor it cannot place.
+TEST(Phi3RealAdapterTest, SplitLayoutAdapterOnTheFusedLayoutNamesTheTensor) {
+  TempDir tmp;
+  auto model = PhiBase(tmp, "Phi3ForCausalLM");
+  ASSERT_NE(model, nullptr);
+  const std::map<std::string, int64_t> out = {
+      {"q_proj", 3072}, {"k_proj", 3072}, {"v_proj", 3072}, {"o_proj", 3072}, {"gate_proj", 8192},
+      {"up_proj", 8192}, {"down_proj", 3072}, {"q", 3072}, {"ffn", 8192}};
+  WriteAdapter(tmp.File("a"), {}, out, 32, 3072, 32);
+  auto a = Load(tmp.File("a"), *model, 0, "personality");
+  ASSERT_FALSE(a.ok());
+  EXPECT_TRUE(Contains(a.status().message(), "which Phi3ForCausalLM does not have"));
+  EXPECT_TRUE(Contains(a.status().message(), "adapter 'personality'"));
+}
+
+// Its r and alpha on the fused modules, as a LoRA of the real Phi3ForCausalLM layout has them:
+// qkv_proj B [3·3072, 32], gate_up_proj B [2·8192, 32]; every tensor attached.
+TEST(Phi3RealAdapterTest, RealConfigOnTheFusedModulesAttachesEveryTensor) {
+  TempDir tmp;
+  auto model = PhiBase(tmp, "Phi3ForCausalLM");
+  ASSERT_NE(model, nullptr);
+  const std::map<std::string, int64_t> out = {{"qkv_proj", 9216}, {"o_proj", 3072},
+                                              {"gate_up_proj", 16384}, {"down_proj", 3072},
+                                              {"q", 3072}, {"ffn", 8192}};
+  WriteAdapter(tmp.File("a"), {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}, out, 32, 3072, 32);
+  auto a = Load(tmp.File("a"), *model, 0, "personality");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ((*a)->modules().size(), 32u * 4);
+  for (const LoraWeights* lw : (*a)->modules()) {
+    EXPECT_EQ(lw->rank, 32) << lw->module_path;
+    EXPECT_FLOAT_EQ(lw->scale, 0.5f) << lw->module_path;
+    const std::string leaf = lw->module_path.substr(lw->module_path.rfind('.') + 1);
+    EXPECT_EQ(lw->b.shape, (std::vector<int64_t>{out.at(leaf), 32})) << lw->module_path;
+  }
+  auto store = SafetensorsStore::Open(tmp.File("a") + "/adapter_model.safetensors");
+  ASSERT_TRUE(store.ok());
+  EXPECT_EQ((*store)->names().size(), 32u * 4 * 2);
   EXPECT_EQ((*a)->tensor_bytes(), (*store)->total_bytes());
 }
 
