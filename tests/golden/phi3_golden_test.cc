@@ -135,6 +135,23 @@ TEST_P(Phi3Golden, PrefixCacheKeepsShortAndLongBlocksApart) {
   }
 }
 
+// A 16-token prompt fills one prefix-cache block with the short factors; the 17-token prompt that
+// starts with the same 16 tokens runs long from the start and must not reuse that block.
+TEST_P(Phi3Golden, ShortBlockIsNotReusedByALongSequence) {
+  Engine engine(model_.get(), EngineOptions{});
+  GenerationRequest shorter = Request(2, false);
+  ASSERT_EQ(shorter.prompt.size(), 17u);
+  shorter.prompt.resize(16);
+  shorter.params.max_tokens = 1;
+  ASSERT_TRUE(engine.Add(shorter).ok());
+  ASSERT_EQ(engine.RunToCompletion().size(), 1u);
+  ASSERT_TRUE(engine.Add(Request(2, false)).ok());
+  auto results = engine.RunToCompletion();
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_EQ(results[0].num_cached_prompt_tokens, 0);
+  ExpectMatches(results[0], 2, false);
+}
+
 INSTANTIATE_TEST_SUITE_P(Phi3Models, Phi3Golden,
                          ::testing::Values("phi3_f32", "phi3_bf16", "phi4mini_f32", "phi4mini_bf16"),
                          [](const auto& info) { return info.param; });
