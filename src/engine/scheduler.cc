@@ -161,7 +161,8 @@ uint64_t Scheduler::BlockKey(const Sequence& seq, size_t index, uint64_t previou
   uint64_t seed = previous * 0x9E3779B97F4A7C15ull ^ seq.adapter_key;
   // Longrope: blocks computed with the long factors are other blocks.
   const int switch_len = options_.rope_switch_length;
-  if (switch_len > 0 && seq.tokens.size() > static_cast<size_t>(switch_len)) seed ^= 0xC2B2AE3D27D4EB4Full;
+  if (switch_len > 0 && seq.tokens.size() > static_cast<size_t>(switch_len))
+    seed ^= 0xC2B2AE3D27D4EB4Full;
   return HashBytes(tokens, sizeof(int32_t) * kKvBlockSize, seed) | 1;  // never 0
 }
 

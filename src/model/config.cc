@@ -63,15 +63,17 @@ Status ParseLongRope(const json& j, const json& params, int max_positions, const
   int original = max_positions;
   RETURN_IF_ERROR(ReadInt(params, "original_max_position_embeddings", &original, false, at, 1,
                           kMaxConfigPositions));
-  RETURN_IF_ERROR(ReadInt(j, "original_max_position_embeddings", &original, false, at, 1,
-                          kMaxConfigPositions));
+  RETURN_IF_ERROR(
+      ReadInt(j, "original_max_position_embeddings", &original, false, at, 1, kMaxConfigPositions));
   rope->original_max_position = original;
   double factor = static_cast<double>(max_positions) / original;
   RETURN_IF_ERROR(ReadDouble(params, "factor", &factor, false, at, 1e-9, 1e9));
   rope->factor = factor;
   rope->attention_factor =
-      factor <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(factor) / std::log(static_cast<double>(original)));
-  RETURN_IF_ERROR(ReadDouble(params, "attention_factor", &rope->attention_factor, false, at, 0, 1e9));
+      factor <= 1.0 ? 1.0
+                    : std::sqrt(1.0 + std::log(factor) / std::log(static_cast<double>(original)));
+  RETURN_IF_ERROR(
+      ReadDouble(params, "attention_factor", &rope->attention_factor, false, at, 0, 1e9));
   return OkStatus();
 }
 

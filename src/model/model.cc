@@ -128,7 +128,8 @@ void Model::ForwardLayer(int layer, const Batch& batch, KvCache* cache, const Lo
   if (c.fused_qkv) {
     const int64_t q_dim = int64_t{c.num_heads} * hd, kv_dim = int64_t{c.num_kv_heads} * hd;
     w.qkv_proj.Forward(s.h.data(), n, s.fused.data(), lora);
-    SplitColumns(s.fused.data(), n, {{s.q.data(), q_dim}, {s.k.data(), kv_dim}, {s.v.data(), kv_dim}});
+    SplitColumns(s.fused.data(), n,
+                 {{s.q.data(), q_dim}, {s.k.data(), kv_dim}, {s.v.data(), kv_dim}});
   } else {
     w.q_proj.Forward(s.h.data(), n, s.q.data(), lora);
     w.k_proj.Forward(s.h.data(), n, s.k.data(), lora);
@@ -171,7 +172,8 @@ void Model::Rope(const Batch& batch, float* x, int heads) const {
   const int switch_len = rope_switch_length();
   for (size_t i = 0; i < batch.chunks.size(); ++i) {
     const AttentionChunk& ch = batch.chunks[i];
-    const int len = i < batch.context_lens.size() ? batch.context_lens[i] : ch.start_pos + ch.num_rows;
+    const int len =
+        i < batch.context_lens.size() ? batch.context_lens[i] : ch.start_pos + ch.num_rows;
     ApplyRope(x + int64_t{ch.first_row} * heads * hd, ch.num_rows, heads, hd,
               batch.positions.data() + ch.first_row, len > switch_len ? inv_freq_long_ : inv_freq_,
               rope_scale_);
@@ -230,7 +232,8 @@ void Model::Forward(const Batch& batch, KvCache* cache, float* logits,
   LOOM_CHECK_OK(s.gate.Resize(n * static_cast<size_t>(c.ffn_dim)));
   LOOM_CHECK_OK(s.up.Resize(n * static_cast<size_t>(c.ffn_dim)));
   if (c.fused_qkv || c.fused_gate_up) {
-    LOOM_CHECK_OK(s.fused.Resize(n * std::max(q_dim + 2 * kv_dim, 2 * static_cast<size_t>(c.ffn_dim))));
+    LOOM_CHECK_OK(
+        s.fused.Resize(n * std::max(q_dim + 2 * kv_dim, 2 * static_cast<size_t>(c.ffn_dim))));
   }
 
   EmbedRows(weights_.embed, batch.tokens.data(), static_cast<int64_t>(n), s.x.data());

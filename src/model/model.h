@@ -73,7 +73,8 @@ class Model {
   void Rope(const Batch& batch, float* x, int heads) const;
   // Fused projection (qkv_proj, gate_up_proj): one matmul into `fused` [n, Σ widths], then
   // its column blocks copied out to `parts`.
-  static void SplitColumns(const float* fused, int64_t n, std::initializer_list<std::pair<float*, int64_t>> parts);
+  static void SplitColumns(const float* fused, int64_t n,
+                           std::initializer_list<std::pair<float*, int64_t>> parts);
 
   void AddEmbeddingLora(const Batch& batch, const std::vector<const Adapter*>& adapters,
                         float* x) const;
@@ -84,9 +85,9 @@ class Model {
   ModelWeights weights_;
   SiteTable sites_;
   std::vector<Linear*> site_linears_;  // [sites_.size()]: the Linear of each site (merge)
-  std::vector<float> inv_freq_;       // [rotary_dim / 2]
-  std::vector<float> inv_freq_long_;  // [rotary_dim / 2], longrope's long factors
-  float rope_scale_ = 1.0f;           // longrope attention factor on cos/sin
+  std::vector<float> inv_freq_;        // [rotary_dim / 2]
+  std::vector<float> inv_freq_long_;   // [rotary_dim / 2], longrope's long factors
+  float rope_scale_ = 1.0f;            // longrope attention factor on cos/sin
   std::unique_ptr<Scratch> scratch_;
   std::vector<std::unique_ptr<AlignedBuffer<uint8_t>>> owned_;  // merged weights
 };

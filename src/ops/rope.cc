@@ -5,8 +5,7 @@
 
 namespace loom {
 
-std::vector<float> RopeInverseFrequencies(const RopeConfig& rope, int head_dim,
-                                          bool long_context) {
+std::vector<float> RopeInverseFrequencies(const RopeConfig& rope, int head_dim, bool long_context) {
   const int dim = RopeDim(rope, head_dim);
   const int half = dim / 2;
   std::vector<float> inv(static_cast<size_t>(half));
@@ -17,7 +16,9 @@ std::vector<float> RopeInverseFrequencies(const RopeConfig& rope, int head_dim,
     if (rope.scaling == RopeScaling::kLongRope) {
       // Same as transformers _compute_longrope_parameters: 1 / (ext · theta^(...)), in f32.
       const auto& ext = long_context ? rope.long_factor : rope.short_factor;
-      const float e = static_cast<size_t>(i) < ext.size() ? static_cast<float>(ext[static_cast<size_t>(i)]) : 1.0f;
+      const float e = static_cast<size_t>(i) < ext.size()
+                          ? static_cast<float>(ext[static_cast<size_t>(i)])
+                          : 1.0f;
       inv[static_cast<size_t>(i)] = 1.0f / (e * power);
     } else {
       inv[static_cast<size_t>(i)] = 1.0f / power;
@@ -25,7 +26,8 @@ std::vector<float> RopeInverseFrequencies(const RopeConfig& rope, int head_dim,
   }
   switch (rope.scaling) {
     case RopeScaling::kNone: break;
-    case RopeScaling::kLongRope: break;
+    case RopeScaling::kLongRope:
+      break;
     case RopeScaling::kLinear:
       for (float& f : inv) f = f / static_cast<float>(rope.factor);
       break;
@@ -63,8 +65,10 @@ void ApplyRope(float* x, int64_t n, int num_heads, int head_dim, const int32_t* 
     for (int i = 0; i < half; ++i) {
       const float angle = pos * inv_freq[static_cast<size_t>(i)];  // f32 product, as torch
       // f32 cos/sin, then × the attention factor in f32 (a no-op at 1)
-      cos_v[static_cast<size_t>(i)] = static_cast<float>(std::cos(static_cast<double>(angle))) * scale;
-      sin_v[static_cast<size_t>(i)] = static_cast<float>(std::sin(static_cast<double>(angle))) * scale;
+      cos_v[static_cast<size_t>(i)] =
+          static_cast<float>(std::cos(static_cast<double>(angle))) * scale;
+      sin_v[static_cast<size_t>(i)] =
+          static_cast<float>(std::sin(static_cast<double>(angle))) * scale;
     }
     for (int h = 0; h < num_heads; ++h) {
       float* v = x + (r * num_heads + h) * head_dim;

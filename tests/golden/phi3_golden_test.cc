@@ -1,5 +1,5 @@
-// Golden: Phi3ForCausalLM (fused qkv/gate_up, longrope past the short context, partial rotary, tied)
-// equals transformers alone, in a mixed continuous batch, and through the prefix cache.
+// Golden: Phi3ForCausalLM (fused qkv/gate_up, longrope past the short context, partial rotary,
+// tied) equals transformers alone, in a mixed continuous batch, and through the prefix cache.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -41,7 +41,8 @@ class Phi3Golden : public ::testing::TestWithParam<std::string> {
     if (prompt_logits) {
       const auto& ref_prompt = golden_.prompt_logits[p];
       ASSERT_EQ(r.prompt_logits.size(), ref_prompt.size());
-      const float d = test::MaxAbsDiff(r.prompt_logits.data(), ref_prompt.data(), ref_prompt.size());
+      const float d =
+          test::MaxAbsDiff(r.prompt_logits.data(), ref_prompt.data(), ref_prompt.size());
       worst_ = std::max(worst_, d);
       EXPECT_LE(d, tol_);
     }
@@ -153,7 +154,8 @@ TEST_P(Phi3Golden, ShortBlockIsNotReusedByALongSequence) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Phi3Models, Phi3Golden,
-                         ::testing::Values("phi3_f32", "phi3_bf16", "phi4mini_f32", "phi4mini_bf16"),
+                         ::testing::Values("phi3_f32", "phi3_bf16", "phi4mini_f32",
+                                           "phi4mini_bf16"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -25,7 +25,8 @@ const std::string kDir = std::string(LOOM_FIXTURES) + "/golden_lora/";
 const std::string kAdapters = std::string(LOOM_FIXTURES) + "/adapters/";
 const std::string kModels = std::string(LOOM_FIXTURES) + "/models/";
 
-std::vector<std::vector<float>> LoadRows(const std::string& path, const std::string& prefix, size_t n) {
+std::vector<std::vector<float>> LoadRows(const std::string& path, const std::string& prefix,
+                                         size_t n) {
   auto store = SafetensorsStore::Open(path);
   EXPECT_TRUE(store.ok()) << store.status().ToString();
   std::vector<std::vector<float>> out;
@@ -62,7 +63,8 @@ GenerationRequest Request(const std::vector<int32_t>& prompt, int steps, int slo
 // Each prompt alone; slot 0 = `adapter` (null = base). Every prompt + continuation crosses
 // original_max_position_embeddings, so the decode runs through the longrope recompute.
 // Returns the prompt logits.
-std::vector<std::vector<float>> ExpectRunsMatch(Model* model, std::shared_ptr<const Adapter> adapter,
+std::vector<std::vector<float>> ExpectRunsMatch(Model* model,
+                                                std::shared_ptr<const Adapter> adapter,
                                                 const json& ref, const std::string& mode,
                                                 const std::vector<std::vector<float>>& ref_logits,
                                                 float tol) {
@@ -81,7 +83,9 @@ std::vector<std::vector<float>> ExpectRunsMatch(Model* model, std::shared_ptr<co
       logits.emplace_back();
       continue;
     }
-    EXPECT_LE(test::MaxAbsDiff(res[0].prompt_logits.data(), ref_logits[p].data(), ref_logits[p].size()), tol);
+    EXPECT_LE(
+        test::MaxAbsDiff(res[0].prompt_logits.data(), ref_logits[p].data(), ref_logits[p].size()),
+        tol);
     EXPECT_EQ(res[0].generated, greedy);
     logits.push_back(res[0].prompt_logits);
   }
@@ -108,14 +112,16 @@ TEST_P(Phi3LoraGolden, UnmergedAndMergedMatchPeft) {
     fused |= lw->module_path.ends_with("qkv_proj") || lw->module_path.ends_with("gate_up_proj");
   }
   EXPECT_TRUE(fused);
-  const auto unmerged = ExpectRunsMatch(model->get(), *adapter, ref, "unmerged",
-                                        LoadRows(kDir + name + ".unmerged.safetensors", "prompt_", n), tol);
+  const auto unmerged =
+      ExpectRunsMatch(model->get(), *adapter, ref, "unmerged",
+                      LoadRows(kDir + name + ".unmerged.safetensors", "prompt_", n), tol);
   // Proof the adapter is applied: it moves the logits far beyond the tolerance.
   const auto base_logits = test::LoadGolden(base).prompt_logits;
   float delta = 0;
   for (size_t p = 0; p < n && p < unmerged.size(); ++p) {
     if (unmerged[p].size() != base_logits[p].size()) continue;
-    delta = std::max(delta, test::MaxAbsDiff(unmerged[p].data(), base_logits[p].data(), base_logits[p].size()));
+    delta = std::max(
+        delta, test::MaxAbsDiff(unmerged[p].data(), base_logits[p].data(), base_logits[p].size()));
   }
   EXPECT_GT(delta, 1000 * tol);
 
@@ -123,8 +129,9 @@ TEST_P(Phi3LoraGolden, UnmergedAndMergedMatchPeft) {
   auto merged_model = Model::Load(kModels + base);
   ASSERT_TRUE(merged_model.ok());
   ASSERT_TRUE((*merged_model)->MergeAdapter(**adapter).ok());
-  const auto merged = ExpectRunsMatch(merged_model->get(), nullptr, ref, merged_key,
-                                      LoadRows(kDir + name + "." + merged_key + ".safetensors", "prompt_", n), tol);
+  const auto merged =
+      ExpectRunsMatch(merged_model->get(), nullptr, ref, merged_key,
+                      LoadRows(kDir + name + "." + merged_key + ".safetensors", "prompt_", n), tol);
 
   // `loom merge` writes the fused projections merged; the checkpoint loads as a Phi-3 again.
   const fs::path out = fs::temp_directory_path() / ("loom_merge_" + name);

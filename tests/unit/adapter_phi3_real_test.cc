@@ -1,10 +1,12 @@
-// LoadAdapter with the real Phi-3.5-mini adapter config against shape-only bases of the real Phi-3 config.
+// LoadAdapter with the real Phi-3.5-mini adapter config against shape-only bases of the real Phi-3
+// config.
 #include "unit/adapter_test_util.h"
 
 namespace loom {
 namespace {
 
-const std::string kPhi3Config = kShared + "model_configs/Phi-3-mini-4k-instruct-unsloth-merged/config.json";
+const std::string kPhi3Config =
+    kShared + "model_configs/Phi-3-mini-4k-instruct-unsloth-merged/config.json";
 const std::string kPhi35Adapter = kRealConfigs + "kashewknutt-personality-bot__1.json";
 
 // Writes DIR/model.safetensors (or adapter_model.safetensors): a BF16 header for `tensors` and a
@@ -22,7 +24,8 @@ void WriteShapeOnly(const std::string& path,
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
   std::string prefix(8, '\0');
-  for (int i = 0; i < 8; ++i) prefix[static_cast<size_t>(i)] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
+  for (int i = 0; i < 8; ++i)
+    prefix[static_cast<size_t>(i)] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
   WriteBytes(path, prefix + text);
   fs::resize_file(path, 8 + text.size() + offset);
 }
@@ -67,7 +70,9 @@ void WriteAdapter(const std::string& dir, const std::vector<std::string>& target
       const bool attn = name[0] == 'q' || name[0] == 'k' || name[0] == 'v' || name[0] == 'o';
       const std::string p = "base_model.model.model.layers." + std::to_string(layer) +
                             (attn ? ".self_attn." : ".mlp.") + name;
-      const int64_t in = name == "down_proj" ? out.at("ffn") : name == "o_proj" ? out.at("q") : hidden;
+      const int64_t in = name == "down_proj" ? out.at("ffn")
+                         : name == "o_proj"  ? out.at("q")
+                                             : hidden;
       tensors.push_back({p + ".lora_A.weight", {r, in}});
       tensors.push_back({p + ".lora_B.weight", {out.at(name), r}});
     }
@@ -82,8 +87,9 @@ TEST(Phi3RealAdapterTest, RealConfigOnTheSplitLayoutAttachesEveryTensor) {
   auto model = PhiBase(tmp, "MistralForCausalLM");
   ASSERT_NE(model, nullptr);
   const std::map<std::string, int64_t> out = {
-      {"q_proj", 3072}, {"k_proj", 3072}, {"v_proj", 3072}, {"o_proj", 3072}, {"gate_proj", 8192},
-      {"up_proj", 8192}, {"down_proj", 3072}, {"q", 3072}, {"ffn", 8192}};
+      {"q_proj", 3072},    {"k_proj", 3072},    {"v_proj", 3072},
+      {"o_proj", 3072},    {"gate_proj", 8192}, {"up_proj", 8192},
+      {"down_proj", 3072}, {"q", 3072},         {"ffn", 8192}};
   WriteAdapter(tmp.File("a"), {}, out, 32, 3072, 32);
   auto a = Load(tmp.File("a"), *model, 0, "personality");
   ASSERT_TRUE(a.ok()) << a.status().ToString();
@@ -105,8 +111,9 @@ TEST(Phi3RealAdapterTest, SplitLayoutAdapterOnTheFusedLayoutNamesTheTensor) {
   auto model = PhiBase(tmp, "Phi3ForCausalLM");
   ASSERT_NE(model, nullptr);
   const std::map<std::string, int64_t> out = {
-      {"q_proj", 3072}, {"k_proj", 3072}, {"v_proj", 3072}, {"o_proj", 3072}, {"gate_proj", 8192},
-      {"up_proj", 8192}, {"down_proj", 3072}, {"q", 3072}, {"ffn", 8192}};
+      {"q_proj", 3072},    {"k_proj", 3072},    {"v_proj", 3072},
+      {"o_proj", 3072},    {"gate_proj", 8192}, {"up_proj", 8192},
+      {"down_proj", 3072}, {"q", 3072},         {"ffn", 8192}};
   WriteAdapter(tmp.File("a"), {}, out, 32, 3072, 32);
   auto a = Load(tmp.File("a"), *model, 0, "personality");
   ASSERT_FALSE(a.ok());
@@ -120,10 +127,11 @@ TEST(Phi3RealAdapterTest, RealConfigOnTheFusedModulesAttachesEveryTensor) {
   TempDir tmp;
   auto model = PhiBase(tmp, "Phi3ForCausalLM");
   ASSERT_NE(model, nullptr);
-  const std::map<std::string, int64_t> out = {{"qkv_proj", 9216}, {"o_proj", 3072},
-                                              {"gate_up_proj", 16384}, {"down_proj", 3072},
-                                              {"q", 3072}, {"ffn", 8192}};
-  WriteAdapter(tmp.File("a"), {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}, out, 32, 3072, 32);
+  const std::map<std::string, int64_t> out = {
+      {"qkv_proj", 9216},  {"o_proj", 3072}, {"gate_up_proj", 16384},
+      {"down_proj", 3072}, {"q", 3072},      {"ffn", 8192}};
+  WriteAdapter(tmp.File("a"), {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}, out, 32, 3072,
+               32);
   auto a = Load(tmp.File("a"), *model, 0, "personality");
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   EXPECT_EQ((*a)->modules().size(), 32u * 4);

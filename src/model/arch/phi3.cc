@@ -1,4 +1,4 @@
-// Phi3ForCausalLM (Phi-3/3.5-mini, Phi-4-mini): fused qkv_proj and gate_up_proj, longrope, partial rotary.
+// Phi3ForCausalLM (Phi-3/3.5-mini, Phi-4-mini): fused qkv/gate_up, longrope, partial rotary.
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -16,8 +16,8 @@ Status ReadPartialRotary(const nlohmann::json& j, const std::string& where, Mode
   for (const char* key : {"rope_parameters", "rope_scaling"}) {
     auto it = j.find(key);
     if (it == j.end() || !it->is_object()) continue;
-    RETURN_IF_ERROR(ReadDouble(*it, "partial_rotary_factor", &factor, false,
-                               where + ": " + key, 1e-6, 1.0));
+    RETURN_IF_ERROR(
+        ReadDouble(*it, "partial_rotary_factor", &factor, false, where + ": " + key, 1e-6, 1.0));
     break;
   }
   const int dim = static_cast<int>(static_cast<double>(c->head_dim) * factor);
