@@ -19,8 +19,9 @@ const char* FinishReasonName(FinishReason r) {
 }
 
 namespace {
-SchedulerOptions ToSchedulerOptions(const EngineOptions& o) {
+SchedulerOptions ToSchedulerOptions(const EngineOptions& o, const Model& model) {
   SchedulerOptions s;
+  s.rope_switch_length = model.rope_switch_length();
   s.max_batch_tokens = o.max_batch_tokens;
   s.max_num_seqs = o.max_num_seqs;
   s.max_loras = o.max_loras;
@@ -36,7 +37,7 @@ Engine::Engine(Model* model, const EngineOptions& options, const tokenizer::Toke
       max_model_len_(options.max_model_len > 0 ? options.max_model_len
                                                : model->config().max_position_embeddings),
       cache_(model->NewKvCache(options.kv_cache_tokens)),
-      scheduler_(cache_.get(), ToSchedulerOptions(options)) {}
+      scheduler_(cache_.get(), ToSchedulerOptions(options, *model)) {}
 
 int Engine::AddAdapter(std::shared_ptr<const Adapter> adapter) {
   registered_.push_back(std::move(adapter));
@@ -239,14 +240,15 @@ bool Engine::Step() {
       batch_.segments.push_back({first_row, count, slot});
     }
     batch_.AddChunk(s->tokens.data() + s->num_computed, count, s->num_computed,
-                    s->block_table.data(), static_cast<int>(s->block_table.size()));
+                    s->block_table.data(), static_cast<int>(s->block_table.size()),
+                    static_cast<int>(s->tokens.size()));
     const int prompt_len = static_cast<int>(s->request.prompt.size());
     const bool completes = s->num_computed + count == static_cast<int>(s->tokens.size());
     for (int i = 0; i < count; ++i) {
       const int pos = s->num_computed + i;
       const bool samples = completes && i == count - 1;
-      const bool keep_prompt =
-          s->request.return_prompt_logits && pos < prompt_len && s->num_preemptions == 0;
+      const bool keep_prompt = s->request.return_prompt_logits && pos < prompt_len &&
+                               s->num_preemptions == 0 && s->result.generated.empty();
       if (samples || keep_prompt) {
         batch_.logit_rows.push_back(first_row + i);
         logit_owners_.push_back({s, samples, keep_prompt ? pos : -1});
@@ -275,7 +277,14 @@ bool Engine::Step() {
     }
     if (!owner.samples) continue;
     SampleRow(s, row);
-    if (s->result.finish_reason != FinishReason::kNone) done.push_back(s);
+    if (s->result.finish_reason != FinishReason::kNone) {
+      done.push_back(s);
+    } else if (const int sw = model_->rope_switch_length();
+               sw > 0 && s->tokens.size() == static_cast<size_t>(sw) + 1) {
+      // Longrope: the sequence just outgrew the short factors; transformers' full forward now
+      // rotates every position with the long ones, so its cached K are recomputed.
+      scheduler_.Recompute(s);
+    }
   }
   for (Sequence* s : done) {
     std::unique_ptr<Sequence> owned = scheduler_.Retire(s);

@@ -156,9 +156,13 @@ StepPlan Scheduler::Schedule() {
   return plan;
 }
 
-uint64_t Scheduler::BlockKey(const Sequence& seq, size_t index, uint64_t previous) {
+uint64_t Scheduler::BlockKey(const Sequence& seq, size_t index, uint64_t previous) const {
   const int32_t* tokens = seq.tokens.data() + index * kKvBlockSize;
-  const uint64_t seed = previous * 0x9E3779B97F4A7C15ull ^ seq.adapter_key;
+  uint64_t seed = previous * 0x9E3779B97F4A7C15ull ^ seq.adapter_key;
+  // Longrope: blocks computed with the long factors are other blocks.
+  const int switch_len = options_.rope_switch_length;
+  if (switch_len > 0 && seq.tokens.size() > static_cast<size_t>(switch_len))
+    seed ^= 0xC2B2AE3D27D4EB4Full;
   return HashBytes(tokens, sizeof(int32_t) * kKvBlockSize, seed) | 1;  // never 0
 }
 
@@ -171,6 +175,13 @@ void Scheduler::PublishBlocks(Sequence* seq) {
     cache_->Publish(seq->block_table[b], key);
     seq->block_keys.push_back(key);
   }
+}
+
+void Scheduler::Recompute(Sequence* seq) {
+  cache_->Release(&seq->block_table);
+  seq->num_computed = 0;
+  seq->num_cached_prompt = 0;
+  seq->block_keys.clear();
 }
 
 std::unique_ptr<Sequence> Scheduler::Retire(Sequence* seq) {

@@ -22,6 +22,9 @@ struct SchedulerOptions {
   // until it fits, so no request starves.
   int max_head_wait_steps = 32;
   bool enable_prefix_caching = true;
+  // Longrope models (Model::rope_switch_length): K/V computed while a sequence has at most this
+  // many tokens differ from those computed beyond, so prefix-cache keys carry the side. 0 = none.
+  int rope_switch_length = 0;
 };
 
 // One step's plan: (sequence, number of rows) in scheduling order.
@@ -48,6 +51,9 @@ class Scheduler {
   std::unique_ptr<Sequence> Remove(int64_t id);
   // After a step: indexes the sequence's newly completed full blocks in the prefix cache.
   void PublishBlocks(Sequence* seq);
+  // Drops a running sequence's K/V (blocks released) so its next steps recompute every token:
+  // for a longrope sequence that has just crossed rope_switch_length.
+  void Recompute(Sequence* seq);
 
   int64_t prefix_queries() const { return prefix_queries_; }  // prompt tokens looked up
   int64_t prefix_hits() const { return prefix_hits_; }        // of those, found cached
@@ -63,7 +69,7 @@ class Scheduler {
   void Admit(int* budget, StepPlan* plan);
   std::set<uint64_t> RunningAdapters() const;
   // Key of full block `index` of `seq` given the previous block's key (0 for the first).
-  static uint64_t BlockKey(const Sequence& seq, size_t index, uint64_t previous);
+  uint64_t BlockKey(const Sequence& seq, size_t index, uint64_t previous) const;
 
   KvCache* cache_;
   SchedulerOptions options_;

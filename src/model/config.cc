@@ -1,6 +1,7 @@
 // Shared Llama-family config.json parsing; architecture files add what differs.
 #include "model/config.h"
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "base/file.h"
@@ -38,8 +39,46 @@ Status CheckRope(const RopeConfig& rope, const std::string& where) {
   return OkStatus();
 }
 
+// longrope: short_factor/long_factor lists, the switch length (a top-level
+// original_max_position_embeddings wins, as transformers' standardize_rope_params does), and the
+// attention factor: given, or sqrt(1 + ln(factor)/ln(original)) with factor = given or
+// max_position_embeddings / original (1 when factor ≤ 1). List lengths are checked against the
+// rotary dim once the architecture has set it (CheckRopeDims).
+Status ParseLongRope(const json& j, const json& params, int max_positions, const std::string& at,
+                     RopeConfig* rope) {
+  rope->scaling = RopeScaling::kLongRope;
+  for (const char* key : {"short_factor", "long_factor"}) {
+    auto it = params.find(key);
+    if (it == params.end() || !it->is_array() || it->empty() || it->size() > kMaxConfigHeadDim) {
+      return InvalidArgument(at + ": field '" + key + "' must be a non-empty list of numbers");
+    }
+    std::vector<double>& out = key[0] == 's' ? rope->short_factor : rope->long_factor;
+    for (const json& v : *it) {
+      if (!v.is_number() || !(v.get<double>() > 0) || !std::isfinite(v.get<double>())) {
+        return InvalidArgument(at + ": field '" + key + "' entries must be positive numbers");
+      }
+      out.push_back(v.get<double>());
+    }
+  }
+  int original = max_positions;
+  RETURN_IF_ERROR(ReadInt(params, "original_max_position_embeddings", &original, false, at, 1,
+                          kMaxConfigPositions));
+  RETURN_IF_ERROR(
+      ReadInt(j, "original_max_position_embeddings", &original, false, at, 1, kMaxConfigPositions));
+  rope->original_max_position = original;
+  double factor = static_cast<double>(max_positions) / original;
+  RETURN_IF_ERROR(ReadDouble(params, "factor", &factor, false, at, 1e-9, 1e9));
+  rope->factor = factor;
+  rope->attention_factor =
+      factor <= 1.0 ? 1.0
+                    : std::sqrt(1.0 + std::log(factor) / std::log(static_cast<double>(original)));
+  RETURN_IF_ERROR(
+      ReadDouble(params, "attention_factor", &rope->attention_factor, false, at, 0, 1e9));
+  return OkStatus();
+}
+
 // rope_scaling (transformers 4.x) or rope_parameters (5.x): {"rope_type"|"type": ..., ...}.
-Status ParseRope(const json& j, const std::string& where, RopeConfig* rope) {
+Status ParseRope(const json& j, const std::string& where, int max_positions, RopeConfig* rope) {
   RETURN_IF_ERROR(ReadDouble(j, "rope_theta", &rope->theta, false, where));
   RETURN_IF_ERROR(CheckRope(*rope, where));
   const json* params = nullptr;
@@ -54,12 +93,13 @@ Status ParseRope(const json& j, const std::string& where, RopeConfig* rope) {
     }
   }
   if (!params) return OkStatus();
-  return ParseRopeParameters(*params, where + ": " + field, rope);
+  return ParseRopeParameters(*params, where + ": " + field, rope, &j, max_positions);
 }
 
 }  // namespace
 
-Status ParseRopeParameters(const json& params, const std::string& at, RopeConfig* rope) {
+Status ParseRopeParameters(const json& params, const std::string& at, RopeConfig* rope,
+                           const json* config, int max_positions) {
   RETURN_IF_ERROR(ReadDouble(params, "rope_theta", &rope->theta, false, at));
   RETURN_IF_ERROR(CheckRope(*rope, at));
   std::string type = "default";
@@ -70,7 +110,12 @@ Status ParseRopeParameters(const json& params, const std::string& at, RopeConfig
       break;
     }
   }
-  if (type == "default") return OkStatus();
+  if (type == "default") return CheckRope(*rope, at);
+  // Phi-3's config maps a "yarn" type to longrope (Phi3Config.convert_rope_params_to_dict).
+  if (type == "yarn" && config && config->is_object() &&
+      config->value("model_type", std::string()) == "phi3") {
+    type = "longrope";
+  }
   if (type == "linear") {
     rope->scaling = RopeScaling::kLinear;
     RETURN_IF_ERROR(ReadDouble(params, "factor", &rope->factor, true, at));
@@ -84,9 +129,11 @@ Status ParseRopeParameters(const json& params, const std::string& at, RopeConfig
     if (rope->high_freq_factor <= rope->low_freq_factor) {
       return InvalidArgument(at + ": high_freq_factor must exceed low_freq_factor");
     }
+  } else if ((type == "longrope" || type == "su") && config) {  // "su": longrope's old name
+    RETURN_IF_ERROR(ParseLongRope(*config, params, max_positions, at, rope));
   } else {
     return InvalidArgument(at + ": rope type '" + type +
-                           "' is not supported (supported: default, linear, llama3)");
+                           "' is not supported (supported: default, linear, llama3, longrope)");
   }
   if (!(rope->factor > 0)) return InvalidArgument(at + ": factor must be positive");
   if (rope->scaling == RopeScaling::kLlama3 && rope->original_max_position <= 0) {
@@ -104,6 +151,26 @@ Status ParseActivation(const std::string& name, const std::string& field, const 
   } else {
     return InvalidArgument(where + ": " + field + " '" + name +
                            "' is not supported (supported: silu, gelu_pytorch_tanh)");
+  }
+  return OkStatus();
+}
+
+// The rotary dim (set by the architecture for partial rotary) fits the head; longrope's factor
+// lists have one entry per rotated pair.
+Status CheckRopeDims(const ModelConfig& c, const std::string& where) {
+  const int dim = RopeDim(c.rope, c.head_dim);
+  if (dim <= 0 || dim > c.head_dim || dim % 2 != 0) {
+    return InvalidArgument(where + ": rotary dim " + std::to_string(dim) +
+                           " (partial_rotary_factor × head_dim) must be even and in (0, head_dim]");
+  }
+  if (c.rope.scaling != RopeScaling::kLongRope) return OkStatus();
+  for (const auto* f : {&c.rope.short_factor, &c.rope.long_factor}) {
+    if (f->size() != static_cast<size_t>(dim / 2)) {
+      return InvalidArgument(where + ": rope " +
+                             (f == &c.rope.short_factor ? "short_factor" : "long_factor") +
+                             " has " + std::to_string(f->size()) + " entries, the rotary dim " +
+                             std::to_string(dim) + " needs " + std::to_string(dim / 2));
+    }
   }
   return OkStatus();
 }
@@ -211,9 +278,10 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& config_json,
     if (*it == "float16") c.dtype = DType::kF16;
     if (*it == "bfloat16") c.dtype = DType::kBF16;
   }
-  RETURN_IF_ERROR(ParseRope(j, where, &c.rope));
+  RETURN_IF_ERROR(ParseRope(j, where, c.max_position_embeddings, &c.rope));
   c.layers.assign(static_cast<size_t>(c.num_layers), LayerConfig{});
   RETURN_IF_ERROR(arch->configure(j, where, &c));
+  RETURN_IF_ERROR(CheckRopeDims(c, where));
 
   if (!generation_config_json.empty()) {
     const std::string gwhere = where + " (generation_config.json)";

@@ -48,6 +48,8 @@ struct ModelConfig {
   float attn_softcap = 0;        // scores → tanh(s / cap) · cap
   float final_softcap = 0;       // logits → tanh(l / cap) · cap
   RopeConfig rope_local;         // for layers with local_rope
+  bool fused_qkv = false;      // Phi-3: one self_attn.qkv_proj [q_dim + 2·kv_dim, hidden]
+  bool fused_gate_up = false;  // Phi-3: one mlp.gate_up_proj [2·ffn, hidden], gate rows first
   std::vector<LayerConfig> layers;
   int bos_token_id = -1;
   std::vector<int> eos_token_ids;
@@ -83,7 +85,10 @@ Status ReadDouble(const nlohmann::json& j, const char* key, double* out, bool re
 Status ReadBool(const nlohmann::json& j, const char* key, bool* out, const std::string& where);
 // One RoPE parameter object {"rope_type"|"type", "rope_theta", "factor", ...} into *rope
 // (fields it lacks keep their value). `at` names the object in errors.
-Status ParseRopeParameters(const nlohmann::json& params, const std::string& at, RopeConfig* rope);
+// `config`/`max_positions`: the whole config.json and its max_position_embeddings, which
+// longrope reads too (null where the parameters stand alone, e.g. Gemma 3's local rope).
+Status ParseRopeParameters(const nlohmann::json& params, const std::string& at, RopeConfig* rope,
+                           const nlohmann::json* config = nullptr, int max_positions = 0);
 // The MLP activation named by `name` (silu, gelu_pytorch_tanh); errors name `field`.
 Status ParseActivation(const std::string& name, const std::string& field, const std::string& where,
                        Activation* out);

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -30,6 +31,7 @@ struct Model::Scratch {
   AlignedBuffer<float> gate;  // [n, ffn_dim]
   AlignedBuffer<float> up;    // [n, ffn_dim]
   AlignedBuffer<float> last;  // [num_logit_rows, model_dim]
+  AlignedBuffer<float> fused;  // [n, q_dim + 2·kv_dim] or [n, 2·ffn_dim] (fused projections)
 };
 
 Model::~Model() = default;
@@ -53,6 +55,10 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadO
     ConvertFromF32(dt, &m->config_.embed_scale, bytes.data(), 1);
     ConvertToF32(dt, bytes.data(), &rounded, 1);
     m->embed_scale_ = rounded;
+  }
+  if (m->config_.rope.scaling == RopeScaling::kLongRope) {
+    m->inv_freq_long_ = RopeInverseFrequencies(m->config_.rope, m->config_.head_dim, true);
+    m->rope_scale_ = static_cast<float>(m->config_.rope.attention_factor);
   }
   m->scratch_ = std::make_unique<Scratch>();
   return m;
@@ -150,17 +156,24 @@ void Model::ForwardLayer(int layer, const Batch& batch, KvCache* cache, const Lo
 
   // Attention block.
   RmsNorm(s.x.data(), n, d, w.input_norm.data(), c.rms_norm_eps, s.h.data());
-  w.q_proj.Forward(s.h.data(), n, s.q.data(), lora);
-  w.k_proj.Forward(s.h.data(), n, s.k.data(), lora);
-  w.v_proj.Forward(s.h.data(), n, s.v.data(), lora);
+  if (c.fused_qkv) {
+    const int64_t q_dim = int64_t{c.num_heads} * hd, kv_dim = int64_t{c.num_kv_heads} * hd;
+    w.qkv_proj.Forward(s.h.data(), n, s.fused.data(), lora);
+    SplitColumns(s.fused.data(), n,
+                 {{s.q.data(), q_dim}, {s.k.data(), kv_dim}, {s.v.data(), kv_dim}});
+  } else {
+    w.q_proj.Forward(s.h.data(), n, s.q.data(), lora);
+    w.k_proj.Forward(s.h.data(), n, s.k.data(), lora);
+    w.v_proj.Forward(s.h.data(), n, s.v.data(), lora);
+  }
   if (c.qk_norm) {  // per head over head_dim
     RmsNorm(s.q.data(), n * c.num_heads, hd, w.q_norm.data(), c.rms_norm_eps, s.q.data());
     RmsNorm(s.k.data(), n * c.num_kv_heads, hd, w.k_norm.data(), c.rms_norm_eps, s.k.data());
   }
   const LayerConfig& lc = c.layers[static_cast<size_t>(layer)];
   const std::vector<float>& inv_freq = lc.local_rope ? inv_freq_local_ : inv_freq_;
-  ApplyRope(s.q.data(), n, c.num_heads, hd, batch.positions.data(), inv_freq);
-  ApplyRope(s.k.data(), n, c.num_kv_heads, hd, batch.positions.data(), inv_freq);
+  Rope(batch, s.q.data(), c.num_heads, inv_freq);
+  Rope(batch, s.k.data(), c.num_kv_heads, inv_freq);
   KvLayerView kv = cache->Layer(layer);
   WriteKv(kv, batch.chunks, s.k.data(), s.v.data());
   const float scale = c.attn_scale > 0 ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(hd));
@@ -174,8 +187,13 @@ void Model::ForwardLayer(int layer, const Batch& batch, KvCache* cache, const Lo
 
   // MLP block.
   RmsNorm(s.x.data(), n, d, w.post_norm.data(), c.rms_norm_eps, s.h.data());
-  w.gate_proj.Forward(s.h.data(), n, s.gate.data(), lora);
-  w.up_proj.Forward(s.h.data(), n, s.up.data(), lora);
+  if (c.fused_gate_up) {  // gate columns first, then up (Phi3MLP's chunk(2))
+    w.gate_up_proj.Forward(s.h.data(), n, s.fused.data(), lora);
+    SplitColumns(s.fused.data(), n, {{s.gate.data(), c.ffn_dim}, {s.up.data(), c.ffn_dim}});
+  } else {
+    w.gate_proj.Forward(s.h.data(), n, s.gate.data(), lora);
+    w.up_proj.Forward(s.h.data(), n, s.up.data(), lora);
+  }
   if (c.activation == Activation::kGeluTanh) {
     GeluTanhMulInPlace(s.gate.data(), s.up.data(), n * c.ffn_dim);
   } else {
@@ -186,6 +204,36 @@ void Model::ForwardLayer(int layer, const Batch& batch, KvCache* cache, const Lo
     RmsNorm(s.out.data(), n, d, w.ffn_out_norm.data(), c.rms_norm_eps, s.out.data());
   }
   AddInPlace(s.x.data(), s.out.data(), n * d);
+}
+
+void Model::Rope(const Batch& batch, float* x, int heads, const std::vector<float>& inv_freq) const {
+  const int hd = config_.head_dim;
+  if (inv_freq_long_.empty()) {
+    ApplyRope(x, batch.num_rows(), heads, hd, batch.positions.data(), inv_freq, rope_scale_);
+    return;
+  }
+  const int switch_len = rope_switch_length();
+  for (size_t i = 0; i < batch.chunks.size(); ++i) {
+    const AttentionChunk& ch = batch.chunks[i];
+    const int len =
+        i < batch.context_lens.size() ? batch.context_lens[i] : ch.start_pos + ch.num_rows;
+    ApplyRope(x + int64_t{ch.first_row} * heads * hd, ch.num_rows, heads, hd,
+              batch.positions.data() + ch.first_row, len > switch_len ? inv_freq_long_ : inv_freq,
+              rope_scale_);
+  }
+}
+
+void Model::SplitColumns(const float* fused, int64_t n,
+                         std::initializer_list<std::pair<float*, int64_t>> parts) {
+  int64_t width = 0;
+  for (const auto& p : parts) width += p.second;
+  for (int64_t r = 0; r < n; ++r) {
+    const float* src = fused + r * width;
+    for (const auto& [dst, w] : parts) {
+      std::copy(src, src + w, dst + r * w);
+      src += w;
+    }
+  }
 }
 
 // Same as PEFT's LoRA Embedding: e[t] += scale · B · A[:, t], before the embedding scaling
@@ -227,6 +275,10 @@ void Model::Forward(const Batch& batch, KvCache* cache, float* logits,
   LOOM_CHECK_OK(s.out.Resize(n * d));
   LOOM_CHECK_OK(s.gate.Resize(n * static_cast<size_t>(c.ffn_dim)));
   LOOM_CHECK_OK(s.up.Resize(n * static_cast<size_t>(c.ffn_dim)));
+  if (c.fused_qkv || c.fused_gate_up) {
+    LOOM_CHECK_OK(
+        s.fused.Resize(n * std::max(q_dim + 2 * kv_dim, 2 * static_cast<size_t>(c.ffn_dim))));
+  }
 
   EmbedRows(weights_.embed, batch.tokens.data(), static_cast<int64_t>(n), s.x.data());
   LoraBatch lora;

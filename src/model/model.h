@@ -1,6 +1,7 @@
 // Model: a loaded Llama-family checkpoint and its forward pass over a Batch.
 #pragma once
 
+#include <initializer_list>
 #include <memory>
 #include <string>
 
@@ -37,6 +38,12 @@ class Model {
   // The projections adapters may target (LoadAdapter's argument).
   const SiteTable& sites() const { return sites_; }
   const std::string& dir() const { return dir_; }
+  // Longrope: a sequence computes with the short factors while it has at most this many
+  // tokens and with the long ones beyond, for every position (as a full transformers forward
+  // does). The engine recomputes a sequence's K/V when it crosses. 0 = no such switch.
+  int rope_switch_length() const {
+    return config_.rope.scaling == RopeScaling::kLongRope ? config_.rope.original_max_position : 0;
+  }
   uint64_t weight_bytes() const { return store_->total_bytes(); }
 
   // Folds `adapter` into the weights (merged mode): adapted projections get owned merged
@@ -68,6 +75,13 @@ class Model {
   void ForwardLayer(int layer, const Batch& batch, KvCache* cache, const LoraBatch& lora,
                     Scratch& s);
 
+  // Rotates q or k ([n, heads, head_dim]) of every chunk with its sequence's factor set.
+  void Rope(const Batch& batch, float* x, int heads, const std::vector<float>& inv_freq) const;
+  // Fused projection (qkv_proj, gate_up_proj): one matmul into `fused` [n, Σ widths], then
+  // its column blocks copied out to `parts`.
+  static void SplitColumns(const float* fused, int64_t n,
+                           std::initializer_list<std::pair<float*, int64_t>> parts);
+
   void AddEmbeddingLora(const Batch& batch, const std::vector<const Adapter*>& adapters,
                         float* x) const;
 
@@ -80,6 +94,8 @@ class Model {
   std::vector<float> inv_freq_;        // [head_dim / 2]
   std::vector<float> inv_freq_local_;  // [head_dim / 2] layers with local_rope (Gemma 3)
   float embed_scale_ = 0;              // config embed_scale in the embedding dtype; 0 = none
+  std::vector<float> inv_freq_long_;   // [rotary_dim / 2], longrope's long factors
+  float rope_scale_ = 1.0f;            // longrope attention factor on cos/sin
   std::unique_ptr<Scratch> scratch_;
   std::vector<std::unique_ptr<AlignedBuffer<uint8_t>>> owned_;  // merged weights
   Status Quantize(const LoadOptions& options);

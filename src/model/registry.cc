@@ -11,6 +11,7 @@ const std::vector<ArchEntry>& Architectures() {
       {"Qwen3ForCausalLM", &ConfigureQwen3},
       {"Gemma2ForCausalLM", &ConfigureGemma2, &PrepareGemmaWeights},
       {"Gemma3ForCausalLM", &ConfigureGemma3, &PrepareGemmaWeights},
+      {"Phi3ForCausalLM", &ConfigurePhi3},
   };
   return kArchs;
 }

@@ -38,6 +38,7 @@ Status ConfigureGemma2(const nlohmann::json& j, const std::string& where, ModelC
 Status ConfigureGemma3(const nlohmann::json& j, const std::string& where, ModelConfig* config);
 // Gemma 2/3 (gemma_common.cc): RMSNorm scales by (1 + w); every norm weight becomes 1 + w.
 Status PrepareGemmaWeights(const ModelConfig& config, ModelWeights* weights);
+Status ConfigurePhi3(const nlohmann::json& j, const std::string& where, ModelConfig* config);
 
 // Shared by Qwen2 and Qwen3: layer_types, or use_sliding_window + max_window_layers.
 Status ConfigureQwenSlidingWindow(const nlohmann::json& j, const std::string& where,

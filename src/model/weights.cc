@@ -34,9 +34,13 @@ std::vector<WeightSlot> EnumerateWeights(const ModelConfig& c, ModelWeights* w) 
     const std::string p = "model.layers." + std::to_string(i) + ".";
     list.layer = i;
     vec(&l.input_norm, p + "input_layernorm.weight", d);
-    matrix(&l.q_proj, p + "self_attn.q_proj", q_dim, d, c.qkv_bias);
-    matrix(&l.k_proj, p + "self_attn.k_proj", kv_dim, d, c.qkv_bias);
-    matrix(&l.v_proj, p + "self_attn.v_proj", kv_dim, d, c.qkv_bias);
+    if (c.fused_qkv) {
+      matrix(&l.qkv_proj, p + "self_attn.qkv_proj", q_dim + 2 * kv_dim, d, c.qkv_bias);
+    } else {
+      matrix(&l.q_proj, p + "self_attn.q_proj", q_dim, d, c.qkv_bias);
+      matrix(&l.k_proj, p + "self_attn.k_proj", kv_dim, d, c.qkv_bias);
+      matrix(&l.v_proj, p + "self_attn.v_proj", kv_dim, d, c.qkv_bias);
+    }
     matrix(&l.o_proj, p + "self_attn.o_proj", d, q_dim, c.o_bias);
     if (c.qk_norm) {
       vec(&l.q_norm, p + "self_attn.q_norm.weight", c.head_dim);
@@ -49,8 +53,12 @@ std::vector<WeightSlot> EnumerateWeights(const ModelConfig& c, ModelWeights* w) 
     } else {
       vec(&l.post_norm, p + "post_attention_layernorm.weight", d);
     }
-    matrix(&l.gate_proj, p + "mlp.gate_proj", c.ffn_dim, d, c.mlp_bias);
-    matrix(&l.up_proj, p + "mlp.up_proj", c.ffn_dim, d, c.mlp_bias);
+    if (c.fused_gate_up) {
+      matrix(&l.gate_up_proj, p + "mlp.gate_up_proj", 2 * int64_t{c.ffn_dim}, d, c.mlp_bias);
+    } else {
+      matrix(&l.gate_proj, p + "mlp.gate_proj", c.ffn_dim, d, c.mlp_bias);
+      matrix(&l.up_proj, p + "mlp.up_proj", c.ffn_dim, d, c.mlp_bias);
+    }
     matrix(&l.down_proj, p + "mlp.down_proj", d, c.ffn_dim, c.mlp_bias);
   }
   list.layer = -1;

@@ -27,6 +27,9 @@ struct LayerWeights {
   Linear gate_proj;  // [ffn_dim, model_dim]
   Linear up_proj;    // [ffn_dim, model_dim]
   Linear down_proj;  // [model_dim, ffn_dim]
+  // Fused forms (config.fused_qkv / fused_gate_up) replace q/k/v and gate/up: one matmul each.
+  Linear qkv_proj;      // [(num_heads + 2·num_kv_heads)·head_dim, model_dim]: q rows, k, v
+  Linear gate_up_proj;  // [2·ffn_dim, model_dim]: gate rows then up rows
 };
 
 struct ModelWeights {

@@ -1,21 +1,33 @@
-// RoPE: x[i] ← x[i]·cos − x[i+h]·sin, x[i+h] ← x[i+h]·cos + x[i]·sin (h = head_dim/2).
+// RoPE: x[i] ← x[i]·cos − x[i+h]·sin, x[i+h] ← x[i+h]·cos + x[i]·sin (h = rotary_dim/2).
 #include "ops/rope.h"
 
 #include <cmath>
 
 namespace loom {
 
-std::vector<float> RopeInverseFrequencies(const RopeConfig& rope, int head_dim) {
-  const int half = head_dim / 2;
+std::vector<float> RopeInverseFrequencies(const RopeConfig& rope, int head_dim, bool long_context) {
+  const int dim = RopeDim(rope, head_dim);
+  const int half = dim / 2;
   std::vector<float> inv(static_cast<size_t>(half));
   // Same as transformers: 1 / theta^(arange(0, dim, 2).float() / dim), all in f32.
   for (int i = 0; i < half; ++i) {
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
-    inv[static_cast<size_t>(i)] =
-        1.0f / std::pow(static_cast<float>(rope.theta), exponent);
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
+    const float power = std::pow(static_cast<float>(rope.theta), exponent);
+    if (rope.scaling == RopeScaling::kLongRope) {
+      // Same as transformers _compute_longrope_parameters: 1 / (ext · theta^(...)), in f32.
+      const auto& ext = long_context ? rope.long_factor : rope.short_factor;
+      const float e = static_cast<size_t>(i) < ext.size()
+                          ? static_cast<float>(ext[static_cast<size_t>(i)])
+                          : 1.0f;
+      inv[static_cast<size_t>(i)] = 1.0f / (e * power);
+    } else {
+      inv[static_cast<size_t>(i)] = 1.0f / power;
+    }
   }
   switch (rope.scaling) {
     case RopeScaling::kNone: break;
+    case RopeScaling::kLongRope:
+      break;
     case RopeScaling::kLinear:
       for (float& f : inv) f = f / static_cast<float>(rope.factor);
       break;
@@ -45,15 +57,18 @@ std::vector<float> RopeInverseFrequencies(const RopeConfig& rope, int head_dim) 
 }
 
 void ApplyRope(float* x, int64_t n, int num_heads, int head_dim, const int32_t* positions,
-               const std::vector<float>& inv_freq) {
-  const int half = head_dim / 2;
+               const std::vector<float>& inv_freq, float scale) {
+  const int half = static_cast<int>(inv_freq.size());  // rotary_dim / 2 ≤ head_dim / 2
   std::vector<float> cos_v(static_cast<size_t>(half)), sin_v(static_cast<size_t>(half));
   for (int64_t r = 0; r < n; ++r) {
     const float pos = static_cast<float>(positions[r]);
     for (int i = 0; i < half; ++i) {
       const float angle = pos * inv_freq[static_cast<size_t>(i)];  // f32 product, as torch
-      cos_v[static_cast<size_t>(i)] = static_cast<float>(std::cos(static_cast<double>(angle)));
-      sin_v[static_cast<size_t>(i)] = static_cast<float>(std::sin(static_cast<double>(angle)));
+      // f32 cos/sin, then × the attention factor in f32 (a no-op at 1)
+      cos_v[static_cast<size_t>(i)] =
+          static_cast<float>(std::cos(static_cast<double>(angle))) * scale;
+      sin_v[static_cast<size_t>(i)] =
+          static_cast<float>(std::sin(static_cast<double>(angle))) * scale;
     }
     for (int h = 0; h < num_heads; ++h) {
       float* v = x + (r * num_heads + h) * head_dim;

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -175,17 +176,49 @@ TEST(RealConfigTest, Phi15IsRejectedNamingItsArchitecture) {
   for (const auto& arch : Architectures()) EXPECT_TRUE(Contains(m, arch.hf_name));
 }
 
-TEST(RealConfigTest, UnsupportedPhi3ArchitectureNamesSupportedOnes) {
+TEST(RealConfigTest, Phi3ArchitectureOnTheRealConfig) {
   // The same real Phi-3 config with the architecture microsoft/Phi-3-mini-4k-instruct uses.
   auto text = ReadTextFile(kConfigs + "/Phi-3-mini-4k-instruct-unsloth-merged/config.json");
   ASSERT_TRUE(text.ok());
   json j = json::parse(*text);
   j["architectures"] = {"Phi3ForCausalLM"};
   auto c = ParseModelConfig(j.dump(), "", kWhere);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->fused_qkv);
+  EXPECT_TRUE(c->fused_gate_up);
+  EXPECT_EQ(c->head_dim, 96);
+  EXPECT_EQ(RopeDim(c->rope, c->head_dim), 96);
+  EXPECT_EQ(c->rope.scaling, RopeScaling::kNone);
+  for (const auto& layer : c->layers) EXPECT_EQ(layer.sliding_window, 2048);
+  // Phi-3.5-mini's rope: longrope with 48 factors each, original 4096 of 131072.
+  j["max_position_embeddings"] = 131072;
+  j["original_max_position_embeddings"] = 4096;
+  j["rope_scaling"] = {{"type", "longrope"},
+                       {"short_factor", std::vector<double>(48, 1.05)},
+                       {"long_factor", std::vector<double>(48, 20.0)}};
+  c = ParseModelConfig(j.dump(), "", kWhere);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->rope.scaling, RopeScaling::kLongRope);
+  EXPECT_EQ(c->rope.original_max_position, 4096);
+  EXPECT_NEAR(c->rope.attention_factor, std::sqrt(1 + std::log(32.0) / std::log(4096.0)), 1e-12);
+  // Phi-4-mini: partial_rotary_factor 0.75 of head_dim 128 rotates 96 dims, 48 factors.
+  j["hidden_size"] = 3072;
+  j["head_dim"] = 128;
+  j["num_attention_heads"] = 24;
+  j["num_key_value_heads"] = 8;
+  j["partial_rotary_factor"] = 0.75;
+  c = ParseModelConfig(j.dump(), "", kWhere);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->rope.rotary_dim, 96);
+  j["rope_scaling"]["long_factor"] = std::vector<double>(64, 20.0);
+  c = ParseModelConfig(j.dump(), "", kWhere);
   ASSERT_FALSE(c.ok());
-  EXPECT_TRUE(Contains(c.status().message(), kWhere));
-  EXPECT_TRUE(Contains(c.status().message(), "'Phi3ForCausalLM' is not supported"));
-  EXPECT_TRUE(Contains(c.status().message(), SupportedArchitectureList()));
+  EXPECT_TRUE(Contains(c.status().message(), "long_factor has 64 entries"));
+  // Phi3 takes only default and longrope.
+  j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+  c = ParseModelConfig(j.dump(), "", kWhere);
+  ASSERT_FALSE(c.ok());
+  EXPECT_TRUE(Contains(c.status().message(), "default or longrope"));
 }
 
 TEST(RealConfigTest, ShardIndexWithoutShardsFailsNamingTheShard) {
@@ -405,13 +438,19 @@ TEST(ConfigRejectTest, HeadDim) {
 }
 
 TEST(ConfigRejectTest, UnsupportedRopeTypes) {
-  for (const char* type : {"yarn", "dynamic", "longrope", "ntk"}) {
+  for (const char* type : {"yarn", "dynamic", "ntk"}) {
     for (const char* field : {"rope_scaling", "rope_parameters"}) {
       json j = BaseConfig();
       j[field] = {{"rope_type", type}, {"factor", 4.0}};
       ExpectRejected(j, {std::string("rope type '") + type + "' is not supported", field,
                          "default, linear, llama3"});
     }
+  }
+  // longrope needs its factor lists.
+  for (const char* field : {"rope_scaling", "rope_parameters"}) {
+    json lj = BaseConfig();
+    lj[field] = {{"rope_type", "longrope"}, {"factor", 4.0}};
+    ExpectRejected(lj, {"short_factor", field});
   }
   // The 4.x spelling "type" is read too.
   json j = BaseConfig();

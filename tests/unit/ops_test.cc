@@ -88,6 +88,41 @@ TEST(Ops, RopeRotatesHalvesByPositionTimesFrequency) {
   }
 }
 
+TEST(Ops, LongRopePartialRotaryAndAttentionFactor) {
+  RopeConfig rope;
+  rope.theta = 10000;
+  rope.scaling = RopeScaling::kLongRope;
+  rope.rotary_dim = 12;  // of head_dim 16
+  rope.short_factor = {1, 1.5, 2, 2.5, 3, 3.5};
+  rope.long_factor = {2, 4, 6, 8, 10, 12};
+  const int hd = 16, heads = 2;
+  const auto s = RopeInverseFrequencies(rope, hd);
+  const auto l = RopeInverseFrequencies(rope, hd, true);
+  ASSERT_EQ(s.size(), 6u);
+  ASSERT_EQ(l.size(), 6u);
+  for (int i = 0; i < 6; ++i) {  // 1 / (ext · theta^(2i/12))
+    EXPECT_NEAR(s[i], 1.0 / (rope.short_factor[i] * std::pow(10000.0, 2.0 * i / 12)), 1e-6);
+    EXPECT_NEAR(l[i], 1.0 / (rope.long_factor[i] * std::pow(10000.0, 2.0 * i / 12)), 1e-6);
+  }
+  const std::vector<int32_t> pos = {0, 7};
+  auto x = Random(pos.size() * heads * hd, 9);
+  auto y = x;
+  const float scale = 1.25f;
+  ApplyRope(y.data(), pos.size(), heads, hd, pos.data(), l, scale);
+  for (size_t r = 0; r < pos.size(); ++r) {
+    for (int h = 0; h < heads; ++h) {
+      const float* a = &x[(r * heads + h) * hd];
+      const float* b = &y[(r * heads + h) * hd];
+      for (int i = 0; i < 6; ++i) {  // pairs (i, i + 6) rotate, scaled
+        const double ang = double(float(pos[r]) * l[i]);
+        EXPECT_NEAR(b[i], scale * (a[i] * std::cos(ang) - a[i + 6] * std::sin(ang)), 1e-5);
+        EXPECT_NEAR(b[i + 6], scale * (a[i + 6] * std::cos(ang) + a[i] * std::sin(ang)), 1e-5);
+      }
+      for (int i = 12; i < hd; ++i) EXPECT_EQ(b[i], a[i]);  // the pass-through tail
+    }
+  }
+}
+
 TEST(Ops, RopeScalingRules) {
   RopeConfig base;
   base.theta = 10000;
