@@ -140,6 +140,11 @@ void Model::ForwardLayer(int layer, const Batch& batch, KvCache* cache, const Lo
 
   // MLP block.
   RmsNorm(s.x.data(), n, d, w.post_norm.data(), c.rms_norm_eps, s.h.data());
+  if (c.layers[static_cast<size_t>(layer)].moe) {  // mixture of experts instead (arch/moe.cc)
+    MoeForward(w.moe, c.moe, s.h.data(), n, s.out.data(), lora);
+    AddInPlace(s.x.data(), s.out.data(), n * d);
+    return;
+  }
   w.gate_proj.Forward(s.h.data(), n, s.gate.data(), lora);
   w.up_proj.Forward(s.h.data(), n, s.up.data(), lora);
   SiluMulInPlace(s.gate.data(), s.up.data(), n * c.ffn_dim);

@@ -9,6 +9,8 @@ const std::vector<ArchEntry>& Architectures() {
       {"MistralForCausalLM", &ConfigureMistral},
       {"Qwen2ForCausalLM", &ConfigureQwen2},
       {"Qwen3ForCausalLM", &ConfigureQwen3},
+      {"Qwen3MoeForCausalLM", &ConfigureQwen3Moe},
+      {"MixtralForCausalLM", &ConfigureMixtral},
   };
   return kArchs;
 }

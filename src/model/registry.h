@@ -29,6 +29,8 @@ Status ConfigureLlama(const nlohmann::json& j, const std::string& where, ModelCo
 Status ConfigureMistral(const nlohmann::json& j, const std::string& where, ModelConfig* config);
 Status ConfigureQwen2(const nlohmann::json& j, const std::string& where, ModelConfig* config);
 Status ConfigureQwen3(const nlohmann::json& j, const std::string& where, ModelConfig* config);
+Status ConfigureQwen3Moe(const nlohmann::json& j, const std::string& where, ModelConfig* config);
+Status ConfigureMixtral(const nlohmann::json& j, const std::string& where, ModelConfig* config);
 
 // Shared by Qwen2 and Qwen3: layer_types, or use_sliding_window + max_window_layers.
 Status ConfigureQwenSlidingWindow(const nlohmann::json& j, const std::string& where,

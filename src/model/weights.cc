@@ -41,6 +41,23 @@ std::vector<WeightSlot> EnumerateWeights(const ModelConfig& c, ModelWeights* w) 
       vec(&l.k_norm, p + "self_attn.k_norm.weight", c.head_dim);
     }
     vec(&l.post_norm, p + "post_attention_layernorm.weight", d);
+    if (c.layers[static_cast<size_t>(i)].moe) {  // router + experts replace the MLP
+      const MoeConfig& moe = c.moe;
+      const std::string m = p + moe.block + ".";
+      matrix(&l.moe.router, m + "gate", moe.num_experts, d, false);
+      l.moe.experts.resize(static_cast<size_t>(moe.num_experts));
+      for (int e = 0; e < moe.num_experts; ++e) {
+        ExpertWeights& x = l.moe.experts[static_cast<size_t>(e)];
+        const std::string xp = m + "experts." + std::to_string(e) + ".";
+        matrix(&x.gate, xp + moe.gate, moe.expert_ffn_dim, d, false);
+        matrix(&x.up, xp + moe.up, moe.expert_ffn_dim, d, false);
+        matrix(&x.down, xp + moe.down, d, moe.expert_ffn_dim, false);
+      }
+      // Not LoRA sites under the 7-projection LoraSite (no adapter may land on them).
+      l.moe.router.site = LoraSite{};
+      for (ExpertWeights& x : l.moe.experts) x.gate.site = x.up.site = x.down.site = LoraSite{};
+      continue;
+    }
     matrix(&l.gate_proj, p + "mlp.gate_proj", c.ffn_dim, d, c.mlp_bias);
     matrix(&l.up_proj, p + "mlp.up_proj", c.ffn_dim, d, c.mlp_bias);
     matrix(&l.down_proj, p + "mlp.down_proj", d, c.ffn_dim, c.mlp_bias);

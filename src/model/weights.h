@@ -7,6 +7,7 @@
 
 #include "base/status.h"
 #include "io/safetensors.h"
+#include "model/arch/moe.h"
 #include "model/config.h"
 #include "model/linear.h"
 
@@ -24,6 +25,7 @@ struct LayerWeights {
   Linear gate_proj;  // [ffn_dim, model_dim]
   Linear up_proj;    // [ffn_dim, model_dim]
   Linear down_proj;  // [model_dim, ffn_dim]
+  MoeWeights moe;    // mixture-of-experts layers (LayerConfig::moe) instead of the three above
 };
 
 struct ModelWeights {
