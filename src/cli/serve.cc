@@ -89,8 +89,7 @@ int RunServe(ServeArgs& a) {
   // Adapters: every start-up adapter is loaded and validated now; a bad one stops the server.
   std::unique_ptr<AdapterStore> store;
   if (!plan->merge.empty()) {
-    auto adapter = LoadAdapter(plan->merge, plan->loras.front().second, (*model)->config(),
-                               (*model)->weights(), a.max_lora_rank);
+    auto adapter = LoadAdapter(plan->merge, plan->loras.front().second, (*model)->sites(), a.max_lora_rank);
     Status st = adapter.ok() ? (*model)->MergeAdapter(**adapter) : adapter.status();
     if (!st.ok()) {
       stop_listener();
@@ -98,7 +97,7 @@ int RunServe(ServeArgs& a) {
     }
     std::fprintf(stderr, "loom: adapter '%s' merged into the base weights\n", plan->merge.c_str());
   } else {
-    store = std::make_unique<AdapterStore>(model->get(), plan->store);
+    store = std::make_unique<AdapterStore>(&(*model)->sites(), plan->store);
     for (const auto& [name, dir] : plan->loras) {
       Status st = store->Register(name, dir);
       if (!st.ok()) {

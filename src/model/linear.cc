@@ -2,8 +2,8 @@
 #include "model/linear.h"
 
 #include "base/check.h"
-#include "cpu/lora_cpu.h"
 #include "lora/adapter.h"
+#include "ops/lora_ops.h"
 #include "ops/matmul.h"
 
 namespace loom {
@@ -68,7 +68,6 @@ void Linear::Forward(const float* x, int64_t n, float* y, const LoraBatch& lora)
     }
   }
   // Expand, DoRA and bias per column block, inside the base matmul's parallel region.
-  const cpu::Isa isa = cpu::ActiveIsa();
   const bool batch_invariant = GlobalMatmulOptions().batch_invariant;
   const MatmulEpilogue epilogue = [&](int64_t j0, int64_t j1) {
     static thread_local AlignedBuffer<float> d;  // [rows, j1 - j0]
@@ -80,7 +79,7 @@ void Linear::Forward(const float* x, int64_t n, float* y, const LoraBatch& lora)
       if (seg.num_rows >= 4 || batch_invariant) {
         // compute-bound: broadcast-FMA over Bᵀ, no reductions; the same summation order for
         // every row count (batch invariance)
-        cpu::LoraExpand(isa, t.data() + act[i].t_offset, seg.num_rows, lw.rank, lw.b_t.dtype,
+        LoraExpandBlock(t.data() + act[i].t_offset, seg.num_rows, lw.rank, lw.b_t.dtype,
                         lw.b_t.data, out, j0, j1, d.data());
       } else {  // memory-bound decode: B's rows for the block are one contiguous stream
         MatmulColumns(t.data() + act[i].t_offset, seg.num_rows, lw.b, j0, j1, d.data(), width);

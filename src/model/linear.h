@@ -5,7 +5,6 @@
 #include <string>
 #include <vector>
 
-#include "lora/lora_site.h"
 #include "model/batch.h"
 #include "tensor/tensor.h"
 
@@ -26,7 +25,7 @@ struct Linear {
   std::string name;         // HF module path, e.g. "model.layers.3.self_attn.q_proj"
   Tensor weight;            // [out_features, in_features], file dtype, mmap'd
   std::vector<float> bias;  // [out_features] f32, or empty
-  LoraSite site;            // which projection this is, for adapter lookup
+  int site = -1;            // index in the model's SiteTable, for adapter lookup (-1: none)
 
   int64_t in_features() const { return weight.dim(1); }
   int64_t out_features() const { return weight.dim(0); }

@@ -37,7 +37,7 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadO
   ASSIGN_OR_RETURN(m->config_, LoadModelConfig(dir));
   ASSIGN_OR_RETURN(m->store_, SafetensorsStore::Open(dir));
   if (options.check_weights) RETURN_IF_ERROR(CheckStoreFinite(*m->store_, ""));
-  RETURN_IF_ERROR(LoadWeights(m->config_, *m->store_, &m->weights_));
+  RETURN_IF_ERROR(LoadWeights(m->config_, *m->store_, &m->weights_, &m->sites_, &m->site_linears_));
   m->inv_freq_ = RopeInverseFrequencies(m->config_.rope, m->config_.head_dim);
   m->scratch_ = std::make_unique<Scratch>();
   return m;
@@ -56,17 +56,14 @@ Status Model::MergeAdapter(const Adapter& adapter) {
     return owned_.back()->data();
   };
   for (const LoraWeights* lw : adapter.modules()) {
-    Linear* lin = &weights_.lm_head;
-    for (auto& layer : weights_.layers) {
-      for (Linear* l : {&layer.q_proj, &layer.k_proj, &layer.v_proj, &layer.o_proj,
-                        &layer.gate_proj, &layer.up_proj, &layer.down_proj}) {
-        if (l->name == lw->module_path) lin = l;
-      }
-    }
+    const int site = sites_.Find(lw->module_path);
+    LOOM_CHECK(site >= 0);  // LoadAdapter matched it against this table
+    Linear* lin = site_linears_[static_cast<size_t>(site)];
     void* merged = own(lin->weight);
     if (merged == nullptr) return ResourceExhausted("merging " + lw->module_path + ": " + alloc_error.message());
     MergeLinearWeight(lin->weight, *lw, merged);
     lin->weight.data = merged;  // lm_head of a tied model now has its own copy
+    sites_.SetWeight(site, lin->weight);
     if (!lw->bias.empty()) {  // lora_bias: scale·b_B joins the base bias (zero if none)
       lin->bias.resize(static_cast<size_t>(lin->out_features()), 0.0f);
       for (size_t j = 0; j < lin->bias.size(); ++j) lin->bias[j] += lw->scale * lw->bias[j];
@@ -77,6 +74,7 @@ Status Model::MergeAdapter(const Adapter& adapter) {
     if (merged == nullptr) return ResourceExhausted("merging the embedding: " + alloc_error.message());
     MergeEmbedding(weights_.embed, *e, merged);
     weights_.embed.data = merged;  // a tied lm_head keeps the base table
+    sites_.SetEmbedding(sites_.embedding_path(), weights_.embed);
   }
   return OkStatus();
 }

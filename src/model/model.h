@@ -30,6 +30,8 @@ class Model {
 
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
+  // The projections adapters may target (LoadAdapter's argument).
+  const SiteTable& sites() const { return sites_; }
   const std::string& dir() const { return dir_; }
   uint64_t weight_bytes() const { return store_->total_bytes(); }
 
@@ -67,6 +69,8 @@ class Model {
   ModelConfig config_;
   std::unique_ptr<SafetensorsStore> store_;  // owns the mmap'd bytes weights_ point into
   ModelWeights weights_;
+  SiteTable sites_;
+  std::vector<Linear*> site_linears_;  // [sites_.size()]: the Linear of each site (merge)
   std::vector<float> inv_freq_;  // [head_dim / 2]
   std::unique_ptr<Scratch> scratch_;
   std::vector<std::unique_ptr<AlignedBuffer<uint8_t>>> owned_;  // merged weights

@@ -7,30 +7,32 @@
 
 namespace loom {
 
+void WeightList::Matrix(Linear* lin, const std::string& name, int64_t out, int64_t in, bool bias) {
+  lin->name = name;
+  slots.push_back({name + ".weight", {out, in}, true, &lin->weight, nullptr, lin, layer});
+  if (bias) slots.push_back({name + ".bias", {out}, true, nullptr, &lin->bias});
+}
+
+void WeightList::Vector(std::vector<float>* v, const std::string& name, int64_t n) {
+  slots.push_back({name, {n}, true, nullptr, v});
+}
+
 std::vector<WeightSlot> EnumerateWeights(const ModelConfig& c, ModelWeights* w) {
   const int64_t d = c.model_dim;
   const int64_t q_dim = int64_t{c.num_heads} * c.head_dim;
   const int64_t kv_dim = int64_t{c.num_kv_heads} * c.head_dim;
-  std::vector<WeightSlot> slots;
-  int layer_index = -1;
-  int module_index = 0;
+  WeightList list;
+  std::vector<WeightSlot>& slots = list.slots;
   auto matrix = [&](Linear* lin, const std::string& name, int64_t out, int64_t in, bool bias) {
-    lin->name = name;
-    lin->site.layer = layer_index;
-    lin->site.module = static_cast<LoraModule>(module_index++);
-    slots.push_back({name + ".weight", {out, in}, true, &lin->weight, nullptr});
-    if (bias) slots.push_back({name + ".bias", {out}, true, nullptr, &lin->bias});
+    list.Matrix(lin, name, out, in, bias);
   };
-  auto vec = [&](std::vector<float>* v, const std::string& name, int64_t n) {
-    slots.push_back({name, {n}, true, nullptr, v});
-  };
+  auto vec = [&](std::vector<float>* v, const std::string& name, int64_t n) { list.Vector(v, name, n); };
   slots.push_back({"model.embed_tokens.weight", {c.vocab_size, d}, true, &w->embed, nullptr});
   w->layers.assign(static_cast<size_t>(c.num_layers), LayerWeights{});
   for (int i = 0; i < c.num_layers; ++i) {
     LayerWeights& l = w->layers[static_cast<size_t>(i)];
     const std::string p = "model.layers." + std::to_string(i) + ".";
-    layer_index = i;
-    module_index = 0;  // q, k, v, o, gate, up, down: the LoraModule order
+    list.layer = i;
     vec(&l.input_norm, p + "input_layernorm.weight", d);
     matrix(&l.q_proj, p + "self_attn.q_proj", q_dim, d, c.qkv_bias);
     matrix(&l.k_proj, p + "self_attn.k_proj", kv_dim, d, c.qkv_bias);
@@ -53,21 +55,18 @@ std::vector<WeightSlot> EnumerateWeights(const ModelConfig& c, ModelWeights* w) 
         matrix(&x.up, xp + moe.up, moe.expert_ffn_dim, d, false);
         matrix(&x.down, xp + moe.down, d, moe.expert_ffn_dim, false);
       }
-      // Not LoRA sites under the 7-projection LoraSite (no adapter may land on them).
-      l.moe.router.site = LoraSite{};
-      for (ExpertWeights& x : l.moe.experts) x.gate.site = x.up.site = x.down.site = LoraSite{};
       continue;
     }
     matrix(&l.gate_proj, p + "mlp.gate_proj", c.ffn_dim, d, c.mlp_bias);
     matrix(&l.up_proj, p + "mlp.up_proj", c.ffn_dim, d, c.mlp_bias);
     matrix(&l.down_proj, p + "mlp.down_proj", d, c.ffn_dim, c.mlp_bias);
   }
+  list.layer = -1;
   vec(&w->final_norm, "model.norm.weight", d);
   w->lm_head.name = "lm_head";
-  w->lm_head.site.lm_head = true;
   // Tied: transformers uses the embedding and ignores a stored lm_head.weight.
   slots.push_back({"lm_head.weight", {c.vocab_size, d}, !c.tie_word_embeddings,
-                   &w->lm_head.weight, nullptr});
+                   &w->lm_head.weight, nullptr, &w->lm_head});
   return slots;
 }
 
@@ -76,7 +75,8 @@ namespace {
 bool IsIgnoredBuffer(const std::string& name) { return name.ends_with(".rotary_emb.inv_freq"); }
 }  // namespace
 
-Status LoadWeights(const ModelConfig& config, const SafetensorsStore& store, ModelWeights* w) {
+Status LoadWeights(const ModelConfig& config, const SafetensorsStore& store, ModelWeights* w,
+                   SiteTable* sites, std::vector<Linear*>* site_linears) {
   std::vector<WeightSlot> slots = EnumerateWeights(config, w);
   std::set<std::string> consumed;
   for (const WeightSlot& slot : slots) {
@@ -104,6 +104,17 @@ Status LoadWeights(const ModelConfig& config, const SafetensorsStore& store, Mod
     }
   }
   if (config.tie_word_embeddings) w->lm_head.weight = w->embed;
+  // Every projection is an adapter site, in enumeration order.
+  *sites = SiteTable();
+  site_linears->clear();
+  sites->SetArchitecture(config.architecture);
+  sites->SetEmbedding("model.embed_tokens", w->embed);
+  for (const WeightSlot& slot : slots) {
+    if (!slot.linear) continue;
+    slot.linear->site = sites->Add({slot.linear->name, slot.linear->weight, slot.layer,
+                                    /*all_linear=*/slot.linear != &w->lm_head});
+    site_linears->push_back(slot.linear);
+  }
   std::vector<std::string> leftovers;
   for (const std::string& name : store.names()) {
     if (!consumed.count(name) && !IsIgnoredBuffer(name)) leftovers.push_back(name);

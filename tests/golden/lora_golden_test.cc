@@ -11,6 +11,7 @@
 #include "io/safetensors.h"
 #include "lora/adapter.h"
 #include "lora/merge.h"
+#include "model/merged_checkpoint.h"
 #include "model/model.h"
 
 namespace loom {
@@ -81,7 +82,7 @@ TEST_P(LoraGolden, UnmergedMergedAndMergeCommandMatchPeft) {
 
   auto model = Model::Load(kModels + base);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
-  auto adapter = LoadAdapter(name, kAdapters + name, (*model)->config(), (*model)->weights(), 0);
+  auto adapter = LoadAdapter(name, kAdapters + name, (*model)->sites(), 0);
   ASSERT_TRUE(adapter.ok()) << adapter.status().ToString();
 
   // Unmerged == PEFT unmerged.
@@ -153,7 +154,7 @@ TEST(LoraMixedBatch, MatchesPeftAdapterNamesForward) {
   Engine engine(model->get(), options);
   std::map<std::string, int> slots;
   for (const auto& [name, rel] : ref["adapters"].items()) {
-    auto a = LoadAdapter(name, kAdapters + name, (*model)->config(), (*model)->weights(), 0);
+    auto a = LoadAdapter(name, kAdapters + name, (*model)->sites(), 0);
     ASSERT_TRUE(a.ok()) << a.status().ToString();
     slots[name] = engine.AddAdapter(*a);
   }
@@ -184,8 +185,8 @@ TEST(LoraMixedBatch, MatchesPeftAdapterNamesForward) {
 TEST(LoraMixedBatch, DoraAndLoraAndBaseRowsEqualEachAlone) {
   auto model = Model::Load(kModels + "qwen3_f32");
   ASSERT_TRUE(model.ok());
-  auto dora = LoadAdapter("dora", kAdapters + "qwen3_dora", (*model)->config(), (*model)->weights(), 0);
-  auto bias = LoadAdapter("bias", kAdapters + "qwen3_lora_bias", (*model)->config(), (*model)->weights(), 0);
+  auto dora = LoadAdapter("dora", kAdapters + "qwen3_dora", (*model)->sites(), 0);
+  auto bias = LoadAdapter("bias", kAdapters + "qwen3_lora_bias", (*model)->sites(), 0);
   ASSERT_TRUE(dora.ok() && bias.ok());
   const auto golden = test::LoadGolden("qwen3_f32");
   const std::vector<std::shared_ptr<const Adapter>> order = {*dora, nullptr, *bias, *dora};
