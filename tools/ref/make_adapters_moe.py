@@ -52,7 +52,7 @@ R, ALPHA = 4, 8
 DELTA_RATIO = 0.5  # each expert's delta ≈ half its base weight (entry-wise std)
 
 # First seed salt tried per adapter (the result of the scan in main(), so reruns are quick).
-SALTS = {"qwen3_moe_experts_v4": 2, "mixtral_native": 2}
+SALTS = {"qwen3_moe_experts_v4": 3, "mixtral_native": 2}
 
 # name, base, layout, targets
 ADAPTERS = [
@@ -68,7 +68,7 @@ ADAPTERS = [
      dict(target_modules=["k_proj", "w1", "w2", "w3", "gate"])),
 ]
 MIXED = {
-    "qwen3_moe_f32": ["qwen3_moe_native", "__base__", "qwen3_moe_experts_v4", "qwen3_moe_native"],
+    "qwen3_moe_f32": ["qwen3_moe_native", "__base__", "qwen3_moe_experts_v4", "qwen3_moe_experts_v4"],
     "mixtral_f32": ["mixtral_experts_v4", "mixtral_native", "__base__", "mixtral_experts_v4"],
 }
 
@@ -163,11 +163,57 @@ def make_v4(out, name, base, kw, salt):
 
 
 @torch.no_grad()
-def reference(out, name, base, prompts, salt):
+def hand_merged(out, name, base):
+    """The base with every per-expert (v4) LoRA delta added by hand: what the layout means."""
+    m = load_base(out, base)
+    sd = load_file(os.path.join(out, "adapters", name, "adapter_model.safetensors"))
+    params = dict(m.named_parameters())
+    for k in sd:
+        if not k.endswith(".lora_A.weight"):
+            continue
+        path = k[len("base_model.model."):-len(".lora_A.weight")].replace("block_sparse_moe", "mlp")
+        delta = (ALPHA / R) * sd[k.replace("lora_A", "lora_B")] @ sd[k]
+        parts = path.split(".")
+        if ".experts." in path:
+            e, leaf, pre = int(parts[-2]), parts[-1], ".".join(parts[:-2])
+            inter = params[pre + ".down_proj"].shape[2]
+            if leaf in ("gate_proj", "w1"):
+                params[pre + ".gate_up_proj"][e, :inter] += delta
+            elif leaf in ("up_proj", "w3"):
+                params[pre + ".gate_up_proj"][e, inter:] += delta
+            else:
+                params[pre + ".down_proj"][e] += delta
+        else:
+            params[path + ".weight"] += delta
+    return m
+
+
+def peft_dir_for(out, name, layout):
+    """PEFT 0.21 on transformers 5 drops the experts of a v4 Qwen3-MoE adapter whose target_modules
+    is a regex (they load unadapted, silently); the same file with the list of leaf names it
+    adapts loads right. The v4 references use that list (loom reads the regex file)."""
+    folder = os.path.join(out, "adapters", name)
+    if layout != "v4":
+        return folder
+    tmp = os.path.join(out, "adapters", f".{name}.peft")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(folder, tmp)
+    sd = load_file(os.path.join(folder, "adapter_model.safetensors"))
+    leaves = sorted({k.split(".lora_")[0].rsplit(".", 1)[-1] for k in sd})
+    with open(os.path.join(tmp, "adapter_config.json")) as f:
+        cfg = json.load(f)
+    cfg["target_modules"] = leaves
+    with open(os.path.join(tmp, "adapter_config.json"), "w") as f:
+        json.dump(cfg, f)
+    return tmp
+
+
+@torch.no_grad()
+def reference(out, name, base, prompts, salt, layout):
     golden = os.path.join(out, "golden_lora")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        pm = PeftModel.from_pretrained(load_base(out, base), os.path.join(out, "adapters", name)).eval()
+        pm = PeftModel.from_pretrained(load_base(out, base), peft_dir_for(out, name, layout)).eval()
     bad = [str(w.message) for w in caught if "missing" in str(w.message).lower() or "unexpected" in str(w.message).lower()]
     assert not bad, (name, bad)
     probe = RouterProbe(pm.base_model.model)
@@ -175,6 +221,11 @@ def reference(out, name, base, prompts, salt):
     probe.close()
     if probe.min_margin < MIN_ROUTER_MARGIN:
         raise NearTie(f"{name}: router top-k margin {probe.min_margin:.3g}")
+    if layout == "v4":  # PEFT's conversion (fused, rank 2r, block-diagonal B) == the per-expert sums
+        by_hand, _, _ = run_all(hand_merged(out, name, base), prompts[:1])
+        d_hand = float((by_hand["prompt_0"] - unmerged["prompt_0"]).abs().max())
+        assert d_hand < 1e-4, (name, d_hand)
+        shutil.rmtree(os.path.join(out, "adapters", f".{name}.peft"))
     base_logits = load_file(os.path.join(out, "golden", f"{base}.logits.safetensors"))
     delta_base = max_delta(unmerged, base_logits)
     assert delta_base > 0.5, (name, delta_base)
@@ -208,7 +259,7 @@ def main():
         for salt in range(SALTS.get(name, 0), 16):  # the first salt without a routing near-tie
             (make_native if layout == "native" else make_v4)(args.out, name, base, kw, salt)
             try:
-                reference(args.out, name, base, prompts, salt)
+                reference(args.out, name, base, prompts, salt, layout)
                 break
             except NearTie as e:
                 print(f"  {e}; next salt")
