@@ -115,6 +115,10 @@ Status LoadWeights(const ModelConfig& config, const SafetensorsStore& store, Mod
                                     /*all_linear=*/slot.linear != &w->lm_head});
     site_linears->push_back(slot.linear);
   }
+  for (int i = 0; i < config.num_layers; ++i) {  // transformers 5's fused expert parameters
+    const LayerWeights& l = w->layers[static_cast<size_t>(i)];
+    if (!l.moe.experts.empty()) AddMoeSites(l.moe, config.moe, "model.layers." + std::to_string(i) + ".", sites);
+  }
   std::vector<std::string> leftovers;
   for (const std::string& name : store.names()) {
     if (!consumed.count(name) && !IsIgnoredBuffer(name)) leftovers.push_back(name);

@@ -106,23 +106,12 @@ TEST_P(MoeLoraGolden, UnmergedAndMergedMatchPeft) {
   RecordProperty("merged_max_abs_diff", std::to_string(worst));
 }
 
-// The per-expert (v4 / vLLM) layout. PEFT's native fused layout (target_parameters) is
-// refused for now, with an error naming the field (see NativeLayoutIsRefusedByName).
+// Both layouts: per-expert modules (v4 / vLLM) and PEFT's fused expert parameters
+// (target_parameters, transformers 5), with the router (Mixtral) and attention projections.
 INSTANTIATE_TEST_SUITE_P(Adapters, MoeLoraGolden,
-                         ::testing::Values("qwen3_moe_experts_v4", "mixtral_experts_v4"),
+                         ::testing::Values("qwen3_moe_experts_v4", "qwen3_moe_native",
+                                           "mixtral_experts_v4", "mixtral_native"),
                          [](const auto& info) { return info.param; });
-
-TEST(MoeLoraNative, NativeLayoutIsRefusedByName) {
-  for (const char* base : {"qwen3_moe", "mixtral"}) {
-    auto model = Model::Load(kModels + base + "_f32");
-    ASSERT_TRUE(model.ok());
-    const std::string name = std::string(base) + "_native";
-    auto adapter = LoadAdapter(name, kAdapters + name, (*model)->sites(), 0);
-    ASSERT_FALSE(adapter.ok());
-    EXPECT_NE(adapter.status().message().find("target_parameters"), std::string::npos)
-        << adapter.status().ToString();
-  }
-}
 
 // Rows of different adapters (and base rows) in one continuously batched run, arriving at
 // different steps with a small row budget, so one expert's rows span several adapters. PEFT
@@ -133,15 +122,14 @@ TEST_P(MoeLoraMixed, RowsMatchPeftForTheirAdapter) {
   const json ref = LoadJson(kDir + "mixed_" + GetParam() + ".json");
   const std::string base = ref["base"];
   const auto prompts = ref["prompts"].get<std::vector<std::vector<int32_t>>>();
-  auto names = ref["adapter_names"].get<std::vector<std::string>>();
+  const auto names = ref["adapter_names"].get<std::vector<std::string>>();
   auto model = Model::Load(kModels + base);
   ASSERT_TRUE(model.ok());
   EngineOptions options;
   options.max_batch_tokens = 9;
   Engine engine(model->get(), options);
   std::map<std::string, int> slots;
-  for (std::string& n : names) {
-    if (n.ends_with("_native")) n = "__base__";  // PEFT's fused layout: not loaded yet
+  for (const std::string& n : names) {
     if (n == "__base__" || slots.count(n)) continue;
     auto a = LoadAdapter(n, kAdapters + n, (*model)->sites(), 0);
     ASSERT_TRUE(a.ok()) << a.status().ToString();

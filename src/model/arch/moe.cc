@@ -138,6 +138,18 @@ void MoeForward(const MoeWeights& w, const MoeConfig& c, const float* h, int64_t
   }
 }
 
+void AddMoeSites(const MoeWeights& w, const MoeConfig& c, const std::string& prefix, SiteTable* sites) {
+  ExpertParamSite gate_up{prefix + "mlp.experts.gate_up_proj", {}};
+  ExpertParamSite down{prefix + "mlp.experts.down_proj", {}};
+  for (const ExpertWeights& x : w.experts) {
+    gate_up.parts.push_back({x.gate.site, x.up.site});
+    down.parts.push_back({x.down.site});
+  }
+  sites->AddExpertParam(std::move(gate_up));
+  sites->AddExpertParam(std::move(down));
+  if (c.block != "mlp") sites->AddAlias(prefix + "mlp.gate", w.router.site);
+}
+
 Status ParseMoeCommon(const nlohmann::json& j, const std::string& where, MoeConfig* moe) {
   // transformers maps num_experts ↔ num_local_experts (attribute_map); either may be written.
   const bool has_num_experts = j.contains("num_experts") && !j["num_experts"].is_null();

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "lora/site_table.h"
 #include "model/config.h"
 #include "model/linear.h"
 
@@ -31,6 +32,11 @@ struct MoeWeights {
 // row's expert outputs are added in ascending expert order. h: [n, model_dim].
 void MoeForward(const MoeWeights& w, const MoeConfig& c, const float* h, int64_t n, float* out,
                 const LoraBatch& lora);
+
+// Registers a sparse layer's expert parameters as transformers 5 names them
+// (`prefix`mlp.experts.gate_up_proj / down_proj) and, where the checkpoint's block is not "mlp",
+// the router's in-memory path `prefix`mlp.gate as an alias. `prefix`: "model.layers.L.".
+void AddMoeSites(const MoeWeights& w, const MoeConfig& c, const std::string& prefix, SiteTable* sites);
 
 // Reads num_experts (or num_local_experts), num_experts_per_tok, and rejects by name the
 // MoE fields loom does not implement (shared experts). The caller sets expert_ffn_dim,
