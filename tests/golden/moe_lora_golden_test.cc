@@ -2,6 +2,8 @@
 // batches of adapters, in both adapter layouts (per-expert v4/vLLM, PEFT's native fused form).
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "base/mmap_file.h"
@@ -163,6 +165,30 @@ TEST_P(MoeLoraMixed, RowsMatchPeftForTheirAdapter) {
 
 INSTANTIATE_TEST_SUITE_P(Bases, MoeLoraMixed, ::testing::Values("qwen3_moe_f32", "mixtral_f32"),
                          [](const auto& info) { return info.param; });
+
+// PEFT's fused expert tensors whose parameter target_parameters does not name are refused,
+// naming the parameter.
+TEST(MoeLoraNative, UntargetedExpertParameterIsRefused) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / "loom_moe_untargeted";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::copy_file(kAdapters + "qwen3_moe_native/adapter_model.safetensors", dir / "adapter_model.safetensors");
+  json cfg = LoadJson(kAdapters + "qwen3_moe_native/adapter_config.json");
+  cfg["target_parameters"] = json::array({"mlp.experts.down_proj"});
+  {
+    std::ofstream f(dir / "adapter_config.json");
+    f << cfg.dump();
+  }
+  auto model = Model::Load(kModels + "qwen3_moe_f32");
+  ASSERT_TRUE(model.ok());
+  auto adapter = LoadAdapter("x", dir.string(), (*model)->sites(), 0);
+  ASSERT_FALSE(adapter.ok());
+  EXPECT_NE(adapter.status().message().find("mlp.experts.gate_up_proj', which target_parameters does not name"),
+            std::string::npos)
+      << adapter.status().ToString();
+  fs::remove_all(dir);
+}
 
 }  // namespace
 }  // namespace loom
