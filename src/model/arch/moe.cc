@@ -82,7 +82,7 @@ void GatherSegments(const std::vector<Segment>& segments, const std::vector<int>
 
 }  // namespace
 
-void MoeForward(const MoeWeights& w, const MoeConfig& c, const float* h, int64_t n, float* out,
+int64_t MoeForward(const MoeWeights& w, const MoeConfig& c, const float* h, int64_t n, float* out,
                 const LoraBatch& lora) {
   MoeScratch& s = Scratch();
   const int num_experts = c.num_experts;
@@ -98,6 +98,7 @@ void MoeForward(const MoeWeights& w, const MoeConfig& c, const float* h, int64_t
           s.weight.data() + r * k);
   }
   std::fill(out, out + n * d, 0.0f);
+  int64_t bytes_read = 0;
   for (int e = 0; e < num_experts; ++e) {
     s.rows.clear();
     s.row_weight.clear();
@@ -125,6 +126,7 @@ void MoeForward(const MoeWeights& w, const MoeConfig& c, const float* h, int64_t
       sub.adapters = lora.adapters;
     }
     const ExpertWeights& ex = w.experts[static_cast<size_t>(e)];
+    bytes_read += static_cast<int64_t>(ex.gate.weight.nbytes() + ex.up.weight.nbytes() + ex.down.weight.nbytes());
     ex.gate.Forward(s.x.data(), m, s.gate.data(), sub);
     ex.up.Forward(s.x.data(), m, s.up.data(), sub);
     SiluMulInPlace(s.gate.data(), s.up.data(), m * ffn);
@@ -136,6 +138,7 @@ void MoeForward(const MoeWeights& w, const MoeConfig& c, const float* h, int64_t
       for (int64_t j = 0; j < d; ++j) dst[j] += y[j] * wt;
     }
   }
+  return bytes_read;
 }
 
 void AddMoeSites(const MoeWeights& w, const MoeConfig& c, const std::string& prefix, SiteTable* sites) {

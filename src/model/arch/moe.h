@@ -29,8 +29,9 @@ struct MoeWeights {
 // out [n, model_dim] = Σ over each row's top-k experts of weight · expert(h), as transformers'
 // SparseMoeBlock: router logits in f32, softmax, top-k, optional renormalisation; each
 // expert runs once on the rows routed to it (gathered, with their adapters' segments), and a
-// row's expert outputs are added in ascending expert order. h: [n, model_dim].
-void MoeForward(const MoeWeights& w, const MoeConfig& c, const float* h, int64_t n, float* out,
+// row's expert outputs are added in ascending expert order. h: [n, model_dim]. Returns the bytes
+// of expert weights read: only the routed experts' (top_k experts' three matrices for one row).
+int64_t MoeForward(const MoeWeights& w, const MoeConfig& c, const float* h, int64_t n, float* out,
                 const LoraBatch& lora);
 
 // Registers a sparse layer's expert parameters as transformers 5 names them
