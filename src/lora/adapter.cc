@@ -365,7 +365,7 @@ StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, co
     const Tensor& base_weight = sites.site(site).weight;  // [out, in]
     const int64_t in = base_weight.dim(1), out = base_weight.dim(0);
     auto w = std::make_unique<LoraWeights>();
-    w->module_path = module;
+    w->module_path = sites.site(site).path;  // the checkpoint path, also when named by an alias
     w->rank = rank;
     w->scale = scale;
     ASSIGN_OR_RETURN(w->a, get("lora_A"));
