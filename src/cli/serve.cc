@@ -59,7 +59,7 @@ int RunServe(ServeArgs& a) {
     listener.join();
   };
   auto t0 = std::chrono::steady_clock::now();
-  auto model = Model::Load(a.model);
+  auto model = Model::Load(a.model, LoadOptionsFromFlags(/*no_check_weights=*/false));
   if (!model.ok()) {
     stop_listener();
     return Fail(model.status().message());
@@ -67,6 +67,10 @@ int RunServe(ServeArgs& a) {
   std::fprintf(stderr, "loom: model %s loaded (%.1f s, %.0f MiB of weights)\n", a.model.c_str(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                static_cast<double>((*model)->weight_bytes()) / (1 << 20));
+  if ((*model)->quantized_bytes() > 0) {
+    std::fprintf(stderr, "loom: weights quantized to int8 (%.0f MiB)\n",
+                 static_cast<double>((*model)->quantized_bytes()) / (1 << 20));
+  }
   std::unique_ptr<tokenizer::Tokenizer> tok;
   std::error_code ec;
   if (fs::exists(fs::path(a.model) / "tokenizer.json", ec)) {

@@ -49,8 +49,15 @@ void Linear::Forward(const float* x, int64_t n, float* y, const LoraBatch& lora)
     }
   }
   if (num_active > 16) act = many.data();
+  auto base_matmul = [&](const MatmulEpilogue* epilogue) {
+    if (int8) {
+      MatmulInt8(x, n, *int8, y, epilogue);
+    } else {
+      Matmul(x, n, weight, y, epilogue);
+    }
+  };
   if (num_active == 0 && bias.empty()) {
-    Matmul(x, n, weight, y);  // a projection no segment adapts costs nothing extra
+    base_matmul(nullptr);  // a projection no segment adapts costs nothing extra
     return;
   }
   // Shrink: t = x[rows]·Aᵀ per segment (tiny for decode; threaded by Matmul for prefill).
@@ -106,7 +113,7 @@ void Linear::Forward(const float* x, int64_t n, float* y, const LoraBatch& lora)
       }
     }
   };
-  Matmul(x, n, weight, y, &epilogue);
+  base_matmul(&epilogue);
 }
 
 }  // namespace loom

@@ -42,7 +42,13 @@ std::vector<WeightSlot> EnumerateWeights(const ModelConfig& c, ModelWeights* w) 
       vec(&l.q_norm, p + "self_attn.q_norm.weight", c.head_dim);
       vec(&l.k_norm, p + "self_attn.k_norm.weight", c.head_dim);
     }
-    vec(&l.post_norm, p + "post_attention_layernorm.weight", d);
+    if (c.sandwich_norm) {  // Gemma: post_attention_layernorm is on the attention output
+      vec(&l.attn_out_norm, p + "post_attention_layernorm.weight", d);
+      vec(&l.post_norm, p + "pre_feedforward_layernorm.weight", d);
+      vec(&l.ffn_out_norm, p + "post_feedforward_layernorm.weight", d);
+    } else {
+      vec(&l.post_norm, p + "post_attention_layernorm.weight", d);
+    }
     if (c.layers[static_cast<size_t>(i)].moe) {  // router + experts replace the MLP
       const MoeConfig& moe = c.moe;
       const std::string m = p + moe.block + ".";

@@ -16,7 +16,9 @@ namespace loom {
 
 struct LayerWeights {
   std::vector<float> input_norm;  // [model_dim]
-  std::vector<float> post_norm;   // [model_dim]
+  std::vector<float> post_norm;   // [model_dim] before the MLP (Gemma: pre_feedforward_layernorm)
+  std::vector<float> attn_out_norm;  // [model_dim] on the attention output (Gemma), else empty
+  std::vector<float> ffn_out_norm;   // [model_dim] on the MLP output (Gemma), else empty
   std::vector<float> q_norm;      // [head_dim] (Qwen3)
   std::vector<float> k_norm;      // [head_dim] (Qwen3)
   Linear q_proj;     // [num_heads*head_dim, model_dim]
