@@ -11,6 +11,7 @@
 #include "golden/golden_util.h"
 #include "io/safetensors.h"
 #include "lora/adapter.h"
+#include "model/merged_checkpoint.h"
 #include "model/model.h"
 
 namespace loom {
@@ -106,6 +107,22 @@ TEST_P(MoeLoraGolden, UnmergedAndMergedMatchPeft) {
     EXPECT_EQ(merged[p].generated, ref["merged"]["greedy"][p].get<std::vector<int32_t>>());
   }
   RecordProperty("merged_max_abs_diff", std::to_string(worst));
+
+  // `loom merge` writes every expert's (and the router's, under its checkpoint name) merged
+  // weights: the written checkpoint equals the merged run.
+  namespace fs = std::filesystem;
+  const fs::path out = fs::temp_directory_path() / ("loom_merge_" + name);
+  fs::remove_all(out);
+  Status st = WriteMergedCheckpoint(kModels + base, **model, **adapter, out.string(), 100 * 1024);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  auto written = Model::Load(out.string());
+  ASSERT_TRUE(written.ok()) << written.status().ToString();
+  const auto reloaded = RunAlone(written->get(), nullptr, prompts, 1);
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    EXPECT_EQ(test::MaxAbsDiff(reloaded[p].prompt_logits.data(), merged[p].prompt_logits.data(),
+                               merged[p].prompt_logits.size()), 0.0f);
+  }
+  fs::remove_all(out);
 }
 
 // Both layouts: per-expert modules (v4 / vLLM) and PEFT's fused expert parameters
