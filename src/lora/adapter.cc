@@ -171,6 +171,83 @@ StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, co
     return InvalidArgument(where + ": " + tensors_path + " holds no tensors; the adapter would change nothing");
   }
 
+  // PEFT's LoRA on transformers 5's fused expert parameters (target_parameters), saved as
+  // ...mlp.experts[.base_layer].lora_A.weight [E·r, in] / lora_B.weight [Σout, E·r]: cut into
+  // per-expert LoRAs on the expert sites (A_e = rows e·r…; B_e = columns e, E+e, …; the rows of
+  // B_e split over the stacked parts, e.g. gate then up, which share A_e).
+  std::set<std::string> expert_targeted;
+  for (auto it = by_module.begin(); it != by_module.end();) {
+    const std::string& module = it->first;
+    if (module == sites.embedding_path() || sites.Find(module) >= 0 || !it->second.parts.count("lora_A") ||
+        !it->second.parts.count("lora_B")) {
+      ++it;
+      continue;
+    }
+    std::string owner = module;
+    while (owner.ends_with(".base_layer")) owner.resize(owner.size() - 11);
+    ASSIGN_OR_RETURN(Tensor fa, a->store_->Get(it->second.parts.at("lora_A")));
+    ASSIGN_OR_RETURN(Tensor fb, a->store_->Get(it->second.parts.at("lora_B")));
+    const ExpertParamSite* param = nullptr;
+    for (const ExpertParamSite& p : sites.expert_params()) {
+      if (!p.path.starts_with(owner + ".") || p.parts.empty() || fa.shape.size() != 2 || fb.shape.size() != 2) continue;
+      const int64_t experts = static_cast<int64_t>(p.parts.size());
+      int64_t out = 0;
+      for (int s : p.parts[0]) out += sites.site(s).weight.dim(0);
+      if (fa.shape[1] == sites.site(p.parts[0][0]).weight.dim(1) && fa.shape[0] % experts == 0 &&
+          fb.shape[0] == out && fb.shape[1] == fa.shape[0]) {
+        param = &p;
+      }
+    }
+    if (!param) {
+      ++it;  // reported below as a module the model does not have
+      continue;
+    }
+    if (!cfg.TargetsParameter(param->path)) {
+      return InvalidArgument(where + ": tensor " + it->second.parts.at("lora_A") + " adapts '" + param->path +
+                             "', which target_parameters does not name");
+    }
+    if (it->second.parts.size() != 2) {
+      return InvalidArgument(where + ": module '" + module + "' (LoRA on expert parameters) has tensors "
+                             "other than lora_A/lora_B (PEFT allows no bias or DoRA there)");
+    }
+    const int64_t experts = static_cast<int64_t>(param->parts.size());
+    const int64_t rank = fa.shape[0] / experts, in = fa.shape[1], out_all = fb.shape[0];
+    const size_t es = DTypeSize(fa.dtype);
+    if (DTypeSize(fb.dtype) != es) {
+      return InvalidArgument(where + ": module '" + module + "' has lora_A and lora_B of different dtypes");
+    }
+    int64_t row0 = 0;
+    for (size_t j = 0; j < param->parts[0].size(); ++j) {
+      const int64_t out = sites.site(param->parts[0][j]).weight.dim(0);
+      for (int64_t e = 0; e < experts; ++e) {
+        const std::string site_path = sites.site(param->parts[static_cast<size_t>(e)][j]).path;
+        const std::string tag = module + "#" + std::to_string(e) + "." + std::to_string(j);
+        a->derived_[tag + ".lora_A"] =
+            Tensor{fa.dtype, {rank, in}, static_cast<const uint8_t*>(fa.data) + e * rank * in * es};
+        auto bytes = std::make_unique<std::vector<uint8_t>>(static_cast<size_t>(out * rank) * es);
+        for (int64_t o = 0; o < out; ++o) {
+          for (int64_t k = 0; k < rank; ++k) {
+            std::memcpy(bytes->data() + (o * rank + k) * es,
+                        static_cast<const uint8_t*>(fb.data) + ((row0 + o) * (experts * rank) + k * experts + e) * es, es);
+          }
+        }
+        a->derived_[tag + ".lora_B"] = Tensor{fb.dtype, {out, rank}, bytes->data()};
+        a->derived_storage_.push_back(std::move(bytes));
+        auto& parts = by_module[site_path].parts;
+        if (!parts.empty()) {
+          return InvalidArgument(where + ": '" + site_path + "' is adapted twice (as a module and through " +
+                                 param->path + ")");
+        }
+        parts["lora_A"] = tag + ".lora_A";
+        parts["lora_B"] = tag + ".lora_B";
+        expert_targeted.insert(site_path);
+      }
+      row0 += out;
+    }
+    (void)out_all;
+    it = by_module.erase(it);
+  }
+
   // Which modules the config targets (PEFT's rules over this model's modules).
   const std::vector<std::string> linear_names = sites.LeafNames(/*all_linear_only=*/true);
   std::set<std::string> targeted;
@@ -179,6 +256,14 @@ StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, co
   }
   for (int i = 0; i < sites.size(); ++i) {
     if (cfg.Targets(sites.site(i).path, linear_names)) targeted.insert(sites.site(i).path);
+  }
+  targeted.insert(expert_targeted.begin(), expert_targeted.end());
+  for (const auto& entry : by_module) {  // a parameter LoRA on a module known by an alias path
+    const int site = sites.Find(entry.first);
+    if (site >= 0 && sites.site(site).path != entry.first &&
+        (cfg.TargetsParameter(entry.first + ".weight") || cfg.Targets(entry.first, linear_names))) {
+      targeted.insert(entry.first);
+    }
   }
   if (targeted.empty()) {
     std::string targets = cfg.all_linear ? "all-linear" : "";
@@ -226,6 +311,7 @@ StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, co
         return InvalidArgument(where + ": module '" + module + "' has " + t.parts.begin()->second +
                                " but no " + part + " tensor");
       }
+      if (auto d = a->derived_.find(it->second); d != a->derived_.end()) return d->second;
       auto tensor = a->store_->Get(it->second);
       if (!tensor.ok()) return Status(tensor.status().code(), where + ": " + tensor.status().message());
       return tensor;
@@ -279,7 +365,7 @@ StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, co
     const Tensor& base_weight = sites.site(site).weight;  // [out, in]
     const int64_t in = base_weight.dim(1), out = base_weight.dim(0);
     auto w = std::make_unique<LoraWeights>();
-    w->module_path = module;
+    w->module_path = sites.site(site).path;  // the checkpoint path, also when named by an alias
     w->rank = rank;
     w->scale = scale;
     ASSIGN_OR_RETURN(w->a, get("lora_A"));

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -60,6 +61,9 @@ class Adapter {
   uint64_t content_hash_ = 0;
   LoraConfig config_;
   std::unique_ptr<SafetensorsStore> store_;  // owns the mmap the A/B views point into
+  // Per-expert A/B cut from PEFT's fused expert LoRA (target_parameters), by derived name.
+  std::map<std::string, Tensor> derived_;
+  std::vector<std::unique_ptr<std::vector<uint8_t>>> derived_storage_;
   std::vector<std::unique_ptr<LoraWeights>> by_site_;  // [sites.size()], null = not adapted
   std::unique_ptr<LoraEmbedding> embedding_;
   uint64_t tensor_bytes_ = 0;

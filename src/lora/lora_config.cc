@@ -160,7 +160,6 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
   };
   static const Unsupported kNotYet[] = {
       {"layer_replication", "layer_replication is not supported yet"},
-      {"target_parameters", "target_parameters (LoRA on parameters, e.g. MoE experts) is not supported yet"},
       {"use_qalora", "use_qalora is not supported yet"},
       {"alora_invocation_tokens", "alora_invocation_tokens (activated LoRA) is not supported yet"},
       {"use_bdlora", "use_bdlora is not supported yet"},
@@ -193,6 +192,15 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
     return InvalidArgument(where + ": target_modules is empty; the adapter would change nothing");
   } else {
     RETURN_IF_ERROR(ReadStringOrList(targets, where, "target_modules", &c.target_list, &c.target_regex));
+  }
+  // PEFT's LoRA on parameters (transformers 5's fused MoE experts): a list of parameter paths.
+  const json params = get("target_parameters");
+  if (!IsNullOrEmpty(params)) {
+    if (!params.is_array()) return InvalidArgument(where + ": target_parameters must be a list");
+    for (const json& v : params) {
+      if (!v.is_string()) return InvalidArgument(where + ": target_parameters entries must be strings");
+      c.target_parameters.push_back(v.get<std::string>());
+    }
   }
   const json exclude = get("exclude_modules");
   if (!exclude.is_null()) {
@@ -303,6 +311,16 @@ double LoraConfig::ScaleFor(const std::string& path) const {
   const double rank = RankFor(path);
   const double alpha = AlphaFor(path);
   return use_rslora ? alpha / std::sqrt(rank) : alpha / rank;
+}
+
+bool LoraConfig::TargetsParameter(const std::string& param_path) const {
+  for (const std::string& t : target_parameters) {
+    if (param_path == t || (param_path.size() > t.size() && param_path.ends_with(t) &&
+                            param_path[param_path.size() - t.size() - 1] == '.')) {
+      return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace loom

@@ -22,6 +22,8 @@ struct LoraConfig {
   std::vector<std::string> target_list;
   std::optional<Regex> target_regex;
   bool all_linear = false;
+  // target_parameters: parameter paths (exact or ".name" suffix), e.g. "mlp.experts.gate_up_proj".
+  std::vector<std::string> target_parameters;
   std::vector<std::string> exclude_list;
   std::optional<Regex> exclude_regex;
   std::vector<int> layers_to_transform;   // empty = every layer
@@ -36,6 +38,8 @@ struct LoraConfig {
   // "model.layers.3.self_attn.q_proj". `linear_names` are the model's linear module names
   // ("q_proj", ...; not lm_head) that all-linear expands to.
   bool Targets(const std::string& module_path, const std::vector<std::string>& linear_names) const;
+  // Whether target_parameters names the parameter at `param_path` (exact or dotted suffix).
+  bool TargetsParameter(const std::string& param_path) const;
   int RankFor(const std::string& module_path) const;
   double AlphaFor(const std::string& module_path) const;
   // Same as PEFT: alpha / r, or alpha / sqrt(r) with use_rslora.

@@ -18,6 +18,14 @@ struct LinearSite {
   bool all_linear = true;  // whether PEFT's "all-linear" includes it (not the output head)
 };
 
+// A 3-D expert parameter as transformers 5 holds it (e.g. "model.layers.0.mlp.experts.gate_up_proj"
+// [E, 2I, H]); PEFT's target_parameters LoRA on it acts per expert on these sites, whose outputs
+// are stacked in `parts` order (gate then up).
+struct ExpertParamSite {
+  std::string path;
+  std::vector<std::vector<int>> parts;  // [expert][part] site indices
+};
+
 // Built by the model from its weight enumeration (model/weights.h): every projection of every
 // architecture is a site, so lora/ needs no list of module names. Immutable after build.
 class SiteTable {
@@ -33,8 +41,13 @@ class SiteTable {
   // After a merge replaced a base weight's bytes.
   void SetWeight(int i, Tensor weight) { sites_[static_cast<size_t>(i)].weight = weight; }
 
-  // Index of the site with module path `path`, or -1.
+  // Index of the site with module path `path` (or an alias of it), or -1.
   int Find(const std::string& path) const;
+  // Another module path for site `i` (transformers 5's in-memory name where the checkpoint's
+  // differs, e.g. Mixtral's mlp.gate for block_sparse_moe.gate).
+  void AddAlias(const std::string& path, int i) { by_path_.emplace(path, i); }
+  void AddExpertParam(ExpertParamSite p) { expert_params_.push_back(std::move(p)); }
+  const std::vector<ExpertParamSite>& expert_params() const { return expert_params_; }
   const LinearSite& site(int i) const { return sites_[static_cast<size_t>(i)]; }
   int size() const { return static_cast<int>(sites_.size()); }
   const std::string& embedding_path() const { return embedding_path_; }
@@ -48,6 +61,7 @@ class SiteTable {
  private:
   std::vector<LinearSite> sites_;
   std::unordered_map<std::string, int> by_path_;
+  std::vector<ExpertParamSite> expert_params_;
   std::string embedding_path_;
   Tensor embedding_;
   std::string architecture_;

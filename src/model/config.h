@@ -17,6 +17,18 @@ namespace loom {
 struct LayerConfig {
   int sliding_window = 0;  // 0 = full causal attention; W = attend to the last W positions
   bool local_rope = false;  // RoPE from ModelConfig::rope_local instead of ModelConfig::rope
+  bool moe = false;        // the MLP is a mixture of experts (ModelConfig::moe)
+};
+
+// Mixture of experts (Qwen3-MoE, Mixtral; see model/arch/moe.h): a router picks `top_k` of
+// `num_experts` gated MLPs per row. Module names follow the checkpoint.
+struct MoeConfig {
+  int num_experts = 0;
+  int top_k = 0;             // num_experts_per_tok
+  int expert_ffn_dim = 0;    // Qwen3-MoE moe_intermediate_size; Mixtral intermediate_size
+  bool norm_topk = false;    // renormalise the top-k probabilities to sum to 1
+  std::string block = "mlp";                                   // "block_sparse_moe" (Mixtral)
+  std::string gate = "gate_proj", up = "up_proj", down = "down_proj";  // Mixtral: w1, w3, w2
 };
 
 // The MLP's gate activation (config.json hidden_act; Gemma's hidden_activation).
@@ -50,6 +62,7 @@ struct ModelConfig {
   RopeConfig rope_local;         // for layers with local_rope
   bool fused_qkv = false;      // Phi-3: one self_attn.qkv_proj [q_dim + 2·kv_dim, hidden]
   bool fused_gate_up = false;  // Phi-3: one mlp.gate_up_proj [2·ffn, hidden], gate rows first
+  MoeConfig moe;          // used by layers with LayerConfig::moe
   std::vector<LayerConfig> layers;
   int bos_token_id = -1;
   std::vector<int> eos_token_ids;
@@ -74,6 +87,7 @@ inline constexpr int kMaxConfigVocab = 1 << 22;             // vocab_size
 inline constexpr int kMaxConfigHeads = 1024;                // num_attention_heads, kv heads
 inline constexpr int kMaxConfigHeadDim = 2048;              // head_dim
 inline constexpr int kMaxConfigPositions = 1 << 26;         // max_position_embeddings
+inline constexpr int kMaxConfigExperts = 4096;              // num_experts / num_local_experts
 
 // Helpers for architecture files: read a field with a type and range check (via base/json.h);
 // errors name the field and `where`. Absent or null optional fields leave *out unchanged.

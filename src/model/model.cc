@@ -187,6 +187,11 @@ void Model::ForwardLayer(int layer, const Batch& batch, KvCache* cache, const Lo
 
   // MLP block.
   RmsNorm(s.x.data(), n, d, w.post_norm.data(), c.rms_norm_eps, s.h.data());
+  if (c.layers[static_cast<size_t>(layer)].moe) {  // mixture of experts instead (arch/moe.cc)
+    MoeForward(w.moe, c.moe, s.h.data(), n, s.out.data(), lora);
+    AddInPlace(s.x.data(), s.out.data(), n * d);
+    return;
+  }
   if (c.fused_gate_up) {  // gate columns first, then up (Phi3MLP's chunk(2))
     w.gate_up_proj.Forward(s.h.data(), n, s.fused.data(), lora);
     SplitColumns(s.fused.data(), n, {{s.gate.data(), c.ffn_dim}, {s.up.data(), c.ffn_dim}});

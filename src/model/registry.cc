@@ -12,6 +12,8 @@ const std::vector<ArchEntry>& Architectures() {
       {"Gemma2ForCausalLM", &ConfigureGemma2, &PrepareGemmaWeights},
       {"Gemma3ForCausalLM", &ConfigureGemma3, &PrepareGemmaWeights},
       {"Phi3ForCausalLM", &ConfigurePhi3},
+      {"Qwen3MoeForCausalLM", &ConfigureQwen3Moe},
+      {"MixtralForCausalLM", &ConfigureMixtral},
   };
   return kArchs;
 }

@@ -34,6 +34,8 @@ Status ConfigureLlama(const nlohmann::json& j, const std::string& where, ModelCo
 Status ConfigureMistral(const nlohmann::json& j, const std::string& where, ModelConfig* config);
 Status ConfigureQwen2(const nlohmann::json& j, const std::string& where, ModelConfig* config);
 Status ConfigureQwen3(const nlohmann::json& j, const std::string& where, ModelConfig* config);
+Status ConfigureQwen3Moe(const nlohmann::json& j, const std::string& where, ModelConfig* config);
+Status ConfigureMixtral(const nlohmann::json& j, const std::string& where, ModelConfig* config);
 Status ConfigureGemma2(const nlohmann::json& j, const std::string& where, ModelConfig* config);
 Status ConfigureGemma3(const nlohmann::json& j, const std::string& where, ModelConfig* config);
 // Gemma 2/3 (gemma_common.cc): RMSNorm scales by (1 + w); every norm weight becomes 1 + w.

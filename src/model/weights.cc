@@ -53,6 +53,20 @@ std::vector<WeightSlot> EnumerateWeights(const ModelConfig& c, ModelWeights* w) 
     } else {
       vec(&l.post_norm, p + "post_attention_layernorm.weight", d);
     }
+    if (c.layers[static_cast<size_t>(i)].moe) {  // router + experts replace the MLP
+      const MoeConfig& moe = c.moe;
+      const std::string m = p + moe.block + ".";
+      matrix(&l.moe.router, m + "gate", moe.num_experts, d, false);
+      l.moe.experts.resize(static_cast<size_t>(moe.num_experts));
+      for (int e = 0; e < moe.num_experts; ++e) {
+        ExpertWeights& x = l.moe.experts[static_cast<size_t>(e)];
+        const std::string xp = m + "experts." + std::to_string(e) + ".";
+        matrix(&x.gate, xp + moe.gate, moe.expert_ffn_dim, d, false);
+        matrix(&x.up, xp + moe.up, moe.expert_ffn_dim, d, false);
+        matrix(&x.down, xp + moe.down, d, moe.expert_ffn_dim, false);
+      }
+      continue;
+    }
     if (c.fused_gate_up) {
       matrix(&l.gate_up_proj, p + "mlp.gate_up_proj", 2 * int64_t{c.ffn_dim}, d, c.mlp_bias);
     } else {
@@ -114,6 +128,10 @@ Status LoadWeights(const ModelConfig& config, const SafetensorsStore& store, Mod
     slot.linear->site = sites->Add({slot.linear->name, slot.linear->weight, slot.layer,
                                     /*all_linear=*/slot.linear != &w->lm_head});
     site_linears->push_back(slot.linear);
+  }
+  for (int i = 0; i < config.num_layers; ++i) {  // transformers 5's fused expert parameters
+    const LayerWeights& l = w->layers[static_cast<size_t>(i)];
+    if (!l.moe.experts.empty()) AddMoeSites(l.moe, config.moe, "model.layers." + std::to_string(i) + ".", sites);
   }
   std::vector<std::string> leftovers;
   for (const std::string& name : store.names()) {

@@ -8,6 +8,7 @@
 #include "base/status.h"
 #include "io/safetensors.h"
 #include "lora/site_table.h"
+#include "model/arch/moe.h"
 #include "model/config.h"
 #include "model/linear.h"
 
@@ -30,6 +31,7 @@ struct LayerWeights {
   // Fused forms (config.fused_qkv / fused_gate_up) replace q/k/v and gate/up: one matmul each.
   Linear qkv_proj;      // [(num_heads + 2·num_kv_heads)·head_dim, model_dim]: q rows, k, v
   Linear gate_up_proj;  // [2·ffn_dim, model_dim]: gate rows then up rows
+  MoeWeights moe;    // mixture-of-experts layers (LayerConfig::moe) instead of the three above
 };
 
 struct ModelWeights {
