@@ -69,6 +69,16 @@ class StripNormalizer final : public Normalizer {
     *text = s.substr(begin, end - begin);
     return OkStatus();
   }
+  Status NormalizeTracked(std::string* text, size_t max_bytes, bool* dropped_start) const override {
+    size_t lead = 0;  // whitespace bytes at the start
+    while (left_ && lead < text->size()) {
+      size_t next = lead;
+      if (!IsWhitespace(NextCodePoint(*text, &next))) break;
+      lead = next;
+    }
+    if (lead > 0 && lead < text->size()) *dropped_start = true;
+    return Normalize(text, max_bytes);
+  }
 
  private:
   bool left_, right_;
@@ -101,6 +111,18 @@ class ReplaceNormalizer final : public Normalizer {
     *text = std::move(r).value();
     return OkStatus();
   }
+  Status NormalizeTracked(std::string* text, size_t max_bytes, bool* dropped_start) const override {
+    if (content_.empty() && !text->empty()) {
+      std::vector<std::pair<size_t, size_t>> matches;
+      Status st = pattern_.FindAll(*text, &matches);
+      if (!st.ok()) return Status(st.code(), "normalizer Replace: " + st.message());
+      if (!matches.empty() && matches[0].first == 0 && matches[0].second > 0 &&
+          matches[0].second < text->size()) {
+        *dropped_start = true;
+      }
+    }
+    return Normalize(text, max_bytes);
+  }
 
  private:
   Pattern pattern_;
@@ -127,6 +149,12 @@ class SequenceNormalizer final : public Normalizer {
   Status Normalize(std::string* text, size_t max_bytes) const override {
     // One bound for the whole chain (relative to the original input), so growth cannot compound.
     for (const auto& p : parts_) RETURN_IF_ERROR(p->Normalize(text, max_bytes));
+    return OkStatus();
+  }
+  Status NormalizeTracked(std::string* text, size_t max_bytes, bool* dropped_start) const override {
+    for (const auto& p : parts_) {
+      RETURN_IF_ERROR(p->NormalizeTracked(text, max_bytes, dropped_start));
+    }
     return OkStatus();
   }
 

@@ -243,7 +243,6 @@ TEST(TokenizerLoad, UnsupportedComponentsAreNamed) {
       {"decoder", {{"type", "WordPiece"}}},
       {"decoder", {{"type", "CTC"}}},
       {"model", {{"type", "WordPiece"}, {"vocab", json::object()}}},
-      {"model", {{"type", "Unigram"}, {"vocab", json::array()}}},
       {"model", {{"type", "WordLevel"}, {"vocab", json::object()}}},
   };
   for (const auto& [field, value] : cases) {
