@@ -158,10 +158,14 @@ SLOW_TRAINED = {
                                          "rstrip": True, "single_word": False, "special": True}}}),
     "spm-bpe-llama-noprefix": ("bpe", {"tokenizer_class": "LlamaTokenizer", "legacy": False,
                                        "add_prefix_space": False}),
+    # Real configs (a string: copy that shared folder's tokenizer_config.json) on the tiny models.
+    "spm-bpe-llama2-config": ("bpe", "Llama-2-7b"),
+    "spm-bpe-gemma-it-config": ("bpe", "gemma-2b-it"),
+    "spm-unigram-raw": ("unigram-raw", {"tokenizer_class": "TokenizersBackend", "add_eos_token": True}),
 }
 
 
-def train_spm(model_type):
+def train_spm(kind):
     import io
     import sentencepiece as spm
     import transformers
@@ -171,8 +175,10 @@ def train_spm(model_type):
     lines += ["Ünïcödé ñ çå ß Æ 日本語のテキストです。 Русский текст", "emoji 😀 🦙 ｆｕｌｌ",
               "1234567890 3.14159"] * 20
     out = io.BytesIO()
+    raw = kind.endswith("-raw")  # no dummy prefix, extra whitespace kept
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines), model_writer=out, vocab_size=600, model_type=model_type,
+        sentence_iterator=iter(lines), model_writer=out, vocab_size=600,
+        model_type=kind.split("-")[0], add_dummy_prefix=not raw, remove_extra_whitespaces=not raw,
         normalization_rule_name="identity", byte_fallback=True,
         user_defined_symbols=["<tool>", "@@"], control_symbols=["<ctrl>"],
         num_threads=1, minloglevel=2, shuffle_input_sentence=False)
@@ -194,6 +200,11 @@ def build_slow():
         os.makedirs(dst, exist_ok=True)
         with open(os.path.join(dst, "tokenizer.model"), "wb") as fh:
             fh.write(models[model_type])
+        if isinstance(config, str):
+            shutil.copy(os.path.join(SHARED, config, "tokenizer_config.json"),
+                        os.path.join(dst, "tokenizer_config.json"))
+            os.chmod(os.path.join(dst, "tokenizer_config.json"), 0o644)
+            continue
         with open(os.path.join(dst, "tokenizer_config.json"), "w", encoding="utf-8") as fh:
             json.dump(config, fh, indent=2)
             fh.write("\n")
