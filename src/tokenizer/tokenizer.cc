@@ -168,27 +168,55 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromModelDir(const std::string& 
       return NotFound(dir + " has no tokenizer.json, tokenizer.model, or vocab.json + merges.txt "
                       "(loom builds the tokenizer from one of them)");
     }
-    auto built = Build(converted.tokenizer, converted.added);
-    if (!built.ok()) {
-      return Status(built.status().code(), dir + " (converted from " +
-                                               (has_model && !ReadsVocabMerges(cls)
-                                                    ? std::string("tokenizer.model")
-                                                    : std::string("vocab.json + merges.txt")) +
-                                               "): " + built.status().message());
+    const std::string what =
+        dir + " (converted from " +
+        (has_model && !ReadsVocabMerges(cls) ? "tokenizer.model" : "vocab.json + merges.txt") + ")";
+    return FromConverted(std::move(converted), std::move(config), what);
+  });
+}
+
+StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromConverted(Converted converted, json config,
+                                                               const std::string& what) {
+  auto built = Build(converted.tokenizer, converted.added);
+  if (!built.ok()) return Status(built.status().code(), what + ": " + built.status().message());
+  std::unique_ptr<Tokenizer> t = std::move(built).value();
+  if (converted.add_bos || converted.add_eos) {
+    const int32_t bos = converted.add_bos ? t->TokenToId(converted.bos_token) : -1;
+    const int32_t eos = converted.add_eos ? t->TokenToId(converted.eos_token) : -1;
+    if ((converted.add_bos && bos < 0) || (converted.add_eos && eos < 0)) {
+      return InvalidArgument(what + ": add_bos_token / add_eos_token name a token ('" +
+                             (bos < 0 ? converted.bos_token : converted.eos_token) +
+                             "') the vocab lacks");
     }
-    std::unique_ptr<Tokenizer> t = std::move(built).value();
-    if (converted.add_bos || converted.add_eos) {
-      const int32_t bos = converted.add_bos ? t->TokenToId(converted.bos_token) : -1;
-      const int32_t eos = converted.add_eos ? t->TokenToId(converted.eos_token) : -1;
-      if ((converted.add_bos && bos < 0) || (converted.add_eos && eos < 0)) {
-        return InvalidArgument(config_path + ": add_bos_token / add_eos_token name a token ('" +
-                               (bos < 0 ? converted.bos_token : converted.eos_token) +
-                               "') the vocab lacks");
-      }
-      t->post_processor_ = MakeBosEosPostProcessor(bos, eos);
+    t->post_processor_ = MakeBosEosPostProcessor(bos, eos);
+  }
+  t->SetConfig(std::move(config));
+  return t;
+}
+
+StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromSentencePiece(
+    std::string_view model_bytes, std::optional<std::string_view> tokenizer_config_json) {
+  return NoThrow("tokenizer.model", [&]() -> StatusOr<std::unique_ptr<Tokenizer>> {
+    json config;
+    if (tokenizer_config_json) {
+      ASSIGN_OR_RETURN(config, ParseJsonText(*tokenizer_config_json, "tokenizer_config.json"));
     }
-    t->SetConfig(std::move(config));
-    return t;
+    ASSIGN_OR_RETURN(SpModel sp, ParseSentencePieceModel(model_bytes, "tokenizer.model"));
+    ASSIGN_OR_RETURN(Converted c, ConvertSentencePiece(sp, config, "tokenizer.model"));
+    return FromConverted(std::move(c), std::move(config), "tokenizer.model");
+  });
+}
+
+StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromVocabMerges(
+    std::string_view vocab_json, std::string_view merges_txt,
+    std::optional<std::string_view> tokenizer_config_json) {
+  return NoThrow("vocab.json", [&]() -> StatusOr<std::unique_ptr<Tokenizer>> {
+    json config;
+    if (tokenizer_config_json) {
+      ASSIGN_OR_RETURN(config, ParseJsonText(*tokenizer_config_json, "tokenizer_config.json"));
+    }
+    ASSIGN_OR_RETURN(Converted c, ConvertVocabMerges(vocab_json, merges_txt, config, "."));
+    return FromConverted(std::move(c), std::move(config), "vocab.json + merges.txt");
   });
 }
 

@@ -16,6 +16,7 @@
 #include "base/status.h"
 #include "tokenizer/added_vocabulary.h"
 #include "tokenizer/bpe_model.h"
+#include "tokenizer/convert.h"
 #include "tokenizer/model.h"
 #include "tokenizer/decoder.h"
 #include "tokenizer/normalizer.h"
@@ -74,6 +75,14 @@ class Tokenizer {
       std::string_view tokenizer_json, std::optional<std::string_view> tokenizer_config_json,
       TokenizerMode mode = TokenizerMode::kAuto);
 
+  // The conversions of FromModelDir on files already read: a SentencePiece tokenizer.model, or
+  // vocab.json + merges.txt, with tokenizer_config.json when given.
+  static StatusOr<std::unique_ptr<Tokenizer>> FromSentencePiece(
+      std::string_view model_bytes, std::optional<std::string_view> tokenizer_config_json);
+  static StatusOr<std::unique_ptr<Tokenizer>> FromVocabMerges(
+      std::string_view vocab_json, std::string_view merges_txt,
+      std::optional<std::string_view> tokenizer_config_json);
+
   // `text` must be valid UTF-8 (and at most kMaxEncodeBytes). add_special_tokens runs the
   // post-processor (e.g. adds BOS). Errors: a normalizer or pre-tokenizer output past its growth
   // bound (NormalizedLimit), a pre-tokenizer regex that gives up (catastrophic backtracking).
@@ -98,6 +107,10 @@ class Tokenizer {
       std::optional<std::string_view> config_text, const std::string& config_path,
       TokenizerMode mode);
   void SetConfig(nlohmann::json config);
+  // Builds a converted folder (tokenizer/convert.h); `what` names the source in errors.
+  static StatusOr<std::unique_ptr<Tokenizer>> FromConverted(Converted converted,
+                                                            nlohmann::json config,
+                                                            const std::string& what);
   static StatusOr<std::unique_ptr<Tokenizer>> Build(const nlohmann::json& j,
                                                     const nlohmann::json& extra_added);
   Status AddTokens(const nlohmann::json& list, bool from_config);
