@@ -162,6 +162,8 @@ SLOW_TRAINED = {
     "spm-bpe-llama2-config": ("bpe", "Llama-2-7b"),
     "spm-bpe-gemma-it-config": ("bpe", "gemma-2b-it"),
     "spm-unigram-raw": ("unigram-raw", {"tokenizer_class": "TokenizersBackend", "add_eos_token": True}),
+    # None: no tokenizer_config.json, only a config.json of model_type llama (TokenizersBackend).
+    "spm-bpe-no-tokenizer-config": ("bpe", None),
 }
 
 
@@ -200,6 +202,10 @@ def build_slow():
         os.makedirs(dst, exist_ok=True)
         with open(os.path.join(dst, "tokenizer.model"), "wb") as fh:
             fh.write(models[model_type])
+        if config is None:
+            with open(os.path.join(dst, "config.json"), "w", encoding="utf-8") as fh:
+                fh.write('{"model_type": "llama"}\n')
+            continue
         if isinstance(config, str):
             shutil.copy(os.path.join(SHARED, config, "tokenizer_config.json"),
                         os.path.join(dst, "tokenizer_config.json"))
