@@ -175,10 +175,12 @@ int RunGenerate(GenerateArgs& a) {
 RunFn AddGenerateCommand(CLI::App& cmd) {
   auto a = std::make_shared<GenerateArgs>();
   cmd.add_option("--model", a->model, "Hugging Face checkpoint folder")->required();
-  cmd.add_option("--tokenizer-mode", a->tokenizer_mode, "how the tokenizer is built: auto (as transformers 5's AutoTokenizer) or tokenizers (tokenizer.json exactly as the tokenizers library reads it)")
+  cmd.add_option("--tokenizer-mode", a->tokenizer_mode,
+                 "how the tokenizer is built: auto (as transformers 5's AutoTokenizer) or "
+                 "tokenizers (tokenizer.json exactly as the tokenizers library reads it)")
       ->check(CLI::IsMember({"auto", "tokenizers"}));
   cmd.add_option("--prompt", a->prompt_text,
-                 "prompt text, encoded with the folder's tokenizer.json (special tokens added)");
+                 "prompt text, encoded with the folder's tokenizer (special tokens added)");
   cmd.add_option("--prompt-tokens", a->prompt_tokens, "prompt as token ids: 1,2,3");
   cmd.add_option("--chat", a->chat,
                  "JSON messages list rendered with the model's chat template (generation prompt added)");

@@ -74,7 +74,8 @@ int RunServe(ServeArgs& a) {
     return Fail(has_tokenizer.status().message());
   }
   if (*has_tokenizer) {
-    auto loaded = tokenizer::Tokenizer::FromModelDir(a.model, *tokenizer::ParseTokenizerMode(a.tokenizer_mode));
+    auto loaded = tokenizer::Tokenizer::FromModelDir(
+        a.model, *tokenizer::ParseTokenizerMode(a.tokenizer_mode));
     if (!loaded.ok()) {
       stop_listener();
       return Fail(loaded.status().message());

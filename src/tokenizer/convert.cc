@@ -6,8 +6,8 @@
 #include <cctype>
 #include <charconv>
 #include <system_error>
-#include <unordered_map>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "tokenizer/bpe_model.h"
@@ -32,9 +32,7 @@ const char* const kSpecialKeys[] = {"bos_token", "eos_token", "unk_token", "sep_
                                     "pad_token", "cls_token", "mask_token"};
 
 // A config key that is present (possibly null).
-bool Has(const json& config, const char* key) {
-  return config.is_object() && config.contains(key);
-}
+bool Has(const json& config, const char* key) { return config.is_object() && config.contains(key); }
 
 // A boolean flag: absent → `fallback`; null → `if_null` (Python's None is falsy).
 bool Flag(const json& config, const char* key, bool fallback, bool if_null = false) {
@@ -87,8 +85,7 @@ json SpecialValue(const json& config, const std::string& key, const Defaults& d)
 }
 
 // Appends the named special tokens and a config's extra / additional special-token lists.
-void AddNamedSpecials(const json& config, const Defaults& d, bool config_additional,
-                      Converted* c) {
+void AddNamedSpecials(const json& config, const Defaults& d, bool config_additional, Converted* c) {
   for (const char* key : kSpecialKeys) {
     const json v = SpecialValue(config, key, d);
     if (!Content(v).empty()) c->added.push_back(SpecialAdded(v));
@@ -245,7 +242,8 @@ StatusOr<Converted> ConvertVocabMerges(std::string_view vocab_json, std::string_
       return InvalidArgument(merges_path + ": line " + std::to_string(line_no) +
                              " is not valid UTF-8");
     }
-    merges.push_back(json::array({std::string(line.substr(0, sp)), std::string(line.substr(sp + 1))}));
+    merges.push_back(
+        json::array({std::string(line.substr(0, sp)), std::string(line.substr(sp + 1))}));
   }
   Converted c;
   json& t = c.tokenizer;
@@ -269,14 +267,12 @@ StatusOr<Converted> ConvertVocabMerges(std::string_view vocab_json, std::string_
     d.bos = d.eos = d.unk = "<|endoftext|>";
   } else {
     t["normalizer"] = {{"type", "NFC"}};
-    t["pre_tokenizer"] = {
-        {"type", "Sequence"},
-        {"pretokenizers",
-         json::array({{{"type", "Split"},
-                       {"pattern", {{"Regex", kQwen2Regex}}},
-                       {"behavior", "Isolated"},
-                       {"invert", false}},
-                      ByteLevelPre(aps, false)})}};
+    t["pre_tokenizer"] = {{"type", "Sequence"},
+                          {"pretokenizers", json::array({{{"type", "Split"},
+                                                          {"pattern", {{"Regex", kQwen2Regex}}},
+                                                          {"behavior", "Isolated"},
+                                                          {"invert", false}},
+                                                         ByteLevelPre(aps, false)})}};
     d.eos = d.unk = d.pad = "<|endoftext|>";
   }
   ASSIGN_OR_RETURN(c.added, ConfigAddedTokens(config, dir + "/tokenizer_config.json"));
@@ -288,7 +284,8 @@ StatusOr<Converted> ConvertSentencePiece(const SpModel& sp, const json& config,
                                          const std::string& path) {
   const std::string cls = TokenizerClass(config);
   const bool llama = cls == "LlamaTokenizer", gemma = cls == "GemmaTokenizer";
-  const bool generic = cls.empty() || cls == "TokenizersBackend" || cls == "PreTrainedTokenizerFast";
+  const bool generic =
+      cls.empty() || cls == "TokenizersBackend" || cls == "PreTrainedTokenizerFast";
   if (!llama && !gemma && !generic) {
     return InvalidArgument(path + ": tokenizer_class '" + cls +
                            "' with tokenizer.model is not supported by loom (supported: "
@@ -313,9 +310,8 @@ StatusOr<Converted> ConvertSentencePiece(const SpModel& sp, const json& config,
   json spm_added = json::array();
   for (const SpPiece& p : sp.pieces) {
     if (p.type != kSpControl && p.type != kSpUserDefined) continue;
-    spm_added.push_back({{"content", p.piece},
-                         {"special", p.type == kSpControl},
-                         {"normalized", false}});
+    spm_added.push_back(
+        {{"content", p.piece}, {"special", p.type == kSpControl}, {"normalized", false}});
   }
   if (llama || gemma) {
     c.added = std::move(config_added);
@@ -327,7 +323,7 @@ StatusOr<Converted> ConvertSentencePiece(const SpModel& sp, const json& config,
     }
     AddNamedSpecials(config, d, false, &c);
     for (json& a : spm_added) c.added.push_back(std::move(a));
-    t["model"] = {{"type", "BPE"},     {"dropout", nullptr},      {"fuse_unk", true},
+    t["model"] = {{"type", "BPE"},         {"dropout", nullptr},     {"fuse_unk", true},
                   {"byte_fallback", true}, {"ignore_merges", false}, {"merges", MergesById(vocab)},
                   {"vocab", vocab_json()}};
     if (llama) {
@@ -336,8 +332,8 @@ StatusOr<Converted> ConvertSentencePiece(const SpModel& sp, const json& config,
       const bool legacy = Flag(config, "legacy", false, false);
       t["normalizer"] = nullptr;
       t["pre_tokenizer"] = Metaspace(aps ? (legacy ? "always" : "first") : "never");
-      json decoders = json::array({Replace({{"String", kMeta}}, " "), {{"type", "ByteFallback"}},
-                                   {{"type", "Fuse"}}});
+      json decoders = json::array(
+          {Replace({{"String", kMeta}}, " "), {{"type", "ByteFallback"}}, {{"type", "Fuse"}}});
       if (aps) decoders.push_back(StripLeftSpace());
       t["decoder"] = {{"type", "Sequence"}, {"decoders", decoders}};
     } else {
@@ -349,7 +345,8 @@ StatusOr<Converted> ConvertSentencePiece(const SpModel& sp, const json& config,
                             {"invert", false}};
       t["decoder"] = {{"type", "Sequence"},
                       {"decoders", json::array({Replace({{"String", kMeta}}, " "),
-                                                {{"type", "ByteFallback"}}, {{"type", "Fuse"}}})}};
+                                                {{"type", "ByteFallback"}},
+                                                {{"type", "Fuse"}}})}};
     }
     return c;
   }
@@ -365,13 +362,16 @@ StatusOr<Converted> ConvertSentencePiece(const SpModel& sp, const json& config,
   std::vector<std::string> user_defined;
   if (unigram) {
     json v = json::array();
-    for (const SpPiece& p : sp.pieces) v.push_back(json::array({p.piece, static_cast<double>(p.score)}));
+    for (const SpPiece& p : sp.pieces)
+      v.push_back(json::array({p.piece, static_cast<double>(p.score)}));
     if (sp.unk_id < 0 || static_cast<size_t>(sp.unk_id) >= sp.pieces.size()) {
       return InvalidArgument(path + ": trainer_spec.unk_id " + std::to_string(sp.unk_id) +
                              " is not a piece id (" + std::to_string(sp.pieces.size()) +
                              " pieces)");
     }
-    t["model"] = {{"type", "Unigram"}, {"unk_id", sp.unk_id}, {"vocab", std::move(v)},
+    t["model"] = {{"type", "Unigram"},
+                  {"unk_id", sp.unk_id},
+                  {"vocab", std::move(v)},
                   {"byte_fallback", sp.byte_fallback}};
     for (const SpPiece& p : sp.pieces) {
       if (p.type == kSpUserDefined) user_defined.push_back(p.piece);
@@ -379,7 +379,8 @@ StatusOr<Converted> ConvertSentencePiece(const SpModel& sp, const json& config,
   } else {
     // added_tokens_decoder renames pieces by id, unless the new name is a piece keeping its id.
     std::unordered_map<int32_t, std::string> names;
-    for (const json& a : config_added) names[a["id"].get<int32_t>()] = a["content"].get<std::string>();
+    for (const json& a : config_added)
+      names[a["id"].get<int32_t>()] = a["content"].get<std::string>();
     if (!names.empty()) {
       StringMap<int32_t> kept;
       for (const auto& [piece, id] : vocab) {
@@ -400,7 +401,8 @@ StatusOr<Converted> ConvertSentencePiece(const SpModel& sp, const json& config,
       auto it = id_to_token.find(static_cast<int32_t>(i));
       if (it == id_to_token.end()) continue;
       if (sp.pieces[i].type == kSpUserDefined) user_defined.push_back(it->second);
-      if (sp.pieces[i].type == kSpNormal) normal[it->second] = {sp.pieces[i].score, static_cast<int32_t>(i)};
+      if (sp.pieces[i].type == kSpNormal)
+        normal[it->second] = {sp.pieces[i].score, static_cast<int32_t>(i)};
     }
     std::vector<std::tuple<float, int32_t, std::string_view, std::string_view>> ranked;
     for (const auto& [token, rank] : normal) {

@@ -3,10 +3,9 @@
 // fast-tokenizer conversion builds for the folder's tokenizer_class.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "base/status.h"
 #include "tokenizer/sentencepiece_model.h"

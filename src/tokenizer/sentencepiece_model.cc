@@ -50,9 +50,8 @@ class Reader {
       case kLengthDelimited: {
         ASSIGN_OR_RETURN(const uint64_t len, Varint());
         if (len > buf_.size() - pos_) {
-          return Error("field " + std::to_string(f.number) + " has length " +
-                       std::to_string(len) + " past the end (" +
-                       std::to_string(buf_.size() - pos_) + " bytes left)");
+          return Error("field " + std::to_string(f.number) + " has length " + std::to_string(len) +
+                       " past the end (" + std::to_string(buf_.size() - pos_) + " bytes left)");
         }
         f.data = buf_.substr(pos_, static_cast<size_t>(len));
         pos_ += static_cast<size_t>(len);
@@ -145,19 +144,41 @@ Status ParseTrainerSpec(std::string_view data, const std::string& what, SpModel*
       return OkStatus();
     };
     switch (f.number) {
-      case 3: RETURN_IF_ERROR(int_field("model_type", &m->model_type)); break;
-      case 24: RETURN_IF_ERROR(bool_field("treat_whitespace_as_suffix",
-                                          &m->treat_whitespace_as_suffix)); break;
-      case 35: RETURN_IF_ERROR(bool_field("byte_fallback", &m->byte_fallback)); break;
-      case 40: RETURN_IF_ERROR(int_field("unk_id", &m->unk_id)); break;
-      case 41: RETURN_IF_ERROR(int_field("bos_id", &m->bos_id)); break;
-      case 42: RETURN_IF_ERROR(int_field("eos_id", &m->eos_id)); break;
-      case 43: RETURN_IF_ERROR(int_field("pad_id", &m->pad_id)); break;
-      case 45: RETURN_IF_ERROR(string_field("unk_piece", &m->unk_piece)); break;
-      case 46: RETURN_IF_ERROR(string_field("bos_piece", &m->bos_piece)); break;
-      case 47: RETURN_IF_ERROR(string_field("eos_piece", &m->eos_piece)); break;
-      case 48: RETURN_IF_ERROR(string_field("pad_piece", &m->pad_piece)); break;
-      default: break;
+      case 3:
+        RETURN_IF_ERROR(int_field("model_type", &m->model_type));
+        break;
+      case 24:
+        RETURN_IF_ERROR(bool_field("treat_whitespace_as_suffix", &m->treat_whitespace_as_suffix));
+        break;
+      case 35:
+        RETURN_IF_ERROR(bool_field("byte_fallback", &m->byte_fallback));
+        break;
+      case 40:
+        RETURN_IF_ERROR(int_field("unk_id", &m->unk_id));
+        break;
+      case 41:
+        RETURN_IF_ERROR(int_field("bos_id", &m->bos_id));
+        break;
+      case 42:
+        RETURN_IF_ERROR(int_field("eos_id", &m->eos_id));
+        break;
+      case 43:
+        RETURN_IF_ERROR(int_field("pad_id", &m->pad_id));
+        break;
+      case 45:
+        RETURN_IF_ERROR(string_field("unk_piece", &m->unk_piece));
+        break;
+      case 46:
+        RETURN_IF_ERROR(string_field("bos_piece", &m->bos_piece));
+        break;
+      case 47:
+        RETURN_IF_ERROR(string_field("eos_piece", &m->eos_piece));
+        break;
+      case 48:
+        RETURN_IF_ERROR(string_field("pad_piece", &m->pad_piece));
+        break;
+      default:
+        break;
     }
   }
   return OkStatus();

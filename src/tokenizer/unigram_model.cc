@@ -137,8 +137,9 @@ Status UnigramModel::Tokenize(std::string_view word, std::vector<int32_t>* ids) 
     }
     if (!has_single) {
       if (unk_id_ < 0) {
-        return InvalidArgument("model Unigram: the text has a character no piece covers and the "
-                               "model has no unk_id");
+        return InvalidArgument(
+            "model Unigram: the text has a character no piece covers and the "
+            "model has no unk_id");
       }
       Best& target = best[start + mblen];
       const double candidate = unk_score + base;

@@ -62,9 +62,8 @@ void CheckCases(const Tokenizer& t, const json& cases, const std::string& what) 
     const auto want_special = c["ids_special"].get<std::vector<int32_t>>();
     EXPECT_EQ(*ids, want) << what << " text: [" << text << "]\n got " << Show(*ids) << "\nwant "
                           << Show(want);
-    EXPECT_EQ(*ids_special, want_special)
-        << what << " text: [" << text << "]\n got " << Show(*ids_special) << "\nwant "
-        << Show(want_special);
+    EXPECT_EQ(*ids_special, want_special) << what << " text: [" << text << "]\n got "
+                                          << Show(*ids_special) << "\nwant " << Show(want_special);
     if (c.contains("decoded")) {
       EXPECT_EQ(t.Decode(want_special, false), c["decoded"].get<std::string>())
           << what << " " << Show(want_special);
@@ -135,17 +134,18 @@ json UnigramJson(json vocab, json unk_id, bool byte_fallback) {
           {"post_processor", nullptr},
           {"decoder", nullptr},
           {"model",
-           {{"type", "Unigram"}, {"unk_id", unk_id}, {"vocab", vocab},
+           {{"type", "Unigram"},
+            {"unk_id", unk_id},
+            {"vocab", vocab},
             {"byte_fallback", byte_fallback}}}};
 }
 
 // HF's own Unigram doc example: "abcdacdxx" → abcd a cd xx (xx fused into one unk).
 TEST(Unigram, ViterbiAndFusedUnknowns) {
-  const json vocab = json::array({json::array({"<unk>", 0.0}), json::array({"a", 0.0}),
-                                  json::array({"b", 0.0}), json::array({"c", 0.0}),
-                                  json::array({"d", 0.0}), json::array({"cd", 1.0}),
-                                  json::array({"ab", 2.0}), json::array({"abc", 5.0}),
-                                  json::array({"abcd", 10.0})});
+  const json vocab = json::array(
+      {json::array({"<unk>", 0.0}), json::array({"a", 0.0}), json::array({"b", 0.0}),
+       json::array({"c", 0.0}), json::array({"d", 0.0}), json::array({"cd", 1.0}),
+       json::array({"ab", 2.0}), json::array({"abc", 5.0}), json::array({"abcd", 10.0})});
   auto t = Tokenizer::FromJson(UnigramJson(vocab, 0, false).dump());
   ASSERT_TRUE(t.ok()) << t.status().message();
   EXPECT_EQ(*(*t)->Encode("abcdacdxx", false), (std::vector<int32_t>{8, 1, 5, 0}));
@@ -173,12 +173,9 @@ TEST(Unigram, ByteFallback) {
 
 TEST(Unigram, RejectsBadVocab) {
   const std::pair<json, json> cases[] = {
-      {json::array({json::array({"a"})}), 0},
-      {json::array({json::array({1, 0.0})}), 0},
-      {json::array({json::array({"a", "x"})}), 0},
-      {json::array({json::array({"a", 0.0})}), 5},
-      {json::array({json::array({"a", 0.0})}), -1},
-      {json::array(), 0},
+      {json::array({json::array({"a"})}), 0},       {json::array({json::array({1, 0.0})}), 0},
+      {json::array({json::array({"a", "x"})}), 0},  {json::array({json::array({"a", 0.0})}), 5},
+      {json::array({json::array({"a", 0.0})}), -1}, {json::array(), 0},
   };
   for (const auto& [vocab, unk] : cases) {
     auto t = Tokenizer::FromJson(UnigramJson(vocab, unk, false).dump());
