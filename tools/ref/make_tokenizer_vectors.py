@@ -65,6 +65,8 @@ TOKENIZERS["torchtune-test-assets"] = "torchtune-test-assets/tokenizer.json"
 TOKENIZERS["torchtune-tiny-bpe"] = "torchtune-test-assets/tiny_bpe_tokenizer.json"
 TOKENIZERS["torchtune-gemma-cropped"] = "torchtune-test-assets/tokenizer_gemma_cropped.json"
 TOKENIZERS["Qwen2.5-0.5B-Instruct"] = "Qwen2.5-0.5B-Instruct/tokenizer.json"
+# A Unigram tokenizer.json: transformers' conversion of slow/spm-unigram, saved (build_slow).
+TOKENIZERS["spm-unigram-json"] = "spm-unigram-json/tokenizer.json"
 
 CORPUS = [
     "", " ", "  ", "   ", "\t", "\n", "\n\n", "\t\n", " \n \n ", "\r\n", "a", "Hello world",
@@ -216,6 +218,14 @@ def build_slow():
             fh.write("\n")
 
 
+def save_unigram_json():
+    from transformers import AutoTokenizer
+    dst = os.path.join(FIXTURES, "spm-unigram-json")
+    os.makedirs(dst, exist_ok=True)
+    t = AutoTokenizer.from_pretrained(os.path.join(SLOW_DIR, "spm-unigram"))
+    t.backend_tokenizer.save(os.path.join(dst, "tokenizer.json"), pretty=False)
+
+
 def slow_vectors(name):
     from transformers import AutoTokenizer
     auto = AutoTokenizer.from_pretrained(os.path.join(SLOW_DIR, name))
@@ -285,6 +295,7 @@ def main():
         copy_folders()
     if args.slow:
         build_slow()
+        save_unigram_json()
     for name in sorted(list(SLOW_COPIED) + list(SLOW_TRAINED)):
         slow_vectors(name)
         print("wrote slow", name)
