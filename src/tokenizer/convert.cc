@@ -166,6 +166,23 @@ std::string EscapeRegex(std::string_view piece) {
   return out;
 }
 
+std::string EncodeBase64(std::string_view bytes) {
+  static const char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    uint32_t v = static_cast<uint32_t>(static_cast<uint8_t>(bytes[i])) << 16;
+    if (i + 1 < bytes.size()) v |= static_cast<uint32_t>(static_cast<uint8_t>(bytes[i + 1])) << 8;
+    if (i + 2 < bytes.size()) v |= static_cast<uint8_t>(bytes[i + 2]);
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += i + 1 < bytes.size() ? kAlphabet[(v >> 6) & 63] : '=';
+    out += i + 2 < bytes.size() ? kAlphabet[v & 63] : '=';
+  }
+  return out;
+}
+
 }  // namespace
 
 StatusOr<json> ConfigAddedTokens(const json& config, const std::string& config_path) {
@@ -352,11 +369,6 @@ StatusOr<Converted> ConvertSentencePiece(const SpModel& sp, const json& config,
   }
   // TokenizersBackend: SpmConverter.build_tokenizer_from_spm_proto, following the model's own
   // normalizer spec.
-  if (!sp.precompiled_charsmap.empty()) {
-    return InvalidArgument(path + ": normalizer_spec '" + sp.normalizer_name +
-                           "' has a precompiled_charsmap, which loom does not support (use a "
-                           "tokenizer.json, or a model trained with the identity rule)");
-  }
   const bool legacy = Flag(config, "legacy", true, false);
   const bool unigram = sp.model_type == 1;
   std::vector<std::string> user_defined;
@@ -427,6 +439,10 @@ StatusOr<Converted> ConvertSentencePiece(const SpModel& sp, const json& config,
                   {"vocab", vocab_json()}};
   }
   json norms = json::array();
+  if (!sp.precompiled_charsmap.empty()) {
+    norms.push_back({{"type", "Precompiled"},
+                     {"precompiled_charsmap", EncodeBase64(sp.precompiled_charsmap)}});
+  }
   if (sp.remove_extra_whitespaces) {
     norms.push_back(Replace({{"Regex", "\\A +| +\\z"}}, ""));
     norms.push_back(Replace({{"Regex", " {2,}"}}, " "));

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "tokenizer/precompiled.h"
 #include "tokenizer/regex.h"
 #include "tokenizer/unicode.h"
 
@@ -142,6 +143,19 @@ class ByteLevelNormalizer final : public Normalizer {
   }
 };
 
+// Same as HF Precompiled (SentencePiece's precompiled_charsmap).
+class PrecompiledNormalizer final : public Normalizer {
+ public:
+  explicit PrecompiledNormalizer(PrecompiledCharsmap map) : map_(std::move(map)) {}
+  Status Normalize(std::string* text, size_t max_bytes) const override {
+    ASSIGN_OR_RETURN(*text, map_.Apply(*text, max_bytes));
+    return OkStatus();
+  }
+
+ private:
+  PrecompiledCharsmap map_;
+};
+
 class SequenceNormalizer final : public Normalizer {
  public:
   explicit SequenceNormalizer(std::vector<std::unique_ptr<Normalizer>> parts)
@@ -198,6 +212,17 @@ StatusOr<std::unique_ptr<Normalizer>> ParseNormalizer(const json& j) {
     ASSIGN_OR_RETURN(Pattern p, Pattern::FromJson(j["pattern"], "normalizer Replace"));
     return std::unique_ptr<Normalizer>(
         new ReplaceNormalizer(std::move(p), j["content"].get<std::string>()));
+  }
+  if (type == "Precompiled") {
+    auto it = j.find("precompiled_charsmap");
+    if (it == j.end() || !it->is_string()) {
+      return InvalidArgument("normalizer Precompiled: missing string \"precompiled_charsmap\"");
+    }
+    ASSIGN_OR_RETURN(std::string bytes,
+                     DecodeBase64(it->get<std::string>(), "normalizer Precompiled"));
+    ASSIGN_OR_RETURN(PrecompiledCharsmap map,
+                     PrecompiledCharsmap::Parse(bytes, "normalizer Precompiled"));
+    return std::unique_ptr<Normalizer>(new PrecompiledNormalizer(std::move(map)));
   }
   if (type == "Sequence") {
     if (!j.contains("normalizers") || !j["normalizers"].is_array()) {

@@ -1,4 +1,5 @@
 // tokenizer.json normalizers: NFC/NFD/NFKC/NFKD, Lowercase, Strip, Prepend, Replace, ByteLevel,
+// Precompiled (SentencePiece charsmaps),
 // Sequence. Any other type is rejected by name.
 #pragma once
 

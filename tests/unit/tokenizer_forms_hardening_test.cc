@@ -9,8 +9,10 @@
 #include <sstream>
 #include <string>
 
+#include "tokenizer/precompiled.h"
 #include "tokenizer/sentencepiece_model.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode.h"
 
 namespace loom::tokenizer {
 namespace {
@@ -214,7 +216,7 @@ TEST(SlowFolders, UnsupportedFormsAreNamed) {
     EXPECT_TRUE(Contains(t.status().message(), "'BertTokenizer'")) << t.status().message();
   }
   {
-    // A precompiled normalization charsmap (nmt_nfkc models) is named.
+    // A precompiled normalization charsmap too short for its trie size is named.
     ModelDir dir("charsmap");
     dir.Write("tokenizer.model",
               Piece("<unk>", 2) + Piece("a") + Len(3, Len(1, "nmt_nfkc") + Len(2, "xyz")));
@@ -229,6 +231,37 @@ TEST(SlowFolders, UnsupportedFormsAreNamed) {
     auto t = Tokenizer::FromModelDir(dir.path());
     ASSERT_FALSE(t.ok());
     EXPECT_TRUE(Contains(t.status().message(), "unk_id 7")) << t.status().message();
+  }
+}
+
+// Precompiled charsmaps: sizes past the end, bad UTF-8 and bad base64 are errors; random tries
+// (offsets anywhere) and outputs never read out of bounds.
+TEST(Precompiled, CorruptCharsmaps) {
+  const std::pair<std::string, const char*> cases[] = {
+      {"", "at least 4"},
+      {std::string("\x10\0\0\0abc", 7), "past the end"},
+      {std::string("\0\0\0\0\xFF", 5), "UTF-8"},
+  };
+  for (const auto& [bytes, message] : cases) {
+    auto m = PrecompiledCharsmap::Parse(bytes, "tokenizer.model");
+    ASSERT_FALSE(m.ok()) << message;
+    EXPECT_TRUE(Contains(m.status().message(), message)) << m.status().message();
+  }
+  EXPECT_FALSE(DecodeBase64("ab$c", "x").ok());
+  EXPECT_FALSE(DecodeBase64("a", "x").ok());
+  EXPECT_EQ(*DecodeBase64("aGk=", "x"), "hi");
+  std::mt19937 rng(3);
+  for (int round = 0; round < 300; ++round) {
+    const uint32_t units = rng() % 64;
+    std::string bytes(4, '\0');
+    for (int i = 0; i < 4; ++i) bytes[i] = static_cast<char>(((units * 4) >> (8 * i)) & 0xFF);
+    for (uint32_t i = 0; i < units * 4; ++i) bytes += static_cast<char>(rng());
+    bytes += std::string("a\0bc\0\xC3\xA9\0", 8);
+    auto m = PrecompiledCharsmap::Parse(bytes, "random");
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    auto out = m->Apply("Hello w\xC3\xB6rld \xF0\x9F\x98\x80 e\xCC\x81", 1 << 20);
+    ASSERT_TRUE(out.ok());
+    EXPECT_TRUE(IsValidUtf8(*out));
   }
 }
 

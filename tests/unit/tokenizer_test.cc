@@ -233,7 +233,6 @@ TEST(TokenizerLoad, TinyByteLevelWorks) {
 TEST(TokenizerLoad, UnsupportedComponentsAreNamed) {
   const std::pair<const char*, json> cases[] = {
       {"normalizer", {{"type", "BertNormalizer"}}},
-      {"normalizer", {{"type", "Precompiled"}, {"precompiled_charsmap", ""}}},
       {"normalizer", {{"type", "StripAccents"}}},
       {"normalizer", {{"type", "Nmt"}}},
       {"pre_tokenizer", {{"type", "BertPreTokenizer"}}},

@@ -67,6 +67,7 @@ TOKENIZERS["torchtune-gemma-cropped"] = "torchtune-test-assets/tokenizer_gemma_c
 TOKENIZERS["Qwen2.5-0.5B-Instruct"] = "Qwen2.5-0.5B-Instruct/tokenizer.json"
 # A Unigram tokenizer.json: transformers' conversion of slow/spm-unigram, saved (build_slow).
 TOKENIZERS["spm-unigram-json"] = "spm-unigram-json/tokenizer.json"
+TOKENIZERS["spm-unigram-nfkc-json"] = "spm-unigram-nfkc-json/tokenizer.json"
 
 CORPUS = [
     "", " ", "  ", "   ", "\t", "\n", "\n\n", "\t\n", " \n \n ", "\r\n", "a", "Hello world",
@@ -164,6 +165,8 @@ SLOW_TRAINED = {
     "spm-bpe-llama2-config": ("bpe", "Llama-2-7b"),
     "spm-bpe-gemma-it-config": ("bpe", "gemma-2b-it"),
     "spm-unigram-raw": ("unigram-raw", {"tokenizer_class": "TokenizersBackend", "add_eos_token": True}),
+    # nmt_nfkc: a precompiled_charsmap normalizer (T5-style).
+    "spm-unigram-nfkc": ("unigram-nfkc", {"tokenizer_class": "TokenizersBackend", "legacy": False}),
     # None: no tokenizer_config.json, only a config.json of model_type llama (TokenizersBackend).
     "spm-bpe-no-tokenizer-config": ("bpe", None),
 }
@@ -180,10 +183,11 @@ def train_spm(kind):
               "1234567890 3.14159"] * 20
     out = io.BytesIO()
     raw = kind.endswith("-raw")  # no dummy prefix, extra whitespace kept
+    rule = "nmt_nfkc" if kind.endswith("-nfkc") else "identity"
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(lines), model_writer=out, vocab_size=600,
         model_type=kind.split("-")[0], add_dummy_prefix=not raw, remove_extra_whitespaces=not raw,
-        normalization_rule_name="identity", byte_fallback=True,
+        normalization_rule_name=rule, byte_fallback=True,
         user_defined_symbols=["<tool>", "@@"], control_symbols=["<ctrl>"],
         num_threads=1, minloglevel=2, shuffle_input_sentence=False)
     return out.getvalue()
@@ -220,10 +224,11 @@ def build_slow():
 
 def save_unigram_json():
     from transformers import AutoTokenizer
-    dst = os.path.join(FIXTURES, "spm-unigram-json")
-    os.makedirs(dst, exist_ok=True)
-    t = AutoTokenizer.from_pretrained(os.path.join(SLOW_DIR, "spm-unigram"))
-    t.backend_tokenizer.save(os.path.join(dst, "tokenizer.json"), pretty=False)
+    for name in ("spm-unigram", "spm-unigram-nfkc"):
+        dst = os.path.join(FIXTURES, f"{name}-json")
+        os.makedirs(dst, exist_ok=True)
+        t = AutoTokenizer.from_pretrained(os.path.join(SLOW_DIR, name))
+        t.backend_tokenizer.save(os.path.join(dst, "tokenizer.json"), pretty=False)
 
 
 def slow_vectors(name):
