@@ -183,6 +183,55 @@ std::string EncodeBase64(std::string_view bytes) {
   return out;
 }
 
+// T5Tokenizer: the pieces plus `extra_ids` sentinels (<extra_id_N>, N descending) as a Unigram
+// with unk_id 2, the charsmap, WhitespaceSplit + Metaspace, "$A </s>" always.
+StatusOr<Converted> ConvertT5(const SpModel& sp, const json& config, json config_added,
+                              json spm_added, const std::string& path) {
+  int64_t extra_ids = 100;
+  if (Has(config, "extra_ids")) {
+    const json& e = config["extra_ids"];
+    if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<int64_t>() > 100000) {
+      return InvalidArgument(path + ": tokenizer_config.json extra_ids " + e.dump() +
+                             " is not a count in [0, 100000]");
+    }
+    extra_ids = e.get<int64_t>();
+  }
+  Converted c;
+  json& t = c.tokenizer;
+  t = {{"version", "1.0"}, {"added_tokens", json::array()}, {"post_processor", nullptr}};
+  json vocab = json::array();
+  for (const SpPiece& p : sp.pieces) {
+    vocab.push_back(json::array({p.piece, static_cast<double>(p.score)}));
+  }
+  for (int64_t i = extra_ids - 1; i >= 0; --i) {
+    vocab.push_back(json::array({"<extra_id_" + std::to_string(i) + ">", 0.0}));
+  }
+  t["model"] = {{"type", "Unigram"}, {"unk_id", 2}, {"vocab", vocab}, {"byte_fallback", false}};
+  t["normalizer"] = sp.precompiled_charsmap.empty()
+                        ? json()
+                        : json{{"type", "Precompiled"},
+                               {"precompiled_charsmap", EncodeBase64(sp.precompiled_charsmap)}};
+  json meta = {
+      {"type", "Metaspace"}, {"replacement", kMeta}, {"prepend_scheme", "always"}, {"split", true}};
+  t["pre_tokenizer"] = {{"type", "Sequence"},
+                        {"pretokenizers", json::array({{{"type", "WhitespaceSplit"}}, meta})}};
+  t["decoder"] = meta;
+  c.added = std::move(config_added);
+  Defaults d;
+  d.eos = "</s>", d.unk = "<unk>", d.pad = "<pad>";
+  AddNamedSpecials(config, d, false, &c);
+  for (json& a : spm_added) c.added.push_back(std::move(a));
+  for (int64_t i = 0; i < extra_ids; ++i) {
+    c.added.push_back({{"content", "<extra_id_" + std::to_string(i) + ">"},
+                       {"special", true},
+                       {"normalized", false}});
+  }
+  c.add_bos = false;
+  c.add_eos = true;
+  c.eos_token = "</s>";
+  return c;
+}
+
 }  // namespace
 
 StatusOr<json> ConfigAddedTokens(const json& config, const std::string& config_path) {
@@ -301,12 +350,14 @@ StatusOr<Converted> ConvertSentencePiece(const SpModel& sp, const json& config,
                                          const std::string& path) {
   const std::string cls = TokenizerClass(config);
   const bool llama = cls == "LlamaTokenizer", gemma = cls == "GemmaTokenizer";
+  const bool t5 = cls == "T5Tokenizer";
   const bool generic =
       cls.empty() || cls == "TokenizersBackend" || cls == "PreTrainedTokenizerFast";
-  if (!llama && !gemma && !generic) {
+  if (!llama && !gemma && !t5 && !generic) {
     return InvalidArgument(path + ": tokenizer_class '" + cls +
                            "' with tokenizer.model is not supported by loom (supported: "
-                           "LlamaTokenizer, GemmaTokenizer, TokenizersBackend; or add a "
+                           "LlamaTokenizer, GemmaTokenizer, T5Tokenizer, TokenizersBackend; or "
+                           "add a "
                            "tokenizer.json)");
   }
   const std::string config_path = "tokenizer_config.json";
@@ -330,6 +381,7 @@ StatusOr<Converted> ConvertSentencePiece(const SpModel& sp, const json& config,
     spm_added.push_back(
         {{"content", p.piece}, {"special", p.type == kSpControl}, {"normalized", false}});
   }
+  if (t5) return ConvertT5(sp, config, std::move(config_added), std::move(spm_added), path);
   if (llama || gemma) {
     c.added = std::move(config_added);
     Defaults d;
@@ -440,8 +492,8 @@ StatusOr<Converted> ConvertSentencePiece(const SpModel& sp, const json& config,
   }
   json norms = json::array();
   if (!sp.precompiled_charsmap.empty()) {
-    norms.push_back({{"type", "Precompiled"},
-                     {"precompiled_charsmap", EncodeBase64(sp.precompiled_charsmap)}});
+    norms.push_back(
+        {{"type", "Precompiled"}, {"precompiled_charsmap", EncodeBase64(sp.precompiled_charsmap)}});
   }
   if (sp.remove_extra_whitespaces) {
     norms.push_back(Replace({{"Regex", "\\A +| +\\z"}}, ""));

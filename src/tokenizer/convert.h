@@ -35,8 +35,9 @@ bool ReadsVocabMerges(const std::string& cls);
 // vocab.json + merges.txt for GPT2Tokenizer / Qwen2Tokenizer. `dir` names the files in errors.
 StatusOr<Converted> ConvertVocabMerges(std::string_view vocab_json, std::string_view merges_txt,
                                        const nlohmann::json& config, const std::string& dir);
-// tokenizer.model for LlamaTokenizer, GemmaTokenizer, or any other class (transformers'
-// SpmConverter.build_tokenizer_from_spm_proto). `path` names the file in errors.
+// tokenizer.model for LlamaTokenizer, GemmaTokenizer, T5Tokenizer, or TokenizersBackend
+// (transformers' SpmConverter.build_tokenizer_from_spm_proto: PreTrainedTokenizerFast or no
+// class too). `path` names the file in errors.
 StatusOr<Converted> ConvertSentencePiece(const SpModel& sp, const nlohmann::json& config,
                                          const std::string& path);
 

@@ -65,8 +65,8 @@ class Tokenizer {
   // add_bos_token / add_eos_token are not applied: transformers 5 keeps tokenizer.json's
   // post-processor for them too (checked with LlamaTokenizer and TokenizersBackend).
   // Without tokenizer.json: vocab.json + merges.txt (GPT2Tokenizer, Qwen2Tokenizer) or a
-  // SentencePiece tokenizer.model (LlamaTokenizer, GemmaTokenizer, TokenizersBackend) converted
-  // as transformers 5 converts them (tokenizer/convert.h), add_bos_token / add_eos_token
+  // SentencePiece tokenizer.model (LlamaTokenizer, GemmaTokenizer, T5Tokenizer, TokenizersBackend)
+  // converted as transformers 5 converts them (tokenizer/convert.h), add_bos_token / add_eos_token
   // applied; a folder with none of them is kNotFound naming what is missing.
   static StatusOr<std::unique_ptr<Tokenizer>> FromModelDir(
       const std::string& dir, TokenizerMode mode = TokenizerMode::kAuto);

@@ -167,6 +167,8 @@ SLOW_TRAINED = {
     "spm-unigram-raw": ("unigram-raw", {"tokenizer_class": "TokenizersBackend", "add_eos_token": True}),
     # nmt_nfkc: a precompiled_charsmap normalizer (T5-style).
     "spm-unigram-nfkc": ("unigram-nfkc", {"tokenizer_class": "TokenizersBackend", "legacy": False}),
+    # T5-style ids (pad 0, eos 1, unk 2, no bos) with T5Tokenizer and 5 sentinels.
+    "spm-unigram-t5": ("unigram-t5", {"tokenizer_class": "T5Tokenizer", "extra_ids": 5}),
     # None: no tokenizer_config.json, only a config.json of model_type llama (TokenizersBackend).
     "spm-bpe-no-tokenizer-config": ("bpe", None),
 }
@@ -184,12 +186,13 @@ def train_spm(kind):
     out = io.BytesIO()
     raw = kind.endswith("-raw")  # no dummy prefix, extra whitespace kept
     rule = "nmt_nfkc" if kind.endswith("-nfkc") else "identity"
+    ids = dict(pad_id=0, eos_id=1, unk_id=2, bos_id=-1) if kind.endswith("-t5") else {}
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(lines), model_writer=out, vocab_size=600,
         model_type=kind.split("-")[0], add_dummy_prefix=not raw, remove_extra_whitespaces=not raw,
         normalization_rule_name=rule, byte_fallback=True,
         user_defined_symbols=["<tool>", "@@"], control_symbols=["<ctrl>"],
-        num_threads=1, minloglevel=2, shuffle_input_sentence=False)
+        num_threads=1, minloglevel=2, shuffle_input_sentence=False, **ids)
     return out.getvalue()
 
 
