@@ -25,6 +25,7 @@ const char* const kConfigs[] = {
     "{\"tokenizer_class\": \"LlamaTokenizerFast\", \"legacy\": true, \"add_prefix_space\": false}",
     "{\"tokenizer_class\": \"GemmaTokenizer\", \"add_bos_token\": true, \"added_tokens_decoder\": "
     "{\"5\": {\"content\": \"<x>\", \"special\": true}}}",
+    "{\"tokenizer_class\": \"T5Tokenizer\", \"extra_ids\": 3}",
 };
 
 const char* const kTexts[] = {
