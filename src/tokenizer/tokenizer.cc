@@ -1,5 +1,6 @@
 // Tokenizer: tokenizer.json parsing and the encode / decode pipeline of HF tokenizers
-// (added tokens → normalizer → added tokens on normalized text → pre-tokenizer → BPE → post).
+// (added tokens → normalizer → added tokens on normalized text → pre-tokenizer → model → post),
+// and the model-folder loading of every tokenizer form (convert.h for the slow-tokenizer files).
 #include "tokenizer/tokenizer.h"
 
 #include <charconv>

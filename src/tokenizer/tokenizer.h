@@ -1,5 +1,5 @@
-// Tokenizer: loads a model folder's tokenizer.json (+ tokenizer_config.json) and encodes /
-// decodes exactly as the HF tokenizers library does.
+// Tokenizer: loads a model folder's tokenizer.json (+ tokenizer_config.json), or its
+// vocab.json + merges.txt / tokenizer.model, and encodes / decodes exactly as HF does.
 #pragma once
 
 #include <cstdint>
