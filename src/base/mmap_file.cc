@@ -46,4 +46,13 @@ StatusOr<std::string> ReadTextFile(const std::string& path) {
   return ReadFileBounded(path, kMaxRequestFileBytes);
 }
 
+void ReleaseMappedPages(const void* data, size_t size) {
+  const long page = ::sysconf(_SC_PAGESIZE);
+  if (page <= 0 || data == nullptr) return;
+  const auto begin = reinterpret_cast<uintptr_t>(data);
+  const uintptr_t first = (begin + static_cast<uintptr_t>(page) - 1) / static_cast<uintptr_t>(page) * static_cast<uintptr_t>(page);
+  const uintptr_t last = (begin + size) / static_cast<uintptr_t>(page) * static_cast<uintptr_t>(page);
+  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 }  // namespace loom

@@ -11,6 +11,10 @@
 namespace loom {
 
 // Thread-safety: immutable after Open; safe to read from any thread.
+// Drops this process's pages of the whole pages inside [data, data + size) of a read-only file
+// mapping (madvise DONTNEED): RSS falls, and a later read maps them again from the page cache.
+void ReleaseMappedPages(const void* data, size_t size);
+
 class MappedFile {
  public:
   static StatusOr<std::shared_ptr<MappedFile>> Open(const std::string& path);

@@ -98,7 +98,7 @@ int RunLoraBench(Model* model, const BenchArgs& a) {
   using Clock = std::chrono::steady_clock;
   std::vector<std::shared_ptr<const Adapter>> adapters;
   for (size_t i = 0; i < a.loras.size(); ++i) {
-    auto ad = LoadAdapter("a" + std::to_string(i), a.loras[i], model->config(), model->weights(), 0,
+    auto ad = LoadAdapter("a" + std::to_string(i), a.loras[i], model->sites(), 0,
                           !a.no_check_weights);
     if (!ad.ok()) {
       std::fprintf(stderr, "error: %s\n", ad.status().message().c_str());
@@ -109,7 +109,7 @@ int RunLoraBench(Model* model, const BenchArgs& a) {
   std::vector<double> load_ms;
   for (int i = 0; i < 5; ++i) {
     auto t0 = Clock::now();
-    auto ad = LoadAdapter("load", a.loras[0], model->config(), model->weights(), 0,
+    auto ad = LoadAdapter("load", a.loras[0], model->sites(), 0,
                           !a.no_check_weights);
     load_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   }

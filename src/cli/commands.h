@@ -28,6 +28,8 @@ void AddSamplingFlags(CLI::App* cmd, SamplingParams* params, int64_t* seed);
 // --no-check-weights: skip the finite check of every weight at load (LoadOptions).
 void AddNoCheckWeightsFlag(CLI::App* cmd, bool* no_check_weights);
 LoadOptions LoadOptionsFromFlags(bool no_check_weights);
+// The global --quantize / --quantize-head flags (main.cc), which LoadOptionsFromFlags applies.
+void AddQuantizeFlags(CLI::App* app);
 
 // "1,2,3" → ids; error message names the flag.
 bool ParseIdList(const std::string& text, std::vector<int32_t>* out, std::string* error);

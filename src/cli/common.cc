@@ -29,9 +29,31 @@ void AddNoCheckWeightsFlag(CLI::App* cmd, bool* no_check_weights) {
                 "skip the check that every weight is finite (no NaN/Inf) at load");
 }
 
+namespace {
+struct QuantizeFlags {
+  std::string scheme = "none";
+  bool head = false;
+};
+QuantizeFlags& GlobalQuantizeFlags() {
+  static QuantizeFlags flags;
+  return flags;
+}
+}  // namespace
+
+void AddQuantizeFlags(CLI::App* app) {
+  app->add_option("--quantize", GlobalQuantizeFlags().scheme,
+                   "quantize the weights at load: none (default) or int8 (per-row symmetric "
+                   "int8 weights, activations quantized per row at run time: W8A8)")
+      ->check(CLI::IsMember({"none", "int8"}));
+  app->add_flag("--quantize-head", GlobalQuantizeFlags().head,
+                "with --quantize, quantize the output head (lm_head) too");
+}
+
 LoadOptions LoadOptionsFromFlags(bool no_check_weights) {
   LoadOptions options;
   options.check_weights = !no_check_weights;
+  if (GlobalQuantizeFlags().scheme == "int8") options.quantize = LoadOptions::Quantization::kInt8;
+  options.quantize_head = GlobalQuantizeFlags().head;
   return options;
 }
 

@@ -9,6 +9,7 @@
 #include "base/file.h"
 #include "base/json.h"
 #include "lora/merge.h"
+#include "model/merged_checkpoint.h"
 
 namespace loom::cli {
 
@@ -28,7 +29,7 @@ StatusOr<std::vector<std::shared_ptr<const Adapter>>> LoadCliAdapters(
       if (a->name() == name) return InvalidArgument("--lora: adapter name '" + name + "' given twice");
     }
     ASSIGN_OR_RETURN(auto adapter,
-                     LoadAdapter(name, dir, model.config(), model.weights(), max_rank, check_weights));
+                     LoadAdapter(name, dir, model.sites(), max_rank, check_weights));
     out.push_back(std::move(adapter));
   }
   return out;

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
                "prefill matmuls on bf16 weights round activations to bf16 once (faster on CPUs "
                "without AMX; ~2^-9 relative error, like transformers running in bf16) instead "
                "of the default hi+lo split (~2^-17)");
+  loom::cli::AddQuantizeFlags(&app);
   std::map<CLI::App*, loom::cli::RunFn> runs;
   auto* serve = app.add_subcommand("serve", "OpenAI-compatible HTTP server (vLLM's API and flags)");
   runs[serve] = loom::cli::AddServeCommand(*serve);

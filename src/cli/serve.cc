@@ -59,7 +59,7 @@ int RunServe(ServeArgs& a) {
     listener.join();
   };
   auto t0 = std::chrono::steady_clock::now();
-  auto model = Model::Load(a.model);
+  auto model = Model::Load(a.model, LoadOptionsFromFlags(/*no_check_weights=*/false));
   if (!model.ok()) {
     stop_listener();
     return Fail(model.status().message());
@@ -67,6 +67,10 @@ int RunServe(ServeArgs& a) {
   std::fprintf(stderr, "loom: model %s loaded (%.1f s, %.0f MiB of weights)\n", a.model.c_str(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                static_cast<double>((*model)->weight_bytes()) / (1 << 20));
+  if ((*model)->quantized_bytes() > 0) {
+    std::fprintf(stderr, "loom: weights quantized to int8 (%.0f MiB)\n",
+                 static_cast<double>((*model)->quantized_bytes()) / (1 << 20));
+  }
   std::unique_ptr<tokenizer::Tokenizer> tok;
   auto has_tokenizer = tokenizer::HasTokenizerFiles(a.model);
   if (!has_tokenizer.ok()) {
@@ -94,8 +98,7 @@ int RunServe(ServeArgs& a) {
   // Adapters: every start-up adapter is loaded and validated now; a bad one stops the server.
   std::unique_ptr<AdapterStore> store;
   if (!plan->merge.empty()) {
-    auto adapter = LoadAdapter(plan->merge, plan->loras.front().second, (*model)->config(),
-                               (*model)->weights(), a.max_lora_rank);
+    auto adapter = LoadAdapter(plan->merge, plan->loras.front().second, (*model)->sites(), a.max_lora_rank);
     Status st = adapter.ok() ? (*model)->MergeAdapter(**adapter) : adapter.status();
     if (!st.ok()) {
       stop_listener();
@@ -103,7 +106,7 @@ int RunServe(ServeArgs& a) {
     }
     std::fprintf(stderr, "loom: adapter '%s' merged into the base weights\n", plan->merge.c_str());
   } else {
-    store = std::make_unique<AdapterStore>(model->get(), plan->store);
+    store = std::make_unique<AdapterStore>(&(*model)->sites(), plan->store);
     for (const auto& [name, dir] : plan->loras) {
       Status st = store->Register(name, dir);
       if (!st.ok()) {

@@ -17,16 +17,19 @@ namespace {
 inline const float* At(const float* base, const PagedKvHead& kv, int p, int hd) {
   return base + kv.block_table[p / 16] * kv.block_stride + kv.head_offset + (p % 16) * hd;
 }
+
+// transformers' order: divide, tanh, multiply (Gemma 2 attn_logit_softcapping).
+inline float SoftCap(float s, float cap) { return cap > 0 ? std::tanh(s / cap) * cap : s; }
 }  // namespace
 
 void AttendRowScalar(const float* q, int hd, const PagedKvHead& kv, int first, int last,
-                     float scale, float* scores, float* out) {
+                     float scale, float softcap, float* scores, float* out) {
   float mx = -INFINITY;
   for (int p = first; p <= last; ++p) {
     const float* k = At(kv.k, kv, p, hd);
     float dot = 0;
     for (int d = 0; d < hd; ++d) dot += q[d] * k[d];
-    scores[p] = dot * scale;
+    scores[p] = SoftCap(dot * scale, softcap);
     mx = std::max(mx, scores[p]);
   }
   float sum = 0;
@@ -41,7 +44,8 @@ void AttendRowScalar(const float* q, int hd, const PagedKvHead& kv, int first, i
 }
 
 LOOM_AVX512 void AttendRowAvx512(const float* q, int hd, const PagedKvHead& kv, int first,
-                                 int last, float scale, float* scores, float* out) {
+                                 int last, float scale, float softcap, float* scores,
+                                 float* out) {
   const int full = hd & ~15;
   const __mmask16 tail = static_cast<__mmask16>((1u << (hd - full)) - 1);
   float mx = -INFINITY;
@@ -54,7 +58,7 @@ LOOM_AVX512 void AttendRowAvx512(const float* q, int hd, const PagedKvHead& kv, 
     if (tail) {
       acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, q + full), _mm512_maskz_loadu_ps(tail, k + full), acc);
     }
-    scores[p] = _mm512_reduce_add_ps(acc) * scale;
+    scores[p] = SoftCap(_mm512_reduce_add_ps(acc) * scale, softcap);
     mx = std::max(mx, scores[p]);
   }
   float sum = 0;
@@ -72,12 +76,12 @@ LOOM_AVX512 void AttendRowAvx512(const float* q, int hd, const PagedKvHead& kv, 
 }
 
 void AttendRow(Isa isa, const float* q, int hd, const PagedKvHead& kv, int first, int last,
-               float scale, float* scores, float* out) {
+               float scale, float softcap, float* scores, float* out) {
   switch (isa) {
     case Isa::kAmx:
-    case Isa::kAvx512: return AttendRowAvx512(q, hd, kv, first, last, scale, scores, out);
+    case Isa::kAvx512: return AttendRowAvx512(q, hd, kv, first, last, scale, softcap, scores, out);
     case Isa::kAvx2:
-    case Isa::kScalar: return AttendRowScalar(q, hd, kv, first, last, scale, scores, out);
+    case Isa::kScalar: return AttendRowScalar(q, hd, kv, first, last, scale, softcap, scores, out);
   }
 }
 

@@ -18,12 +18,13 @@ struct PagedKvHead {
 };
 
 // out[hd] = Σ_p softmax(scale · q·K[p])_p · V[p] over positions first..last (inclusive).
+// softcap > 0: each score s = scale · q·K[p] becomes tanh(s / softcap) · softcap first.
 // scores: scratch of at least last + 1 floats.
 void AttendRow(Isa isa, const float* q, int head_dim, const PagedKvHead& kv, int first, int last,
-               float scale, float* scores, float* out);
+               float scale, float softcap, float* scores, float* out);
 void AttendRowScalar(const float* q, int head_dim, const PagedKvHead& kv, int first, int last,
-                     float scale, float* scores, float* out);
+                     float scale, float softcap, float* scores, float* out);
 void AttendRowAvx512(const float* q, int head_dim, const PagedKvHead& kv, int first, int last,
-                     float scale, float* scores, float* out);
+                     float scale, float softcap, float* scores, float* out);
 
 }  // namespace loom::cpu

@@ -14,19 +14,6 @@ namespace loom {
 
 namespace fs = std::filesystem;
 
-const char* LoraModuleName(LoraModule m) {
-  switch (m) {
-    case LoraModule::kQ: return "q_proj";
-    case LoraModule::kK: return "k_proj";
-    case LoraModule::kV: return "v_proj";
-    case LoraModule::kO: return "o_proj";
-    case LoraModule::kGate: return "gate_proj";
-    case LoraModule::kUp: return "up_proj";
-    case LoraModule::kDown: return "down_proj";
-  }
-  return "?";
-}
-
 uint64_t HashBytes(const void* data, size_t size, uint64_t seed) {
   // 4 independent 64-bit lanes of multiply-xorshift mixing: memory-speed on large files.
   const auto* p = static_cast<const uint8_t*>(data);
@@ -47,18 +34,11 @@ uint64_t HashBytes(const void* data, size_t size, uint64_t seed) {
   return out * kMul;
 }
 
-const LoraWeights* Adapter::Find(const LoraSite& site) const {
-  if (site.lm_head) return lm_head_.get();
-  const size_t i = static_cast<size_t>(site.layer * kLoraModulesPerLayer + static_cast<int>(site.module));
-  return i < layers_.size() ? layers_[i].get() : nullptr;
-}
-
 std::vector<const LoraWeights*> Adapter::modules() const {
   std::vector<const LoraWeights*> out;
-  for (const auto& l : layers_) {
+  for (const auto& l : by_site_) {
     if (l) out.push_back(l.get());
   }
-  if (lm_head_) out.push_back(lm_head_.get());
   return out;
 }
 
@@ -85,67 +65,6 @@ std::vector<std::string> Split(const std::string& s) {
   return parts;
 }
 
-// Module path → site; false when the model has no such module.
-bool SiteOf(const std::string& path, const ModelConfig& c, LoraSite* site, bool* embedding) {
-  *embedding = false;
-  if (path == "lm_head") {
-    site->lm_head = true;
-    return true;
-  }
-  if (path == "model.embed_tokens") {
-    *embedding = true;
-    return true;
-  }
-  const auto parts = Split(path);
-  if (parts.size() != 5 || parts[0] != "model" || parts[1] != "layers") return false;
-  if (parts[2].empty() || parts[2].find_first_not_of("0123456789") != std::string::npos) return false;
-  const int layer = std::stoi(parts[2]);
-  if (layer >= c.num_layers) return false;
-  static const std::pair<const char*, LoraModule> kAttn[] = {
-      {"q_proj", LoraModule::kQ}, {"k_proj", LoraModule::kK}, {"v_proj", LoraModule::kV},
-      {"o_proj", LoraModule::kO}};
-  static const std::pair<const char*, LoraModule> kMlp[] = {
-      {"gate_proj", LoraModule::kGate}, {"up_proj", LoraModule::kUp}, {"down_proj", LoraModule::kDown}};
-  for (const auto& [name, m] : parts[3] == "self_attn" ? std::vector(std::begin(kAttn), std::end(kAttn))
-                                                       : std::vector(std::begin(kMlp), std::end(kMlp))) {
-    if ((parts[3] == "self_attn" || parts[3] == "mlp") && parts[4] == name) {
-      site->layer = layer;
-      site->module = m;
-      return true;
-    }
-  }
-  return false;
-}
-
-const Linear& BaseLinear(const ModelWeights& w, const LoraSite& s) {
-  if (s.lm_head) return w.lm_head;
-  const LayerWeights& l = w.layers[static_cast<size_t>(s.layer)];
-  switch (s.module) {
-    case LoraModule::kQ: return l.q_proj;
-    case LoraModule::kK: return l.k_proj;
-    case LoraModule::kV: return l.v_proj;
-    case LoraModule::kO: return l.o_proj;
-    case LoraModule::kGate: return l.gate_proj;
-    case LoraModule::kUp: return l.up_proj;
-    case LoraModule::kDown: return l.down_proj;
-  }
-  return l.q_proj;
-}
-
-std::vector<std::string> AllModulePaths(const ModelConfig& c) {
-  std::vector<std::string> paths = {"model.embed_tokens"};
-  for (int i = 0; i < c.num_layers; ++i) {
-    for (int m = 0; m < kLoraModulesPerLayer; ++m) {
-      const auto mod = static_cast<LoraModule>(m);
-      const bool attn = m < 4;
-      paths.push_back("model.layers." + std::to_string(i) + (attn ? ".self_attn." : ".mlp.") +
-                      LoraModuleName(mod));
-    }
-  }
-  paths.push_back("lm_head");
-  return paths;
-}
-
 void ToF32Vector(const Tensor& t, std::vector<float>* out) {
   out->resize(static_cast<size_t>(t.numel()));
   ConvertToF32(t.dtype, t.data, out->data(), t.numel());
@@ -154,8 +73,7 @@ void ToF32Vector(const Tensor& t, std::vector<float>* out) {
 }  // namespace
 
 StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, const std::string& dir,
-                                                     const ModelConfig& config,
-                                                     const ModelWeights& weights, int max_rank,
+                                                     const SiteTable& sites, int max_rank,
                                                      bool check_weights) {
   const std::string where = "adapter '" + name + "'";
   const fs::path folder(dir);
@@ -254,30 +172,30 @@ StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, co
   }
 
   // Which modules the config targets (PEFT's rules over this model's modules).
-  static const std::vector<std::string> kLinearNames = {"q_proj", "k_proj", "v_proj", "o_proj",
-                                                        "gate_proj", "up_proj", "down_proj"};
+  const std::vector<std::string> linear_names = sites.LeafNames(/*all_linear_only=*/true);
   std::set<std::string> targeted;
-  for (const auto& path : AllModulePaths(config)) {
-    if (cfg.Targets(path, kLinearNames)) targeted.insert(path);
+  if (!sites.embedding_path().empty() && cfg.Targets(sites.embedding_path(), linear_names)) {
+    targeted.insert(sites.embedding_path());
+  }
+  for (int i = 0; i < sites.size(); ++i) {
+    if (cfg.Targets(sites.site(i).path, linear_names)) targeted.insert(sites.site(i).path);
   }
   if (targeted.empty()) {
     std::string targets = cfg.all_linear ? "all-linear" : "";
     if (cfg.target_regex) targets = "'" + cfg.target_regex->pattern() + "'";
     for (const auto& t : cfg.target_list) targets += (targets.empty() ? "" : ", ") + t;
+    std::string leaves;
+    for (const auto& leaf : sites.LeafNames()) leaves += (leaves.empty() ? "" : ", ") + leaf;
     return InvalidArgument(where + ": target_modules [" + targets + "] match no module of " +
-                           config.architecture +
-                           " (its modules: embed_tokens, q_proj, k_proj, v_proj, o_proj, gate_proj, "
-                           "up_proj, down_proj, lm_head)");
+                           sites.architecture() + " (its modules: " + leaves + ")");
   }
   for (const auto& entry : by_module) {
     // Plain references, not a structured binding: the lambdas below capture them (clang 14).
     const std::string& module = entry.first;
     const auto& t = entry.second;
-    LoraSite site;
-    bool embedding = false;
-    if (!SiteOf(module, config, &site, &embedding)) {
+    if (module != sites.embedding_path() && sites.Find(module) < 0) {
       return InvalidArgument(where + ": tensor " + t.parts.begin()->second + " adapts module '" +
-                             module + "', which " + config.architecture + " does not have");
+                             module + "', which " + sites.architecture() + " does not have");
     }
     if (!targeted.count(module)) {
       return InvalidArgument(where + ": tensor " + t.parts.begin()->second + " adapts '" + module +
@@ -291,14 +209,15 @@ StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, co
     }
   }
 
-  a->layers_.resize(static_cast<size_t>(config.num_layers * kLoraModulesPerLayer));
+  a->by_site_.resize(static_cast<size_t>(sites.size()));
+  const int64_t vocab = sites.embedding().shape.size() == 2 ? sites.embedding().dim(0) : 0;
+  const int64_t model_dim = sites.embedding().shape.size() == 2 ? sites.embedding().dim(1) : 0;
   for (const auto& entry : by_module) {
     // Plain references, not a structured binding: the lambdas below capture them (clang 14).
     const std::string& module = entry.first;
     const auto& t = entry.second;
-    LoraSite site;
-    bool embedding = false;
-    SiteOf(module, config, &site, &embedding);
+    const bool embedding = module == sites.embedding_path();
+    const int site = embedding ? -1 : sites.Find(module);
     const int rank = cfg.RankFor(module);
     const float scale = static_cast<float>(cfg.ScaleFor(module));
     auto get = [&](const std::string& part) -> StatusOr<Tensor> {
@@ -333,15 +252,15 @@ StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, co
       }
       ASSIGN_OR_RETURN(Tensor ea, get("lora_embedding_A"));
       ASSIGN_OR_RETURN(Tensor eb, get("lora_embedding_B"));
-      RETURN_IF_ERROR(check_shape(ea, "lora_embedding_A", {rank, config.vocab_size}));
-      RETURN_IF_ERROR(check_shape(eb, "lora_embedding_B", {config.model_dim, rank}));
+      RETURN_IF_ERROR(check_shape(ea, "lora_embedding_A", {rank, vocab}));
+      RETURN_IF_ERROR(check_shape(eb, "lora_embedding_B", {model_dim, rank}));
       auto e = std::make_unique<LoraEmbedding>();
       std::vector<float> af;
       ToF32Vector(ea, &af);
       e->a_t.resize(af.size());
       for (int k = 0; k < rank; ++k) {
-        for (int v = 0; v < config.vocab_size; ++v) {
-          e->a_t[static_cast<size_t>(v) * rank + k] = af[static_cast<size_t>(k) * config.vocab_size + v];
+        for (int64_t v = 0; v < vocab; ++v) {
+          e->a_t[static_cast<size_t>(v) * rank + k] = af[static_cast<size_t>(k * vocab + v)];
         }
       }
       ToF32Vector(eb, &e->b);
@@ -357,8 +276,8 @@ StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, co
                                "', which is a linear projection");
       }
     }
-    const Linear& base = BaseLinear(weights, site);
-    const int64_t in = base.in_features(), out = base.out_features();
+    const Tensor& base_weight = sites.site(site).weight;  // [out, in]
+    const int64_t in = base_weight.dim(1), out = base_weight.dim(0);
     auto w = std::make_unique<LoraWeights>();
     w->module_path = module;
     w->rank = rank;
@@ -409,9 +328,9 @@ StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, co
       ToF32Vector(w->b, &bf);
       // Same as PEFT DoRA: g[o] = magnitude[o] / ‖W[o,:] + scale·(B·A)[o,:]‖₂, computed once.
       w->dora_gain.resize(static_cast<size_t>(out));
-      const size_t row_bytes = static_cast<size_t>(in) * DTypeSize(base.weight.dtype);
+      const size_t row_bytes = static_cast<size_t>(in) * DTypeSize(base_weight.dtype);
       for (int64_t o = 0; o < out; ++o) {
-        ConvertToF32(base.weight.dtype, static_cast<const uint8_t*>(base.weight.data) + o * row_bytes,
+        ConvertToF32(base_weight.dtype, static_cast<const uint8_t*>(base_weight.data) + o * row_bytes,
                      wrow.data(), in);
         double norm2 = 0;
         for (int64_t i = 0; i < in; ++i) {
@@ -423,18 +342,13 @@ StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, co
         w->dora_gain[static_cast<size_t>(o)] = static_cast<float>(m[static_cast<size_t>(o)] / std::sqrt(norm2));
       }
     }
-    if (site.lm_head) {
-      a->lm_head_ = std::move(w);
-    } else {
-      a->layers_[static_cast<size_t>(site.layer * kLoraModulesPerLayer + static_cast<int>(site.module))] =
-          std::move(w);
-    }
+    a->by_site_[static_cast<size_t>(site)] = std::move(w);
   }
 
   for (const auto& [tensor, module] : base_copies) {
     const Tensor* base = nullptr;
-    if (module == "model.embed_tokens") base = &weights.embed;
-    if (module == "lm_head") base = &weights.lm_head.weight;
+    if (module == sites.embedding_path()) base = &sites.embedding();
+    if (const int s = sites.Find(module); s >= 0 && !sites.site(s).all_linear) base = &sites.site(s).weight;
     if (!base) {
       return InvalidArgument(where + ": tensor " + tensor +
                              " replaces a base weight (modules_to_save-style); not supported yet");

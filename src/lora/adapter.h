@@ -9,13 +9,9 @@
 #include "base/status.h"
 #include "io/safetensors.h"
 #include "lora/lora_config.h"
-#include "lora/lora_site.h"
-#include "model/config.h"
-#include "model/weights.h"
+#include "lora/site_table.h"
 
 namespace loom {
-
-const char* LoraModuleName(LoraModule m);  // "q_proj", ...
 
 // One adapted projection: y += scale·(x·Aᵀ)·Bᵀ (+ scale·bias), or the DoRA form.
 struct LoraWeights {
@@ -45,7 +41,11 @@ class Adapter {
   const std::string& dir() const { return dir_; }
   uint64_t content_hash() const { return content_hash_; }  // identity: hash of the files' bytes
   const LoraConfig& config() const { return config_; }
-  const LoraWeights* Find(const LoraSite& site) const;
+  // The weights for site `site` of the model's SiteTable (Linear::site), or null.
+  const LoraWeights* Find(int site) const {
+    return site >= 0 && static_cast<size_t>(site) < by_site_.size() ? by_site_[static_cast<size_t>(site)].get()
+                                                                    : nullptr;
+  }
   const LoraEmbedding* embedding() const { return embedding_.get(); }
   // Every adapted projection (for inspect and merge).
   std::vector<const LoraWeights*> modules() const;
@@ -54,27 +54,24 @@ class Adapter {
 
  private:
   friend StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string&, const std::string&,
-                                                              const ModelConfig&, const ModelWeights&, int,
-                                                              bool);
+                                                              const SiteTable&, int, bool);
   std::string name_;
   std::string dir_;
   uint64_t content_hash_ = 0;
   LoraConfig config_;
   std::unique_ptr<SafetensorsStore> store_;  // owns the mmap the A/B views point into
-  std::vector<std::unique_ptr<LoraWeights>> layers_;  // [num_layers * 7], null = not adapted
-  std::unique_ptr<LoraWeights> lm_head_;
+  std::vector<std::unique_ptr<LoraWeights>> by_site_;  // [sites.size()], null = not adapted
   std::unique_ptr<LoraEmbedding> embedding_;
   uint64_t tensor_bytes_ = 0;
   int max_rank_ = 0;
 };
 
 // Loads and validates DIR/adapter_config.json + DIR/adapter_model.safetensors against the base
-// model: every tensor consumed, every A with its B, shapes and ranks checked, at least one
-// module attached. `max_rank` 0 = no limit. `check_weights`: every tensor is scanned for
+// model's projections `sites` (Model::sites()): every tensor consumed, every A with its B, shapes
+// and ranks checked, at least one module attached. `max_rank` 0 = no limit. `check_weights`: every tensor is scanned for
 // NaN/±Inf. Errors start with "adapter 'NAME': ".
 StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, const std::string& dir,
-                                                     const ModelConfig& config,
-                                                     const ModelWeights& weights, int max_rank,
+                                                     const SiteTable& sites, int max_rank,
                                                      bool check_weights = true);
 
 // 64-bit content hash of bytes (identity, not security).

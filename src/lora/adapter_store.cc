@@ -19,8 +19,8 @@ bool Inside(const fs::path& p, const fs::path& root) {
 }
 }  // namespace
 
-AdapterStore::AdapterStore(const Model* model, AdapterStoreOptions options)
-    : model_(model), options_(std::move(options)) {
+AdapterStore::AdapterStore(const SiteTable* sites, AdapterStoreOptions options)
+    : sites_(sites), options_(std::move(options)) {
   for (const auto& d : options_.lora_dirs) {
     std::error_code ec;
     fs::path c = fs::canonical(d, ec);
@@ -57,7 +57,7 @@ Status AdapterStore::Register(const std::string& name, const std::string& dir) {
   // Load before publishing the name: a bad folder never half-registers.
   std::lock_guard<std::mutex> load_lock(load_mu_);
   ASSIGN_OR_RETURN(std::shared_ptr<const Adapter> adapter,
-                   LoadAdapter(name, dir, model_->config(), model_->weights(),
+                   LoadAdapter(name, dir, *sites_,
                                options_.max_lora_rank));
   std::lock_guard<std::mutex> lock(mu_);
   if (entries_.count(name) != 0) return InvalidArgument("adapter '" + name + "' is already loaded");
@@ -150,7 +150,7 @@ StatusOr<std::shared_ptr<const Adapter>> AdapterStore::Acquire(const std::string
     ASSIGN_OR_RETURN(dir, OnDemandDir(name));
   }
   ASSIGN_OR_RETURN(std::shared_ptr<const Adapter> adapter,
-                   LoadAdapter(name, dir, model_->config(), model_->weights(),
+                   LoadAdapter(name, dir, *sites_,
                                options_.max_lora_rank));
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(name);

@@ -11,7 +11,7 @@
 
 #include "base/status.h"
 #include "lora/adapter.h"
-#include "model/model.h"
+#include "lora/site_table.h"
 
 namespace loom {
 
@@ -37,7 +37,8 @@ struct AdapterInfo {
 // happens on the calling thread, never under the table lock, one load at a time.
 class AdapterStore {
  public:
-  AdapterStore(const Model* model, AdapterStoreOptions options);
+  // `sites`: the served model's projections (Model::sites()); outlives the store.
+  AdapterStore(const SiteTable* sites, AdapterStoreOptions options);
 
   // Registers `name` → `dir` and loads it (so a bad folder fails here, whole). kInvalidArgument
   // when the name is taken or invalid, kNotFound when the folder does not exist.
@@ -73,7 +74,7 @@ class AdapterStore {
   void EvictLocked();
   StatusOr<std::string> OnDemandDir(const std::string& name) const;
 
-  const Model* model_;
+  const SiteTable* sites_;
   AdapterStoreOptions options_;
   std::vector<std::string> roots_;  // canonical lora_dirs
   mutable std::mutex mu_;           // the table

@@ -261,9 +261,11 @@ int LayerIndex(const std::string& path, const std::vector<std::string>& patterns
   for (size_t i = 1; i + 1 < parts.size(); ++i) {
     const std::string& p = parts[i];
     if (p.empty() || p.find_first_not_of("0123456789") != std::string::npos) continue;
-    if (patterns.empty()) return std::stoi(p);
+    // More digits than any layer count: no layer of this model (never an int overflow).
+    const int index = p.size() > 9 ? -1 : std::stoi(p);
+    if (patterns.empty()) return index;
     for (const auto& pat : patterns) {
-      if (parts[i - 1] == pat) return std::stoi(p);
+      if (parts[i - 1] == pat) return index;
     }
   }
   return -1;

@@ -54,27 +54,32 @@ Status ParseRope(const json& j, const std::string& where, RopeConfig* rope) {
     }
   }
   if (!params) return OkStatus();
-  const std::string at = where + ": " + field;
-  RETURN_IF_ERROR(ReadDouble(*params, "rope_theta", &rope->theta, false, at));
+  return ParseRopeParameters(*params, where + ": " + field, rope);
+}
+
+}  // namespace
+
+Status ParseRopeParameters(const json& params, const std::string& at, RopeConfig* rope) {
+  RETURN_IF_ERROR(ReadDouble(params, "rope_theta", &rope->theta, false, at));
   RETURN_IF_ERROR(CheckRope(*rope, at));
   std::string type = "default";
   for (const char* key : {"rope_type", "type"}) {
-    auto it = params->find(key);
-    if (it != params->end() && it->is_string()) {
+    auto it = params.find(key);
+    if (it != params.end() && it->is_string()) {
       type = it->get<std::string>();
       break;
     }
   }
-  if (type == "default") return CheckRope(*rope, where);
+  if (type == "default") return OkStatus();
   if (type == "linear") {
     rope->scaling = RopeScaling::kLinear;
-    RETURN_IF_ERROR(ReadDouble(*params, "factor", &rope->factor, true, at));
+    RETURN_IF_ERROR(ReadDouble(params, "factor", &rope->factor, true, at));
   } else if (type == "llama3") {
     rope->scaling = RopeScaling::kLlama3;
-    RETURN_IF_ERROR(ReadDouble(*params, "factor", &rope->factor, true, at));
-    RETURN_IF_ERROR(ReadDouble(*params, "low_freq_factor", &rope->low_freq_factor, true, at));
-    RETURN_IF_ERROR(ReadDouble(*params, "high_freq_factor", &rope->high_freq_factor, true, at));
-    RETURN_IF_ERROR(ReadInt(*params, "original_max_position_embeddings",
+    RETURN_IF_ERROR(ReadDouble(params, "factor", &rope->factor, true, at));
+    RETURN_IF_ERROR(ReadDouble(params, "low_freq_factor", &rope->low_freq_factor, true, at));
+    RETURN_IF_ERROR(ReadDouble(params, "high_freq_factor", &rope->high_freq_factor, true, at));
+    RETURN_IF_ERROR(ReadInt(params, "original_max_position_embeddings",
                             &rope->original_max_position, true, at));
     if (rope->high_freq_factor <= rope->low_freq_factor) {
       return InvalidArgument(at + ": high_freq_factor must exceed low_freq_factor");
@@ -87,8 +92,23 @@ Status ParseRope(const json& j, const std::string& where, RopeConfig* rope) {
   if (rope->scaling == RopeScaling::kLlama3 && rope->original_max_position <= 0) {
     return InvalidArgument(at + ": original_max_position_embeddings must be positive");
   }
-  return CheckRope(*rope, where);
+  return CheckRope(*rope, at);
 }
+
+Status ParseActivation(const std::string& name, const std::string& field, const std::string& where,
+                       Activation* out) {
+  if (name == "silu") {
+    *out = Activation::kSilu;
+  } else if (name == "gelu_pytorch_tanh") {
+    *out = Activation::kGeluTanh;
+  } else {
+    return InvalidArgument(where + ": " + field + " '" + name +
+                           "' is not supported (supported: silu, gelu_pytorch_tanh)");
+  }
+  return OkStatus();
+}
+
+namespace {
 
 // eos_token_id may be an int or a list of ints.
 Status ReadEos(const json& j, const std::string& where, std::vector<int>* out) {
@@ -181,9 +201,8 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& config_json,
     return InvalidArgument(where + ": head_dim must be positive and even, got " +
                            std::to_string(c.head_dim));
   }
-  if (auto act = j.find("hidden_act"); act != j.end() && act->is_string() && *act != "silu") {
-    return InvalidArgument(where + ": hidden_act '" + act->get<std::string>() +
-                           "' is not supported (supported: silu)");
+  if (auto act = j.find("hidden_act"); act != j.end() && act->is_string()) {
+    RETURN_IF_ERROR(ParseActivation(act->get<std::string>(), "hidden_act", where, &c.activation));
   }
   for (const char* key : {"torch_dtype", "dtype"}) {
     auto it = j.find(key);

@@ -12,11 +12,15 @@
 
 namespace loom {
 
-// Per-layer facts (the same for every layer in the four supported architectures except
-// the attention window, which Qwen2/3 may set per layer).
+// Per-layer facts: the attention window (Qwen2/3, Gemma 2/3) and which RoPE (Gemma 3's
+// sliding layers use their own theta).
 struct LayerConfig {
   int sliding_window = 0;  // 0 = full causal attention; W = attend to the last W positions
+  bool local_rope = false;  // RoPE from ModelConfig::rope_local instead of ModelConfig::rope
 };
+
+// The MLP's gate activation (config.json hidden_act; Gemma's hidden_activation).
+enum class Activation { kSilu, kGeluTanh };
 
 struct ModelConfig {
   std::string architecture;  // HF "architectures"[0], e.g. "Qwen2ForCausalLM"
@@ -36,6 +40,14 @@ struct ModelConfig {
   bool o_bias = false;    // Llama attention_bias also adds an o_proj bias
   bool mlp_bias = false;
   bool qk_norm = false;   // Qwen3: RMSNorm over head_dim on q and k before RoPE
+  Activation activation = Activation::kSilu;
+  // Gemma 2/3 (0 = off unless noted):
+  bool sandwich_norm = false;    // RMSNorm also on the attention and MLP outputs (4 per layer)
+  float embed_scale = 0;         // embeddings × this, rounded to the embedding dtype
+  float attn_scale = 0;          // score scale; 0 = head_dim^-0.5
+  float attn_softcap = 0;        // scores → tanh(s / cap) · cap
+  float final_softcap = 0;       // logits → tanh(l / cap) · cap
+  RopeConfig rope_local;         // for layers with local_rope
   std::vector<LayerConfig> layers;
   int bos_token_id = -1;
   std::vector<int> eos_token_ids;
@@ -69,5 +81,11 @@ Status ReadInt(const nlohmann::json& j, const char* key, int* out, bool required
 Status ReadDouble(const nlohmann::json& j, const char* key, double* out, bool required,
                   const std::string& where, double min = -1e300, double max = 1e300);
 Status ReadBool(const nlohmann::json& j, const char* key, bool* out, const std::string& where);
+// One RoPE parameter object {"rope_type"|"type", "rope_theta", "factor", ...} into *rope
+// (fields it lacks keep their value). `at` names the object in errors.
+Status ParseRopeParameters(const nlohmann::json& params, const std::string& at, RopeConfig* rope);
+// The MLP activation named by `name` (silu, gelu_pytorch_tanh); errors name `field`.
+Status ParseActivation(const std::string& name, const std::string& field, const std::string& where,
+                       Activation* out);
 
 }  // namespace loom

@@ -2,8 +2,8 @@
 #include "model/linear.h"
 
 #include "base/check.h"
-#include "cpu/lora_cpu.h"
 #include "lora/adapter.h"
+#include "ops/lora_ops.h"
 #include "ops/matmul.h"
 
 namespace loom {
@@ -49,8 +49,15 @@ void Linear::Forward(const float* x, int64_t n, float* y, const LoraBatch& lora)
     }
   }
   if (num_active > 16) act = many.data();
+  auto base_matmul = [&](const MatmulEpilogue* epilogue) {
+    if (int8) {
+      MatmulInt8(x, n, *int8, y, epilogue);
+    } else {
+      Matmul(x, n, weight, y, epilogue);
+    }
+  };
   if (num_active == 0 && bias.empty()) {
-    Matmul(x, n, weight, y);  // a projection no segment adapts costs nothing extra
+    base_matmul(nullptr);  // a projection no segment adapts costs nothing extra
     return;
   }
   // Shrink: t = x[rows]·Aᵀ per segment (tiny for decode; threaded by Matmul for prefill).
@@ -68,7 +75,6 @@ void Linear::Forward(const float* x, int64_t n, float* y, const LoraBatch& lora)
     }
   }
   // Expand, DoRA and bias per column block, inside the base matmul's parallel region.
-  const cpu::Isa isa = cpu::ActiveIsa();
   const bool batch_invariant = GlobalMatmulOptions().batch_invariant;
   const MatmulEpilogue epilogue = [&](int64_t j0, int64_t j1) {
     static thread_local AlignedBuffer<float> d;  // [rows, j1 - j0]
@@ -80,7 +86,7 @@ void Linear::Forward(const float* x, int64_t n, float* y, const LoraBatch& lora)
       if (seg.num_rows >= 4 || batch_invariant) {
         // compute-bound: broadcast-FMA over Bᵀ, no reductions; the same summation order for
         // every row count (batch invariance)
-        cpu::LoraExpand(isa, t.data() + act[i].t_offset, seg.num_rows, lw.rank, lw.b_t.dtype,
+        LoraExpandBlock(t.data() + act[i].t_offset, seg.num_rows, lw.rank, lw.b_t.dtype,
                         lw.b_t.data, out, j0, j1, d.data());
       } else {  // memory-bound decode: B's rows for the block are one contiguous stream
         MatmulColumns(t.data() + act[i].t_offset, seg.num_rows, lw.b, j0, j1, d.data(), width);
@@ -107,7 +113,7 @@ void Linear::Forward(const float* x, int64_t n, float* y, const LoraBatch& lora)
       }
     }
   };
-  Matmul(x, n, weight, y, &epilogue);
+  base_matmul(&epilogue);
 }
 
 }  // namespace loom

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "lora/lora_site.h"
 #include "model/batch.h"
+#include "ops/matmul_int8.h"
 #include "tensor/tensor.h"
 
 namespace loom {
@@ -26,7 +26,10 @@ struct Linear {
   std::string name;         // HF module path, e.g. "model.layers.3.self_attn.q_proj"
   Tensor weight;            // [out_features, in_features], file dtype, mmap'd
   std::vector<float> bias;  // [out_features] f32, or empty
-  LoraSite site;            // which projection this is, for adapter lookup
+  int site = -1;            // index in the model's SiteTable, for adapter lookup (-1: none)
+  // Set by --quantize int8: the base matmul runs on these instead of `weight` (which stays
+  // mapped: merges and DoRA norms read it).
+  std::shared_ptr<const Int8Weight> int8;
 
   int64_t in_features() const { return weight.dim(1); }
   int64_t out_features() const { return weight.dim(0); }

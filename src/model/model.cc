@@ -1,5 +1,6 @@
 // Model forward: the Llama-family layer loop, reading like the paper
-// (norm → qkv → rope → attention → o; norm → gate/up → silu·mul → down).
+// (norm → qkv → rope → attention → o; norm → gate/up → silu·mul → down), with the seams
+// Gemma 2/3 configure (output norms, GeGLU, score/logit soft-capping, per-layer RoPE).
 #include "model/model.h"
 
 #include <unistd.h>
@@ -8,8 +9,10 @@
 #include <cstdio>
 
 #include "base/check.h"
+#include "base/mmap_file.h"
 #include "lora/adapter.h"
 #include "lora/merge.h"
+#include "model/registry.h"
 #include "ops/attention.h"
 #include "ops/basic_ops.h"
 #include "ops/rope.h"
@@ -37,10 +40,34 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadO
   ASSIGN_OR_RETURN(m->config_, LoadModelConfig(dir));
   ASSIGN_OR_RETURN(m->store_, SafetensorsStore::Open(dir));
   if (options.check_weights) RETURN_IF_ERROR(CheckStoreFinite(*m->store_, ""));
-  RETURN_IF_ERROR(LoadWeights(m->config_, *m->store_, &m->weights_));
+  RETURN_IF_ERROR(LoadWeights(m->config_, *m->store_, &m->weights_, &m->sites_, &m->site_linears_));
+  const ArchEntry* arch = FindArchitecture(m->config_.architecture);
+  if (arch && arch->prepare_weights) RETURN_IF_ERROR(arch->prepare_weights(m->config_, &m->weights_));
+  if (options.quantize != LoadOptions::Quantization::kNone) RETURN_IF_ERROR(m->Quantize(options));
   m->inv_freq_ = RopeInverseFrequencies(m->config_.rope, m->config_.head_dim);
+  m->inv_freq_local_ = RopeInverseFrequencies(m->config_.rope_local, m->config_.head_dim);
+  if (m->config_.embed_scale != 0) {  // transformers casts the scale to the embedding dtype
+    float rounded = 0;
+    const DType dt = m->weights_.embed.dtype;
+    std::vector<uint8_t> bytes(DTypeSize(dt));
+    ConvertFromF32(dt, &m->config_.embed_scale, bytes.data(), 1);
+    ConvertToF32(dt, bytes.data(), &rounded, 1);
+    m->embed_scale_ = rounded;
+  }
   m->scratch_ = std::make_unique<Scratch>();
   return m;
+}
+
+Status Model::Quantize(const LoadOptions& options) {
+  for (Linear* lin : site_linears_) {
+    if (lin == &weights_.lm_head && !options.quantize_head) continue;
+    ASSIGN_OR_RETURN(std::unique_ptr<Int8Weight> q, QuantizeWeightInt8(lin->weight, lin->name));
+    quantized_bytes_ += q->bytes();
+    lin->int8 = std::move(q);
+    // The file's copy is read again only by a merge or a DoRA norm.
+    if (lin->weight.data != weights_.embed.data) ReleaseMappedPages(lin->weight.data, lin->weight.nbytes());
+  }
+  return OkStatus();
 }
 
 Status Model::MergeAdapter(const Adapter& adapter) {
@@ -56,17 +83,18 @@ Status Model::MergeAdapter(const Adapter& adapter) {
     return owned_.back()->data();
   };
   for (const LoraWeights* lw : adapter.modules()) {
-    Linear* lin = &weights_.lm_head;
-    for (auto& layer : weights_.layers) {
-      for (Linear* l : {&layer.q_proj, &layer.k_proj, &layer.v_proj, &layer.o_proj,
-                        &layer.gate_proj, &layer.up_proj, &layer.down_proj}) {
-        if (l->name == lw->module_path) lin = l;
-      }
-    }
+    const int site = sites_.Find(lw->module_path);
+    LOOM_CHECK(site >= 0);  // LoadAdapter matched it against this table
+    Linear* lin = site_linears_[static_cast<size_t>(site)];
     void* merged = own(lin->weight);
     if (merged == nullptr) return ResourceExhausted("merging " + lw->module_path + ": " + alloc_error.message());
     MergeLinearWeight(lin->weight, *lw, merged);
     lin->weight.data = merged;  // lm_head of a tied model now has its own copy
+    sites_.SetWeight(site, lin->weight);
+    if (lin->int8) {  // quantized base: the merged weight is quantized again
+      ASSIGN_OR_RETURN(std::unique_ptr<Int8Weight> q, QuantizeWeightInt8(lin->weight, lin->name));
+      lin->int8 = std::move(q);
+    }
     if (!lw->bias.empty()) {  // lora_bias: scale·b_B joins the base bias (zero if none)
       lin->bias.resize(static_cast<size_t>(lin->out_features()), 0.0f);
       for (size_t j = 0; j < lin->bias.size(); ++j) lin->bias[j] += lw->scale * lw->bias[j];
@@ -77,6 +105,7 @@ Status Model::MergeAdapter(const Adapter& adapter) {
     if (merged == nullptr) return ResourceExhausted("merging the embedding: " + alloc_error.message());
     MergeEmbedding(weights_.embed, *e, merged);
     weights_.embed.data = merged;  // a tied lm_head keeps the base table
+    sites_.SetEmbedding(sites_.embedding_path(), weights_.embed);
   }
   return OkStatus();
 }
@@ -128,26 +157,39 @@ void Model::ForwardLayer(int layer, const Batch& batch, KvCache* cache, const Lo
     RmsNorm(s.q.data(), n * c.num_heads, hd, w.q_norm.data(), c.rms_norm_eps, s.q.data());
     RmsNorm(s.k.data(), n * c.num_kv_heads, hd, w.k_norm.data(), c.rms_norm_eps, s.k.data());
   }
-  ApplyRope(s.q.data(), n, c.num_heads, hd, batch.positions.data(), inv_freq_);
-  ApplyRope(s.k.data(), n, c.num_kv_heads, hd, batch.positions.data(), inv_freq_);
+  const LayerConfig& lc = c.layers[static_cast<size_t>(layer)];
+  const std::vector<float>& inv_freq = lc.local_rope ? inv_freq_local_ : inv_freq_;
+  ApplyRope(s.q.data(), n, c.num_heads, hd, batch.positions.data(), inv_freq);
+  ApplyRope(s.k.data(), n, c.num_kv_heads, hd, batch.positions.data(), inv_freq);
   KvLayerView kv = cache->Layer(layer);
   WriteKv(kv, batch.chunks, s.k.data(), s.v.data());
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  Attention(kv, batch.chunks, s.q.data(), c.num_heads, c.layers[static_cast<size_t>(layer)].sliding_window,
-            scale, s.attn.data());
+  const float scale = c.attn_scale > 0 ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(hd));
+  Attention(kv, batch.chunks, s.q.data(), c.num_heads, lc.sliding_window, scale, s.attn.data(),
+            c.attn_softcap);
   w.o_proj.Forward(s.attn.data(), n, s.out.data(), lora);
+  if (!w.attn_out_norm.empty()) {  // Gemma: the block output is normed before the residual add
+    RmsNorm(s.out.data(), n, d, w.attn_out_norm.data(), c.rms_norm_eps, s.out.data());
+  }
   AddInPlace(s.x.data(), s.out.data(), n * d);
 
   // MLP block.
   RmsNorm(s.x.data(), n, d, w.post_norm.data(), c.rms_norm_eps, s.h.data());
   w.gate_proj.Forward(s.h.data(), n, s.gate.data(), lora);
   w.up_proj.Forward(s.h.data(), n, s.up.data(), lora);
-  SiluMulInPlace(s.gate.data(), s.up.data(), n * c.ffn_dim);
+  if (c.activation == Activation::kGeluTanh) {
+    GeluTanhMulInPlace(s.gate.data(), s.up.data(), n * c.ffn_dim);
+  } else {
+    SiluMulInPlace(s.gate.data(), s.up.data(), n * c.ffn_dim);
+  }
   w.down_proj.Forward(s.gate.data(), n, s.out.data(), lora);
+  if (!w.ffn_out_norm.empty()) {
+    RmsNorm(s.out.data(), n, d, w.ffn_out_norm.data(), c.rms_norm_eps, s.out.data());
+  }
   AddInPlace(s.x.data(), s.out.data(), n * d);
 }
 
-// Same as PEFT's LoRA Embedding: e[t] += scale · B · A[:, t], before any embedding scaling.
+// Same as PEFT's LoRA Embedding: e[t] += scale · B · A[:, t], before the embedding scaling
+// (PEFT multiplies its delta by the base layer's embed_scale as well).
 void Model::AddEmbeddingLora(const Batch& batch, const std::vector<const Adapter*>& adapters,
                              float* x) const {
   const int64_t d = config_.model_dim;
@@ -193,6 +235,8 @@ void Model::Forward(const Batch& batch, KvCache* cache, float* logits,
     lora.adapters = adapters;
     AddEmbeddingLora(batch, *adapters, s.x.data());
   }
+  // Gemma: PEFT scales the embedding LoRA delta by embed_scale too, so it scales the sum.
+  if (embed_scale_ != 0) ScaleInPlace(s.x.data(), static_cast<int64_t>(n * d), embed_scale_);
   for (int layer = 0; layer < c.num_layers; ++layer) ForwardLayer(layer, batch, cache, lora, s);
 
   // Only the rows whose logits are wanted pay for the final norm and the vocab projection.
@@ -227,6 +271,7 @@ void Model::Forward(const Batch& batch, KvCache* cache, float* logits,
     head_lora.adapters = adapters;
   }
   weights_.lm_head.Forward(s.last.data(), num_out, logits, head_lora);
+  if (c.final_softcap > 0) SoftCapInPlace(logits, num_out * c.vocab_size, c.final_softcap);
 }
 
 }  // namespace loom

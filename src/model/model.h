@@ -17,6 +17,10 @@ struct LoadOptions {
   // Every F32/F16/BF16 tensor in the files is scanned for NaN/±Inf at load (a bad checkpoint
   // would otherwise be served as garbage tokens); costs one read of the weights.
   bool check_weights = true;
+  // Quantize every projection's weight at load (kInt8: per-row symmetric int8 weights,
+  // activations quantized per row at run time, W8A8). The output head too when quantize_head.
+  enum class Quantization { kNone, kInt8 } quantize = Quantization::kNone;
+  bool quantize_head = false;
 };
 
 // Thread-safety: Load from any thread; Forward from one thread at a time (it owns scratch
@@ -30,6 +34,8 @@ class Model {
 
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
+  // The projections adapters may target (LoadAdapter's argument).
+  const SiteTable& sites() const { return sites_; }
   const std::string& dir() const { return dir_; }
   uint64_t weight_bytes() const { return store_->total_bytes(); }
 
@@ -43,6 +49,8 @@ class Model {
   // (see CheckKvCacheTokens, which callers run first) the cache has no blocks, so every request
   // is refused with kResourceExhausted instead of the process aborting.
   std::unique_ptr<KvCache> NewKvCache(int num_tokens) const;
+  // Bytes of int8 weights made by LoadOptions::quantize (0 when none).
+  uint64_t quantized_bytes() const { return quantized_bytes_; }
   // Whether a KV cache of `num_tokens` positions is possible: at most kMaxKvCacheTokens, and its
   // bytes within this machine's physical memory. The error names the sizes.
   Status CheckKvCacheTokens(int64_t num_tokens) const;
@@ -67,9 +75,15 @@ class Model {
   ModelConfig config_;
   std::unique_ptr<SafetensorsStore> store_;  // owns the mmap'd bytes weights_ point into
   ModelWeights weights_;
-  std::vector<float> inv_freq_;  // [head_dim / 2]
+  SiteTable sites_;
+  std::vector<Linear*> site_linears_;  // [sites_.size()]: the Linear of each site (merge)
+  std::vector<float> inv_freq_;        // [head_dim / 2]
+  std::vector<float> inv_freq_local_;  // [head_dim / 2] layers with local_rope (Gemma 3)
+  float embed_scale_ = 0;              // config embed_scale in the embedding dtype; 0 = none
   std::unique_ptr<Scratch> scratch_;
   std::vector<std::unique_ptr<AlignedBuffer<uint8_t>>> owned_;  // merged weights
+  Status Quantize(const LoadOptions& options);
+  uint64_t quantized_bytes_ = 0;
 };
 
 }  // namespace loom

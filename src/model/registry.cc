@@ -9,6 +9,8 @@ const std::vector<ArchEntry>& Architectures() {
       {"MistralForCausalLM", &ConfigureMistral},
       {"Qwen2ForCausalLM", &ConfigureQwen2},
       {"Qwen3ForCausalLM", &ConfigureQwen3},
+      {"Gemma2ForCausalLM", &ConfigureGemma2, &PrepareGemmaWeights},
+      {"Gemma3ForCausalLM", &ConfigureGemma3, &PrepareGemmaWeights},
   };
   return kArchs;
 }

@@ -15,9 +15,14 @@ namespace loom {
 using ConfigureArchFn = Status (*)(const nlohmann::json& j, const std::string& where,
                                    ModelConfig* config);
 
+struct ModelWeights;
+// Optional: adjusts the loaded weights to the shared forward (Gemma: RMSNorm (1 + w) → w').
+using PrepareWeightsFn = Status (*)(const ModelConfig& config, ModelWeights* weights);
+
 struct ArchEntry {
   const char* hf_name;
   ConfigureArchFn configure;
+  PrepareWeightsFn prepare_weights = nullptr;
 };
 
 const std::vector<ArchEntry>& Architectures();
@@ -29,6 +34,10 @@ Status ConfigureLlama(const nlohmann::json& j, const std::string& where, ModelCo
 Status ConfigureMistral(const nlohmann::json& j, const std::string& where, ModelConfig* config);
 Status ConfigureQwen2(const nlohmann::json& j, const std::string& where, ModelConfig* config);
 Status ConfigureQwen3(const nlohmann::json& j, const std::string& where, ModelConfig* config);
+Status ConfigureGemma2(const nlohmann::json& j, const std::string& where, ModelConfig* config);
+Status ConfigureGemma3(const nlohmann::json& j, const std::string& where, ModelConfig* config);
+// Gemma 2/3 (gemma_common.cc): RMSNorm scales by (1 + w); every norm weight becomes 1 + w.
+Status PrepareGemmaWeights(const ModelConfig& config, ModelWeights* weights);
 
 // Shared by Qwen2 and Qwen3: layer_types, or use_sliding_window + max_window_layers.
 Status ConfigureQwenSlidingWindow(const nlohmann::json& j, const std::string& where,

@@ -7,30 +7,32 @@
 
 namespace loom {
 
+void WeightList::Matrix(Linear* lin, const std::string& name, int64_t out, int64_t in, bool bias) {
+  lin->name = name;
+  slots.push_back({name + ".weight", {out, in}, true, &lin->weight, nullptr, lin, layer});
+  if (bias) slots.push_back({name + ".bias", {out}, true, nullptr, &lin->bias});
+}
+
+void WeightList::Vector(std::vector<float>* v, const std::string& name, int64_t n) {
+  slots.push_back({name, {n}, true, nullptr, v});
+}
+
 std::vector<WeightSlot> EnumerateWeights(const ModelConfig& c, ModelWeights* w) {
   const int64_t d = c.model_dim;
   const int64_t q_dim = int64_t{c.num_heads} * c.head_dim;
   const int64_t kv_dim = int64_t{c.num_kv_heads} * c.head_dim;
-  std::vector<WeightSlot> slots;
-  int layer_index = -1;
-  int module_index = 0;
+  WeightList list;
+  std::vector<WeightSlot>& slots = list.slots;
   auto matrix = [&](Linear* lin, const std::string& name, int64_t out, int64_t in, bool bias) {
-    lin->name = name;
-    lin->site.layer = layer_index;
-    lin->site.module = static_cast<LoraModule>(module_index++);
-    slots.push_back({name + ".weight", {out, in}, true, &lin->weight, nullptr});
-    if (bias) slots.push_back({name + ".bias", {out}, true, nullptr, &lin->bias});
+    list.Matrix(lin, name, out, in, bias);
   };
-  auto vec = [&](std::vector<float>* v, const std::string& name, int64_t n) {
-    slots.push_back({name, {n}, true, nullptr, v});
-  };
+  auto vec = [&](std::vector<float>* v, const std::string& name, int64_t n) { list.Vector(v, name, n); };
   slots.push_back({"model.embed_tokens.weight", {c.vocab_size, d}, true, &w->embed, nullptr});
   w->layers.assign(static_cast<size_t>(c.num_layers), LayerWeights{});
   for (int i = 0; i < c.num_layers; ++i) {
     LayerWeights& l = w->layers[static_cast<size_t>(i)];
     const std::string p = "model.layers." + std::to_string(i) + ".";
-    layer_index = i;
-    module_index = 0;  // q, k, v, o, gate, up, down: the LoraModule order
+    list.layer = i;
     vec(&l.input_norm, p + "input_layernorm.weight", d);
     matrix(&l.q_proj, p + "self_attn.q_proj", q_dim, d, c.qkv_bias);
     matrix(&l.k_proj, p + "self_attn.k_proj", kv_dim, d, c.qkv_bias);
@@ -40,17 +42,23 @@ std::vector<WeightSlot> EnumerateWeights(const ModelConfig& c, ModelWeights* w) 
       vec(&l.q_norm, p + "self_attn.q_norm.weight", c.head_dim);
       vec(&l.k_norm, p + "self_attn.k_norm.weight", c.head_dim);
     }
-    vec(&l.post_norm, p + "post_attention_layernorm.weight", d);
+    if (c.sandwich_norm) {  // Gemma: post_attention_layernorm is on the attention output
+      vec(&l.attn_out_norm, p + "post_attention_layernorm.weight", d);
+      vec(&l.post_norm, p + "pre_feedforward_layernorm.weight", d);
+      vec(&l.ffn_out_norm, p + "post_feedforward_layernorm.weight", d);
+    } else {
+      vec(&l.post_norm, p + "post_attention_layernorm.weight", d);
+    }
     matrix(&l.gate_proj, p + "mlp.gate_proj", c.ffn_dim, d, c.mlp_bias);
     matrix(&l.up_proj, p + "mlp.up_proj", c.ffn_dim, d, c.mlp_bias);
     matrix(&l.down_proj, p + "mlp.down_proj", d, c.ffn_dim, c.mlp_bias);
   }
+  list.layer = -1;
   vec(&w->final_norm, "model.norm.weight", d);
   w->lm_head.name = "lm_head";
-  w->lm_head.site.lm_head = true;
   // Tied: transformers uses the embedding and ignores a stored lm_head.weight.
   slots.push_back({"lm_head.weight", {c.vocab_size, d}, !c.tie_word_embeddings,
-                   &w->lm_head.weight, nullptr});
+                   &w->lm_head.weight, nullptr, &w->lm_head});
   return slots;
 }
 
@@ -59,7 +67,8 @@ namespace {
 bool IsIgnoredBuffer(const std::string& name) { return name.ends_with(".rotary_emb.inv_freq"); }
 }  // namespace
 
-Status LoadWeights(const ModelConfig& config, const SafetensorsStore& store, ModelWeights* w) {
+Status LoadWeights(const ModelConfig& config, const SafetensorsStore& store, ModelWeights* w,
+                   SiteTable* sites, std::vector<Linear*>* site_linears) {
   std::vector<WeightSlot> slots = EnumerateWeights(config, w);
   std::set<std::string> consumed;
   for (const WeightSlot& slot : slots) {
@@ -87,6 +96,17 @@ Status LoadWeights(const ModelConfig& config, const SafetensorsStore& store, Mod
     }
   }
   if (config.tie_word_embeddings) w->lm_head.weight = w->embed;
+  // Every projection is an adapter site, in enumeration order.
+  *sites = SiteTable();
+  site_linears->clear();
+  sites->SetArchitecture(config.architecture);
+  sites->SetEmbedding("model.embed_tokens", w->embed);
+  for (const WeightSlot& slot : slots) {
+    if (!slot.linear) continue;
+    slot.linear->site = sites->Add({slot.linear->name, slot.linear->weight, slot.layer,
+                                    /*all_linear=*/slot.linear != &w->lm_head});
+    site_linears->push_back(slot.linear);
+  }
   std::vector<std::string> leftovers;
   for (const std::string& name : store.names()) {
     if (!consumed.count(name) && !IsIgnoredBuffer(name)) leftovers.push_back(name);

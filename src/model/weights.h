@@ -7,6 +7,7 @@
 
 #include "base/status.h"
 #include "io/safetensors.h"
+#include "lora/site_table.h"
 #include "model/config.h"
 #include "model/linear.h"
 
@@ -14,7 +15,9 @@ namespace loom {
 
 struct LayerWeights {
   std::vector<float> input_norm;  // [model_dim]
-  std::vector<float> post_norm;   // [model_dim]
+  std::vector<float> post_norm;   // [model_dim] before the MLP (Gemma: pre_feedforward_layernorm)
+  std::vector<float> attn_out_norm;  // [model_dim] on the attention output (Gemma), else empty
+  std::vector<float> ffn_out_norm;   // [model_dim] on the MLP output (Gemma), else empty
   std::vector<float> q_norm;      // [head_dim] (Qwen3)
   std::vector<float> k_norm;      // [head_dim] (Qwen3)
   Linear q_proj;     // [num_heads*head_dim, model_dim]
@@ -41,6 +44,20 @@ struct WeightSlot {
   bool required = true;
   Tensor* tensor = nullptr;
   std::vector<float>* f32 = nullptr;
+  Linear* linear = nullptr;  // the projection whose .weight this is: an adapter site
+  int layer = -1;            // decoder layer of `linear`, or -1
+};
+
+// Collects the weight slots of a model as an architecture enumerates them.
+struct WeightList {
+  std::vector<WeightSlot> slots;
+  int layer = -1;  // the decoder layer being enumerated (recorded with each projection)
+
+  // A projection `name` ("model.layers.3.self_attn.q_proj"): its .weight [out, in] (and .bias
+  // [out] when `bias`); it becomes an adapter site named `name`.
+  void Matrix(Linear* lin, const std::string& name, int64_t out, int64_t in, bool bias);
+  // An f32 vector (norm weights).
+  void Vector(std::vector<float>* v, const std::string& name, int64_t n);
 };
 
 // Every weight of `config`, in checkpoint order, pointing into `w` (which it sizes).
@@ -48,7 +65,9 @@ std::vector<WeightSlot> EnumerateWeights(const ModelConfig& config, ModelWeights
 
 // Fills `w` from `store`: every required weight found with its exact shape, every tensor in
 // the files consumed (buffers transformers ignores too, like rotary inv_freq, are skipped).
-// Errors name the tensor and the file.
-Status LoadWeights(const ModelConfig& config, const SafetensorsStore& store, ModelWeights* w);
+// Errors name the tensor and the file. `sites` gets every projection (Linear::site set) and
+// `site_linears` the Linear of each site, by site index.
+Status LoadWeights(const ModelConfig& config, const SafetensorsStore& store, ModelWeights* w,
+                   SiteTable* sites, std::vector<Linear*>* site_linears);
 
 }  // namespace loom

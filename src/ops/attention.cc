@@ -32,7 +32,8 @@ void WriteKv(const KvLayerView& cache, const std::vector<AttentionChunk>& chunks
 }
 
 void Attention(const KvLayerView& cache, const std::vector<AttentionChunk>& chunks,
-               const float* q, int num_heads, int window, float scale, float* out) {
+               const float* q, int num_heads, int window, float scale, float* out,
+               float softcap) {
   const int hd = cache.head_dim;
   const int group = num_heads / cache.num_kv_heads;
   // Task index → (chunk, row in chunk, head).
@@ -63,8 +64,8 @@ void Attention(const KvLayerView& cache, const std::vector<AttentionChunk>& chun
     LOOM_CHECK_OK(scores.Resize(static_cast<size_t>(max_len)));
     cpu::PagedKvHead head{cache.k, cache.v, cache.block_stride(),
                           int64_t{kv_head} * kKvBlockSize * hd, ch.block_table};
-    cpu::AttendRow(isa, q + (row * num_heads + h) * hd, hd, head, first, pos, scale, scores.data(),
-                   out + (row * num_heads + h) * hd);
+    cpu::AttendRow(isa, q + (row * num_heads + h) * hd, hd, head, first, pos, scale, softcap,
+                   scores.data(), out + (row * num_heads + h) * hd);
   };
   if (num_tasks * max_len * hd < (int64_t{1} << 15)) {  // too small to repay waking workers
     for (int64_t t = 0; t < num_tasks; ++t) task_fn(t, 0);

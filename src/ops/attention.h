@@ -32,8 +32,10 @@ void WriteKv(const KvLayerView& cache, const std::vector<AttentionChunk>& chunks
 
 // out[r, h, :] = softmax(scale · q[r, h]·K[0..p]ᵀ) · V[0..p] over the row's own sequence,
 // positions p' with p − window < p' ≤ p when window > 0. q, out: [n, num_heads, head_dim].
+// softcap > 0 (Gemma 2): each score s becomes tanh(s / softcap) · softcap before the softmax.
 // Parallel over (row, head) on the global pool.
 void Attention(const KvLayerView& cache, const std::vector<AttentionChunk>& chunks,
-               const float* q, int num_heads, int window, float scale, float* out);
+               const float* q, int num_heads, int window, float scale, float* out,
+               float softcap = 0);
 
 }  // namespace loom

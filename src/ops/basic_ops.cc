@@ -25,6 +25,24 @@ void SiluMulInPlace(float* gate, const float* up, int64_t count) {
   cpu::SiluMul(cpu::ActiveIsa(), gate, up, count);
 }
 
+void GeluTanhMulInPlace(float* gate, const float* up, int64_t count) {
+  const float beta = static_cast<float>(M_SQRT2 * M_2_SQRTPI * 0.5);
+  const float kappa = 0.044715f;
+  for (int64_t i = 0; i < count; ++i) {
+    const float v = gate[i];
+    const float inner = beta * (v + kappa * (v * v * v));
+    gate[i] = 0.5f * v * (1.0f + std::tanh(inner)) * up[i];
+  }
+}
+
+void SoftCapInPlace(float* x, int64_t count, float cap) {
+  for (int64_t i = 0; i < count; ++i) x[i] = std::tanh(x[i] / cap) * cap;
+}
+
+void ScaleInPlace(float* x, int64_t count, float s) {
+  for (int64_t i = 0; i < count; ++i) x[i] *= s;
+}
+
 void AddInPlace(float* x, const float* y, int64_t count) {
   for (int64_t i = 0; i < count; ++i) x[i] += y[i];
 }

@@ -14,6 +14,16 @@ void RmsNorm(const float* x, int64_t n, int64_t d, const float* weight, double e
 // gate[r, i] = silu(gate[r, i]) * up[r, i]; gate, up: [n, f] f32. silu(v) = v / (1 + e^-v).
 void SiluMulInPlace(float* gate, const float* up, int64_t count);
 
+// gate[r, i] = gelu_tanh(gate[r, i]) * up[r, i] (GeGLU, transformers' gelu_pytorch_tanh):
+// 0.5·v·(1 + tanh(√(2/π)·(v + 0.044715·v³))) in f32, PyTorch's order of operations.
+void GeluTanhMulInPlace(float* gate, const float* up, int64_t count);
+
+// x[i] = tanh(x[i] / cap) · cap (Gemma's logit soft-capping), cap > 0.
+void SoftCapInPlace(float* x, int64_t count, float cap);
+
+// x[i] *= s.
+void ScaleInPlace(float* x, int64_t count, float s);
+
 // x[i] += y[i].
 void AddInPlace(float* x, const float* y, int64_t count);
 

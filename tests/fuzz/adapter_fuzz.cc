@@ -54,7 +54,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::ofstream out(f.dir + "/adapter_model.safetensors", std::ios::binary | std::ios::trunc);
     out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
   }
-  auto a = loom::LoadAdapter("fuzz", f.dir, f.model->config(), f.model->weights(), 0);
+  auto a = loom::LoadAdapter("fuzz", f.dir, f.model->sites(), 0);
   if (!a.ok()) return 0;
   float sink = 0;
   for (const loom::LoraWeights* lw : (*a)->modules()) {

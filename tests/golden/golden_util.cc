@@ -13,7 +13,7 @@ namespace loom::test {
 
 std::vector<std::string> GoldenModelNames() {
   std::vector<std::string> names;
-  for (const char* arch : {"llama", "mistral", "qwen2", "qwen3"}) {
+  for (const char* arch : {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3"}) {
     for (const char* dt : {"f32", "bf16"}) names.push_back(std::string(arch) + "_" + dt);
   }
   return names;

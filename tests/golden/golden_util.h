@@ -19,7 +19,7 @@ struct GoldenModel {
 
 GoldenModel LoadGolden(const std::string& name);
 
-// The eight reference models: {llama, mistral, qwen2, qwen3} × {f32, bf16}.
+// The reference models: {llama, mistral, qwen2, qwen3, gemma2, gemma3} × {f32, bf16}.
 std::vector<std::string> GoldenModelNames();
 
 // Tolerance the issue states: 1e-4 for f32 weights, 2e-3 for bf16 weights.

@@ -11,6 +11,7 @@
 #include "io/safetensors.h"
 #include "lora/adapter.h"
 #include "lora/merge.h"
+#include "model/merged_checkpoint.h"
 #include "model/model.h"
 
 namespace loom {
@@ -81,7 +82,7 @@ TEST_P(LoraGolden, UnmergedMergedAndMergeCommandMatchPeft) {
 
   auto model = Model::Load(kModels + base);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
-  auto adapter = LoadAdapter(name, kAdapters + name, (*model)->config(), (*model)->weights(), 0);
+  auto adapter = LoadAdapter(name, kAdapters + name, (*model)->sites(), 0);
   ASSERT_TRUE(adapter.ok()) << adapter.status().ToString();
 
   // Unmerged == PEFT unmerged.
@@ -136,16 +137,20 @@ INSTANTIATE_TEST_SUITE_P(
     Adapters, LoraGolden,
     ::testing::Values("llama_qv_r8_f32", "llama_all_r4_f16", "llama_mlp_r6", "llama_bf16_rslora",
                       "llama_embed", "mistral_regex", "mistral_layers", "qwen2_exclude",
-                      "qwen2_lmhead_tied", "qwen3_lora_bias", "qwen3_dora", "qwen3_bf16_dora_bf16"),
+                      "qwen2_lmhead_tied", "qwen3_lora_bias", "qwen3_dora", "qwen3_bf16_dora_bf16",
+                      "gemma2_all_r8", "gemma2_bf16_qv", "gemma3_all_linear_r4", "gemma3_mlp_r6_f16",
+                      "gemma3_bf16_qko"),
     [](const auto& info) { return info.param; });
 
 // PEFT's mixed-batch forward (adapter_names=[...], "__base__" rows) row by row, and the same
 // requests as one continuously batched run with staggered arrivals and chunked prefill.
-TEST(LoraMixedBatch, MatchesPeftAdapterNamesForward) {
-  const json ref = LoadJson(kDir + "mixed_llama.json");
+class LoraMixedBatch : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LoraMixedBatch, MatchesPeftAdapterNamesForward) {
+  const json ref = LoadJson(kDir + GetParam() + ".json");
   const auto prompts = ref["prompts"].get<std::vector<std::vector<int32_t>>>();
   const auto names = ref["adapter_names"].get<std::vector<std::string>>();
-  const auto rows = LoadRows(kDir + "mixed_llama.safetensors", "row_", prompts.size());
+  const auto rows = LoadRows(kDir + GetParam() + ".safetensors", "row_", prompts.size());
   auto model = Model::Load(kModels + std::string(ref["base"]));
   ASSERT_TRUE(model.ok());
   EngineOptions options;
@@ -153,7 +158,7 @@ TEST(LoraMixedBatch, MatchesPeftAdapterNamesForward) {
   Engine engine(model->get(), options);
   std::map<std::string, int> slots;
   for (const auto& [name, rel] : ref["adapters"].items()) {
-    auto a = LoadAdapter(name, kAdapters + name, (*model)->config(), (*model)->weights(), 0);
+    auto a = LoadAdapter(name, kAdapters + name, (*model)->sites(), 0);
     ASSERT_TRUE(a.ok()) << a.status().ToString();
     slots[name] = engine.AddAdapter(*a);
   }
@@ -179,13 +184,45 @@ TEST(LoraMixedBatch, MatchesPeftAdapterNamesForward) {
   }
 }
 
+INSTANTIATE_TEST_SUITE_P(Bases, LoraMixedBatch, ::testing::Values("mixed_llama", "mixed_gemma3"),
+                         [](const auto& info) { return info.param; });
+
+// Gemma: PEFT multiplies an embedding LoRA delta by embed_scale (√hidden) like the base row. The
+// embedding is tied to the head, so loom's merge unties it and must equal PEFT's unmerged run.
+TEST(LoraGoldenGemma, EmbeddingLoraScaledLikeTheRowUnmergedAndMerged) {
+  const std::string name = "gemma3_embed_v";
+  const json ref = LoadJson(kDir + name + ".json");
+  const auto prompts = ref["prompts"].get<std::vector<std::vector<int32_t>>>();
+  const int steps = static_cast<int>(ref["unmerged"]["greedy"][0].size());
+  const auto want = LoadRows(kDir + name + ".unmerged.safetensors", "prompt_", prompts.size());
+  const float tol = test::GoldenTolerance(ref["base"]);
+  auto model = Model::Load(kModels + std::string(ref["base"]));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto adapter = LoadAdapter(name, kAdapters + name, (*model)->sites(), 0);
+  ASSERT_TRUE(adapter.ok()) << adapter.status().ToString();
+  ASSERT_NE((*adapter)->embedding(), nullptr);
+  auto merged_model = Model::Load(kModels + std::string(ref["base"]));
+  ASSERT_TRUE(merged_model.ok());
+  ASSERT_TRUE((*merged_model)->MergeAdapter(**adapter).ok());
+  const PromptRun unmerged = RunPrompts(model->get(), *adapter, prompts, steps);
+  const PromptRun merged = RunPrompts(merged_model->get(), nullptr, prompts, steps);
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    SCOPED_TRACE("prompt " + std::to_string(p));
+    const auto greedy = ref["unmerged"]["greedy"][p].get<std::vector<int32_t>>();
+    EXPECT_LE(test::MaxAbsDiff(unmerged.logits[p].data(), want[p].data(), want[p].size()), tol);
+    EXPECT_EQ(unmerged.greedy[p], greedy);
+    EXPECT_LE(test::MaxAbsDiff(merged.logits[p].data(), want[p].data(), want[p].size()), tol);
+    EXPECT_EQ(merged.greedy[p], greedy);
+  }
+}
+
 // A DoRA adapter (PEFT refuses adapter_names with DoRA) in a batch with another adapter and
 // base rows gives, row by row, exactly what each request gives alone.
-TEST(LoraMixedBatch, DoraAndLoraAndBaseRowsEqualEachAlone) {
+TEST(LoraMixedDora, DoraAndLoraAndBaseRowsEqualEachAlone) {
   auto model = Model::Load(kModels + "qwen3_f32");
   ASSERT_TRUE(model.ok());
-  auto dora = LoadAdapter("dora", kAdapters + "qwen3_dora", (*model)->config(), (*model)->weights(), 0);
-  auto bias = LoadAdapter("bias", kAdapters + "qwen3_lora_bias", (*model)->config(), (*model)->weights(), 0);
+  auto dora = LoadAdapter("dora", kAdapters + "qwen3_dora", (*model)->sites(), 0);
+  auto bias = LoadAdapter("bias", kAdapters + "qwen3_lora_bias", (*model)->sites(), 0);
   ASSERT_TRUE(dora.ok() && bias.ok());
   const auto golden = test::LoadGolden("qwen3_f32");
   const std::vector<std::shared_ptr<const Adapter>> order = {*dora, nullptr, *bias, *dora};

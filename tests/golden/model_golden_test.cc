@@ -128,7 +128,8 @@ TEST_P(FastBf16Golden, PrefillStaysCloseToTransformers) {
 INSTANTIATE_TEST_SUITE_P(AllModels, ModelGolden, ::testing::ValuesIn(test::GoldenModelNames()),
                          [](const auto& info) { return info.param; });
 INSTANTIATE_TEST_SUITE_P(Bf16Models, FastBf16Golden,
-                         ::testing::Values("llama_bf16", "mistral_bf16", "qwen2_bf16", "qwen3_bf16"),
+                         ::testing::Values("llama_bf16", "mistral_bf16", "qwen2_bf16", "qwen3_bf16",
+                                           "gemma2_bf16", "gemma3_bf16"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -103,6 +103,16 @@ TEST_F(CorruptAdapterTest, OrphanLoraForALayerTheModelLacks) {
        " adapts module 'model.layers.99.self_attn.q_proj', which LlamaForCausalLM does not have"});
 }
 
+// A layer index past any int (std::stoi aborted the process on it once): a clear error.
+TEST_F(CorruptAdapterTest, LayerIndexPastAnyIntIsAClearError) {
+  const std::string key = "base_model.model.model.layers.99999999999999999999.self_attn.q_proj.";
+  draft_.Add(key + "lora_A.weight", {8, 64});
+  draft_.Add(key + "lora_B.weight", {64, 8});
+  ExpectRejected({"tensor " + key + "lora_A.weight adapts module "
+                  "'model.layers.99999999999999999999.self_attn.q_proj', which LlamaForCausalLM "
+                  "does not have"});
+}
+
 TEST_F(CorruptAdapterTest, OrphanLoraForAModuleNameTheModelLacks) {
   draft_.Add("base_model.model.model.layers.0.self_attn.qkv_proj.lora_A.weight", {8, 64});
   ExpectRejected(

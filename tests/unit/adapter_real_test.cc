@@ -92,23 +92,30 @@ TEST_P(RealAdapterTest, EveryTensorAttachedWithItsRankAndScale) {
   const int layers = c.last_layer - c.first_layer + 1;
   EXPECT_EQ(a.modules().size(), static_cast<size_t>(2 * layers));
   EXPECT_EQ(a.embedding(), nullptr);
-  EXPECT_EQ(a.Find(LoraSite{-1, LoraModule::kQ, true}), nullptr);
+  const SiteTable& sites = (*model)->sites();
+  EXPECT_EQ(a.Find(sites.Find("lm_head")), nullptr);
+  static const char* const kModules[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                         "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
+                                         "mlp.down_proj"};
+  EXPECT_EQ(sites.size(), mc.num_layers * 7 + 1);
   for (int layer = 0; layer < mc.num_layers; ++layer) {
-    for (int m = 0; m < kLoraModulesPerLayer; ++m) {
-      const LoraModule mod = static_cast<LoraModule>(m);
-      const LoraWeights* lw = a.Find(LoraSite{layer, mod, false});
+    for (const char* mod : kModules) {
+      const std::string path = "model.layers." + std::to_string(layer) + "." + mod;
+      const int site = sites.Find(path);
+      ASSERT_GE(site, 0) << path;
+      const LoraWeights* lw = a.Find(site);
+      const bool is_q = std::string(mod) == "self_attn.q_proj";
       const bool want = layer >= c.first_layer && layer <= c.last_layer &&
-                        (mod == LoraModule::kQ || mod == LoraModule::kV);
-      ASSERT_EQ(lw != nullptr, want) << "layer " << layer << " " << LoraModuleName(mod);
+                        (is_q || std::string(mod) == "self_attn.v_proj");
+      ASSERT_EQ(lw != nullptr, want) << path;
       if (!lw) continue;
-      EXPECT_EQ(lw->module_path,
-                "model.layers." + std::to_string(layer) + ".self_attn." + LoraModuleName(mod));
+      EXPECT_EQ(lw->module_path, path);
       EXPECT_EQ(lw->rank, c.rank);
       EXPECT_FLOAT_EQ(lw->scale, c.scale);
       EXPECT_EQ(lw->a.dtype, DType::kF32);
       EXPECT_EQ(lw->a.shape, (std::vector<int64_t>{c.rank, c.in}));
       EXPECT_EQ(lw->b.shape,
-                (std::vector<int64_t>{mod == LoraModule::kQ ? c.q_out : c.v_out, c.rank}));
+                (std::vector<int64_t>{is_q ? c.q_out : c.v_out, c.rank}));
       EXPECT_TRUE(lw->bias.empty());
       EXPECT_TRUE(lw->dora_gain.empty());
     }
@@ -119,7 +126,8 @@ TEST_P(RealAdapterTest, EveryTensorAttachedWithItsRankAndScale) {
   ASSERT_TRUE(store.ok());
   EXPECT_EQ((*store)->names().size(), static_cast<size_t>(4 * layers));
   EXPECT_EQ(a.tensor_bytes(), (*store)->total_bytes());
-  const LoraWeights* first = a.Find(LoraSite{c.first_layer, LoraModule::kV, false});
+  const LoraWeights* first = a.Find(
+      sites.Find("model.layers." + std::to_string(c.first_layer) + ".self_attn.v_proj"));
   ASSERT_NE(first, nullptr);
   const TensorInfo* b_info =
       (*store)->Find("base_model.model.model.layers." + std::to_string(c.first_layer) +

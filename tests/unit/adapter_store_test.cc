@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "lora/adapter_store.h"
+#include "model/model.h"
 
 namespace loom {
 namespace {
@@ -21,7 +22,7 @@ const Model& Llama() {
 TEST(AdapterStore, LruEvictsOnlyUnleasedAdapters) {
   AdapterStoreOptions o;
   o.max_cpu_loras = 2;
-  AdapterStore store(&Llama(), o);
+  AdapterStore store(&Llama().sites(), o);
   ASSERT_TRUE(store.Register("a", kAdapters + "llama_qv_r8_f32").ok());
   ASSERT_TRUE(store.Register("b", kAdapters + "llama_mlp_r6").ok());
   auto lease_a = store.Acquire("a");  // a is leased and most recent
@@ -41,7 +42,7 @@ TEST(AdapterStore, LruEvictsOnlyUnleasedAdapters) {
 }
 
 TEST(AdapterStore, UnloadRemovesTheNameButLeasesKeepTheWeights) {
-  AdapterStore store(&Llama(), {});
+  AdapterStore store(&Llama().sites(), {});
   ASSERT_TRUE(store.Register("a", kAdapters + "llama_qv_r8_f32").ok());
   auto lease = store.Acquire("a");
   ASSERT_TRUE(lease.ok());
@@ -53,7 +54,7 @@ TEST(AdapterStore, UnloadRemovesTheNameButLeasesKeepTheWeights) {
 }
 
 TEST(AdapterStore, RejectsBadNamesDuplicatesAndBadFoldersWhole) {
-  AdapterStore store(&Llama(), {});
+  AdapterStore store(&Llama().sites(), {});
   EXPECT_EQ(store.Register("../x", kAdapters + "llama_mlp_r6").code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(store.Register("ok", "/nonexistent").code(), StatusCode::kNotFound);
   // A qwen3 adapter does not fit the llama base: rejected, and the name stays free.
@@ -76,7 +77,7 @@ TEST(AdapterStore, OnDemandAndRuntimePathsStayInsideTheRoots) {
   fs::create_directory_symlink(outside, root / "escape");
   AdapterStoreOptions o;
   o.lora_dirs = {root.string()};
-  AdapterStore store(&Llama(), o);
+  AdapterStore store(&Llama().sites(), o);
   // On demand: a sub-folder name loads on first use.
   auto mlp = store.Acquire("mlp");
   ASSERT_TRUE(mlp.ok()) << mlp.status().ToString();
@@ -97,7 +98,7 @@ TEST(AdapterStore, OnDemandAndRuntimePathsStayInsideTheRoots) {
 }
 
 TEST(AdapterStore, RuntimeLoadingNeedsRoots) {
-  AdapterStore store(&Llama(), {});
+  AdapterStore store(&Llama().sites(), {});
   EXPECT_EQ(store.ResolveRuntimePath(kAdapters + "llama_mlp_r6").status().code(),
             StatusCode::kInvalidArgument);
 }
@@ -113,7 +114,7 @@ namespace {
 TEST(AdapterStore, OverTheBoundWhileLeasedThenEvictedOnTheNextAcquire) {
   AdapterStoreOptions o;
   o.max_cpu_loras = 2;
-  AdapterStore store(&Llama(), o);
+  AdapterStore store(&Llama().sites(), o);
   ASSERT_TRUE(store.Register("a", kAdapters + "llama_qv_r8_f32").ok());
   ASSERT_TRUE(store.Register("b", kAdapters + "llama_mlp_r6").ok());
   {

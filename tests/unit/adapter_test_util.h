@@ -173,7 +173,7 @@ Model& FixtureModel(const std::string& name) {
 
 StatusOr<std::shared_ptr<const Adapter>> Load(const std::string& dir, const Model& model,
                                               int max_rank = 0, const std::string& name = "bad") {
-  return LoadAdapter(name, dir, model.config(), model.weights(), max_rank);
+  return LoadAdapter(name, dir, model.sites(), max_rank);
 }
 
 // Prompt logits [prompt_len * vocab] of `model` with `adapter` (null = base) applied unmerged.

@@ -104,7 +104,7 @@ TEST(AdversarialFiles, AdapterAndTokenizerFilesAsFifosAreRefused) {
     const std::string ad = dir.Path("ad_" + file);
     CopyDir(kFixtures + "/adapters/llama_qv_r8_f32", ad);
     MakeFifo(ad + "/" + file);
-    auto a = LoadAdapter("x", ad, (*model)->config(), (*model)->weights(), 0);
+    auto a = LoadAdapter("x", ad, (*model)->sites(), 0);
     EXPECT_STATUS(a.status(), StatusCode::kInvalidArgument, "adapter 'x'", file, "is a FIFO");
   }
   MakeFifo(dir.Path("tokenizer.json"));

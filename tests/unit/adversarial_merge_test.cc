@@ -8,6 +8,7 @@
 #include "io/safetensors.h"
 #include "lora/adapter.h"
 #include "lora/merge.h"
+#include "model/merged_checkpoint.h"
 #include "model/model.h"
 
 namespace loom {
@@ -25,7 +26,7 @@ class AdversarialMerge : public ::testing::Test {
     auto m = Model::Load(model_dir_);
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     model_ = std::move(m).value();
-    auto a = LoadAdapter("a", adapter_dir_, model_->config(), model_->weights(), 0);
+    auto a = LoadAdapter("a", adapter_dir_, model_->sites(), 0);
     ASSERT_TRUE(a.ok()) << a.status().ToString();
     adapter_ = std::move(a).value();
   }

@@ -79,9 +79,9 @@ TEST(AdversarialWeights, NonFiniteAdapterWeightIsRefusedNamingTheAdapterAndTenso
   }
   PoisonTensor(file, first_b, 3, std::nanf(""));
   const auto before = Snapshot(dir.path());
-  auto a = LoadAdapter("sql", ad, (*model)->config(), (*model)->weights(), 0);
+  auto a = LoadAdapter("sql", ad, (*model)->sites(), 0);
   EXPECT_STATUS(a.status(), StatusCode::kInvalidArgument, "adapter 'sql'", first_b, "NaN at index 3");
-  EXPECT_TRUE(LoadAdapter("sql", ad, (*model)->config(), (*model)->weights(), 0, false).ok());
+  EXPECT_TRUE(LoadAdapter("sql", ad, (*model)->sites(), 0, false).ok());
   EXPECT_EQ(Snapshot(dir.path()), before);
 }
 
@@ -194,7 +194,7 @@ TEST(AdversarialWeights, AdapterConfigWithStringAlphaOrDeepNestingIsRefused) {
     text.insert(text.find('{') + 1, "\"" + field + "\": " + raw + ", ");
     WriteBytes(ad + "/adapter_config.json", text);
     const auto before = Snapshot(dir.path());
-    auto a = LoadAdapter("x", ad, (*model)->config(), (*model)->weights(), 0);
+    auto a = LoadAdapter("x", ad, (*model)->sites(), 0);
     EXPECT_STATUS(a.status(), StatusCode::kInvalidArgument, "adapter 'x'", "adapter_config.json",
                   fragment);
     EXPECT_EQ(Snapshot(dir.path()), before);

@@ -38,7 +38,7 @@ void ExpectInvariant(const Case& c) {
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   std::vector<std::shared_ptr<const Adapter>> adapters = {nullptr};
   for (const char* name : c.adapters) {
-    auto a = LoadAdapter(name, kAdapters + name, (*model)->config(), (*model)->weights(), 0);
+    auto a = LoadAdapter(name, kAdapters + name, (*model)->sites(), 0);
     ASSERT_TRUE(a.ok()) << a.status().ToString();
     adapters.push_back(*a);
   }

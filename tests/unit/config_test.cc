@@ -442,8 +442,8 @@ TEST(ConfigRejectTest, Llama3RopeMissingFields) {
   ExpectRejected(j, {"missing required field 'factor'"});
 }
 
-TEST(ConfigRejectTest, HiddenActOtherThanSilu) {
-  for (const char* act : {"gelu", "gelu_pytorch_tanh", "relu"}) {
+TEST(ConfigRejectTest, HiddenActOtherThanSiluOrGeluTanh) {
+  for (const char* act : {"gelu", "gelu_new", "relu"}) {
     json j = BaseConfig();
     j["hidden_act"] = act;
     ExpectRejected(j, {std::string("hidden_act '") + act + "' is not supported", "silu"});

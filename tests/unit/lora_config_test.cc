@@ -352,6 +352,12 @@ TEST(LoraConfigTargetsTest, RegexStringMustMatchTheWholePath) {
   EXPECT_TRUE(with_layers.Targets("model.layers.1.self_attn.q_proj", kLinearNames));
 }
 
+TEST(LoraConfigTargetsTest, LayerIndexPastAnyIntIsNoLayer) {
+  LoraConfig c = MustParse(Config({{"target_modules", {"q_proj"}}, {"layers_to_transform", {0}}}));
+  EXPECT_TRUE(c.Targets("model.layers.0.self_attn.q_proj", kLinearNames));
+  EXPECT_FALSE(c.Targets("model.layers.99999999999999999999.self_attn.q_proj", kLinearNames));
+}
+
 TEST(LoraConfigTargetsTest, AllLinearIsEveryProjectionButNotLmHeadOrEmbedding) {
   for (const char* spelling : {"all-linear", "ALL-LINEAR"}) {  // PEFT lowercases it
     SCOPED_TRACE(spelling);

@@ -46,6 +46,22 @@ TEST(Ops, SiluMulMatchesReference) {
   }
 }
 
+// Gemma's GeGLU (gelu_pytorch_tanh) and logit soft-capping against double references.
+TEST(Ops, GeluTanhMulAndSoftCapMatchReference) {
+  auto g = Random(100, 5), u = Random(100, 6);
+  for (size_t i = 0; i < 10; ++i) g[i] *= 8.0f;  // the saturating tails too
+  auto out = g;
+  GeluTanhMulInPlace(out.data(), u.data(), 100);
+  for (size_t i = 0; i < 100; ++i) {
+    const double v = g[i];
+    const double gelu = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+    ASSERT_NEAR(out[i], gelu * u[i], 1e-6 * (1 + std::fabs(gelu)));
+  }
+  auto x = g;
+  SoftCapInPlace(x.data(), 100, 2.5f);
+  for (size_t i = 0; i < 100; ++i) ASSERT_NEAR(x[i], std::tanh(g[i] / 2.5) * 2.5, 1e-6);
+}
+
 TEST(Ops, RopeRotatesHalvesByPositionTimesFrequency) {
   RopeConfig rope;
   rope.theta = 10000;
@@ -116,7 +132,8 @@ TEST(Ops, PagedAttentionMatchesDenseReference) {
   KvLayerView view{kstore.data(), vstore.data(), kvh, hd};
   const int len_a = 21, len_b = 6;
   std::vector<int32_t> table_a = {5, 2}, table_b = {7};
-  for (int window : {0, 5}) {
+  // (window, softcap): full, sliding, sliding with Gemma 2 score soft-capping.
+  for (auto [window, cap] : std::vector<std::pair<int, float>>{{0, 0.f}, {5, 0.f}, {5, 0.5f}}) {
     // Prefill A fully and B fully in one batch; the last rows check against the dense result.
     std::vector<AttentionChunk> chunks = {{0, len_a, 0, table_a.data(), 2},
                                           {len_a, len_b, 0, table_b.data(), 1}};
@@ -125,7 +142,7 @@ TEST(Ops, PagedAttentionMatchesDenseReference) {
     WriteKv(view, chunks, k.data(), v.data());
     std::vector<float> out(n * heads * hd);
     const float scale = 1 / std::sqrt(float(hd));
-    Attention(view, chunks, q.data(), heads, window, scale, out.data());
+    Attention(view, chunks, q.data(), heads, window, scale, out.data(), cap);
     for (const auto& c : chunks) {
       for (int i = 0; i < c.num_rows; ++i) {
         const int row = c.first_row + i;
@@ -138,7 +155,7 @@ TEST(Ops, PagedAttentionMatchesDenseReference) {
             double dot = 0;
             for (int d = 0; d < hd; ++d)
               dot += double(q[(row * heads + h) * hd + d]) * k[((c.first_row + p) * kvh + g) * hd + d];
-            s.push_back(dot * scale);
+            s.push_back(cap > 0 ? std::tanh(dot * scale / cap) * cap : dot * scale);
             mx = std::max(mx, s.back());
           }
           double z = 0;
@@ -146,7 +163,7 @@ TEST(Ops, PagedAttentionMatchesDenseReference) {
           for (int d = 0; d < hd; ++d) {
             double o = 0;
             for (int p = first; p <= i; ++p) o += s[p - first] / z * v[((c.first_row + p) * kvh + g) * hd + d];
-            ASSERT_NEAR(out[(row * heads + h) * hd + d], o, 1e-5) << "window " << window;
+            ASSERT_NEAR(out[(row * heads + h) * hd + d], o, 1e-5) << "window " << window << " cap " << cap;
           }
         }
       }
@@ -173,8 +190,8 @@ TEST(AttentionKernels, Avx512RowMatchesScalar) {
                           int64_t{kKvBlockSize} * hd, table.data()};
     std::vector<float> s1(64), s2(64), o1(hd), o2(hd);
     for (auto [first, last] : std::vector<std::pair<int, int>>{{0, 0}, {0, 63}, {17, 40}}) {
-      cpu::AttendRowScalar(q.data(), hd, head, first, last, 0.125f, s1.data(), o1.data());
-      cpu::AttendRowAvx512(q.data(), hd, head, first, last, 0.125f, s2.data(), o2.data());
+      cpu::AttendRowScalar(q.data(), hd, head, first, last, 0.125f, 0.0f, s1.data(), o1.data());
+      cpu::AttendRowAvx512(q.data(), hd, head, first, last, 0.125f, 0.0f, s2.data(), o2.data());
       for (int d = 0; d < hd; ++d) ASSERT_NEAR(o1[d], o2[d], 1e-5) << hd << " " << first;
     }
   }

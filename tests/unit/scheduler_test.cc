@@ -28,7 +28,7 @@ Fixture& Llama() {
     EXPECT_TRUE(m.ok()) << m.status().ToString();
     fx->model = std::move(m).value();
     for (const char* name : {"llama_qv_r8_f32", "llama_mlp_r6", "llama_all_r4_f16"}) {
-      auto a = LoadAdapter(name, kAdapters + name, fx->model->config(), fx->model->weights(), 0);
+      auto a = LoadAdapter(name, kAdapters + name, fx->model->sites(), 0);
       EXPECT_TRUE(a.ok()) << a.status().ToString();
       fx->adapters.push_back(*a);
     }
@@ -169,8 +169,7 @@ TEST(Scheduler, PrefixCacheHitsOnlyWithinTheSameAdapterIdentity) {
   EXPECT_EQ(a2.generated, Alone(Greedy(shared, 5, f.adapters[0])).generated);
   // The same adapter folder loaded again is the same content: same identity, hits. A different
   // content under the same name is a new identity.
-  auto reloaded = LoadAdapter("llama_qv_r8_f32", kAdapters + "llama_mlp_r6", f.model->config(),
-                              f.model->weights(), 0);
+  auto reloaded = LoadAdapter("llama_qv_r8_f32", kAdapters + "llama_mlp_r6", f.model->sites(), 0);
   ASSERT_TRUE(reloaded.ok());
   const GenerationResult other = run(*reloaded);
   EXPECT_EQ(other.num_cached_prompt_tokens, 0);

@@ -1,0 +1,290 @@
+// `loom merge` output: a standard HF checkpoint with an adapter folded in, written without touching the inputs.
+#include "model/merged_checkpoint.h"
+
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "base/file.h"
+#include "base/json.h"
+#include "io/safetensors.h"
+#include "lora/merge.h"
+#include "model/model.h"
+
+namespace loom {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// Whether `path` is `dir` or below it (both resolved), compared by whole components.
+bool IsInside(const fs::path& path, const fs::path& dir) {
+  auto p = path.begin();
+  for (auto d = dir.begin(); d != dir.end(); ++d, ++p) {
+    if (d->empty() && std::next(d) == dir.end()) break;  // trailing "/" of dir
+    if (p == path.end() || *p != *d) return false;
+  }
+  return true;
+}
+
+// Writes `text` to `path` (inside loom's own fresh temporary folder).
+Status WriteTextFile(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return Internal(path.string() + ": cannot open for writing");
+  out << text;
+  out.close();
+  if (!out) return Internal(path.string() + ": write failed (disk full?)");
+  return OkStatus();
+}
+
+// Writes the merged tensors and the model folder's other files into `dir` (a fresh, empty
+// folder loom created).
+Status WriteCheckpointInto(const std::string& model_dir, const Model& model,
+                           const Adapter& adapter, const fs::path& dir,
+                           uint64_t max_shard_bytes) {
+  const std::string out_dir = dir.string();
+  const ModelConfig& c = model.config();
+  const SafetensorsStore& store = model.store();
+  std::map<std::string, const LoraWeights*> adapted;  // "...q_proj.weight" → LoRA
+  for (const LoraWeights* lw : adapter.modules()) {
+    if (!lw->bias.empty()) {
+      const std::string bias_name = lw->module_path + ".bias";
+      if (!store.Find(bias_name)) {
+        return InvalidArgument("adapter '" + adapter.name() + "' has lora_bias on '" + lw->module_path +
+                               "', whose base projection has no bias: a merged checkpoint could not "
+                               "express it (serve it merged with --merge instead)");
+      }
+    }
+    adapted[lw->module_path + ".weight"] = lw;
+  }
+  // Tied embeddings with an adapted head or embedding: the merged model has two tables.
+  const bool untie = c.tie_word_embeddings && (adapter.embedding() || adapted.count("lm_head.weight"));
+  std::vector<TensorSpec> specs;
+  for (const std::string& name : store.names()) {
+    const TensorInfo* info = store.Find(name);
+    if (!info->dtype) {
+      return InvalidArgument(info->file + ": tensor '" + name + "' has dtype " + info->dtype_name +
+                             ", which the merged checkpoint writer does not copy");
+    }
+    if (untie && name == "lm_head.weight") continue;  // rewritten below
+    specs.push_back({name, *info->dtype, info->shape});
+  }
+  if (untie) specs.push_back({"lm_head.weight", model.weights().embed.dtype, model.weights().embed.shape});
+
+  auto fill = [&](const TensorSpec& spec, void* dst) -> Status {
+    const bool head = spec.name == "lm_head.weight";
+    const Tensor base = head && untie ? model.weights().embed : *store.Get(spec.name);
+    if (auto it = adapted.find(spec.name); it != adapted.end()) {
+      MergeLinearWeight(base, *it->second, dst);
+    } else if (spec.name == "model.embed_tokens.weight" && adapter.embedding()) {
+      MergeEmbedding(base, *adapter.embedding(), dst);
+    } else {
+      std::memcpy(dst, base.data, base.nbytes());
+    }
+    if (spec.name.size() > 5 && spec.name.compare(spec.name.size() - 5, 5, ".bias") == 0) {
+      const std::string module = spec.name.substr(0, spec.name.size() - 5);
+      for (const LoraWeights* lw : adapter.modules()) {
+        if (lw->module_path != module || lw->bias.empty()) continue;
+        std::vector<float> b(static_cast<size_t>(base.numel()));
+        ConvertToF32(base.dtype, base.data, b.data(), base.numel());
+        for (size_t j = 0; j < b.size(); ++j) b[j] += lw->scale * lw->bias[j];
+        ConvertFromF32(base.dtype, b.data(), dst, base.numel());
+      }
+    }
+    return OkStatus();
+  };
+
+  // Shards of at most max_shard_bytes (a tensor larger than that gets a shard of its own).
+  std::vector<std::vector<size_t>> shards(1);
+  uint64_t in_shard = 0, total = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    uint64_t n = DTypeSize(specs[i].dtype);
+    for (int64_t d : specs[i].shape) n *= static_cast<uint64_t>(d);
+    if (!shards.back().empty() && in_shard + n > max_shard_bytes) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    shards.back().push_back(i);
+    in_shard += n;
+    total += n;
+  }
+  nlohmann::json weight_map = nlohmann::json::object();
+  const std::map<std::string, std::string> meta = {{"format", "pt"}};
+  for (size_t s = 0; s < shards.size(); ++s) {
+    char file[64];
+    if (shards.size() == 1) {
+      std::snprintf(file, sizeof(file), "model.safetensors");
+    } else {
+      std::snprintf(file, sizeof(file), "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
+    }
+    std::vector<TensorSpec> shard_specs;
+    for (size_t i : shards[s]) {
+      shard_specs.push_back(specs[i]);
+      weight_map[specs[i].name] = file;
+    }
+    RETURN_IF_ERROR(WriteSafetensorsStreaming(
+        (fs::path(out_dir) / file).string(), shard_specs,
+        [&](size_t i, void* dst) { return fill(shard_specs[i], dst); }, meta));
+  }
+  if (shards.size() > 1) {
+    nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+    RETURN_IF_ERROR(WriteTextFile(dir / "model.safetensors.index.json", JsonToString(index, 2) + "\n"));
+  }
+  // Everything else in the model folder (config, tokenizer, generation config) is copied as the
+  // bytes it names. A symbolic link is followed only when its target stays inside the model
+  // folder: a link to /etc/... in a downloaded model must not end up in a checkpoint.
+  std::error_code ec;
+  const fs::path model_real = fs::canonical(model_dir, ec);
+  if (ec) return InvalidArgument(model_dir + ": cannot resolve: " + ec.message());
+  fs::directory_iterator it(model_dir, ec);
+  if (ec) return InvalidArgument(model_dir + ": cannot list: " + ec.message());
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    if (ec) return InvalidArgument(model_dir + ": cannot list: " + ec.message());
+    const fs::path& src = it->path();
+    const std::string fname = src.filename().string();
+    if (fname.find(".safetensors") != std::string::npos) continue;
+    const fs::file_status link_st = fs::symlink_status(src, ec);
+    if (ec) return InvalidArgument(src.string() + ": " + ec.message());
+    if (fs::is_symlink(link_st)) {
+      const fs::path target = fs::canonical(src, ec);
+      if (ec) {
+        std::fprintf(stderr, "warning: %s: not copied (a broken symbolic link: %s)\n",
+                     src.c_str(), ec.message().c_str());
+        ec.clear();
+        continue;
+      }
+      if (!IsInside(target, model_real)) {
+        std::fprintf(stderr,
+                     "warning: %s: not copied (a symbolic link to %s, outside the model folder)\n",
+                     src.c_str(), target.c_str());
+        continue;
+      }
+    }
+    const fs::file_status target_st = fs::status(src, ec);
+    if (ec || fs::is_directory(target_st)) {
+      ec.clear();
+      continue;  // sub-folders are not part of a checkpoint loom writes
+    }
+    if (!fs::is_regular_file(target_st)) {
+      std::fprintf(stderr, "warning: %s: not copied (not a regular file)\n", src.c_str());
+      continue;
+    }
+    ASSIGN_OR_RETURN(std::string bytes, ReadFileBounded(src.string(), kMaxRequestFileBytes));
+    RETURN_IF_ERROR(WriteTextFile(dir / fname, bytes));
+  }
+  if (untie) {
+    ASSIGN_OR_RETURN(std::string text,
+                     ReadFileBounded(model_dir + "/config.json", kMaxConfigFileBytes));
+    ASSIGN_OR_RETURN(nlohmann::ordered_json cfg, ParseOrderedJson(text, model_dir + "/config.json"));
+    if (!cfg.is_object()) return InvalidArgument(model_dir + "/config.json: not a JSON object");
+    cfg["tie_word_embeddings"] = false;
+    RETURN_IF_ERROR(WriteTextFile(dir / "config.json", JsonToString(cfg, 2) + "\n"));
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<std::string> CheckMergeOutput(const std::string& model_dir,
+                                       const std::string& adapter_dir,
+                                       const std::string& out_dir) {
+  if (out_dir.empty()) return InvalidArgument("--out: empty path");
+  std::error_code ec;
+  // The output itself: absent, or an empty real folder (never a symbolic link, never a file).
+  const fs::file_status st = fs::symlink_status(out_dir, ec);
+  const bool exists = !ec && fs::exists(st);
+  if (ec && ec != std::errc::no_such_file_or_directory) {
+    return InvalidArgument("--out " + out_dir + ": " + ec.message());
+  }
+  ec.clear();
+  if (exists) {
+    if (fs::is_symlink(st)) {
+      return InvalidArgument("--out " + out_dir +
+                             " is a symbolic link; give a new folder or an empty real folder");
+    }
+    if (!fs::is_directory(st)) return InvalidArgument("--out " + out_dir + " exists and is not a folder");
+  }
+  // Resolved (symlinks, "." and ".." gone) and compared by path and by inode with the inputs:
+  // neither the output nor any folder above it may be the model or the adapter folder.
+  fs::path out_real = fs::weakly_canonical(fs::absolute(out_dir, ec), ec);
+  if (ec) return InvalidArgument("--out " + out_dir + ": cannot resolve: " + ec.message());
+  if (out_real.filename().empty()) out_real = out_real.parent_path();  // "new/" → "new"
+  for (const auto& [flag, input] : {std::pair<const char*, const std::string&>{"--model", model_dir},
+                                    std::pair<const char*, const std::string&>{"--lora", adapter_dir}}) {
+    if (input.empty()) continue;
+    const fs::path in_real = fs::canonical(input, ec);
+    if (ec) return InvalidArgument(std::string(flag) + " " + input + ": cannot resolve: " + ec.message());
+    struct stat in_st {};
+    if (::stat(in_real.c_str(), &in_st) != 0) {
+      return InvalidArgument(std::string(flag) + " " + input + ": cannot stat");
+    }
+    bool same = IsInside(out_real, in_real);
+    for (fs::path p = out_real; !same; p = p.parent_path()) {
+      struct stat p_st {};
+      if (::stat(p.c_str(), &p_st) == 0 && p_st.st_dev == in_st.st_dev && p_st.st_ino == in_st.st_ino) {
+        same = true;
+      }
+      if (p == p.parent_path()) break;
+    }
+    if (same) {
+      return InvalidArgument("--out " + out_dir + " is " +
+                             (out_real == in_real ? "the " : "inside the ") +
+                             (std::string(flag) == "--model" ? "model" : "adapter") + " folder " +
+                             input + "; loom merge never writes into its inputs");
+    }
+  }
+  if (exists) {
+    const bool empty = fs::is_empty(out_dir, ec);
+    if (ec) return InvalidArgument("--out " + out_dir + ": " + ec.message());
+    if (!empty) {
+      return InvalidArgument("--out " + out_dir +
+                             " is not empty; loom merge writes only into a new or empty folder "
+                             "(files of an earlier merge there would mix with the new ones)");
+    }
+  }
+  return out_real.string();
+}
+
+Status WriteMergedCheckpoint(const std::string& model_dir, const Model& model,
+                             const Adapter& adapter, const std::string& out_dir,
+                             uint64_t max_shard_bytes) {
+  ASSIGN_OR_RETURN(const std::string out_real_str, CheckMergeOutput(model_dir, adapter.dir(), out_dir));
+  const fs::path out_real(out_real_str);
+  std::error_code ec;
+  fs::create_directories(out_real.parent_path(), ec);
+  if (ec) return InvalidArgument(out_real.parent_path().string() + ": cannot create: " + ec.message());
+  // Everything goes into a fresh sibling folder, renamed to --out at the end: a failure leaves
+  // no half-written checkpoint, and no file of --out is ever opened for writing.
+  std::string tmpl = (out_real.parent_path() / ("." + out_real.filename().string() + ".loom-merge-XXXXXX")).string();
+  if (::mkdtemp(tmpl.data()) == nullptr) {
+    return InvalidArgument(out_real.parent_path().string() + ": cannot create a temporary folder: " +
+                           std::strerror(errno));
+  }
+  const fs::path tmp(tmpl);
+  ::chmod(tmp.c_str(), 0755);  // mkdtemp makes it 0700; the checkpoint is an ordinary folder
+  Status st = WriteCheckpointInto(model_dir, model, adapter, tmp, max_shard_bytes);
+  if (st.ok()) {
+    // --out was checked empty (or absent); rmdir fails, rather than deleting, if it filled since.
+    if (fs::exists(fs::symlink_status(out_real, ec))) {
+      if (::rmdir(out_real.c_str()) != 0) {
+        st = FailedPrecondition("--out " + out_dir + " changed while merging: " + std::strerror(errno));
+      }
+    }
+    ec.clear();
+    if (st.ok()) {
+      fs::rename(tmp, out_real, ec);
+      if (ec) st = Internal("--out " + out_dir + ": rename failed: " + ec.message());
+    }
+  }
+  if (!st.ok()) fs::remove_all(tmp, ec);  // only loom's own temporary folder
+  return st;
+}
+
+}  // namespace loom

@@ -1,0 +1,32 @@
+// Int8 weights quantized at load (W8A8): per-output-row symmetric weights, activations per row at run time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "ops/matmul.h"
+#include "tensor/tensor.h"
+
+namespace loom {
+
+// W ≈ scale[j] · q[j, :], scale[j] = max|W[j, :]| / 127, q = clamp(rint(W / scale), ±127).
+struct Int8Weight {
+  AlignedBuffer<int8_t> q;     // [rows, cols]
+  std::vector<float> scale;    // [rows]
+  std::vector<int32_t> sum;    // [rows] Σ_k q[j, k] (the VNNI kernel's u8 bias correction)
+  int64_t rows = 0, cols = 0;
+  uint64_t bytes() const { return static_cast<uint64_t>(rows * cols) + rows * 8; }
+};
+
+// Quantizes `w` ([rows, cols], F32/F16/BF16; `name` for errors). cols ≤ cpu::kMaxInt8Depth.
+StatusOr<std::unique_ptr<Int8Weight>> QuantizeWeightInt8(const Tensor& w, const std::string& name);
+
+// y = x·Ŵᵀ with x quantized per row: x [n, cols] f32, y [n, rows] f32 (overwritten). Each row's
+// result depends only on that row (batch invariant), the same bits at every ISA level.
+void MatmulInt8(const float* x, int64_t n, const Int8Weight& w, float* y,
+                const MatmulEpilogue* epilogue = nullptr);
+
+}  // namespace loom

@@ -1,0 +1,147 @@
+// Int8 (W8A8) kernels: every ISA level bit-exact with the scalar reference; quantization rules; batch invariance.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "cpu/int8_cpu.h"
+#include "ops/matmul_int8.h"
+
+namespace loom {
+namespace {
+
+std::vector<int8_t> RandomInt8(size_t n, std::mt19937* rng) {
+  std::uniform_int_distribution<int> d(-127, 127);
+  std::vector<int8_t> v(n);
+  for (auto& x : v) x = static_cast<int8_t>(d(*rng));
+  return v;
+}
+
+std::vector<cpu::Isa> Levels() {
+  std::vector<cpu::Isa> levels = {cpu::Isa::kScalar};
+  if (cpu::DetectIsa() >= cpu::Isa::kAvx512 && cpu::HasAvx512Vnni()) levels.push_back(cpu::Isa::kAvx512);
+  return levels;
+}
+
+TEST(Int8Kernels, EveryLevelEqualsTheExactIntegerSum) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> scale(0.001f, 0.1f);
+  for (int64_t k : {1, 4, 63, 64, 100, 256, 1000}) {
+    for (int64_t n : {1, 2, 3, 4, 5, 9}) {
+      const int64_t m = 37;
+      auto xq = RandomInt8(static_cast<size_t>(n * k), &rng);
+      auto wq = RandomInt8(static_cast<size_t>(m * k), &rng);
+      std::vector<float> sx(static_cast<size_t>(n)), sw(static_cast<size_t>(m));
+      for (auto& s : sx) s = scale(rng);
+      for (auto& s : sw) s = scale(rng);
+      std::vector<int32_t> wsum(static_cast<size_t>(m), 0);
+      for (int64_t j = 0; j < m; ++j) {
+        for (int64_t i = 0; i < k; ++i) wsum[static_cast<size_t>(j)] += wq[static_cast<size_t>(j * k + i)];
+      }
+      // Reference: the integer sum in int64, then the kernels' one float expression.
+      std::vector<float> want(static_cast<size_t>(n * m));
+      for (int64_t r = 0; r < n; ++r) {
+        for (int64_t j = 0; j < m; ++j) {
+          int64_t acc = 0;
+          for (int64_t i = 0; i < k; ++i) {
+            acc += int64_t{xq[static_cast<size_t>(r * k + i)]} * wq[static_cast<size_t>(j * k + i)];
+          }
+          want[static_cast<size_t>(r * m + j)] =
+              static_cast<float>(acc) * (sx[static_cast<size_t>(r)] * sw[static_cast<size_t>(j)]);
+        }
+      }
+      for (cpu::Isa isa : Levels()) {
+        SCOPED_TRACE(std::string(cpu::IsaName(isa)) + " k=" + std::to_string(k) + " n=" + std::to_string(n));
+        std::vector<float> y(static_cast<size_t>(n * m), -1.0f);
+        // Two column ranges (a ragged start and end) to exercise j0 and the column tail.
+        cpu::MatmulInt8(isa, xq.data(), sx.data(), n, k, wq.data(), sw.data(), wsum.data(), 0, 13, y.data(), m);
+        cpu::MatmulInt8(isa, xq.data(), sx.data(), n, k, wq.data(), sw.data(), wsum.data(), 13, m, y.data() + 13, m);
+        for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], want[i]) << "at " << i;
+      }
+    }
+  }
+}
+
+TEST(Int8Kernels, ExtremeValuesAtTheDepthLimitDoNotOverflow) {
+  if (!(cpu::DetectIsa() >= cpu::Isa::kAvx512 && cpu::HasAvx512Vnni())) GTEST_SKIP() << "no VNNI";
+  const int64_t k = cpu::kMaxInt8Depth;
+  std::vector<int8_t> x(static_cast<size_t>(k), 127), w(static_cast<size_t>(k), -127);
+  const float one = 1.0f;
+  const int32_t wsum = static_cast<int32_t>(-127 * k);
+  float y = 0, y_ref = 0;
+  cpu::MatmulInt8Vnni(x.data(), &one, 1, k, w.data(), &one, &wsum, 0, 1, &y, 1);
+  cpu::MatmulInt8Scalar(x.data(), &one, 1, k, w.data(), &one, 0, 1, &y_ref, 1);
+  EXPECT_EQ(y, static_cast<float>(-127 * 127 * k));
+  EXPECT_EQ(y, y_ref);
+}
+
+TEST(Int8Quantize, RowsAreSymmetricRoundHalfEvenAndZeroSafe) {
+  // max|x| = 127 → scale 1: values are rounded half to even and clamped.
+  const float x[] = {127.0f, -127.0f, 0.5f, 1.5f, 2.5f, -0.5f, -3.49f, 0.0f};
+  int8_t q[8];
+  float s = 0;
+  cpu::QuantizeRowsInt8(x, 1, 8, q, &s);
+  EXPECT_EQ(s, 1.0f);
+  const int8_t want[] = {127, -127, 0, 2, 2, 0, -3, 0};
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(q[i], want[i]) << i;
+  const float zeros[4] = {0, 0, 0, 0};
+  int8_t qz[4] = {1, 1, 1, 1};
+  cpu::QuantizeRowsInt8(zeros, 1, 4, qz, &s);
+  EXPECT_EQ(s, 0.0f);
+  for (int8_t v : qz) EXPECT_EQ(v, 0);
+}
+
+TEST(Int8Quantize, WeightErrorIsAtMostHalfAStep) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> d(0, 0.05f);
+  const int64_t rows = 24, cols = 80;
+  std::vector<float> w(static_cast<size_t>(rows * cols));
+  for (auto& v : w) v = d(rng);
+  auto q = QuantizeWeightInt8(Tensor{DType::kF32, {rows, cols}, w.data()}, "w");
+  ASSERT_TRUE(q.ok()) << q.status().ToString();
+  for (int64_t j = 0; j < rows; ++j) {
+    const float s = (*q)->scale[static_cast<size_t>(j)];
+    int32_t sum = 0;
+    for (int64_t i = 0; i < cols; ++i) {
+      const int8_t v = (*q)->q[static_cast<size_t>(j * cols + i)];
+      sum += v;
+      EXPECT_LE(std::fabs(v * s - w[static_cast<size_t>(j * cols + i)]), s * 0.5f + 1e-7f);
+    }
+    EXPECT_EQ(sum, (*q)->sum[static_cast<size_t>(j)]);
+  }
+  // Too deep for exact int32 sums: refused by name.
+  std::vector<float> wide(static_cast<size_t>(cpu::kMaxInt8Depth + 4), 1.0f);
+  auto bad = QuantizeWeightInt8(Tensor{DType::kF32, {1, cpu::kMaxInt8Depth + 4}, wide.data()}, "model.x.weight");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("model.x.weight"), std::string::npos);
+}
+
+TEST(Int8Matmul, EachRowIsTheSameAloneAndInABatch) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> d(0, 1);
+  const int64_t rows = 96, cols = 160, n = 7;
+  std::vector<float> w(static_cast<size_t>(rows * cols)), x(static_cast<size_t>(n * cols));
+  for (auto& v : w) v = d(rng) * 0.05f;
+  for (auto& v : x) v = d(rng);
+  auto q = QuantizeWeightInt8(Tensor{DType::kF32, {rows, cols}, w.data()}, "w");
+  ASSERT_TRUE(q.ok());
+  std::vector<float> batch(static_cast<size_t>(n * rows));
+  MatmulInt8(x.data(), n, **q, batch.data());
+  for (int64_t r = 0; r < n; ++r) {
+    std::vector<float> alone(static_cast<size_t>(rows));
+    MatmulInt8(x.data() + r * cols, 1, **q, alone.data());
+    for (int64_t j = 0; j < rows; ++j) ASSERT_EQ(alone[static_cast<size_t>(j)], batch[static_cast<size_t>(r * rows + j)]);
+    // And close to the f32 product: per-product relative error ≤ ~1/127.
+    for (int64_t j = 0; j < rows; ++j) {
+      double exact = 0, mag = 0;
+      for (int64_t i = 0; i < cols; ++i) {
+        exact += double{x[static_cast<size_t>(r * cols + i)]} * w[static_cast<size_t>(j * cols + i)];
+        mag += std::fabs(double{x[static_cast<size_t>(r * cols + i)]} * w[static_cast<size_t>(j * cols + i)]);
+      }
+      EXPECT_LE(std::fabs(alone[static_cast<size_t>(j)] - exact), mag / 127.0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace loom
