@@ -20,6 +20,7 @@ namespace {
 
 struct ChatArgs {
   std::string model;
+  std::string tokenizer_mode = "auto";
   std::string lora;
   std::string system;
   SamplingParams params;
@@ -50,7 +51,8 @@ int RunChat(ChatArgs& a) {
   if (a.seed >= 0) a.params.seed = static_cast<uint64_t>(a.seed);
   auto model = Model::Load(a.model, LoadOptionsFromFlags(a.no_check_weights));
   if (!model.ok()) return Fail(model.status().message());
-  auto tok = tokenizer::Tokenizer::FromModelDir(a.model);
+  auto tok = tokenizer::Tokenizer::FromModelDir(
+      a.model, *tokenizer::ParseTokenizerMode(a.tokenizer_mode));
   if (!tok.ok()) return Fail(tok.status().message());
   auto source = LoadChatTemplate(a.model, "", false);
   if (!source.ok()) return Fail(source.status().message());
@@ -147,6 +149,10 @@ RunFn AddChatCommand(CLI::App& cmd) {
   a->params.temperature = 0;  // greedy unless asked: the same question gives the same answer
   a->params.max_tokens = 256;
   cmd.add_option("--model", a->model, "Hugging Face model folder (default: the bundled demo model)");
+  cmd.add_option("--tokenizer-mode", a->tokenizer_mode,
+                 "how the tokenizer is built: auto (as transformers 5's AutoTokenizer) or "
+                 "tokenizers (tokenizer.json exactly as the tokenizers library reads it)")
+      ->check(CLI::IsMember({"auto", "tokenizers"}));
   cmd.add_option("--lora", a->lora,
                  "one PEFT adapter: DIR, NAME=DIR, or the name of a bundled demo adapter");
   cmd.add_option("--system", a->system, "a system message starting the conversation");

@@ -17,6 +17,7 @@ namespace {
 
 struct GenerateArgs {
   std::string model;
+  std::string tokenizer_mode = "auto";
   std::string prompt_tokens;
   std::string prompt_text;
   std::string chat;
@@ -61,13 +62,14 @@ int RunGenerate(GenerateArgs& a) {
   if (!a.batch.empty()) return RunBatchFile(model->get(), *adapters, a.batch, a.params);
   // The folder's tokenizer: needed for --prompt, used for the output text when present.
   std::unique_ptr<tokenizer::Tokenizer> tok;
-  auto has_tokenizer = RegularFileExists(a.model + "/tokenizer.json");
+  auto has_tokenizer = tokenizer::HasTokenizerFiles(a.model);
   if (!has_tokenizer.ok()) {
     std::fprintf(stderr, "error: %s\n", has_tokenizer.status().message().c_str());
     return 1;
   }
   if (!a.prompt_text.empty() || !a.chat.empty() || *has_tokenizer) {
-    auto loaded = tokenizer::Tokenizer::FromModelDir(a.model);
+    auto loaded = tokenizer::Tokenizer::FromModelDir(
+        a.model, *tokenizer::ParseTokenizerMode(a.tokenizer_mode));
     if (!loaded.ok()) {
       std::fprintf(stderr, "error: %s\n", loaded.status().message().c_str());
       return 1;
@@ -173,8 +175,12 @@ int RunGenerate(GenerateArgs& a) {
 RunFn AddGenerateCommand(CLI::App& cmd) {
   auto a = std::make_shared<GenerateArgs>();
   cmd.add_option("--model", a->model, "Hugging Face checkpoint folder")->required();
+  cmd.add_option("--tokenizer-mode", a->tokenizer_mode,
+                 "how the tokenizer is built: auto (as transformers 5's AutoTokenizer) or "
+                 "tokenizers (tokenizer.json exactly as the tokenizers library reads it)")
+      ->check(CLI::IsMember({"auto", "tokenizers"}));
   cmd.add_option("--prompt", a->prompt_text,
-                 "prompt text, encoded with the folder's tokenizer.json (special tokens added)");
+                 "prompt text, encoded with the folder's tokenizer (special tokens added)");
   cmd.add_option("--prompt-tokens", a->prompt_tokens, "prompt as token ids: 1,2,3");
   cmd.add_option("--chat", a->chat,
                  "JSON messages list rendered with the model's chat template (generation prompt added)");

@@ -72,9 +72,14 @@ int RunServe(ServeArgs& a) {
                  static_cast<double>((*model)->quantized_bytes()) / (1 << 20));
   }
   std::unique_ptr<tokenizer::Tokenizer> tok;
-  std::error_code ec;
-  if (fs::exists(fs::path(a.model) / "tokenizer.json", ec)) {
-    auto loaded = tokenizer::Tokenizer::FromModelDir(a.model);
+  auto has_tokenizer = tokenizer::HasTokenizerFiles(a.model);
+  if (!has_tokenizer.ok()) {
+    stop_listener();
+    return Fail(has_tokenizer.status().message());
+  }
+  if (*has_tokenizer) {
+    auto loaded = tokenizer::Tokenizer::FromModelDir(
+        a.model, *tokenizer::ParseTokenizerMode(a.tokenizer_mode));
     if (!loaded.ok()) {
       stop_listener();
       return Fail(loaded.status().message());

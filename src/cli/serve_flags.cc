@@ -15,6 +15,10 @@ void AddServeFlags(CLI::App& app, ServeArgs* a) {
   app.add_option("--model", a->model,
                  "Hugging Face model folder (default: the bundled demo model, models/demo, with "
                  "its adapters)");
+  app.add_option("--tokenizer-mode", a->tokenizer_mode,
+                 "how the tokenizer is built: auto (as transformers 5's AutoTokenizer) or "
+                 "tokenizers (tokenizer.json exactly as the tokenizers library reads it)")
+      ->check(CLI::IsMember({"auto", "tokenizers"}));
   app.add_option("--served-model-name", a->served_model_name,
                  "the base model's name in requests (default: the folder's name)");
   app.add_option("--lora", a->loras,

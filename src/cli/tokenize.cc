@@ -18,6 +18,7 @@ namespace {
 
 struct TokenizeArgs {
   std::string model;
+  std::string tokenizer_mode = "auto";
   std::string text;
   std::string file;
   std::string chat;
@@ -65,7 +66,8 @@ int RunTokenize(const TokenizeArgs& a) {
     }
     text = std::move(read).value();
   }
-  auto tok = tokenizer::Tokenizer::FromModelDir(a.model);
+  auto tok = tokenizer::Tokenizer::FromModelDir(
+      a.model, *tokenizer::ParseTokenizerMode(a.tokenizer_mode));
   if (!tok.ok()) {
     std::fprintf(stderr, "error: %s\n", tok.status().message().c_str());
     return 1;
@@ -101,6 +103,7 @@ int RunTokenize(const TokenizeArgs& a) {
 
 struct DetokenizeArgs {
   std::string model;
+  std::string tokenizer_mode = "auto";
   std::string ids;
   bool skip_special = false;
 };
@@ -112,7 +115,8 @@ int RunDetokenize(const DetokenizeArgs& a) {
     std::fprintf(stderr, "error: --ids: %s\n", error.c_str());
     return 2;
   }
-  auto tok = tokenizer::Tokenizer::FromModelDir(a.model);
+  auto tok = tokenizer::Tokenizer::FromModelDir(
+      a.model, *tokenizer::ParseTokenizerMode(a.tokenizer_mode));
   if (!tok.ok()) {
     std::fprintf(stderr, "error: %s\n", tok.status().message().c_str());
     return 1;
@@ -127,7 +131,11 @@ int RunDetokenize(const DetokenizeArgs& a) {
 
 RunFn AddTokenizeCommand(CLI::App& cmd) {
   auto a = std::make_shared<TokenizeArgs>();
-  cmd.add_option("--model", a->model, "model folder with tokenizer.json")->required();
+  cmd.add_option("--model", a->model, "model folder with its tokenizer files")->required();
+  cmd.add_option("--tokenizer-mode", a->tokenizer_mode,
+                 "how the tokenizer is built: auto (as transformers 5's AutoTokenizer) or "
+                 "tokenizers (tokenizer.json exactly as the tokenizers library reads it)")
+      ->check(CLI::IsMember({"auto", "tokenizers"}));
   cmd.add_option("--text", a->text, "text to encode");
   cmd.add_option("--file", a->file, "file whose contents to encode");
   cmd.add_option("--chat", a->chat, "JSON messages list rendered with the model's chat template");
@@ -142,7 +150,11 @@ RunFn AddTokenizeCommand(CLI::App& cmd) {
 
 RunFn AddDetokenizeCommand(CLI::App& cmd) {
   auto a = std::make_shared<DetokenizeArgs>();
-  cmd.add_option("--model", a->model, "model folder with tokenizer.json")->required();
+  cmd.add_option("--model", a->model, "model folder with its tokenizer files")->required();
+  cmd.add_option("--tokenizer-mode", a->tokenizer_mode,
+                 "how the tokenizer is built: auto (as transformers 5's AutoTokenizer) or "
+                 "tokenizers (tokenizer.json exactly as the tokenizers library reads it)")
+      ->check(CLI::IsMember({"auto", "tokenizers"}));
   cmd.add_option("--ids", a->ids, "token ids: 1,2,3")->required();
   cmd.add_flag("--skip-special-tokens", a->skip_special, "drop special tokens from the text");
   return [a] { return RunDetokenize(*a); };

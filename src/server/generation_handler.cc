@@ -84,7 +84,9 @@ bool Tokenize(const ServerContext& ctx, const OpenAiRequest& r,
               std::vector<std::vector<int32_t>>* prompts, ApiError* error) {
   auto encode = [&](const std::string& text, const char* field) -> bool {
     if (ctx.tokenizer == nullptr) {
-      *error = BadRequest(field, "the model folder has no tokenizer.json; send token ids");
+      *error = BadRequest(field,
+                          "the model folder has no tokenizer (tokenizer.json, tokenizer.model or "
+                          "vocab.json + merges.txt); send token ids");
       return false;
     }
     auto ids = ctx.tokenizer->Encode(text, r.add_special_tokens);

@@ -57,7 +57,7 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const json& j) {
   const std::string type = j.value("type", std::string(j.contains("merges") ? "BPE" : ""));
   if (type != "BPE") {
     return InvalidArgument("model type '" + type +
-                           "' is not supported by loom (supported: BPE)");
+                           "' is not supported by loom (supported: BPE, Unigram)");
   }
   if (j.contains("dropout") && j["dropout"].is_number() && j["dropout"].get<double>() != 0.0) {
     return InvalidArgument("model BPE: dropout " + j["dropout"].dump() +

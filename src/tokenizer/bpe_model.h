@@ -13,6 +13,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "base/status.h"
+#include "tokenizer/model.h"
 
 namespace loom::tokenizer {
 
@@ -33,20 +34,20 @@ template <typename V>
 using StringMap = std::unordered_map<std::string, V, StringHash, std::equal_to<>>;
 
 // Thread-safe: the tables are immutable after load; the per-word cache has its own mutex.
-class BpeModel {
+class BpeModel : public Model {
  public:
   // `j` is the "model" value of tokenizer.json.
   static StatusOr<std::unique_ptr<BpeModel>> FromJson(const nlohmann::json& j);
 
   // Appends the ids of one pre-tokenized word (same as HF BPE::tokenize).
-  Status Tokenize(std::string_view word, std::vector<int32_t>* ids) const;
+  Status Tokenize(std::string_view word, std::vector<int32_t>* ids) const override;
 
   // -1 when absent.
-  int32_t TokenToId(std::string_view token) const;
+  int32_t TokenToId(std::string_view token) const override;
   // Null when the id has no token.
-  const std::string* IdToToken(int32_t id) const;
+  const std::string* IdToToken(int32_t id) const override;
   // One past the largest id.
-  int32_t id_limit() const { return static_cast<int32_t>(id_to_token_.size()); }
+  int32_t id_limit() const override { return static_cast<int32_t>(id_to_token_.size()); }
 
  private:
   struct MergeValue {

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "tokenizer/precompiled.h"
 #include "tokenizer/regex.h"
 #include "tokenizer/unicode.h"
 
@@ -69,6 +70,16 @@ class StripNormalizer final : public Normalizer {
     *text = s.substr(begin, end - begin);
     return OkStatus();
   }
+  Status NormalizeTracked(std::string* text, size_t max_bytes, bool* dropped_start) const override {
+    size_t lead = 0;  // whitespace bytes at the start
+    while (left_ && lead < text->size()) {
+      size_t next = lead;
+      if (!IsWhitespace(NextCodePoint(*text, &next))) break;
+      lead = next;
+    }
+    if (lead > 0 && lead < text->size()) *dropped_start = true;
+    return Normalize(text, max_bytes);
+  }
 
  private:
   bool left_, right_;
@@ -101,6 +112,18 @@ class ReplaceNormalizer final : public Normalizer {
     *text = std::move(r).value();
     return OkStatus();
   }
+  Status NormalizeTracked(std::string* text, size_t max_bytes, bool* dropped_start) const override {
+    if (content_.empty() && !text->empty()) {
+      std::vector<std::pair<size_t, size_t>> matches;
+      Status st = pattern_.FindAll(*text, &matches);
+      if (!st.ok()) return Status(st.code(), "normalizer Replace: " + st.message());
+      if (!matches.empty() && matches[0].first == 0 && matches[0].second > 0 &&
+          matches[0].second < text->size()) {
+        *dropped_start = true;
+      }
+    }
+    return Normalize(text, max_bytes);
+  }
 
  private:
   Pattern pattern_;
@@ -120,6 +143,19 @@ class ByteLevelNormalizer final : public Normalizer {
   }
 };
 
+// Same as HF Precompiled (SentencePiece's precompiled_charsmap).
+class PrecompiledNormalizer final : public Normalizer {
+ public:
+  explicit PrecompiledNormalizer(PrecompiledCharsmap map) : map_(std::move(map)) {}
+  Status Normalize(std::string* text, size_t max_bytes) const override {
+    ASSIGN_OR_RETURN(*text, map_.Apply(*text, max_bytes));
+    return OkStatus();
+  }
+
+ private:
+  PrecompiledCharsmap map_;
+};
+
 class SequenceNormalizer final : public Normalizer {
  public:
   explicit SequenceNormalizer(std::vector<std::unique_ptr<Normalizer>> parts)
@@ -127,6 +163,12 @@ class SequenceNormalizer final : public Normalizer {
   Status Normalize(std::string* text, size_t max_bytes) const override {
     // One bound for the whole chain (relative to the original input), so growth cannot compound.
     for (const auto& p : parts_) RETURN_IF_ERROR(p->Normalize(text, max_bytes));
+    return OkStatus();
+  }
+  Status NormalizeTracked(std::string* text, size_t max_bytes, bool* dropped_start) const override {
+    for (const auto& p : parts_) {
+      RETURN_IF_ERROR(p->NormalizeTracked(text, max_bytes, dropped_start));
+    }
     return OkStatus();
   }
 
@@ -170,6 +212,17 @@ StatusOr<std::unique_ptr<Normalizer>> ParseNormalizer(const json& j) {
     ASSIGN_OR_RETURN(Pattern p, Pattern::FromJson(j["pattern"], "normalizer Replace"));
     return std::unique_ptr<Normalizer>(
         new ReplaceNormalizer(std::move(p), j["content"].get<std::string>()));
+  }
+  if (type == "Precompiled") {
+    auto it = j.find("precompiled_charsmap");
+    if (it == j.end() || !it->is_string()) {
+      return InvalidArgument("normalizer Precompiled: missing string \"precompiled_charsmap\"");
+    }
+    ASSIGN_OR_RETURN(std::string bytes,
+                     DecodeBase64(it->get<std::string>(), "normalizer Precompiled"));
+    ASSIGN_OR_RETURN(PrecompiledCharsmap map,
+                     PrecompiledCharsmap::Parse(bytes, "normalizer Precompiled"));
+    return std::unique_ptr<Normalizer>(new PrecompiledNormalizer(std::move(map)));
   }
   if (type == "Sequence") {
     if (!j.contains("normalizers") || !j["normalizers"].is_array()) {

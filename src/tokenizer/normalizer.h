@@ -1,4 +1,5 @@
 // tokenizer.json normalizers: NFC/NFD/NFKC/NFKD, Lowercase, Strip, Prepend, Replace, ByteLevel,
+// Precompiled (SentencePiece charsmaps),
 // Sequence. Any other type is rejected by name.
 #pragma once
 
@@ -31,6 +32,13 @@ class Normalizer {
   // kResourceExhausted naming the normalizer when its output would exceed `max_bytes` (see
   // NormalizedLimit), or when its regex gives up.
   virtual Status Normalize(std::string* text, size_t max_bytes) const = 0;
+  // Normalize, also saying whether it removed the text's first characters outright (HF's
+  // alignments then start past offset 0 of the input, so Metaspace's prepend_scheme "first"
+  // does not prepend: "\A +" → "" before Metaspace). *dropped_start is only ever set to true.
+  virtual Status NormalizeTracked(std::string* text, size_t max_bytes, bool* dropped_start) const {
+    (void)dropped_start;
+    return Normalize(text, max_bytes);
+  }
 };
 
 // `j` is the "normalizer" value of tokenizer.json; null gives a null pointer (no normalizer).

@@ -1,5 +1,6 @@
 // Tokenizer: tokenizer.json parsing and the encode / decode pipeline of HF tokenizers
-// (added tokens → normalizer → added tokens on normalized text → pre-tokenizer → BPE → post).
+// (added tokens → normalizer → added tokens on normalized text → pre-tokenizer → model → post),
+// and the model-folder loading of every tokenizer form (convert.h for the slow-tokenizer files).
 #include "tokenizer/tokenizer.h"
 
 #include <charconv>
@@ -10,7 +11,9 @@
 
 #include "base/file.h"
 #include "base/no_throw.h"
+#include "tokenizer/convert.h"
 #include "tokenizer/json_limits.h"
+#include "tokenizer/sentencepiece_model.h"
 #include "tokenizer/unicode.h"
 
 namespace loom::tokenizer {
@@ -100,87 +103,161 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view text) 
   });
 }
 
-namespace {
 
-// tokenizer_config.json's added_tokens_decoder: {"<id>": {AddedToken}, ...} as a list of
-// tokens. Keys are decimal ids (transformers calls int() on them).
-StatusOr<json> ConfigAddedTokens(const json& config, const std::string& config_path) {
-  json extra = json::array();
-  if (!config.is_object() || !config.contains("added_tokens_decoder")) return extra;
-  const json& decoder = config["added_tokens_decoder"];
-  if (!decoder.is_object()) return extra;
-  for (const auto& [key, token] : decoder.items()) {
-    int64_t id = 0;
-    const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
-    if (key.empty() || ec != std::errc() || end != key.data() + key.size() || id < 0 ||
-        id > kMaxTokenId) {
-      return InvalidArgument(config_path + ": added_tokens_decoder key '" + key +
-                             "' is not a token id (a decimal integer in [0, " +
-                             std::to_string(kMaxTokenId) + "])");
-    }
-    if (!token.is_object()) {
-      return InvalidArgument(config_path + ": added_tokens_decoder['" + key +
-                             "'] must be an object");
-    }
-    json t = token;
-    t["id"] = id;
-    extra.push_back(std::move(t));
+StatusOr<bool> HasTokenizerFiles(const std::string& dir) {
+  for (const char* name : {"tokenizer.json", "tokenizer.model", "vocab.json", "merges.txt"}) {
+    ASSIGN_OR_RETURN(const bool has, RegularFileExists((std::filesystem::path(dir) / name).string()));
+    if (has) return true;
   }
-  return extra;
+  return false;
 }
 
-}  // namespace
+StatusOr<TokenizerMode> ParseTokenizerMode(std::string_view name) {
+  if (name == "auto") return TokenizerMode::kAuto;
+  if (name == "tokenizers") return TokenizerMode::kTokenizers;
+  return InvalidArgument("--tokenizer-mode '" + std::string(name) +
+                         "' is not a mode (auto: as transformers 5's AutoTokenizer; "
+                         "tokenizers: tokenizer.json as the tokenizers library reads it)");
+}
 
-StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromModelDir(const std::string& dir) {
+StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromModelDir(const std::string& dir,
+                                                             TokenizerMode mode) {
   return NoThrow(dir, [&]() -> StatusOr<std::unique_ptr<Tokenizer>> {
     namespace fs = std::filesystem;
-    const std::string path = (fs::path(dir) / "tokenizer.json").string();
-    // Absent → NotFound; a loop, FIFO or folder in its place → an error naming it.
-    ASSIGN_OR_RETURN(const bool has_tokenizer, RegularFileExists(path));
-    if (!has_tokenizer) {
-      return NotFound(dir + " has no tokenizer.json (loom reads the tokenizers-library format; "
-                      "a folder with only vocab.json + merges.txt or tokenizer.model needs "
-                      "converting)");
-    }
-    ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
-    const std::string config_path = (fs::path(dir) / "tokenizer_config.json").string();
+    auto in_dir = [&](const char* name) { return (fs::path(dir) / name).string(); };
+    const std::string path = in_dir("tokenizer.json");
+    const std::string config_path = in_dir("tokenizer_config.json");
     std::optional<std::string> config_text;
     ASSIGN_OR_RETURN(const bool has_config, RegularFileExists(config_path));
     if (has_config) {
       ASSIGN_OR_RETURN(config_text, ReadTextFile(config_path));
     }
-    return FromTexts(text, path, config_text, config_path);
+    // Absent → convert the slow-tokenizer files; a loop, FIFO or folder in its place → an error
+    // naming it.
+    ASSIGN_OR_RETURN(const bool has_tokenizer, RegularFileExists(path));
+    if (has_tokenizer) {
+      ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+      return FromTexts(text, path, config_text, config_path, mode);
+    }
+    json config;
+    if (config_text) {
+      ASSIGN_OR_RETURN(config, ParseJsonText(*config_text, config_path));
+    }
+    const std::string model_path = in_dir("tokenizer.model");
+    const std::string vocab_path = in_dir("vocab.json"), merges_path = in_dir("merges.txt");
+    ASSIGN_OR_RETURN(const bool has_model, RegularFileExists(model_path));
+    ASSIGN_OR_RETURN(const bool has_vocab, RegularFileExists(vocab_path));
+    ASSIGN_OR_RETURN(const bool has_merges, RegularFileExists(merges_path));
+    const std::string cls = TokenizerClass(config);
+    Converted converted;
+    if (ReadsVocabMerges(cls) || (!has_model && (has_vocab || has_merges))) {
+      if (!has_vocab || !has_merges) {
+        return NotFound(dir + " has no tokenizer.json and no " +
+                        (has_vocab ? "merges.txt" : "vocab.json") +
+                        " (a byte-level BPE tokenizer" +
+                        (cls.empty() ? std::string() : " (" + cls + ")") +
+                        " needs vocab.json and merges.txt)");
+      }
+      ASSIGN_OR_RETURN(std::string vocab, ReadFileBounded(vocab_path, kMaxRequestFileBytes));
+      ASSIGN_OR_RETURN(std::string merges, ReadFileBounded(merges_path, kMaxRequestFileBytes));
+      ASSIGN_OR_RETURN(converted, ConvertVocabMerges(vocab, merges, config, dir));
+    } else if (has_model) {
+      ASSIGN_OR_RETURN(std::string bytes, ReadFileBounded(model_path, kMaxRequestFileBytes));
+      ASSIGN_OR_RETURN(SpModel sp, ParseSentencePieceModel(bytes, model_path));
+      ASSIGN_OR_RETURN(converted, ConvertSentencePiece(sp, config, model_path));
+    } else {
+      return NotFound(dir + " has no tokenizer.json, tokenizer.model, or vocab.json + merges.txt "
+                      "(loom builds the tokenizer from one of them)");
+    }
+    const std::string what =
+        dir + " (converted from " +
+        (has_model && !ReadsVocabMerges(cls) ? "tokenizer.model" : "vocab.json + merges.txt") + ")";
+    return FromConverted(std::move(converted), std::move(config), what);
+  });
+}
+
+StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromConverted(Converted converted, json config,
+                                                               const std::string& what) {
+  auto built = Build(converted.tokenizer, converted.added);
+  if (!built.ok()) return Status(built.status().code(), what + ": " + built.status().message());
+  std::unique_ptr<Tokenizer> t = std::move(built).value();
+  if (converted.add_bos || converted.add_eos) {
+    const int32_t bos = converted.add_bos ? t->TokenToId(converted.bos_token) : -1;
+    const int32_t eos = converted.add_eos ? t->TokenToId(converted.eos_token) : -1;
+    if ((converted.add_bos && bos < 0) || (converted.add_eos && eos < 0)) {
+      return InvalidArgument(what + ": add_bos_token / add_eos_token name a token ('" +
+                             (bos < 0 ? converted.bos_token : converted.eos_token) +
+                             "') the vocab lacks");
+    }
+    t->post_processor_ = MakeBosEosPostProcessor(bos, eos);
+  }
+  t->SetConfig(std::move(config));
+  return t;
+}
+
+StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromSentencePiece(
+    std::string_view model_bytes, std::optional<std::string_view> tokenizer_config_json) {
+  return NoThrow("tokenizer.model", [&]() -> StatusOr<std::unique_ptr<Tokenizer>> {
+    json config;
+    if (tokenizer_config_json) {
+      ASSIGN_OR_RETURN(config, ParseJsonText(*tokenizer_config_json, "tokenizer_config.json"));
+    }
+    ASSIGN_OR_RETURN(SpModel sp, ParseSentencePieceModel(model_bytes, "tokenizer.model"));
+    ASSIGN_OR_RETURN(Converted c, ConvertSentencePiece(sp, config, "tokenizer.model"));
+    return FromConverted(std::move(c), std::move(config), "tokenizer.model");
+  });
+}
+
+StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromVocabMerges(
+    std::string_view vocab_json, std::string_view merges_txt,
+    std::optional<std::string_view> tokenizer_config_json) {
+  return NoThrow("vocab.json", [&]() -> StatusOr<std::unique_ptr<Tokenizer>> {
+    json config;
+    if (tokenizer_config_json) {
+      ASSIGN_OR_RETURN(config, ParseJsonText(*tokenizer_config_json, "tokenizer_config.json"));
+    }
+    ASSIGN_OR_RETURN(Converted c, ConvertVocabMerges(vocab_json, merges_txt, config, "."));
+    return FromConverted(std::move(c), std::move(config), "vocab.json + merges.txt");
   });
 }
 
 StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJsonTexts(
-    std::string_view tokenizer_json, std::optional<std::string_view> tokenizer_config_json) {
+    std::string_view tokenizer_json, std::optional<std::string_view> tokenizer_config_json,
+    TokenizerMode mode) {
   return NoThrow("tokenizer.json", [&]() -> StatusOr<std::unique_ptr<Tokenizer>> {
     return FromTexts(tokenizer_json, "tokenizer.json", tokenizer_config_json,
-                     "tokenizer_config.json");
+                     "tokenizer_config.json", mode);
   });
 }
 
 StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromTexts(
     std::string_view text, const std::string& path, std::optional<std::string_view> config_text,
-    const std::string& config_path) {
+    const std::string& config_path, TokenizerMode mode) {
   ASSIGN_OR_RETURN(json j, ParseJsonText(text, path));
   json config;
   if (config_text) {
     ASSIGN_OR_RETURN(config, ParseJsonText(*config_text, config_path));
   }
-  UseTransformersPipeline(config, &j);
-  ASSIGN_OR_RETURN(json extra, ConfigAddedTokens(config, config_path));
+  // The tokenizers library reads tokenizer.json alone; transformers 5 rebuilds some pipelines
+  // and adds tokenizer_config.json's added tokens.
+  json extra = json::array();
+  if (mode == TokenizerMode::kAuto) {
+    UseTransformersPipeline(config, &j);
+    ASSIGN_OR_RETURN(extra, ConfigAddedTokens(config, config_path));
+  }
   auto built = Build(j, extra);
   if (!built.ok()) return Status(built.status().code(), path + ": " + built.status().message());
   std::unique_ptr<Tokenizer> t = std::move(built).value();
-  TokenizerConfig& c = t->config_;
-  c.raw = std::move(config);
-  if (c.raw.is_object()) {
-    c.bos_token = TokenString(c.raw, "bos_token");
-    c.eos_token = TokenString(c.raw, "eos_token");
-  }
+  t->SetConfig(std::move(config));
   return t;
+}
+
+void Tokenizer::SetConfig(json config) {
+  config_.raw = std::move(config);
+  if (config_.raw.is_object()) {
+    config_.bos_token = TokenString(config_.raw, "bos_token");
+    config_.eos_token = TokenString(config_.raw, "eos_token");
+  }
 }
 
 StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Build(const json& j, const json& extra_added) {
@@ -193,7 +270,7 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Build(const json& j, const json&
       auto it = j.find(key);
       return it == j.end() ? null : *it;
     };
-    ASSIGN_OR_RETURN(t->model_, BpeModel::FromJson(j["model"]));
+    ASSIGN_OR_RETURN(t->model_, ParseModel(j["model"]));
     ASSIGN_OR_RETURN(t->normalizer_, ParseNormalizer(field("normalizer")));
     ASSIGN_OR_RETURN(t->pre_tokenizer_, ParsePreTokenizer(field("pre_tokenizer")));
     ASSIGN_OR_RETURN(t->post_processor_, ParsePostProcessor(field("post_processor")));
@@ -326,7 +403,10 @@ StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text,
       normalized.assign(text.substr(seg.begin, seg.end - seg.begin));
       // Normalizing and pre-tokenizing may grow a piece by a bounded factor (NormalizedLimit).
       const size_t max_bytes = NormalizedLimit(normalized.size());
-      if (normalizer_) RETURN_IF_ERROR(normalizer_->Normalize(&normalized, max_bytes));
+      bool dropped_start = false;  // the normalizer removed the segment's first characters
+      if (normalizer_) {
+        RETURN_IF_ERROR(normalizer_->NormalizeTracked(&normalized, max_bytes, &dropped_start));
+      }
       if (normalized.empty()) continue;
       inner.clear();
       normalized_matcher_->Split(normalized, &inner);
@@ -334,7 +414,7 @@ StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text,
         if (s.id >= 0) {
           ids.push_back(s.id);
         } else if (s.end > s.begin) {
-          const bool at_start = seg.begin == 0 && s.begin == 0;
+          const bool at_start = seg.begin == 0 && s.begin == 0 && !dropped_start;
           RETURN_IF_ERROR(
               EncodePiece(std::string_view(normalized).substr(s.begin, s.end - s.begin), at_start,
                           max_bytes, &scratch, &ids));

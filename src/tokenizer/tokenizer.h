@@ -1,5 +1,5 @@
-// Tokenizer: loads a model folder's tokenizer.json (+ tokenizer_config.json) and encodes /
-// decodes exactly as the HF tokenizers library does.
+// Tokenizer: loads a model folder's tokenizer.json (+ tokenizer_config.json), or its
+// vocab.json + merges.txt / tokenizer.model, and encodes / decodes exactly as HF does.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +16,8 @@
 #include "base/status.h"
 #include "tokenizer/added_vocabulary.h"
 #include "tokenizer/bpe_model.h"
+#include "tokenizer/convert.h"
+#include "tokenizer/model.h"
 #include "tokenizer/decoder.h"
 #include "tokenizer/normalizer.h"
 #include "tokenizer/post_processor.h"
@@ -31,6 +33,19 @@ struct TokenizerConfig {
   nlohmann::json raw;  // the whole tokenizer_config.json (null when the file is absent)
 };
 
+// How a model folder's tokenizer is built. kAuto: as transformers 5's AutoTokenizer (the
+// default: its pipeline rebuilds and tokenizer_config.json's added tokens). kTokenizers:
+// tokenizer.json exactly as the HF tokenizers library reads it (Tokenizer.from_file), what
+// transformers 4 and adapters trained with it saw. Folders without tokenizer.json are converted
+// as transformers 5 converts them in both modes.
+enum class TokenizerMode { kAuto, kTokenizers };
+// "auto" / "tokenizers" (the --tokenizer-mode flag).
+StatusOr<TokenizerMode> ParseTokenizerMode(std::string_view name);
+
+// Whether `dir` holds files a tokenizer can be built from: tokenizer.json, tokenizer.model, or
+// vocab.json / merges.txt (errors: a loop, FIFO or folder in a file's place).
+StatusOr<bool> HasTokenizerFiles(const std::string& dir);
+
 // Longest text Encode accepts (positions inside the BPE merge loop are 32-bit); memory stays
 // linear in the text below it.
 inline constexpr size_t kMaxEncodeBytes = size_t{1} << 30;
@@ -43,16 +58,30 @@ class Tokenizer {
   // in the file are ignored, as transformers ignores them.
   static StatusOr<std::unique_ptr<Tokenizer>> FromFile(const std::string& path);
   static StatusOr<std::unique_ptr<Tokenizer>> FromJson(std::string_view text);
-  // A model folder, encoding as transformers' AutoTokenizer does: DIR/tokenizer.json plus
-  // tokenizer_config.json's added_tokens_decoder entries missing from tokenizer.json
+  // A model folder, encoding as transformers' AutoTokenizer does (kAuto): DIR/tokenizer.json
+  // plus tokenizer_config.json's added_tokens_decoder entries missing from tokenizer.json
   // (transformers adds them), bos/eos, and for LlamaTokenizer with legacy=false the pipeline
   // transformers 5 builds (Metaspace "first" instead of the Prepend normalizer).
   // add_bos_token / add_eos_token are not applied: transformers 5 keeps tokenizer.json's
   // post-processor for them too (checked with LlamaTokenizer and TokenizersBackend).
-  static StatusOr<std::unique_ptr<Tokenizer>> FromModelDir(const std::string& dir);
+  // Without tokenizer.json: vocab.json + merges.txt (GPT2Tokenizer, Qwen2Tokenizer) or a
+  // SentencePiece tokenizer.model (LlamaTokenizer, GemmaTokenizer, T5Tokenizer, TokenizersBackend)
+  // converted as transformers 5 converts them (tokenizer/convert.h), add_bos_token / add_eos_token
+  // applied; a folder with none of them is kNotFound naming what is missing.
+  static StatusOr<std::unique_ptr<Tokenizer>> FromModelDir(
+      const std::string& dir, TokenizerMode mode = TokenizerMode::kAuto);
   // FromModelDir on texts already read: tokenizer.json and, when given, tokenizer_config.json.
   static StatusOr<std::unique_ptr<Tokenizer>> FromJsonTexts(
-      std::string_view tokenizer_json, std::optional<std::string_view> tokenizer_config_json);
+      std::string_view tokenizer_json, std::optional<std::string_view> tokenizer_config_json,
+      TokenizerMode mode = TokenizerMode::kAuto);
+
+  // The conversions of FromModelDir on files already read: a SentencePiece tokenizer.model, or
+  // vocab.json + merges.txt, with tokenizer_config.json when given.
+  static StatusOr<std::unique_ptr<Tokenizer>> FromSentencePiece(
+      std::string_view model_bytes, std::optional<std::string_view> tokenizer_config_json);
+  static StatusOr<std::unique_ptr<Tokenizer>> FromVocabMerges(
+      std::string_view vocab_json, std::string_view merges_txt,
+      std::optional<std::string_view> tokenizer_config_json);
 
   // `text` must be valid UTF-8 (and at most kMaxEncodeBytes). add_special_tokens runs the
   // post-processor (e.g. adds BOS). Errors: a normalizer or pre-tokenizer output past its growth
@@ -75,7 +104,13 @@ class Tokenizer {
   Tokenizer() = default;
   static StatusOr<std::unique_ptr<Tokenizer>> FromTexts(
       std::string_view text, const std::string& path,
-      std::optional<std::string_view> config_text, const std::string& config_path);
+      std::optional<std::string_view> config_text, const std::string& config_path,
+      TokenizerMode mode);
+  void SetConfig(nlohmann::json config);
+  // Builds a converted folder (tokenizer/convert.h); `what` names the source in errors.
+  static StatusOr<std::unique_ptr<Tokenizer>> FromConverted(Converted converted,
+                                                            nlohmann::json config,
+                                                            const std::string& what);
   static StatusOr<std::unique_ptr<Tokenizer>> Build(const nlohmann::json& j,
                                                     const nlohmann::json& extra_added);
   Status AddTokens(const nlohmann::json& list, bool from_config);
@@ -83,7 +118,7 @@ class Tokenizer {
   Status EncodePiece(std::string_view text, bool at_start, size_t max_bytes,
                      std::vector<PreToken>* scratch, std::vector<int32_t>* ids) const;
 
-  std::unique_ptr<BpeModel> model_;
+  std::unique_ptr<Model> model_;
   std::unique_ptr<Normalizer> normalizer_;
   std::unique_ptr<PreTokenizer> pre_tokenizer_;
   std::unique_ptr<PostProcessor> post_processor_;

@@ -233,7 +233,6 @@ TEST(TokenizerLoad, TinyByteLevelWorks) {
 TEST(TokenizerLoad, UnsupportedComponentsAreNamed) {
   const std::pair<const char*, json> cases[] = {
       {"normalizer", {{"type", "BertNormalizer"}}},
-      {"normalizer", {{"type", "Precompiled"}, {"precompiled_charsmap", ""}}},
       {"normalizer", {{"type", "StripAccents"}}},
       {"normalizer", {{"type", "Nmt"}}},
       {"pre_tokenizer", {{"type", "BertPreTokenizer"}}},
@@ -243,7 +242,6 @@ TEST(TokenizerLoad, UnsupportedComponentsAreNamed) {
       {"decoder", {{"type", "WordPiece"}}},
       {"decoder", {{"type", "CTC"}}},
       {"model", {{"type", "WordPiece"}, {"vocab", json::object()}}},
-      {"model", {{"type", "Unigram"}, {"vocab", json::array()}}},
       {"model", {{"type", "WordLevel"}, {"vocab", json::object()}}},
   };
   for (const auto& [field, value] : cases) {

@@ -19,8 +19,15 @@ It also builds tests/fixtures/tokenizers/Qwen2.5-0.5B-Instruct/tokenizer.json fr
 shared vocab.json + merges.txt + tokenizer_config.json with transformers (Qwen2Tokenizer),
 which is how the qwen2 llama.cpp vectors get a tokenizer to check against.
 
-Usage: python tools/ref/make_tokenizer_vectors.py [--copy]
+Folders without tokenizer.json (tests/fixtures/tokenizers/slow/<name>/: vocab.json + merges.txt
+or a SentencePiece tokenizer.model, copied from the shared fixtures or trained here with
+sentencepiece) get tests/fixtures/tokenizer_vectors/slow/<name>.json: the same fields, all from
+transformers' AutoTokenizer (ids / ids_special: encode(text, add_special_tokens=False / True);
+decoded*: its backend tokenizer's decode), which is what loom's conversion must reproduce.
+
+Usage: python tools/ref/make_tokenizer_vectors.py [--copy] [--slow]
   --copy  first copy the tokenizer folders from ../shared/fixtures/tokenizers/
+  --slow  first (re)build the slow folders (copies + sentencepiece training)
 """
 import argparse
 import json
@@ -58,6 +65,9 @@ TOKENIZERS["torchtune-test-assets"] = "torchtune-test-assets/tokenizer.json"
 TOKENIZERS["torchtune-tiny-bpe"] = "torchtune-test-assets/tiny_bpe_tokenizer.json"
 TOKENIZERS["torchtune-gemma-cropped"] = "torchtune-test-assets/tokenizer_gemma_cropped.json"
 TOKENIZERS["Qwen2.5-0.5B-Instruct"] = "Qwen2.5-0.5B-Instruct/tokenizer.json"
+# A Unigram tokenizer.json: transformers' conversion of slow/spm-unigram, saved (build_slow).
+TOKENIZERS["spm-unigram-json"] = "spm-unigram-json/tokenizer.json"
+TOKENIZERS["spm-unigram-nfkc-json"] = "spm-unigram-nfkc-json/tokenizer.json"
 
 CORPUS = [
     "", " ", "  ", "   ", "\t", "\n", "\n\n", "\t\n", " \n \n ", "\r\n", "a", "Hello world",
@@ -127,6 +137,123 @@ def copy_folders():
     build_qwen()
 
 
+SLOW_DIR = os.path.join(FIXTURES, "slow")
+SLOW_OUT = os.path.join(OUT, "slow")
+# name → (shared folder to copy files from or None, files, tokenizer_config.json or None to copy).
+SLOW_COPIED = {
+    "Qwen2.5-0.5B-Instruct": ("Qwen2.5-0.5B-Instruct", ["vocab.json", "merges.txt", "tokenizer_config.json"]),
+    "gpt2": ("gpt2", ["vocab.json", "merges.txt", "tokenizer_config.json"]),
+    "TinyLlama-1.1B-Chat-v1.0": ("TinyLlama-1.1B-Chat-v1.0", ["tokenizer.model", "tokenizer_config.json"]),
+}
+# Trained SentencePiece models (600 pieces, identity normalization, byte fallback, a user-defined
+# and a control piece) with the tokenizer_config.json each folder gets.
+SLOW_TRAINED = {
+    "spm-unigram": ("unigram", {"tokenizer_class": "PreTrainedTokenizerFast"}),
+    "spm-unigram-first": ("unigram", {"tokenizer_class": "TokenizersBackend", "legacy": False,
+                                      "add_bos_token": True, "add_eos_token": True}),
+    "spm-bpe": ("bpe", {"tokenizer_class": "TokenizersBackend", "add_bos_token": True}),
+    "spm-bpe-gemma": ("bpe", {"tokenizer_class": "GemmaTokenizer", "add_bos_token": True,
+                              "bos_token": "<s>", "eos_token": "</s>"}),
+    "spm-bpe-llama-legacy": ("bpe", {
+        "tokenizer_class": "LlamaTokenizerFast", "legacy": True, "add_bos_token": True,
+        "add_eos_token": True,
+        "added_tokens_decoder": {"600": {"content": "<|user|>", "lstrip": False, "normalized": False,
+                                         "rstrip": True, "single_word": False, "special": True}}}),
+    "spm-bpe-llama-noprefix": ("bpe", {"tokenizer_class": "LlamaTokenizer", "legacy": False,
+                                       "add_prefix_space": False}),
+    # Real configs (a string: copy that shared folder's tokenizer_config.json) on the tiny models.
+    "spm-bpe-llama2-config": ("bpe", "Llama-2-7b"),
+    "spm-bpe-gemma-it-config": ("bpe", "gemma-2b-it"),
+    "spm-unigram-raw": ("unigram-raw", {"tokenizer_class": "TokenizersBackend", "add_eos_token": True}),
+    # nmt_nfkc: a precompiled_charsmap normalizer (T5-style).
+    "spm-unigram-nfkc": ("unigram-nfkc", {"tokenizer_class": "TokenizersBackend", "legacy": False}),
+    # T5-style ids (pad 0, eos 1, unk 2, no bos) with T5Tokenizer and 5 sentinels.
+    "spm-unigram-t5": ("unigram-t5", {"tokenizer_class": "T5Tokenizer", "extra_ids": 5}),
+    # None: no tokenizer_config.json, only a config.json of model_type llama (TokenizersBackend).
+    "spm-bpe-no-tokenizer-config": ("bpe", None),
+}
+
+
+def train_spm(kind):
+    import io
+    import sentencepiece as spm
+    import transformers
+    src = os.path.join(os.path.dirname(transformers.__file__), "tokenization_utils_base.py")
+    with open(src, encoding="utf-8") as fh:
+        lines = [l for l in fh.read().splitlines() if l.strip()]
+    lines += ["Ünïcödé ñ çå ß Æ 日本語のテキストです。 Русский текст", "emoji 😀 🦙 ｆｕｌｌ",
+              "1234567890 3.14159"] * 20
+    out = io.BytesIO()
+    raw = kind.endswith("-raw")  # no dummy prefix, extra whitespace kept
+    rule = "nmt_nfkc" if kind.endswith("-nfkc") else "identity"
+    ids = dict(pad_id=0, eos_id=1, unk_id=2, bos_id=-1) if kind.endswith("-t5") else {}
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_writer=out, vocab_size=600,
+        model_type=kind.split("-")[0], add_dummy_prefix=not raw, remove_extra_whitespaces=not raw,
+        normalization_rule_name=rule, byte_fallback=True,
+        user_defined_symbols=["<tool>", "@@"], control_symbols=["<ctrl>"],
+        num_threads=1, minloglevel=2, shuffle_input_sentence=False, **ids)
+    return out.getvalue()
+
+
+def build_slow():
+    for name, (folder, files) in SLOW_COPIED.items():
+        dst = os.path.join(SLOW_DIR, name)
+        os.makedirs(dst, exist_ok=True)
+        for f in files:
+            shutil.copy(os.path.join(SHARED, folder, f), os.path.join(dst, f))
+            os.chmod(os.path.join(dst, f), 0o644)
+    models = {}
+    for name, (model_type, config) in SLOW_TRAINED.items():
+        if model_type not in models:
+            models[model_type] = train_spm(model_type)
+        dst = os.path.join(SLOW_DIR, name)
+        os.makedirs(dst, exist_ok=True)
+        with open(os.path.join(dst, "tokenizer.model"), "wb") as fh:
+            fh.write(models[model_type])
+        if config is None:
+            with open(os.path.join(dst, "config.json"), "w", encoding="utf-8") as fh:
+                fh.write('{"model_type": "llama"}\n')
+            continue
+        if isinstance(config, str):
+            shutil.copy(os.path.join(SHARED, config, "tokenizer_config.json"),
+                        os.path.join(dst, "tokenizer_config.json"))
+            os.chmod(os.path.join(dst, "tokenizer_config.json"), 0o644)
+            continue
+        with open(os.path.join(dst, "tokenizer_config.json"), "w", encoding="utf-8") as fh:
+            json.dump(config, fh, indent=2)
+            fh.write("\n")
+
+
+def save_unigram_json():
+    from transformers import AutoTokenizer
+    for name in ("spm-unigram", "spm-unigram-nfkc"):
+        dst = os.path.join(FIXTURES, f"{name}-json")
+        os.makedirs(dst, exist_ok=True)
+        t = AutoTokenizer.from_pretrained(os.path.join(SLOW_DIR, name))
+        t.backend_tokenizer.save(os.path.join(dst, "tokenizer.json"), pretty=False)
+
+
+def slow_vectors(name):
+    from transformers import AutoTokenizer
+    auto = AutoTokenizer.from_pretrained(os.path.join(SLOW_DIR, name))
+    backend = auto.backend_tokenizer
+    cases = []
+    for text in CORPUS + special_strings(backend):
+        ids_special = auto.encode(text, add_special_tokens=True)
+        cases.append({
+            "text": text, "ids": auto.encode(text, add_special_tokens=False),
+            "ids_special": ids_special,
+            "decoded": backend.decode(ids_special, skip_special_tokens=False),
+            "decoded_skip": backend.decode(ids_special, skip_special_tokens=True),
+        })
+    out = {"folder": f"slow/{name}", "class": type(auto).__name__, "cases": cases}
+    os.makedirs(SLOW_OUT, exist_ok=True)
+    with open(os.path.join(SLOW_OUT, f"{name}.json"), "w", encoding="utf-8") as fh:
+        json.dump(out, fh, ensure_ascii=False, indent=0)
+        fh.write("\n")
+
+
 def vectors(name, rel):
     tok = Tokenizer.from_file(os.path.join(FIXTURES, rel))
     tok.no_truncation()
@@ -169,9 +296,19 @@ def vectors(name, rel):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--copy", action="store_true")
+    p.add_argument("--slow", action="store_true")
+    p.add_argument("--only-slow", action="store_true", help="write the slow-folder vectors only")
     args = p.parse_args()
     if args.copy:
         copy_folders()
+    if args.slow:
+        build_slow()
+        save_unigram_json()
+    for name in sorted(list(SLOW_COPIED) + list(SLOW_TRAINED)):
+        slow_vectors(name)
+        print("wrote slow", name)
+    if args.only_slow:
+        return
     os.makedirs(OUT, exist_ok=True)
     for name in sorted(REFUSED):
         try:

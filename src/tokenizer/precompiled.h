@@ -1,0 +1,35 @@
+// SentencePiece's precompiled_charsmap (HF's "Precompiled" normalizer): a darts-clone
+// double-array trie of rewrite rules over UTF-8 bytes plus their NUL-terminated outputs, applied
+// per grapheme cluster as the tokenizers library (spm_precompiled) applies it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+
+namespace loom::tokenizer {
+
+class PrecompiledCharsmap {
+ public:
+  // Layout: u32 little-endian trie size in bytes, the trie (u32 units), the outputs (UTF-8).
+  // `what` names the source in errors.
+  static StatusOr<PrecompiledCharsmap> Parse(std::string_view bytes, const std::string& what);
+  // The rewrite of `chunk`: the output of its shortest prefix in the trie (null when none).
+  std::optional<std::string_view> Transform(std::string_view chunk) const;
+  // Normalizes valid UTF-8: each grapheme shorter than 6 bytes with a rewrite is replaced
+  // whole, else each character with a rewrite is replaced. kResourceExhausted past max_bytes.
+  StatusOr<std::string> Apply(std::string_view text, size_t max_bytes) const;
+
+ private:
+  std::vector<uint32_t> trie_;
+  std::string normalized_;
+};
+
+// Standard base64 (with or without '=' padding); errors name `what`.
+StatusOr<std::string> DecodeBase64(std::string_view text, const std::string& what);
+
+}  // namespace loom::tokenizer
