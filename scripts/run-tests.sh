@@ -31,7 +31,7 @@ if [ "$seconds" -gt 0 ]; then
   cmake --preset fuzz "${launcher[@]}" >/dev/null
   cmake --build build-fuzz -j"$jobs"
   for target in safetensors adapter_config config generation_config adapter batch sampler \
-                tokenizer chat_template; do
+                tokenizer tokenizer_model chat_template; do
     log=build-fuzz/fuzz-$target.log
     echo "fuzz: $target for ${seconds} s"
     if ! bash scripts/fuzz.sh "$target" "$seconds" >"$log" 2>&1; then

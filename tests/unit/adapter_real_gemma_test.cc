@@ -24,34 +24,6 @@ const char kGemma3_270m[] = R"({
   "torch_dtype": "bfloat16", "transformers_version": "4.55.0.dev0",
   "use_bidirectional_attention": false, "use_cache": true, "vocab_size": 262144})";
 
-// DIR/config.json and a BF16 model.safetensors whose data section is a hole (sparse file): the
-// shapes of every weight, zeros for values. LoadAdapter needs only the shapes.
-void WriteShapeOnlyBase(const std::string& dir, const std::string& config_json) {
-  fs::create_directories(dir);
-  WriteBytes(dir + "/config.json", config_json);
-  auto config = ParseModelConfig(config_json, "", dir + "/config.json");
-  ASSERT_TRUE(config.ok()) << config.status().ToString();
-  ModelWeights w;
-  nlohmann::json header = nlohmann::json::object();
-  uint64_t offset = 0;
-  for (const WeightSlot& slot : EnumerateWeights(*config, &w)) {
-    if (!slot.required) continue;  // tied lm_head
-    uint64_t n = 2;
-    for (int64_t d : slot.shape) n *= static_cast<uint64_t>(d);
-    header[slot.name] = {
-        {"dtype", "BF16"}, {"shape", slot.shape}, {"data_offsets", {offset, offset + n}}};
-    offset += n;
-  }
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');
-  std::string prefix(8, '\0');
-  for (int i = 0; i < 8; ++i)
-    prefix[static_cast<size_t>(i)] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
-  const std::string path = dir + "/model.safetensors";
-  WriteBytes(path, prefix + text);
-  fs::resize_file(path, 8 + text.size() + offset);
-}
-
 // [out, in] of each projection of gemma-3-270m: 4 heads × 256, 1 KV head × 256, hidden 640,
 // intermediate 2048.
 const std::map<std::string, std::pair<int64_t, int64_t>> kShapes = {

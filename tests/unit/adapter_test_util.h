@@ -67,6 +67,35 @@ void WriteBytes(const std::string& path, const std::string& bytes) {
   ASSERT_TRUE(out.good()) << "cannot write " << path;
 }
 
+// Writes DIR/config.json and DIR/model.safetensors: a BF16 header for every weight of the
+// config and a data section that is a hole (the file is extended, not written), so a 1B model
+// costs a few KiB of disk and Model::Load maps zeros. LoadAdapter only needs the shapes.
+void WriteShapeOnlyBase(const std::string& dir, const std::string& config_json) {
+  fs::create_directories(dir);
+  WriteBytes(dir + "/config.json", config_json);
+  auto config = ParseModelConfig(config_json, "", dir + "/config.json");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  ModelWeights w;
+  nlohmann::json header = nlohmann::json::object();
+  uint64_t offset = 0;
+  for (const WeightSlot& slot : EnumerateWeights(*config, &w)) {
+    if (!slot.required) continue;  // tied lm_head
+    uint64_t n = 2;
+    for (int64_t d : slot.shape) n *= static_cast<uint64_t>(d);
+    header[slot.name] = {
+        {"dtype", "BF16"}, {"shape", slot.shape}, {"data_offsets", {offset, offset + n}}};
+    offset += n;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::string prefix(8, '\0');
+  for (int i = 0; i < 8; ++i)
+    prefix[static_cast<size_t>(i)] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
+  const std::string path = dir + "/model.safetensors";
+  WriteBytes(path, prefix + text);
+  fs::resize_file(path, 8 + text.size() + offset);  // sparse: no data blocks are written
+}
+
 std::string ReadBytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
