@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -66,6 +67,40 @@ GoldenModel LoadGolden(const std::string& name) {
   g.prompt_logits = LoadLogits(dir + name + ".logits.safetensors", g.prompts.size());
   g.greedy_logits = LoadLogits(dir + name + ".greedy.safetensors", g.prompts.size());
   return g;
+}
+
+float ExpectGoldenMatch(const GoldenModel& golden, const GenerationResult& r, size_t p, int vocab,
+                        float tol, bool check_prompt) {
+  SCOPED_TRACE("prompt " + std::to_string(p));
+  float worst = 0;
+  if (check_prompt) {
+    const auto& ref_prompt = golden.prompt_logits[p];
+    EXPECT_EQ(r.prompt_logits.size(), ref_prompt.size());
+    if (r.prompt_logits.size() != ref_prompt.size()) return INFINITY;
+    worst = MaxAbsDiff(r.prompt_logits.data(), ref_prompt.data(), ref_prompt.size());
+    EXPECT_LE(worst, tol);
+  }
+  EXPECT_EQ(r.generated, golden.greedy[p]);
+  // Step logits are comparable only while the tokens agree.
+  const auto& ref_steps = golden.greedy_logits[p];
+  EXPECT_EQ(r.step_logits.size(), ref_steps.size());
+  if (r.step_logits.size() != ref_steps.size()) return INFINITY;
+  for (size_t s = 0; s < golden.greedy[p].size() && s < r.generated.size(); ++s) {
+    if (r.generated[s] != golden.greedy[p][s]) break;
+    const size_t off = s * static_cast<size_t>(vocab);
+    const float d = MaxAbsDiff(r.step_logits.data() + off, ref_steps.data() + off, static_cast<size_t>(vocab));
+    worst = std::max(worst, d);
+    EXPECT_LE(d, tol) << "step " << s;
+    EXPECT_EQ(r.top_logprobs[s].size(), 5u);
+    if (r.top_logprobs[s].size() != 5u) return INFINITY;
+    for (size_t k = 0; k < 5; ++k) {
+      EXPECT_EQ(r.top_logprobs[s][k].token, golden.top_logprobs[p][s][k].first)
+          << "step " << s << " rank " << k;
+      EXPECT_NEAR(r.top_logprobs[s][k].logprob, golden.top_logprobs[p][s][k].second, tol)
+          << "step " << s << " rank " << k;
+    }
+  }
+  return worst;
 }
 
 }  // namespace loom::test

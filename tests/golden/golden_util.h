@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/engine.h"
+
 namespace loom::test {
 
 struct GoldenModel {
@@ -26,5 +28,12 @@ std::vector<std::string> GoldenModelNames();
 float GoldenTolerance(const std::string& name);
 
 float MaxAbsDiff(const float* a, const float* b, size_t n);
+
+// Compares one finished greedy request (logprobs 5, prompt and step logits returned) with the
+// reference of prompt p: prompt logits (when check_prompt), greedy tokens, and — while the
+// tokens agree — step logits and top-5 log-probs, each within `tol`. Returns the largest logit
+// difference compared.
+float ExpectGoldenMatch(const GoldenModel& golden, const GenerationResult& r, size_t p, int vocab,
+                        float tol, bool check_prompt = true);
 
 }  // namespace loom::test

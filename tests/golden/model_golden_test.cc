@@ -38,27 +38,7 @@ class ModelGolden : public ::testing::TestWithParam<std::string> {
 
   // Compares one finished request with the reference for prompt p.
   void ExpectMatches(const GenerationResult& r, size_t p) {
-    SCOPED_TRACE("prompt " + std::to_string(p));
-    const auto& ref_prompt = golden_.prompt_logits[p];
-    ASSERT_EQ(r.prompt_logits.size(), ref_prompt.size());
-    EXPECT_LE(test::MaxAbsDiff(r.prompt_logits.data(), ref_prompt.data(), ref_prompt.size()), tol_);
-    EXPECT_EQ(r.generated, golden_.greedy[p]);
-    // Step logits are comparable only while the tokens agree.
-    const auto& ref_steps = golden_.greedy_logits[p];
-    ASSERT_EQ(r.step_logits.size(), ref_steps.size());
-    for (size_t s = 0; s < golden_.greedy[p].size(); ++s) {
-      if (r.generated[s] != golden_.greedy[p][s]) break;
-      const size_t off = s * static_cast<size_t>(vocab_);
-      EXPECT_LE(test::MaxAbsDiff(r.step_logits.data() + off, ref_steps.data() + off, vocab_), tol_)
-          << "step " << s;
-      ASSERT_EQ(r.top_logprobs[s].size(), 5u);
-      for (size_t k = 0; k < 5; ++k) {
-        EXPECT_EQ(r.top_logprobs[s][k].token, golden_.top_logprobs[p][s][k].first)
-            << "step " << s << " rank " << k;
-        EXPECT_NEAR(r.top_logprobs[s][k].logprob, golden_.top_logprobs[p][s][k].second, tol_)
-            << "step " << s << " rank " << k;
-      }
-    }
+    test::ExpectGoldenMatch(golden_, r, p, vocab_, tol_);
   }
 
   GoldenModel golden_;

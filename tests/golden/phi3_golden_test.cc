@@ -37,32 +37,7 @@ class Phi3Golden : public ::testing::TestWithParam<std::string> {
   }
 
   void ExpectMatches(const GenerationResult& r, size_t p, bool prompt_logits = true) {
-    SCOPED_TRACE("prompt " + std::to_string(p));
-    if (prompt_logits) {
-      const auto& ref_prompt = golden_.prompt_logits[p];
-      ASSERT_EQ(r.prompt_logits.size(), ref_prompt.size());
-      const float d =
-          test::MaxAbsDiff(r.prompt_logits.data(), ref_prompt.data(), ref_prompt.size());
-      worst_ = std::max(worst_, d);
-      EXPECT_LE(d, tol_);
-    }
-    EXPECT_EQ(r.generated, golden_.greedy[p]);
-    const auto& ref_steps = golden_.greedy_logits[p];
-    ASSERT_EQ(r.step_logits.size(), ref_steps.size());
-    for (size_t s = 0; s < golden_.greedy[p].size(); ++s) {
-      if (r.generated[s] != golden_.greedy[p][s]) break;
-      const size_t off = s * static_cast<size_t>(vocab_);
-      const float d = test::MaxAbsDiff(r.step_logits.data() + off, ref_steps.data() + off, vocab_);
-      worst_ = std::max(worst_, d);
-      EXPECT_LE(d, tol_) << "step " << s;
-      ASSERT_EQ(r.top_logprobs[s].size(), 5u);
-      for (size_t k = 0; k < 5; ++k) {
-        EXPECT_EQ(r.top_logprobs[s][k].token, golden_.top_logprobs[p][s][k].first)
-            << "step " << s << " rank " << k;
-        EXPECT_NEAR(r.top_logprobs[s][k].logprob, golden_.top_logprobs[p][s][k].second, tol_)
-            << "step " << s << " rank " << k;
-      }
-    }
+    worst_ = std::max(worst_, test::ExpectGoldenMatch(golden_, r, p, vocab_, tol_, prompt_logits));
   }
 
   test::GoldenModel golden_;
