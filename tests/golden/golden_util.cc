@@ -69,6 +69,33 @@ GoldenModel LoadGolden(const std::string& name) {
   return g;
 }
 
+std::vector<GenerationResult> RunStaggered(Model* model, const std::vector<GenerationRequest>& requests) {
+  EngineOptions options;
+  options.max_batch_tokens = 7;
+  Engine engine(model, options);
+  std::vector<int64_t> ids;
+  std::vector<GenerationResult> done;
+  for (const GenerationRequest& request : requests) {
+    auto id = engine.Add(request);
+    EXPECT_TRUE(id.ok()) << id.status().ToString();
+    if (!id.ok()) return {};
+    ids.push_back(*id);
+    for (int s = 0; s < 3; ++s) engine.Step();  // the next request arrives mid-flight
+    for (auto& r : engine.TakeFinished()) done.push_back(std::move(r));
+  }
+  for (auto& r : engine.RunToCompletion()) done.push_back(std::move(r));
+  EXPECT_EQ(done.size(), requests.size());
+  if (done.size() != requests.size()) return {};
+  std::vector<GenerationResult> ordered(requests.size());
+  for (auto& r : done) {
+    const auto it = std::find(ids.begin(), ids.end(), r.id);
+    EXPECT_NE(it, ids.end());
+    if (it == ids.end()) return {};
+    ordered[static_cast<size_t>(it - ids.begin())] = std::move(r);
+  }
+  return ordered;
+}
+
 float ExpectGoldenMatch(const GoldenModel& golden, const GenerationResult& r, size_t p, int vocab,
                         float tol, bool check_prompt) {
   SCOPED_TRACE("prompt " + std::to_string(p));

@@ -33,6 +33,11 @@ float MaxAbsDiff(const float* a, const float* b, size_t n);
 // reference of prompt p: prompt logits (when check_prompt), greedy tokens, and — while the
 // tokens agree — step logits and top-5 log-probs, each within `tol`. Returns the largest logit
 // difference compared.
+// Runs `requests` through one engine with a 7-row step budget, each arriving 3 steps after the
+// previous, so prefill chunks and decode rows of different sequences share steps. Returns the
+// results in request order (empty, with a test failure, when one is refused or missing).
+std::vector<GenerationResult> RunStaggered(Model* model, const std::vector<GenerationRequest>& requests);
+
 float ExpectGoldenMatch(const GoldenModel& golden, const GenerationResult& r, size_t p, int vocab,
                         float tol, bool check_prompt = true);
 

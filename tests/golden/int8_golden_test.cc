@@ -94,20 +94,12 @@ TEST_P(Int8Golden, BatchInvariant) {
     ASSERT_TRUE(engine.Add(Request(p)).ok());
     alone.push_back(std::move(engine.RunToCompletion()[0]));
   }
-  EngineOptions options;
-  options.max_batch_tokens = 7;
-  Engine engine(model_.get(), options);
-  std::vector<int64_t> ids;
-  std::vector<GenerationResult> mixed;
-  for (size_t p = 0; p < golden_.prompts.size(); ++p) {
-    ids.push_back(*engine.Add(Request(p)));
-    for (int s = 0; s < 3; ++s) engine.Step();
-    for (auto& r : engine.TakeFinished()) mixed.push_back(std::move(r));
-  }
-  for (auto& r : engine.RunToCompletion()) mixed.push_back(std::move(r));
+  std::vector<GenerationRequest> requests;
+  for (size_t p = 0; p < golden_.prompts.size(); ++p) requests.push_back(Request(p));
+  const auto mixed = test::RunStaggered(model_.get(), requests);
   ASSERT_EQ(mixed.size(), alone.size());
-  for (const auto& r : mixed) {
-    const size_t p = static_cast<size_t>(std::find(ids.begin(), ids.end(), r.id) - ids.begin());
+  for (size_t p = 0; p < mixed.size(); ++p) {
+    const GenerationResult& r = mixed[p];
     EXPECT_EQ(r.generated, alone[p].generated) << "prompt " << p;
     ASSERT_EQ(r.top_logprobs.size(), alone[p].top_logprobs.size());
     for (size_t s = 0; s < r.top_logprobs.size(); ++s) {

@@ -60,24 +60,11 @@ TEST_P(ModelGolden, EachPromptAloneMatchesTransformers) {
 // All prompts in one engine, arriving at different steps, with a small row budget so that
 // prefill chunks and decode rows of different sequences share steps.
 TEST_P(ModelGolden, MixedContinuousBatchMatchesEachAlone) {
-  EngineOptions options;
-  options.max_batch_tokens = 7;
-  Engine engine(model_.get(), options);
-  std::vector<int64_t> ids(golden_.prompts.size());
-  std::vector<GenerationResult> results;
-  for (size_t p = 0; p < golden_.prompts.size(); ++p) {
-    auto id = engine.Add(Request(p));
-    ASSERT_TRUE(id.ok());
-    ids[p] = *id;
-    for (int s = 0; s < 3; ++s) engine.Step();  // the next request arrives mid-flight
-    for (auto& r : engine.TakeFinished()) results.push_back(std::move(r));
-  }
-  for (auto& r : engine.RunToCompletion()) results.push_back(std::move(r));
+  std::vector<GenerationRequest> requests;
+  for (size_t p = 0; p < golden_.prompts.size(); ++p) requests.push_back(Request(p));
+  const auto results = test::RunStaggered(model_.get(), requests);
   ASSERT_EQ(results.size(), golden_.prompts.size());
-  for (const auto& r : results) {
-    const size_t p = static_cast<size_t>(std::find(ids.begin(), ids.end(), r.id) - ids.begin());
-    ExpectMatches(r, p);
-  }
+  for (size_t p = 0; p < results.size(); ++p) ExpectMatches(results[p], p);
 }
 
 // --fast-bf16: prefill activations rounded to bf16 once. Not within the exact tolerance by

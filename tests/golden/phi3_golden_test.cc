@@ -77,24 +77,11 @@ TEST_P(Phi3Golden, EachPromptAloneMatchesTransformers) {
 // Prefill chunks of 7 rows: a 17-token prompt's first chunks already use the long factors
 // (the sequence's length, not the chunk's end, picks them).
 TEST_P(Phi3Golden, MixedContinuousBatchMatchesEachAlone) {
-  EngineOptions options;
-  options.max_batch_tokens = 7;
-  Engine engine(model_.get(), options);
-  std::vector<int64_t> ids(golden_.prompts.size());
-  std::vector<GenerationResult> results;
-  for (size_t p = 0; p < golden_.prompts.size(); ++p) {
-    auto id = engine.Add(Request(p));
-    ASSERT_TRUE(id.ok());
-    ids[p] = *id;
-    for (int s = 0; s < 3; ++s) engine.Step();
-    for (auto& r : engine.TakeFinished()) results.push_back(std::move(r));
-  }
-  for (auto& r : engine.RunToCompletion()) results.push_back(std::move(r));
+  std::vector<GenerationRequest> requests;
+  for (size_t p = 0; p < golden_.prompts.size(); ++p) requests.push_back(Request(p));
+  const auto results = test::RunStaggered(model_.get(), requests);
   ASSERT_EQ(results.size(), golden_.prompts.size());
-  for (const auto& r : results) {
-    const size_t p = static_cast<size_t>(std::find(ids.begin(), ids.end(), r.id) - ids.begin());
-    ExpectMatches(r, p);
-  }
+  for (size_t p = 0; p < results.size(); ++p) ExpectMatches(results[p], p);
 }
 
 // The same prompts twice through one engine: the second run reuses cached prefix blocks, which
