@@ -32,6 +32,7 @@ void AddNoCheckWeightsFlag(CLI::App* cmd, bool* no_check_weights) {
 namespace {
 struct QuantizeFlags {
   std::string scheme = "none";
+  int group = 128;
   bool head = false;
 };
 QuantizeFlags& GlobalQuantizeFlags() {
@@ -42,9 +43,13 @@ QuantizeFlags& GlobalQuantizeFlags() {
 
 void AddQuantizeFlags(CLI::App* app) {
   app->add_option("--quantize", GlobalQuantizeFlags().scheme,
-                   "quantize the weights at load: none (default) or int8 (per-row symmetric "
-                   "int8 weights, activations quantized per row at run time: W8A8)")
-      ->check(CLI::IsMember({"none", "int8"}));
+                   "quantize the weights at load: none (default), int8 (per-row symmetric "
+                   "int8 weights: W8A8) or int4 (group-wise symmetric int4 weights with f16 "
+                   "scales: W4A8); activations are quantized to int8 per row at run time")
+      ->check(CLI::IsMember({"none", "int8", "int4"}));
+  app->add_option("--quantize-group-size", GlobalQuantizeFlags().group,
+                  "with --quantize int4: inputs per scale, 32 or 128 (default 128)")
+      ->check(CLI::IsMember({32, 128}));
   app->add_flag("--quantize-head", GlobalQuantizeFlags().head,
                 "with --quantize, quantize the output head (lm_head) too");
 }
@@ -53,6 +58,8 @@ LoadOptions LoadOptionsFromFlags(bool no_check_weights) {
   LoadOptions options;
   options.check_weights = !no_check_weights;
   if (GlobalQuantizeFlags().scheme == "int8") options.quantize = LoadOptions::Quantization::kInt8;
+  if (GlobalQuantizeFlags().scheme == "int4") options.quantize = LoadOptions::Quantization::kInt4;
+  options.quantize_group = GlobalQuantizeFlags().group;
   options.quantize_head = GlobalQuantizeFlags().head;
   return options;
 }

@@ -68,7 +68,7 @@ int RunServe(ServeArgs& a) {
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                static_cast<double>((*model)->weight_bytes()) / (1 << 20));
   if ((*model)->quantized_bytes() > 0) {
-    std::fprintf(stderr, "loom: weights quantized to int8 (%.0f MiB)\n",
+    std::fprintf(stderr, "loom: weights quantized (%.0f MiB)\n",
                  static_cast<double>((*model)->quantized_bytes()) / (1 << 20));
   }
   std::unique_ptr<tokenizer::Tokenizer> tok;

@@ -52,6 +52,8 @@ void Linear::Forward(const float* x, int64_t n, float* y, const LoraBatch& lora)
   auto base_matmul = [&](const MatmulEpilogue* epilogue) {
     if (int8) {
       MatmulInt8(x, n, *int8, y, epilogue);
+    } else if (int4) {
+      MatmulInt4(x, n, *int4, y, epilogue);
     } else {
       Matmul(x, n, weight, y, epilogue);
     }

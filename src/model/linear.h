@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "model/batch.h"
+#include "ops/matmul_int4.h"
 #include "ops/matmul_int8.h"
 #include "tensor/tensor.h"
 
@@ -27,9 +28,10 @@ struct Linear {
   Tensor weight;            // [out_features, in_features], file dtype, mmap'd
   std::vector<float> bias;  // [out_features] f32, or empty
   int site = -1;            // index in the model's SiteTable, for adapter lookup (-1: none)
-  // Set by --quantize int8: the base matmul runs on these instead of `weight` (which stays
-  // mapped: merges and DoRA norms read it).
+  // Set by --quantize int8 / int4: the base matmul runs on these instead of `weight` (which
+  // stays mapped: merges and DoRA norms read it). At most one is set.
   std::shared_ptr<const Int8Weight> int8;
+  std::shared_ptr<const Int4Weight> int4;
 
   int64_t in_features() const { return weight.dim(1); }
   int64_t out_features() const { return weight.dim(0); }

@@ -67,9 +67,16 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadO
 Status Model::Quantize(const LoadOptions& options) {
   for (Linear* lin : site_linears_) {
     if (lin == &weights_.lm_head && !options.quantize_head) continue;
-    ASSIGN_OR_RETURN(std::unique_ptr<Int8Weight> q, QuantizeWeightInt8(lin->weight, lin->name));
-    quantized_bytes_ += q->bytes();
-    lin->int8 = std::move(q);
+    if (options.quantize == LoadOptions::Quantization::kInt4) {
+      ASSIGN_OR_RETURN(std::unique_ptr<Int4Weight> q,
+                       QuantizeWeightInt4(lin->weight, lin->name, options.quantize_group));
+      quantized_bytes_ += q->bytes();
+      lin->int4 = std::move(q);
+    } else {
+      ASSIGN_OR_RETURN(std::unique_ptr<Int8Weight> q, QuantizeWeightInt8(lin->weight, lin->name));
+      quantized_bytes_ += q->bytes();
+      lin->int8 = std::move(q);
+    }
     // The file's copy is read again only by a merge or a DoRA norm.
     if (lin->weight.data != weights_.embed.data) ReleaseMappedPages(lin->weight.data, lin->weight.nbytes());
   }
@@ -100,6 +107,11 @@ Status Model::MergeAdapter(const Adapter& adapter) {
     if (lin->int8) {  // quantized base: the merged weight is quantized again
       ASSIGN_OR_RETURN(std::unique_ptr<Int8Weight> q, QuantizeWeightInt8(lin->weight, lin->name));
       lin->int8 = std::move(q);
+    }
+    if (lin->int4) {
+      ASSIGN_OR_RETURN(std::unique_ptr<Int4Weight> q,
+                       QuantizeWeightInt4(lin->weight, lin->name, lin->int4->group));
+      lin->int4 = std::move(q);
     }
     if (!lw->bias.empty()) {  // lora_bias: scale·b_B joins the base bias (zero if none)
       lin->bias.resize(static_cast<size_t>(lin->out_features()), 0.0f);

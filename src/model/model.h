@@ -18,9 +18,11 @@ struct LoadOptions {
   // Every F32/F16/BF16 tensor in the files is scanned for NaN/±Inf at load (a bad checkpoint
   // would otherwise be served as garbage tokens); costs one read of the weights.
   bool check_weights = true;
-  // Quantize every projection's weight at load (kInt8: per-row symmetric int8 weights,
-  // activations quantized per row at run time, W8A8). The output head too when quantize_head.
-  enum class Quantization { kNone, kInt8 } quantize = Quantization::kNone;
+  // Quantize every projection's weight at load (kInt8: per-row symmetric int8 weights, W8A8;
+  // kInt4: group-wise symmetric int4 weights with f16 scales per `quantize_group` inputs, W4A8;
+  // activations quantized to int8 per row at run time). The output head too when quantize_head.
+  enum class Quantization { kNone, kInt8, kInt4 } quantize = Quantization::kNone;
+  int quantize_group = 128;  // kInt4: 32 or 128
   bool quantize_head = false;
 };
 
@@ -56,7 +58,7 @@ class Model {
   // (see CheckKvCacheTokens, which callers run first) the cache has no blocks, so every request
   // is refused with kResourceExhausted instead of the process aborting.
   std::unique_ptr<KvCache> NewKvCache(int num_tokens) const;
-  // Bytes of int8 weights made by LoadOptions::quantize (0 when none).
+  // Bytes of quantized weights made by LoadOptions::quantize (0 when none).
   uint64_t quantized_bytes() const { return quantized_bytes_; }
   // Whether a KV cache of `num_tokens` positions is possible: at most kMaxKvCacheTokens, and its
   // bytes within this machine's physical memory. The error names the sizes.

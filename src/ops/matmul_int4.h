@@ -1,0 +1,39 @@
+// Int4 weights quantized at load (W4A8): group-wise symmetric 4-bit weights with f16 scales, activations int8 per row at run time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "ops/matmul.h"
+#include "tensor/tensor.h"
+
+namespace loom {
+
+// Per group of `group` inputs of a row: d = m / −8 rounded to f16, with m the group's value of
+// largest magnitude (sign kept), q = clamp(rint(W / d), −8, 7) — so m itself is exactly −8·d
+// and the 16 levels are all used. Layout and padding: cpu/int4_cpu.h.
+struct Int4Weight {
+  AlignedBuffer<uint8_t> q;       // [rows, k_pad / 2] packed nibbles
+  std::vector<uint16_t> scale;    // [rows, k_pad / group] f16
+  int64_t rows = 0, cols = 0, k_pad = 0;
+  int group = 128;
+  uint64_t bytes() const {
+    return static_cast<uint64_t>(rows) * static_cast<uint64_t>(k_pad / 2 + (k_pad / group) * 2);
+  }
+  // W[j, i] as the kernels see it (d · q), for tests and error reports.
+  float Dequantized(int64_t j, int64_t i) const;
+};
+
+// Quantizes `w` ([rows, cols], F32/F16/BF16; `name` for errors); group 32 or 128.
+StatusOr<std::unique_ptr<Int4Weight>> QuantizeWeightInt4(const Tensor& w, const std::string& name,
+                                                          int group);
+
+// y = x·Ŵᵀ with x quantized to int8 per row: x [n, cols] f32, y [n, rows] f32 (overwritten).
+// Each row's result depends only on that row (batch invariant), the same bits at every ISA.
+void MatmulInt4(const float* x, int64_t n, const Int4Weight& w, float* y,
+                const MatmulEpilogue* epilogue = nullptr);
+
+}  // namespace loom

@@ -1,0 +1,164 @@
+// Int4 (W4A8) kernels: packing, the group-wise quantization rule, every ISA level bit-exact with the scalar reference and close to an exact sum, batch invariance.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "cpu/int4_cpu.h"
+#include "cpu/int8_cpu.h"
+#include "ops/matmul_int4.h"
+#include "tensor/dtype.h"
+
+namespace loom {
+namespace {
+
+std::vector<cpu::Isa> Levels() {
+  std::vector<cpu::Isa> levels = {cpu::Isa::kScalar};
+  if (cpu::DetectIsa() >= cpu::Isa::kAvx512 && cpu::HasAvx512Vnni()) levels.push_back(cpu::Isa::kAvx512);
+  return levels;
+}
+
+Tensor F32Matrix(std::vector<float>* data, int64_t rows, int64_t cols) {
+  Tensor t;
+  t.dtype = DType::kF32;
+  t.shape = {rows, cols};
+  t.data = data->data();
+  return t;
+}
+
+TEST(Int4Kernels, PackUnpackRoundTrip) {
+  std::mt19937 rng(1);
+  std::uniform_int_distribution<int> d(-8, 7);
+  std::vector<int8_t> q(384);
+  for (auto& v : q) v = static_cast<int8_t>(d(rng));
+  std::vector<uint8_t> packed(q.size() / 2);
+  cpu::PackInt4(q.data(), static_cast<int64_t>(q.size()), packed.data());
+  for (size_t i = 0; i < q.size(); ++i) ASSERT_EQ(cpu::UnpackInt4(packed.data(), static_cast<int64_t>(i)), q[i]) << i;
+  // The layout the kernels rely on: byte b of a chunk = element b (low), element b + 64 (high).
+  EXPECT_EQ(packed[5] & 0x0F, q[5] + 8);
+  EXPECT_EQ(packed[5] >> 4, q[69] + 8);
+}
+
+TEST(Int4Kernels, QuantizationRule) {
+  std::mt19937 rng(2);
+  std::normal_distribution<float> nd(0.0f, 0.05f);
+  for (int group : {32, 128}) {
+    const int64_t rows = 5, cols = 200;  // not a multiple of 128 or 32: padded groups
+    std::vector<float> w(static_cast<size_t>(rows * cols));
+    for (auto& v : w) v = nd(rng);
+    for (int64_t i = 0; i < group; ++i) w[static_cast<size_t>(2 * cols + i)] = 0;  // one zero group
+    auto q = QuantizeWeightInt4(F32Matrix(&w, rows, cols), "w", group);
+    ASSERT_TRUE(q.ok()) << q.status().ToString();
+    const Int4Weight& iw = **q;
+    EXPECT_EQ(iw.k_pad, 256);
+    for (int64_t j = 0; j < rows; ++j) {
+      for (int64_t g = 0; g * group < cols; ++g) {
+        const float d = F16ToF32(iw.scale[static_cast<size_t>(j * (iw.k_pad / group) + g)]);
+        float m = 0;
+        for (int64_t i = g * group; i < std::min<int64_t>(cols, (g + 1) * group); ++i) {
+          const float v = w[static_cast<size_t>(j * cols + i)];
+          if (std::fabs(v) > std::fabs(m)) m = v;
+          // rint(v / d) within ±8; the largest value of the other sign clamps to 7 (error ≤ |d|)
+          EXPECT_LE(std::fabs(iw.Dequantized(j, i) - v), std::fabs(d) * 1.001f) << j << "," << i;
+        }
+        if (m != 0) {  // the extreme is exactly −8·d: the f16 scale is d = m / −8 rounded
+          EXPECT_EQ(d, F16ToF32(F32ToF16(m / -8.0f)));
+        } else {
+          EXPECT_EQ(d, 0.0f);
+        }
+      }
+      for (int64_t i = cols; i < iw.k_pad; ++i) EXPECT_EQ(iw.Dequantized(j, i), 0.0f);
+    }
+  }
+  std::vector<float> bad = {1.0f, std::nanf("")};
+  EXPECT_FALSE(QuantizeWeightInt4(F32Matrix(&bad, 1, 2), "model.x", 32).ok());
+  std::vector<float> ok = {1.0f, 2.0f};
+  auto st = QuantizeWeightInt4(F32Matrix(&ok, 1, 2), "model.x", 64);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.status().message().find("model.x"), std::string::npos);
+}
+
+TEST(Int4Kernels, EveryLevelBitExactWithTheScalarReferenceAndCloseToTheExactSum) {
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int> d8(-127, 127), d4(-8, 7);
+  std::uniform_real_distribution<float> sd(0.001f, 0.05f);
+  for (int group : {32, 128}) {
+    for (int64_t kp : {128, 256, 896}) {
+      for (int64_t n : {1, 2, 3, 4, 5, 9}) {
+        const int64_t m = 37, groups = kp / group;
+        std::vector<int8_t> xq(static_cast<size_t>(n * kp)), q(static_cast<size_t>(m * kp));
+        for (auto& v : xq) v = static_cast<int8_t>(d8(rng));
+        for (auto& v : q) v = static_cast<int8_t>(d4(rng));
+        std::vector<uint8_t> wq(static_cast<size_t>(m * kp / 2));
+        for (int64_t j = 0; j < m; ++j) cpu::PackInt4(q.data() + j * kp, kp, wq.data() + j * kp / 2);
+        std::vector<uint16_t> wd(static_cast<size_t>(m * groups));
+        for (auto& v : wd) v = F32ToF16(rng() % 2 ? sd(rng) : -sd(rng));
+        std::vector<float> sx(static_cast<size_t>(n));
+        for (auto& v : sx) v = sd(rng);
+        std::vector<int32_t> corr(static_cast<size_t>(n * kp / 4));
+        cpu::Int4Corrections(xq.data(), n, kp, corr.data());
+        std::vector<float> ref(static_cast<size_t>(n * m));
+        cpu::MatmulInt4Scalar(xq.data(), corr.data(), sx.data(), n, kp, wq.data(), wd.data(), group, 0, m, ref.data(), m);
+        // The exact sum in double: Σ_g d_g Σ_{i∈g} x·q, times sx. Lane-wise f32 accumulation
+        // keeps ~2⁻²⁴ relative per step: 1e-5 of Σ|terms| is a generous bound.
+        for (int64_t r = 0; r < n; ++r) {
+          for (int64_t j = 0; j < m; ++j) {
+            double exact = 0, mag = 0;
+            for (int64_t i = 0; i < kp; ++i) {
+              const double t = double(xq[static_cast<size_t>(r * kp + i)]) * q[static_cast<size_t>(j * kp + i)] *
+                               F16ToF32(wd[static_cast<size_t>(j * groups + i / group)]);
+              exact += t;
+              mag += std::fabs(t);
+            }
+            exact *= sx[static_cast<size_t>(r)];
+            mag *= sx[static_cast<size_t>(r)];
+            ASSERT_NEAR(ref[static_cast<size_t>(r * m + j)], exact, 1e-5 * mag + 1e-30) << r << "," << j;
+          }
+        }
+        for (cpu::Isa isa : Levels()) {
+          SCOPED_TRACE(std::string(cpu::IsaName(isa)) + " group=" + std::to_string(group) +
+                       " k=" + std::to_string(kp) + " n=" + std::to_string(n));
+          std::vector<float> y(static_cast<size_t>(n * m), -1.0f);
+          cpu::MatmulInt4(isa, xq.data(), corr.data(), sx.data(), n, kp, wq.data(), wd.data(), group, 0, 13, y.data(), m);
+          cpu::MatmulInt4(isa, xq.data(), corr.data(), sx.data(), n, kp, wq.data(), wd.data(), group, 13, m, y.data() + 13, m);
+          for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], ref[i]) << "at " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(Int4Kernels, OpIsBatchInvariantAndMatchesTheQuantizedProduct) {
+  std::mt19937 rng(4);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int64_t rows = 70, cols = 200, n = 7;
+  std::vector<float> w(static_cast<size_t>(rows * cols)), x(static_cast<size_t>(n * cols));
+  for (auto& v : w) v = 0.05f * nd(rng);
+  for (auto& v : x) v = nd(rng);
+  for (int group : {32, 128}) {
+    auto q = QuantizeWeightInt4(F32Matrix(&w, rows, cols), "w", group);
+    ASSERT_TRUE(q.ok());
+    std::vector<float> all(static_cast<size_t>(n * rows));
+    MatmulInt4(x.data(), n, **q, all.data());
+    for (int64_t r = 0; r < n; ++r) {
+      std::vector<float> one(static_cast<size_t>(rows));
+      MatmulInt4(x.data() + r * cols, 1, **q, one.data());
+      for (int64_t j = 0; j < rows; ++j) ASSERT_EQ(one[static_cast<size_t>(j)], all[static_cast<size_t>(r * rows + j)]);
+      // Against the f32 product with the dequantized weight: only the activations' int8
+      // rounding (≤ 1/254 of the row's max |x| per element) separates them.
+      float amax = 0;
+      for (int64_t i = 0; i < cols; ++i) amax = std::max(amax, std::fabs(x[static_cast<size_t>(r * cols + i)]));
+      for (int64_t j = 0; j < rows; ++j) {
+        double want = 0, bound = 0;
+        for (int64_t i = 0; i < cols; ++i) {
+          want += double(x[static_cast<size_t>(r * cols + i)]) * (*q)->Dequantized(j, i);
+          bound += amax / 254.0 * std::fabs((*q)->Dequantized(j, i));
+        }
+        ASSERT_NEAR(all[static_cast<size_t>(r * rows + j)], want, bound * 1.01 + 1e-6) << r << "," << j;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace loom
