@@ -7,11 +7,19 @@
 // uninitialized; they are fully overwritten.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-#define LOOM_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c")))
+#define LOOM_VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,f16c")))
 
 namespace loom::cpu {
 
 namespace {
+
+// ReduceLanes16's order in registers: a[i] + a[i + 8], then + [i + 4], then (0 + 2) + (1 + 3).
+LOOM_VNNI inline float Reduce16(__m512 a) {
+  const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));  // [0] = s4[0] + s4[2], [1] = s4[1] + s4[3]
+  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
 
 // R activation rows × J weight rows, all of k_pad; the unpacked weights and their scales are
 // built once per R rows. Lane arithmetic follows MatmulInt4's contract (int4_cpu.h) exactly.
@@ -34,6 +42,7 @@ LOOM_VNNI inline void Tile(const int8_t* xq, const int32_t* corr, const float* s
       xh[r] = _mm512_loadu_si512(xq + r * kp + c * kInt4Chunk + 64);
       cl[r] = _mm512_loadu_si512(corr + r * (kp / 4) + c * 32);
       ch[r] = _mm512_loadu_si512(corr + r * (kp / 4) + c * 32 + 16);
+      if constexpr (G == 128) cl[r] = _mm512_add_epi32(cl[r], ch[r]);  // one group: sums add
     }
     for (int q = 0; q < J; ++q) {
       const __m512i raw = _mm512_loadu_si512(wq + (j + q) * (kp / 2) + c * 64);
@@ -43,8 +52,7 @@ LOOM_VNNI inline void Tile(const int8_t* xq, const int32_t* corr, const float* s
       if constexpr (G == 128) {
         const __m512 dc = _mm512_set1_ps(_cvtsh_ss(d[c]));
         for (int r = 0; r < R; ++r) {
-          __m512i t = _mm512_add_epi32(cl[r], ch[r]);
-          t = _mm512_dpbusd_epi32(t, wl, xl[r]);
+          __m512i t = _mm512_dpbusd_epi32(cl[r], wl, xl[r]);
           t = _mm512_dpbusd_epi32(t, wh, xh[r]);
           acc[r][q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), dc, acc[r][q]);
         }
@@ -62,12 +70,8 @@ LOOM_VNNI inline void Tile(const int8_t* xq, const int32_t* corr, const float* s
       }
     }
   }
-  alignas(64) float lanes[16];
   for (int r = 0; r < R; ++r) {
-    for (int q = 0; q < J; ++q) {
-      _mm512_store_ps(lanes, acc[r][q]);
-      y[r * ldy + (j + q - j0)] = ReduceLanes16(lanes) * sx[r];
-    }
+    for (int q = 0; q < J; ++q) y[r * ldy + (j + q - j0)] = Reduce16(acc[r][q]) * sx[r];
   }
 }
 
