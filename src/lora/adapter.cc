@@ -405,6 +405,11 @@ StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, co
                              (has_mag ? "has a lora_magnitude_vector but use_dora is false"
                                       : "has no lora_magnitude_vector but use_dora is true"));
     }
+    if (has_mag && base_weight.data == nullptr) {
+      return InvalidArgument(where + ": module '" + module + "' is DoRA (use_dora) over a "
+                             "pre-quantized base projection; its norm needs a dense base weight, "
+                             "which a pre-quantized checkpoint does not have (not supported)");
+    }
     if (has_mag) {
       ASSIGN_OR_RETURN(Tensor mag, get("lora_magnitude_vector"));
       RETURN_IF_ERROR(check_shape(mag, "lora_magnitude_vector", {out}));
@@ -438,6 +443,10 @@ StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, co
     if (!base) {
       return InvalidArgument(where + ": tensor " + tensor +
                              " replaces a base weight (modules_to_save-style); not supported yet");
+    }
+    if (base->data == nullptr) {
+      return InvalidArgument(where + ": tensor " + tensor + " is a copy of the base weight of '" +
+                             module + "', which is pre-quantized: nothing dense to compare it with");
     }
     ASSIGN_OR_RETURN(Tensor copy, a->store_->Get(tensor));
     std::vector<float> x(static_cast<size_t>(base->numel())), y(x.size());

@@ -52,6 +52,11 @@ Status WriteCheckpointInto(const std::string& model_dir, const Model& model,
   const std::string out_dir = dir.string();
   const ModelConfig& c = model.config();
   const SafetensorsStore& store = model.store();
+  if (!model.prequantized().empty()) {
+    return FailedPrecondition(model_dir + " is a pre-quantized (" + model.prequantized() +
+                              ") checkpoint: loom merge writes dense weights and has none to "
+                              "merge into; serve the adapter unmerged");
+  }
   std::map<std::string, const LoraWeights*> adapted;  // "...q_proj.weight" → LoRA
   for (const LoraWeights* lw : adapter.modules()) {
     if (!lw->bias.empty()) {

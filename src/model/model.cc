@@ -42,7 +42,14 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadO
   ASSIGN_OR_RETURN(m->config_, LoadModelConfig(dir));
   ASSIGN_OR_RETURN(m->store_, SafetensorsStore::Open(dir));
   if (options.check_weights) RETURN_IF_ERROR(CheckStoreFinite(*m->store_, ""));
-  RETURN_IF_ERROR(LoadWeights(m->config_, *m->store_, &m->weights_, &m->sites_, &m->site_linears_));
+  ASSIGN_OR_RETURN(std::optional<CtConfig> quant, CtConfig::Load(dir));
+  if (quant && options.quantize != LoadOptions::Quantization::kNone) {
+    return InvalidArgument(dir + ": --quantize on a pre-quantized (compressed-tensors) checkpoint; "
+                           "its projections are already quantized, serve it without --quantize");
+  }
+  if (quant) m->prequantized_ = "compressed-tensors";
+  RETURN_IF_ERROR(LoadWeights(m->config_, *m->store_, &m->weights_, &m->sites_, &m->site_linears_,
+                              quant ? &*quant : nullptr, &m->quantized_bytes_));
   const ArchEntry* arch = FindArchitecture(m->config_.architecture);
   if (arch && arch->prepare_weights) RETURN_IF_ERROR(arch->prepare_weights(m->config_, &m->weights_));
   if (options.quantize != LoadOptions::Quantization::kNone) RETURN_IF_ERROR(m->Quantize(options));
@@ -95,6 +102,14 @@ Status Model::MergeAdapter(const Adapter& adapter) {
     owned_.push_back(std::move(buf));
     return owned_.back()->data();
   };
+  for (const LoraWeights* lw : adapter.modules()) {  // checked before anything changes
+    const int site = sites_.Find(lw->module_path);
+    LOOM_CHECK(site >= 0);  // LoadAdapter matched it against this table
+    if (site_linears_[static_cast<size_t>(site)]->weight.data == nullptr) {
+      return FailedPrecondition("merging into " + lw->module_path + ": the base projection is "
+                                "pre-quantized (" + prequantized_ + "); serve the adapter unmerged");
+    }
+  }
   for (const LoraWeights* lw : adapter.modules()) {
     const int site = sites_.Find(lw->module_path);
     LOOM_CHECK(site >= 0);  // LoadAdapter matched it against this table

@@ -58,7 +58,10 @@ class Model {
   // (see CheckKvCacheTokens, which callers run first) the cache has no blocks, so every request
   // is refused with kResourceExhausted instead of the process aborting.
   std::unique_ptr<KvCache> NewKvCache(int num_tokens) const;
-  // Bytes of quantized weights made by LoadOptions::quantize (0 when none).
+  // The pre-quantized checkpoint format ("compressed-tensors"), or empty for a dense checkpoint.
+  // Its quantized projections have no dense weight: merges into them are refused.
+  const std::string& prequantized() const { return prequantized_; }
+  // Bytes of quantized weights made by LoadOptions::quantize or read pre-quantized (0 when none).
   uint64_t quantized_bytes() const { return quantized_bytes_; }
   // Whether a KV cache of `num_tokens` positions is possible: at most kMaxKvCacheTokens, and its
   // bytes within this machine's physical memory. The error names the sizes.
@@ -102,6 +105,7 @@ class Model {
   std::vector<std::unique_ptr<AlignedBuffer<uint8_t>>> owned_;  // merged weights
   Status Quantize(const LoadOptions& options);
   uint64_t quantized_bytes_ = 0;
+  std::string prequantized_;
 };
 
 }  // namespace loom

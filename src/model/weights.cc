@@ -85,15 +85,44 @@ std::vector<WeightSlot> EnumerateWeights(const ModelConfig& c, ModelWeights* w) 
 }
 
 namespace {
+// What a compressed-tensors config may not ask of this model: targets naming nothing loom
+// quantizes, experts (not supported yet), a quantized head tied to the embedding.
+Status CheckCtModel(const ModelConfig& config, const std::vector<WeightSlot>& slots, const CtConfig& quant) {
+  std::vector<std::string> names;
+  for (const WeightSlot& slot : slots) {
+    if (slot.linear) names.push_back(slot.linear->name);
+  }
+  RETURN_IF_ERROR(quant.CheckTargets(names));
+  for (const LayerConfig& l : config.layers) {
+    if (l.moe) {
+      return InvalidArgument(quant.where() + ": compressed-tensors checkpoints of mixture-of-experts "
+                             "models are not supported yet");
+    }
+  }
+  if (config.tie_word_embeddings && quant.Find("lm_head")) {
+    return InvalidArgument(quant.where() + ": quantization_config quantizes lm_head, which is tied "
+                           "to the embedding; add \"lm_head\" to ignore");
+  }
+  return OkStatus();
+}
+
 // Buffers some checkpoints carry that transformers recomputes and never loads.
 bool IsIgnoredBuffer(const std::string& name) { return name.ends_with(".rotary_emb.inv_freq"); }
 }  // namespace
 
 Status LoadWeights(const ModelConfig& config, const SafetensorsStore& store, ModelWeights* w,
-                   SiteTable* sites, std::vector<Linear*>* site_linears) {
+                   SiteTable* sites, std::vector<Linear*>* site_linears, const CtConfig* quant,
+                   uint64_t* quantized_bytes) {
   std::vector<WeightSlot> slots = EnumerateWeights(config, w);
   std::set<std::string> consumed;
+  if (quant) RETURN_IF_ERROR(CheckCtModel(config, slots, *quant));
   for (const WeightSlot& slot : slots) {
+    const CtScheme* scheme = quant && slot.linear && slot.required ? quant->Find(slot.linear->name) : nullptr;
+    if (scheme) {  // pre-quantized projection: its compressed tensors instead of .weight
+      RETURN_IF_ERROR(LoadCtLinear(store, *scheme, slot.shape[0], slot.shape[1], slot.linear,
+                                   &consumed, quantized_bytes));
+      continue;
+    }
     const TensorInfo* info = store.Find(slot.name);
     if (!info) {
       if (slot.required) {

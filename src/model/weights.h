@@ -9,6 +9,7 @@
 #include "io/safetensors.h"
 #include "lora/site_table.h"
 #include "model/arch/moe.h"
+#include "model/compressed_tensors.h"
 #include "model/config.h"
 #include "model/linear.h"
 
@@ -72,7 +73,11 @@ std::vector<WeightSlot> EnumerateWeights(const ModelConfig& config, ModelWeights
 // the files consumed (buffers transformers ignores too, like rotary inv_freq, are skipped).
 // Errors name the tensor and the file. `sites` gets every projection (Linear::site set) and
 // `site_linears` the Linear of each site, by site index.
+// `quant` (a compressed-tensors checkpoint's config, or null): the projections it quantizes are
+// read from their compressed tensors instead (model/compressed_tensors.h), adding their bytes to
+// `quantized_bytes`.
 Status LoadWeights(const ModelConfig& config, const SafetensorsStore& store, ModelWeights* w,
-                   SiteTable* sites, std::vector<Linear*>* site_linears);
+                   SiteTable* sites, std::vector<Linear*>* site_linears,
+                   const CtConfig* quant = nullptr, uint64_t* quantized_bytes = nullptr);
 
 }  // namespace loom

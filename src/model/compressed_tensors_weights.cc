@@ -1,0 +1,188 @@
+// compressed-tensors projection tensors → loom's Int8Weight / Int4Weight, every dtype, shape and value range checked before use.
+#include <cmath>
+#include <cstring>
+
+#include "cpu/int4_cpu.h"
+#include "cpu/int8_cpu.h"
+#include "model/compressed_tensors.h"
+#include "ops/basic_ops.h"
+#include "tensor/dtype.h"
+
+namespace loom {
+
+namespace {
+
+std::string Describe(const TensorInfo& t) {
+  return "has dtype " + t.dtype_name + " and shape " + ShapeString(t.shape);
+}
+
+// The tensor `name` with dtype among `dtypes` and shape `shape`, or an error naming it.
+StatusOr<const TensorInfo*> Need(const SafetensorsStore& store, const std::string& name,
+                                 std::initializer_list<const char*> dtypes,
+                                 const std::vector<int64_t>& shape, const std::string& scheme,
+                                 std::set<std::string>* consumed) {
+  const TensorInfo* t = store.Find(name);
+  if (!t) {
+    return InvalidArgument("checkpoint " + store.files().front() + ": missing tensor '" + name +
+                           "' (" + ShapeString(shape) + ") required by " + scheme);
+  }
+  bool dtype_ok = false;
+  std::string want;
+  for (const char* d : dtypes) {
+    dtype_ok = dtype_ok || t->dtype_name == d;
+    want += (want.empty() ? "" : "/") + std::string(d);
+  }
+  if (!dtype_ok || t->shape != shape) {
+    return InvalidArgument(t->file + ": tensor '" + name + "' " + Describe(*t) + "; " + scheme +
+                           " needs " + want + " " + ShapeString(shape));
+  }
+  consumed->insert(name);
+  return t;
+}
+
+// Scales as f32, each finite and ≥ 0 (compressed-tensors never writes a negative or zero scale).
+StatusOr<std::vector<float>> Scales(const TensorInfo& t) {
+  const int64_t n = t.nbytes / DTypeSize(*t.dtype);
+  std::vector<float> s(static_cast<size_t>(n));
+  ConvertToF32(*t.dtype, t.data, s.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(s[static_cast<size_t>(i)]) || s[static_cast<size_t>(i)] < 0) {
+      return InvalidArgument(t.file + ": tensor '" + t.name + "' has scale " +
+                             std::to_string(s[static_cast<size_t>(i)]) + " at index " +
+                             std::to_string(i) + " (scales must be finite and ≥ 0)");
+    }
+  }
+  return s;
+}
+
+Status RejectExtras(const SafetensorsStore& store, const std::string& name, const std::string& scheme) {
+  for (const char* extra : {".weight_zero_point", ".weight_g_idx", ".input_scale", ".input_zero_point",
+                            ".weight_global_scale", ".input_global_scale"}) {
+    if (const TensorInfo* t = store.Find(name + extra)) {
+      return InvalidArgument(t->file + ": tensor '" + t->name + "' is not part of " + scheme +
+                             " (zero points, g_idx and static input scales are not supported)");
+    }
+  }
+  return OkStatus();
+}
+
+Status LoadInt8(const SafetensorsStore& store, const std::string& name, const std::string& scheme,
+                int64_t out, int64_t in, Linear* lin, std::set<std::string>* consumed) {
+  if (in > cpu::kMaxInt8Depth) {
+    return InvalidArgument(name + ": " + std::to_string(in) + " input features exceed the int8 "
+                           "kernels' " + std::to_string(cpu::kMaxInt8Depth));
+  }
+  ASSIGN_OR_RETURN(const TensorInfo* q, Need(store, name + ".weight", {"I8"}, {out, in}, scheme, consumed));
+  ASSIGN_OR_RETURN(const TensorInfo* sc, Need(store, name + ".weight_scale", {"F32", "F16", "BF16"},
+                                              {out, 1}, scheme, consumed));
+  ASSIGN_OR_RETURN(std::vector<float> scale, Scales(*sc));
+  auto w = std::make_shared<Int8Weight>();
+  w->rows = out;
+  w->cols = in;
+  RETURN_IF_ERROR(w->q.Resize(static_cast<size_t>(out * in)));
+  std::memcpy(w->q.data(), q->data, static_cast<size_t>(out * in));
+  w->scale = std::move(scale);
+  w->sum.assign(static_cast<size_t>(out), 0);
+  for (int64_t j = 0; j < out; ++j) {
+    int32_t s = 0;
+    for (int64_t i = 0; i < in; ++i) s += w->q.data()[j * in + i];
+    w->sum[static_cast<size_t>(j)] = s;
+  }
+  lin->int8 = std::move(w);
+  return OkStatus();
+}
+
+Status LoadInt4(const SafetensorsStore& store, const std::string& name, const std::string& scheme,
+                int group, int64_t out, int64_t in, Linear* lin, std::set<std::string>* consumed) {
+  if (in % group != 0) {
+    return InvalidArgument(name + ": " + std::to_string(in) + " input features are not a multiple "
+                           "of " + scheme + "'s group_size " + std::to_string(group));
+  }
+  if (in > cpu::kMaxInt8Depth) {
+    return InvalidArgument(name + ": " + std::to_string(in) + " input features exceed the int4 "
+                           "kernels' " + std::to_string(cpu::kMaxInt8Depth));
+  }
+  const int64_t words = in / 8;  // group_size ≥ 32, so whole words
+  ASSIGN_OR_RETURN(const TensorInfo* packed, Need(store, name + ".weight_packed", {"I32"},
+                                                  {out, words}, scheme, consumed));
+  ASSIGN_OR_RETURN(const TensorInfo* shape, Need(store, name + ".weight_shape", {"I64", "I32"}, {2},
+                                                 scheme, consumed));
+  int64_t dims[2];
+  for (int d = 0; d < 2; ++d) {
+    if (shape->dtype_name == "I64") {
+      std::memcpy(&dims[d], shape->data + 8 * d, 8);
+    } else {
+      int32_t v;
+      std::memcpy(&v, shape->data + 4 * d, 4);
+      dims[d] = v;
+    }
+  }
+  if (dims[0] != out || dims[1] != in) {
+    return InvalidArgument(shape->file + ": tensor '" + shape->name + "' says [" +
+                           std::to_string(dims[0]) + ", " + std::to_string(dims[1]) +
+                           "], the config needs " + ShapeString({out, in}));
+  }
+  ASSIGN_OR_RETURN(const TensorInfo* sc, Need(store, name + ".weight_scale", {"F16", "BF16", "F32"},
+                                              {out, in / group}, scheme, consumed));
+  ASSIGN_OR_RETURN(std::vector<float> scale, Scales(*sc));
+  auto w = std::make_shared<Int4Weight>();
+  w->rows = out;
+  w->cols = in;
+  w->group = group;
+  w->k_pad = (in + cpu::kInt4Chunk - 1) / cpu::kInt4Chunk * cpu::kInt4Chunk;
+  const int64_t kp = w->k_pad, groups = kp / group, file_groups = in / group;
+  RETURN_IF_ERROR(w->q.Resize(static_cast<size_t>(out * kp / 2)));
+  w->scale.assign(static_cast<size_t>(out * groups), 0);  // padded groups: scale 0, q 0
+  for (int64_t j = 0; j < out; ++j) {
+    for (int64_t g = 0; g < file_groups; ++g) {
+      const float s = scale[static_cast<size_t>(j * file_groups + g)];
+      const uint16_t h = F32ToF16(s);
+      if (F16ToF32(h) != s) {  // bf16 → f16 is exact within f16's range only
+        return InvalidArgument(sc->file + ": tensor '" + sc->name + "' has scale " +
+                               std::to_string(s) + " at [" + std::to_string(j) + ", " +
+                               std::to_string(g) + "], not exactly representable as the f16 "
+                               "group scale loom's int4 kernels use");
+      }
+      w->scale[static_cast<size_t>(j * groups + g)] = h;
+    }
+  }
+  std::vector<int8_t> q(static_cast<size_t>(kp));
+  for (int64_t j = 0; j < out; ++j) {
+    std::fill(q.begin(), q.end(), int8_t{0});
+    for (int64_t k = 0; k < words; ++k) {
+      uint32_t word;  // compressed-tensors pack_to_int32: element 8k + e at bits 4e, as q + 8
+      std::memcpy(&word, packed->data + 4 * (j * words + k), 4);
+      for (int e = 0; e < 8; ++e) q[static_cast<size_t>(8 * k + e)] = static_cast<int8_t>(((word >> (4 * e)) & 15u)) - 8;
+    }
+    cpu::PackInt4(q.data(), kp, w->q.data() + j * (kp / 2));
+  }
+  lin->int4 = std::move(w);
+  return OkStatus();
+}
+
+}  // namespace
+
+Status LoadCtLinear(const SafetensorsStore& store, const CtScheme& scheme, int64_t out, int64_t in,
+                    Linear* lin, std::set<std::string>* consumed, uint64_t* bytes) {
+  const std::string& name = lin->name;
+  const bool int4 = scheme.kind == CtScheme::Kind::kInt4Group;
+  const std::string what = "compressed-tensors config group '" + scheme.group_name + "' (" +
+                           (int4 ? "pack-quantized int4, group " + std::to_string(scheme.group_size)
+                                 : std::string("int-quantized int8 per channel")) + ")";
+  RETURN_IF_ERROR(RejectExtras(store, name, what));
+  if (int4) {
+    if (const TensorInfo* dense = store.Find(name + ".weight")) {
+      return InvalidArgument(dense->file + ": tensor '" + dense->name + "' is a dense weight, but " +
+                             what + " stores " + name + ".weight_packed");
+    }
+    RETURN_IF_ERROR(LoadInt4(store, name, what, scheme.group_size, out, in, lin, consumed));
+    if (bytes) *bytes += lin->int4->bytes();
+  } else {
+    RETURN_IF_ERROR(LoadInt8(store, name, what, out, in, lin, consumed));
+    if (bytes) *bytes += lin->int8->bytes();
+  }
+  lin->weight = Tensor{DType::kF32, {out, in}, nullptr};  // shape only: no dense weight
+  return OkStatus();
+}
+
+}  // namespace loom

@@ -1,0 +1,242 @@
+// compressed-tensors checkpoints: scheme matching as compressed-tensors does it, and every corrupt or unsupported metadata case a clear error naming the field or tensor (nothing loads).
+#include "model/compressed_tensors.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "model/model.h"
+
+namespace loom {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const std::string kModels = std::string(LOOM_FIXTURES) + "/models/";
+
+json Group(json targets, json weights, json inputs = nullptr) {
+  return {{"targets", targets}, {"weights", weights}, {"input_activations", inputs},
+          {"output_activations", nullptr}};
+}
+json W4(int group) {
+  return {{"num_bits", 4}, {"type", "int"}, {"symmetric", true}, {"strategy", "group"},
+          {"group_size", group}, {"dynamic", false}, {"actorder", nullptr}};
+}
+
+TEST(CtConfig, MatchesLikeCompressedTensors) {
+  json qc = {{"quant_method", "compressed-tensors"}, {"format", "pack-quantized"},
+             {"quantization_status", "compressed"},
+             {"config_groups", {{"a", Group({"Linear"}, W4(32))},
+                                {"b", Group({"re:.*down_proj$"}, W4(128))},
+                                {"c", Group({"model.layers.1.mlp.down_proj"}, W4(32))}}},
+             {"ignore", {"lm_head", "re:model.layers.2.self_attn.*"}}};
+  auto c = CtConfig::Parse(qc, "config.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->Find("lm_head"), nullptr);                          // ignored by name
+  EXPECT_EQ(c->Find("model.layers.2.self_attn.q_proj"), nullptr);  // ignored by regex
+  ASSERT_NE(c->Find("model.layers.0.self_attn.q_proj"), nullptr);  // the class
+  EXPECT_EQ(c->Find("model.layers.0.self_attn.q_proj")->group_name, "a");
+  EXPECT_EQ(c->Find("model.layers.0.mlp.down_proj")->group_name, "b");  // regex before class
+  EXPECT_EQ(c->Find("model.layers.1.mlp.down_proj")->group_name, "c");  // exact name first
+  EXPECT_EQ(c->Find("model.layers.1.mlp.down_proj")->group_size, 32);
+  EXPECT_TRUE(c->CheckTargets({"model.layers.1.mlp.down_proj"}).ok());
+  EXPECT_FALSE(c->CheckTargets({"model.layers.0.mlp.down_proj"}).ok());
+}
+
+// Parse errors for one changed field of a valid W4A16 config.
+std::string ParseError(const std::function<void(json&)>& edit) {
+  json qc = {{"quant_method", "compressed-tensors"}, {"format", "pack-quantized"},
+             {"quantization_status", "compressed"},
+             {"config_groups", {{"group_0", Group({"Linear"}, W4(128))}}}, {"ignore", {"lm_head"}}};
+  edit(qc);
+  auto c = CtConfig::Parse(qc, "config.json");
+  return c.ok() ? "" : c.status().message();
+}
+
+TEST(CtConfig, RejectsWhatItDoesNotServeByName) {
+  auto w = [](json& q) -> json& { return q["config_groups"]["group_0"]["weights"]; };
+  struct Case {
+    std::function<void(json&)> edit;
+    const char* message;
+  } cases[] = {
+      {[](json& q) { q["quant_method"] = "gptq"; }, "quant_method 'gptq' is not supported"},
+      {[](json& q) { q["format"] = "marlin-24"; }, "format 'marlin-24' is not supported"},
+      {[](json& q) { q["format"] = "float-quantized"; }, "format 'float-quantized' is not supported"},
+      {[&](json& q) { w(q)["symmetric"] = false; }, "asymmetric weights (zero points) are not supported"},
+      {[&](json& q) { w(q)["group_size"] = 64; }, "group_size is 64; loom's int4 kernels take groups of 32 or 128"},
+      {[&](json& q) { w(q)["num_bits"] = 3; }, "num_bits is 3"},
+      {[&](json& q) { w(q)["type"] = "float"; }, "type is \"float\""},
+      {[&](json& q) { w(q)["strategy"] = "channel"; }, "strategy is \"channel\""},
+      {[&](json& q) { w(q)["actorder"] = "group"; }, "actorder is \"group\"; activation-ordered groups (g_idx)"},
+      {[&](json& q) { w(q)["block_structure"] = {128, 128}; }, "block_structure is [128,128]"},
+      {[&](json& q) { w(q)["shiny"] = 1; }, "field 'shiny' (1) is not one loom knows"},
+      {[](json& q) { q["config_groups"]["group_0"]["output_activations"] = W4(32); }, "output_activations is"},
+      {[](json& q) {
+         q["config_groups"]["group_0"]["input_activations"] = {{"num_bits", 8}, {"type", "int"},
+             {"strategy", "tensor"}, {"dynamic", false}, {"symmetric", true}};
+       }, "strategy is \"tensor\"; loom supports dynamic symmetric int8 per-token activations"},
+      {[](json& q) { q["kv_cache_scheme"] = W4(32); }, "kv_cache_scheme is"},
+      {[](json& q) { q["sparsity_config"] = {{"format", "sparse-24"}}; }, "sparsity_config is"},
+      {[](json& q) { q["quantization_status"] = "frozen"; }, "quantization_status is 'frozen'"},
+      {[](json& q) { q["config_groups"] = json::object(); }, "config_groups is missing or empty"},
+      {[](json& q) { q["ignore"] = {"re:("}; }, "ignore"},
+  };
+  for (const Case& c : cases) {
+    const std::string err = ParseError(c.edit);
+    EXPECT_NE(err.find(c.message), std::string::npos) << "want '" << c.message << "', got '" << err << "'";
+  }
+  // int-quantized W8A8 with its dynamic token activations parses.
+  json w8 = {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"strategy", "channel"}, {"dynamic", false}};
+  json a8 = {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"strategy", "token"}, {"dynamic", true}};
+  EXPECT_EQ(ParseError([&](json& q) {
+              q["format"] = "int-quantized";
+              q["config_groups"]["group_0"] = Group({"Linear"}, w8, a8);
+            }), "");
+}
+
+// A safetensors file rewritten with edits (raw dtypes kept): name → (dtype, shape, bytes).
+struct RawTensor {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  std::string bytes;
+};
+using RawFile = std::map<std::string, RawTensor>;
+
+RawFile ReadRaw(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string data = ss.str();
+  auto infos = ParseSafetensors(reinterpret_cast<const uint8_t*>(data.data()), data.size(), path, nullptr);
+  EXPECT_TRUE(infos.ok()) << infos.status().ToString();
+  RawFile out;
+  for (const TensorInfo& t : *infos) {
+    out[t.name] = {t.dtype_name, t.shape, std::string(reinterpret_cast<const char*>(t.data), t.nbytes)};
+  }
+  return out;
+}
+
+void WriteRaw(const std::string& path, const RawFile& file) {
+  json header = json::object();
+  std::string body;
+  for (const auto& [name, t] : file) {
+    header[name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {body.size(), body.size() + t.bytes.size()}}};
+    body += t.bytes;
+  }
+  std::string h = header.dump();
+  while (h.size() % 8) h += ' ';
+  std::ofstream f(path, std::ios::binary);
+  const uint64_t n = h.size();
+  for (int i = 0; i < 8; ++i) f.put(static_cast<char>((n >> (8 * i)) & 0xff));
+  f << h << body;
+}
+
+// A copy of fixture `name` with its config.json and tensors edited.
+std::string EditedCopy(const std::string& name, const std::function<void(json&)>& edit_config,
+                       const std::function<void(RawFile&)>& edit_tensors) {
+  const fs::path dir = fs::path(::testing::TempDir()) / ("ct_corrupt_" + name);
+  fs::remove_all(dir);
+  fs::copy(kModels + name, dir);
+  std::ifstream in(dir / "config.json");
+  json config = json::parse(in);
+  in.close();
+  edit_config(config["quantization_config"]);
+  std::ofstream(dir / "config.json") << config.dump(1);
+  RawFile raw = ReadRaw((dir / "model.safetensors").string());
+  edit_tensors(raw);
+  WriteRaw((dir / "model.safetensors").string(), raw);
+  return dir.string();
+}
+
+std::string LoadError(const std::string& dir) {
+  auto m = Model::Load(dir);
+  return m.ok() ? "" : m.status().message();
+}
+
+const std::string kQ = "model.layers.0.self_attn.q_proj";
+
+TEST(CtCorrupt, EachMismatchIsAClearErrorNamingTheTensor) {
+  auto none = [](json&) {};
+  auto keep = [](RawFile&) {};
+  struct Case {
+    const char* model;
+    std::function<void(json&)> config;
+    std::function<void(RawFile&)> tensors;
+    const char* message;
+  } cases[] = {
+      // Unedited copies load (the harness itself is sound).
+      {"ct_w4a16_qwen3", none, keep, ""},
+      {"ct_w8a8_llama", none, keep, ""},
+      // Wrong group size: the scales no longer fit 64 inputs.
+      {"ct_w4a16_qwen3", [](json& q) { q["config_groups"]["group_0"]["weights"]["group_size"] = 128; }, keep,
+       "model.layers.0.self_attn.q_proj: 64 input features are not a multiple of compressed-tensors "
+       "config group 'group_0' (pack-quantized int4, group 128)'s group_size 128"},
+      {"ct_w4a16_qwen3", [](json& q) { q["config_groups"]["group_1"]["weights"]["group_size"] = 32; }, keep,
+       "tensor 'model.layers.0.self_attn.o_proj.weight_scale' has dtype BF16 and shape [64, 1]; "
+       "compressed-tensors config group 'group_1' (pack-quantized int4, group 32) needs F16/BF16/F32 [64, 4]"},
+      // Scales of the wrong shape.
+      {"ct_w4a16_qwen3", none, [](RawFile& r) {
+         RawTensor& s = r[kQ + ".weight_scale"];
+         s.shape = {128, 1};
+         s.bytes.resize(256);
+       }, "tensor 'model.layers.0.self_attn.q_proj.weight_scale' has dtype BF16 and shape [128, 1]"},
+      {"ct_w8a8_llama", none, [](RawFile& r) {
+         RawTensor& s = r[kQ + ".weight_scale"];
+         s.shape = {64};
+       }, "tensor 'model.layers.0.self_attn.q_proj.weight_scale' has dtype BF16 and shape [64]; "
+          "compressed-tensors config group 'group_0' (int-quantized int8 per channel) needs F32/F16/BF16 [64, 1]"},
+      // A truncated packed tensor.
+      {"ct_w4a16_qwen3", none, [](RawFile& r) {
+         RawTensor& p = r[kQ + ".weight_packed"];
+         p.shape = {128, 7};
+         p.bytes.resize(128 * 7 * 4);
+       }, "tensor 'model.layers.0.self_attn.q_proj.weight_packed' has dtype I32 and shape [128, 7]"},
+      {"ct_w4a16_qwen3", none, [](RawFile& r) { r.erase(kQ + ".weight_packed"); },
+       "missing tensor 'model.layers.0.self_attn.q_proj.weight_packed'"},
+      {"ct_w4a16_qwen3", none, [](RawFile& r) {
+         RawTensor& s = r[kQ + ".weight_shape"];
+         int64_t v = 65;
+         std::memcpy(s.bytes.data() + 8, &v, 8);
+       }, "tensor 'model.layers.0.self_attn.q_proj.weight_shape' says [128, 65], the config needs [128, 64]"},
+      // Weights of the wrong dtype for the format.
+      {"ct_w8a8_llama", none, [](RawFile& r) { r[kQ + ".weight"].dtype = "U8"; },
+       "tensor 'model.layers.0.self_attn.q_proj.weight' has dtype U8"},
+      // Unknown format.
+      {"ct_w8a8_llama", [](json& q) {
+         q["format"] = "nvfp4-pack-quantized";
+         for (auto& g : q["config_groups"]) g.erase("format");
+       }, keep, "format 'nvfp4-pack-quantized' is not supported"},
+      // Asymmetric without a zero point, and a zero point on a symmetric scheme.
+      {"ct_w4a16_qwen3", [](json& q) { q["config_groups"]["group_0"]["weights"]["symmetric"] = false; }, keep,
+       "symmetric is false; asymmetric weights (zero points) are not supported"},
+      {"ct_w4a16_qwen3", none, [](RawFile& r) {
+         r[kQ + ".weight_zero_point"] = {"I32", {16, 2}, std::string(128, '\0')};
+       }, "tensor 'model.layers.0.self_attn.q_proj.weight_zero_point' is not part of"},
+      // A scale f16 cannot hold exactly (bf16 → f16 exact only within f16's range).
+      {"ct_w4a16_qwen3", none, [](RawFile& r) {
+         const uint16_t big = 0x4780;  // bf16 65536: above f16's largest finite value
+         std::memcpy(r[kQ + ".weight_scale"].bytes.data(), &big, 2);
+       }, "not exactly representable as the f16 group scale"},
+      // A target naming something that is not a projection; a quantized tensor nobody uses.
+      {"ct_w4a16_qwen3", [](json& q) { q["config_groups"]["group_0"]["targets"] = {"Linear", "Embedding"}; }, keep,
+       "target 'Embedding' is neither the class \"Linear\""},
+      {"ct_w4a16_qwen3", [](json& q) { q["ignore"] = {"lm_head", kQ}; }, keep,
+       "missing tensor 'model.layers.0.self_attn.q_proj.weight'"},
+  };
+  for (const Case& c : cases) {
+    const std::string err = LoadError(EditedCopy(c.model, c.config, c.tensors));
+    if (std::string(c.message).empty()) {
+      EXPECT_EQ(err, "");
+    } else {
+      EXPECT_NE(err.find(c.message), std::string::npos) << "want '" << c.message << "'\n got '" << err << "'";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace loom
