@@ -126,6 +126,10 @@ int RunInspect(const InspectArgs& a) {
             {"model_dim", c.model_dim},
             {"vocab_size", c.vocab_size},
             {"weight_bytes", (*model)->weight_bytes()}};
+  if (!(*model)->prequantized().empty()) {  // e.g. "compressed-tensors"
+    j["prequantized"] = (*model)->prequantized();
+    j["quantized_bytes"] = (*model)->quantized_bytes();
+  }
   if (!a.lora.empty()) {
     auto t0 = std::chrono::steady_clock::now();
     auto adapters = LoadCliAdapters(**model, {a.lora}, a.max_rank, !a.no_check_weights);

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "base/mmap_file.h"
 #include "cpu/int4_cpu.h"
 #include "cpu/int8_cpu.h"
 #include "model/compressed_tensors.h"
@@ -89,6 +90,7 @@ Status LoadInt8(const SafetensorsStore& store, const std::string& name, const st
     w->sum[static_cast<size_t>(j)] = s;
   }
   lin->int8 = std::move(w);
+  ReleaseMappedPages(q->data, q->nbytes);  // never read again: RSS holds loom's copy only
   return OkStatus();
 }
 
@@ -157,6 +159,7 @@ Status LoadInt4(const SafetensorsStore& store, const std::string& name, const st
     cpu::PackInt4(q.data(), kp, w->q.data() + j * (kp / 2));
   }
   lin->int4 = std::move(w);
+  ReleaseMappedPages(packed->data, packed->nbytes);  // never read again
   return OkStatus();
 }
 

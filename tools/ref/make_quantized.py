@@ -13,6 +13,9 @@ Run after make_models.py (it reads tests/fixtures/models/<base>). Writes
                                    weights with compressed-tensors and, for W8A8, fake-quantizes
                                    the input activations per token at run time), same format as
                                    make_models.py's goldens
+    <out>/golden/ct_<name>.lora.safetensors
+                                   F32 "<adapter>.prompt_<i>" [len_i, vocab]: PEFT running a
+                                   fixture adapter over that same transformers model
     <out>/golden/ct_<name>.dequant.safetensors
                                    compressed-tensors' own decompression of a few projections
                                    (F32 copies of its output; exact, its dtype is bf16)
@@ -55,6 +58,9 @@ FIXTURES = {
     # W4A16 g32 on a model with q/k/v biases and tied embeddings.
     "w4a16_qwen2": ("qwen2_bf16", {"group_0": (["Linear"], {"weights": W4_G32})}, ["lm_head"]),
 }
+# PEFT adapters (tests/fixtures/adapters) run over each quantized model for the LoRA reference.
+LORA = {"w8a8_llama": ["llama_qv_r8_f32", "llama_mlp_r6"], "w4a16_qwen3": ["qwen3_lora_bias"],
+        "w4a16_qwen2": ["qwen2_exclude"]}
 # Projections whose decompressed weights are dumped for the bit-exact dequantization test.
 DEQUANT_DUMP = ["model.layers.0.self_attn.q_proj", "model.layers.1.self_attn.o_proj",
                 "model.layers.2.mlp.down_proj"]
@@ -134,6 +140,17 @@ def build(name, out, prompts):
     deq = {n: mods[n].weight.detach().to(torch.float32).contiguous() for n in DEQUANT_DUMP}
     deq_dtype = {n: str(mods[n].weight.dtype) for n in DEQUANT_DUMP}
     save_file(deq, os.path.join(golden, f"{gname}.dequant.safetensors"))
+    # LoRA reference: PEFT over the same transformers model (adapter unmerged, f32).
+    from peft import PeftModel
+    lora = {}
+    for adapter in LORA.get(name, []):
+        base = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32,
+                                                    attn_implementation="eager")
+        peft_model = PeftModel.from_pretrained(base, os.path.join(out, "adapters", adapter)).eval()
+        for i, ids in enumerate(prompts):
+            lora[f"{adapter}.prompt_{i}"] = make_models.prompt_logits(peft_model, ids).contiguous()
+    if lora:
+        save_file(lora, os.path.join(golden, f"{gname}.lora.safetensors"))
     margin = min(float(r[0] - r[1]) for k in greedy_rows
                  for r in torch.topk(greedy_rows[k], 2, dim=-1).values)
     print(f"{gname}: from {base}, dequantized dtype {deq_dtype}, min greedy margin {margin:.3f}")
