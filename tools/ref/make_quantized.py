@@ -144,9 +144,11 @@ def build(name, out, prompts):
     from peft import PeftModel
     lora = {}
     for adapter in LORA.get(name, []):
-        base = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32,
+        lora_base = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32,
                                                     attn_implementation="eager")
-        peft_model = PeftModel.from_pretrained(base, os.path.join(out, "adapters", adapter)).eval()
+        # compressed-tensors decompresses on the first forward; PEFT needs the weights there.
+        lora_base(input_ids=torch.tensor([[1]]))
+        peft_model = PeftModel.from_pretrained(lora_base, os.path.join(out, "adapters", adapter)).eval()
         for i, ids in enumerate(prompts):
             lora[f"{adapter}.prompt_{i}"] = make_models.prompt_logits(peft_model, ids).contiguous()
     if lora:
