@@ -405,10 +405,10 @@ StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, co
                              (has_mag ? "has a lora_magnitude_vector but use_dora is false"
                                       : "has no lora_magnitude_vector but use_dora is true"));
     }
-    if (has_mag && base_weight.data == nullptr) {
-      return InvalidArgument(where + ": module '" + module + "' is DoRA (use_dora) over a "
-                             "pre-quantized base projection; its norm needs a dense base weight, "
-                             "which a pre-quantized checkpoint does not have (not supported)");
+    const auto& dequantized_row = sites.site(site).dequantized_row;
+    if (has_mag && base_weight.data == nullptr && !dequantized_row) {
+      return InvalidArgument(where + ": module '" + module + "' is DoRA (use_dora) over a base "
+                             "projection with no weights to take its norm of");
     }
     if (has_mag) {
       ASSIGN_OR_RETURN(Tensor mag, get("lora_magnitude_vector"));
@@ -421,8 +421,12 @@ StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, co
       w->dora_gain.resize(static_cast<size_t>(out));
       const size_t row_bytes = static_cast<size_t>(in) * DTypeSize(base_weight.dtype);
       for (int64_t o = 0; o < out; ++o) {
-        ConvertToF32(base_weight.dtype, static_cast<const uint8_t*>(base_weight.data) + o * row_bytes,
-                     wrow.data(), in);
+        if (base_weight.data == nullptr) {  // pre-quantized: PEFT's norm is over the dequantized W
+          dequantized_row(o, wrow.data());
+        } else {
+          ConvertToF32(base_weight.dtype, static_cast<const uint8_t*>(base_weight.data) + o * row_bytes,
+                       wrow.data(), in);
+        }
         double norm2 = 0;
         for (int64_t i = 0; i < in; ++i) {
           float d = 0;

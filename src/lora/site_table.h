@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -16,6 +17,9 @@ struct LinearSite {
   Tensor weight;     // [out_features, in_features] base weight view (shapes, DoRA norms)
   int layer = -1;    // decoder layer index, or -1 outside the layers (lm_head)
   bool all_linear = true;  // whether PEFT's "all-linear" includes it (not the output head)
+  // A pre-quantized projection (weight.data null): writes its dequantized row `j` ([in] f32,
+  // exactly the values the kernels compute with) for DoRA norms. Empty for dense projections.
+  std::function<void(int64_t j, float* row)> dequantized_row;
 };
 
 // A 3-D expert parameter as transformers 5 holds it (e.g. "model.layers.0.mlp.experts.gate_up_proj"

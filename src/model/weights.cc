@@ -106,6 +106,21 @@ Status CheckCtModel(const ModelConfig& config, const std::vector<WeightSlot>& sl
   return OkStatus();
 }
 
+// Row reader of a pre-quantized projection: scale · q, as the int8 / int4 kernels compute.
+std::function<void(int64_t, float*)> DequantizedRows(const Linear& lin) {
+  if (lin.int8) {
+    return [w = lin.int8](int64_t j, float* row) {
+      for (int64_t i = 0; i < w->cols; ++i) row[i] = float(w->q.data()[j * w->cols + i]) * w->scale[static_cast<size_t>(j)];
+    };
+  }
+  if (lin.int4) {
+    return [w = lin.int4](int64_t j, float* row) {
+      for (int64_t i = 0; i < w->cols; ++i) row[i] = w->Dequantized(j, i);
+    };
+  }
+  return {};
+}
+
 // Buffers some checkpoints carry that transformers recomputes and never loads.
 bool IsIgnoredBuffer(const std::string& name) { return name.ends_with(".rotary_emb.inv_freq"); }
 }  // namespace
@@ -154,8 +169,10 @@ Status LoadWeights(const ModelConfig& config, const SafetensorsStore& store, Mod
   sites->SetEmbedding("model.embed_tokens", w->embed);
   for (const WeightSlot& slot : slots) {
     if (!slot.linear) continue;
-    slot.linear->site = sites->Add({slot.linear->name, slot.linear->weight, slot.layer,
-                                    /*all_linear=*/slot.linear != &w->lm_head});
+    LinearSite site{slot.linear->name, slot.linear->weight, slot.layer,
+                    /*all_linear=*/slot.linear != &w->lm_head};
+    if (slot.linear->weight.data == nullptr) site.dequantized_row = DequantizedRows(*slot.linear);
+    slot.linear->site = sites->Add(std::move(site));
     site_linears->push_back(slot.linear);
   }
   for (int i = 0; i < config.num_layers; ++i) {  // transformers 5's fused expert parameters

@@ -59,7 +59,7 @@ FIXTURES = {
     "w4a16_qwen2": ("qwen2_bf16", {"group_0": (["Linear"], {"weights": W4_G32})}, ["lm_head"]),
 }
 # PEFT adapters (tests/fixtures/adapters) run over each quantized model for the LoRA reference.
-LORA = {"w8a8_llama": ["llama_qv_r8_f32", "llama_mlp_r6"], "w4a16_qwen3": ["qwen3_lora_bias"],
+LORA = {"w8a8_llama": ["llama_qv_r8_f32", "llama_mlp_r6"], "w4a16_qwen3": ["qwen3_lora_bias", "qwen3_dora"],
         "w4a16_qwen2": ["qwen2_exclude"]}
 # Projections whose decompressed weights are dumped for the bit-exact dequantization test.
 DEQUANT_DUMP = ["model.layers.0.self_attn.q_proj", "model.layers.1.self_attn.o_proj",
