@@ -54,8 +54,8 @@ Status WriteCheckpointInto(const std::string& model_dir, const Model& model,
   const SafetensorsStore& store = model.store();
   if (!model.prequantized().empty()) {
     return FailedPrecondition(model_dir + " is a pre-quantized (" + model.prequantized() +
-                              ") checkpoint: loom merge writes dense weights and has none to "
-                              "merge into; serve the adapter unmerged");
+                              ") checkpoint: loom merge writes dense checkpoints only; serve the "
+                              "adapter unmerged, or merged at load with --merge");
   }
   std::map<std::string, const LoraWeights*> adapted;  // "...q_proj.weight" → LoRA
   for (const LoraWeights* lw : adapter.modules()) {

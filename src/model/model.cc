@@ -102,18 +102,24 @@ Status Model::MergeAdapter(const Adapter& adapter) {
     owned_.push_back(std::move(buf));
     return owned_.back()->data();
   };
-  for (const LoraWeights* lw : adapter.modules()) {  // checked before anything changes
-    const int site = sites_.Find(lw->module_path);
-    LOOM_CHECK(site >= 0);  // LoadAdapter matched it against this table
-    if (site_linears_[static_cast<size_t>(site)]->weight.data == nullptr) {
-      return FailedPrecondition("merging into " + lw->module_path + ": the base projection is "
-                                "pre-quantized (" + prequantized_ + "); serve the adapter unmerged");
-    }
-  }
+  int dequantized = 0;
   for (const LoraWeights* lw : adapter.modules()) {
     const int site = sites_.Find(lw->module_path);
     LOOM_CHECK(site >= 0);  // LoadAdapter matched it against this table
     Linear* lin = site_linears_[static_cast<size_t>(site)];
+    if (lin->weight.data == nullptr) {
+      // Pre-quantized: the adapter folds into a dequantized f32 copy (scale · q), and this
+      // projection is served dense from then on; the others stay quantized.
+      const auto& row = sites_.site(site).dequantized_row;
+      LOOM_CHECK(row);
+      float* dense = static_cast<float*>(own(lin->weight));  // [out, in] f32
+      if (dense == nullptr) return ResourceExhausted("merging " + lw->module_path + ": " + alloc_error.message());
+      for (int64_t j = 0; j < lin->out_features(); ++j) row(j, dense + j * lin->in_features());
+      lin->weight.data = dense;
+      lin->int8.reset();
+      lin->int4.reset();
+      ++dequantized;
+    }
     void* merged = own(lin->weight);
     if (merged == nullptr) return ResourceExhausted("merging " + lw->module_path + ": " + alloc_error.message());
     MergeLinearWeight(lin->weight, *lw, merged);
@@ -132,6 +138,11 @@ Status Model::MergeAdapter(const Adapter& adapter) {
       lin->bias.resize(static_cast<size_t>(lin->out_features()), 0.0f);
       for (size_t j = 0; j < lin->bias.size(); ++j) lin->bias[j] += lw->scale * lw->bias[j];
     }
+  }
+  if (dequantized > 0) {
+    std::fprintf(stderr, "note: merging '%s' into the %s base: %d adapted projection(s) now run on "
+                 "dequantized f32 weights with the adapter folded in; the rest stay quantized\n",
+                 adapter.name().c_str(), prequantized_.c_str(), dequantized);
   }
   if (const LoraEmbedding* e = adapter.embedding()) {
     void* merged = own(weights_.embed);

@@ -59,7 +59,8 @@ class Model {
   // is refused with kResourceExhausted instead of the process aborting.
   std::unique_ptr<KvCache> NewKvCache(int num_tokens) const;
   // The pre-quantized checkpoint format ("compressed-tensors"), or empty for a dense checkpoint.
-  // Its quantized projections have no dense weight: merges into them are refused.
+  // Its quantized projections have no dense weight: MergeAdapter folds an adapter into a
+  // dequantized f32 copy of each projection it adapts (served dense from then on).
   const std::string& prequantized() const { return prequantized_; }
   // Bytes of quantized weights made by LoadOptions::quantize or read pre-quantized (0 when none).
   uint64_t quantized_bytes() const { return quantized_bytes_; }

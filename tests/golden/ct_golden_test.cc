@@ -245,7 +245,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CtLora, ::testing::Values(0, 1, 2),
 // LoRA over a pre-quantized base against PEFT running the same adapter over transformers' model
 // of the same folder: the adapter is f32 on both sides, so the difference is the base's
 // activation rounding again — the same bounds as the base model's.
-TEST(CtLoraVsPeft, PromptLogitsWithinTheSchemeError) {
+TEST(CtLoraVsPeft, UnmergedAndMergedWithinTheSchemeError) {
   struct Pair {
     const char* model;
     const char* adapter;
@@ -254,58 +254,55 @@ TEST(CtLoraVsPeft, PromptLogitsWithinTheSchemeError) {
                         Pair{"ct_w4a16_qwen3", "qwen3_lora_bias"}, Pair{"ct_w4a16_qwen3", "qwen3_dora"},
                         Pair{"ct_w4a16_qwen2", "qwen2_exclude"}}) {
     SCOPED_TRACE(std::string(c.model) + " + " + c.adapter);
-    auto model = Model::Load(kFixtures + "/models/" + c.model);
-    ASSERT_TRUE(model.ok()) << model.status().ToString();
-    auto adapter = LoadAdapter(c.adapter, kFixtures + "/adapters/" + c.adapter, (*model)->sites(), 0);
-    ASSERT_TRUE(adapter.ok()) << adapter.status().ToString();
     auto ref = SafetensorsStore::Open(kFixtures + "/golden/" + c.model + ".lora.safetensors");
     ASSERT_TRUE(ref.ok()) << ref.status().ToString();
     const auto golden = test::LoadGolden(c.model);
-    float worst = 0, base_worst = 0;
-    double err2 = 0, ref2 = 0;
-    for (size_t p = 0; p < golden.prompts.size(); ++p) {
-      auto expected = (*ref)->Get(std::string(c.adapter) + ".prompt_" + std::to_string(p));
-      ASSERT_TRUE(expected.ok()) << expected.status().ToString();
-      Engine engine(model->get(), EngineOptions{});
-      engine.AddAdapter(*adapter);
-      GenerationRequest r;
-      r.prompt = golden.prompts[p];
-      r.params.max_tokens = 1;
-      r.params.temperature = 0;
-      r.return_prompt_logits = true;
-      r.adapter_slot = 0;
-      ASSERT_TRUE(engine.Add(r).ok());
-      const GenerationResult out = std::move(engine.RunToCompletion().at(0));
-      const float* e = static_cast<const float*>(expected->data);
-      const size_t n = static_cast<size_t>(expected->numel());
-      ASSERT_EQ(out.prompt_logits.size(), n);
-      worst = std::max(worst, test::MaxAbsDiff(out.prompt_logits.data(), e, n));
-      // The adapter moved the reference further than loom's error: the comparison sees it.
-      base_worst = std::max(base_worst, test::MaxAbsDiff(golden.prompt_logits[p].data(), e, n));
-      for (size_t i = 0; i < n; ++i) {
-        err2 += double(out.prompt_logits[i] - e[i]) * (out.prompt_logits[i] - e[i]);
-        ref2 += double(e[i]) * e[i];
+    for (const bool merge : {false, true}) {
+      auto model = Model::Load(kFixtures + "/models/" + c.model);
+      ASSERT_TRUE(model.ok()) << model.status().ToString();
+      auto adapter = LoadAdapter(c.adapter, kFixtures + "/adapters/" + c.adapter, (*model)->sites(), 0);
+      ASSERT_TRUE(adapter.ok()) << adapter.status().ToString();
+      // --merge: the adapted projections become dequantized f32 weights with the adapter folded in.
+      if (merge) ASSERT_TRUE((*model)->MergeAdapter(**adapter).ok());
+      float worst = 0, base_worst = 0;
+      double err2 = 0, ref2 = 0;
+      for (size_t p = 0; p < golden.prompts.size(); ++p) {
+        auto expected = (*ref)->Get(std::string(c.adapter) + ".prompt_" + std::to_string(p));
+        ASSERT_TRUE(expected.ok()) << expected.status().ToString();
+        Engine engine(model->get(), EngineOptions{});
+        if (!merge) engine.AddAdapter(*adapter);
+        GenerationRequest r;
+        r.prompt = golden.prompts[p];
+        r.params.max_tokens = 1;
+        r.params.temperature = 0;
+        r.return_prompt_logits = true;
+        r.adapter_slot = merge ? -1 : 0;
+        ASSERT_TRUE(engine.Add(r).ok());
+        const GenerationResult out = std::move(engine.RunToCompletion().at(0));
+        const float* e = static_cast<const float*>(expected->data);
+        const size_t n = static_cast<size_t>(expected->numel());
+        ASSERT_EQ(out.prompt_logits.size(), n);
+        worst = std::max(worst, test::MaxAbsDiff(out.prompt_logits.data(), e, n));
+        // The adapter moved the reference further than loom's error: the comparison sees it.
+        base_worst = std::max(base_worst, test::MaxAbsDiff(golden.prompt_logits[p].data(), e, n));
+        for (size_t i = 0; i < n; ++i) {
+          err2 += double(out.prompt_logits[i] - e[i]) * (out.prompt_logits[i] - e[i]);
+          ref2 += double(e[i]) * e[i];
+        }
       }
+      const double rms = std::sqrt(err2 / ref2);
+      std::printf("%s + %s %s vs PEFT: relative RMS logit error %.4f, worst %.4f (adapter moves the "
+                  "reference by up to %.4f)\n", c.model, c.adapter, merge ? "merged" : "unmerged",
+                  rms, worst, base_worst);
+      EXPECT_LE(rms, 0.05);
+      EXPECT_LE(worst, 0.75f);
+      EXPECT_GT(base_worst, 2 * worst);
     }
-    const double rms = std::sqrt(err2 / ref2);
-    std::printf("%s + %s vs PEFT: relative RMS logit error %.4f, worst %.4f (adapter moves the "
-                "reference by up to %.4f)\n", c.model, c.adapter, rms, worst, base_worst);
-    EXPECT_LE(rms, 0.05);
-    EXPECT_LE(worst, 0.75f);
-    EXPECT_GT(base_worst, 2 * worst);
   }
 }
 
-// What a pre-quantized base refuses: merging (no dense weight to fold into), --quantize.
-TEST(CtLoraRejects, MergeAndQuantize) {
-  auto model = Model::Load(kFixtures + "/models/ct_w4a16_qwen3");
-  ASSERT_TRUE(model.ok()) << model.status().ToString();
-  auto lora = LoadAdapter("l", kFixtures + "/adapters/qwen3_lora_bias", (*model)->sites(), 0);
-  ASSERT_TRUE(lora.ok()) << lora.status().ToString();
-  const Status merged = (*model)->MergeAdapter(**lora);
-  ASSERT_FALSE(merged.ok());
-  EXPECT_NE(merged.message().find("pre-quantized (compressed-tensors); serve the adapter unmerged"),
-            std::string::npos) << merged.ToString();
+// What a pre-quantized base refuses: --quantize (its projections are quantized already).
+TEST(CtRejects, QuantizeAgain) {
   LoadOptions options;
   options.quantize = LoadOptions::Quantization::kInt8;
   auto requantized = Model::Load(kFixtures + "/models/ct_w4a16_qwen3", options);
