@@ -10,7 +10,9 @@
 
 #include "cpu/matmul_cpu.h"
 
-#define LOOM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,f16c")))
+// The f32 kernels run at Isa::kAvx512 (no BF16); only the dot-product kernels add avx512bf16.
+#define LOOM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
+#define LOOM_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,f16c")))
 
 namespace loom::cpu {
 
@@ -130,7 +132,7 @@ LOOM_AVX512 void KernelF32(const float* x, int64_t n, int64_t k, const void* wv,
 // adjacent products into 16 f32 lanes. With SPLIT, x = hi + lo (two bf16 arrays, lo at
 // x + lo_offset): two dot products per weight vector recover ~16 mantissa bits of x.
 template <int NI, int NJ, bool SPLIT>
-LOOM_AVX512 void TileBf16(const uint16_t* x, int64_t lo_offset, int64_t k, const uint16_t* w,
+LOOM_AVX512BF16 void TileBf16(const uint16_t* x, int64_t lo_offset, int64_t k, const uint16_t* w,
                           float* y, int64_t ldy) {
   __m512 acc[NI][NJ];
   for (int a = 0; a < NI; ++a)
@@ -165,7 +167,7 @@ LOOM_AVX512 void TileBf16(const uint16_t* x, int64_t lo_offset, int64_t k, const
 }
 
 template <int NJ, bool SPLIT>
-LOOM_AVX512 void RowsBf16(const uint16_t* x, int64_t lo_offset, int64_t n, int64_t k,
+LOOM_AVX512BF16 void RowsBf16(const uint16_t* x, int64_t lo_offset, int64_t n, int64_t k,
                           const uint16_t* w, float* y, int64_t ldy) {
   int64_t i = 0;
   for (; i + 4 <= n; i += 4) TileBf16<4, NJ, SPLIT>(x + i * k, lo_offset, k, w, y + i * ldy, ldy);
@@ -178,7 +180,7 @@ LOOM_AVX512 void RowsBf16(const uint16_t* x, int64_t lo_offset, int64_t n, int64
 }
 
 template <bool SPLIT>
-LOOM_AVX512 void KernelBf16(const uint16_t* x, int64_t lo_offset, int64_t n, int64_t k,
+LOOM_AVX512BF16 void KernelBf16(const uint16_t* x, int64_t lo_offset, int64_t n, int64_t k,
                             const uint16_t* w, int64_t j0, int64_t j1, float* y, int64_t ldy) {
   int64_t j = j0;
   for (; j + 4 <= j1; j += 4) RowsBf16<4, SPLIT>(x, lo_offset, n, k, w + j * k, y + j, ldy);
@@ -201,7 +203,7 @@ LOOM_AVX512 void MatmulF32Avx512(DType wtype, const float* x, int64_t n, int64_t
   }
 }
 
-LOOM_AVX512 void MatmulBf16Avx512(const uint16_t* x, const uint16_t* x_lo, int64_t n, int64_t k,
+LOOM_AVX512BF16 void MatmulBf16Avx512(const uint16_t* x, const uint16_t* x_lo, int64_t n, int64_t k,
                                   const uint16_t* w, int64_t j0, int64_t j1, float* y,
                                   int64_t ldy) {
   if (x_lo) return KernelBf16<true>(x, x_lo - x, n, k, w, j0, j1, y, ldy);

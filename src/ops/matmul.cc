@@ -14,11 +14,23 @@ MatmulOptions& GlobalMatmulOptions() {
   return options;
 }
 
+std::string MatmulKernelsDescription() {
+  const cpu::Isa isa = cpu::ActiveIsa();
+  std::string out = std::string("isa ") + cpu::IsaName(isa);
+  if (isa >= cpu::Isa::kAvx512Bf16) {
+    out += GlobalMatmulOptions().bf16_split ? " (bf16 activations exact hi+lo)"
+                                            : " (bf16 activations rounded once)";
+  } else {
+    out += " (bf16 weights widened to f32)";
+  }
+  return out;
+}
+
 namespace {
 
 bool UseBf16Dot(const Tensor& w, int64_t n) {
   const MatmulOptions& o = GlobalMatmulOptions();
-  if (w.dtype != DType::kBF16 || cpu::ActiveIsa() < cpu::Isa::kAvx512) return false;
+  if (w.dtype != DType::kBF16 || cpu::ActiveIsa() < cpu::Isa::kAvx512Bf16) return false;
   if (o.batch_invariant) return true;  // one path for every row count
   return o.bf16_dot_min_rows > 0 && n >= o.bf16_dot_min_rows;
 }

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 
 #include "tensor/tensor.h"
 
@@ -27,6 +28,10 @@ struct MatmulOptions {
 
 // Process-wide options (set once at start-up, before the engine runs).
 MatmulOptions& GlobalMatmulOptions();
+
+// One line naming the active ISA level and the bf16 activation rounding, for start-up and
+// benchmark output, e.g. "isa avx512bf16 (bf16 activations rounded once)".
+std::string MatmulKernelsDescription();
 
 // Called for each block of output columns [j0, j1) right after the block is computed, on the
 // thread that computed it (so per-column work — LoRA expand, DoRA, bias — runs in the same

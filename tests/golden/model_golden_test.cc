@@ -73,7 +73,7 @@ TEST_P(ModelGolden, MixedContinuousBatchMatchesEachAlone) {
 class FastBf16Golden : public ModelGolden {};
 
 TEST_P(FastBf16Golden, PrefillStaysCloseToTransformers) {
-  if (cpu::ActiveIsa() < cpu::Isa::kAvx512) GTEST_SKIP() << "no bf16 dot product on this CPU";
+  if (cpu::ActiveIsa() < cpu::Isa::kAvx512Bf16) GTEST_SKIP() << "no bf16 dot product on this CPU";
   const MatmulOptions saved = GlobalMatmulOptions();
   GlobalMatmulOptions().bf16_split = false;
   GlobalMatmulOptions().bf16_dot_min_rows = 1;  // every row through the rounded path

@@ -11,10 +11,12 @@
 namespace loom::cpu {
 namespace {
 
+// Every level up to what the CPU has: scalar, avx2, avx512, avx512bf16, amx.
 std::vector<Isa> SupportedIsas() {
-  std::vector<Isa> isas = {Isa::kScalar};
-  if (DetectIsa() >= Isa::kAvx2) isas.push_back(Isa::kAvx2);
-  if (DetectIsa() >= Isa::kAvx512) isas.push_back(Isa::kAvx512);
+  std::vector<Isa> isas;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16, Isa::kAmx}) {
+    if (DetectIsa() >= isa) isas.push_back(isa);
+  }
   return isas;
 }
 
@@ -64,7 +66,7 @@ TEST(MatmulKernels, EveryIsaMatchesScalarForEveryWeightDtype) {
 }
 
 TEST(MatmulKernels, Bf16DotMatchesScalarWithAndWithoutSplit) {
-  if (DetectIsa() < Isa::kAvx512) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
+  if (DetectIsa() < Isa::kAvx512Bf16) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
   for (const auto& s : std::vector<std::array<int64_t, 3>>{{1, 5, 31}, {4, 8, 64}, {7, 13, 100},
                                                          {16, 9, 896}}) {
     Problem p = MakeProblem(s[0], s[1], s[2], DType::kBF16, 7);
@@ -87,7 +89,7 @@ TEST(MatmulKernels, Bf16DotMatchesScalarWithAndWithoutSplit) {
 
 // The split form must be far closer to the exact f32 product than a single bf16 rounding.
 TEST(MatmulOp, SplitBf16DotIsNearlyExact) {
-  if (DetectIsa() < Isa::kAvx512) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
+  if (DetectIsa() < Isa::kAvx512Bf16) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
   Problem p = MakeProblem(32, 40, 512, DType::kBF16, 11);
   Tensor w{DType::kBF16, {p.m, p.k}, p.w.data()};
   std::vector<float> exact(static_cast<size_t>(p.n * p.m));
@@ -107,6 +109,47 @@ TEST(MatmulOp, SplitBf16DotIsNearlyExact) {
   GlobalMatmulOptions() = saved;
   EXPECT_LT(split, 2e-3f);
   EXPECT_GT(single, 20 * split);
+}
+
+// The op at every active level (LOOM_ISA's cap): bf16 weights take the f32-widening kernel
+// below avx512bf16, the dot product at avx512bf16 and AMX tiles at amx; each near the exact
+// product (exact hi+lo split) and, rounded once, within the bf16 bound of the test below.
+TEST(MatmulOp, EveryActiveLevelMatchesScalar) {
+  Problem p = MakeProblem(33, 70, 128, DType::kBF16, 5);
+  Tensor w{DType::kBF16, {p.m, p.k}, p.w.data()};
+  std::vector<float> ref(static_cast<size_t>(p.n * p.m));
+  MatmulF32Scalar(DType::kBF16, p.x.data(), p.n, p.k, p.w.data(), 0, p.m, ref.data(), p.m);
+  const MatmulOptions saved = GlobalMatmulOptions();
+  const Isa active = ActiveIsa();
+  for (Isa isa : SupportedIsas()) {
+    SetActiveIsa(isa);
+    GlobalMatmulOptions().bf16_split = true;
+    std::vector<float> y(ref.size(), -7.0f);
+    Matmul(p.x.data(), p.n, w, y.data());
+    for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], ref[i], Tolerance(p.k)) << IsaName(isa) << " " << i;
+  }
+  SetActiveIsa(active);
+  GlobalMatmulOptions() = saved;
+}
+
+TEST(CpuFeatures, LoomIsaCapParsesEveryLevelCaseInsensitively) {
+  Isa out = Isa::kScalar;
+  ASSERT_TRUE(ParseIsaCap("AVX512BF16", Isa::kAmx, &out));
+  EXPECT_EQ(out, Isa::kAvx512Bf16);
+  ASSERT_TRUE(ParseIsaCap("avx512", Isa::kAmx, &out));
+  EXPECT_EQ(out, Isa::kAvx512);
+  ASSERT_TRUE(ParseIsaCap("Amx", Isa::kAvx512Bf16, &out));
+  EXPECT_EQ(out, Isa::kAvx512Bf16) << "a cap above the hardware keeps the hardware level";
+  ASSERT_TRUE(ParseIsaCap("scalar", Isa::kAvx2, &out));
+  EXPECT_EQ(out, Isa::kScalar);
+  out = Isa::kAvx2;
+  EXPECT_FALSE(ParseIsaCap("avx512_bf16", Isa::kAmx, &out));
+  EXPECT_FALSE(ParseIsaCap("", Isa::kAmx, &out));
+  EXPECT_EQ(out, Isa::kAvx2) << "an unknown value leaves the level untouched";
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16, Isa::kAmx}) {
+    ASSERT_TRUE(ParseIsaCap(IsaName(isa), Isa::kAmx, &out));
+    EXPECT_EQ(out, isa);
+  }
 }
 
 TEST(MatmulOp, ThreadedOpEqualsSingleKernelCall) {
