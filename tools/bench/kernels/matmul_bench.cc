@@ -1,5 +1,8 @@
-// Google Benchmark of the matmul kernels on Qwen2.5-0.5B shapes: exact f32 path vs bf16 dot (split and single).
+// Google Benchmark of the matmul kernels on Qwen2.5-0.5B shapes: exact f32 path vs bf16 dot (split and
+// single), at the level LOOM_ISA selects (e.g. LOOM_ISA=avx512bf16 for the dot product without AMX),
+// plus the vdpbf16ps peak of one core (BM_Bf16DotPeak) the GEMM figures are compared with.
 #include <benchmark/benchmark.h>
+#include <immintrin.h>
 
 #include <random>
 #include <vector>
@@ -37,7 +40,30 @@ void BM_Matmul(benchmark::State& state) {
 BENCHMARK(BM_Matmul)
     ->ArgsProduct({{1, 8, 128}, {4864}, {896}, {0, 1, 2}})
     ->ArgsProduct({{1, 128}, {896}, {4864}, {0, 1, 2}})
+    ->ArgsProduct({{512}, {4864}, {896}, {1, 2}})
+    ->ArgsProduct({{512}, {896}, {4864}, {1, 2}})
     ->UseRealTime();
+
+// One core's vdpbf16ps rate: 24 independent accumulators (enough to cover the latency on two
+// ports), 64 FLOP (32 bf16 multiply-adds) per instruction, operands in registers.
+__attribute__((target("avx512f,avx512bf16"))) void BM_Bf16DotPeak(benchmark::State& state) {
+  __m512 acc[24];
+  for (auto& a : acc) a = _mm512_setzero_ps();
+  const __m512bh x = (__m512bh)_mm512_set1_epi16(0x3f80), w = (__m512bh)_mm512_set1_epi16(0x3c00);
+  constexpr int kIters = 1 << 16;
+  for (auto _ : state) {
+    for (int i = 0; i < kIters; ++i) {
+      for (auto& a : acc) a = _mm512_dpbf16_ps(a, x, w);
+      __asm__ volatile("" : "+v"(acc[0]), "+v"(acc[7]), "+v"(acc[15]), "+v"(acc[23]));
+    }
+  }
+  __m512 s = acc[0];
+  for (int i = 1; i < 24; ++i) s = _mm512_add_ps(s, acc[i]);
+  benchmark::DoNotOptimize(s);
+  state.counters["GFLOPs"] = benchmark::Counter(64.0 * 24 * kIters, benchmark::Counter::kIsIterationInvariantRate,
+                                                benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_Bf16DotPeak)->UseRealTime();
 
 }  // namespace
 
