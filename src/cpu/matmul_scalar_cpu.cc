@@ -62,4 +62,12 @@ void MatmulBf16(Isa isa, const uint16_t* xb, const uint16_t* x_lo, int64_t n, in
   }
 }
 
+void RoundToBf16(Isa isa, const float* x, int64_t count, uint16_t* hi, uint16_t* lo) {
+  if (isa >= Isa::kAvx512Bf16) return RoundToBf16Avx512(x, count, hi, lo);
+  for (int64_t i = 0; i < count; ++i) {
+    hi[i] = F32ToBf16(x[i]);
+    if (lo) lo[i] = F32ToBf16(x[i] - Bf16ToF32(hi[i]));
+  }
+}
+
 }  // namespace loom::cpu

@@ -48,7 +48,6 @@ AlignedBuffer<uint16_t>& Bf16Scratch() {
   static thread_local AlignedBuffer<uint16_t> buf;
   return buf;
 }
-
 }  // namespace
 
 void MatmulColumns(const float* x, int64_t n, const Tensor& w, int64_t j0, int64_t j1, float* y,
@@ -88,12 +87,8 @@ void Matmul(const float* x, int64_t n, const Tensor& w, float* y, const MatmulEp
     auto& buf = Bf16Scratch();
     LOOM_CHECK_OK(buf.Resize(static_cast<size_t>(n * k) * (split ? 2 : 1)));
     uint16_t* hi = buf.data();
-    for (int64_t i = 0; i < n * k; ++i) hi[i] = F32ToBf16(x[i]);
-    if (split) {
-      uint16_t* lo = hi + n * k;
-      for (int64_t i = 0; i < n * k; ++i) lo[i] = F32ToBf16(x[i] - Bf16ToF32(hi[i]));
-      x_lo = lo;
-    }
+    if (split) x_lo = hi + n * k;
+    cpu::RoundToBf16(cpu::ActiveIsa(), x, n * k, hi, split ? hi + n * k : nullptr);
     xb = hi;
   }
   if (n * m * k < (int64_t{1} << 16)) {  // too small to repay waking the workers
