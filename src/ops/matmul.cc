@@ -17,7 +17,9 @@ MatmulOptions& GlobalMatmulOptions() {
 std::string MatmulKernelsDescription() {
   const cpu::Isa isa = cpu::ActiveIsa();
   std::string out = std::string("isa ") + cpu::IsaName(isa);
-  if (isa >= cpu::Isa::kAvx512Bf16) {
+  if (isa == cpu::Isa::kAvx512Bf16 && GlobalMatmulOptions().bf16_split) {
+    out += " (exact: bf16 weights widened to f32)";
+  } else if (isa >= cpu::Isa::kAvx512Bf16) {
     out += GlobalMatmulOptions().bf16_split ? " (bf16 activations exact hi+lo)"
                                             : " (bf16 activations rounded once)";
   } else {
@@ -31,6 +33,10 @@ namespace {
 bool UseBf16Dot(const Tensor& w, int64_t n) {
   const MatmulOptions& o = GlobalMatmulOptions();
   if (w.dtype != DType::kBF16 || cpu::ActiveIsa() < cpu::Isa::kAvx512Bf16) return false;
+  // The exact path without AMX: f32 activations × widened weights (f32 FMA) are exact and, where
+  // vdpbf16ps issues once per 2 cycles (Sapphire/Emerald Rapids), twice the hi+lo pair's speed
+  // (bench model prefill at avx512bf16: ~150 tok/s vs ~70; docs/PERFORMANCE.md).
+  if (o.bf16_split && cpu::ActiveIsa() == cpu::Isa::kAvx512Bf16) return false;
   if (o.batch_invariant) return true;  // one path for every row count
   return o.bf16_dot_min_rows > 0 && n >= o.bf16_dot_min_rows;
 }
