@@ -67,7 +67,8 @@ TEST_P(ModelGolden, MixedContinuousBatchMatchesEachAlone) {
   for (size_t p = 0; p < results.size(); ++p) ExpectMatches(results[p], p);
 }
 
-// --fast-bf16: prefill activations rounded to bf16 once. Not within the exact tolerance by
+// Single rounding (the serving default; --fast-bf16 was its old opt-in) against the f32 goldens:
+// prefill activations rounded to bf16 once. Not within the exact tolerance by
 // design; bounded here by 0.15 on logits whose std is ~3 (measured max: 0.054), which still
 // catches any real defect (a wrong weight or position moves logits by O(1)).
 class FastBf16Golden : public ModelGolden {};
