@@ -22,10 +22,12 @@ namespace {
 // column tiles start at j0 (a multiple of 16 in the op), so a row's result never depends on how
 // many rows are in the call: batch invariance.
 
+LOOM_BF16 inline __m256 Half(__m512 v) {
+  return _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+}
+
 LOOM_BF16 inline __m128 Reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
-  auto half = [](__m512 v) LOOM_BF16 {
-    return _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-  };
+  const auto half = [](__m512 v) { return Half(v); };
   const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(half(a), half(b)), _mm256_hadd_ps(half(c), half(d)));
   return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
