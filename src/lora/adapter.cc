@@ -306,11 +306,14 @@ StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, co
       targeted.insert(entry.first);  // by an alias path (Mixtral's mlp.gate), or a v4 expert module
     }
   }
-  // A transformers 5 router (…mlp.gate) target_parameters names must have tensors too.
+  // A transformers 5 router (…mlp.gate) target_parameters names must have tensors too (under
+  // that path or the checkpoint's, e.g. Mixtral's block_sparse_moe.gate).
   for (const ExpertParamSite& p : sites.expert_params()) {
     if (!p.path.ends_with(".experts.gate_up_proj")) continue;
     const std::string router = p.path.substr(0, p.path.size() - 21) + ".gate";
-    if (sites.Find(router) >= 0 && cfg.TargetsParameter(router + ".weight") && !by_module.count(router)) {
+    const int site = sites.Find(router);
+    if (site >= 0 && cfg.TargetsParameter(router + ".weight") && !by_module.count(router) &&
+        !by_module.count(sites.site(site).path)) {
       return InvalidArgument(where + ": adapter_config.json targets '" + router + ".weight' (target_parameters" +
                              (cfg.all_linear ? ", from all-linear" : "") + ") but " + tensors_path +
                              " has no tensors for it");
