@@ -184,12 +184,13 @@ int RunBench(const BenchArgs& a) {
                    {"prefill_tokens_per_s", best.prefill_tps},
                    {"decode_tokens_per_s", best.decode_tps}});
   }
-  std::fprintf(stderr, "threads %d; weights %.1f MiB; peak RSS %.0f MiB\n",
-               ThreadPool::Global().num_threads(), (*model)->weight_bytes() / 1048576.0,
+  std::fprintf(stderr, "threads %d; %s; weights %.1f MiB; peak RSS %.0f MiB\n",
+               ThreadPool::Global().num_threads(), MatmulKernelsDescription().c_str(), (*model)->weight_bytes() / 1048576.0,
                PeakRssMiB());
   if (a.json) {
     nlohmann::json j = {{"results", out}, {"peak_rss_mib", PeakRssMiB()},
-                        {"threads", ThreadPool::Global().num_threads()}};
+                        {"threads", ThreadPool::Global().num_threads()},
+                        {"kernels", MatmulKernelsDescription()}};
     std::printf("%s\n", JsonToString(j).c_str());
   }
   return 0;

@@ -145,7 +145,7 @@ int RunInspect(const InspectArgs& a) {
     for (const LoraWeights* lw : ad.modules()) {
       modules.push_back({{"module", lw->module_path},
                          {"rank", lw->rank},
-                         {"alpha", ad.config().AlphaFor(lw->module_path)},
+                         {"alpha", lw->alpha},
                          {"scale", lw->scale},
                          {"dtype", DTypeName(lw->a.dtype)},
                          {"dora", !lw->dora_gain.empty()},

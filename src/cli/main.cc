@@ -17,11 +17,17 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads,
                  "compute threads (default: all cores, or LOOM_THREADS; capped to the cores)")
       ->check(CLI::NonNegativeNumber);
-  bool fast_bf16 = false;
+  bool exact_bf16 = false;
+  app.add_flag("--exact-bf16", exact_bf16,
+               "matmuls on bf16 weights keep the activations exact: a hi+lo bf16 pair on AMX "
+               "tiles (~2^-17 relative error, ~0.6-0.7x the prefill speed), f32 activations x "
+               "widened weights below AMX (as the golden tests check against transformers in "
+               "f32) instead of the default single bf16 rounding (~2^-9, what transformers and "
+               "vLLM compute in bf16)");
+  bool fast_bf16 = false;  // deprecated: single rounding is the default now
   app.add_flag("--fast-bf16", fast_bf16,
-               "prefill matmuls on bf16 weights round activations to bf16 once (faster on CPUs "
-               "without AMX; ~2^-9 relative error, like transformers running in bf16) instead "
-               "of the default hi+lo split (~2^-17)");
+               "deprecated, no effect: activations are rounded to bf16 once by default "
+               "(see --exact-bf16)");
   loom::cli::AddQuantizeFlags(&app);
   std::map<CLI::App*, loom::cli::RunFn> runs;
   auto* serve = app.add_subcommand("serve", "OpenAI-compatible HTTP server (vLLM's API and flags)");
@@ -42,7 +48,12 @@ int main(int argc, char** argv) {
   runs[merge] = loom::cli::AddMergeCommand(*merge);
   CLI11_PARSE(app, argc, argv);
   if (threads > 0) loom::ThreadPool::SetGlobalThreads(threads);
-  if (fast_bf16) loom::GlobalMatmulOptions().bf16_split = false;
+  if (fast_bf16 && exact_bf16) {
+    std::fprintf(stderr, "error: --fast-bf16 (deprecated) contradicts --exact-bf16\n");
+    return 2;
+  }
+  if (fast_bf16) std::fprintf(stderr, "loom: warning: --fast-bf16 is deprecated and the default now\n");
+  loom::GlobalMatmulOptions().bf16_split = exact_bf16;
   for (auto& [cmd, run] : runs) {
     if (!cmd->parsed()) continue;
     // Commands report errors as Status; this is the last guard, so that nothing a file or a

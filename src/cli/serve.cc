@@ -64,9 +64,11 @@ int RunServe(ServeArgs& a) {
     stop_listener();
     return Fail(model.status().message());
   }
-  std::fprintf(stderr, "loom: model %s loaded (%.1f s, %.0f MiB of weights)\n", a.model.c_str(),
+  std::fprintf(stderr, "loom: model %s loaded (%.1f s, %.0f MiB of weights); kernels: %s\n",
+               a.model.c_str(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-               static_cast<double>((*model)->weight_bytes()) / (1 << 20));
+               static_cast<double>((*model)->weight_bytes()) / (1 << 20),
+               MatmulKernelsDescription().c_str());
   if ((*model)->quantized_bytes() > 0) {
     std::fprintf(stderr, "loom: weights quantized (%.0f MiB)\n",
                  static_cast<double>((*model)->quantized_bytes()) / (1 << 20));

@@ -34,6 +34,7 @@ LOOM_AVX512 void SiluMulAvx512(float* gate, const float* up, int64_t count) {
 void SiluMul(Isa isa, float* gate, const float* up, int64_t count) {
   switch (isa) {
     case Isa::kAmx:
+    case Isa::kAvx512Bf16:
     case Isa::kAvx512: return SiluMulAvx512(gate, up, count);
     case Isa::kAvx2:
     case Isa::kScalar: return SiluMulScalar(gate, up, count);

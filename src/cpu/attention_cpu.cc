@@ -79,6 +79,7 @@ void AttendRow(Isa isa, const float* q, int hd, const PagedKvHead& kv, int first
                float scale, float softcap, float* scores, float* out) {
   switch (isa) {
     case Isa::kAmx:
+    case Isa::kAvx512Bf16:
     case Isa::kAvx512: return AttendRowAvx512(q, hd, kv, first, last, scale, softcap, scores, out);
     case Isa::kAvx2:
     case Isa::kScalar: return AttendRowScalar(q, hd, kv, first, last, scale, softcap, scores, out);

@@ -5,8 +5,10 @@
 #include <cpuid.h>
 #endif
 
+#include <cctype>
+#include <cstdio>
 #include <cstdlib>
-#include <cstring>
+#include <string>
 
 #include "cpu/matmul_cpu.h"
 
@@ -22,15 +24,23 @@ bool HasF16c() {
   return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
 }
 #endif
+
+std::string ToLower(const char* s) {
+  std::string out;
+  for (; *s != '\0' && out.size() < 64; ++s) {
+    out += static_cast<char>(std::tolower(static_cast<unsigned char>(*s)));
+  }
+  return out;
+}
 }  // namespace
 
 Isa DetectIsa() {
 #if defined(__x86_64__)
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-      __builtin_cpu_supports("avx512bf16")) {
-    return AmxAvailable() ? Isa::kAmx : Isa::kAvx512;
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
+    if (!__builtin_cpu_supports("avx512bf16")) return Isa::kAvx512;
+    return AmxAvailable() ? Isa::kAmx : Isa::kAvx512Bf16;
   }
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && HasF16c()) {
     return Isa::kAvx2;
@@ -42,10 +52,17 @@ Isa DetectIsa() {
 Isa ActiveIsa() {
   if (g_active == static_cast<Isa>(-1)) {
     Isa isa = DetectIsa();
-    if (const char* env = std::getenv("LOOM_ISA")) {
-      if (std::strcmp(env, "scalar") == 0) isa = Isa::kScalar;
-      if (std::strcmp(env, "avx2") == 0 && isa >= Isa::kAvx2) isa = Isa::kAvx2;
-      if (std::strcmp(env, "avx512") == 0 && isa >= Isa::kAvx512) isa = Isa::kAvx512;
+    if (const char* env = std::getenv("LOOM_ISA"); env != nullptr && *env != '\0') {
+      Isa capped = isa;
+      if (!ParseIsaCap(env, isa, &capped)) {
+        std::fprintf(stderr,
+                     "loom: warning: LOOM_ISA=%s is not one of amx|avx512bf16|avx512|avx2|scalar; "
+                     "ignored, using %s\n", env, IsaName(isa));
+      } else if (capped == isa && ToLower(env) != IsaName(isa)) {  // asked for more than the CPU has
+        std::fprintf(stderr, "loom: warning: LOOM_ISA=%s but this CPU supports at most %s; using %s\n",
+                     env, IsaName(isa), IsaName(isa));
+      }
+      isa = capped;
     }
     g_active = isa;
   }
@@ -59,9 +76,21 @@ const char* IsaName(Isa isa) {
     case Isa::kScalar: return "scalar";
     case Isa::kAvx2: return "avx2";
     case Isa::kAvx512: return "avx512";
+    case Isa::kAvx512Bf16: return "avx512bf16";
     case Isa::kAmx: return "amx";
   }
   return "?";
+}
+
+bool ParseIsaCap(const char* value, Isa detected, Isa* out) {
+  const std::string v = ToLower(value);
+  for (Isa level : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16, Isa::kAmx}) {
+    if (v == IsaName(level)) {
+      *out = level < detected ? level : detected;
+      return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace loom::cpu

@@ -1,4 +1,4 @@
-// Int4 (W4A8) group-wise matmul kernels: exact int32 sums per 4-element lane, f32 accumulation in a fixed 16-lane order, one function per ISA.
+// Int4 (W4A8) group-wise matmul kernels over 16-column panels: exact int32 sums per group, one f32 fma per group, one function per ISA.
 #pragma once
 
 #include <cstdint>
@@ -7,44 +7,37 @@
 
 namespace loom::cpu {
 
-// Weights are packed per row in chunks of 128: 64 bytes, byte b holding element b in its low
-// nibble and element b + 64 in its high nibble, each as q + 8 (q in −8..7). Rows are padded with
-// q = 0 to a multiple of kInt4Chunk (k_pad); padded activations are 0, so padding adds nothing.
+// Layout. Output columns (weight rows) are stored in panels of 16, inputs padded with q = 0 to
+// k_pad, a multiple of kInt4Chunk (padded activations are 0, so padding adds nothing). A panel
+// is k_pad / 8 blocks of 64 bytes; in block t, byte 4c + e holds column c's input 8t + e in its
+// low nibble and input 8t + 4 + e in its high nibble, each as q + 8 (q in −8..7). So one 64-byte
+// load, an `and` and a shift give two vectors of 16 columns × 4 inputs: the operand layout of
+// vpdpbusd with 4 broadcast activations (and of an AMX-INT8 B tile).
 inline constexpr int64_t kInt4Chunk = 128;
+inline constexpr int64_t kInt4Panel = 16;
 
-// q: [k_pad] values in −8..7 (k_pad a multiple of kInt4Chunk); out: [k_pad / 2] bytes.
-void PackInt4(const int8_t* q, int64_t k_pad, uint8_t* out);
-// Element i (−8..7) of a packed row.
-int8_t UnpackInt4(const uint8_t* packed, int64_t i);
+// q: [16, k_pad] values in −8..7, row-major (the panel's 16 columns); out: [16 · k_pad / 2].
+void PackInt4Panel(const int8_t* q, int64_t k_pad, uint8_t* out);
+// Column c's input i (−8..7) of a packed panel.
+int8_t UnpackInt4(const uint8_t* panel, int64_t c, int64_t i);
 
-// The nibble offset's correction, per activation row and 4-element lane: corr[r, i] =
-// −8·Σ_{e<4} xq[r, 4i + e]. xq: [n, k_pad]; corr: [n, k_pad / 4].
-void Int4Corrections(const int8_t* xq, int64_t n, int64_t k_pad, int32_t* corr);
+// The nibble offset's correction per activation row and group: corr[r, g] = −8·Σ_{i∈g} xq[r, i].
+// xq: [n, k_pad]; corr: [n, k_pad / group].
+void Int4Corrections(const int8_t* xq, int64_t n, int64_t k_pad, int group, int32_t* corr);
 
-// Sums 16 lanes in the one order every kernel uses: halves, quarters, pairs.
-inline float ReduceLanes16(const float* a) {
-  float s8[8], s4[4];
-  for (int i = 0; i < 8; ++i) s8[i] = a[i] + a[i + 8];
-  for (int i = 0; i < 4; ++i) s4[i] = s8[i] + s8[i + 4];
-  return (s4[0] + s4[2]) + (s4[1] + s4[3]);
-}
-
-// y[r, j − j0] (row stride ldy) for j in [j0, j1), group ∈ {32, 128}:
-//   xq [n, k_pad] int8 activations with row scales sx [n] and corrections corr [n, k_pad / 4];
-//   wq [m, k_pad / 2] packed weights; wd [m, k_pad / group] f16 group scales.
-// Every ISA returns the same bits. Per 128-chunk c and half h (64 elements), lane l (0..15)
-// covers elements 128c + 64h + 4l .. +3; its exact int32 sum t = corr + Σ (q + 8)·x is
-// accumulated as acc[l] = fma(float(t), d, acc[l]) with d the lane's group scale (group 128:
-// both halves' sums first added as integers, one fma per chunk), h = 0 before h = 1, chunks in
-// order; y = ReduceLanes16(acc) · sx[r].
-void MatmulInt4(Isa isa, const int8_t* xq, const int32_t* corr, const float* sx, int64_t n,
+// y[r, j − j0] (row stride ldy) for j in [j0, j1), j0 a multiple of 16, group ∈ {32, 128}:
+//   xq [n, k_pad] int8 activations, sx [n] their row scales, corr [n, k_pad / group];
+//   wq: panels (16 · k_pad / 2 bytes each); wd: per panel [k_pad / group, 16] f16 scales.
+// Every ISA returns the same bits: per group g the exact int32 t = corr[r, g] + Σ_{i∈g} (q + 8)·x
+// is accumulated as acc = fma(float(t), d[j, g], acc) in group order; y = acc · sx[r].
+void MatmulInt4(Isa isa, const int8_t* xq, const float* sx, const int32_t* corr, int64_t n,
                 int64_t k_pad, const uint8_t* wq, const uint16_t* wd, int group, int64_t j0,
                 int64_t j1, float* y, int64_t ldy);
 
-void MatmulInt4Scalar(const int8_t* xq, const int32_t* corr, const float* sx, int64_t n,
+void MatmulInt4Scalar(const int8_t* xq, const float* sx, const int32_t* corr, int64_t n,
                       int64_t k_pad, const uint8_t* wq, const uint16_t* wd, int group, int64_t j0,
                       int64_t j1, float* y, int64_t ldy);
-void MatmulInt4Vnni(const int8_t* xq, const int32_t* corr, const float* sx, int64_t n,
+void MatmulInt4Vnni(const int8_t* xq, const float* sx, const int32_t* corr, int64_t n,
                     int64_t k_pad, const uint8_t* wq, const uint16_t* wd, int group, int64_t j0,
                     int64_t j1, float* y, int64_t ldy);
 

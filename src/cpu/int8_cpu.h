@@ -1,4 +1,4 @@
-// Int8 (W8A8) matmul kernels: y = sx[r]·sw[j]·Σ_k xq[r,k]·wq[j,k], exact int32 sums, one function per ISA.
+// Int8 (W8A8) matmul kernels over 16-column panels: y = sx[r]·sw[j]·Σ_k xq[r,k]·wq[j,k], exact int32 sums, one function per ISA.
 #pragma once
 
 #include <cstdint>
@@ -7,9 +7,16 @@
 
 namespace loom::cpu {
 
-// Largest k the int32 accumulators hold exactly: 255·127·k < 2³¹ (the VNNI kernel sums the
+// Largest k the int32 accumulators hold exactly: 255·127·k < 2³¹ (the kernels sum the
 // activations biased to u8).
 inline constexpr int64_t kMaxInt8Depth = 65536;
+
+// Layout. Output columns (weight rows) are stored in panels of 16, inputs padded with zeros to
+// k_pad, a multiple of kInt8Align. A panel is k_pad / 4 blocks of 64 bytes; in block t, byte
+// 4c + e is column c's input 4t + e: the operand layout of vpdpbusd with 4 broadcast activations
+// (and of an AMX-INT8 B tile).
+inline constexpr int64_t kInt8Align = 64;
+inline constexpr int64_t kInt8Panel = 16;
 
 // AVX512_VNNI (vpdpbusd) on top of the kAvx512 level.
 bool HasAvx512Vnni();
@@ -18,17 +25,23 @@ bool HasAvx512Vnni();
 // to even). An all-zero row gets s = 0 and xq = 0. x: [n, k] f32; xq: [n, k]; sx: [n].
 void QuantizeRowsInt8(const float* x, int64_t n, int64_t k, int8_t* xq, float* sx);
 
-// y[r, j - j0] (row stride ldy) for j in [j0, j1): xq [n, k], wq [m, k] (row stride k), sw [m]
-// weight row scales, wsum [m] Σ_k wq[j, k]. Every ISA returns the same bits: the integer sum is
-// exact and y = float(sum) · (sx[r] · sw[j]) in that order.
-void MatmulInt8(Isa isa, const int8_t* xq, const float* sx, int64_t n, int64_t k,
+// q: [16, k_pad] row-major (the panel's 16 columns); out: [16 · k_pad] in the panel layout.
+void PackInt8Panel(const int8_t* q, int64_t k_pad, int8_t* out);
+
+// y[r, j − j0] (row stride ldy) for j in [j0, j1), j0 a multiple of 16:
+//   xu [n, k_pad] activations biased to u8 (xq + 128; padding 128), sx [n] their row scales;
+//   wq: panels; sw [m_pad] weight row scales; wsum [m_pad] Σ_k wq[j, k].
+// Every ISA returns the same bits: the integer sum is exact and
+// y = float(Σ (xu − 128)·wq) · (sx[r] · sw[j]) in that order.
+void MatmulInt8(Isa isa, const uint8_t* xu, const float* sx, int64_t n, int64_t k_pad,
                 const int8_t* wq, const float* sw, const int32_t* wsum, int64_t j0, int64_t j1,
                 float* y, int64_t ldy);
 
-void MatmulInt8Scalar(const int8_t* xq, const float* sx, int64_t n, int64_t k, const int8_t* wq,
-                      const float* sw, int64_t j0, int64_t j1, float* y, int64_t ldy);
-void MatmulInt8Vnni(const int8_t* xq, const float* sx, int64_t n, int64_t k, const int8_t* wq,
-                    const float* sw, const int32_t* wsum, int64_t j0, int64_t j1, float* y,
-                    int64_t ldy);
+void MatmulInt8Scalar(const uint8_t* xu, const float* sx, int64_t n, int64_t k_pad,
+                      const int8_t* wq, const float* sw, const int32_t* wsum, int64_t j0,
+                      int64_t j1, float* y, int64_t ldy);
+void MatmulInt8Vnni(const uint8_t* xu, const float* sx, int64_t n, int64_t k_pad,
+                    const int8_t* wq, const float* sw, const int32_t* wsum, int64_t j0,
+                    int64_t j1, float* y, int64_t ldy);
 
 }  // namespace loom::cpu

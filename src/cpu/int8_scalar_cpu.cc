@@ -1,4 +1,4 @@
-// Int8 matmul: activation quantization and the scalar reference kernel; ISA dispatch.
+// Int8 matmul: activation quantization, panel packing, the scalar reference kernel and ISA dispatch.
 #include <algorithm>
 #include <cmath>
 
@@ -38,26 +38,39 @@ void QuantizeRowsInt8(const float* x, int64_t n, int64_t k, int8_t* xq, float* s
   }
 }
 
-void MatmulInt8Scalar(const int8_t* xq, const float* sx, int64_t n, int64_t k, const int8_t* wq,
-                      const float* sw, int64_t j0, int64_t j1, float* y, int64_t ldy) {
+void PackInt8Panel(const int8_t* q, int64_t k_pad, int8_t* out) {
+  for (int64_t t = 0; t < k_pad / 4; ++t) {
+    for (int64_t c = 0; c < kInt8Panel; ++c) {
+      for (int64_t e = 0; e < 4; ++e) out[t * 64 + 4 * c + e] = q[c * k_pad + 4 * t + e];
+    }
+  }
+}
+
+void MatmulInt8Scalar(const uint8_t* xu, const float* sx, int64_t n, int64_t k_pad,
+                      const int8_t* wq, const float* sw, const int32_t* wsum, int64_t j0,
+                      int64_t j1, float* y, int64_t ldy) {
+  (void)wsum;
   for (int64_t r = 0; r < n; ++r) {
-    const int8_t* xr = xq + r * k;
+    const uint8_t* x = xu + r * k_pad;
     for (int64_t j = j0; j < j1; ++j) {
-      const int8_t* wr = wq + j * k;
+      const int8_t* panel = wq + (j / kInt8Panel) * kInt8Panel * k_pad;
+      const int64_t c = j % kInt8Panel;
       int32_t acc = 0;
-      for (int64_t i = 0; i < k; ++i) acc += int32_t{xr[i]} * int32_t{wr[i]};
+      for (int64_t i = 0; i < k_pad; ++i) {
+        acc += (int32_t{x[i]} - 128) * int32_t{panel[(i / 4) * 64 + 4 * c + i % 4]};
+      }
       y[r * ldy + (j - j0)] = static_cast<float>(acc) * (sx[r] * sw[j]);
     }
   }
 }
 
-void MatmulInt8(Isa isa, const int8_t* xq, const float* sx, int64_t n, int64_t k,
+void MatmulInt8(Isa isa, const uint8_t* xu, const float* sx, int64_t n, int64_t k_pad,
                 const int8_t* wq, const float* sw, const int32_t* wsum, int64_t j0, int64_t j1,
                 float* y, int64_t ldy) {
   if (isa >= Isa::kAvx512 && HasAvx512Vnni()) {
-    MatmulInt8Vnni(xq, sx, n, k, wq, sw, wsum, j0, j1, y, ldy);
+    MatmulInt8Vnni(xu, sx, n, k_pad, wq, sw, wsum, j0, j1, y, ldy);
   } else {
-    MatmulInt8Scalar(xq, sx, n, k, wq, sw, j0, j1, y, ldy);
+    MatmulInt8Scalar(xu, sx, n, k_pad, wq, sw, wsum, j0, j1, y, ldy);
   }
 }
 

@@ -1,77 +1,100 @@
-// Int8 matmul with AVX512_VNNI: vpdpbusd over activations biased to u8 (x + 128), weights s8.
+// Int8 matmul with AVX512_VNNI over 16-column panels: vpdpbusd (4 broadcast u8-biased activations × s8 weights) per 16 columns.
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "cpu/int8_cpu.h"
 
-#define LOOM_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+#define LOOM_VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
 
 namespace loom::cpu {
 
 namespace {
 
-// R activation rows × J weight rows, all of k. Each weight vector is loaded once per R rows.
-template <int R, int J>
-LOOM_VNNI inline void Tile(const int8_t* xq, const float* sx, int64_t k, const int8_t* wq,
-                           const float* sw, const int32_t* wsum, int64_t j, int64_t j0, float* y,
+LOOM_VNNI inline __m512i Broadcast4(const uint8_t* x) {
+  int32_t v;
+  std::memcpy(&v, x, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// R activation rows × P panels from panel p0; `cols` valid columns in the last panel. Two
+// integer accumulators per (row, panel) (even and odd blocks) shorten the dependency chains;
+// integer sums are exact in any order.
+template <int R, int P>
+LOOM_VNNI inline void Tile(const uint8_t* xu, const float* sx, int64_t kp, const int8_t* wq,
+                           const float* sw, const int32_t* wsum, int64_t p0, int cols, float* y,
                            int64_t ldy) {
-  const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
-  __m512i acc[R][J];
+  const int64_t panel_bytes = kInt8Panel * kp;
+  __m512i a0[R][P], a1[R][P];
   for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < J; ++c) acc[r][c] = _mm512_setzero_si512();
+    for (int p = 0; p < P; ++p) a0[r][p] = a1[r][p] = _mm512_setzero_si512();
   }
-  const int64_t kfull = k / 64 * 64;
-  for (int64_t i = 0; i < kfull; i += 64) {
-    __m512i xv[R];
-    for (int r = 0; r < R; ++r) xv[r] = _mm512_xor_si512(_mm512_loadu_si512(xq + r * k + i), bias);
-    for (int c = 0; c < J; ++c) {
-      const __m512i wv = _mm512_loadu_si512(wq + (j + c) * k + i);
-      for (int r = 0; r < R; ++r) acc[r][c] = _mm512_dpbusd_epi32(acc[r][c], xv[r], wv);
+  for (int64_t t = 0; t < kp / 4; t += 2) {
+    __m512i w0[P], w1[P];
+    for (int p = 0; p < P; ++p) {
+      const int8_t* b = wq + (p0 + p) * panel_bytes + t * 64;
+      w0[p] = _mm512_loadu_si512(b);
+      w1[p] = _mm512_loadu_si512(b + 64);
     }
-  }
-  if (const int64_t tail = k - kfull; tail > 0) {
-    const __mmask64 m = ~uint64_t{0} >> (64 - tail);
-    __m512i xv[R];  // masked-off lanes become 0x80 but meet zero weights
     for (int r = 0; r < R; ++r) {
-      xv[r] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, xq + r * k + kfull), bias);
-    }
-    for (int c = 0; c < J; ++c) {
-      const __m512i wv = _mm512_maskz_loadu_epi8(m, wq + (j + c) * k + kfull);
-      for (int r = 0; r < R; ++r) acc[r][c] = _mm512_dpbusd_epi32(acc[r][c], xv[r], wv);
+      const __m512i x0 = Broadcast4(xu + r * kp + 4 * t);
+      const __m512i x1 = Broadcast4(xu + r * kp + 4 * t + 4);
+      for (int p = 0; p < P; ++p) {
+        a0[r][p] = _mm512_dpbusd_epi32(a0[r][p], x0, w0[p]);
+        a1[r][p] = _mm512_dpbusd_epi32(a1[r][p], x1, w1[p]);
+      }
     }
   }
-  for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < J; ++c) {
-      const int64_t biased = _mm512_reduce_add_epi32(acc[r][c]);
-      const auto sum = static_cast<int32_t>(biased - 128 * int64_t{wsum[j + c]});
-      y[r * ldy + (j + c - j0)] = static_cast<float>(sum) * (sx[r] * sw[j + c]);
+  for (int p = 0; p < P; ++p) {
+    const int64_t j = (p0 + p) * kInt8Panel;
+    const __m512i corr = _mm512_slli_epi32(_mm512_loadu_si512(wsum + j), 7);  // 128·Σw
+    const __m512 w_scale = _mm512_loadu_ps(sw + j);
+    for (int r = 0; r < R; ++r) {
+      const __m512i sum = _mm512_sub_epi32(_mm512_add_epi32(a0[r][p], a1[r][p]), corr);
+      const __m512 scale = _mm512_mul_ps(_mm512_set1_ps(sx[r]), w_scale);
+      const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), scale);
+      float* out = y + r * ldy + p * kInt8Panel;
+      if (p == P - 1 && cols < kInt8Panel) {
+        _mm512_mask_storeu_ps(out, static_cast<__mmask16>((1u << cols) - 1), v);
+      } else {
+        _mm512_storeu_ps(out, v);
+      }
     }
   }
 }
 
 template <int R>
-LOOM_VNNI void Rows(const int8_t* xq, const float* sx, int64_t k, const int8_t* wq,
+LOOM_VNNI void Rows(const uint8_t* xu, const float* sx, int64_t kp, const int8_t* wq,
                     const float* sw, const int32_t* wsum, int64_t j0, int64_t j1, float* y,
                     int64_t ldy) {
-  int64_t j = j0;
-  for (; j + 4 <= j1; j += 4) Tile<R, 4>(xq, sx, k, wq, sw, wsum, j, j0, y, ldy);
-  for (; j < j1; ++j) Tile<R, 1>(xq, sx, k, wq, sw, wsum, j, j0, y, ldy);
+  constexpr int P = R == 1 ? 4 : 2;
+  const int64_t first = j0 / kInt8Panel, last = (j1 + kInt8Panel - 1) / kInt8Panel;
+  int64_t p = first;
+  for (; p + P < last || (p + P == last && j1 % kInt8Panel == 0); p += P) {
+    Tile<R, P>(xu, sx, kp, wq, sw, wsum, p, 16, y + (p - first) * kInt8Panel, ldy);
+  }
+  for (; p < last; ++p) {
+    const int cols = static_cast<int>(std::min<int64_t>(kInt8Panel, j1 - p * kInt8Panel));
+    Tile<R, 1>(xu, sx, kp, wq, sw, wsum, p, cols, y + (p - first) * kInt8Panel, ldy);
+  }
 }
 
 }  // namespace
 
-LOOM_VNNI void MatmulInt8Vnni(const int8_t* xq, const float* sx, int64_t n, int64_t k,
+LOOM_VNNI void MatmulInt8Vnni(const uint8_t* xu, const float* sx, int64_t n, int64_t k_pad,
                               const int8_t* wq, const float* sw, const int32_t* wsum, int64_t j0,
                               int64_t j1, float* y, int64_t ldy) {
   int64_t r = 0;
-  for (; r + 4 <= n; r += 4) Rows<4>(xq + r * k, sx + r, k, wq, sw, wsum, j0, j1, y + r * ldy, ldy);
+  for (; r + 4 <= n; r += 4) {
+    Rows<4>(xu + r * k_pad, sx + r, k_pad, wq, sw, wsum, j0, j1, y + r * ldy, ldy);
+  }
   const int64_t left = n - r;
-  const int8_t* x = xq + r * k;
+  const uint8_t* x = xu + r * k_pad;
   float* yr = y + r * ldy;
-  if (left == 3) Rows<3>(x, sx + r, k, wq, sw, wsum, j0, j1, yr, ldy);
-  if (left == 2) Rows<2>(x, sx + r, k, wq, sw, wsum, j0, j1, yr, ldy);
-  if (left == 1) Rows<1>(x, sx + r, k, wq, sw, wsum, j0, j1, yr, ldy);
+  if (left == 3) Rows<3>(x, sx + r, k_pad, wq, sw, wsum, j0, j1, yr, ldy);
+  if (left == 2) Rows<2>(x, sx + r, k_pad, wq, sw, wsum, j0, j1, yr, ldy);
+  if (left == 1) Rows<1>(x, sx + r, k_pad, wq, sw, wsum, j0, j1, yr, ldy);
 }
 
 }  // namespace loom::cpu

@@ -67,6 +67,7 @@ void LoraExpand(Isa isa, const float* t, int64_t rows, int rank, DType dtype, co
                 int64_t out, int64_t j0, int64_t j1, float* d) {
   switch (isa) {
     case Isa::kAmx:
+    case Isa::kAvx512Bf16:
     case Isa::kAvx512: return LoraExpandAvx512(t, rows, rank, dtype, bt, out, j0, j1, d);
     case Isa::kAvx2:
     case Isa::kScalar: return LoraExpandScalar(t, rows, rank, dtype, bt, out, j0, j1, d);

@@ -10,7 +10,8 @@
 
 #include "cpu/matmul_cpu.h"
 
-#define LOOM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,f16c")))
+// Isa::kAvx512 (no BF16): the vdpbf16ps kernel is in matmul_avx512bf16_cpu.cc.
+#define LOOM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
 
 namespace loom::cpu {
 
@@ -126,70 +127,6 @@ LOOM_AVX512 void KernelF32(const float* x, int64_t n, int64_t k, const void* wv,
   }
 }
 
-// bf16 × bf16 tile with vdpbf16ps: each instruction multiplies 32 bf16 pairs and adds
-// adjacent products into 16 f32 lanes. With SPLIT, x = hi + lo (two bf16 arrays, lo at
-// x + lo_offset): two dot products per weight vector recover ~16 mantissa bits of x.
-template <int NI, int NJ, bool SPLIT>
-LOOM_AVX512 void TileBf16(const uint16_t* x, int64_t lo_offset, int64_t k, const uint16_t* w,
-                          float* y, int64_t ldy) {
-  __m512 acc[NI][NJ];
-  for (int a = 0; a < NI; ++a)
-    for (int b = 0; b < NJ; ++b) acc[a][b] = _mm512_setzero_ps();
-  const int64_t kfull = k & ~int64_t{31};
-  for (int64_t p = 0; p < kfull; p += 32) {
-    __m512bh wv[NJ];
-    for (int b = 0; b < NJ; ++b) wv[b] = (__m512bh)_mm512_loadu_si512(w + b * k + p);
-    for (int a = 0; a < NI; ++a) {
-      __m512bh xv = (__m512bh)_mm512_loadu_si512(x + a * k + p);
-      for (int b = 0; b < NJ; ++b) acc[a][b] = _mm512_dpbf16_ps(acc[a][b], xv, wv[b]);
-      if constexpr (SPLIT) {
-        __m512bh xl = (__m512bh)_mm512_loadu_si512(x + lo_offset + a * k + p);
-        for (int b = 0; b < NJ; ++b) acc[a][b] = _mm512_dpbf16_ps(acc[a][b], xl, wv[b]);
-      }
-    }
-  }
-  if (kfull < k) {
-    const __mmask32 m = static_cast<__mmask32>((uint64_t{1} << (k - kfull)) - 1);
-    __m512bh wv[NJ];
-    for (int b = 0; b < NJ; ++b) wv[b] = (__m512bh)_mm512_maskz_loadu_epi16(m, w + b * k + kfull);
-    for (int a = 0; a < NI; ++a) {
-      __m512bh xv = (__m512bh)_mm512_maskz_loadu_epi16(m, x + a * k + kfull);
-      for (int b = 0; b < NJ; ++b) acc[a][b] = _mm512_dpbf16_ps(acc[a][b], xv, wv[b]);
-      if constexpr (SPLIT) {
-        __m512bh xl = (__m512bh)_mm512_maskz_loadu_epi16(m, x + lo_offset + a * k + kfull);
-        for (int b = 0; b < NJ; ++b) acc[a][b] = _mm512_dpbf16_ps(acc[a][b], xl, wv[b]);
-      }
-    }
-  }
-  StoreTile<NI, NJ>(acc, y, ldy);
-}
-
-template <int NJ, bool SPLIT>
-LOOM_AVX512 void RowsBf16(const uint16_t* x, int64_t lo_offset, int64_t n, int64_t k,
-                          const uint16_t* w, float* y, int64_t ldy) {
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4) TileBf16<4, NJ, SPLIT>(x + i * k, lo_offset, k, w, y + i * ldy, ldy);
-  switch (n - i) {
-    case 3: TileBf16<3, NJ, SPLIT>(x + i * k, lo_offset, k, w, y + i * ldy, ldy); break;
-    case 2: TileBf16<2, NJ, SPLIT>(x + i * k, lo_offset, k, w, y + i * ldy, ldy); break;
-    case 1: TileBf16<1, NJ, SPLIT>(x + i * k, lo_offset, k, w, y + i * ldy, ldy); break;
-    default: break;
-  }
-}
-
-template <bool SPLIT>
-LOOM_AVX512 void KernelBf16(const uint16_t* x, int64_t lo_offset, int64_t n, int64_t k,
-                            const uint16_t* w, int64_t j0, int64_t j1, float* y, int64_t ldy) {
-  int64_t j = j0;
-  for (; j + 4 <= j1; j += 4) RowsBf16<4, SPLIT>(x, lo_offset, n, k, w + j * k, y + j, ldy);
-  switch (j1 - j) {
-    case 3: RowsBf16<3, SPLIT>(x, lo_offset, n, k, w + j * k, y + j, ldy); break;
-    case 2: RowsBf16<2, SPLIT>(x, lo_offset, n, k, w + j * k, y + j, ldy); break;
-    case 1: RowsBf16<1, SPLIT>(x, lo_offset, n, k, w + j * k, y + j, ldy); break;
-    default: break;
-  }
-}
-
 }  // namespace
 
 LOOM_AVX512 void MatmulF32Avx512(DType wtype, const float* x, int64_t n, int64_t k, const void* w,
@@ -199,13 +136,6 @@ LOOM_AVX512 void MatmulF32Avx512(DType wtype, const float* x, int64_t n, int64_t
     case DType::kF16: return KernelF32<LoadF16>(x, n, k, w, j0, j1, y, ldy);
     case DType::kBF16: return KernelF32<LoadBf16>(x, n, k, w, j0, j1, y, ldy);
   }
-}
-
-LOOM_AVX512 void MatmulBf16Avx512(const uint16_t* x, const uint16_t* x_lo, int64_t n, int64_t k,
-                                  const uint16_t* w, int64_t j0, int64_t j1, float* y,
-                                  int64_t ldy) {
-  if (x_lo) return KernelBf16<true>(x, x_lo - x, n, k, w, j0, j1, y, ldy);
-  KernelBf16<false>(x, 0, n, k, w, j0, j1, y, ldy);
 }
 
 }  // namespace loom::cpu

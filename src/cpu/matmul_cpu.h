@@ -20,6 +20,10 @@ void MatmulF32(Isa isa, DType wtype, const float* x, int64_t n, int64_t k, const
 void MatmulBf16(Isa isa, const uint16_t* xb, const uint16_t* x_lo, int64_t n, int64_t k,
                 const uint16_t* w, int64_t j0, int64_t j1, float* y, int64_t ldy);
 
+// Activations x [count] rounded to bf16 (round to nearest even, as F32ToBf16) into hi, and when
+// lo is non-null the residuals x − hi rounded again into lo (the exact split).
+void RoundToBf16(Isa isa, const float* x, int64_t count, uint16_t* hi, uint16_t* lo);
+
 // AMX-BF16 (Intel Sapphire Rapids and later): true when the CPU has AMX and the kernel granted
 // this process the tile state.
 bool AmxAvailable();
@@ -42,5 +46,6 @@ void MatmulF32Avx512(DType wtype, const float* x, int64_t n, int64_t k, const vo
                      int64_t j1, float* y, int64_t ldy);
 void MatmulBf16Avx512(const uint16_t* xb, const uint16_t* x_lo, int64_t n, int64_t k, const uint16_t* w, int64_t j0,
                       int64_t j1, float* y, int64_t ldy);
+void RoundToBf16Avx512(const float* x, int64_t count, uint16_t* hi, uint16_t* lo);
 
 }  // namespace loom::cpu

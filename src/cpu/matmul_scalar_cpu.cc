@@ -44,6 +44,7 @@ void MatmulF32(Isa isa, DType wtype, const float* x, int64_t n, int64_t k, const
                int64_t j0, int64_t j1, float* y, int64_t ldy) {
   switch (isa) {
     case Isa::kAmx:
+    case Isa::kAvx512Bf16:
     case Isa::kAvx512: return MatmulF32Avx512(wtype, x, n, k, w, j0, j1, y, ldy);
     case Isa::kAvx2: return MatmulF32Avx2(wtype, x, n, k, w, j0, j1, y, ldy);
     case Isa::kScalar: return MatmulF32Scalar(wtype, x, n, k, w, j0, j1, y, ldy);
@@ -54,9 +55,18 @@ void MatmulBf16(Isa isa, const uint16_t* xb, const uint16_t* x_lo, int64_t n, in
                 const uint16_t* w, int64_t j0, int64_t j1, float* y, int64_t ldy) {
   switch (isa) {
     case Isa::kAmx:
-    case Isa::kAvx512: return MatmulBf16Avx512(xb, x_lo, n, k, w, j0, j1, y, ldy);
+    case Isa::kAvx512Bf16: return MatmulBf16Avx512(xb, x_lo, n, k, w, j0, j1, y, ldy);
+    case Isa::kAvx512:  // no dot product: the scalar reference (Matmul never routes here)
     case Isa::kAvx2:
     case Isa::kScalar: return MatmulBf16Scalar(xb, x_lo, n, k, w, j0, j1, y, ldy);
+  }
+}
+
+void RoundToBf16(Isa isa, const float* x, int64_t count, uint16_t* hi, uint16_t* lo) {
+  if (isa >= Isa::kAvx512Bf16) return RoundToBf16Avx512(x, count, hi, lo);
+  for (int64_t i = 0; i < count; ++i) {
+    hi[i] = F32ToBf16(x[i]);
+    if (lo) lo[i] = F32ToBf16(x[i] - Bf16ToF32(hi[i]));
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include "base/file.h"
 #include "base/mmap_file.h"
+#include "lora/peft_moe.h"
 
 namespace loom {
 
@@ -108,6 +109,10 @@ StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, co
     if (!parsed.ok()) return InvalidArgument(where + ": " + parsed.status().message());
     a->config_ = std::move(parsed).value();
   }
+  {
+    Status st = ApplyPeftMoeAllLinear(sites, config_path, &a->config_);
+    if (!st.ok()) return InvalidArgument(where + ": " + st.message());
+  }
   auto store = SafetensorsStore::Open(tensors_path);
   if (!store.ok()) return Status(store.status().code(), where + ": " + store.status().message());
   a->store_ = std::move(store).value();
@@ -176,6 +181,10 @@ StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, co
   // per-expert LoRAs on the expert sites (A_e = rows e·r…; B_e = columns e, E+e, …; the rows of
   // B_e split over the stacked parts, e.g. gate then up, which share A_e).
   std::set<std::string> expert_targeted;
+  // The path PEFT matches rank_pattern / alpha_pattern against, where it is not the module path:
+  // the expert parameter's (…mlp.experts.gate_up_proj) for a cut module, the parameter's
+  // (…mlp.gate.weight) for a module adapted through target_parameters.
+  std::map<std::string, std::string> pattern_key;
   for (auto it = by_module.begin(); it != by_module.end();) {
     const std::string& module = it->first;
     if (module == sites.embedding_path() || sites.Find(module) >= 0 || !it->second.parts.count("lora_A") ||
@@ -212,6 +221,12 @@ StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, co
     }
     const int64_t experts = static_cast<int64_t>(param->parts.size());
     const int64_t rank = fa.shape[0] / experts, in = fa.shape[1], out_all = fb.shape[0];
+    if (rank != cfg.RankFor(param->path)) {
+      return InvalidArgument(where + ": tensor " + it->second.parts.at("lora_A") + " has shape " +
+                             ShapeString(fa.shape) + ", rank " + std::to_string(rank) + " per expert for " +
+                             std::to_string(experts) + " experts, but r/rank_pattern give '" + param->path +
+                             "' rank " + std::to_string(cfg.RankFor(param->path)));
+    }
     const size_t es = DTypeSize(fa.dtype);
     if (DTypeSize(fb.dtype) != es) {
       return InvalidArgument(where + ": module '" + module + "' has lora_A and lora_B of different dtypes");
@@ -241,6 +256,7 @@ StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, co
         parts["lora_A"] = tag + ".lora_A";
         parts["lora_B"] = tag + ".lora_B";
         expert_targeted.insert(site_path);
+        pattern_key[site_path] = param->path;
       }
       row0 += out;
     }
@@ -258,11 +274,49 @@ StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, co
     if (cfg.Targets(sites.site(i).path, linear_names)) targeted.insert(sites.site(i).path);
   }
   targeted.insert(expert_targeted.begin(), expert_targeted.end());
-  for (const auto& entry : by_module) {  // a parameter LoRA on a module known by an alias path
+  // Per-expert modules (the v4 layout) of an expert parameter target_parameters names: PEFT fuses
+  // them into that parameter's LoRA on load.
+  std::set<std::string> param_covered;
+  for (const ExpertParamSite& p : sites.expert_params()) {
+    if (!cfg.TargetsParameter(p.path)) continue;
+    bool cut = false, any = false, all = true;
+    for (const auto& expert : p.parts) {
+      for (int s : expert) {
+        param_covered.insert(sites.site(s).path);
+        cut = cut || expert_targeted.count(sites.site(s).path) > 0;
+        const bool present = by_module.count(sites.site(s).path) > 0;
+        any = any || present;
+        all = all && present;
+      }
+    }
+    if (!cut && !all) {
+      return InvalidArgument(where + ": adapter_config.json targets '" + p.path + "' (target_parameters" +
+                             (cfg.all_linear ? ", from all-linear" : "") + ") but " + tensors_path +
+                             (any ? " has tensors for only some of its experts" : " has no tensors for it"));
+    }
+  }
+  for (const auto& entry : by_module) {
     const int site = sites.Find(entry.first);
-    if (site >= 0 && sites.site(site).path != entry.first &&
-        (cfg.TargetsParameter(entry.first + ".weight") || cfg.Targets(entry.first, linear_names))) {
+    if (site < 0 || expert_targeted.count(entry.first)) continue;
+    const bool as_module = cfg.Targets(entry.first, linear_names);
+    if (!as_module && cfg.TargetsParameter(entry.first + ".weight")) {  // a 2-D parameter LoRA (a router)
       targeted.insert(entry.first);
+      pattern_key[entry.first] = entry.first + ".weight";
+    } else if ((as_module && sites.site(site).path != entry.first) || param_covered.count(entry.first)) {
+      targeted.insert(entry.first);  // by an alias path (Mixtral's mlp.gate), or a v4 expert module
+    }
+  }
+  // A transformers 5 router (…mlp.gate) target_parameters names must have tensors too (under
+  // that path or the checkpoint's, e.g. Mixtral's block_sparse_moe.gate).
+  for (const ExpertParamSite& p : sites.expert_params()) {
+    if (!p.path.ends_with(".experts.gate_up_proj")) continue;
+    const std::string router = p.path.substr(0, p.path.size() - 21) + ".gate";
+    const int site = sites.Find(router);
+    if (site >= 0 && cfg.TargetsParameter(router + ".weight") && !by_module.count(router) &&
+        !by_module.count(sites.site(site).path)) {
+      return InvalidArgument(where + ": adapter_config.json targets '" + router + ".weight' (target_parameters" +
+                             (cfg.all_linear ? ", from all-linear" : "") + ") but " + tensors_path +
+                             " has no tensors for it");
     }
   }
   if (targeted.empty()) {
@@ -303,8 +357,9 @@ StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, co
     const auto& t = entry.second;
     const bool embedding = module == sites.embedding_path();
     const int site = embedding ? -1 : sites.Find(module);
-    const int rank = cfg.RankFor(module);
-    const float scale = static_cast<float>(cfg.ScaleFor(module));
+    const std::string& key = pattern_key.count(module) ? pattern_key.at(module) : module;
+    const int rank = cfg.RankFor(key);
+    const float scale = static_cast<float>(cfg.ScaleFor(key));
     auto get = [&](const std::string& part) -> StatusOr<Tensor> {
       auto it = t.parts.find(part);
       if (it == t.parts.end()) {
@@ -368,6 +423,7 @@ StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, co
     w->module_path = sites.site(site).path;  // the checkpoint path, also when named by an alias
     w->rank = rank;
     w->scale = scale;
+    w->alpha = cfg.AlphaFor(key);
     ASSIGN_OR_RETURN(w->a, get("lora_A"));
     ASSIGN_OR_RETURN(w->b, get("lora_B"));
     RETURN_IF_ERROR(check_shape(w->a, "lora_A", {rank, in}));

@@ -24,6 +24,7 @@ struct LoraWeights {
   std::vector<float> dora_gain;  // [out_features] magnitude / ‖W + scale·B·A‖ per row, or empty
   float scale = 0;
   int rank = 0;
+  double alpha = 0;          // lora_alpha / alpha_pattern's value for it (as PEFT matches it)
   std::string module_path;   // "model.layers.3.self_attn.q_proj"
 };
 

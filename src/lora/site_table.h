@@ -44,6 +44,8 @@ class SiteTable {
   void SetArchitecture(std::string name) { architecture_ = std::move(name); }
   // After a merge replaced a base weight's bytes.
   void SetWeight(int i, Tensor weight) { sites_[static_cast<size_t>(i)].weight = weight; }
+  // Whether PEFT's "all-linear" includes site `i` (architectures whose PEFT rules differ).
+  void SetAllLinear(int i, bool all_linear) { sites_[static_cast<size_t>(i)].all_linear = all_linear; }
 
   // Index of the site with module path `path` (or an alias of it), or -1.
   int Find(const std::string& path) const;

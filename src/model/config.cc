@@ -148,9 +148,11 @@ Status ParseActivation(const std::string& name, const std::string& field, const 
     *out = Activation::kSilu;
   } else if (name == "gelu_pytorch_tanh") {
     *out = Activation::kGeluTanh;
+  } else if (name == "gelu") {  // transformers' ACT2FN["gelu"]: the exact (erf) GELU
+    *out = Activation::kGeluErf;
   } else {
     return InvalidArgument(where + ": " + field + " '" + name +
-                           "' is not supported (supported: silu, gelu_pytorch_tanh)");
+                           "' is not supported (supported: silu, gelu, gelu_pytorch_tanh)");
   }
   return OkStatus();
 }
@@ -268,7 +270,7 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& config_json,
     return InvalidArgument(where + ": head_dim must be positive and even, got " +
                            std::to_string(c.head_dim));
   }
-  if (auto act = j.find("hidden_act"); act != j.end() && act->is_string()) {
+  if (auto act = j.find("hidden_act"); arch->reads_hidden_act && act != j.end() && act->is_string()) {
     RETURN_IF_ERROR(ParseActivation(act->get<std::string>(), "hidden_act", where, &c.activation));
   }
   for (const char* key : {"torch_dtype", "dtype"}) {

@@ -32,7 +32,7 @@ struct MoeConfig {
 };
 
 // The MLP's gate activation (config.json hidden_act; Gemma's hidden_activation).
-enum class Activation { kSilu, kGeluTanh };
+enum class Activation { kSilu, kGeluTanh, kGeluErf };  // silu, gelu_pytorch_tanh, gelu
 
 struct ModelConfig {
   std::string architecture;  // HF "architectures"[0], e.g. "Qwen2ForCausalLM"

@@ -239,6 +239,8 @@ void Model::ForwardLayer(int layer, const Batch& batch, KvCache* cache, const Lo
   }
   if (c.activation == Activation::kGeluTanh) {
     GeluTanhMulInPlace(s.gate.data(), s.up.data(), n * c.ffn_dim);
+  } else if (c.activation == Activation::kGeluErf) {
+    GeluErfMulInPlace(s.gate.data(), s.up.data(), n * c.ffn_dim);
   } else {
     SiluMulInPlace(s.gate.data(), s.up.data(), n * c.ffn_dim);
   }

@@ -23,6 +23,9 @@ struct ArchEntry {
   const char* hf_name;
   ConfigureArchFn configure;
   PrepareWeightsFn prepare_weights = nullptr;
+  // Whether config.json's hidden_act picks the MLP activation (Gemma 2/3 read hidden_activation
+  // and ignore hidden_act, as transformers does).
+  bool reads_hidden_act = true;
 };
 
 const std::vector<ArchEntry>& Architectures();

@@ -179,6 +179,7 @@ Status LoadWeights(const ModelConfig& config, const SafetensorsStore& store, Mod
     const LayerWeights& l = w->layers[static_cast<size_t>(i)];
     if (!l.moe.experts.empty()) AddMoeSites(l.moe, config.moe, "model.layers." + std::to_string(i) + ".", sites);
   }
+  if (!sites->expert_params().empty()) MarkPeftMoeAllLinear(config.moe, sites);
   std::vector<std::string> leftovers;
   for (const std::string& name : store.names()) {
     if (!consumed.count(name) && !IsIgnoredBuffer(name)) leftovers.push_back(name);

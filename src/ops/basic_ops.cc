@@ -35,6 +35,14 @@ void GeluTanhMulInPlace(float* gate, const float* up, int64_t count) {
   }
 }
 
+void GeluErfMulInPlace(float* gate, const float* up, int64_t count) {
+  const float sqrt_half = static_cast<float>(M_SQRT1_2);
+  for (int64_t i = 0; i < count; ++i) {
+    const float v = gate[i];
+    gate[i] = v * 0.5f * (1.0f + std::erf(v * sqrt_half)) * up[i];
+  }
+}
+
 void SoftCapInPlace(float* x, int64_t count, float cap) {
   for (int64_t i = 0; i < count; ++i) x[i] = std::tanh(x[i] / cap) * cap;
 }

@@ -18,6 +18,10 @@ void SiluMulInPlace(float* gate, const float* up, int64_t count);
 // 0.5·v·(1 + tanh(√(2/π)·(v + 0.044715·v³))) in f32, PyTorch's order of operations.
 void GeluTanhMulInPlace(float* gate, const float* up, int64_t count);
 
+// gate[r, i] = gelu(gate[r, i]) * up[r, i] with the exact GELU (transformers' "gelu",
+// torch.nn.functional.gelu): v·0.5·(1 + erf(v·√½)) in f32, PyTorch's order of operations.
+void GeluErfMulInPlace(float* gate, const float* up, int64_t count);
+
 // x[i] = tanh(x[i] / cap) · cap (Gemma's logit soft-capping), cap > 0.
 void SoftCapInPlace(float* x, int64_t count, float cap);
 

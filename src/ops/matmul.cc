@@ -14,11 +14,29 @@ MatmulOptions& GlobalMatmulOptions() {
   return options;
 }
 
+std::string MatmulKernelsDescription() {
+  const cpu::Isa isa = cpu::ActiveIsa();
+  std::string out = std::string("isa ") + cpu::IsaName(isa);
+  if (isa == cpu::Isa::kAvx512Bf16 && GlobalMatmulOptions().bf16_split) {
+    out += " (exact: bf16 weights widened to f32)";
+  } else if (isa >= cpu::Isa::kAvx512Bf16) {
+    out += GlobalMatmulOptions().bf16_split ? " (bf16 activations exact hi+lo)"
+                                            : " (bf16 activations rounded once)";
+  } else {
+    out += " (bf16 weights widened to f32)";
+  }
+  return out;
+}
+
 namespace {
 
 bool UseBf16Dot(const Tensor& w, int64_t n) {
   const MatmulOptions& o = GlobalMatmulOptions();
-  if (w.dtype != DType::kBF16 || cpu::ActiveIsa() < cpu::Isa::kAvx512) return false;
+  if (w.dtype != DType::kBF16 || cpu::ActiveIsa() < cpu::Isa::kAvx512Bf16) return false;
+  // The exact path without AMX: f32 activations × widened weights (f32 FMA) are exact and, where
+  // vdpbf16ps issues once per 2 cycles (Sapphire/Emerald Rapids), twice the hi+lo pair's speed
+  // (bench model prefill at avx512bf16: ~150 tok/s vs ~70; docs/PERFORMANCE.md).
+  if (o.bf16_split && cpu::ActiveIsa() == cpu::Isa::kAvx512Bf16) return false;
   if (o.batch_invariant) return true;  // one path for every row count
   return o.bf16_dot_min_rows > 0 && n >= o.bf16_dot_min_rows;
 }
@@ -36,7 +54,6 @@ AlignedBuffer<uint16_t>& Bf16Scratch() {
   static thread_local AlignedBuffer<uint16_t> buf;
   return buf;
 }
-
 }  // namespace
 
 void MatmulColumns(const float* x, int64_t n, const Tensor& w, int64_t j0, int64_t j1, float* y,
@@ -76,12 +93,8 @@ void Matmul(const float* x, int64_t n, const Tensor& w, float* y, const MatmulEp
     auto& buf = Bf16Scratch();
     LOOM_CHECK_OK(buf.Resize(static_cast<size_t>(n * k) * (split ? 2 : 1)));
     uint16_t* hi = buf.data();
-    for (int64_t i = 0; i < n * k; ++i) hi[i] = F32ToBf16(x[i]);
-    if (split) {
-      uint16_t* lo = hi + n * k;
-      for (int64_t i = 0; i < n * k; ++i) lo[i] = F32ToBf16(x[i] - Bf16ToF32(hi[i]));
-      x_lo = lo;
-    }
+    if (split) x_lo = hi + n * k;
+    cpu::RoundToBf16(cpu::ActiveIsa(), x, n * k, hi, split ? hi + n * k : nullptr);
     xb = hi;
   }
   if (n * m * k < (int64_t{1} << 16)) {  // too small to repay waking the workers

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 
 #include "tensor/tensor.h"
 
@@ -13,10 +14,11 @@ struct MatmulOptions {
   // instruction (compute-bound prefill). Below it, activations stay f32 and weights are
   // widened in registers (memory-bound decode gains nothing from the dot product). 0 = never.
   int bf16_dot_min_rows = 16;
-  // true: activations enter the dot product as hi + lo bf16 pairs (error ~2⁻¹⁷ relative,
-  // within the golden tolerance); false: rounded once to bf16 (error ~2⁻⁹, as transformers
-  // running in bf16), twice the multiply rate.
-  bool bf16_split = true;
+  // false (default, the serving path): activations rounded once to bf16 (relative error ≤ 2⁻⁹
+  // per element, as transformers and vLLM running in bf16 compute). true (`--exact-bf16`, the
+  // golden tests): activations enter the dot product as hi + lo bf16 pairs (error ~2⁻¹⁷
+  // relative, within the f32 golden tolerance) at half the multiply rate.
+  bool bf16_split = false;
   // Batch invariance: the kernel (and so each output's summation order) never depends on how
   // many rows are in the call, so a row's result is bit-identical whatever else is batched
   // with it. bf16 weights then use one bf16 kernel for every row count: AMX tiles where the CPU
@@ -27,6 +29,10 @@ struct MatmulOptions {
 
 // Process-wide options (set once at start-up, before the engine runs).
 MatmulOptions& GlobalMatmulOptions();
+
+// One line naming the active ISA level and the bf16 activation rounding, for start-up and
+// benchmark output, e.g. "isa avx512bf16 (bf16 activations rounded once)".
+std::string MatmulKernelsDescription();
 
 // Called for each block of output columns [j0, j1) right after the block is computed, on the
 // thread that computed it (so per-column work — LoRA expand, DoRA, bias — runs in the same

@@ -12,9 +12,15 @@
 
 namespace loom {
 
+float Int4Weight::Scale(int64_t j, int64_t g) const {
+  const int64_t p = j / cpu::kInt4Panel, c = j % cpu::kInt4Panel;
+  return F16ToF32(scale[static_cast<size_t>((p * (k_pad / group) + g) * cpu::kInt4Panel + c)]);
+}
+
 float Int4Weight::Dequantized(int64_t j, int64_t i) const {
-  const int8_t v = cpu::UnpackInt4(q.data() + j * (k_pad / 2), i);
-  return F16ToF32(scale[static_cast<size_t>(j * (k_pad / group) + i / group)]) * v;
+  const int64_t p = j / cpu::kInt4Panel, c = j % cpu::kInt4Panel;
+  const int8_t v = cpu::UnpackInt4(q.data() + p * cpu::kInt4Panel * (k_pad / 2), c, i);
+  return Scale(j, i / group) * v;
 }
 
 StatusOr<std::unique_ptr<Int4Weight>> QuantizeWeightInt4(const Tensor& w, const std::string& name,
@@ -37,40 +43,45 @@ StatusOr<std::unique_ptr<Int4Weight>> QuantizeWeightInt4(const Tensor& w, const 
                            " input features exceed the int4 kernels' " +
                            std::to_string(cpu::kMaxInt8Depth));
   }
-  const int64_t kp = out->k_pad, groups = kp / group, cols = out->cols;
-  RETURN_IF_ERROR(out->q.Resize(static_cast<size_t>(out->rows * kp / 2)));
-  out->scale.resize(static_cast<size_t>(out->rows * groups));
+  const int64_t kp = out->k_pad, groups = kp / group, cols = out->cols, rows = out->rows;
+  constexpr int64_t kPanel = cpu::kInt4Panel;
+  out->panels = (rows + kPanel - 1) / kPanel;
+  RETURN_IF_ERROR(out->q.Resize(static_cast<size_t>(out->panels * kPanel * kp / 2)));
+  out->scale.assign(static_cast<size_t>(out->panels * groups * kPanel), 0);
   const size_t row_bytes = static_cast<size_t>(cols) * DTypeSize(w.dtype);
-  std::vector<uint8_t> bad(static_cast<size_t>(out->rows), 0);
-  ThreadPool::Global().ParallelFor(out->rows, [&](int64_t j, int) {
+  std::vector<uint8_t> bad(static_cast<size_t>(rows), 0);
+  ThreadPool::Global().ParallelFor(out->panels, [&](int64_t p, int) {
     thread_local std::vector<float> row;
-    thread_local std::vector<int8_t> q;
-    row.assign(static_cast<size_t>(kp), 0.0f);
-    q.assign(static_cast<size_t>(kp), 0);
-    ConvertToF32(w.dtype, static_cast<const uint8_t*>(w.data) + static_cast<size_t>(j) * row_bytes,
-                 row.data(), cols);
-    for (int64_t g = 0; g < groups; ++g) {
-      const float* v = row.data() + g * group;
-      float m = 0;
-      bool finite = true;
-      for (int i = 0; i < group; ++i) {
-        finite = finite && std::isfinite(v[i]);
-        if (std::fabs(v[i]) > std::fabs(m)) m = v[i];
-      }
-      const uint16_t d16 = F32ToF16(m / -8.0f);
-      const float d = F16ToF32(d16);
-      if (!finite || !std::isfinite(d)) {
-        bad[static_cast<size_t>(j)] = 1;
-        return;
-      }
-      out->scale[static_cast<size_t>(j * groups + g)] = d16;
-      if (d == 0) continue;  // an all-zero group (or one below f16's range) stays 0
-      for (int i = 0; i < group; ++i) {
-        const float r = std::nearbyint(v[i] / d);
-        q[static_cast<size_t>(g * group + i)] = static_cast<int8_t>(std::clamp(r, -8.0f, 7.0f));
+    thread_local std::vector<int8_t> q;  // [16, kp]: the panel's rows (zero past the matrix)
+    q.assign(static_cast<size_t>(kPanel * kp), 0);
+    for (int64_t c = 0; c < kPanel && p * kPanel + c < rows; ++c) {
+      const int64_t j = p * kPanel + c;
+      row.assign(static_cast<size_t>(kp), 0.0f);
+      ConvertToF32(w.dtype, static_cast<const uint8_t*>(w.data) + static_cast<size_t>(j) * row_bytes,
+                   row.data(), cols);
+      for (int64_t g = 0; g < groups; ++g) {
+        const float* v = row.data() + g * group;
+        float m = 0;
+        bool finite = true;
+        for (int i = 0; i < group; ++i) {
+          finite = finite && std::isfinite(v[i]);
+          if (std::fabs(v[i]) > std::fabs(m)) m = v[i];
+        }
+        const uint16_t d16 = F32ToF16(m / -8.0f);
+        const float d = F16ToF32(d16);
+        if (!finite || !std::isfinite(d)) {
+          bad[static_cast<size_t>(j)] = 1;
+          break;
+        }
+        out->scale[static_cast<size_t>((p * groups + g) * kPanel + c)] = d16;
+        if (d == 0) continue;  // an all-zero group (or one below f16's range) stays 0
+        for (int i = 0; i < group; ++i) {
+          const float r = std::nearbyint(v[i] / d);
+          q[static_cast<size_t>(c * kp + g * group + i)] = static_cast<int8_t>(std::clamp(r, -8.0f, 7.0f));
+        }
       }
     }
-    cpu::PackInt4(q.data(), kp, out->q.data() + j * (kp / 2));
+    cpu::PackInt4Panel(q.data(), kp, out->q.data() + p * kPanel * kp / 2);
   });
   for (size_t j = 0; j < bad.size(); ++j) {
     if (bad[j]) {
@@ -85,7 +96,7 @@ namespace {
 // Quantized, zero-padded activation rows, their scales and corrections, owned by the calling thread.
 struct Int4Scratch {
   AlignedBuffer<int8_t> xq;     // [n, k_pad]
-  AlignedBuffer<int32_t> corr;  // [n, k_pad / 4]
+  AlignedBuffer<int32_t> corr;  // [n, k_pad / group]
   std::vector<float> sx;        // [n]
 };
 Int4Scratch& Scratch() {
@@ -100,24 +111,24 @@ void MatmulInt4(const float* x, int64_t n, const Int4Weight& w, float* y,
   if (n == 0 || m == 0) return;
   Int4Scratch& s = Scratch();
   LOOM_CHECK_OK(s.xq.Resize(static_cast<size_t>(n * kp)));
-  LOOM_CHECK_OK(s.corr.Resize(static_cast<size_t>(n * kp / 4)));
+  LOOM_CHECK_OK(s.corr.Resize(static_cast<size_t>(n * kp / w.group)));
   s.sx.resize(static_cast<size_t>(n));
   for (int64_t r = 0; r < n; ++r) {
     int8_t* row = s.xq.data() + r * kp;
     cpu::QuantizeRowsInt8(x + r * k, 1, k, row, &s.sx[static_cast<size_t>(r)]);
     std::fill(row + k, row + kp, int8_t{0});
   }
-  cpu::Int4Corrections(s.xq.data(), n, kp, s.corr.data());
+  cpu::Int4Corrections(s.xq.data(), n, kp, w.group, s.corr.data());
   ThreadPool& pool = ThreadPool::Global();
   const int64_t target_tasks = static_cast<int64_t>(pool.num_threads()) * 8;
-  int64_t block = std::max<int64_t>(16, (m + target_tasks - 1) / target_tasks);
-  block = (block + 15) / 16 * 16;
+  int64_t block = std::max<int64_t>(64, (m + target_tasks - 1) / target_tasks);
+  block = (block + 63) / 64 * 64;  // whole panels, 4 at a time (the decode kernel's tile)
   const int64_t num_tasks = (m + block - 1) / block;
   const cpu::Isa isa = cpu::ActiveIsa();
   pool.ParallelFor(num_tasks, [&](int64_t task, int) {
     const int64_t j0 = task * block;
     const int64_t j1 = std::min(m, j0 + block);
-    cpu::MatmulInt4(isa, s.xq.data(), s.corr.data(), s.sx.data(), n, kp, w.q.data(),
+    cpu::MatmulInt4(isa, s.xq.data(), s.sx.data(), s.corr.data(), n, kp, w.q.data(),
                     w.scale.data(), w.group, j0, j1, y + j0, m);
     if (epilogue) (*epilogue)(j0, j1);
   });

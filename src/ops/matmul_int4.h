@@ -14,15 +14,16 @@ namespace loom {
 
 // Per group of `group` inputs of a row: d = m / −8 rounded to f16, with m the group's value of
 // largest magnitude (sign kept), q = clamp(rint(W / d), −8, 7) — so m itself is exactly −8·d
-// and the 16 levels are all used. Layout and padding: cpu/int4_cpu.h.
+// and the 16 levels are all used. Layout and padding (16-row panels): cpu/int4_cpu.h.
 struct Int4Weight {
-  AlignedBuffer<uint8_t> q;       // [rows, k_pad / 2] packed nibbles
-  std::vector<uint16_t> scale;    // [rows, k_pad / group] f16
-  int64_t rows = 0, cols = 0, k_pad = 0;
+  AlignedBuffer<uint8_t> q;       // [panels, 16 · k_pad / 2] packed nibbles
+  std::vector<uint16_t> scale;    // [panels, k_pad / group, 16] f16
+  int64_t rows = 0, cols = 0, k_pad = 0, panels = 0;
   int group = 128;
   uint64_t bytes() const {
-    return static_cast<uint64_t>(rows) * static_cast<uint64_t>(k_pad / 2 + (k_pad / group) * 2);
+    return static_cast<uint64_t>(panels * 16) * static_cast<uint64_t>(k_pad / 2 + (k_pad / group) * 2);
   }
+  float Scale(int64_t j, int64_t g) const;  // d[j, g]
   // W[j, i] as the kernels see it (d · q), for tests and error reports.
   float Dequantized(int64_t j, int64_t i) const;
 };

@@ -10,44 +10,95 @@
 
 namespace loom {
 
+int8_t Int8Weight::At(int64_t j, int64_t i) const {
+  const int64_t p = j / cpu::kInt8Panel, c = j % cpu::kInt8Panel;
+  return q[static_cast<size_t>(p * cpu::kInt8Panel * k_pad + (i / 4) * 64 + 4 * c + i % 4)];
+}
+
+namespace {
+
+// Shapes and buffers of an Int8Weight for a [rows, cols] matrix.
+StatusOr<std::unique_ptr<Int8Weight>> NewInt8Weight(int64_t rows, int64_t cols, const std::string& name) {
+  if (cols > cpu::kMaxInt8Depth) {
+    return InvalidArgument("quantizing " + name + ": " + std::to_string(cols) +
+                           " input features exceed the int8 kernels' " +
+                           std::to_string(cpu::kMaxInt8Depth));
+  }
+  auto out = std::make_unique<Int8Weight>();
+  out->rows = rows;
+  out->cols = cols;
+  out->k_pad = (cols + cpu::kInt8Align - 1) / cpu::kInt8Align * cpu::kInt8Align;
+  out->panels = (rows + cpu::kInt8Panel - 1) / cpu::kInt8Panel;
+  RETURN_IF_ERROR(out->q.Resize(static_cast<size_t>(out->panels * cpu::kInt8Panel * out->k_pad)));
+  out->scale.assign(static_cast<size_t>(out->panels * cpu::kInt8Panel), 0.0f);
+  out->sum.assign(static_cast<size_t>(out->panels * cpu::kInt8Panel), 0);
+  return out;
+}
+
+// Packs panel p from `row(j, dst)`, which writes row j's cols values (int8) into dst.
+template <typename RowFn>
+void PackPanel(Int8Weight* w, int64_t p, RowFn row) {
+  thread_local std::vector<int8_t> q;  // [16, k_pad]
+  q.assign(static_cast<size_t>(cpu::kInt8Panel * w->k_pad), 0);
+  for (int64_t c = 0; c < cpu::kInt8Panel && p * cpu::kInt8Panel + c < w->rows; ++c) {
+    const int64_t j = p * cpu::kInt8Panel + c;
+    int8_t* dst = q.data() + c * w->k_pad;
+    row(j, dst);
+    int32_t sum = 0;
+    for (int64_t i = 0; i < w->cols; ++i) sum += dst[i];
+    w->sum[static_cast<size_t>(j)] = sum;
+  }
+  cpu::PackInt8Panel(q.data(), w->k_pad, w->q.data() + p * cpu::kInt8Panel * w->k_pad);
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<Int8Weight>> QuantizeWeightInt8(const Tensor& w, const std::string& name) {
   if (w.rank() != 2) return InvalidArgument("quantizing " + name + ": not a matrix");
   if (w.dtype != DType::kF32 && w.dtype != DType::kF16 && w.dtype != DType::kBF16) {
     return InvalidArgument("quantizing " + name + ": int8 needs an F32/F16/BF16 weight");
   }
-  auto out = std::make_unique<Int8Weight>();
-  out->rows = w.dim(0);
-  out->cols = w.dim(1);
-  if (out->cols > cpu::kMaxInt8Depth) {
-    return InvalidArgument("quantizing " + name + ": " + std::to_string(out->cols) +
-                           " input features exceed the int8 kernels' " +
-                           std::to_string(cpu::kMaxInt8Depth));
-  }
-  RETURN_IF_ERROR(out->q.Resize(static_cast<size_t>(out->rows * out->cols)));
-  out->scale.resize(static_cast<size_t>(out->rows));
-  out->sum.resize(static_cast<size_t>(out->rows));
-  const size_t row_bytes = static_cast<size_t>(out->cols) * DTypeSize(w.dtype);
+  ASSIGN_OR_RETURN(std::unique_ptr<Int8Weight> out, NewInt8Weight(w.dim(0), w.dim(1), name));
   const int64_t cols = out->cols;
-  ThreadPool::Global().ParallelFor(out->rows, [&](int64_t j, int) {
-    thread_local std::vector<float> row;
-    row.resize(static_cast<size_t>(cols));
-    ConvertToF32(w.dtype, static_cast<const uint8_t*>(w.data) + static_cast<size_t>(j) * row_bytes,
-                 row.data(), cols);
-    float scale = 0;
-    cpu::QuantizeRowsInt8(row.data(), 1, cols, out->q.data() + j * cols, &scale);
-    out->scale[static_cast<size_t>(j)] = scale;
-    int32_t sum = 0;
-    for (int64_t i = 0; i < cols; ++i) sum += out->q[static_cast<size_t>(j * cols + i)];
-    out->sum[static_cast<size_t>(j)] = sum;
+  const size_t row_bytes = static_cast<size_t>(cols) * DTypeSize(w.dtype);
+  Int8Weight* o = out.get();
+  ThreadPool::Global().ParallelFor(out->panels, [&](int64_t p, int) {
+    PackPanel(o, p, [&](int64_t j, int8_t* dst) {
+      thread_local std::vector<float> row;
+      row.resize(static_cast<size_t>(cols));
+      ConvertToF32(w.dtype, static_cast<const uint8_t*>(w.data) + static_cast<size_t>(j) * row_bytes,
+                   row.data(), cols);
+      cpu::QuantizeRowsInt8(row.data(), 1, cols, dst, &o->scale[static_cast<size_t>(j)]);
+    });
   });
   return out;
 }
 
+StatusOr<std::unique_ptr<Int8Weight>> Int8WeightFromRows(const int8_t* q, const float* scale,
+                                                         int64_t rows, int64_t cols,
+                                                         const std::string& name) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Int8Weight> out, NewInt8Weight(rows, cols, name));
+  for (int64_t j = 0; j < rows; ++j) {
+    if (!std::isfinite(scale[j])) {
+      return InvalidArgument(name + ": the scale of row " + std::to_string(j) + " is not finite");
+    }
+    out->scale[static_cast<size_t>(j)] = scale[j];
+  }
+  Int8Weight* o = out.get();
+  for (int64_t p = 0; p < out->panels; ++p) {
+    PackPanel(o, p, [&](int64_t j, int8_t* dst) {
+      std::copy(q + j * cols, q + (j + 1) * cols, dst);
+    });
+  }
+  return out;
+}
+
 namespace {
-// Quantized activation rows and their scales, owned by the calling thread (as Matmul's).
+// Quantized activation rows (biased to u8, padded) and their scales, owned by the calling thread.
 struct Int8Scratch {
-  AlignedBuffer<int8_t> xq;  // [n, cols]
-  std::vector<float> sx;     // [n]
+  AlignedBuffer<int8_t> xq;   // [cols]: one row before biasing
+  AlignedBuffer<uint8_t> xu;  // [n, k_pad]: xq + 128, padding 128
+  std::vector<float> sx;      // [n]
 };
 Int8Scratch& Scratch() {
   static thread_local Int8Scratch s;
@@ -57,22 +108,28 @@ Int8Scratch& Scratch() {
 
 void MatmulInt8(const float* x, int64_t n, const Int8Weight& w, float* y,
                 const MatmulEpilogue* epilogue) {
-  const int64_t m = w.rows, k = w.cols;
+  const int64_t m = w.rows, k = w.cols, kp = w.k_pad;
   if (n == 0 || m == 0) return;
   Int8Scratch& s = Scratch();
-  LOOM_CHECK_OK(s.xq.Resize(static_cast<size_t>(n * k)));
+  LOOM_CHECK_OK(s.xq.Resize(static_cast<size_t>(k)));
+  LOOM_CHECK_OK(s.xu.Resize(static_cast<size_t>(n * kp)));
   s.sx.resize(static_cast<size_t>(n));
-  cpu::QuantizeRowsInt8(x, n, k, s.xq.data(), s.sx.data());
+  for (int64_t r = 0; r < n; ++r) {
+    cpu::QuantizeRowsInt8(x + r * k, 1, k, s.xq.data(), &s.sx[static_cast<size_t>(r)]);
+    uint8_t* xu = s.xu.data() + r * kp;
+    for (int64_t i = 0; i < k; ++i) xu[i] = static_cast<uint8_t>(s.xq[static_cast<size_t>(i)] + 128);
+    std::fill(xu + k, xu + kp, uint8_t{128});
+  }
   ThreadPool& pool = ThreadPool::Global();
   const int64_t target_tasks = static_cast<int64_t>(pool.num_threads()) * 8;
-  int64_t block = std::max<int64_t>(16, (m + target_tasks - 1) / target_tasks);
-  block = (block + 15) / 16 * 16;
+  int64_t block = std::max<int64_t>(64, (m + target_tasks - 1) / target_tasks);
+  block = (block + 63) / 64 * 64;  // whole panels, 4 at a time (the decode kernel's tile)
   const int64_t num_tasks = (m + block - 1) / block;
   const cpu::Isa isa = cpu::ActiveIsa();
   pool.ParallelFor(num_tasks, [&](int64_t task, int) {
     const int64_t j0 = task * block;
     const int64_t j1 = std::min(m, j0 + block);
-    cpu::MatmulInt8(isa, s.xq.data(), s.sx.data(), n, k, w.q.data(), w.scale.data(),
+    cpu::MatmulInt8(isa, s.xu.data(), s.sx.data(), n, kp, w.q.data(), w.scale.data(),
                     w.sum.data(), j0, j1, y + j0, m);
     if (epilogue) (*epilogue)(j0, j1);
   });

@@ -9,8 +9,21 @@
 
 #include "base/mmap_file.h"
 #include "io/safetensors.h"
+#include "ops/matmul.h"
 
 namespace loom::test {
+
+namespace {
+// The goldens are transformers in f32: every golden binary runs the exact hi+lo bf16 path
+// (--exact-bf16), not the serving default that rounds activations once. Tests of the rounded
+// path (bf16_serving_golden_test, FastBf16Golden) set it themselves and restore it.
+class ExactBf16Environment : public ::testing::Environment {
+ public:
+  void SetUp() override { GlobalMatmulOptions().bf16_split = true; }
+};
+[[maybe_unused]] ::testing::Environment* const kExactBf16 =
+    ::testing::AddGlobalTestEnvironment(new ExactBf16Environment);
+}  // namespace
 
 std::vector<std::string> GoldenModelNames() {
   std::vector<std::string> names;

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "base/mmap_file.h"
@@ -129,7 +130,11 @@ TEST_P(MoeLoraGolden, UnmergedAndMergedMatchPeft) {
 // (target_parameters, transformers 5), with the router (Mixtral) and attention projections.
 INSTANTIATE_TEST_SUITE_P(Adapters, MoeLoraGolden,
                          ::testing::Values("qwen3_moe_experts_v4", "qwen3_moe_native",
-                                           "mixtral_experts_v4", "mixtral_native"),
+                                           "mixtral_experts_v4", "mixtral_native",
+                                           // PEFT's LoraConfig(target_modules="all-linear") as saved
+                                           "qwen3_moe_all_linear", "mixtral_all_linear",
+                                           // rank_pattern / alpha_pattern on expert parameters
+                                           "qwen3_moe_native_pattern", "mixtral_native_pattern"),
                          [](const auto& info) { return info.param; });
 
 // Rows of different adapters (and base rows) in one continuously batched run, arriving at
@@ -180,7 +185,58 @@ TEST_P(MoeLoraMixed, RowsMatchPeftForTheirAdapter) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Bases, MoeLoraMixed, ::testing::Values("qwen3_moe_f32", "mixtral_f32"),
+INSTANTIATE_TEST_SUITE_P(Bases, MoeLoraMixed,
+                         ::testing::Values("qwen3_moe_f32", "mixtral_f32",  // all-linear, pattern adapters:
+                                           "qwen3_moe_f32_more", "mixtral_f32_more"),
+                         [](const auto& info) { return info.param; });
+
+// A copy of adapter `name` with `edit` applied to its config, in a fresh temp folder.
+std::filesystem::path EditedCopy(const std::string& name, const std::string& tag,
+                                 const std::function<void(json*)>& edit) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("loom_moe_" + tag);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::copy_file(kAdapters + name + "/adapter_model.safetensors", dir / "adapter_model.safetensors");
+  json cfg = LoadJson(kAdapters + name + "/adapter_config.json");
+  edit(&cfg);
+  std::ofstream(dir / "adapter_config.json") << cfg.dump();
+  return dir;
+}
+
+// target_modules "all-linear" as a user writes it: no target_parameters, no patterns.
+void ToAllLinearString(json* c) {
+  (*c)["target_modules"] = "all-linear";
+  (*c)["target_parameters"] = nullptr;
+  (*c)["rank_pattern"] = json::object();
+  (*c)["alpha_pattern"] = json::object();
+}
+
+// target_modules "all-linear" as a user writes it (no target_parameters, no patterns): loom
+// applies PEFT's MoE rewrite (experts and router as parameters, gate_up_proj at rank 2r and alpha
+// 2·alpha, a dense layer's MLP left out) and matches the saved, rewritten config's golden.
+class MoeLoraAllLinear : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MoeLoraAllLinear, StringConfigMatchesTheSavedOne) {
+  const std::string name = GetParam();
+  const json ref = LoadJson(kDir + name + ".json");
+  const std::string base = ref["base"];
+  const auto prompts = ref["prompts"].get<std::vector<std::vector<int32_t>>>();
+  const auto dir = EditedCopy(name, name + "_string", ToAllLinearString);
+  auto model = Model::Load(kModels + base);
+  ASSERT_TRUE(model.ok());
+  auto adapter = LoadAdapter(name, dir.string(), (*model)->sites(), 0);
+  ASSERT_TRUE(adapter.ok()) << adapter.status().ToString();
+  const auto got = RunAlone(model->get(), *adapter, prompts, 1);
+  const auto want = LoadRows(kDir + name + ".unmerged.safetensors", prompts.size());
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    EXPECT_LE(test::MaxAbsDiff(got[p].prompt_logits.data(), want[p].data(), want[p].size()),
+              test::GoldenTolerance(base));
+  }
+  std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Adapters, MoeLoraAllLinear, ::testing::Values("qwen3_moe_all_linear", "mixtral_all_linear"),
                          [](const auto& info) { return info.param; });
 
 // PEFT's fused expert tensors whose parameter target_parameters does not name are refused,
@@ -205,6 +261,79 @@ TEST(MoeLoraNative, UntargetedExpertParameterIsRefused) {
             std::string::npos)
       << adapter.status().ToString();
   fs::remove_all(dir);
+}
+
+// An expert LoRA whose rank is not what r / rank_pattern give its parameter is refused, naming
+// the tensor and the parameter (PEFT would fail to load it: the shapes differ).
+TEST(MoeLoraNative, ExpertRankNotThePatternsIsRefused) {
+  const auto dir = EditedCopy("qwen3_moe_native_pattern", "rank_mismatch",
+                              [](json* c) { (*c)["rank_pattern"].erase("experts.down_proj"); });
+  auto model = Model::Load(kModels + "qwen3_moe_f32");
+  ASSERT_TRUE(model.ok());
+  auto adapter = LoadAdapter("x", dir.string(), (*model)->sites(), 0);
+  ASSERT_FALSE(adapter.ok());
+  EXPECT_NE(adapter.status().message().find("rank 6 per expert for 8 experts, but r/rank_pattern give "
+                                            "'model.layers.0.mlp.experts.down_proj' rank 4"),
+            std::string::npos)
+      << adapter.status().ToString();
+  std::filesystem::remove_all(dir);
+}
+
+// Rewrites `dir`/adapter_model.safetensors without the tensors whose name contains `drop` (when
+// not empty) and with `add` added.
+void RewriteTensors(const std::filesystem::path& dir, const std::string& drop, std::vector<TensorToWrite> add) {
+  const std::string file = (dir / "adapter_model.safetensors").string();
+  {
+    auto store = SafetensorsStore::Open(file);
+    ASSERT_TRUE(store.ok());
+    for (const std::string& n : (*store)->names()) {
+      if (!drop.empty() && n.find(drop) != std::string::npos) continue;
+      const Tensor t = *(*store)->Get(n);
+      add.push_back({n, t.dtype, t.shape, t.data});
+    }
+    ASSERT_TRUE(WriteSafetensors(file + ".new", add).ok());
+  }
+  std::filesystem::rename(file + ".new", file);
+}
+
+
+// Every tensor of an all-linear adapter has a place, and every place all-linear reaches has its
+// tensors; otherwise the load fails naming the module. all-linear on Qwen3-MoE leaves the dense
+// (mlp_only) layer's MLP alone, as PEFT does; the fused gate_up_proj is at rank 2r.
+TEST(MoeLoraNative, AllLinearPlacesEveryTensorOrRefuses) {
+  auto model = Model::Load(kModels + "qwen3_moe_f32");
+  ASSERT_TRUE(model.ok());
+  auto expect_error = [&](const std::filesystem::path& dir, const std::string& text) {
+    auto adapter = LoadAdapter("x", dir.string(), (*model)->sites(), 0);
+    ASSERT_FALSE(adapter.ok());
+    EXPECT_NE(adapter.status().message().find(text), std::string::npos) << adapter.status().ToString();
+    std::filesystem::remove_all(dir);
+  };
+  std::vector<float> a(4 * 64, 0.f), b(96 * 4, 0.f);
+  const std::vector<TensorToWrite> dense = {
+      {"base_model.model.model.layers.1.mlp.gate_proj.lora_A.weight", DType::kF32, {4, 64}, a.data()},
+      {"base_model.model.model.layers.1.mlp.gate_proj.lora_B.weight", DType::kF32, {96, 4}, b.data()}};
+  for (const bool as_string : {false, true}) {  // a LoRA on layer 1's dense gate_proj added
+    const auto dir = EditedCopy("qwen3_moe_all_linear", "dense_mlp", [&](json* c) {
+      if (as_string) ToAllLinearString(c);
+    });
+    RewriteTensors(dir, "", dense);
+    expect_error(dir, "adapts 'model.layers.1.mlp.gate_proj', which adapter_config.json does not target");
+  }
+  {  // layer 2's router tensors removed
+    const auto dir = EditedCopy("qwen3_moe_all_linear", "no_router", ToAllLinearString);
+    RewriteTensors(dir, "layers.2.mlp.gate.", {});
+    expect_error(dir, "targets 'model.layers.2.mlp.gate.weight' (target_parameters, from all-linear) but");
+  }
+  {  // layer 0's down_proj tensors removed
+    const auto dir = EditedCopy("qwen3_moe_all_linear", "no_down", ToAllLinearString);
+    RewriteTensors(dir, "layers.0.mlp.experts.lora_", {});
+    expect_error(dir, "targets 'model.layers.0.mlp.experts.down_proj' (target_parameters, from all-linear) but");
+  }
+  // A file with the experts at rank r (PEFT's native layout without all-linear's 2r).
+  expect_error(EditedCopy("qwen3_moe_native", "rank_r", ToAllLinearString),
+               "rank 4 per expert for 8 experts, but r/rank_pattern give 'model.layers.0.mlp.experts.gate_up_proj' "
+               "rank 8");
 }
 
 }  // namespace

@@ -481,12 +481,17 @@ TEST(ConfigRejectTest, Llama3RopeMissingFields) {
   ExpectRejected(j, {"missing required field 'factor'"});
 }
 
-TEST(ConfigRejectTest, HiddenActOtherThanSiluOrGeluTanh) {
-  for (const char* act : {"gelu", "gelu_new", "relu"}) {
+TEST(ConfigRejectTest, HiddenActOtherThanSiluOrGelu) {
+  for (const char* act : {"gelu_new", "gelu_python", "relu"}) {
     json j = BaseConfig();
     j["hidden_act"] = act;
-    ExpectRejected(j, {std::string("hidden_act '") + act + "' is not supported", "silu"});
+    ExpectRejected(j, {std::string("hidden_act '") + act + "' is not supported", "silu, gelu, gelu_pytorch_tanh"});
   }
+  json j = BaseConfig();
+  j["hidden_act"] = "gelu";  // ACT2FN["gelu"]: the exact erf GELU
+  auto c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->activation, Activation::kGeluErf);
 }
 
 TEST(ConfigRejectTest, EosOutsideVocabulary) {

@@ -142,6 +142,27 @@ TEST(GemmaConfigTest, TransformersDefaultsWhenFieldsAreAbsent) {
   EXPECT_FLOAT_EQ(Parse(j)->attn_softcap, 0.0f);
 }
 
+// transformers 5.24's Gemma2/Gemma3 MLP is ACT2FN[config.hidden_activation]: "gelu" is the exact
+// erf GELU (no legacy remap to tanh there; only GemmaConfig, Gemma 1, has one), and hidden_act is
+// never read, whatever it holds.
+TEST(GemmaConfigTest, HiddenActivationGeluIsTheErfGeluAndHiddenActIsIgnored) {
+  for (const char* base : {kGemma2_2b, kGemma3_270m}) {
+    json j = json::parse(base);
+    j["hidden_activation"] = "gelu";
+    j["hidden_act"] = "gelu_pytorch_tanh";
+    auto c = Parse(j);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_EQ(c->activation, Activation::kGeluErf);
+    j["hidden_activation"] = "gelu_pytorch_tanh";
+    j["hidden_act"] = "relu";  // not an activation loom has; Gemma never reads it
+    c = Parse(j);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_EQ(c->activation, Activation::kGeluTanh);
+    j["hidden_activation"] = "silu";
+    EXPECT_EQ(Parse(j)->activation, Activation::kSilu);
+  }
+}
+
 TEST(GemmaConfigTest, Gemma3IgnoresAttentionSoftcapAsTransformers524Does) {
   json j = json::parse(kGemma3_270m);
   j["attn_logit_softcapping"] = 50.0;
@@ -156,9 +177,14 @@ TEST(GemmaConfigTest, RejectsWhatItDoesNotHandle) {
     json j = json::parse(base);
     j["use_bidirectional_attention"] = true;
     ExpectRejected(j, {"use_bidirectional_attention"});
+    for (const char* act : {"relu", "gelu_new", "gelu_python", "quick_gelu"}) {
+      j = json::parse(base);
+      j["hidden_activation"] = act;
+      ExpectRejected(j, {std::string("hidden_activation '") + act + "' is not supported", "gelu_pytorch_tanh"});
+    }
     j = json::parse(base);
-    j["hidden_activation"] = "gelu";
-    ExpectRejected(j, {"hidden_activation 'gelu' is not supported", "gelu_pytorch_tanh"});
+    j["hidden_activation"] = nullptr;  // Gemma2Config / Gemma3TextConfig refuse a null too
+    ExpectRejected(j, {"field 'hidden_activation' must be a string, got null"});
     j = json::parse(base);
     j["layer_types"] = json::array();
     ExpectRejected(j, {"layer_types"});

@@ -29,14 +29,20 @@ Tensor F32Matrix(std::vector<float>* data, int64_t rows, int64_t cols) {
 TEST(Int4Kernels, PackUnpackRoundTrip) {
   std::mt19937 rng(1);
   std::uniform_int_distribution<int> d(-8, 7);
-  std::vector<int8_t> q(384);
+  const int64_t kp = 256;
+  std::vector<int8_t> q(static_cast<size_t>(16 * kp));
   for (auto& v : q) v = static_cast<int8_t>(d(rng));
   std::vector<uint8_t> packed(q.size() / 2);
-  cpu::PackInt4(q.data(), static_cast<int64_t>(q.size()), packed.data());
-  for (size_t i = 0; i < q.size(); ++i) ASSERT_EQ(cpu::UnpackInt4(packed.data(), static_cast<int64_t>(i)), q[i]) << i;
-  // The layout the kernels rely on: byte b of a chunk = element b (low), element b + 64 (high).
-  EXPECT_EQ(packed[5] & 0x0F, q[5] + 8);
-  EXPECT_EQ(packed[5] >> 4, q[69] + 8);
+  cpu::PackInt4Panel(q.data(), kp, packed.data());
+  for (int64_t c = 0; c < 16; ++c) {
+    for (int64_t i = 0; i < kp; ++i) {
+      ASSERT_EQ(cpu::UnpackInt4(packed.data(), c, i), q[static_cast<size_t>(c * kp + i)]) << c << "," << i;
+    }
+  }
+  // The layout the kernels rely on: block t, byte 4c + e = column c's inputs 8t + e (low nibble)
+  // and 8t + 4 + e (high nibble).
+  EXPECT_EQ(packed[2 * 64 + 4 * 3 + 1] & 0x0F, q[3 * kp + 17] + 8);
+  EXPECT_EQ(packed[2 * 64 + 4 * 3 + 1] >> 4, q[3 * kp + 21] + 8);
 }
 
 TEST(Int4Kernels, QuantizationRule) {
@@ -53,7 +59,7 @@ TEST(Int4Kernels, QuantizationRule) {
     EXPECT_EQ(iw.k_pad, 256);
     for (int64_t j = 0; j < rows; ++j) {
       for (int64_t g = 0; g * group < cols; ++g) {
-        const float d = F16ToF32(iw.scale[static_cast<size_t>(j * (iw.k_pad / group) + g)]);
+        const float d = iw.Scale(j, g);
         float m = 0;
         for (int64_t i = g * group; i < std::min<int64_t>(cols, (g + 1) * group); ++i) {
           const float v = w[static_cast<size_t>(j * cols + i)];
@@ -85,28 +91,31 @@ TEST(Int4Kernels, EveryLevelBitExactWithTheScalarReferenceAndCloseToTheExactSum)
   for (int group : {32, 128}) {
     for (int64_t kp : {128, 256, 896}) {
       for (int64_t n : {1, 2, 3, 4, 5, 9}) {
-        const int64_t m = 37, groups = kp / group;
-        std::vector<int8_t> xq(static_cast<size_t>(n * kp)), q(static_cast<size_t>(m * kp));
+        const int64_t m = 101, panels = (m + 15) / 16, groups = kp / group;
+        // q[j, i] for j < panels · 16 (rows past m are zero, as the quantizer pads them)
+        std::vector<int8_t> xq(static_cast<size_t>(n * kp)), q(static_cast<size_t>(panels * 16 * kp), 0);
         for (auto& v : xq) v = static_cast<int8_t>(d8(rng));
-        for (auto& v : q) v = static_cast<int8_t>(d4(rng));
-        std::vector<uint8_t> wq(static_cast<size_t>(m * kp / 2));
-        for (int64_t j = 0; j < m; ++j) cpu::PackInt4(q.data() + j * kp, kp, wq.data() + j * kp / 2);
-        std::vector<uint16_t> wd(static_cast<size_t>(m * groups));
+        for (int64_t i = 0; i < m * kp; ++i) q[static_cast<size_t>(i)] = static_cast<int8_t>(d4(rng));
+        std::vector<uint8_t> wq(static_cast<size_t>(panels * 16 * kp / 2));
+        for (int64_t p = 0; p < panels; ++p) cpu::PackInt4Panel(q.data() + p * 16 * kp, kp, wq.data() + p * 16 * kp / 2);
+        std::vector<uint16_t> wd(static_cast<size_t>(panels * groups * 16));
         for (auto& v : wd) v = F32ToF16(rng() % 2 ? sd(rng) : -sd(rng));
+        auto scale = [&](int64_t j, int64_t g) {
+          return F16ToF32(wd[static_cast<size_t>(((j / 16) * groups + g) * 16 + j % 16)]);
+        };
         std::vector<float> sx(static_cast<size_t>(n));
         for (auto& v : sx) v = sd(rng);
-        std::vector<int32_t> corr(static_cast<size_t>(n * kp / 4));
-        cpu::Int4Corrections(xq.data(), n, kp, corr.data());
+        std::vector<int32_t> corr(static_cast<size_t>(n * groups));
+        cpu::Int4Corrections(xq.data(), n, kp, group, corr.data());
         std::vector<float> ref(static_cast<size_t>(n * m));
-        cpu::MatmulInt4Scalar(xq.data(), corr.data(), sx.data(), n, kp, wq.data(), wd.data(), group, 0, m, ref.data(), m);
-        // The exact sum in double: Σ_g d_g Σ_{i∈g} x·q, times sx. Lane-wise f32 accumulation
-        // keeps ~2⁻²⁴ relative per step: 1e-5 of Σ|terms| is a generous bound.
+        cpu::MatmulInt4Scalar(xq.data(), sx.data(), corr.data(), n, kp, wq.data(), wd.data(), group, 0, m, ref.data(), m);
+        // The exact sum in double: Σ_g d_g Σ_{i∈g} x·q, times sx. One f32 fma per group keeps
+        // ~2⁻²⁴ relative per step: 1e-5 of Σ|terms| is a generous bound.
         for (int64_t r = 0; r < n; ++r) {
           for (int64_t j = 0; j < m; ++j) {
             double exact = 0, mag = 0;
             for (int64_t i = 0; i < kp; ++i) {
-              const double t = double(xq[static_cast<size_t>(r * kp + i)]) * q[static_cast<size_t>(j * kp + i)] *
-                               F16ToF32(wd[static_cast<size_t>(j * groups + i / group)]);
+              const double t = double(xq[static_cast<size_t>(r * kp + i)]) * q[static_cast<size_t>(j * kp + i)] * scale(j, i / group);
               exact += t;
               mag += std::fabs(t);
             }
@@ -119,8 +128,10 @@ TEST(Int4Kernels, EveryLevelBitExactWithTheScalarReferenceAndCloseToTheExactSum)
           SCOPED_TRACE(std::string(cpu::IsaName(isa)) + " group=" + std::to_string(group) +
                        " k=" + std::to_string(kp) + " n=" + std::to_string(n));
           std::vector<float> y(static_cast<size_t>(n * m), -1.0f);
-          cpu::MatmulInt4(isa, xq.data(), corr.data(), sx.data(), n, kp, wq.data(), wd.data(), group, 0, 13, y.data(), m);
-          cpu::MatmulInt4(isa, xq.data(), corr.data(), sx.data(), n, kp, wq.data(), wd.data(), group, 13, m, y.data() + 13, m);
+          // Column ranges as the op splits them: whole panels, a ragged end.
+          for (auto [j0, j1] : {std::pair<int64_t, int64_t>{0, 16}, {16, 80}, {80, 96}, {96, m}}) {
+            cpu::MatmulInt4(isa, xq.data(), sx.data(), corr.data(), n, kp, wq.data(), wd.data(), group, j0, j1, y.data() + j0, m);
+          }
           for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], ref[i]) << "at " << i;
         }
       }

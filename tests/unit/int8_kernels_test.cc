@@ -1,4 +1,4 @@
-// Int8 (W8A8) kernels: every ISA level bit-exact with the scalar reference; quantization rules; batch invariance.
+// Int8 (W8A8) kernels: every ISA level bit-exact with the exact integer sum over the panel layout; quantization rules; batch invariance.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -23,21 +23,50 @@ std::vector<cpu::Isa> Levels() {
   return levels;
 }
 
+// Panels of q [m, k] (rows past m zero) and activations biased to u8 with padding, as the op builds them.
+struct Packed {
+  int64_t kp = 0;
+  std::vector<int8_t> wq;
+  std::vector<uint8_t> xu;
+  std::vector<float> sw;
+  std::vector<int32_t> wsum;
+};
+Packed Pack(const std::vector<int8_t>& xq, int64_t n, const std::vector<int8_t>& q, int64_t m, int64_t k,
+            const std::vector<float>& sw) {
+  Packed p;
+  p.kp = (k + cpu::kInt8Align - 1) / cpu::kInt8Align * cpu::kInt8Align;
+  const int64_t panels = (m + 15) / 16;
+  std::vector<int8_t> rows(static_cast<size_t>(panels * 16 * p.kp), 0);
+  p.sw.assign(static_cast<size_t>(panels * 16), 0.0f);
+  p.wsum.assign(static_cast<size_t>(panels * 16), 0);
+  for (int64_t j = 0; j < m; ++j) {
+    p.sw[static_cast<size_t>(j)] = sw[static_cast<size_t>(j)];
+    for (int64_t i = 0; i < k; ++i) {
+      rows[static_cast<size_t>(j * p.kp + i)] = q[static_cast<size_t>(j * k + i)];
+      p.wsum[static_cast<size_t>(j)] += q[static_cast<size_t>(j * k + i)];
+    }
+  }
+  p.wq.resize(rows.size());
+  for (int64_t b = 0; b < panels; ++b) cpu::PackInt8Panel(rows.data() + b * 16 * p.kp, p.kp, p.wq.data() + b * 16 * p.kp);
+  p.xu.assign(static_cast<size_t>(n * p.kp), 128);
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t i = 0; i < k; ++i) p.xu[static_cast<size_t>(r * p.kp + i)] = static_cast<uint8_t>(xq[static_cast<size_t>(r * k + i)] + 128);
+  }
+  return p;
+}
+
 TEST(Int8Kernels, EveryLevelEqualsTheExactIntegerSum) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> scale(0.001f, 0.1f);
   for (int64_t k : {1, 4, 63, 64, 100, 256, 1000}) {
     for (int64_t n : {1, 2, 3, 4, 5, 9}) {
-      const int64_t m = 37;
+      const int64_t m = 101;
       auto xq = RandomInt8(static_cast<size_t>(n * k), &rng);
       auto wq = RandomInt8(static_cast<size_t>(m * k), &rng);
       std::vector<float> sx(static_cast<size_t>(n)), sw(static_cast<size_t>(m));
       for (auto& s : sx) s = scale(rng);
       for (auto& s : sw) s = scale(rng);
-      std::vector<int32_t> wsum(static_cast<size_t>(m), 0);
-      for (int64_t j = 0; j < m; ++j) {
-        for (int64_t i = 0; i < k; ++i) wsum[static_cast<size_t>(j)] += wq[static_cast<size_t>(j * k + i)];
-      }
+      const Packed p = Pack(xq, n, wq, m, k, sw);
       // Reference: the integer sum in int64, then the kernels' one float expression.
       std::vector<float> want(static_cast<size_t>(n * m));
       for (int64_t r = 0; r < n; ++r) {
@@ -53,9 +82,11 @@ TEST(Int8Kernels, EveryLevelEqualsTheExactIntegerSum) {
       for (cpu::Isa isa : Levels()) {
         SCOPED_TRACE(std::string(cpu::IsaName(isa)) + " k=" + std::to_string(k) + " n=" + std::to_string(n));
         std::vector<float> y(static_cast<size_t>(n * m), -1.0f);
-        // Two column ranges (a ragged start and end) to exercise j0 and the column tail.
-        cpu::MatmulInt8(isa, xq.data(), sx.data(), n, k, wq.data(), sw.data(), wsum.data(), 0, 13, y.data(), m);
-        cpu::MatmulInt8(isa, xq.data(), sx.data(), n, k, wq.data(), sw.data(), wsum.data(), 13, m, y.data() + 13, m);
+        // Column ranges as the op splits them: whole panels, a ragged end.
+        for (auto [j0, j1] : {std::pair<int64_t, int64_t>{0, 16}, {16, 80}, {80, 96}, {96, m}}) {
+          cpu::MatmulInt8(isa, p.xu.data(), sx.data(), n, p.kp, p.wq.data(), p.sw.data(), p.wsum.data(), j0, j1,
+                          y.data() + j0, m);
+        }
         for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], want[i]) << "at " << i;
       }
     }
@@ -63,16 +94,15 @@ TEST(Int8Kernels, EveryLevelEqualsTheExactIntegerSum) {
 }
 
 TEST(Int8Kernels, ExtremeValuesAtTheDepthLimitDoNotOverflow) {
-  if (!(cpu::DetectIsa() >= cpu::Isa::kAvx512 && cpu::HasAvx512Vnni())) GTEST_SKIP() << "no VNNI";
   const int64_t k = cpu::kMaxInt8Depth;
   std::vector<int8_t> x(static_cast<size_t>(k), 127), w(static_cast<size_t>(k), -127);
+  const Packed p = Pack(x, 1, w, 1, k, {1.0f});
   const float one = 1.0f;
-  const int32_t wsum = static_cast<int32_t>(-127 * k);
-  float y = 0, y_ref = 0;
-  cpu::MatmulInt8Vnni(x.data(), &one, 1, k, w.data(), &one, &wsum, 0, 1, &y, 1);
-  cpu::MatmulInt8Scalar(x.data(), &one, 1, k, w.data(), &one, 0, 1, &y_ref, 1);
-  EXPECT_EQ(y, static_cast<float>(-127 * 127 * k));
-  EXPECT_EQ(y, y_ref);
+  for (cpu::Isa isa : Levels()) {
+    float y = 0;
+    cpu::MatmulInt8(isa, p.xu.data(), &one, 1, p.kp, p.wq.data(), p.sw.data(), p.wsum.data(), 0, 1, &y, 1);
+    EXPECT_EQ(y, static_cast<float>(-127 * 127 * k)) << cpu::IsaName(isa);
+  }
 }
 
 TEST(Int8Quantize, RowsAreSymmetricRoundHalfEvenAndZeroSafe) {
@@ -103,7 +133,7 @@ TEST(Int8Quantize, WeightErrorIsAtMostHalfAStep) {
     const float s = (*q)->scale[static_cast<size_t>(j)];
     int32_t sum = 0;
     for (int64_t i = 0; i < cols; ++i) {
-      const int8_t v = (*q)->q[static_cast<size_t>(j * cols + i)];
+      const int8_t v = (*q)->At(j, i);
       sum += v;
       EXPECT_LE(std::fabs(v * s - w[static_cast<size_t>(j * cols + i)]), s * 0.5f + 1e-7f);
     }

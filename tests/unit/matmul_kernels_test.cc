@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -11,10 +12,12 @@
 namespace loom::cpu {
 namespace {
 
+// Every level up to what the CPU has: scalar, avx2, avx512, avx512bf16, amx.
 std::vector<Isa> SupportedIsas() {
-  std::vector<Isa> isas = {Isa::kScalar};
-  if (DetectIsa() >= Isa::kAvx2) isas.push_back(Isa::kAvx2);
-  if (DetectIsa() >= Isa::kAvx512) isas.push_back(Isa::kAvx512);
+  std::vector<Isa> isas;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16, Isa::kAmx}) {
+    if (DetectIsa() >= isa) isas.push_back(isa);
+  }
   return isas;
 }
 
@@ -64,9 +67,11 @@ TEST(MatmulKernels, EveryIsaMatchesScalarForEveryWeightDtype) {
 }
 
 TEST(MatmulKernels, Bf16DotMatchesScalarWithAndWithoutSplit) {
-  if (DetectIsa() < Isa::kAvx512) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
+  if (DetectIsa() < Isa::kAvx512Bf16) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
+  // Row counts around the 3-row (2 with split) tiles, column counts around the 8/4/1 tiles.
   for (const auto& s : std::vector<std::array<int64_t, 3>>{{1, 5, 31}, {4, 8, 64}, {7, 13, 100},
-                                                         {16, 9, 896}}) {
+                                                         {16, 9, 896}, {2, 23, 96}, {6, 17, 33},
+                                                         {11, 31, 257}}) {
     Problem p = MakeProblem(s[0], s[1], s[2], DType::kBF16, 7);
     const int64_t nk = p.n * p.k;
     std::vector<uint16_t> hi(static_cast<size_t>(nk)), lo(static_cast<size_t>(nk));
@@ -85,9 +90,61 @@ TEST(MatmulKernels, Bf16DotMatchesScalarWithAndWithoutSplit) {
   }
 }
 
+// Batch invariance at kernel level: a row's outputs are bit-identical whether it is computed
+// alone or among n rows, for column ranges starting at multiples of 16 (as the op splits them).
+TEST(MatmulKernels, Bf16DotRowIndependentOfRowCount) {
+  if (DetectIsa() < Isa::kAvx512Bf16) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
+  Problem p = MakeProblem(13, 45, 300, DType::kBF16, 9);
+  std::vector<uint16_t> hi(p.x.size()), lo(p.x.size());
+  RoundToBf16(Isa::kScalar, p.x.data(), static_cast<int64_t>(p.x.size()), hi.data(), lo.data());
+  const auto* w = reinterpret_cast<const uint16_t*>(p.w.data());
+  for (bool split : {false, true}) {
+    const uint16_t* l = split ? lo.data() : nullptr;
+    std::vector<float> all(static_cast<size_t>(p.n * p.m));
+    MatmulBf16Avx512(hi.data(), l, p.n, p.k, w, 0, 32, all.data(), p.m);
+    MatmulBf16Avx512(hi.data(), l, p.n, p.k, w, 32, p.m, all.data(), p.m);
+    for (int64_t i = 0; i < p.n; ++i) {
+      std::vector<float> one(static_cast<size_t>(p.m));
+      const int64_t off = i * p.k;
+      MatmulBf16Avx512(hi.data() + off, split ? lo.data() + off : nullptr, 1, p.k, w, 0, 16, one.data(), p.m);
+      MatmulBf16Avx512(hi.data() + off, split ? lo.data() + off : nullptr, 1, p.k, w, 16, p.m, one.data(), p.m);
+      for (int64_t j = 0; j < p.m; ++j) {
+        ASSERT_EQ(one[static_cast<size_t>(j)], all[static_cast<size_t>(i * p.m + j)]) << "row " << i << " col " << j << " split " << split;
+      }
+    }
+  }
+}
+
+// The vectorized rounding equals F32ToBf16 bit for bit: ties to even, NaN, ±inf, denormals.
+TEST(MatmulKernels, RoundToBf16MatchesScalarBitForBit) {
+  std::vector<float> x;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> dist(0, 1);
+  for (int i = 0; i < 1000; ++i) x.push_back(dist(rng) * std::ldexp(1.0f, static_cast<int>(rng() % 60) - 30));
+  for (uint32_t bits : {0x3f808000u, 0x3f818000u, 0x7fc00000u, 0x7f800001u, 0xff800000u, 0x7f800000u,
+                        0x00000001u, 0x807fffffu, 0x7f7fffffu, 0x00000000u, 0x80000000u}) {
+    float f;
+    std::memcpy(&f, &bits, 4);
+    x.push_back(f);
+  }
+  const int64_t count = static_cast<int64_t>(x.size());
+  std::vector<uint16_t> hi0(x.size()), lo0(x.size()), hi1(x.size()), lo1(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    hi0[i] = F32ToBf16(x[i]);
+    lo0[i] = F32ToBf16(x[i] - Bf16ToF32(hi0[i]));
+  }
+  for (Isa isa : SupportedIsas()) {
+    RoundToBf16(isa, x.data(), count, hi1.data(), lo1.data());
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_EQ(hi1[i], hi0[i]) << IsaName(isa) << " " << i;
+      if (!std::isnan(x[i])) ASSERT_EQ(lo1[i], lo0[i]) << IsaName(isa) << " " << i;
+    }
+  }
+}
+
 // The split form must be far closer to the exact f32 product than a single bf16 rounding.
 TEST(MatmulOp, SplitBf16DotIsNearlyExact) {
-  if (DetectIsa() < Isa::kAvx512) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
+  if (ActiveIsa() < Isa::kAvx512Bf16) GTEST_SKIP() << "no bf16 dot product at this level (LOOM_ISA)";
   Problem p = MakeProblem(32, 40, 512, DType::kBF16, 11);
   Tensor w{DType::kBF16, {p.m, p.k}, p.w.data()};
   std::vector<float> exact(static_cast<size_t>(p.n * p.m));
@@ -107,6 +164,47 @@ TEST(MatmulOp, SplitBf16DotIsNearlyExact) {
   GlobalMatmulOptions() = saved;
   EXPECT_LT(split, 2e-3f);
   EXPECT_GT(single, 20 * split);
+}
+
+// The op at every active level (LOOM_ISA's cap): bf16 weights take the f32-widening kernel
+// below avx512bf16, the dot product at avx512bf16 and AMX tiles at amx; each near the exact
+// product (exact hi+lo split) and, rounded once, within the bf16 bound of the test below.
+TEST(MatmulOp, EveryActiveLevelMatchesScalar) {
+  Problem p = MakeProblem(33, 70, 128, DType::kBF16, 5);
+  Tensor w{DType::kBF16, {p.m, p.k}, p.w.data()};
+  std::vector<float> ref(static_cast<size_t>(p.n * p.m));
+  MatmulF32Scalar(DType::kBF16, p.x.data(), p.n, p.k, p.w.data(), 0, p.m, ref.data(), p.m);
+  const MatmulOptions saved = GlobalMatmulOptions();
+  const Isa active = ActiveIsa();
+  for (Isa isa : SupportedIsas()) {
+    SetActiveIsa(isa);
+    GlobalMatmulOptions().bf16_split = true;
+    std::vector<float> y(ref.size(), -7.0f);
+    Matmul(p.x.data(), p.n, w, y.data());
+    for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], ref[i], Tolerance(p.k)) << IsaName(isa) << " " << i;
+  }
+  SetActiveIsa(active);
+  GlobalMatmulOptions() = saved;
+}
+
+TEST(CpuFeatures, LoomIsaCapParsesEveryLevelCaseInsensitively) {
+  Isa out = Isa::kScalar;
+  ASSERT_TRUE(ParseIsaCap("AVX512BF16", Isa::kAmx, &out));
+  EXPECT_EQ(out, Isa::kAvx512Bf16);
+  ASSERT_TRUE(ParseIsaCap("avx512", Isa::kAmx, &out));
+  EXPECT_EQ(out, Isa::kAvx512);
+  ASSERT_TRUE(ParseIsaCap("Amx", Isa::kAvx512Bf16, &out));
+  EXPECT_EQ(out, Isa::kAvx512Bf16) << "a cap above the hardware keeps the hardware level";
+  ASSERT_TRUE(ParseIsaCap("scalar", Isa::kAvx2, &out));
+  EXPECT_EQ(out, Isa::kScalar);
+  out = Isa::kAvx2;
+  EXPECT_FALSE(ParseIsaCap("avx512_bf16", Isa::kAmx, &out));
+  EXPECT_FALSE(ParseIsaCap("", Isa::kAmx, &out));
+  EXPECT_EQ(out, Isa::kAvx2) << "an unknown value leaves the level untouched";
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16, Isa::kAmx}) {
+    ASSERT_TRUE(ParseIsaCap(IsaName(isa), Isa::kAmx, &out));
+    EXPECT_EQ(out, isa);
+  }
 }
 
 TEST(MatmulOp, ThreadedOpEqualsSingleKernelCall) {

@@ -62,6 +62,28 @@ TEST(Ops, GeluTanhMulAndSoftCapMatchReference) {
   for (size_t i = 0; i < 100; ++i) ASSERT_NEAR(x[i], std::tanh(g[i] / 2.5) * 2.5, 1e-6);
 }
 
+// The exact GELU (transformers' "gelu") against std::erf in double, tails included; and it is
+// not the tanh form (they differ by up to ~5e-4 near |v| = 2).
+TEST(Ops, GeluErfMulMatchesStdErf) {
+  auto g = Random(200, 7), u = Random(200, 8);
+  for (size_t i = 0; i < 20; ++i) g[i] *= 8.0f;
+  g[20] = 0.0f;
+  g[21] = -2.0f;
+  g[22] = 2.0f;
+  auto out = g, tanh_form = g;
+  GeluErfMulInPlace(out.data(), u.data(), 200);
+  GeluTanhMulInPlace(tanh_form.data(), u.data(), 200);
+  double farthest = 0;
+  for (size_t i = 0; i < 200; ++i) {
+    const double v = g[i];
+    const double gelu = 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+    ASSERT_NEAR(out[i], gelu * u[i], 1e-6 * (1 + std::fabs(gelu * u[i]))) << "v = " << v;
+    farthest = std::max(farthest, std::fabs(static_cast<double>(out[i]) - tanh_form[i]));
+  }
+  EXPECT_EQ(out[20], 0.0f);
+  EXPECT_GT(farthest, 1e-5);
+}
+
 TEST(Ops, RopeRotatesHalvesByPositionTimesFrequency) {
   RopeConfig rope;
   rope.theta = 10000;

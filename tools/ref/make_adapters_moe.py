@@ -52,7 +52,8 @@ R, ALPHA = 4, 8
 DELTA_RATIO = 0.5  # each expert's delta ≈ half its base weight (entry-wise std)
 
 # First seed salt tried per adapter (the result of the scan in main(), so reruns are quick).
-SALTS = {"qwen3_moe_experts_v4": 3, "mixtral_native": 2}
+SALTS = {"qwen3_moe_experts_v4": 3, "mixtral_native": 2, "mixtral_all_linear": 6, "qwen3_moe_native_pattern": 1,
+         "mixtral_native_pattern": 2}
 
 # name, base, layout, targets
 ADAPTERS = [
@@ -66,10 +67,36 @@ ADAPTERS = [
           target_parameters=["mlp.experts.gate_up_proj", "mlp.experts.down_proj", "mlp.gate.weight"])),
     ("mixtral_experts_v4", "mixtral_f32", "v4",
      dict(target_modules=["k_proj", "w1", "w2", "w3", "gate"])),
+    # What a user gets from LoraConfig(target_modules="all-linear") on transformers 5: PEFT turns
+    # the v4 expert/router names into target_parameters (gate_up_proj, down_proj, gate.weight)
+    # with rank_pattern/alpha_pattern ".*\.gate_up_proj" = 2r / 2·alpha, and (Qwen3-MoE) drops the
+    # dense mlp_only layers' gate/up/down_proj, whose names it moved to the experts.
+    ("qwen3_moe_all_linear", "qwen3_moe_f32", "native", dict(target_modules="all-linear")),
+    ("mixtral_all_linear", "mixtral_f32", "native", dict(target_modules="all-linear")),
+    # rank_pattern / alpha_pattern on expert parameters: PEFT matches the keys against the
+    # parameter's path (model.layers.L.mlp.experts.gate_up_proj, model.layers.L.mlp.gate.weight),
+    # first matching key in file order.
+    ("qwen3_moe_native_pattern", "qwen3_moe_f32", "native",
+     dict(target_modules=["q_proj", "o_proj"],
+          target_parameters=["mlp.experts.gate_up_proj", "mlp.experts.down_proj"],
+          rank_pattern={r"layers\.0\.mlp\.experts\.gate_up_proj": 2, "experts.down_proj": 6, "o_proj": 3},
+          alpha_pattern={"gate_up_proj": 4, r"layers\.2\.mlp\.experts\.down_proj": 20})),
+    ("mixtral_native_pattern", "mixtral_f32", "native",
+     dict(target_modules=["v_proj"],
+          target_parameters=["mlp.experts.gate_up_proj", "mlp.experts.down_proj", "mlp.gate.weight"],
+          rank_pattern={"gate.weight": 2, "gate_up_proj": 6},
+          alpha_pattern={r"layers\.1\..*": 2, "down_proj": 16})),
 ]
 MIXED = {
     "qwen3_moe_f32": ["qwen3_moe_native", "__base__", "qwen3_moe_experts_v4", "qwen3_moe_experts_v4"],
     "mixtral_f32": ["mixtral_experts_v4", "mixtral_native", "__base__", "mixtral_experts_v4"],
+}
+# The all-linear and pattern adapters beside the others: golden_lora/mixed_<key>.json.
+MIXED_MORE = {
+    "qwen3_moe_f32_more": ("qwen3_moe_f32", ["qwen3_moe_all_linear", "qwen3_moe_native_pattern", "__base__",
+                                             "qwen3_moe_native"]),
+    "mixtral_f32_more": ("mixtral_f32", ["mixtral_native_pattern", "mixtral_experts_v4", "mixtral_all_linear",
+                                         "mixtral_native_pattern"]),
 }
 
 
@@ -188,6 +215,47 @@ def hand_merged(out, name, base):
     return m
 
 
+def all_linear_expected(out, base):
+    """The modules PEFT 0.21's all-linear adapts on these transformers 5 MoE models: every
+    attention projection, and on sparse layers the fused experts and the router; not lm_head, and
+    not a dense (mlp_only) layer's gate/up/down_proj."""
+    with open(os.path.join(out, "models", base, "config.json")) as f:
+        mc = json.load(f)
+    want = set()
+    for layer in range(mc["num_hidden_layers"]):
+        p = f"model.layers.{layer}"
+        want |= {f"{p}.self_attn.{n}" for n in ("q_proj", "k_proj", "v_proj", "o_proj")}
+        if layer not in mc.get("mlp_only_layers", []):
+            want |= {f"{p}.mlp.experts", f"{p}.mlp.experts.base_layer", f"{p}.mlp.gate"}
+    return want
+
+
+@torch.no_grad()
+def check_all_linear(out, name, base, prompts, unmerged):
+    folder = os.path.join(out, "adapters", name)
+    sd = load_file(os.path.join(folder, "adapter_model.safetensors"))
+    got = {k[len("base_model.model."):].split(".lora_")[0] for k in sd}
+    assert got == all_linear_expected(out, base), (name, sorted(got ^ all_linear_expected(out, base)))
+    with open(os.path.join(folder, "adapter_config.json")) as f:
+        cfg = json.load(f)
+    assert cfg["target_modules"] == ["k_proj", "o_proj", "q_proj", "v_proj"], cfg["target_modules"]
+    assert cfg["target_parameters"] == ["down_proj", "gate.weight", "gate_up_proj"], cfg["target_parameters"]
+    assert cfg["rank_pattern"] == {r".*\.gate_up_proj": 2 * R}, cfg["rank_pattern"]
+    assert cfg["alpha_pattern"] == {r".*\.gate_up_proj": 2 * ALPHA}, cfg["alpha_pattern"]
+    # The same file with the config as a user writes it ("all-linear", no patterns) loads the same.
+    tmp = os.path.join(out, "adapters", f".{name}.string")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(folder, tmp)
+    cfg.update(target_modules="all-linear", target_parameters=None, rank_pattern={}, alpha_pattern={})
+    with open(os.path.join(tmp, "adapter_config.json"), "w") as f:
+        json.dump(cfg, f)
+    pm = PeftModel.from_pretrained(load_base(out, base), tmp).eval()
+    again, _, _ = run_all(pm, prompts)
+    shutil.rmtree(tmp)
+    d = max_delta(again, unmerged)
+    assert d == 0, (name, d)
+
+
 def peft_dir_for(out, name, layout):
     """PEFT 0.21 on transformers 5 drops the experts of a v4 Qwen3-MoE adapter whose target_modules
     is a regex (they load unadapted, silently); the same file with the list of leaf names it
@@ -226,6 +294,8 @@ def reference(out, name, base, prompts, salt, layout):
         d_hand = float((by_hand["prompt_0"] - unmerged["prompt_0"]).abs().max())
         assert d_hand < 1e-4, (name, d_hand)
         shutil.rmtree(os.path.join(out, "adapters", f".{name}.peft"))
+    if name.endswith("_all_linear"):
+        check_all_linear(out, name, base, prompts, unmerged)
     base_logits = load_file(os.path.join(out, "golden", f"{base}.logits.safetensors"))
     delta_base = max_delta(unmerged, base_logits)
     assert delta_base > 0.5, (name, delta_base)
@@ -250,12 +320,15 @@ def reference(out, name, base, prompts, salt, layout):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="tests/fixtures")
+    ap.add_argument("--only", nargs="*", help="adapter names to (re)make (default: all)")
     args = ap.parse_args()
     torch.set_num_threads(2)
     torch.use_deterministic_algorithms(True)
     os.makedirs(os.path.join(args.out, "golden_lora"), exist_ok=True)
     prompts = make_prompts()
     for name, base, layout, kw in ADAPTERS:
+        if args.only and name not in args.only:
+            continue
         for salt in range(SALTS.get(name, 0), 16):  # the first salt without a routing near-tie
             (make_native if layout == "native" else make_v4)(args.out, name, base, kw, salt)
             try:
@@ -265,11 +338,13 @@ def main():
                 print(f"  {e}; next salt")
         else:
             raise RuntimeError(f"{name}: no salt without a routing near-tie")
-    for base, assign in MIXED.items():
+    mixed = {base: (base, assign) for base, assign in MIXED.items()}
+    mixed.update(MIXED_MORE)
+    for key, (base, assign) in mixed.items():
         doc = {"base": base, "prompts": prompts, "adapter_names": assign,
                "reference": "row i = golden_lora/<adapter>.unmerged.safetensors prompt_i "
                             "(golden/<base>.logits.safetensors for __base__)"}
-        with open(os.path.join(args.out, "golden_lora", f"mixed_{base}.json"), "w") as f:
+        with open(os.path.join(args.out, "golden_lora", f"mixed_{key}.json"), "w") as f:
             json.dump(doc, f, indent=None)
             f.write("\n")
 

@@ -14,6 +14,12 @@ transformers 5.24 ignores it there), sliding windows shorter than the prompts (p
 17 tokens + 32 generated) on alternating layers, query_pre_attn_scalar != head_dim, head_dim 32
 != hidden/heads, tied embeddings; Gemma 3 adds q/k norms and distinct local/global RoPE thetas with
 linear RoPE scaling on the global layers. verify() checks that each feature moves the logits.
+
+gemma2_gelu_f32 (--variants): gemma2_f32's weights with hidden_activation "gelu" (and a stray
+hidden_act "gelu_pytorch_tanh"). transformers 5.24's Gemma2MLP is ACT2FN[config.hidden_activation],
+so "gelu" is the exact erf GELU there (only GemmaConfig, Gemma 1, remaps a legacy "gelu" to tanh)
+and hidden_act is never read; verify_variants() asserts both and that the logits differ from
+gemma2_f32's.
 """
 
 import argparse
@@ -74,6 +80,11 @@ def make_config(arch):
     raise ValueError(arch)
 
 
+# f32-only variants: name -> (arch whose config and seed they start from, config overrides).
+VARIANTS = {
+    "gemma2_gelu": ("gemma2", dict(hidden_activation="gelu", hidden_act="gelu_pytorch_tanh")),
+}
+
 _llama_reinit = make_models.reinit_
 
 
@@ -94,11 +105,44 @@ def reinit_gemma_(model, seed):
                 mod.weight.copy_((1.0 + mod.weight) * POST_NORM_SCALE - 1.0)
 
 
+def make_variant_config(name):
+    arch, overrides = VARIANTS[name]
+    cfg = make_config(arch)
+    for k, v in overrides.items():
+        setattr(cfg, k, v)
+    return cfg
+
+
 def patch_make_models():
     make_models.ARCH_SEEDS.update(ARCH_SEEDS)
+    make_models.ARCH_SEEDS.update({name: ARCH_SEEDS[arch] for name, (arch, _) in VARIANTS.items()})
     make_models.reinit_ = reinit_gemma_
     base_make_config = make_models.make_config
-    make_models.make_config = lambda arch: make_config(arch) if arch in ARCH_SEEDS else base_make_config(arch)
+    make_models.make_config = lambda arch: (make_config(arch) if arch in ARCH_SEEDS else
+                                            make_variant_config(arch) if arch in VARIANTS else
+                                            base_make_config(arch))
+
+
+@torch.no_grad()
+def verify_variants(out, prompts):
+    from safetensors.torch import load_file
+    for name, (arch, overrides) in VARIANTS.items():
+        m = load(out, f"{name}_f32")
+        with open(os.path.join(out, "models", f"{name}_f32", "config.json")) as f:
+            saved = json.load(f)
+        for k, v in overrides.items():
+            assert saved.get(k) == v, (name, k, saved.get(k))
+        acts = {type(layer.mlp.act_fn).__name__ for layer in m.model.layers}
+        assert acts == {"GELUActivation"}, (name, acts)  # ACT2FN["gelu"]: nn.functional.gelu (erf)
+        assert all(layer.mlp.act_fn.act is torch.nn.functional.gelu for layer in m.model.layers), name
+        ref = load_file(os.path.join(out, "golden", f"{name}_f32.logits.safetensors"))
+        base = load_file(os.path.join(out, "golden", f"{arch}_f32.logits.safetensors"))
+        for i, ids in enumerate(prompts):
+            d = float((prompt_logits(m, ids) - ref[f"prompt_{i}"]).abs().max())
+            assert d <= 1e-4, (name, i, d)
+        d = max(float((ref[k] - base[k]).abs().max()) for k in ref)
+        assert d > 1e-3, (name, "logits barely differ from the tanh model", d)
+        print(f"  verify {name}_f32: erf GELU (hidden_act ignored); max logit change vs {arch}_f32 {d:.3g}")
 
 
 def load(out, name):
@@ -174,6 +218,7 @@ def main():
     ap.add_argument("--out", default="tests/fixtures")
     ap.add_argument("--no-verify", action="store_true")
     ap.add_argument("--verify-only", action="store_true", help="check the written fixtures only")
+    ap.add_argument("--variants", action="store_true", help="write (and check) only the VARIANTS fixtures")
     args = ap.parse_args()
     torch.set_num_threads(2)
     torch.use_deterministic_algorithms(True)
@@ -181,6 +226,14 @@ def main():
     with open(os.path.join(args.out, "golden", "prompts.json")) as f:
         prompts = json.load(f)["prompts"]
     summary, names = [], []
+    if args.variants:
+        for name in VARIANTS:
+            if not args.verify_only:
+                build_one(name, "f32", args.out, prompts, summary)
+        for s in summary:
+            print(f"{s['name']:16s} logits std {s['logits_std']:6.3f}  min top1-top2 margin {s['min_margin']:.4f}")
+        verify_variants(args.out, prompts)
+        return
     for arch in ARCH_SEEDS:
         for dn in ("f32", "bf16"):
             if not args.verify_only:

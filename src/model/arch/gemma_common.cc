@@ -93,10 +93,14 @@ Status ConfigureGemmaCommon(const nlohmann::json& j, const std::string& where,
     return InvalidArgument(where + ": field 'use_bidirectional_attention' = true is not supported "
                                    "(loom runs causal decoders)");
   }
-  // Gemma reads hidden_activation (hidden_act, when present, is ignored as transformers does).
+  // Gemma 2/3 read hidden_activation through ACT2FN, so "gelu" is the exact erf GELU (only
+  // GemmaConfig, Gemma 1, maps a legacy "gelu" to the tanh form); hidden_act, when present, is
+  // ignored, as transformers 5.24 does. A null is refused, as Gemma2Config refuses it.
   std::string act = "gelu_pytorch_tanh";
-  if (auto it = j.find("hidden_activation"); it != j.end() && !it->is_null()) {
-    if (!it->is_string()) return InvalidArgument(where + ": field 'hidden_activation' must be a string");
+  if (auto it = j.find("hidden_activation"); it != j.end()) {
+    if (!it->is_string()) {
+      return InvalidArgument(where + ": field 'hidden_activation' must be a string, got " + JsonToString(*it, -1, 80));
+    }
     act = it->get<std::string>();
   }
   RETURN_IF_ERROR(ParseActivation(act, "hidden_activation", where, &c->activation));

@@ -153,6 +153,14 @@ void AddMoeSites(const MoeWeights& w, const MoeConfig& c, const std::string& pre
   if (c.block != "mlp") sites->AddAlias(prefix + "mlp.gate", w.router.site);
 }
 
+void MarkPeftMoeAllLinear(const MoeConfig& c, SiteTable* sites) {
+  for (int i = 0; i < sites->size(); ++i) {
+    const std::string& path = sites->site(i).path;
+    const std::string leaf = path.substr(path.rfind('.') + 1);
+    if (leaf == "gate" || leaf == c.gate || leaf == c.up || leaf == c.down) sites->SetAllLinear(i, false);
+  }
+}
+
 Status ParseMoeCommon(const nlohmann::json& j, const std::string& where, MoeConfig* moe) {
   // transformers maps num_experts ↔ num_local_experts (attribute_map); either may be written.
   const bool has_num_experts = j.contains("num_experts") && !j["num_experts"].is_null();

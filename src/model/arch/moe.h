@@ -39,6 +39,13 @@ int64_t MoeForward(const MoeWeights& w, const MoeConfig& c, const float* h, int6
 // the router's in-memory path `prefix`mlp.gate as an alias. `prefix`: "model.layers.L.".
 void AddMoeSites(const MoeWeights& w, const MoeConfig& c, const std::string& prefix, SiteTable* sites);
 
+// PEFT 0.21's "all-linear" on transformers 5 MoE models (its _convert_peft_config_moe): the
+// experts and the router are no nn.Linear there; all-linear reaches them as target_parameters
+// (gate_up_proj, down_proj, gate.weight) instead, and every module whose leaf name is a
+// transformers 4 expert/router name (gate, `c.gate`/`c.up`/`c.down`: also a dense mlp_only layer's
+// gate_proj/up_proj/down_proj) leaves the linear set. Clears all_linear on those sites.
+void MarkPeftMoeAllLinear(const MoeConfig& c, SiteTable* sites);
+
 // Reads num_experts (or num_local_experts), num_experts_per_tok, and rejects by name the
 // MoE fields loom does not implement (shared experts). The caller sets expert_ffn_dim,
 // norm_topk and which layers are sparse.

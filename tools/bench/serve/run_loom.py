@@ -164,9 +164,9 @@ def machine_info(a):
 def loom_bench(a, model, extra):
     wait_idle(a.wait_idle)
     # The same kernels as the server: batch-invariant unless it was turned off, and the
-    # global --fast-bf16 when the server gets it.
+    # global --exact-bf16 (or the deprecated no-op --fast-bf16) when the server gets it.
     kernels = [] if "--no-batch-invariant" in a.serve_arg else ["--batch-invariant"]
-    kernels += [f for f in a.serve_arg if f == "--fast-bf16"]
+    kernels += [f for f in a.serve_arg if f in ("--exact-bf16", "--fast-bf16")]
     cmd = [a.loom, "--threads", str(a.threads), "bench", "--model", model, "--prompt-len",
            str(a.prompt_len), "--gen-tokens", str(a.gen_tokens), "--repeats", str(a.engine_repeats),
            "--json"] + kernels + extra

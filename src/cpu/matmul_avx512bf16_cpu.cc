@@ -1,0 +1,185 @@
+// AVX512_BF16 matmul for bf16 weights (Isa::kAvx512Bf16, CPUs without AMX): vdpbf16ps tiles of
+// 3 activation rows × 8 weight rows, and the activation rounding to bf16 done once per call.
+// GCC 12 warns falsely inside its own AVX-512 headers (_mm512_undefined_* in reductions).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "cpu/matmul_cpu.h"
+
+#define LOOM_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+
+namespace loom::cpu {
+
+namespace {
+
+// Output y[i, j] is the sum over 16 lanes of lane l's running sum of the pairs at
+// k = 32·s + 2l, 2l+1 (s = 0, 1, ...), each step one vdpbf16ps (then the lo pair with SPLIT),
+// the lanes added by Reduce4 (columns in groups of 4) or _mm512_reduce_add_ps (a tail of 1-3
+// columns). Every (row, column) takes exactly this sequence whatever tile it falls in, and the
+// column tiles start at j0 (a multiple of 16 in the op), so a row's result never depends on how
+// many rows are in the call: batch invariance.
+
+LOOM_BF16 inline __m256 Half(__m512 v) {
+  return _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+}
+
+LOOM_BF16 inline __m128 Reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  const auto half = [](__m512 v) { return Half(v); };
+  const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(half(a), half(b)), _mm256_hadd_ps(half(c), half(d)));
+  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+template <int NI, int NJ>
+LOOM_BF16 inline void Store(__m512 (&acc)[NI][NJ], float* y, int64_t ldy) {
+  for (int a = 0; a < NI; ++a) {
+    int b = 0;
+    for (; b + 4 <= NJ; b += 4) {
+      _mm_storeu_ps(y + a * ldy + b, Reduce4(acc[a][b], acc[a][b + 1], acc[a][b + 2], acc[a][b + 3]));
+    }
+    for (; b < NJ; ++b) y[a * ldy + b] = _mm512_reduce_add_ps(acc[a][b]);
+  }
+}
+
+LOOM_BF16 inline __m512bh Load(const uint16_t* p) { return (__m512bh)_mm512_loadu_si512(p); }
+LOOM_BF16 inline __m512bh LoadPart(const uint16_t* p, __mmask32 m) {
+  return (__m512bh)_mm512_maskz_loadu_epi16(m, p);
+}
+
+// One tile: rows x[0..NI) (row stride k; lo residuals at x + lo_offset) × weight rows
+// w[0..NJ) (stride k). PREFETCH: the first row tile over these weight rows pulls them from
+// memory (8+ row streams are more than the hardware prefetcher follows); later tiles hit L1/L2.
+template <int NI, int NJ, bool SPLIT, bool PREFETCH>
+LOOM_BF16 void Tile(const uint16_t* x, int64_t lo_offset, int64_t k, const uint16_t* w, float* y,
+                    int64_t ldy) {
+  __m512 acc[NI][NJ];
+  for (int a = 0; a < NI; ++a)
+    for (int b = 0; b < NJ; ++b) acc[a][b] = _mm512_setzero_ps();
+  const int64_t kfull = k & ~int64_t{31};
+  for (int64_t p = 0; p < kfull; p += 32) {
+    if constexpr (PREFETCH) {
+      for (int b = 0; b < NJ; ++b) {
+        _mm_prefetch(reinterpret_cast<const char*>(w + b * k + p) + 1024, _MM_HINT_T0);
+      }
+    }
+    __m512bh xv[NI];
+    for (int a = 0; a < NI; ++a) xv[a] = Load(x + a * k + p);
+    if constexpr (SPLIT) {
+      __m512bh xl[NI];
+      for (int a = 0; a < NI; ++a) xl[a] = Load(x + lo_offset + a * k + p);
+      for (int b = 0; b < NJ; ++b) {
+        const __m512bh wv = Load(w + b * k + p);
+        for (int a = 0; a < NI; ++a) {
+          acc[a][b] = _mm512_dpbf16_ps(acc[a][b], xv[a], wv);
+          acc[a][b] = _mm512_dpbf16_ps(acc[a][b], xl[a], wv);
+        }
+      }
+    } else {
+      for (int b = 0; b < NJ; ++b) {
+        const __m512bh wv = Load(w + b * k + p);
+        for (int a = 0; a < NI; ++a) acc[a][b] = _mm512_dpbf16_ps(acc[a][b], xv[a], wv);
+      }
+    }
+  }
+  if (kfull < k) {
+    const __mmask32 m = static_cast<__mmask32>((uint64_t{1} << (k - kfull)) - 1);
+    for (int b = 0; b < NJ; ++b) {
+      const __m512bh wv = LoadPart(w + b * k + kfull, m);
+      for (int a = 0; a < NI; ++a) {
+        acc[a][b] = _mm512_dpbf16_ps(acc[a][b], LoadPart(x + a * k + kfull, m), wv);
+        if constexpr (SPLIT) {
+          acc[a][b] = _mm512_dpbf16_ps(acc[a][b], LoadPart(x + lo_offset + a * k + kfull, m), wv);
+        }
+      }
+    }
+  }
+  Store<NI, NJ>(acc, y, ldy);
+}
+
+// Rows [0, n) over NJ weight rows, NI rows at a time (the first tile prefetching).
+template <int NI, int NJ, bool SPLIT>
+LOOM_BF16 void Rows(const uint16_t* x, int64_t lo_offset, int64_t n, int64_t k, const uint16_t* w,
+                    float* y, int64_t ldy, bool first_chunk) {
+  int64_t i = 0;
+  if (first_chunk && n >= NI) {
+    Tile<NI, NJ, SPLIT, true>(x, lo_offset, k, w, y, ldy);
+    i = NI;
+  }
+  for (; i + NI <= n; i += NI) Tile<NI, NJ, SPLIT, false>(x + i * k, lo_offset, k, w, y + i * ldy, ldy);
+  if constexpr (NI > 1) {
+    const bool pf = first_chunk && i == 0;
+    for (; i < n; ++i) {
+      if (pf) {
+        Tile<1, NJ, SPLIT, true>(x + i * k, lo_offset, k, w, y + i * ldy, ldy);
+      } else {
+        Tile<1, NJ, SPLIT, false>(x + i * k, lo_offset, k, w, y + i * ldy, ldy);
+      }
+    }
+  }
+}
+
+// NI rows per tile: 3 × 8 = 24 accumulators + 3 activation + 1 weight register (single);
+// 2 × 8 with the lo residuals (SPLIT) in 4 more registers.
+template <bool SPLIT>
+LOOM_BF16 void Kernel(const uint16_t* x, int64_t lo_offset, int64_t n, int64_t k, const uint16_t* w,
+                      int64_t j0, int64_t j1, float* y, int64_t ldy) {
+  constexpr int NI = SPLIT ? 2 : 3;
+  // Row chunks whose activations (hi and lo) stay in L2 (~768 KiB) while every weight tile of
+  // [j0, j1) passes over them.
+  const int64_t row_bytes = k * 2 * (SPLIT ? 2 : 1);
+  int64_t chunk = std::max<int64_t>(NI, (int64_t{768} << 10) / std::max<int64_t>(1, row_bytes));
+  chunk = chunk / NI * NI;
+  for (int64_t r0 = 0; r0 < n; r0 += chunk) {
+    const int64_t rn = std::min(chunk, n - r0);
+    const uint16_t* xr = x + r0 * k;
+    float* yr = y + r0 * ldy;
+    const bool first = r0 == 0;
+    int64_t j = j0;
+    for (; j + 8 <= j1; j += 8) Rows<NI, 8, SPLIT>(xr, lo_offset, rn, k, w + j * k, yr + j, ldy, first);
+    if (j + 4 <= j1) {
+      Rows<NI, 4, SPLIT>(xr, lo_offset, rn, k, w + j * k, yr + j, ldy, first);
+      j += 4;
+    }
+    for (; j < j1; ++j) Rows<NI, 1, SPLIT>(xr, lo_offset, rn, k, w + j * k, yr + j, ldy, first);
+  }
+}
+
+// bf16 of 16 floats, round to nearest even with NaN quieted: bit-identical to F32ToBf16.
+LOOM_BF16 inline __m256i RoundBf16(__m512i bits) {
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)),
+                                                _mm512_set1_epi32(0x7f800000));
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+  r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(0x40)));
+  return _mm512_cvtepi32_epi16(r);
+}
+
+}  // namespace
+
+LOOM_BF16 void MatmulBf16Avx512(const uint16_t* x, const uint16_t* x_lo, int64_t n, int64_t k,
+                                const uint16_t* w, int64_t j0, int64_t j1, float* y, int64_t ldy) {
+  if (x_lo) return Kernel<true>(x, x_lo - x, n, k, w, j0, j1, y, ldy);
+  Kernel<false>(x, 0, n, k, w, j0, j1, y, ldy);
+}
+
+LOOM_BF16 void RoundToBf16Avx512(const float* x, int64_t count, uint16_t* hi, uint16_t* lo) {
+  int64_t i = 0;
+  for (; i + 16 <= count; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    const __m256i h = RoundBf16(_mm512_castps_si512(v));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi + i), h);
+    if (lo) {
+      const __m512 hf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+      const __m256i l = RoundBf16(_mm512_castps_si512(_mm512_sub_ps(v, hf)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + i), l);
+    }
+  }
+  for (; i < count; ++i) {
+    hi[i] = F32ToBf16(x[i]);
+    if (lo) lo[i] = F32ToBf16(x[i] - Bf16ToF32(hi[i]));
+  }
+}
+
+}  // namespace loom::cpu
