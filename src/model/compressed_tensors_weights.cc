@@ -77,18 +77,9 @@ Status LoadInt8(const SafetensorsStore& store, const std::string& name, const st
   ASSIGN_OR_RETURN(const TensorInfo* sc, Need(store, name + ".weight_scale", {"F32", "F16", "BF16"},
                                               {out, 1}, scheme, consumed));
   ASSIGN_OR_RETURN(std::vector<float> scale, Scales(*sc));
-  auto w = std::make_shared<Int8Weight>();
-  w->rows = out;
-  w->cols = in;
-  RETURN_IF_ERROR(w->q.Resize(static_cast<size_t>(out * in)));
-  std::memcpy(w->q.data(), q->data, static_cast<size_t>(out * in));
-  w->scale = std::move(scale);
-  w->sum.assign(static_cast<size_t>(out), 0);
-  for (int64_t j = 0; j < out; ++j) {
-    int32_t s = 0;
-    for (int64_t i = 0; i < in; ++i) s += w->q.data()[j * in + i];
-    w->sum[static_cast<size_t>(j)] = s;
-  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Int8Weight> w,
+                   Int8WeightFromRows(reinterpret_cast<const int8_t*>(q->data), scale.data(), out,
+                                      in, q->file + ": tensor '" + q->name + "'"));
   lin->int8 = std::move(w);
   ReleaseMappedPages(q->data, q->nbytes);  // never read again: RSS holds loom's copy only
   return OkStatus();
@@ -127,14 +118,8 @@ Status LoadInt4(const SafetensorsStore& store, const std::string& name, const st
   ASSIGN_OR_RETURN(const TensorInfo* sc, Need(store, name + ".weight_scale", {"F16", "BF16", "F32"},
                                               {out, in / group}, scheme, consumed));
   ASSIGN_OR_RETURN(std::vector<float> scale, Scales(*sc));
-  auto w = std::make_shared<Int4Weight>();
-  w->rows = out;
-  w->cols = in;
-  w->group = group;
-  w->k_pad = (in + cpu::kInt4Chunk - 1) / cpu::kInt4Chunk * cpu::kInt4Chunk;
-  const int64_t kp = w->k_pad, groups = kp / group, file_groups = in / group;
-  RETURN_IF_ERROR(w->q.Resize(static_cast<size_t>(out * kp / 2)));
-  w->scale.assign(static_cast<size_t>(out * groups), 0);  // padded groups: scale 0, q 0
+  const int64_t file_groups = in / group;
+  std::vector<uint16_t> scale16(scale.size());
   for (int64_t j = 0; j < out; ++j) {
     for (int64_t g = 0; g < file_groups; ++g) {
       const float s = scale[static_cast<size_t>(j * file_groups + g)];
@@ -145,19 +130,23 @@ Status LoadInt4(const SafetensorsStore& store, const std::string& name, const st
                                std::to_string(g) + "], not exactly representable as the f16 "
                                "group scale loom's int4 kernels use");
       }
-      w->scale[static_cast<size_t>(j * groups + g)] = h;
+      scale16[static_cast<size_t>(j * file_groups + g)] = h;
     }
   }
-  std::vector<int8_t> q(static_cast<size_t>(kp));
+  // compressed-tensors pack_to_int32: element 8k + e at bits 4e of word k, stored as q + 8.
+  std::vector<int8_t> q(static_cast<size_t>(out * in));
   for (int64_t j = 0; j < out; ++j) {
-    std::fill(q.begin(), q.end(), int8_t{0});
     for (int64_t k = 0; k < words; ++k) {
-      uint32_t word;  // compressed-tensors pack_to_int32: element 8k + e at bits 4e, as q + 8
+      uint32_t word;
       std::memcpy(&word, packed->data + 4 * (j * words + k), 4);
-      for (int e = 0; e < 8; ++e) q[static_cast<size_t>(8 * k + e)] = static_cast<int8_t>(((word >> (4 * e)) & 15u)) - 8;
+      for (int e = 0; e < 8; ++e) {
+        q[static_cast<size_t>(j * in + 8 * k + e)] = static_cast<int8_t>((word >> (4 * e)) & 15u) - 8;
+      }
     }
-    cpu::PackInt4(q.data(), kp, w->q.data() + j * (kp / 2));
   }
+  ASSIGN_OR_RETURN(std::unique_ptr<Int4Weight> w,
+                   Int4WeightFromRows(q.data(), scale16.data(), out, in, group,
+                                      packed->file + ": tensor '" + packed->name + "'"));
   lin->int4 = std::move(w);
   ReleaseMappedPages(packed->data, packed->nbytes);  // never read again
   return OkStatus();

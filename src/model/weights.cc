@@ -110,7 +110,7 @@ Status CheckCtModel(const ModelConfig& config, const std::vector<WeightSlot>& sl
 std::function<void(int64_t, float*)> DequantizedRows(const Linear& lin) {
   if (lin.int8) {
     return [w = lin.int8](int64_t j, float* row) {
-      for (int64_t i = 0; i < w->cols; ++i) row[i] = float(w->q.data()[j * w->cols + i]) * w->scale[static_cast<size_t>(j)];
+      for (int64_t i = 0; i < w->cols; ++i) row[i] = float(w->At(j, i)) * w->scale[static_cast<size_t>(j)];
     };
   }
   if (lin.int4) {

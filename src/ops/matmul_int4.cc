@@ -92,6 +92,49 @@ StatusOr<std::unique_ptr<Int4Weight>> QuantizeWeightInt4(const Tensor& w, const 
   return out;
 }
 
+StatusOr<std::unique_ptr<Int4Weight>> Int4WeightFromRows(const int8_t* q, const uint16_t* scale,
+                                                         int64_t rows, int64_t cols, int group,
+                                                         const std::string& name) {
+  if (group != 32 && group != 128) {
+    return InvalidArgument(name + ": int4 group size " + std::to_string(group) + " is not 32 or 128");
+  }
+  if (cols % group != 0 || cols > cpu::kMaxInt8Depth) {
+    return InvalidArgument(name + ": " + std::to_string(cols) + " input features are not a multiple "
+                           "of the group size " + std::to_string(group) + " within the int4 kernels' " +
+                           std::to_string(cpu::kMaxInt8Depth));
+  }
+  auto out = std::make_unique<Int4Weight>();
+  out->rows = rows;
+  out->cols = cols;
+  out->group = group;
+  out->k_pad = (cols + cpu::kInt4Chunk - 1) / cpu::kInt4Chunk * cpu::kInt4Chunk;
+  constexpr int64_t kPanel = cpu::kInt4Panel;
+  const int64_t kp = out->k_pad, groups = kp / group, file_groups = cols / group;
+  out->panels = (rows + kPanel - 1) / kPanel;
+  RETURN_IF_ERROR(out->q.Resize(static_cast<size_t>(out->panels * kPanel * kp / 2)));
+  out->scale.assign(static_cast<size_t>(out->panels * groups * kPanel), 0);  // padded groups: 0
+  std::vector<int8_t> panel(static_cast<size_t>(kPanel * kp));  // [16, kp], zero past the matrix
+  for (int64_t p = 0; p < out->panels; ++p) {
+    std::fill(panel.begin(), panel.end(), int8_t{0});
+    for (int64_t c = 0; c < kPanel && p * kPanel + c < rows; ++c) {
+      const int64_t j = p * kPanel + c;
+      for (int64_t i = 0; i < cols; ++i) {
+        const int8_t v = q[j * cols + i];
+        if (v < -8 || v > 7) {
+          return InvalidArgument(name + ": value " + std::to_string(v) + " at [" + std::to_string(j) +
+                                 ", " + std::to_string(i) + "] is outside int4's −8..7");
+        }
+        panel[static_cast<size_t>(c * kp + i)] = v;
+      }
+      for (int64_t g = 0; g < file_groups; ++g) {
+        out->scale[static_cast<size_t>((p * groups + g) * kPanel + c)] = scale[j * file_groups + g];
+      }
+    }
+    cpu::PackInt4Panel(panel.data(), kp, out->q.data() + p * kPanel * kp / 2);
+  }
+  return out;
+}
+
 namespace {
 // Quantized, zero-padded activation rows, their scales and corrections, owned by the calling thread.
 struct Int4Scratch {

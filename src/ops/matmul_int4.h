@@ -28,6 +28,12 @@ struct Int4Weight {
   float Dequantized(int64_t j, int64_t i) const;
 };
 
+// From already-quantized values (a pre-quantized checkpoint): q [rows, cols] row-major in −8..7,
+// scale [rows, cols / group] f16 bits; group 32 or 128 dividing cols. `name` for errors.
+StatusOr<std::unique_ptr<Int4Weight>> Int4WeightFromRows(const int8_t* q, const uint16_t* scale,
+                                                         int64_t rows, int64_t cols, int group,
+                                                         const std::string& name);
+
 // Quantizes `w` ([rows, cols], F32/F16/BF16; `name` for errors); group 32 or 128.
 StatusOr<std::unique_ptr<Int4Weight>> QuantizeWeightInt4(const Tensor& w, const std::string& name,
                                                           int group);

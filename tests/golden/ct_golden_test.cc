@@ -103,7 +103,7 @@ TEST_P(CtGolden, WeightsEqualCompressedTensorsDecompression) {
     int64_t differ = 0;
     for (int64_t j = 0; j < rows; ++j) {
       for (int64_t i = 0; i < cols; ++i) {
-        const float w = lin->int8 ? float(lin->int8->q.data()[j * cols + i]) * lin->int8->scale[static_cast<size_t>(j)]
+        const float w = lin->int8 ? float(lin->int8->At(j, i)) * lin->int8->scale[static_cast<size_t>(j)]
                                   : lin->int4->Dequantized(j, i);
         differ += w != r[j * cols + i];
       }
