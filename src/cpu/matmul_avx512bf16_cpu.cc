@@ -27,8 +27,7 @@ LOOM_BF16 inline __m256 Half(__m512 v) {
 }
 
 LOOM_BF16 inline __m128 Reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
-  const auto half = [](__m512 v) { return Half(v); };
-  const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(half(a), half(b)), _mm256_hadd_ps(half(c), half(d)));
+  const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(Half(a), Half(b)), _mm256_hadd_ps(Half(c), Half(d)));
   return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 

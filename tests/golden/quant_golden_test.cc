@@ -38,10 +38,14 @@ constexpr Scheme kSchemes[] = {
     {"int4g32", LoadOptions::Quantization::kInt4, 32, 0.60, 8.0f, 6.0f},
 };
 
-class QuantGolden : public ::testing::TestWithParam<std::tuple<std::string, int>> {
+// Param: (index into GoldenModelNames(), index into kSchemes).
+class QuantGolden : public ::testing::TestWithParam<std::tuple<int, int>> {
+ public:
+  static std::string ModelName(const std::tuple<int, int>& p) { return Name(p); }
+
  protected:
   void SetUp() override {
-    golden_ = test::LoadGolden(std::get<0>(GetParam()));
+    golden_ = test::LoadGolden(Name());
     scheme_ = &kSchemes[std::get<1>(GetParam())];
     LoadOptions options;
     options.quantize = scheme_->quantize;
@@ -62,6 +66,11 @@ class QuantGolden : public ::testing::TestWithParam<std::tuple<std::string, int>
     r.return_prompt_logits = true;
     return r;
   }
+
+  static std::string Name(const std::tuple<int, int>& p) {
+    return test::GoldenModelNames()[static_cast<size_t>(std::get<0>(p))];
+  }
+  std::string Name() const { return Name(GetParam()); }
 
   test::GoldenModel golden_;
   const Scheme* scheme_ = nullptr;
@@ -97,7 +106,7 @@ TEST_P(QuantGolden, LogitsWithinTheSchemeErrorAndClearTokensKept) {
   }
   const double rms = std::sqrt(err2 / ref2);
   std::printf("%s %s: relative RMS logit error %.4f, worst prompt logit %.4f, %d clear greedy "
-              "steps equal\n", std::get<0>(GetParam()).c_str(), scheme_->name, rms, worst, compared);
+              "steps equal\n", Name().c_str(), scheme_->name, rms, worst, compared);
   EXPECT_LE(rms, scheme_->relative_rms);
   EXPECT_LE(worst, scheme_->logit_tolerance);
   EXPECT_GT(worst, 1e-4f) << "the quantized path did not run";
@@ -129,10 +138,10 @@ TEST_P(QuantGolden, BatchInvariant) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllModels, QuantGolden,
-                         ::testing::Combine(::testing::ValuesIn(test::GoldenModelNames()),
+                         ::testing::Combine(::testing::Range(0, static_cast<int>(test::GoldenModelNames().size())),
                                             ::testing::Values(0, 1, 2)),
                          [](const auto& info) {
-                           return std::get<0>(info.param) + "_" + kSchemes[std::get<1>(info.param)].name;
+                           return QuantGolden::ModelName(info.param) + "_" + kSchemes[std::get<1>(info.param)].name;
                          });
 
 }  // namespace
