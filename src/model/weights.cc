@@ -170,7 +170,7 @@ Status LoadWeights(const ModelConfig& config, const SafetensorsStore& store, Mod
   for (const WeightSlot& slot : slots) {
     if (!slot.linear) continue;
     LinearSite site{slot.linear->name, slot.linear->weight, slot.layer,
-                    /*all_linear=*/slot.linear != &w->lm_head};
+                    /*all_linear=*/slot.linear != &w->lm_head, /*dequantized_row=*/{}};
     if (slot.linear->weight.data == nullptr) site.dequantized_row = DequantizedRows(*slot.linear);
     slot.linear->site = sites->Add(std::move(site));
     site_linears->push_back(slot.linear);

@@ -189,7 +189,7 @@ std::string Key(int layer, const std::string& module, const std::string& part) {
 }
 
 // The tiny fixture base models, loaded once.
-Model& FixtureModel(const std::string& name) {
+[[maybe_unused]] Model& FixtureModel(const std::string& name) {
   static std::map<std::string, std::unique_ptr<Model>> models;
   auto& m = models[name];
   if (!m) {
@@ -206,8 +206,8 @@ StatusOr<std::shared_ptr<const Adapter>> Load(const std::string& dir, const Mode
 }
 
 // Prompt logits [prompt_len * vocab] of `model` with `adapter` (null = base) applied unmerged.
-std::vector<float> PromptLogits(Model* model, std::shared_ptr<const Adapter> adapter,
-                                const std::vector<int32_t>& prompt) {
+[[maybe_unused]] std::vector<float> PromptLogits(Model* model, std::shared_ptr<const Adapter> adapter,
+                                                const std::vector<int32_t>& prompt) {
   EngineOptions options;
   options.kv_cache_tokens = 256;
   Engine engine(model, options);
