@@ -37,6 +37,14 @@ void MatmulInt8(Isa isa, const uint8_t* xu, const float* sx, int64_t n, int64_t 
                 const int8_t* wq, const float* sw, const int32_t* wsum, int64_t j0, int64_t j1,
                 float* y, int64_t ldy);
 
+// AMX-INT8 (TDPBUSD) with the tile state granted. Prefill only: MatmulInt8Amx reads activation
+// rows in tiles of 16, so xu must hold rows up to n rounded up to 32 (extra rows: any values,
+// e.g. 128) and sx as many; only rows < n are written. Same bits as every other level.
+bool HasAmxInt8();
+void MatmulInt8Amx(const uint8_t* xu, const float* sx, int64_t n, int64_t k_pad, const int8_t* wq,
+                   const float* sw, const int32_t* wsum, int64_t j0, int64_t j1, float* y,
+                   int64_t ldy);
+
 void MatmulInt8Scalar(const uint8_t* xu, const float* sx, int64_t n, int64_t k_pad,
                       const int8_t* wq, const float* sw, const int32_t* wsum, int64_t j0,
                       int64_t j1, float* y, int64_t ldy);

@@ -94,6 +94,9 @@ StatusOr<std::unique_ptr<Int8Weight>> Int8WeightFromRows(const int8_t* q, const 
 }
 
 namespace {
+// Rows from which MatmulInt8 uses AMX-INT8 tiles where the CPU has them.
+constexpr int64_t kAmxInt8MinRows = 16;
+
 // Quantized activation rows (biased to u8, padded) and their scales, owned by the calling thread.
 struct Int8Scratch {
   AlignedBuffer<int8_t> xq;   // [cols]: one row before biasing
@@ -112,8 +115,13 @@ void MatmulInt8(const float* x, int64_t n, const Int8Weight& w, float* y,
   if (n == 0 || m == 0) return;
   Int8Scratch& s = Scratch();
   LOOM_CHECK_OK(s.xq.Resize(static_cast<size_t>(k)));
-  LOOM_CHECK_OK(s.xu.Resize(static_cast<size_t>(n * kp)));
-  s.sx.resize(static_cast<size_t>(n));
+  // AMX-INT8 for prefill-sized batches (exact integer sums: the same bits as the VNNI kernel,
+  // so the choice by row count keeps batch invariance); its tiles read rows in 32s.
+  const bool amx = n >= kAmxInt8MinRows && cpu::ActiveIsa() >= cpu::Isa::kAmx && cpu::HasAmxInt8();
+  const int64_t n_alloc = amx ? (n + 31) / 32 * 32 : n;
+  LOOM_CHECK_OK(s.xu.Resize(static_cast<size_t>(n_alloc * kp)));
+  s.sx.assign(static_cast<size_t>(n_alloc), 0.0f);
+  std::fill(s.xu.data() + n * kp, s.xu.data() + n_alloc * kp, uint8_t{128});
   for (int64_t r = 0; r < n; ++r) {
     cpu::QuantizeRowsInt8(x + r * k, 1, k, s.xq.data(), &s.sx[static_cast<size_t>(r)]);
     uint8_t* xu = s.xu.data() + r * kp;
@@ -129,8 +137,13 @@ void MatmulInt8(const float* x, int64_t n, const Int8Weight& w, float* y,
   pool.ParallelFor(num_tasks, [&](int64_t task, int) {
     const int64_t j0 = task * block;
     const int64_t j1 = std::min(m, j0 + block);
-    cpu::MatmulInt8(isa, s.xu.data(), s.sx.data(), n, kp, w.q.data(), w.scale.data(),
-                    w.sum.data(), j0, j1, y + j0, m);
+    if (amx) {
+      cpu::MatmulInt8Amx(s.xu.data(), s.sx.data(), n, kp, w.q.data(), w.scale.data(), w.sum.data(),
+                         j0, j1, y + j0, m);
+    } else {
+      cpu::MatmulInt8(isa, s.xu.data(), s.sx.data(), n, kp, w.q.data(), w.scale.data(),
+                      w.sum.data(), j0, j1, y + j0, m);
+    }
     if (epilogue) (*epilogue)(j0, j1);
   });
 }

@@ -93,6 +93,35 @@ TEST(Int8Kernels, EveryLevelEqualsTheExactIntegerSum) {
   }
 }
 
+// AMX-INT8 tiles (prefill) return the VNNI/scalar bits: row counts around the 16- and 32-row
+// tiles, ragged column ranges, k not a multiple of 64 (padded).
+TEST(Int8Kernels, AmxTilesEqualTheOtherLevels) {
+  if (!cpu::HasAmxInt8()) GTEST_SKIP() << "no AMX-INT8 (or the tile state was not granted)";
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> scale(0.001f, 0.1f);
+  for (int64_t k : {64, 100, 896}) {
+    for (int64_t n : {1, 15, 16, 17, 31, 32, 33, 47, 70}) {
+      const int64_t m = 101;
+      auto xq = RandomInt8(static_cast<size_t>(n * k), &rng);
+      auto wq = RandomInt8(static_cast<size_t>(m * k), &rng);
+      std::vector<float> sx(static_cast<size_t>((n + 31) / 32 * 32), 0.0f), sw(static_cast<size_t>(m));
+      for (int64_t r = 0; r < n; ++r) sx[static_cast<size_t>(r)] = scale(rng);
+      for (auto& s : sw) s = scale(rng);
+      Packed p = Pack(xq, n, wq, m, k, sw);
+      std::vector<float> want(static_cast<size_t>(n * m));
+      cpu::MatmulInt8Scalar(p.xu.data(), sx.data(), n, p.kp, p.wq.data(), p.sw.data(), p.wsum.data(), 0, m,
+                            want.data(), m);
+      p.xu.resize(static_cast<size_t>((n + 31) / 32 * 32 * p.kp), 128);  // rows the tiles read
+      std::vector<float> y(static_cast<size_t>(n * m), -1.0f);
+      for (auto [j0, j1] : {std::pair<int64_t, int64_t>{0, 16}, {16, 80}, {80, 96}, {96, m}}) {
+        cpu::MatmulInt8Amx(p.xu.data(), sx.data(), n, p.kp, p.wq.data(), p.sw.data(), p.wsum.data(), j0, j1,
+                           y.data() + j0, m);
+      }
+      for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], want[i]) << "k=" << k << " n=" << n << " at " << i;
+    }
+  }
+}
+
 TEST(Int8Kernels, ExtremeValuesAtTheDepthLimitDoNotOverflow) {
   const int64_t k = cpu::kMaxInt8Depth;
   std::vector<int8_t> x(static_cast<size_t>(k), 127), w(static_cast<size_t>(k), -127);
