@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "cpu/amx_tiles.h"
 #include "cpu/int8_cpu.h"
 #include "cpu/matmul_cpu.h"
 
@@ -18,29 +19,8 @@ namespace loom::cpu {
 
 namespace {
 
-constexpr int kRows = 16;  // rows of every tile, 64-byte rows
-
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
+constexpr int kRows = kAmxTileRows;  // rows of every tile, 64-byte rows
 // Tiles 0-3: C [16 activation rows × 16 columns] int32; 4-5: A (activations); 6-7: B (weights).
-// The same 16 × 64-byte shape for all 8 tiles as the AMX-BF16 kernel, so either may run next.
-LOOM_AMX8 void ConfigureTiles() {
-  static thread_local bool configured = false;
-  if (configured) return;
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = kRows;
-  }
-  _tile_loadconfig(&cfg);
-  configured = true;
-}
 
 // y rows r0.. (up to `rows` valid) for the 16 columns of panel p from C (16 × 16 int32): the
 // VNNI kernel's epilogue, op for op, so both return the same bits.
@@ -110,7 +90,7 @@ bool HasAmxInt8() {
 LOOM_AMX8 void MatmulInt8Amx(const uint8_t* xu, const float* sx, int64_t n, int64_t k_pad,
                              const int8_t* wq, const float* sw, const int32_t* wsum, int64_t j0,
                              int64_t j1, float* y, int64_t ldy) {
-  ConfigureTiles();
+  ConfigureAmxTiles();
   const int64_t first = j0 / kInt8Panel, last = (j1 + kInt8Panel - 1) / kInt8Panel;
   for (int64_t r = 0; r < n; r += 2 * kRows) {
     const int valid = static_cast<int>(std::min<int64_t>(2 * kRows, n - r));

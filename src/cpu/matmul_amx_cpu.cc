@@ -2,6 +2,9 @@
 // 16×32 weight tile by a 32×16 activation tile (8192 MACs), ~16× the AVX-512 FMA rate. Weights
 // are read in place (row-major [m, k] is already the A-tile layout); activations are packed
 // once per matmul into B tiles by PackActivationsAmx.
+// GCC 12 warns falsely inside its own AVX-512 headers (_mm512_undefined_* pass-through operands).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <cpuid.h>
 #include <immintrin.h>
 #include <sys/syscall.h>
@@ -11,6 +14,7 @@
 #include <cstring>
 #include <vector>
 
+#include "cpu/amx_tiles.h"
 #include "cpu/matmul_cpu.h"
 
 #define LOOM_AMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
@@ -19,29 +23,10 @@ namespace loom::cpu {
 
 namespace {
 
-constexpr int kTile = 16;  // rows of every tile; 64-byte rows (32 bf16 or 16 f32)
-
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
+constexpr int kTile = kAmxTileRows;  // rows of every tile; 64-byte rows (32 bf16 or 16 f32)
 // Tiles 0-3: C accumulators [16 weight rows × 16 activation rows] f32; 4-5: A (weights);
 // 6-7: B (activations).
-LOOM_AMX void ConfigureTiles() {
-  static thread_local bool configured = false;
-  if (configured) return;
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = kTile;
-  }
-  _tile_loadconfig(&cfg);
-  configured = true;
-}
+
 
 // Weight rows j..j+31 (or j..j+15 when NA == 1) × activation groups g, g+1 (NB of them).
 // `prefetch` (nullable): the next 32 weight rows, pulled into L2 one 64-byte column per step
@@ -116,7 +101,7 @@ LOOM_AMX inline void Transpose16(__m512 (&r)[16]) {
 template <bool SPLIT>
 LOOM_AMX void Kernel(const uint16_t* xp, int64_t lo_offset, int64_t n, int64_t k,
                      const uint16_t* w, int64_t j0, int64_t j1, float* y, int64_t ldy) {
-  ConfigureTiles();
+  ConfigureAmxTiles();
   const int64_t steps = k / 32;
   const int64_t groups = (n + kTile - 1) / kTile;
   const int64_t group_stride = steps * 512;  // uint16 per 16-row activation group

@@ -143,4 +143,66 @@ float ExpectGoldenMatch(const GoldenModel& golden, const GenerationResult& r, si
   return worst;
 }
 
+namespace {
+GenerationRequest AdapterRequest(const std::vector<int32_t>& prompt, int slot) {
+  GenerationRequest r;
+  r.prompt = prompt;
+  r.params.temperature = 0;
+  r.params.max_tokens = 10;
+  r.params.ignore_eos = true;
+  r.params.logprobs = 2;
+  r.adapter_slot = slot;
+  return r;
+}
+}  // namespace
+
+void ExpectAdaptersAppliedAndMixedBatchEqualsAlone(
+    Model* model, const std::vector<std::shared_ptr<const Adapter>>& adapters,
+    const std::vector<std::string>& names, const std::vector<std::vector<int32_t>>& prompts) {
+  const size_t kinds = adapters.size() + 1;
+  auto slot = [&](size_t p) { return static_cast<int>(p % kinds) - 1; };
+  std::vector<GenerationResult> alone;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    Engine engine(model, EngineOptions{});
+    for (const auto& a : adapters) engine.AddAdapter(a);
+    ASSERT_TRUE(engine.Add(AdapterRequest(prompts[p], slot(p))).ok());
+    alone.push_back(std::move(engine.RunToCompletion().at(0)));
+  }
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    if (slot(p) < 0) continue;
+    Engine engine(model, EngineOptions{});
+    ASSERT_TRUE(engine.Add(AdapterRequest(prompts[p], -1)).ok());
+    const GenerationResult base = std::move(engine.RunToCompletion().at(0));
+    EXPECT_NE(base.top_logprobs.at(0).at(0).logprob, alone[p].top_logprobs.at(0).at(0).logprob)
+        << "adapter " << names[static_cast<size_t>(slot(p))] << " had no effect on prompt " << p;
+  }
+  EngineOptions staggered;
+  staggered.max_batch_tokens = 7;
+  Engine engine(model, staggered);
+  for (const auto& a : adapters) engine.AddAdapter(a);
+  std::vector<int64_t> ids;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    auto id = engine.Add(AdapterRequest(prompts[p], slot(p)));
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    ids.push_back(*id);
+    engine.Step();
+    engine.Step();
+  }
+  auto mixed = engine.RunToCompletion();
+  for (auto& r : engine.TakeFinished()) mixed.push_back(std::move(r));
+  ASSERT_EQ(mixed.size(), alone.size());
+  for (const GenerationResult& r : mixed) {
+    const size_t p = static_cast<size_t>(std::find(ids.begin(), ids.end(), r.id) - ids.begin());
+    ASSERT_LT(p, alone.size());
+    SCOPED_TRACE("prompt " + std::to_string(p));
+    EXPECT_EQ(r.generated, alone[p].generated);
+    ASSERT_EQ(r.top_logprobs.size(), alone[p].top_logprobs.size());
+    for (size_t s = 0; s < r.top_logprobs.size(); ++s) {
+      for (size_t k = 0; k < r.top_logprobs[s].size(); ++k) {
+        EXPECT_EQ(r.top_logprobs[s][k].logprob, alone[p].top_logprobs[s][k].logprob) << "step " << s;
+      }
+    }
+  }
+}
+
 }  // namespace loom::test

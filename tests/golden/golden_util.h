@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "lora/adapter.h"
 
 namespace loom::test {
 
@@ -29,16 +30,24 @@ float GoldenTolerance(const std::string& name);
 
 float MaxAbsDiff(const float* a, const float* b, size_t n);
 
-// Compares one finished greedy request (logprobs 5, prompt and step logits returned) with the
-// reference of prompt p: prompt logits (when check_prompt), greedy tokens, and — while the
-// tokens agree — step logits and top-5 log-probs, each within `tol`. Returns the largest logit
-// difference compared.
 // Runs `requests` through one engine with a 7-row step budget, each arriving 3 steps after the
 // previous, so prefill chunks and decode rows of different sequences share steps. Returns the
 // results in request order (empty, with a test failure, when one is refused or missing).
 std::vector<GenerationResult> RunStaggered(Model* model, const std::vector<GenerationRequest>& requests);
 
+// Compares one finished greedy request (logprobs 5, prompt and step logits returned) with the
+// reference of prompt p: prompt logits (when check_prompt), greedy tokens, and — while the
+// tokens agree — step logits and top-5 log-probs, each within `tol`. Returns the largest logit
+// difference compared.
 float ExpectGoldenMatch(const GoldenModel& golden, const GenerationResult& r, size_t p, int vocab,
                         float tol, bool check_prompt = true);
+
+// Prompt p runs with adapter slot p % (adapters + 1) − 1 (base rows and every adapter,
+// interleaved; 10 greedy tokens, top-2 log-probs). Expects each adapter to move its prompt's first
+// log-prob away from the base's, and one staggered mixed batch of all prompts to give every
+// request exactly (bitwise) what it gives alone. `names[i]` names adapters[i] in messages.
+void ExpectAdaptersAppliedAndMixedBatchEqualsAlone(
+    Model* model, const std::vector<std::shared_ptr<const Adapter>>& adapters,
+    const std::vector<std::string>& names, const std::vector<std::vector<int32_t>>& prompts);
 
 }  // namespace loom::test

@@ -21,17 +21,6 @@ struct Case {
   std::vector<const char*> adapters;  // fixture adapter folders for that base
 };
 
-GenerationRequest Request(const std::vector<int32_t>& prompt, int slot) {
-  GenerationRequest r;
-  r.prompt = prompt;
-  r.params.temperature = 0;
-  r.params.max_tokens = 10;
-  r.params.ignore_eos = true;
-  r.params.logprobs = 2;
-  r.adapter_slot = slot;
-  return r;
-}
-
 std::string CaseName(const std::tuple<int, int>& param) {
   const char* bases[] = {"qwen3", "llama"};
   const char* schemes[] = {"int8", "int4g128", "int4g32"};
@@ -65,49 +54,9 @@ TEST_P(QuantLora, AdaptersChangeTheOutputAndMixedBatchEqualsAlone) {
     adapters.push_back(*a);
   }
   const auto golden = test::LoadGolden(c.base);
-  // Request p uses slot p % (adapters + 1) − 1: base rows and every adapter, interleaved.
-  const size_t kinds = adapters.size() + 1;
-  std::vector<GenerationResult> alone;
-  for (size_t p = 0; p < golden.prompts.size(); ++p) {
-    Engine engine(model->get(), EngineOptions{});
-    for (const auto& a : adapters) engine.AddAdapter(a);
-    ASSERT_TRUE(engine.Add(Request(golden.prompts[p], static_cast<int>(p % kinds) - 1)).ok());
-    alone.push_back(std::move(engine.RunToCompletion().at(0)));
-  }
-  // Each adapter changes what the quantized base says for the same prompt.
-  for (size_t p = 0; p < golden.prompts.size(); ++p) {
-    if (p % kinds == 0) continue;
-    Engine engine(model->get(), EngineOptions{});
-    ASSERT_TRUE(engine.Add(Request(golden.prompts[p], -1)).ok());
-    const GenerationResult base = std::move(engine.RunToCompletion().at(0));
-    EXPECT_NE(base.top_logprobs.at(0).at(0).logprob, alone[p].top_logprobs.at(0).at(0).logprob)
-        << "adapter " << c.adapters[p % kinds - 1] << " had no effect on prompt " << p;
-  }
-  EngineOptions staggered;
-  staggered.max_batch_tokens = 7;
-  Engine engine(model->get(), staggered);
-  for (const auto& a : adapters) engine.AddAdapter(a);
-  std::vector<int64_t> ids;
-  for (size_t p = 0; p < golden.prompts.size(); ++p) {
-    ids.push_back(*engine.Add(Request(golden.prompts[p], static_cast<int>(p % kinds) - 1)));
-    engine.Step();
-    engine.Step();
-  }
-  auto mixed = engine.RunToCompletion();
-  for (auto& r : engine.TakeFinished()) mixed.push_back(std::move(r));
-  ASSERT_EQ(mixed.size(), alone.size());
-  for (const GenerationResult& r : mixed) {
-    const size_t p = static_cast<size_t>(std::find(ids.begin(), ids.end(), r.id) - ids.begin());
-    ASSERT_LT(p, alone.size());
-    SCOPED_TRACE("prompt " + std::to_string(p));
-    EXPECT_EQ(r.generated, alone[p].generated);
-    ASSERT_EQ(r.top_logprobs.size(), alone[p].top_logprobs.size());
-    for (size_t s = 0; s < r.top_logprobs.size(); ++s) {
-      for (size_t k = 0; k < r.top_logprobs[s].size(); ++k) {
-        EXPECT_EQ(r.top_logprobs[s][k].logprob, alone[p].top_logprobs[s][k].logprob) << "step " << s;
-      }
-    }
-  }
+  test::ExpectAdaptersAppliedAndMixedBatchEqualsAlone(
+      model->get(), adapters, std::vector<std::string>(c.adapters.begin(), c.adapters.end()),
+      golden.prompts);
 }
 
 INSTANTIATE_TEST_SUITE_P(Schemes, QuantLora,
