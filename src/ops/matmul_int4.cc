@@ -8,6 +8,7 @@
 #include "base/thread_pool.h"
 #include "cpu/int4_cpu.h"
 #include "cpu/int8_cpu.h"
+#include "ops/panel_blocks.h"
 #include "tensor/dtype.h"
 
 namespace loom {
@@ -162,18 +163,10 @@ void MatmulInt4(const float* x, int64_t n, const Int4Weight& w, float* y,
     std::fill(row + k, row + kp, int8_t{0});
   }
   cpu::Int4Corrections(s.xq.data(), n, kp, w.group, s.corr.data());
-  ThreadPool& pool = ThreadPool::Global();
-  const int64_t target_tasks = static_cast<int64_t>(pool.num_threads()) * 8;
-  int64_t block = std::max<int64_t>(64, (m + target_tasks - 1) / target_tasks);
-  block = (block + 63) / 64 * 64;  // whole panels, 4 at a time (the decode kernel's tile)
-  const int64_t num_tasks = (m + block - 1) / block;
   const cpu::Isa isa = cpu::ActiveIsa();
-  pool.ParallelFor(num_tasks, [&](int64_t task, int) {
-    const int64_t j0 = task * block;
-    const int64_t j1 = std::min(m, j0 + block);
+  ForEachPanelBlock(m, epilogue, [&](int64_t j0, int64_t j1) {
     cpu::MatmulInt4(isa, s.xq.data(), s.sx.data(), s.corr.data(), n, kp, w.q.data(),
                     w.scale.data(), w.group, j0, j1, y + j0, m);
-    if (epilogue) (*epilogue)(j0, j1);
   });
 }
 

@@ -7,6 +7,7 @@
 #include "base/check.h"
 #include "base/thread_pool.h"
 #include "cpu/int8_cpu.h"
+#include "ops/panel_blocks.h"
 
 namespace loom {
 
@@ -128,15 +129,8 @@ void MatmulInt8(const float* x, int64_t n, const Int8Weight& w, float* y,
     for (int64_t i = 0; i < k; ++i) xu[i] = static_cast<uint8_t>(s.xq[static_cast<size_t>(i)] + 128);
     std::fill(xu + k, xu + kp, uint8_t{128});
   }
-  ThreadPool& pool = ThreadPool::Global();
-  const int64_t target_tasks = static_cast<int64_t>(pool.num_threads()) * 8;
-  int64_t block = std::max<int64_t>(64, (m + target_tasks - 1) / target_tasks);
-  block = (block + 63) / 64 * 64;  // whole panels, 4 at a time (the decode kernel's tile)
-  const int64_t num_tasks = (m + block - 1) / block;
   const cpu::Isa isa = cpu::ActiveIsa();
-  pool.ParallelFor(num_tasks, [&](int64_t task, int) {
-    const int64_t j0 = task * block;
-    const int64_t j1 = std::min(m, j0 + block);
+  ForEachPanelBlock(m, epilogue, [&](int64_t j0, int64_t j1) {
     if (amx) {
       cpu::MatmulInt8Amx(s.xu.data(), s.sx.data(), n, kp, w.q.data(), w.scale.data(), w.sum.data(),
                          j0, j1, y + j0, m);
@@ -144,7 +138,6 @@ void MatmulInt8(const float* x, int64_t n, const Int8Weight& w, float* y,
       cpu::MatmulInt8(isa, s.xu.data(), s.sx.data(), n, kp, w.q.data(), w.scale.data(),
                       w.sum.data(), j0, j1, y + j0, m);
     }
-    if (epilogue) (*epilogue)(j0, j1);
   });
 }
 

@@ -117,8 +117,7 @@ TEST_P(CtGolden, WeightsEqualCompressedTensorsDecompression) {
 }
 
 TEST_P(CtGolden, LogitsWithinTheSchemeErrorAndClearTokensKept) {
-  float worst = 0;
-  double err2 = 0, ref2 = 0;
+  test::LogitError error;
   int compared = 0;
   for (size_t p = 0; p < golden_.prompts.size(); ++p) {
     Engine engine(model_.get(), EngineOptions{});
@@ -126,13 +125,8 @@ TEST_P(CtGolden, LogitsWithinTheSchemeErrorAndClearTokensKept) {
     auto results = engine.RunToCompletion();
     ASSERT_EQ(results.size(), 1u);
     const GenerationResult& r = results[0];
-    const auto& ref = golden_.prompt_logits[p];
-    ASSERT_EQ(r.prompt_logits.size(), ref.size());
-    worst = std::max(worst, test::MaxAbsDiff(r.prompt_logits.data(), ref.data(), ref.size()));
-    for (size_t i = 0; i < ref.size(); ++i) {
-      err2 += double(r.prompt_logits[i] - ref[i]) * (r.prompt_logits[i] - ref[i]);
-      ref2 += double(ref[i]) * ref[i];
-    }
+    ASSERT_EQ(r.prompt_logits.size(), golden_.prompt_logits[p].size());
+    error.Add(r.prompt_logits, golden_.prompt_logits[p]);
     // While the tokens agree the contexts are the same: every step whose reference margin is
     // clear must agree; the first disagreement at an unclear step ends the comparison.
     for (size_t s = 0; s < golden_.greedy[p].size(); ++s) {
@@ -145,7 +139,8 @@ TEST_P(CtGolden, LogitsWithinTheSchemeErrorAndClearTokensKept) {
       compared += clear;
     }
   }
-  const double rms = std::sqrt(err2 / ref2);
+  const double rms = error.RelativeRms();
+  const float worst = error.worst;
   std::printf("%s: relative RMS logit error %.4f, worst prompt logit %.4f, %d clear greedy steps "
               "equal\n", case_->name, rms, worst, compared);
   EXPECT_LE(rms, case_->relative_rms);
@@ -215,9 +210,11 @@ TEST(CtLoraVsPeft, UnmergedAndMergedWithinTheSchemeError) {
       auto adapter = LoadAdapter(c.adapter, kFixtures + "/adapters/" + c.adapter, (*model)->sites(), 0);
       ASSERT_TRUE(adapter.ok()) << adapter.status().ToString();
       // --merge: the adapted projections become dequantized f32 weights with the adapter folded in.
-      if (merge) ASSERT_TRUE((*model)->MergeAdapter(**adapter).ok());
-      float worst = 0, base_worst = 0;
-      double err2 = 0, ref2 = 0;
+      if (merge) {
+        ASSERT_TRUE((*model)->MergeAdapter(**adapter).ok());
+      }
+      test::LogitError error;
+      float base_worst = 0;
       for (size_t p = 0; p < golden.prompts.size(); ++p) {
         auto expected = (*ref)->Get(std::string(c.adapter) + ".prompt_" + std::to_string(p));
         ASSERT_TRUE(expected.ok()) << expected.status().ToString();
@@ -234,15 +231,12 @@ TEST(CtLoraVsPeft, UnmergedAndMergedWithinTheSchemeError) {
         const float* e = static_cast<const float*>(expected->data);
         const size_t n = static_cast<size_t>(expected->numel());
         ASSERT_EQ(out.prompt_logits.size(), n);
-        worst = std::max(worst, test::MaxAbsDiff(out.prompt_logits.data(), e, n));
+        error.Add(out.prompt_logits, std::vector<float>(e, e + n));
         // The adapter moved the reference further than loom's error: the comparison sees it.
         base_worst = std::max(base_worst, test::MaxAbsDiff(golden.prompt_logits[p].data(), e, n));
-        for (size_t i = 0; i < n; ++i) {
-          err2 += double(out.prompt_logits[i] - e[i]) * (out.prompt_logits[i] - e[i]);
-          ref2 += double(e[i]) * e[i];
-        }
       }
-      const double rms = std::sqrt(err2 / ref2);
+      const double rms = error.RelativeRms();
+      const float worst = error.worst;
       std::printf("%s + %s %s vs PEFT: relative RMS logit error %.4f, worst %.4f (adapter moves the "
                   "reference by up to %.4f)\n", c.model, c.adapter, merge ? "merged" : "unmerged",
                   rms, worst, base_worst);

@@ -143,6 +143,18 @@ float ExpectGoldenMatch(const GoldenModel& golden, const GenerationResult& r, si
   return worst;
 }
 
+void LogitError::Add(const std::vector<float>& got, const std::vector<float>& ref) {
+  EXPECT_EQ(got.size(), ref.size());
+  const size_t n = std::min(got.size(), ref.size());
+  worst = std::max(worst, MaxAbsDiff(got.data(), ref.data(), n));
+  for (size_t i = 0; i < n; ++i) {
+    err2 += double(got[i] - ref[i]) * (got[i] - ref[i]);
+    ref2 += double(ref[i]) * ref[i];
+  }
+}
+
+double LogitError::RelativeRms() const { return std::sqrt(err2 / ref2); }
+
 namespace {
 GenerationRequest AdapterRequest(const std::vector<int32_t>& prompt, int slot) {
   GenerationRequest r;

@@ -30,6 +30,15 @@ float GoldenTolerance(const std::string& name);
 
 float MaxAbsDiff(const float* a, const float* b, size_t n);
 
+// A quantized model's logit error against a reference, over any number of prompts: the largest
+// single difference and the relative RMS error ‖got − ref‖ / ‖ref‖.
+struct LogitError {
+  float worst = 0;
+  double err2 = 0, ref2 = 0;
+  void Add(const std::vector<float>& got, const std::vector<float>& ref);
+  double RelativeRms() const;
+};
+
 // Runs `requests` through one engine with a 7-row step budget, each arriving 3 steps after the
 // previous, so prefill chunks and decode rows of different sequences share steps. Returns the
 // results in request order (empty, with a test failure, when one is refused or missing).

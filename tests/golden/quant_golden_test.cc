@@ -79,8 +79,7 @@ class QuantGolden : public ::testing::TestWithParam<std::tuple<int, int>> {
 
 TEST_P(QuantGolden, LogitsWithinTheSchemeErrorAndClearTokensKept) {
   EXPECT_GT(model_->quantized_bytes(), 0u);
-  float worst = 0;
-  double err2 = 0, ref2 = 0;
+  test::LogitError error;
   int compared = 0;
   for (size_t p = 0; p < golden_.prompts.size(); ++p) {
     Engine engine(model_.get(), EngineOptions{});
@@ -88,13 +87,8 @@ TEST_P(QuantGolden, LogitsWithinTheSchemeErrorAndClearTokensKept) {
     auto results = engine.RunToCompletion();
     ASSERT_EQ(results.size(), 1u);
     const GenerationResult& r = results[0];
-    const auto& ref = golden_.prompt_logits[p];
-    ASSERT_EQ(r.prompt_logits.size(), ref.size());
-    worst = std::max(worst, test::MaxAbsDiff(r.prompt_logits.data(), ref.data(), ref.size()));
-    for (size_t i = 0; i < ref.size(); ++i) {
-      err2 += double(r.prompt_logits[i] - ref[i]) * (r.prompt_logits[i] - ref[i]);
-      ref2 += double(ref[i]) * ref[i];
-    }
+    ASSERT_EQ(r.prompt_logits.size(), golden_.prompt_logits[p].size());
+    error.Add(r.prompt_logits, golden_.prompt_logits[p]);
     // Greedy tokens equal the reference's while its top-1 margin is clear (log-prob margins
     // equal logit margins); after the first unclear step they may diverge.
     for (size_t s = 0; s < golden_.greedy[p].size(); ++s) {
@@ -104,7 +98,8 @@ TEST_P(QuantGolden, LogitsWithinTheSchemeErrorAndClearTokensKept) {
       ++compared;
     }
   }
-  const double rms = std::sqrt(err2 / ref2);
+  const double rms = error.RelativeRms();
+  const float worst = error.worst;
   std::printf("%s %s: relative RMS logit error %.4f, worst prompt logit %.4f, %d clear greedy "
               "steps equal\n", Name().c_str(), scheme_->name, rms, worst, compared);
   EXPECT_LE(rms, scheme_->relative_rms);

@@ -1,0 +1,29 @@
+// Splits the output columns of a panel-layout (16-column) quantized matmul into blocks over the worker pool, with the epilogue run per block.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "base/thread_pool.h"
+#include "ops/matmul.h"
+
+namespace loom {
+
+// Calls kernel(j0, j1) for column blocks of whole panels, 4 at a time (the decode kernels'
+// tile), ~8 blocks per worker, then the epilogue on the same thread while the block is hot.
+template <typename Kernel>
+void ForEachPanelBlock(int64_t m, const MatmulEpilogue* epilogue, const Kernel& kernel) {
+  ThreadPool& pool = ThreadPool::Global();
+  const int64_t target_tasks = static_cast<int64_t>(pool.num_threads()) * 8;
+  int64_t block = std::max<int64_t>(64, (m + target_tasks - 1) / target_tasks);
+  block = (block + 63) / 64 * 64;
+  const int64_t num_tasks = (m + block - 1) / block;
+  pool.ParallelFor(num_tasks, [&](int64_t task, int) {
+    const int64_t j0 = task * block;
+    const int64_t j1 = std::min(m, j0 + block);
+    kernel(j0, j1);
+    if (epilogue) (*epilogue)(j0, j1);
+  });
+}
+
+}  // namespace loom
