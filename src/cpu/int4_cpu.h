@@ -40,5 +40,14 @@ void MatmulInt4Scalar(const int8_t* xq, const float* sx, const int32_t* corr, in
 void MatmulInt4Vnni(const int8_t* xq, const float* sx, const int32_t* corr, int64_t n,
                     int64_t k_pad, const uint8_t* wq, const uint16_t* wd, int group, int64_t j0,
                     int64_t j1, float* y, int64_t ldy);
+// AVX2 without VNNI: vpmaddubsw(q + 8, x) pairs are at most 2·15·128 = 3840, two of them summed
+// in int16 7680, far from saturating; then vpmaddwd into int32.
+void MatmulInt4Avx2(const int8_t* xq, const float* sx, const int32_t* corr, int64_t n,
+                    int64_t k_pad, const uint8_t* wq, const uint16_t* wd, int group, int64_t j0,
+                    int64_t j1, float* y, int64_t ldy);
+// AVX-VNNI: the AVX512_VNNI kernel's arithmetic on ymm halves of each panel.
+void MatmulInt4AvxVnni(const int8_t* xq, const float* sx, const int32_t* corr, int64_t n,
+                       int64_t k_pad, const uint8_t* wq, const uint16_t* wd, int group,
+                       int64_t j0, int64_t j1, float* y, int64_t ldy);
 
 }  // namespace loom::cpu

@@ -62,11 +62,16 @@ void MatmulInt4Scalar(const int8_t* xq, const float* sx, const int32_t* corr, in
 void MatmulInt4(Isa isa, const int8_t* xq, const float* sx, const int32_t* corr, int64_t n,
                 int64_t k_pad, const uint8_t* wq, const uint16_t* wd, int group, int64_t j0,
                 int64_t j1, float* y, int64_t ldy) {
-  if (isa >= Isa::kAvx512 && HasAvx512Vnni()) {
-    MatmulInt4Vnni(xq, sx, corr, n, k_pad, wq, wd, group, j0, j1, y, ldy);
-  } else {
-    MatmulInt4Scalar(xq, sx, corr, n, k_pad, wq, wd, group, j0, j1, y, ldy);
+  switch (IntKernelFor(isa)) {
+    case IntKernel::kAvx512Vnni:
+      return MatmulInt4Vnni(xq, sx, corr, n, k_pad, wq, wd, group, j0, j1, y, ldy);
+    case IntKernel::kAvxVnni:
+      return MatmulInt4AvxVnni(xq, sx, corr, n, k_pad, wq, wd, group, j0, j1, y, ldy);
+    case IntKernel::kAvx2:
+      return MatmulInt4Avx2(xq, sx, corr, n, k_pad, wq, wd, group, j0, j1, y, ldy);
+    case IntKernel::kScalar: break;
   }
+  MatmulInt4Scalar(xq, sx, corr, n, k_pad, wq, wd, group, j0, j1, y, ldy);
 }
 
 }  // namespace loom::cpu
