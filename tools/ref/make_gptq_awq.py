@@ -84,8 +84,10 @@ def qparams(w, sym):
     return scale, zero.clamp(0, maxq)
 
 
-def quantize(W, group, sym, desc_act, gen):
-    """W [out, in] f32 → int codes q [out, in], scales [groups, out], zeros [groups, out], g_idx [in]."""
+def quantize(W, group, sym, desc_act, gen, zero0=False):
+    """W [out, in] f32 → int codes q [out, in], scales [groups, out], zeros [groups, out], g_idx [in].
+    zero0: rows 0..7 of group 0 made non-negative first, so their zero point is 0 (GPTQ v1 then
+    stores nibble 15 with a borrow — the case gptqmodel's +0x11111111 carries back)."""
     out, cin = W.shape
     g = cin if group == -1 else group
     if desc_act:
@@ -98,6 +100,10 @@ def quantize(W, group, sym, desc_act, gen):
     scales = torch.zeros(groups, out)
     zeros = torch.zeros(groups, out)
     q = torch.zeros(out, cin, dtype=torch.int32)
+    if zero0:
+        W = W.clone()
+        c0 = (g_idx == 0).nonzero().flatten()
+        W[:8, c0] = W[:8, c0].abs()
     for gi in range(groups):
         cols = (g_idx == gi).nonzero().flatten()
         s, z = qparams(W[:, cols], sym)
@@ -171,6 +177,7 @@ def build(name, out, prompts, pu):
     cfg = json.load(open(os.path.join(src, "config.json")))
     gen = torch.Generator().manual_seed(1234)
     written, deq = {}, {}
+    zero_zeros = 0
     for k, t in tensors.items():
         if not any(k.endswith(p + ".weight") for p in PROJ):
             if k.endswith(".bias") and any(k.endswith(p + ".bias") for p in PROJ):
@@ -180,7 +187,9 @@ def build(name, out, prompts, pu):
             continue
         mod = k[: -len(".weight")]
         W = t.to(torch.float32)
-        q, scales, zeros, g_idx = quantize(W, group, sym, desc_act, gen)
+        q, scales, zeros, g_idx = quantize(W, group, sym, desc_act, gen,
+                                           zero0=not sym and mod == DEQUANT_DUMP[0])
+        zero_zeros += int((zeros == 0).sum())
         if method == "gptq":
             qweight, qzeros = pack_gptq(q, zeros, fmt == "gptq_v2")
             written[mod + ".qweight"], written[mod + ".qzeros"] = qweight, qzeros
@@ -192,6 +201,10 @@ def build(name, out, prompts, pu):
             written[mod + ".qweight"], written[mod + ".qzeros"] = qweight, qzeros
             written[mod + ".scales"] = scales.to(torch.float16)
             deq[mod] = dequant_awq(pu, qweight, qzeros, scales.to(torch.float16), group)
+        # The pack → the format's unpack round trip gives back the codes: s[g_idx] · (q − z[g_idx]).
+        gi = g_idx.long()
+        direct = scales[gi].t() * (q.to(torch.float32) - zeros[gi].t().to(torch.float32))
+        assert torch.equal(deq[mod], direct), mod
     folder = os.path.join(out, "models", name)
     if os.path.isdir(folder):
         shutil.rmtree(folder)
@@ -250,7 +263,7 @@ def build(name, out, prompts, pu):
     nontrivial = any(not torch.equal(written[m + ".g_idx"].long(), torch.arange(written[m + ".g_idx"].numel()) // group)
                      for m in deq) if method == "gptq" and group > 0 else False
     print(f"{name}: from {base}, {method} g{group} sym={sym} desc_act={desc_act} format={fmt}, "
-          f"non-trivial g_idx {nontrivial}, min greedy margin {margin:.3f}")
+          f"non-trivial g_idx {nontrivial}, {zero_zeros} zero points of 0, min greedy margin {margin:.3f}")
 
 
 def main():
