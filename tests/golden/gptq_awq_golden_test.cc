@@ -34,6 +34,7 @@ constexpr Case kCases[] = {
     {"gptq_qwen2_g128_sym", "GPTQ 4-bit, group 128, sym, v1"},
     {"gptq_llama_g64_v2", "GPTQ 4-bit, group 64, asym, gptq_v2"},
     {"awq_qwen2_g32", "AWQ (gemm) 4-bit, group 32, asym"},
+    {"gptq_qwen3_g32_sym_act", "GPTQ 4-bit, group 32, sym, act-order, v1"},
 };
 constexpr double kRelativeRms = 0.05;
 constexpr float kWorst = 0.75f, kClearMargin = 0.6f;
@@ -88,7 +89,7 @@ TEST_P(GptqGolden, WeightsEqualTheFormatsDequantization) {
     EXPECT_EQ(differ, 0) << name << ": " << differ << " of " << rows * cols << " weights differ";
   }
   const Linear* q = FindLinear(*model_, "model.layers.0.self_attn.q_proj");
-  EXPECT_EQ(!q->int4->perm.empty(), std::string(case_->name) == "gptq_llama_g32_act") << "act order";
+  EXPECT_EQ(!q->int4->perm.empty(), std::string(case_->name).ends_with("_act")) << "act order";
   EXPECT_FALSE(model_->weights().lm_head.int4);
 }
 
@@ -139,7 +140,7 @@ TEST_P(GptqGolden, LogitsWithinTheSchemeErrorClearTokensKeptBatchInvariant) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, GptqGolden, ::testing::Values(0, 1, 2, 3),
+INSTANTIATE_TEST_SUITE_P(Fixtures, GptqGolden, ::testing::Values(0, 1, 2, 3, 4),
                          [](const auto& info) { return std::string(kCases[info.param].name); });
 
 struct LoraCase {
@@ -151,6 +152,7 @@ const LoraCase kLora[] = {
     {"gptq_qwen2_g128_sym", {"qwen2_exclude", "qwen2_lmhead_tied"}},
     {"gptq_llama_g64_v2", {"llama_qv_r8_f32"}},
     {"awq_qwen2_g32", {"qwen2_exclude", "qwen2_lmhead_tied"}},
+    {"gptq_qwen3_g32_sym_act", {"qwen3_dora", "qwen3_lora_bias"}},  // DoRA norms of dequantized rows
 };
 
 class GptqLora : public ::testing::TestWithParam<int> {
@@ -174,7 +176,7 @@ TEST_P(GptqLora, MixedBatchEqualsAlone) {
       model->get(), adapters, std::vector<std::string>(c.adapters.begin(), c.adapters.end()), golden.prompts);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, GptqLora, ::testing::Values(0, 1, 2, 3),
+INSTANTIATE_TEST_SUITE_P(Fixtures, GptqLora, ::testing::Values(0, 1, 2, 3, 4),
                          [](const auto& info) { return std::string(kLora[info.param].base); });
 
 // LoRA over a GPTQ/AWQ base vs PEFT over the dequantized transformers model: unmerged, and
@@ -186,7 +188,8 @@ TEST(GptqLoraVsPeft, UnmergedAndMergedWithinTheSchemeError) {
   };
   for (const Pair& c : {Pair{"gptq_llama_g32_act", "llama_qv_r8_f32"}, Pair{"gptq_llama_g32_act", "llama_mlp_r6"},
                         Pair{"gptq_qwen2_g128_sym", "qwen2_exclude"}, Pair{"gptq_llama_g64_v2", "llama_qv_r8_f32"},
-                        Pair{"awq_qwen2_g32", "qwen2_exclude"}}) {
+                        Pair{"awq_qwen2_g32", "qwen2_exclude"}, Pair{"gptq_qwen3_g32_sym_act", "qwen3_dora"},
+                        Pair{"gptq_qwen3_g32_sym_act", "qwen3_lora_bias"}}) {
     SCOPED_TRACE(std::string(c.model) + " + " + c.adapter);
     auto ref = SafetensorsStore::Open(kFixtures + "/golden/" + c.model + ".lora.safetensors");
     ASSERT_TRUE(ref.ok()) << ref.status().ToString();

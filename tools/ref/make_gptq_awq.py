@@ -45,10 +45,11 @@ FIXTURES = {
     "gptq_qwen2_g128_sym": ("qwen2_bf16", "gptq", 128, True, False, "gptq"),
     "gptq_llama_g64_v2": ("llama_bf16", "gptq", 64, False, False, "gptq_v2"),
     "awq_qwen2_g32": ("qwen2_bf16", "awq", 32, False, False, None),
+    "gptq_qwen3_g32_sym_act": ("qwen3_bf16", "gptq", 32, True, True, "gptq"),
 }
 LORA = {"gptq_llama_g32_act": ["llama_qv_r8_f32", "llama_mlp_r6"],
         "gptq_qwen2_g128_sym": ["qwen2_exclude"], "gptq_llama_g64_v2": ["llama_qv_r8_f32"],
-        "awq_qwen2_g32": ["qwen2_exclude"]}
+        "awq_qwen2_g32": ["qwen2_exclude"], "gptq_qwen3_g32_sym_act": ["qwen3_dora", "qwen3_lora_bias"]}
 PROJ = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
         "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]
 DEQUANT_DUMP = ["model.layers.0.self_attn.q_proj", "model.layers.1.self_attn.o_proj",
