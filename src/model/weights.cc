@@ -127,11 +127,17 @@ bool IsIgnoredBuffer(const std::string& name) { return name.ends_with(".rotary_e
 
 Status LoadWeights(const ModelConfig& config, const SafetensorsStore& store, ModelWeights* w,
                    SiteTable* sites, std::vector<Linear*>* site_linears, const CtConfig* quant,
-                   uint64_t* quantized_bytes) {
+                   uint64_t* quantized_bytes, const GptqConfig* gptq) {
   std::vector<WeightSlot> slots = EnumerateWeights(config, w);
   std::set<std::string> consumed;
   if (quant) RETURN_IF_ERROR(CheckCtModel(config, slots, *quant));
+  if (gptq) RETURN_IF_ERROR(CheckGptqModel(config, store, *gptq));
   for (const WeightSlot& slot : slots) {
+    if (gptq && slot.linear && slot.required && IsGptqLinear(store, slot.linear->name)) {
+      RETURN_IF_ERROR(LoadGptqLinear(store, *gptq, slot.shape[0], slot.shape[1], slot.linear,
+                                     &consumed, quantized_bytes));
+      continue;
+    }
     const CtScheme* scheme = quant && slot.linear && slot.required ? quant->Find(slot.linear->name) : nullptr;
     if (scheme) {  // pre-quantized projection: its compressed tensors instead of .weight
       RETURN_IF_ERROR(LoadCtLinear(store, *scheme, slot.shape[0], slot.shape[1], slot.linear,
