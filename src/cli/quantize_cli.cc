@@ -61,6 +61,7 @@ struct PerplexityArgs {
   std::string text;
   std::string lora;
   int ctx = 512;
+  std::string per_token;
   bool json_out = false;
   bool no_check_weights = false;
 };
@@ -90,6 +91,14 @@ int RunPerplexity(const PerplexityArgs& a) {
   auto r = ComputePerplexity(model->get(), *ids, a.ctx, adapter);
   if (!r.ok()) return fail(r.status(), 2);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!a.per_token.empty()) {
+    // One JSON list of every scored token's NLL (for comparing two runs token by token).
+    FILE* f = std::fopen(a.per_token.c_str(), "wb");
+    if (f == nullptr) return fail(InvalidArgument("--per-token " + a.per_token + ": cannot open for writing"), 2);
+    const std::string text = JsonToString(nlohmann::json(r->token_nll)) + "\n";
+    const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+    if (std::fclose(f) != 0 || !ok) return fail(Internal("--per-token " + a.per_token + ": write failed"), 1);
+  }
   std::string weights = (*model)->prequantized().empty() ? "file dtype" : (*model)->prequantized();
   if (load.quantize == LoadOptions::Quantization::kInt8) weights = "int8";
   if (load.quantize == LoadOptions::Quantization::kInt4) weights = "int4 g" + std::to_string(load.quantize_group);
@@ -137,6 +146,7 @@ RunFn AddPerplexityCommand(CLI::App& cmd) {
   cmd.add_option("--text", a->text, "UTF-8 text file to score")->required();
   cmd.add_option("--ctx", a->ctx, "tokens per window (windows do not overlap)")->capture_default_str();
   cmd.add_option("--lora", a->lora, "score with this PEFT adapter (NAME=DIR or DIR)");
+  cmd.add_option("--per-token", a->per_token, "write every scored token's NLL (nats) as a JSON list to this file");
   cmd.add_flag("--json", a->json_out, "print JSON");
   AddNoCheckWeightsFlag(&cmd, &a->no_check_weights);
   return [a] { return RunPerplexity(*a); };

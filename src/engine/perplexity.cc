@@ -35,6 +35,9 @@ StatusOr<PerplexityResult> ComputePerplexity(Model* model, const std::vector<int
   options.kv_cache_tokens = std::max(256, ctx + 16);
   options.max_batch_tokens = std::max(512, ctx);
   options.enable_prefix_caching = false;
+  // A window of the model's whole length is valid; the one token the engine samples after it
+  // (position ctx, never scored) needs room beyond, so the length limit is ctx + 1 then.
+  if (ctx + 1 > c.max_position_embeddings) options.max_model_len = ctx + 1;
   Engine engine(model, options);
   const int slot = adapter ? engine.AddAdapter(adapter) : -1;
   const int64_t vocab = c.vocab_size;
@@ -63,7 +66,9 @@ StatusOr<PerplexityResult> ComputePerplexity(Model* model, const std::vector<int
       for (int64_t v = 1; v < vocab; ++v) mx = std::max(mx, static_cast<double>(row[v]));
       double sum = 0;
       for (int64_t v = 0; v < vocab; ++v) sum += std::exp(static_cast<double>(row[v]) - mx);
-      out.nll_sum -= static_cast<double>(row[tokens[t]]) - mx - std::log(sum);
+      const double nll = -(static_cast<double>(row[tokens[t]]) - mx - std::log(sum));
+      out.nll_sum += nll;
+      out.token_nll.push_back(static_cast<float>(nll));
       ++out.predicted;
     }
     ++out.windows;

@@ -15,6 +15,7 @@ struct PerplexityResult {
   double nll_sum = 0;          // Σ −log p(token | window prefix), natural log
   int64_t predicted = 0;       // tokens scored: Σ over windows of (window length − 1)
   int64_t windows = 0;
+  std::vector<float> token_nll;  // [predicted] each scored token's −log p, in order
   double Perplexity() const;   // exp(nll_sum / predicted)
 };
 

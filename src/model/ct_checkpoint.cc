@@ -191,8 +191,9 @@ Status WriteQuantizedCheckpoint(const std::string& model_dir,
     if (lin->int4 && lin->in_features() % options.group != 0) {
       return InvalidArgument(name + ": " + std::to_string(lin->in_features()) +
                              " input features are not a multiple of --group-size " +
-                             std::to_string(options.group) + "; pack-quantized stores whole groups "
-                             "(try --group-size 32)");
+                             std::to_string(options.group) + "; pack-quantized stores whole groups" +
+                             (options.group == 128 && lin->in_features() % 32 == 0 ? " (try --group-size 32)"
+                                                                                   : ""));
     }
     quantized[name + ".weight"] = lin;
   }
