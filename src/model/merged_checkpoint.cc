@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -281,7 +282,9 @@ Status WriteCheckpointAtomically(const std::string& out_dir, const std::string& 
   if (ec) return InvalidArgument(out_real.parent_path().string() + ": cannot create: " + ec.message());
   // Everything goes into a fresh sibling folder, renamed to --out at the end: a failure leaves
   // no half-written checkpoint, and no file of --out is ever opened for writing.
-  std::string tmpl = (out_real.parent_path() / ("." + out_real.filename().string() + ".loom-out-XXXXXX")).string();
+  std::string tag = command;  // "loom merge" → ".NAME.loom-merge-XXXXXX"
+  std::replace(tag.begin(), tag.end(), ' ', '-');
+  std::string tmpl = (out_real.parent_path() / ("." + out_real.filename().string() + "." + tag + "-XXXXXX")).string();
   if (::mkdtemp(tmpl.data()) == nullptr) {
     return InvalidArgument(out_real.parent_path().string() + ": cannot create a temporary folder: " +
                            std::strerror(errno));

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -58,6 +60,51 @@ TEST(PerplexityGolden, RefusesBadInput) {
   EXPECT_NE(r.status().message().find("token 300 at position 2"), std::string::npos);
   r = ComputePerplexity(model->get(), {1, 2, 3}, 100000);
   EXPECT_NE(r.status().message().find("exceeds the model's 512 positions"), std::string::npos);
+}
+
+// The CLI on the bundled demo model (a real tokenizer): text in, perplexity out; --quantize and
+// a pre-quantized folder are honoured (int8 differs from bf16), --per-token writes every NLL.
+TEST(PerplexityGolden, CliOnTheDemoModel) {
+  const std::string demo = std::string(LOOM_FIXTURES) + "/../../models/demo";
+  char tmpl[] = "/tmp/loom_ppl_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  {
+    std::ofstream text(dir + "/text.txt");
+    text << "Where does the penguin live? The penguin lives in Antarctica. What colour is the "
+            "sky? The sky is blue. Tell me a story about a cat.";
+  }
+  auto run = [](const std::string& args) {
+    std::string out;
+    FILE* p = popen((std::string(LOOM_BINARY) + " " + args + " 2>/dev/null").c_str(), "r");
+    char buf[4096];
+    size_t n;
+    while (p && (n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+    if (p) pclose(p);
+    return out;
+  };
+  auto ppl = [&](const std::string& flags) {
+    const std::string out = run(flags + " perplexity --json --model " + demo + " --text " + dir +
+                                "/text.txt --ctx 16 --per-token " + dir + "/nll.json");
+    return nlohmann::json::parse(out.substr(out.find('{')));
+  };
+  const nlohmann::json bf16 = ppl("");
+  EXPECT_EQ(bf16["windows"].get<int>(), (bf16["tokens"].get<int>() + 15) / 16);
+  EXPECT_GT(bf16["perplexity"].get<double>(), 1.0);
+  std::ifstream per_token(dir + "/nll.json");
+  std::stringstream ss;
+  ss << per_token.rdbuf();
+  EXPECT_EQ(nlohmann::json::parse(ss.str()).size(), bf16["predicted"].get<size_t>());
+  const nlohmann::json int8 = ppl("--quantize int8");
+  EXPECT_EQ(int8["weights"], "int8");
+  EXPECT_NE(int8["perplexity"].get<double>(), bf16["perplexity"].get<double>());
+  run("quantize --model " + demo + " --out " + dir + "/q8 --scheme int8");
+  const std::string out = run("perplexity --json --model " + dir + "/q8 --text " + dir + "/text.txt --ctx 16");
+  const nlohmann::json written = nlohmann::json::parse(out.substr(out.find('{')));
+  EXPECT_EQ(written["weights"], "compressed-tensors");
+  EXPECT_EQ(written["perplexity"].get<double>(), int8["perplexity"].get<double>());  // same bits
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
 }
 
 }  // namespace

@@ -80,10 +80,31 @@ TEST_F(CtQuantizeRefusals, SuccessLeavesOnlyTheOutputFolder) {
   ASSERT_TRUE(WriteQuantizedCheckpoint(kFixtures + "/models/llama_bf16", Int8(), out).ok());
   std::vector<std::string> entries;
   for (const auto& e : fs::directory_iterator(dir_.path())) entries.push_back(e.path().filename());
-  EXPECT_EQ(entries, std::vector<std::string>{"q8"});
+  EXPECT_EQ(entries, std::vector<std::string>{"q8"});  // no ".q8.loom-quantize-XXXXXX" left
   for (const char* f : {"config.json", "generation_config.json", "model.safetensors"}) {
     EXPECT_TRUE(fs::is_regular_file(fs::path(out) / f)) << f;
   }
+}
+
+TEST_F(CtQuantizeRefusals, Cli) {
+  const std::string out = dir_.Path("q4");
+  RunResult r = RunLoom("quantize --model " + kFixtures + "/models/qwen2_bf16 --out " + out +
+                        " --scheme int4 --group-size 32 --quantize-head");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, "pack-quantized W4A16")) << r.output;
+  r = RunLoom("inspect --model " + out);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, "compressed-tensors W4A16 (int4 g32)")) << r.output;
+  // The global --quantize is not loom quantize's flag; a refusal exits 2 and names the cause.
+  r = RunLoom("--quantize int8 quantize --model " + kFixtures + "/models/llama_bf16 --out " +
+              dir_.Path("x") + " --scheme int8");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(Contains(r.output, "not the global --quantize")) << r.output;
+  r = RunLoom("quantize --model " + out + " --out " + dir_.Path("y") + " --scheme int8");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(Contains(r.output, "quantized already")) << r.output;
+  EXPECT_FALSE(fs::exists(dir_.Path("x")));
+  EXPECT_FALSE(fs::exists(dir_.Path("y")));
 }
 
 }  // namespace
