@@ -284,7 +284,9 @@ Status WriteCheckpointAtomically(const std::string& out_dir, const std::string& 
   // no half-written checkpoint, and no file of --out is ever opened for writing.
   std::string tag = command;  // "loom merge" → ".NAME.loom-merge-XXXXXX"
   std::replace(tag.begin(), tag.end(), ' ', '-');
-  std::string tmpl = (out_real.parent_path() / ("." + out_real.filename().string() + "." + tag + "-XXXXXX")).string();
+  std::string name = ".";
+  name.append(out_real.filename().string()).append(".").append(tag).append("-XXXXXX");
+  std::string tmpl = (out_real.parent_path() / name).string();
   if (::mkdtemp(tmpl.data()) == nullptr) {
     return InvalidArgument(out_real.parent_path().string() + ": cannot create a temporary folder: " +
                            std::strerror(errno));
