@@ -21,6 +21,8 @@ RunFn AddTokenizeCommand(CLI::App& app);
 RunFn AddDetokenizeCommand(CLI::App& app);
 RunFn AddServeCommand(CLI::App& app);
 RunFn AddChatCommand(CLI::App& app);
+RunFn AddQuantizeCommand(CLI::App& app);    // quantize_cli.cc
+RunFn AddPerplexityCommand(CLI::App& app);  // quantize_cli.cc
 
 // Sampling flags shared by commands (--temperature, --top-k, ...).
 void AddSamplingFlags(CLI::App* cmd, SamplingParams* params, int64_t* seed);

@@ -10,6 +10,7 @@
 #include "base/json.h"
 #include "lora/merge.h"
 #include "model/merged_checkpoint.h"
+#include "model/weight_memory.h"
 
 namespace loom::cli {
 
@@ -105,6 +106,22 @@ int RunBatchFile(Model* model, const std::vector<std::shared_ptr<const Adapter>>
 
 namespace {
 
+// "weights": every projection (as served, after --quantize) and other tensor with its scheme,
+// shape and bytes; "memory": tensors and bytes per scheme, and the total.
+void AddWeightMemoryJson(const Model& model, json* j) {
+  const std::vector<WeightMemory> weights = DescribeWeightMemory(model);
+  json list = json::array();
+  for (const WeightMemory& m : weights) {
+    list.push_back({{"name", m.name}, {"scheme", m.scheme}, {"shape", m.shape}, {"bytes", m.bytes}});
+  }
+  json memory = json::object();
+  for (const auto& [scheme, sum] : SumWeightMemory(weights)) {
+    memory[scheme] = {{"tensors", sum.first}, {"bytes", sum.second}, {"MiB", sum.second / 1048576.0}};
+  }
+  (*j)["weights"] = list;
+  (*j)["memory"] = memory;
+}
+
 struct InspectArgs {
   std::string model;
   std::string lora;
@@ -130,6 +147,7 @@ int RunInspect(const InspectArgs& a) {
     j["prequantized"] = (*model)->prequantized();
     j["quantized_bytes"] = (*model)->quantized_bytes();
   }
+  AddWeightMemoryJson(**model, &j);
   if (!a.lora.empty()) {
     auto t0 = std::chrono::steady_clock::now();
     auto adapters = LoadCliAdapters(**model, {a.lora}, a.max_rank, !a.no_check_weights);

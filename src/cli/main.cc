@@ -46,6 +46,10 @@ int main(int argc, char** argv) {
   runs[inspect] = loom::cli::AddInspectCommand(*inspect);
   auto* merge = app.add_subcommand("merge", "write a checkpoint with an adapter merged in");
   runs[merge] = loom::cli::AddMergeCommand(*merge);
+  auto* quantize = app.add_subcommand("quantize", "write a compressed-tensors checkpoint (int8 W8A8 or int4 W4A16) quantized by loom");
+  runs[quantize] = loom::cli::AddQuantizeCommand(*quantize);
+  auto* perplexity = app.add_subcommand("perplexity", "token-level perplexity of a text file (with --quantize and --lora as at serving)");
+  runs[perplexity] = loom::cli::AddPerplexityCommand(*perplexity);
   CLI11_PARSE(app, argc, argv);
   if (threads > 0) loom::ThreadPool::SetGlobalThreads(threads);
   if (fast_bf16 && exact_bf16) {

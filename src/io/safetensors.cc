@@ -282,6 +282,13 @@ StatusOr<Tensor> SafetensorsStore::Get(const std::string& name) const {
   return t;
 }
 
+uint64_t TensorSpecBytes(const TensorSpec& spec) {
+  uint64_t n = spec.stored_dtype.empty() ? DTypeSize(spec.dtype)
+                                         : StoredDTypeSize(spec.stored_dtype).value_or(0);
+  for (int64_t d : spec.shape) n *= static_cast<uint64_t>(d);
+  return n;
+}
+
 Status WriteSafetensorsStreaming(const std::string& path, const std::vector<TensorSpec>& specs,
                                  const std::function<Status(size_t, void*)>& fill,
                                  const std::map<std::string, std::string>& metadata) {
@@ -290,9 +297,11 @@ Status WriteSafetensorsStreaming(const std::string& path, const std::vector<Tens
   uint64_t offset = 0;
   std::vector<uint64_t> sizes;
   for (const auto& t : specs) {
-    uint64_t n = DTypeSize(t.dtype);
-    for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
-    header[t.name] = {{"dtype", DTypeName(t.dtype)},
+    if (!t.stored_dtype.empty() && !StoredDTypeSize(t.stored_dtype)) {
+      return InvalidArgument(path + ": tensor '" + t.name + "': unknown dtype '" + t.stored_dtype + "'");
+    }
+    const uint64_t n = TensorSpecBytes(t);
+    header[t.name] = {{"dtype", t.stored_dtype.empty() ? std::string(DTypeName(t.dtype)) : t.stored_dtype},
                       {"shape", t.shape},
                       {"data_offsets", {offset, offset + n}}};
     offset += n;

@@ -82,7 +82,12 @@ struct TensorSpec {
   std::string name;
   DType dtype;
   std::vector<int64_t> shape;
+  // A safetensors dtype written instead of `dtype` when set ("I8", "I32", "I64": quantized
+  // checkpoints); empty: DTypeName(dtype).
+  std::string stored_dtype = {};
 };
+// Bytes of the tensor `spec` describes (element size of its stored dtype × elements).
+uint64_t TensorSpecBytes(const TensorSpec& spec);
 Status WriteSafetensorsStreaming(const std::string& path, const std::vector<TensorSpec>& specs,
                                  const std::function<Status(size_t, void*)>& fill,
                                  const std::map<std::string, std::string>& metadata = {});

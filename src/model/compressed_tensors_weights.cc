@@ -41,16 +41,20 @@ StatusOr<const TensorInfo*> Need(const SafetensorsStore& store, const std::strin
   return t;
 }
 
-// Scales as f32, each finite and ≥ 0 (compressed-tensors never writes a negative or zero scale).
-StatusOr<std::vector<float>> Scales(const TensorInfo& t) {
+// Scales as f32, each finite and ≥ 0 (compressed-tensors never writes a negative scale), or of
+// either sign when `signed_ok`: int4 group scales, where `loom quantize` writes loom's own rule
+// d = m / −8 (the sign of the group's largest-magnitude value m; a positive scale could not hold
+// q = −8·sign(m) as −8..7). Dequantization is d · q either way, in compressed-tensors too.
+StatusOr<std::vector<float>> Scales(const TensorInfo& t, bool signed_ok = false) {
   const int64_t n = t.nbytes / DTypeSize(*t.dtype);
   std::vector<float> s(static_cast<size_t>(n));
   ConvertToF32(*t.dtype, t.data, s.data(), n);
   for (int64_t i = 0; i < n; ++i) {
-    if (!std::isfinite(s[static_cast<size_t>(i)]) || s[static_cast<size_t>(i)] < 0) {
+    if (!std::isfinite(s[static_cast<size_t>(i)]) || (!signed_ok && s[static_cast<size_t>(i)] < 0)) {
       return InvalidArgument(t.file + ": tensor '" + t.name + "' has scale " +
                              std::to_string(s[static_cast<size_t>(i)]) + " at index " +
-                             std::to_string(i) + " (scales must be finite and ≥ 0)");
+                             std::to_string(i) + (signed_ok ? " (scales must be finite)"
+                                                            : " (scales must be finite and ≥ 0)"));
     }
   }
   return s;
@@ -117,7 +121,7 @@ Status LoadInt4(const SafetensorsStore& store, const std::string& name, const st
   }
   ASSIGN_OR_RETURN(const TensorInfo* sc, Need(store, name + ".weight_scale", {"F16", "BF16", "F32"},
                                               {out, in / group}, scheme, consumed));
-  ASSIGN_OR_RETURN(std::vector<float> scale, Scales(*sc));
+  ASSIGN_OR_RETURN(std::vector<float> scale, Scales(*sc, /*signed_ok=*/true));
   const int64_t file_groups = in / group;
   std::vector<uint16_t> scale16(scale.size());
   for (int64_t j = 0; j < out; ++j) {

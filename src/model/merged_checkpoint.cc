@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -106,12 +107,32 @@ Status WriteCheckpointInto(const std::string& model_dir, const Model& model,
     return OkStatus();
   };
 
+  RETURN_IF_ERROR(WriteCheckpointShards(
+      out_dir, specs, [&](const TensorSpec& spec, void* dst) { return fill(spec, dst); },
+      max_shard_bytes));
+  RETURN_IF_ERROR(CopyCheckpointSideFiles(model_dir, out_dir));
+  if (untie) {
+    ASSIGN_OR_RETURN(std::string text,
+                     ReadFileBounded(model_dir + "/config.json", kMaxConfigFileBytes));
+    ASSIGN_OR_RETURN(nlohmann::ordered_json cfg, ParseOrderedJson(text, model_dir + "/config.json"));
+    if (!cfg.is_object()) return InvalidArgument(model_dir + "/config.json: not a JSON object");
+    cfg["tie_word_embeddings"] = false;
+    RETURN_IF_ERROR(WriteTextFile(dir / "config.json", JsonToString(cfg, 2) + "\n"));
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+Status WriteCheckpointShards(const std::string& out_dir, const std::vector<TensorSpec>& specs,
+                             const std::function<Status(const TensorSpec&, void*)>& fill,
+                             uint64_t max_shard_bytes) {
+  const fs::path dir(out_dir);
   // Shards of at most max_shard_bytes (a tensor larger than that gets a shard of its own).
   std::vector<std::vector<size_t>> shards(1);
   uint64_t in_shard = 0, total = 0;
   for (size_t i = 0; i < specs.size(); ++i) {
-    uint64_t n = DTypeSize(specs[i].dtype);
-    for (int64_t d : specs[i].shape) n *= static_cast<uint64_t>(d);
+    const uint64_t n = TensorSpecBytes(specs[i]);
     if (!shards.back().empty() && in_shard + n > max_shard_bytes) {
       shards.emplace_back();
       in_shard = 0;
@@ -142,6 +163,11 @@ Status WriteCheckpointInto(const std::string& model_dir, const Model& model,
     nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
     RETURN_IF_ERROR(WriteTextFile(dir / "model.safetensors.index.json", JsonToString(index, 2) + "\n"));
   }
+  return OkStatus();
+}
+
+Status CopyCheckpointSideFiles(const std::string& model_dir, const std::string& out_dir) {
+  const fs::path dir(out_dir);
   // Everything else in the model folder (config, tokenizer, generation config) is copied as the
   // bytes it names. A symbolic link is followed only when its target stays inside the model
   // folder: a link to /etc/... in a downloaded model must not end up in a checkpoint.
@@ -184,22 +210,12 @@ Status WriteCheckpointInto(const std::string& model_dir, const Model& model,
     ASSIGN_OR_RETURN(std::string bytes, ReadFileBounded(src.string(), kMaxRequestFileBytes));
     RETURN_IF_ERROR(WriteTextFile(dir / fname, bytes));
   }
-  if (untie) {
-    ASSIGN_OR_RETURN(std::string text,
-                     ReadFileBounded(model_dir + "/config.json", kMaxConfigFileBytes));
-    ASSIGN_OR_RETURN(nlohmann::ordered_json cfg, ParseOrderedJson(text, model_dir + "/config.json"));
-    if (!cfg.is_object()) return InvalidArgument(model_dir + "/config.json: not a JSON object");
-    cfg["tie_word_embeddings"] = false;
-    RETURN_IF_ERROR(WriteTextFile(dir / "config.json", JsonToString(cfg, 2) + "\n"));
-  }
   return OkStatus();
 }
 
-}  // namespace
-
 StatusOr<std::string> CheckMergeOutput(const std::string& model_dir,
                                        const std::string& adapter_dir,
-                                       const std::string& out_dir) {
+                                       const std::string& out_dir, const std::string& command) {
   if (out_dir.empty()) return InvalidArgument("--out: empty path");
   std::error_code ec;
   // The output itself: absent, or an empty real folder (never a symbolic link, never a file).
@@ -242,7 +258,7 @@ StatusOr<std::string> CheckMergeOutput(const std::string& model_dir,
       return InvalidArgument("--out " + out_dir + " is " +
                              (out_real == in_real ? "the " : "inside the ") +
                              (std::string(flag) == "--model" ? "model" : "adapter") + " folder " +
-                             input + "; loom merge never writes into its inputs");
+                             input + "; " + command + " never writes into its inputs");
     }
   }
   if (exists) {
@@ -250,36 +266,40 @@ StatusOr<std::string> CheckMergeOutput(const std::string& model_dir,
     if (ec) return InvalidArgument("--out " + out_dir + ": " + ec.message());
     if (!empty) {
       return InvalidArgument("--out " + out_dir +
-                             " is not empty; loom merge writes only into a new or empty folder "
-                             "(files of an earlier merge there would mix with the new ones)");
+                             " is not empty; " + command + " writes only into a new or empty folder "
+                             "(files of an earlier run there would mix with the new ones)");
     }
   }
   return out_real.string();
 }
 
-Status WriteMergedCheckpoint(const std::string& model_dir, const Model& model,
-                             const Adapter& adapter, const std::string& out_dir,
-                             uint64_t max_shard_bytes) {
-  ASSIGN_OR_RETURN(const std::string out_real_str, CheckMergeOutput(model_dir, adapter.dir(), out_dir));
+Status WriteCheckpointAtomically(const std::string& out_dir, const std::string& out_real_str,
+                                 const std::string& command,
+                                 const std::function<Status(const std::string& tmp)>& write) {
   const fs::path out_real(out_real_str);
   std::error_code ec;
   fs::create_directories(out_real.parent_path(), ec);
   if (ec) return InvalidArgument(out_real.parent_path().string() + ": cannot create: " + ec.message());
   // Everything goes into a fresh sibling folder, renamed to --out at the end: a failure leaves
   // no half-written checkpoint, and no file of --out is ever opened for writing.
-  std::string tmpl = (out_real.parent_path() / ("." + out_real.filename().string() + ".loom-merge-XXXXXX")).string();
+  std::string tag = command;  // "loom merge" → ".NAME.loom-merge-XXXXXX"
+  std::replace(tag.begin(), tag.end(), ' ', '-');
+  std::string name = ".";
+  name.append(out_real.filename().string()).append(".").append(tag).append("-XXXXXX");
+  std::string tmpl = (out_real.parent_path() / name).string();
   if (::mkdtemp(tmpl.data()) == nullptr) {
     return InvalidArgument(out_real.parent_path().string() + ": cannot create a temporary folder: " +
                            std::strerror(errno));
   }
   const fs::path tmp(tmpl);
   ::chmod(tmp.c_str(), 0755);  // mkdtemp makes it 0700; the checkpoint is an ordinary folder
-  Status st = WriteCheckpointInto(model_dir, model, adapter, tmp, max_shard_bytes);
+  Status st = write(tmp.string());
   if (st.ok()) {
     // --out was checked empty (or absent); rmdir fails, rather than deleting, if it filled since.
     if (fs::exists(fs::symlink_status(out_real, ec))) {
       if (::rmdir(out_real.c_str()) != 0) {
-        st = FailedPrecondition("--out " + out_dir + " changed while merging: " + std::strerror(errno));
+        st = FailedPrecondition("--out " + out_dir + " changed while " + command + " ran: " +
+                                std::strerror(errno));
       }
     }
     ec.clear();
@@ -290,6 +310,15 @@ Status WriteMergedCheckpoint(const std::string& model_dir, const Model& model,
   }
   if (!st.ok()) fs::remove_all(tmp, ec);  // only loom's own temporary folder
   return st;
+}
+
+Status WriteMergedCheckpoint(const std::string& model_dir, const Model& model,
+                             const Adapter& adapter, const std::string& out_dir,
+                             uint64_t max_shard_bytes) {
+  ASSIGN_OR_RETURN(const std::string out_real, CheckMergeOutput(model_dir, adapter.dir(), out_dir));
+  return WriteCheckpointAtomically(out_dir, out_real, "loom merge", [&](const std::string& tmp) {
+    return WriteCheckpointInto(model_dir, model, adapter, fs::path(tmp), max_shard_bytes);
+  });
 }
 
 }  // namespace loom

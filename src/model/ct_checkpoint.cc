@@ -1,0 +1,257 @@
+// `loom quantize`: loom's int8/int4 weights (quantized as --quantize does) written as a compressed-tensors checkpoint, atomically.
+#include "model/ct_checkpoint.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "base/file.h"
+#include "base/json.h"
+#include "cpu/int4_cpu.h"
+#include "model/merged_checkpoint.h"
+
+namespace loom {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// compressed-tensors' version written into quantization_config (the one the fixtures and the
+// reference check used).
+constexpr const char* kCtVersion = "0.20.1";
+
+// Every projection of `w` that has a name, by name.
+std::map<std::string, const Linear*> ProjectionsByName(const ModelWeights& w) {
+  std::map<std::string, const Linear*> out;
+  auto add = [&](const Linear& lin) {
+    if (!lin.name.empty()) out[lin.name] = &lin;
+  };
+  for (const LayerWeights& l : w.layers) {
+    for (const Linear* lin : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj,
+                              &l.down_proj, &l.qkv_proj, &l.gate_up_proj}) {
+      add(*lin);
+    }
+  }
+  add(w.lm_head);
+  return out;
+}
+
+nlohmann::ordered_json QuantizationConfig(const QuantizeCheckpointOptions& o) {
+  using oj = nlohmann::ordered_json;
+  const bool int4 = o.scheme == LoadOptions::Quantization::kInt4;
+  const char* format = int4 ? "pack-quantized" : "int-quantized";
+  oj weights = {{"dynamic", false},
+                {"group_size", int4 ? oj(o.group) : oj()},
+                {"num_bits", int4 ? 4 : 8},
+                {"strategy", int4 ? "group" : "channel"},
+                {"symmetric", true},
+                {"type", "int"}};
+  oj inputs;  // W4A16: none in the file (loom's kernel still rounds activations to int8: W4A8)
+  if (!int4) {
+    inputs = {{"dynamic", true}, {"group_size", nullptr}, {"num_bits", 8},
+              {"strategy", "token"}, {"symmetric", true}, {"type", "int"}};
+  }
+  oj group = {{"format", format},
+              {"input_activations", inputs},
+              {"output_activations", nullptr},
+              {"targets", oj::array({"Linear"})},
+              {"weights", weights}};
+  return {{"config_groups", {{"group_0", group}}},
+          {"format", format},
+          {"global_compression_ratio", nullptr},
+          {"ignore", o.quantize_head ? oj::array() : oj::array({"lm_head"})},
+          {"kv_cache_scheme", nullptr},
+          {"moe_sparsity_config", nullptr},
+          {"quant_method", "compressed-tensors"},
+          {"quantization_status", "compressed"},
+          {"sparsity_config", oj::object()},
+          {"transform_config", oj::object()},
+          {"version", kCtVersion}};
+}
+
+// The compressed tensors of one quantized projection.
+void AddCompressedSpecs(const Linear& lin, std::vector<TensorSpec>* specs) {
+  const int64_t out = lin.out_features(), in = lin.in_features();
+  if (lin.int8) {
+    specs->push_back({lin.name + ".weight", DType::kF32, {out, in}, "I8"});
+    specs->push_back({lin.name + ".weight_scale", DType::kF32, {out, 1}});
+  } else {
+    const int group = lin.int4->group;
+    specs->push_back({lin.name + ".weight_packed", DType::kF32, {out, in / 8}, "I32"});
+    specs->push_back({lin.name + ".weight_scale", DType::kF16, {out, in / group}});
+    specs->push_back({lin.name + ".weight_shape", DType::kF32, {2}, "I64"});
+  }
+}
+
+// Fills one compressed tensor (`suffix` after the projection's name) from loom's weights.
+void FillCompressed(const Linear& lin, const std::string& suffix, void* dst) {
+  const int64_t out = lin.out_features(), in = lin.in_features();
+  if (const Int8Weight* w = lin.int8.get()) {
+    if (suffix == ".weight") {
+      auto* q = static_cast<int8_t*>(dst);  // [out, in]
+      for (int64_t j = 0; j < out; ++j) {
+        for (int64_t i = 0; i < in; ++i) q[j * in + i] = w->At(j, i);
+      }
+    } else {  // .weight_scale [out, 1] f32: loom's scales, exact
+      std::memcpy(dst, w->scale.data(), static_cast<size_t>(out) * sizeof(float));
+    }
+    return;
+  }
+  const Int4Weight& w = *lin.int4;
+  const int64_t groups_pad = w.k_pad / w.group, file_groups = in / w.group;
+  constexpr int64_t kPanel = cpu::kInt4Panel;
+  if (suffix == ".weight_packed") {
+    // compressed-tensors' pack_to_int32: element 8k + e in bits 4e..4e+3 of word k, as q + 8.
+    auto* words = static_cast<uint32_t*>(dst);  // [out, in / 8]
+    for (int64_t j = 0; j < out; ++j) {
+      const uint8_t* panel = w.q.data() + (j / kPanel) * kPanel * (w.k_pad / 2);
+      for (int64_t k = 0; k < in / 8; ++k) {
+        uint32_t word = 0;
+        for (int e = 0; e < 8; ++e) {
+          const int8_t q = cpu::UnpackInt4(panel, j % kPanel, 8 * k + e);
+          word |= static_cast<uint32_t>((q + 8) & 15) << (4 * e);
+        }
+        words[j * (in / 8) + k] = word;
+      }
+    }
+  } else if (suffix == ".weight_scale") {
+    // loom's f16 scales as they are. loom's rule d = m / −8 keeps the sign of the group's
+    // largest-magnitude value m, so a scale may be negative (m is then q = −8 exactly); a
+    // positive scale could not hold such a group (it would need q = +8).
+    auto* d = static_cast<uint16_t*>(dst);  // [out, in / group]
+    for (int64_t j = 0; j < out; ++j) {
+      for (int64_t g = 0; g < file_groups; ++g) {
+        d[j * file_groups + g] =
+            w.scale[static_cast<size_t>(((j / kPanel) * groups_pad + g) * kPanel + j % kPanel)];
+      }
+    }
+  } else {  // .weight_shape
+    const int64_t shape[2] = {out, in};
+    std::memcpy(dst, shape, sizeof(shape));
+  }
+}
+
+}  // namespace
+
+Status CheckQuantizeInput(const std::string& model_dir, const QuantizeCheckpointOptions& options) {
+  switch (options.scheme) {
+    case LoadOptions::Quantization::kNone:
+      return InvalidArgument("--scheme: loom quantize writes int8 or int4, not none");
+    case LoadOptions::Quantization::kInt8:
+      break;
+    case LoadOptions::Quantization::kInt4:
+      if (options.group != 32 && options.group != 128) {
+        return InvalidArgument("--group-size " + std::to_string(options.group) +
+                               ": int4 groups are 32 or 128 inputs");
+      }
+      break;
+  }
+  const std::string path = model_dir + "/config.json";
+  ASSIGN_OR_RETURN(std::string text, ReadFileBounded(path, kMaxConfigFileBytes));
+  ASSIGN_OR_RETURN(nlohmann::json j, ParseJson(text, path));
+  if (j.is_object() && j.contains("quantization_config") && !j["quantization_config"].is_null()) {
+    const nlohmann::json& qc = j["quantization_config"];
+    const std::string method = qc.is_object() && qc.contains("quant_method") && qc["quant_method"].is_string()
+                                   ? qc["quant_method"].get<std::string>()
+                                   : "unknown";
+    return FailedPrecondition(path + " has a quantization_config (quant_method '" + method +
+                              "'): the checkpoint is quantized already; loom quantize takes an "
+                              "F32/F16/BF16 checkpoint");
+  }
+  ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model_dir));
+  for (const LayerConfig& l : config.layers) {
+    if (l.moe) {
+      return InvalidArgument(path + ": " + config.architecture +
+                             " is a mixture-of-experts model; loom quantize writes dense models "
+                             "only (loom reads no compressed-tensors MoE checkpoint yet)");
+    }
+  }
+  return OkStatus();
+}
+
+Status WriteQuantizedCheckpoint(const std::string& model_dir,
+                                const QuantizeCheckpointOptions& options,
+                                const std::string& out_dir, bool check_weights) {
+  RETURN_IF_ERROR(CheckQuantizeInput(model_dir, options));
+  ASSIGN_OR_RETURN(const std::string out_real, CheckMergeOutput(model_dir, "", out_dir, "loom quantize"));
+  LoadOptions load;
+  load.check_weights = check_weights;
+  load.quantize = options.scheme;
+  load.quantize_group = options.group;
+  load.quantize_head = options.quantize_head;
+  ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(model_dir, load));
+  const ModelConfig& c = model->config();
+  const SafetensorsStore& store = model->store();
+  const std::map<std::string, const Linear*> projections = ProjectionsByName(model->weights());
+  std::map<std::string, const Linear*> quantized;  // "<module>.weight" → its quantized projection
+  for (const auto& [name, lin] : projections) {
+    if (!lin->int8 && !lin->int4) continue;
+    if (lin->int4 && lin->in_features() % options.group != 0) {
+      return InvalidArgument(name + ": " + std::to_string(lin->in_features()) +
+                             " input features are not a multiple of --group-size " +
+                             std::to_string(options.group) + "; pack-quantized stores whole groups" +
+                             (options.group == 128 && lin->in_features() % 32 == 0 ? " (try --group-size 32)"
+                                                                                   : ""));
+    }
+    quantized[name + ".weight"] = lin;
+  }
+  // A tied model with its head quantized: lm_head gets tensors of its own (compressed-tensors
+  // cannot quantize a head tied to the embedding), and config.json says untied.
+  const Linear& head = model->weights().lm_head;
+  const bool untie = c.tie_word_embeddings && (head.int8 || head.int4);
+  std::vector<TensorSpec> specs;
+  std::map<std::string, const Linear*> compressed_of;  // compressed tensor name → projection
+  for (const std::string& name : store.names()) {
+    const TensorInfo* info = store.Find(name);
+    if (untie && name == "lm_head.weight") continue;  // unused when tied; written below
+    if (auto it = quantized.find(name); it != quantized.end()) {
+      const size_t first = specs.size();
+      AddCompressedSpecs(*it->second, &specs);
+      for (size_t i = first; i < specs.size(); ++i) compressed_of[specs[i].name] = it->second;
+      continue;
+    }
+    if (!info->dtype) {
+      return InvalidArgument(info->file + ": tensor '" + name + "' has dtype " + info->dtype_name +
+                             ", which loom quantize does not copy (F32/F16/BF16 checkpoints only)");
+    }
+    specs.push_back({name, *info->dtype, info->shape});
+  }
+  if (untie) {
+    const size_t first = specs.size();
+    AddCompressedSpecs(head, &specs);
+    for (size_t i = first; i < specs.size(); ++i) compressed_of[specs[i].name] = &head;
+  }
+  for (const auto& [name, lin] : quantized) {  // every quantized projection was in the files
+    if (!compressed_of.count(lin->name + (lin->int8 ? ".weight" : ".weight_packed"))) {
+      return Internal("loom quantize: projection " + lin->name + " has no tensor in " + model_dir);
+    }
+  }
+  auto fill = [&](const TensorSpec& spec, void* dst) -> Status {
+    if (auto it = compressed_of.find(spec.name); it != compressed_of.end()) {
+      FillCompressed(*it->second, spec.name.substr(it->second->name.size()), dst);
+      return OkStatus();
+    }
+    const TensorInfo* info = store.Find(spec.name);
+    std::memcpy(dst, info->data, info->nbytes);
+    return OkStatus();
+  };
+  ASSIGN_OR_RETURN(std::string cfg_text, ReadFileBounded(model_dir + "/config.json", kMaxConfigFileBytes));
+  ASSIGN_OR_RETURN(nlohmann::ordered_json cfg, ParseOrderedJson(cfg_text, model_dir + "/config.json"));
+  if (!cfg.is_object()) return InvalidArgument(model_dir + "/config.json: not a JSON object");
+  if (untie) cfg["tie_word_embeddings"] = false;
+  cfg["quantization_config"] = QuantizationConfig(options);
+  return WriteCheckpointAtomically(out_dir, out_real, "loom quantize", [&](const std::string& tmp) {
+    RETURN_IF_ERROR(WriteCheckpointShards(tmp, specs, fill, options.max_shard_bytes));
+    RETURN_IF_ERROR(CopyCheckpointSideFiles(model_dir, tmp));
+    // config.json with the quantization_config (replacing the copy; inside loom's own folder).
+    const std::string path = tmp + "/config.json";
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << JsonToString(cfg, 2) << "\n";
+    out.close();
+    return out ? OkStatus() : Internal(path + ": write failed (disk full?)");
+  });
+}
+
+}  // namespace loom

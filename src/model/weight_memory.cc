@@ -1,0 +1,84 @@
+// Per-weight scheme and memory of a loaded model (projections as served, other tensors as stored).
+#include "model/weight_memory.h"
+
+#include <set>
+
+namespace loom {
+
+namespace {
+
+std::string ProjectionScheme(const Linear& lin, bool prequantized) {
+  if (lin.int8) {
+    return prequantized ? "compressed-tensors W8A8 (int8 per-channel)" : "int8 per-channel";
+  }
+  if (lin.int4) {
+    const std::string g = "int4 g" + std::to_string(lin.int4->group);
+    return prequantized ? "compressed-tensors W4A16 (" + g + ")" : g;
+  }
+  return DTypeName(lin.weight.dtype);
+}
+
+}  // namespace
+
+std::vector<WeightMemory> DescribeWeightMemory(const Model& model) {
+  const ModelWeights& w = model.weights();
+  const bool pre = !model.prequantized().empty();
+  std::map<std::string, const Linear*> projections;  // module path → projection
+  auto add = [&](const Linear& lin) {
+    if (!lin.name.empty()) projections[lin.name] = &lin;
+  };
+  for (const LayerWeights& l : w.layers) {
+    for (const Linear* lin : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj,
+                              &l.down_proj, &l.qkv_proj, &l.gate_up_proj}) {
+      add(*lin);
+    }
+  }
+  add(w.lm_head);
+  std::vector<WeightMemory> out;
+  std::set<std::string> listed;
+  auto add_projection = [&](const Linear& lin) {
+    if (!listed.insert(lin.name).second) return;
+    WeightMemory m{lin.name, ProjectionScheme(lin, pre), {lin.out_features(), lin.in_features()}, 0};
+    if (lin.int8) {
+      m.bytes = lin.int8->bytes();
+    } else if (lin.int4) {
+      m.bytes = lin.int4->bytes();
+    } else if (&lin == &w.lm_head && lin.weight.data == w.embed.data) {
+      m.scheme = "tied to model.embed_tokens.weight";
+    } else {
+      m.bytes = lin.weight.nbytes();
+    }
+    out.push_back(std::move(m));
+  };
+  const SafetensorsStore& store = model.store();
+  for (const std::string& name : store.names()) {
+    // A projection's tensors: "<module>.weight", or its compressed forms.
+    const size_t dot = name.rfind('.');
+    const std::string module = dot == std::string::npos ? name : name.substr(0, dot);
+    const std::string suffix = dot == std::string::npos ? "" : name.substr(dot);
+    auto it = projections.find(module);
+    if (it != projections.end() && suffix != ".bias") {
+      add_projection(*it->second);
+      continue;
+    }
+    const TensorInfo* info = store.Find(name);
+    out.push_back({name, info->dtype ? DTypeName(*info->dtype) : info->dtype_name, info->shape,
+                   static_cast<uint64_t>(info->nbytes)});
+  }
+  if (!listed.count(w.lm_head.name) && !w.lm_head.name.empty()) add_projection(w.lm_head);  // tied
+  return out;
+}
+
+std::map<std::string, std::pair<int64_t, uint64_t>> SumWeightMemory(const std::vector<WeightMemory>& w) {
+  std::map<std::string, std::pair<int64_t, uint64_t>> sums;
+  for (const WeightMemory& m : w) {
+    auto& s = sums[m.scheme.starts_with("tied") ? "tied" : m.scheme];
+    s.first += 1;
+    s.second += m.bytes;
+    sums["total"].first += 1;
+    sums["total"].second += m.bytes;
+  }
+  return sums;
+}
+
+}  // namespace loom
