@@ -34,6 +34,8 @@ void MatmulNf4(Isa isa, const float* x, int64_t n, int64_t k, const uint8_t* wq,
 
 void MatmulNf4Scalar(const float* x, int64_t n, int64_t k, const uint8_t* wq, const float* absmax,
                      int64_t block, int64_t j0, int64_t j1, float* y, int64_t ldy);
+void MatmulNf4Avx2(const float* x, int64_t n, int64_t k, const uint8_t* wq, const float* absmax,
+                   int64_t block, int64_t j0, int64_t j1, float* y, int64_t ldy);
 void MatmulNf4Avx512(const float* x, int64_t n, int64_t k, const uint8_t* wq, const float* absmax,
                      int64_t block, int64_t j0, int64_t j1, float* y, int64_t ldy);
 

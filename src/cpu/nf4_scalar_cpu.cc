@@ -54,6 +54,8 @@ void MatmulNf4(Isa isa, const float* x, int64_t n, int64_t k, const uint8_t* wq,
                const float* absmax, int64_t block, int64_t j0, int64_t j1, float* y, int64_t ldy) {
   if (isa >= Isa::kAvx512) {
     MatmulNf4Avx512(x, n, k, wq, absmax, block, j0, j1, y, ldy);
+  } else if (isa >= Isa::kAvx2) {
+    MatmulNf4Avx2(x, n, k, wq, absmax, block, j0, j1, y, ldy);
   } else {
     MatmulNf4Scalar(x, n, k, wq, absmax, block, j0, j1, y, ldy);
   }
