@@ -82,6 +82,9 @@ StatusOr<BnbConfig> BnbConfig::Parse(const json& qc, const std::string& where) {
         return InvalidArgument(what + ": llm_int8_skip_modules has " + Show(m) + ", not a module name");
       }
       c.skip_modules.push_back(m.get<std::string>());
+      ASSIGN_OR_RETURN(Regex r, Regex::Compile("(?:" + c.skip_modules.back() + R"()(?:(?<=\.)|(?=\.|$)))",
+                                               what + ".llm_int8_skip_modules"));
+      c.skip_patterns.push_back(std::move(r));
     }
   }
   // LLM.int8-only knobs (outlier threshold, fp16 master weights) mean nothing for 4-bit weights;
@@ -110,8 +113,8 @@ StatusOr<std::optional<BnbConfig>> BnbConfig::Load(const std::string& dir) {
 }
 
 bool BnbConfig::Skipped(const std::string& name) const {
-  for (const std::string& key : skip_modules) {
-    if (name == key || name.find(key + ".") != std::string::npos) return true;
+  for (size_t i = 0; i < skip_modules.size(); ++i) {
+    if (name.ends_with(skip_modules[i]) || skip_patterns[i].PrefixMatch(name)) return true;
   }
   return false;
 }

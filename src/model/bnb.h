@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "base/regex.h"
 #include "base/status.h"
 #include "io/safetensors.h"
 #include "model/linear.h"
@@ -19,6 +20,7 @@ namespace loom {
 struct BnbConfig {
   bool double_quant = false;              // bnb_4bit_use_double_quant
   std::vector<std::string> skip_modules;  // llm_int8_skip_modules (kept dense by transformers)
+  std::vector<Regex> skip_patterns;       // each as transformers 5 matches it (see Skipped)
   std::string where;                      // "<dir>/config.json", for errors
 
   // Parses config.json's "quantization_config" (`qc`, an object). Every field is handled or
@@ -28,8 +30,10 @@ struct BnbConfig {
   // not "bitsandbytes" (another reader's).
   static StatusOr<std::optional<BnbConfig>> Load(const std::string& dir);
 
-  // Whether transformers would have kept module `name` dense (llm_int8_skip_modules: a key equal to
-  // the name or naming one of its parents, as transformers' replace_with_bnb_linear matches).
+  // Whether transformers would have kept module `name` dense: some llm_int8_skip_modules key
+  // matches it as transformers 5's should_convert_module does — re.match("(?:key)" + a module
+  // boundary) from the start ("layers.1" matches "layers.1.mlp", not "layers.11.mlp"), or the
+  // name ends with the key ("lm_head", "q_proj").
   bool Skipped(const std::string& name) const;
 };
 

@@ -125,10 +125,20 @@ TEST(BnbConfig, HandlesOrRefusesEveryFieldByName) {
     EXPECT_NE(err.find(c.message), std::string::npos) << "got: " << err << "\nwant: " << c.message;
   }
   auto c = BnbConfig::Parse(json{{"quant_method", "bitsandbytes"}, {"load_in_4bit", true},
-                                 {"bnb_4bit_quant_type", "nf4"}, {"llm_int8_skip_modules", {"mlp"}}},
+                                 {"bnb_4bit_quant_type", "nf4"},
+                                 {"llm_int8_skip_modules", {"lm_head", "model.layers.1", "model.layers.2.mlp",
+                                                            "v_proj", "model.*.k_proj"}}},
                             "config.json");
-  ASSERT_TRUE(c.ok());
-  EXPECT_TRUE(c->Skipped("model.layers.0.mlp.down_proj"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  // transformers 5's should_convert_module: a prefix up to a module boundary, a regex with the
+  // same boundary, or a suffix.
+  EXPECT_TRUE(c->Skipped("lm_head"));
+  EXPECT_TRUE(c->Skipped("model.layers.1.self_attn.q_proj"));
+  EXPECT_FALSE(c->Skipped("model.layers.11.self_attn.q_proj"));
+  EXPECT_TRUE(c->Skipped("model.layers.2.mlp.down_proj"));
+  EXPECT_TRUE(c->Skipped("model.layers.0.self_attn.v_proj"));
+  EXPECT_TRUE(c->Skipped("model.layers.7.self_attn.k_proj"));
+  EXPECT_FALSE(c->Skipped("model.layers.0.mlp.down_proj"));
   EXPECT_FALSE(c->Skipped("model.layers.0.self_attn.q_proj"));
 }
 
@@ -187,7 +197,7 @@ TEST(BnbCorrupt, EachMismatchIsAClearErrorNamingTheTensorOrField) {
          r[kQ + ".quant_state.bitsandbytes__fp4"] = r[kQs];
          r.erase(kQs);
        }, "tensor 'model.layers.0.self_attn.q_proj.weight.quant_state.bitsandbytes__fp4': bitsandbytes FP4 weights are not supported"},
-      {"nf4_llama", [](json& q) { q["llm_int8_skip_modules"] = {"lm_head", "self_attn"}; }, keep,
+      {"nf4_llama", [](json& q) { q["llm_int8_skip_modules"] = {"lm_head", "model.layers.0.self_attn"}; }, keep,
        "quantizes model.layers.0.self_attn.q_proj, which quantization_config's llm_int8_skip_modules keeps dense"},
       {"nf4_llama", [](json& q) { q["bnb_4bit_use_double_quant"] = true; }, keep,
        "quant_state lacks nested (double-quant) fields, but quantization_config's bnb_4bit_use_double_quant is true"},
