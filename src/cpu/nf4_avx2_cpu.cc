@@ -1,4 +1,5 @@
-// NF4 matmul with AVX2: each 16-column panel as two 8-lane halves; the 16-entry code table looked up with two vpermps and a blend on index bit 3; the same fma sequence as the scalar kernel.
+// NF4 matmul with AVX2: each 16-column panel as two 8-lane halves; the 16-entry code table looked
+// up with two vpermps and a blend on index bit 3; the same fma sequence as the scalar kernel.
 #include <immintrin.h>
 
 #include "cpu/nf4_cpu.h"
@@ -36,7 +37,8 @@ LOOM_AVX2 inline void Tile(const float* x, int64_t k, const uint8_t* wq, const f
       for (int p = 0; p < P; ++p) {
         const uint8_t* chunk = wq + (p0 + p) * panel_bytes + (i / 2) * kNf4Panel;
         for (int h = 0; h < 2; ++h) {
-          const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(chunk + 8 * h)));
+          const __m256i v = _mm256_cvtepu8_epi32(
+              _mm_loadl_epi64(reinterpret_cast<const __m128i*>(chunk + 8 * h)));
           w0[p][h] = Lookup(v, _mm256_slli_epi32(v, 28), lut_lo, lut_hi);  // low nibble
           w1[p][h] = Lookup(_mm256_srli_epi32(v, 4), _mm256_slli_epi32(v, 24), lut_lo, lut_hi);
         }
@@ -76,8 +78,8 @@ LOOM_AVX2 inline void Tile(const float* x, int64_t k, const uint8_t* wq, const f
 }
 
 template <int R, int P>
-LOOM_AVX2 void Rows(const float* x, int64_t k, const uint8_t* wq, const float* absmax, int64_t block,
-                    int64_t j0, int64_t j1, float* y, int64_t ldy) {
+LOOM_AVX2 void Rows(const float* x, int64_t k, const uint8_t* wq, const float* absmax,
+                    int64_t block, int64_t j0, int64_t j1, float* y, int64_t ldy) {
   int64_t j = j0;
   for (; j + P * kNf4Panel <= j1; j += P * kNf4Panel) {
     Tile<R, P>(x, k, wq, absmax, block, j / kNf4Panel, kNf4Panel, y + (j - j0), ldy);

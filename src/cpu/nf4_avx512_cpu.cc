@@ -1,4 +1,5 @@
-// NF4 matmul with AVX-512: 16 nibbles of a panel widened to lanes, vpermps through the 16-entry code table, f32 fma per block then one fma by the block's absmax.
+// NF4 matmul with AVX-512: 16 nibbles of a panel widened to lanes, vpermps through the 16-entry
+// code table, f32 fma per block then one fma by the block's absmax.
 #include <immintrin.h>
 
 #include "cpu/nf4_cpu.h"

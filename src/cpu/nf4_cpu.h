@@ -1,4 +1,5 @@
-// NF4 (bitsandbytes NormalFloat4) matmul kernels over 16-column panels: a 16-entry code table, f32 activations, one per-block absmax per column; one function per ISA, all bit-exact.
+// NF4 (bitsandbytes NormalFloat4) matmul kernels over 16-column panels: a 16-entry code table, f32
+// activations, one per-block absmax per column; one function per ISA, all bit-exact.
 #pragma once
 
 #include <cstdint>
@@ -27,8 +28,8 @@ uint8_t UnpackNf4(const uint8_t* panel, int64_t c, int64_t i);
 // y[r, j − j0] (row stride ldy) for j in [j0, j1), j0 a multiple of 16: x [n, k] f32 (row
 // stride k), wq: panels (8 · k bytes each), absmax: per panel [k / block, 16] f32; block divides
 // k and is even. Every ISA returns the same bits: per block b the sum
-// t = fma(code[q], x[i], t) over i in the block in order from t = 0, then acc = fma(t, absmax[j, b], acc)
-// in block order from acc = 0; y = acc. A row's result depends only on that row.
+// t = fma(code[q], x[i], t) over i in the block in order from t = 0, then acc = fma(t, absmax[j,
+// b], acc) in block order from acc = 0; y = acc. A row's result depends only on that row.
 void MatmulNf4(Isa isa, const float* x, int64_t n, int64_t k, const uint8_t* wq,
                const float* absmax, int64_t block, int64_t j0, int64_t j1, float* y, int64_t ldy);
 

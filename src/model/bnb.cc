@@ -1,4 +1,5 @@
-// bitsandbytes quantization_config (transformers' BitsAndBytesConfig.to_dict): parse and validate, every field handled or rejected by name.
+// bitsandbytes quantization_config (transformers' BitsAndBytesConfig.to_dict): parse and validate,
+// every field handled or rejected by name.
 #include "model/bnb.h"
 
 #include <algorithm>
@@ -17,13 +18,22 @@ std::string Show(const json& v) { return JsonToString(v, -1, 80); }
 StatusOr<BnbConfig> BnbConfig::Parse(const json& qc, const std::string& where) {
   const std::string what = where + ": quantization_config";
   if (!qc.is_object()) return InvalidArgument(what + " is " + Show(qc) + ", not an object");
-  static const char* const kKnown[] = {
-      "quant_method", "load_in_4bit", "load_in_8bit", "_load_in_4bit", "_load_in_8bit",
-      "bnb_4bit_quant_type", "bnb_4bit_use_double_quant", "bnb_4bit_compute_dtype",
-      "bnb_4bit_quant_storage", "llm_int8_skip_modules", "llm_int8_threshold",
-      "llm_int8_has_fp16_weight", "llm_int8_enable_fp32_cpu_offload"};
+  static const char* const kKnown[] = {"quant_method",
+                                       "load_in_4bit",
+                                       "load_in_8bit",
+                                       "_load_in_4bit",
+                                       "_load_in_8bit",
+                                       "bnb_4bit_quant_type",
+                                       "bnb_4bit_use_double_quant",
+                                       "bnb_4bit_compute_dtype",
+                                       "bnb_4bit_quant_storage",
+                                       "llm_int8_skip_modules",
+                                       "llm_int8_threshold",
+                                       "llm_int8_has_fp16_weight",
+                                       "llm_int8_enable_fp32_cpu_offload"};
   for (auto it = qc.begin(); it != qc.end(); ++it) {
-    if (std::none_of(std::begin(kKnown), std::end(kKnown), [&](const char* k) { return it.key() == k; })) {
+    if (std::none_of(std::begin(kKnown), std::end(kKnown),
+                     [&](const char* k) { return it.key() == k; })) {
       return InvalidArgument(what + ": field '" + it.key() + "' (" + Show(it.value()) +
                              ") is not one loom knows how to serve; a bitsandbytes checkpoint that "
                              "needs it is not supported");
@@ -38,7 +48,8 @@ StatusOr<BnbConfig> BnbConfig::Parse(const json& qc, const std::string& where) {
     bool v = false;
     RETURN_IF_ERROR(GetOptionalBool(qc, f, what, &v));
     if (v) {
-      return InvalidArgument(what + ": " + f + " is true: bitsandbytes LLM.int8 (8-bit) checkpoints "
+      return InvalidArgument(what + ": " + f +
+                             " is true: bitsandbytes LLM.int8 (8-bit) checkpoints "
                              "are not supported; loom reads 4-bit NF4 (load_in_4bit)");
     }
   }
@@ -46,7 +57,8 @@ StatusOr<BnbConfig> BnbConfig::Parse(const json& qc, const std::string& where) {
   RETURN_IF_ERROR(GetOptionalBool(qc, "load_in_4bit", what, &in4));
   RETURN_IF_ERROR(GetOptionalBool(qc, "_load_in_4bit", what, &in4_private));
   if (!in4 || !in4_private) {
-    return InvalidArgument(what + ": load_in_4bit is not true; loom reads bitsandbytes 4-bit NF4 "
+    return InvalidArgument(what +
+                           ": load_in_4bit is not true; loom reads bitsandbytes 4-bit NF4 "
                            "checkpoints only");
   }
   std::string type = "fp4";  // BitsAndBytesConfig's default
@@ -75,15 +87,18 @@ StatusOr<BnbConfig> BnbConfig::Parse(const json& qc, const std::string& where) {
   if (qc.contains("llm_int8_skip_modules") && !qc["llm_int8_skip_modules"].is_null()) {
     const json& s = qc["llm_int8_skip_modules"];
     if (!s.is_array() || s.size() > 4096) {
-      return InvalidArgument(what + ": llm_int8_skip_modules is " + Show(s) + ", not a list of names");
+      return InvalidArgument(what + ": llm_int8_skip_modules is " + Show(s) +
+                             ", not a list of names");
     }
     for (const json& m : s) {
       if (!m.is_string() || m.get<std::string>().empty()) {
-        return InvalidArgument(what + ": llm_int8_skip_modules has " + Show(m) + ", not a module name");
+        return InvalidArgument(what + ": llm_int8_skip_modules has " + Show(m) +
+                               ", not a module name");
       }
       c.skip_modules.push_back(m.get<std::string>());
-      ASSIGN_OR_RETURN(Regex r, Regex::Compile("(?:" + c.skip_modules.back() + R"()(?:(?<=\.)|(?=\.|$)))",
-                                               what + ".llm_int8_skip_modules"));
+      ASSIGN_OR_RETURN(Regex r,
+                       Regex::Compile("(?:" + c.skip_modules.back() + R"()(?:(?<=\.)|(?=\.|$)))",
+                                      what + ".llm_int8_skip_modules"));
       c.skip_patterns.push_back(std::move(r));
     }
   }
@@ -101,7 +116,8 @@ StatusOr<std::optional<BnbConfig>> BnbConfig::Load(const std::string& dir) {
   const std::string path = dir + "/config.json";
   ASSIGN_OR_RETURN(std::string text, ReadFileBounded(path, kMaxConfigFileBytes));
   ASSIGN_OR_RETURN(json j, ParseJson(text, path));
-  if (!j.is_object() || !j.contains("quantization_config") || !j["quantization_config"].is_object()) {
+  if (!j.is_object() || !j.contains("quantization_config") ||
+      !j["quantization_config"].is_object()) {
     return std::optional<BnbConfig>();
   }
   const json& qc = j["quantization_config"];

@@ -1,4 +1,6 @@
-// Pre-quantized bitsandbytes 4-bit (NF4, QLoRA's base) checkpoints as transformers saves them: quantization_config validated, each projection's packed weight and quant_state read into an Nf4Weight.
+// Pre-quantized bitsandbytes 4-bit (NF4, QLoRA's base) checkpoints as transformers saves them:
+// quantization_config validated, each projection's packed weight and quant_state read into an
+// Nf4Weight.
 #pragma once
 
 #include <cstdint>
@@ -48,7 +50,7 @@ bool HasBnbQuantState(const SafetensorsStore& store, const std::string& name);
 // (U8 JSON: quant_type, blocksize, dtype, shape, nested_*), every field checked against the
 // config and the model; names read are added to `consumed`. lin->weight becomes a shape-only view
 // (data null). `bytes` (if not null) grows by the weight's size.
-Status LoadBnbLinear(const SafetensorsStore& store, const BnbConfig& config, int64_t out, int64_t in,
-                     Linear* lin, std::set<std::string>* consumed, uint64_t* bytes);
+Status LoadBnbLinear(const SafetensorsStore& store, const BnbConfig& config, int64_t out,
+                     int64_t in, Linear* lin, std::set<std::string>* consumed, uint64_t* bytes);
 
 }  // namespace loom

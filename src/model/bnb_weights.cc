@@ -1,4 +1,5 @@
-// bitsandbytes 4-bit projection tensors → loom's Nf4Weight: the packed quant_state JSON, every tensor's dtype and shape, and double-quant absmax computed as bitsandbytes does.
+// bitsandbytes 4-bit projection tensors → loom's Nf4Weight: the packed quant_state JSON, every
+// tensor's dtype and shape, and double-quant absmax computed as bitsandbytes does.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -53,28 +54,34 @@ struct QuantState {
   float nested_offset = 0;
 };
 
-StatusOr<QuantState> ParseQuantState(const TensorInfo& t, bool want_nested, int64_t out, int64_t in) {
+StatusOr<QuantState> ParseQuantState(const TensorInfo& t, bool want_nested, int64_t out,
+                                     int64_t in) {
   const std::string what = t.file + ": tensor '" + t.name + "'";
-  if (t.dtype_name != "U8" || t.shape.size() != 1 || t.nbytes == 0 || t.nbytes > kMaxQuantStateBytes) {
-    return InvalidArgument(what + " has dtype " + t.dtype_name + " and shape " + ShapeString(t.shape) +
-                           "; a packed quant_state is U8 JSON of 1.." +
+  if (t.dtype_name != "U8" || t.shape.size() != 1 || t.nbytes == 0 ||
+      t.nbytes > kMaxQuantStateBytes) {
+    return InvalidArgument(what + " has dtype " + t.dtype_name + " and shape " +
+                           ShapeString(t.shape) + "; a packed quant_state is U8 JSON of 1.." +
                            std::to_string(kMaxQuantStateBytes) + " bytes");
   }
   const std::string text(reinterpret_cast<const char*>(t.data), t.nbytes);
   ASSIGN_OR_RETURN(json j, ParseJson(text, what));
   if (!j.is_object()) return InvalidArgument(what + ": quant_state is not a JSON object");
   for (auto it = j.begin(); it != j.end(); ++it) {
-    static const char* const kKnown[] = {"quant_type", "blocksize", "dtype", "shape", "nested_blocksize",
-                                         "nested_dtype", "nested_offset"};
-    if (std::none_of(std::begin(kKnown), std::end(kKnown), [&](const char* k) { return it.key() == k; })) {
-      return InvalidArgument(what + ": quant_state field '" + it.key() + "' is not one bitsandbytes writes");
+    static const char* const kKnown[] = {"quant_type",   "blocksize",        "dtype",
+                                         "shape",        "nested_blocksize", "nested_dtype",
+                                         "nested_offset"};
+    if (std::none_of(std::begin(kKnown), std::end(kKnown),
+                     [&](const char* k) { return it.key() == k; })) {
+      return InvalidArgument(what + ": quant_state field '" + it.key() +
+                             "' is not one bitsandbytes writes");
     }
   }
   QuantState qs;
   std::string type;
   RETURN_IF_ERROR(GetString(j, "quant_type", what, &type));
   if (type != "nf4") {
-    return InvalidArgument(what + ": quant_state quant_type is '" + type + "'; loom serves nf4 only");
+    return InvalidArgument(what + ": quant_state quant_type is '" + type +
+                           "'; loom serves nf4 only");
   }
   RETURN_IF_ERROR(GetInt(j, "blocksize", what, &qs.blocksize, 2, 4096));
   if (qs.blocksize % 2 != 0 || in % qs.blocksize != 0) {
@@ -85,19 +92,22 @@ StatusOr<QuantState> ParseQuantState(const TensorInfo& t, bool want_nested, int6
   std::string dtype;
   RETURN_IF_ERROR(GetString(j, "dtype", what, &dtype));
   if (dtype != "float32" && dtype != "bfloat16" && dtype != "float16") {
-    return InvalidArgument(what + ": quant_state dtype '" + dtype + "' is not float32, bfloat16 or float16");
+    return InvalidArgument(what + ": quant_state dtype '" + dtype +
+                           "' is not float32, bfloat16 or float16");
   }
   std::vector<int32_t> shape;
   RETURN_IF_ERROR(GetIntList(j, "shape", what, &shape, 0, std::numeric_limits<int32_t>::max(), 2));
   if (shape.size() != 2 || shape[0] != out || shape[1] != in) {
-    return InvalidArgument(what + ": quant_state shape is " + Show(j["shape"]) + ", the model needs " +
-                           ShapeString({out, in}));
+    return InvalidArgument(what + ": quant_state shape is " + Show(j["shape"]) +
+                           ", the model needs " + ShapeString({out, in}));
   }
-  qs.nested = j.contains("nested_blocksize") || j.contains("nested_dtype") || j.contains("nested_offset");
+  qs.nested =
+      j.contains("nested_blocksize") || j.contains("nested_dtype") || j.contains("nested_offset");
   if (qs.nested != want_nested) {
     return InvalidArgument(what + ": quant_state " + (qs.nested ? "has" : "lacks") +
                            " nested (double-quant) fields, but quantization_config's "
-                           "bnb_4bit_use_double_quant is " + (want_nested ? "true" : "false"));
+                           "bnb_4bit_use_double_quant is " +
+                           (want_nested ? "true" : "false"));
   }
   if (qs.nested) {
     int64_t nb = 0;
@@ -109,7 +119,8 @@ StatusOr<QuantState> ParseQuantState(const TensorInfo& t, bool want_nested, int6
     std::string nd;
     RETURN_IF_ERROR(GetString(j, "nested_dtype", what, &nd));
     if (nd != "float32") {
-      return InvalidArgument(what + ": quant_state nested_dtype is '" + nd + "'; loom reads float32");
+      return InvalidArgument(what + ": quant_state nested_dtype is '" + nd +
+                             "'; loom reads float32");
     }
     double offset = 0;
     RETURN_IF_ERROR(GetFloat(j, "nested_offset", what, &offset, -3.4e38, 3.4e38));
@@ -126,11 +137,12 @@ bool HasBnbQuantState(const SafetensorsStore& store, const std::string& name) {
          store.Find(name + ".weight.absmax");
 }
 
-Status LoadBnbLinear(const SafetensorsStore& store, const BnbConfig& config, int64_t out, int64_t in,
-                     Linear* lin, std::set<std::string>* consumed, uint64_t* bytes) {
+Status LoadBnbLinear(const SafetensorsStore& store, const BnbConfig& config, int64_t out,
+                     int64_t in, Linear* lin, std::set<std::string>* consumed, uint64_t* bytes) {
   const std::string w = lin->name + ".weight";
   if (const TensorInfo* fp4 = store.Find(w + ".quant_state.bitsandbytes__fp4")) {
-    return InvalidArgument(fp4->file + ": tensor '" + fp4->name + "': bitsandbytes FP4 weights are "
+    return InvalidArgument(fp4->file + ": tensor '" + fp4->name +
+                           "': bitsandbytes FP4 weights are "
                            "not supported; loom serves NF4 only");
   }
   const TensorInfo* qst = store.Find(w + ".quant_state.bitsandbytes__nf4");
@@ -150,35 +162,42 @@ Status LoadBnbLinear(const SafetensorsStore& store, const BnbConfig& config, int
                           ShapeString({out, in});
   const int64_t numel = out * in, blocks = numel / qs.blocksize;
   ASSIGN_OR_RETURN(const TensorInfo* packed, Need(store, w, "U8", {numel / 2, 1}, why, consumed));
-  ASSIGN_OR_RETURN(const TensorInfo* qmap, Need(store, w + ".quant_map", "F32", {16}, why, consumed));
+  ASSIGN_OR_RETURN(const TensorInfo* qmap,
+                   Need(store, w + ".quant_map", "F32", {16}, why, consumed));
   const std::vector<float> code = F32s(*qmap);
   for (int i = 0; i < 16; ++i) {
     if (std::memcmp(&code[static_cast<size_t>(i)], &cpu::kNf4Code[i], 4) != 0) {
-      return InvalidArgument(qmap->file + ": tensor '" + qmap->name + "' entry " + std::to_string(i) +
-                             " is " + std::to_string(code[static_cast<size_t>(i)]) +
-                             ", not bitsandbytes' NF4 code value " + std::to_string(cpu::kNf4Code[i]));
+      return InvalidArgument(
+          qmap->file + ": tensor '" + qmap->name + "' entry " + std::to_string(i) + " is " +
+          std::to_string(code[static_cast<size_t>(i)]) + ", not bitsandbytes' NF4 code value " +
+          std::to_string(cpu::kNf4Code[i]));
     }
   }
   std::vector<float> absmax(static_cast<size_t>(blocks));
   if (!qs.nested) {
-    ASSIGN_OR_RETURN(const TensorInfo* am, Need(store, w + ".absmax", "F32", {blocks}, why, consumed));
+    ASSIGN_OR_RETURN(const TensorInfo* am,
+                     Need(store, w + ".absmax", "F32", {blocks}, why, consumed));
     absmax = F32s(*am);
   } else {
     const int64_t nested_blocks = (blocks + kNestedBlock - 1) / kNestedBlock;
-    ASSIGN_OR_RETURN(const TensorInfo* qa, Need(store, w + ".absmax", "U8", {blocks}, why, consumed));
-    ASSIGN_OR_RETURN(const TensorInfo* na, Need(store, w + ".nested_absmax", "F32", {nested_blocks},
-                                                why, consumed));
-    ASSIGN_OR_RETURN(const TensorInfo* nm, Need(store, w + ".nested_quant_map", "F32", {256}, why, consumed));
+    ASSIGN_OR_RETURN(const TensorInfo* qa,
+                     Need(store, w + ".absmax", "U8", {blocks}, why, consumed));
+    ASSIGN_OR_RETURN(const TensorInfo* na,
+                     Need(store, w + ".nested_absmax", "F32", {nested_blocks}, why, consumed));
+    ASSIGN_OR_RETURN(const TensorInfo* nm,
+                     Need(store, w + ".nested_quant_map", "F32", {256}, why, consumed));
     const std::vector<float> nested_absmax = F32s(*na), nested_code = F32s(*nm);
     for (const float v : nested_code) {
       if (!std::isfinite(v)) {
-        return InvalidArgument(nm->file + ": tensor '" + nm->name + "' has a value that is not finite");
+        return InvalidArgument(nm->file + ": tensor '" + nm->name +
+                               "' has a value that is not finite");
       }
     }
     // bitsandbytes: dequantize_blockwise (code[q] · absmax per 256, one f32 product), then
     // += offset (one f32 add) — two roundings, never fused (the baseline build has no FMA).
     for (int64_t b = 0; b < blocks; ++b) {
-      const float scaled = nested_code[qa->data[b]] * nested_absmax[static_cast<size_t>(b / kNestedBlock)];
+      const float scaled =
+          nested_code[qa->data[b]] * nested_absmax[static_cast<size_t>(b / kNestedBlock)];
       absmax[static_cast<size_t>(b)] = scaled + qs.nested_offset;
     }
   }
@@ -193,7 +212,7 @@ Status LoadBnbLinear(const SafetensorsStore& store, const BnbConfig& config, int
                                      packed->file + ": " + w + " (" + why + ")"));
   if (bytes) *bytes += nf4->bytes();
   lin->nf4 = std::move(nf4);
-  ReleaseMappedPages(packed->data, packed->nbytes);  // never read again
+  ReleaseMappedPages(packed->data, packed->nbytes);       // never read again
   lin->weight = Tensor{DType::kF32, {out, in}, nullptr};  // shape only: no dense weight
   return OkStatus();
 }

@@ -26,8 +26,9 @@ StatusOr<std::unique_ptr<Nf4Weight>> Nf4WeightFromRows(const uint8_t* q, const f
                                                        int64_t rows, int64_t cols, int64_t block,
                                                        const std::string& name) {
   if (block <= 0 || block % 2 != 0 || cols <= 0 || cols % block != 0 || rows <= 0) {
-    return InvalidArgument(name + ": NF4 blocks of " + std::to_string(block) + " do not tile rows of " +
-                           std::to_string(cols) + " inputs (loom needs an even block size dividing "
+    return InvalidArgument(name + ": NF4 blocks of " + std::to_string(block) +
+                           " do not tile rows of " + std::to_string(cols) +
+                           " inputs (loom needs an even block size dividing "
                            "in_features)");
   }
   auto out = std::make_unique<Nf4Weight>();
@@ -66,7 +67,8 @@ StatusOr<std::unique_ptr<Nf4Weight>> Nf4WeightFromRows(const uint8_t* q, const f
   return out;
 }
 
-void MatmulNf4(const float* x, int64_t n, const Nf4Weight& w, float* y, const MatmulEpilogue* epilogue) {
+void MatmulNf4(const float* x, int64_t n, const Nf4Weight& w, float* y,
+               const MatmulEpilogue* epilogue) {
   if (n == 0 || w.rows == 0) return;
   const cpu::Isa isa = cpu::ActiveIsa();
   ForEachPanelBlock(w.rows, epilogue, [&](int64_t j0, int64_t j1) {

@@ -1,4 +1,5 @@
-// NF4 weights (bitsandbytes' 4-bit NormalFloat with per-block absmax, QLoRA's base) and their matmul: f32 activations, weights dequantized in registers.
+// NF4 weights (bitsandbytes' 4-bit NormalFloat with per-block absmax, QLoRA's base) and their
+// matmul: f32 activations, weights dequantized in registers.
 #pragma once
 
 #include <cstdint>
@@ -15,11 +16,12 @@ namespace loom {
 // dequantize_4bit computes it), blocks along each row's inputs. Layout (16-row panels):
 // cpu/nf4_cpu.h.
 struct Nf4Weight {
-  AlignedBuffer<uint8_t> q;    // [panels, 16 · cols / 2] packed code indices
-  std::vector<float> absmax;   // [panels, cols / block, 16]
+  AlignedBuffer<uint8_t> q;   // [panels, 16 · cols / 2] packed code indices
+  std::vector<float> absmax;  // [panels, cols / block, 16]
   int64_t rows = 0, cols = 0, panels = 0, block = 64;
   uint64_t bytes() const {
-    return static_cast<uint64_t>(panels * 16) * static_cast<uint64_t>(cols / 2 + (cols / block) * 4);
+    return static_cast<uint64_t>(panels * 16) *
+           static_cast<uint64_t>(cols / 2 + (cols / block) * 4);
   }
   float Absmax(int64_t j, int64_t b) const;
   uint8_t Code(int64_t j, int64_t i) const;  // q[j, i], 0..15

@@ -1,4 +1,6 @@
-// Golden: bitsandbytes NF4 checkpoints (QLoRA's base) — weights bit-exact with bitsandbytes' dequantize_4bit, logits vs transformers on the NF4 model, QLoRA adapters vs PEFT over it (unmerged and merged), mixed batches bitwise equal to alone.
+// Golden: bitsandbytes NF4 checkpoints (QLoRA's base) — weights bit-exact with bitsandbytes'
+// dequantize_4bit, logits vs transformers on the NF4 model, QLoRA adapters vs PEFT over it
+// (unmerged and merged), mixed batches bitwise equal to alone.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -41,8 +43,8 @@ constexpr Case kCases[] = {{"nf4_llama", "qlora_nf4_llama"}, {"nf4dq_qwen2", "ql
 // The Linear of "model.layers.L.<self_attn|mlp>.<proj>".
 const Linear* FindLinear(const Model& m, const std::string& name) {
   for (const LayerWeights& l : m.weights().layers) {
-    for (const Linear* lin : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj,
-                              &l.down_proj}) {
+    for (const Linear* lin :
+         {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj}) {
       if (lin->name == name) return lin;
     }
   }
@@ -67,7 +69,8 @@ class Nf4Golden : public ::testing::TestWithParam<int> {
 TEST_P(Nf4Golden, WeightsEqualBitsandbytesDequantization) {
   EXPECT_EQ(model_->prequantized(), "bitsandbytes nf4");
   EXPECT_GT(model_->quantized_bytes(), 0u);
-  auto store = SafetensorsStore::Open(kFixtures + "/golden/" + case_->name + ".dequant.safetensors");
+  auto store =
+      SafetensorsStore::Open(kFixtures + "/golden/" + case_->name + ".dequant.safetensors");
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   ASSERT_EQ((*store)->names().size(), 3u);
   for (const std::string& name : (*store)->names()) {
@@ -120,22 +123,25 @@ TEST_P(Nf4Golden, LogitsMatchTransformersAndClearTokensKept) {
       compared += clear;
     }
   }
-  std::printf("%s: relative RMS logit error %.3g, worst prompt logit %.3g, %d clear greedy steps equal\n",
-              case_->name, error.RelativeRms(), error.worst, compared);
+  std::printf(
+      "%s: relative RMS logit error %.3g, worst prompt logit %.3g, %d clear greedy steps equal\n",
+      case_->name, error.RelativeRms(), error.worst, compared);
   EXPECT_LE(error.RelativeRms(), kRelativeRms);
   EXPECT_LE(error.worst, kLogitTolerance);
   EXPECT_GT(compared, 0);
 }
 
-// The QLoRA adapter against PEFT running it over the NF4 model (f32 adapter on both sides), unmerged
-// and --merge'd (the adapted projections become dequantized f32 weights with the adapter folded in).
+// The QLoRA adapter against PEFT running it over the NF4 model (f32 adapter on both sides),
+// unmerged and --merge'd (the adapted projections become dequantized f32 weights with the adapter
+// folded in).
 TEST_P(Nf4Golden, QloraMatchesPeftUnmergedAndMerged) {
   auto ref = SafetensorsStore::Open(kFixtures + "/golden/" + case_->name + ".lora.safetensors");
   ASSERT_TRUE(ref.ok()) << ref.status().ToString();
   for (const bool merge : {false, true}) {
     auto model = Model::Load(golden_.model_dir);
     ASSERT_TRUE(model.ok()) << model.status().ToString();
-    auto adapter = LoadAdapter(case_->adapter, kFixtures + "/adapters/" + case_->adapter, (*model)->sites(), 0);
+    auto adapter = LoadAdapter(case_->adapter, kFixtures + "/adapters/" + case_->adapter,
+                               (*model)->sites(), 0);
     ASSERT_TRUE(adapter.ok()) << adapter.status().ToString();
     if (merge) ASSERT_TRUE((*model)->MergeAdapter(**adapter).ok());
     test::LogitError error;
@@ -159,9 +165,11 @@ TEST_P(Nf4Golden, QloraMatchesPeftUnmergedAndMerged) {
       error.Add(out.prompt_logits, std::vector<float>(e, e + n));
       moved = std::max(moved, test::MaxAbsDiff(golden_.prompt_logits[p].data(), e, n));
     }
-    std::printf("%s + %s %s vs PEFT: relative RMS logit error %.3g, worst %.3g (the adapter moves the "
-                "reference by up to %.3f)\n", case_->name, case_->adapter, merge ? "merged" : "unmerged",
-                error.RelativeRms(), error.worst, moved);
+    std::printf(
+        "%s + %s %s vs PEFT: relative RMS logit error %.3g, worst %.3g (the adapter moves the "
+        "reference by up to %.3f)\n",
+        case_->name, case_->adapter, merge ? "merged" : "unmerged", error.RelativeRms(),
+        error.worst, moved);
     EXPECT_LE(error.RelativeRms(), kRelativeRms);
     EXPECT_LE(error.worst, kLogitTolerance);
     EXPECT_GT(moved, 100 * kLogitTolerance);
@@ -173,14 +181,16 @@ TEST_P(Nf4Golden, QloraMatchesPeftUnmergedAndMerged) {
 // bitwise.
 TEST_P(Nf4Golden, AdaptersAppliedAndMixedBatchEqualsAlone) {
   GlobalMatmulOptions().batch_invariant = true;
-  const std::vector<std::string> names = {case_->adapter, GetParam() == 0 ? "llama_qv_r8_f32" : "qwen2_exclude"};
+  const std::vector<std::string> names = {case_->adapter,
+                                          GetParam() == 0 ? "llama_qv_r8_f32" : "qwen2_exclude"};
   std::vector<std::shared_ptr<const Adapter>> adapters;
   for (const std::string& name : names) {
     auto a = LoadAdapter(name, kFixtures + "/adapters/" + name, model_->sites(), 0);
     ASSERT_TRUE(a.ok()) << name << ": " << a.status().ToString();
     adapters.push_back(*a);
   }
-  test::ExpectAdaptersAppliedAndMixedBatchEqualsAlone(model_.get(), adapters, names, golden_.prompts);
+  test::ExpectAdaptersAppliedAndMixedBatchEqualsAlone(model_.get(), adapters, names,
+                                                      golden_.prompts);
   GlobalMatmulOptions().batch_invariant = false;
 }
 

@@ -1,4 +1,5 @@
-// NF4 kernels: panel packing, every ISA level bit-exact with the scalar reference (random inputs, ragged shapes, every row-tile size) and close to the exact sum, batch invariance of the op.
+// NF4 kernels: panel packing, every ISA level bit-exact with the scalar reference (random inputs,
+// ragged shapes, every row-tile size) and close to the exact sum, batch invariance of the op.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -26,7 +27,8 @@ TEST(Nf4Kernels, PackUnpackRoundTripAndLayout) {
   std::vector<uint8_t> packed(q.size() / 2);
   cpu::PackNf4Panel(q.data(), k, packed.data());
   for (int64_t c = 0; c < 16; ++c) {
-    for (int64_t i = 0; i < k; ++i) ASSERT_EQ(cpu::UnpackNf4(packed.data(), c, i), q[static_cast<size_t>(c * k + i)]);
+    for (int64_t i = 0; i < k; ++i)
+      ASSERT_EQ(cpu::UnpackNf4(packed.data(), c, i), q[static_cast<size_t>(c * k + i)]);
   }
   // Chunk t, byte c: column c's input 2t (low nibble) and 2t + 1 (high nibble).
   EXPECT_EQ(packed[5 * 16 + 3] & 0x0F, q[3 * k + 10]);
@@ -55,23 +57,27 @@ TEST(Nf4Kernels, EveryLevelBitExactWithTheScalarReferenceAndCloseToTheExactSum) 
         ASSERT_EQ((*w)->panels, panels);
         for (int64_t j = 0; j < m; j += 7) {
           for (int64_t i = 0; i < k; i += 5) {
-            ASSERT_EQ((*w)->Dequantized(j, i), cpu::kNf4Code[q[static_cast<size_t>(j * k + i)]] *
-                                                  absmax[static_cast<size_t>(j * blocks + i / block)]);
+            ASSERT_EQ((*w)->Dequantized(j, i),
+                      cpu::kNf4Code[q[static_cast<size_t>(j * k + i)]] *
+                          absmax[static_cast<size_t>(j * blocks + i / block)]);
           }
         }
         std::vector<float> ref(static_cast<size_t>(n * m));
-        cpu::MatmulNf4Scalar(x.data(), n, k, (*w)->q.data(), (*w)->absmax.data(), block, 0, m, ref.data(), m);
+        cpu::MatmulNf4Scalar(x.data(), n, k, (*w)->q.data(), (*w)->absmax.data(), block, 0, m,
+                             ref.data(), m);
         // The exact sum in double; f32 fma chains keep ~2⁻²⁴ relative per step: 1e-5 of Σ|terms|.
         for (int64_t r = 0; r < n; ++r) {
           for (int64_t j = 0; j < m; ++j) {
             double exact = 0, mag = 0;
             for (int64_t i = 0; i < k; ++i) {
-              const double t = double(x[static_cast<size_t>(r * k + i)]) * cpu::kNf4Code[q[static_cast<size_t>(j * k + i)]] *
+              const double t = double(x[static_cast<size_t>(r * k + i)]) *
+                               cpu::kNf4Code[q[static_cast<size_t>(j * k + i)]] *
                                absmax[static_cast<size_t>(j * blocks + i / block)];
               exact += t;
               mag += std::fabs(t);
             }
-            ASSERT_NEAR(ref[static_cast<size_t>(r * m + j)], exact, 1e-5 * mag + 1e-30) << r << "," << j;
+            ASSERT_NEAR(ref[static_cast<size_t>(r * m + j)], exact, 1e-5 * mag + 1e-30)
+                << r << "," << j;
           }
         }
         for (cpu::Isa isa : Levels()) {
@@ -80,7 +86,8 @@ TEST(Nf4Kernels, EveryLevelBitExactWithTheScalarReferenceAndCloseToTheExactSum) 
           std::vector<float> y(static_cast<size_t>(n * m), -1.0f);
           // Column ranges as the op splits them: whole panels, several panels, a ragged end.
           for (auto [j0, j1] : {std::pair<int64_t, int64_t>{0, 16}, {16, 80}, {80, 96}, {96, m}}) {
-            cpu::MatmulNf4(isa, x.data(), n, k, (*w)->q.data(), (*w)->absmax.data(), block, j0, j1, y.data() + j0, m);
+            cpu::MatmulNf4(isa, x.data(), n, k, (*w)->q.data(), (*w)->absmax.data(), block, j0, j1,
+                           y.data() + j0, m);
           }
           for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], ref[i]) << "at " << i;
         }
@@ -95,7 +102,8 @@ TEST(Nf4Kernels, OpIsBatchInvariant) {
   const int64_t rows = 70, cols = 192, n = 11, block = 64;
   std::vector<uint8_t> q(static_cast<size_t>(rows * cols));
   for (auto& v : q) v = static_cast<uint8_t>(rng() % 16);
-  std::vector<float> absmax(static_cast<size_t>(rows * cols / block)), x(static_cast<size_t>(n * cols));
+  std::vector<float> absmax(static_cast<size_t>(rows * cols / block)),
+      x(static_cast<size_t>(n * cols));
   for (auto& v : absmax) v = std::fabs(nd(rng)) * 0.05f;
   for (auto& v : x) v = nd(rng);
   auto w = Nf4WeightFromRows(q.data(), absmax.data(), rows, cols, block, "w");
@@ -105,7 +113,8 @@ TEST(Nf4Kernels, OpIsBatchInvariant) {
   for (int64_t r = 0; r < n; ++r) {
     std::vector<float> one(static_cast<size_t>(rows));
     MatmulNf4(x.data() + r * cols, 1, **w, one.data());
-    for (int64_t j = 0; j < rows; ++j) ASSERT_EQ(one[static_cast<size_t>(j)], all[static_cast<size_t>(r * rows + j)]);
+    for (int64_t j = 0; j < rows; ++j)
+      ASSERT_EQ(one[static_cast<size_t>(j)], all[static_cast<size_t>(r * rows + j)]);
   }
 }
 
