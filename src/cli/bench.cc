@@ -7,6 +7,7 @@
 #include "base/check.h"
 #include "base/json.h"
 #include "base/thread_pool.h"
+#include "cli/bench_closed_loop.h"
 #include "cli/commands.h"
 #include "engine/engine.h"
 #include "lora/adapter.h"
@@ -26,6 +27,7 @@ struct BenchArgs {
   std::vector<std::string> loras;  // with adapters: base vs unmerged vs merged vs mixed
   bool no_check_weights = false;
   bool batch_invariant = false;  // the kernels loom serve uses (on there by default)
+  ClosedLoopArgs closed;           // --closed-loop C: the serving workload, engine alone
 };
 
 // Every size a measurement allocates from, checked before the first one: figures for a
@@ -156,6 +158,28 @@ int RunLoraBench(Model* model, const BenchArgs& a) {
   return 0;
 }
 
+// --closed-loop: adapters (if any) round-robin over the requests, none for the base.
+int RunClosedLoop(Model* model, const BenchArgs& a) {
+  ClosedLoopArgs c = a.closed;
+  c.prompt_len = a.prompt_len;
+  c.gen_tokens = a.gen_tokens;
+  c.json = a.json;
+  if (Status st = ValidateClosedLoopArgs(*model, c); !st.ok()) {
+    std::fprintf(stderr, "error: %s\n", st.message().c_str());
+    return 2;
+  }
+  std::vector<std::shared_ptr<const Adapter>> adapters;
+  for (size_t i = 0; i < a.loras.size(); ++i) {
+    auto ad = LoadAdapter("a" + std::to_string(i), a.loras[i], model->sites(), 0, !a.no_check_weights);
+    if (!ad.ok()) {
+      std::fprintf(stderr, "error: %s\n", ad.status().message().c_str());
+      return 1;
+    }
+    adapters.push_back(*ad);
+  }
+  return RunClosedLoopBench(model, c, adapters);
+}
+
 int RunBench(const BenchArgs& a) {
   auto model = Model::Load(a.model, LoadOptionsFromFlags(a.no_check_weights));
   if (!model.ok()) {
@@ -166,6 +190,7 @@ int RunBench(const BenchArgs& a) {
     std::fprintf(stderr, "error: %s\n", st.message().c_str());
     return 2;
   }
+  if (a.closed.clients > 0) return RunClosedLoop(model->get(), a);
   if (!a.loras.empty()) return RunLoraBench(model->get(), a);
   Measure(model->get(), a, 1, 0);  // warm the page cache and the pool
   nlohmann::json out = nlohmann::json::array();
@@ -212,6 +237,15 @@ RunFn AddBenchCommand(CLI::App& cmd) {
   AddNoCheckWeightsFlag(&cmd, &a->no_check_weights);
   cmd.add_flag("--batch-invariant", a->batch_invariant,
                "measure the batch-invariant kernels loom serve uses by default");
+  cmd.add_option("--closed-loop", a->closed.clients,
+                 "run the serving workload on the engine alone: C clients, each with one request "
+                 "in flight (adapters given by --lora round-robin); no HTTP");
+  cmd.add_option("--requests", a->closed.requests, "--closed-loop: requests in all")->capture_default_str();
+  cmd.add_option("--max-num-seqs", a->closed.max_num_seqs, "--closed-loop: sequences running at once")
+      ->capture_default_str();
+  cmd.add_option("--max-num-batched-tokens", a->closed.max_batch_tokens,
+                 "--closed-loop: token rows per step")->capture_default_str();
+  cmd.add_option("--seed", a->closed.seed, "--closed-loop: prompt seed");
   return [a] {
     GlobalMatmulOptions().batch_invariant = a->batch_invariant;
     return RunBench(*a);

@@ -43,27 +43,118 @@ void AttendRowScalar(const float* q, int hd, const PagedKvHead& kv, int first, i
   }
 }
 
+namespace {
+// exp(x) for x ≤ 0 (softmax after subtracting the max), 16 lanes: Cephes' expf polynomial
+// (≤ 2 ulp), x = n·ln2 + r, 2ⁿ applied with vscalefps. Lanes below −87.3 give 0.
+LOOM_AVX512 inline __m512 ExpNonPositive(__m512 x) {
+  const __m512 lo = _mm512_set1_ps(-87.33654f);
+  const __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+  x = _mm512_max_ps(x, lo);
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_maskz_mov_ps(static_cast<__mmask16>(~under), _mm512_scalef_ps(p, n));
+}
+
+// The 16 horizontal sums of v[0..15] as one vector (lane j = Σ v[j]), by three rounds of
+// 128-bit and in-lane shuffles: ~30 shuffles and 15 adds instead of 16 reductions. The order of
+// each sum depends only on j.
+LOOM_AVX512 inline __m512 HorizontalSums16(const __m512* v) {
+  __m512 w[8], u[4], r[2];
+  for (int i = 0; i < 8; ++i) {  // chunks: [v2i.c0+c2, v2i.c1+c3, v2i+1.c0+c2, v2i+1.c1+c3]
+    w[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
+                         _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xee));
+  }
+  for (int i = 0; i < 4; ++i) {  // chunk c ← input 4i + c
+    u[i] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0x88),
+                         _mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0xdd));
+  }
+  for (int i = 0; i < 2; ++i) {  // chunk c: lanes 0,1 ← input 8i + c; lanes 2,3 ← 8i + 4 + c
+    r[i] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * i], u[2 * i + 1], 0x44),
+                         _mm512_shuffle_ps(u[2 * i], u[2 * i + 1], 0xee));
+  }
+  // lane 4c + l ← input c + 4l; put input j in lane j.
+  const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(r[0], r[1], 0x88), _mm512_shuffle_ps(r[0], r[1], 0xdd));
+  const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm512_permutexvar_ps(idx, s);
+}
+
+// out[hd] += w · v[hd] for NC = hd / 16 register-resident chunks.
+template <int NC>
+LOOM_AVX512 inline void AccumulateV(const float* scores, float inv, const PagedKvHead& kv,
+                                    int first, int last, int hd, float* out) {
+  __m512 o[NC];
+  for (int c = 0; c < NC; ++c) o[c] = _mm512_setzero_ps();
+  for (int p = first; p <= last; ++p) {
+    const float* v = At(kv.v, kv, p, hd);
+    const __m512 w = _mm512_set1_ps(scores[p] * inv);
+    for (int c = 0; c < NC; ++c) o[c] = _mm512_fmadd_ps(w, _mm512_loadu_ps(v + 16 * c), o[c]);
+  }
+  for (int c = 0; c < NC; ++c) _mm512_storeu_ps(out + 16 * c, o[c]);
+}
+}  // namespace
+
+// Keys 16 at a time (one cache block: 16 consecutive positions of a head are contiguous):
+// 16 lane-wise dot products folded by HorizontalSums16, the softmax's exp 16 lanes at a time,
+// then one pass over V with the output in registers. Every score and sum has an order fixed by
+// the row's own positions, so a row's result never depends on the other rows.
 LOOM_AVX512 void AttendRowAvx512(const float* q, int hd, const PagedKvHead& kv, int first,
                                  int last, float scale, float softcap, float* scores,
                                  float* out) {
   const int full = hd & ~15;
   const __mmask16 tail = static_cast<__mmask16>((1u << (hd - full)) - 1);
-  float mx = -INFINITY;
-  for (int p = first; p <= last; ++p) {
-    const float* k = At(kv.k, kv, p, hd);
-    __m512 acc = _mm512_setzero_ps();
-    for (int d = 0; d < full; d += 16) {
-      acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(k + d), acc);
+  __m512 vmax = _mm512_set1_ps(-INFINITY);
+  for (int p0 = first & ~15; p0 <= last; p0 += 16) {
+    // Lanes of this block inside [first, last].
+    const int lo = std::max(first - p0, 0), hi = std::min(last - p0, 15);
+    const __mmask16 live = static_cast<__mmask16>(((1u << (hi + 1)) - 1) & ~((1u << lo) - 1));
+    const float* kb = At(kv.k, kv, p0, hd);  // [16, hd], contiguous within the block
+    __m512 acc[16];
+    for (int j = 0; j < 16; ++j) {
+      const float* k = kb + j * hd;
+      __m512 a = _mm512_setzero_ps();
+      if ((live >> j) & 1) {
+        for (int d = 0; d < full; d += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(k + d), a);
+        if (tail) a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, q + full), _mm512_maskz_loadu_ps(tail, k + full), a);
+      }
+      acc[j] = a;
     }
-    if (tail) {
-      acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, q + full), _mm512_maskz_loadu_ps(tail, k + full), acc);
+    __m512 s = _mm512_mul_ps(HorizontalSums16(acc), _mm512_set1_ps(scale));
+    if (softcap > 0) {
+      alignas(64) float tmp[16];
+      _mm512_store_ps(tmp, s);
+      for (float& t : tmp) t = SoftCap(t, softcap);
+      s = _mm512_load_ps(tmp);
     }
-    scores[p] = SoftCap(_mm512_reduce_add_ps(acc) * scale, softcap);
-    mx = std::max(mx, scores[p]);
+    _mm512_mask_storeu_ps(scores + p0, live, s);
+    vmax = _mm512_mask_max_ps(vmax, live, vmax, s);
   }
-  float sum = 0;
-  for (int p = first; p <= last; ++p) sum += scores[p] = std::exp(scores[p] - mx);
-  const float inv = 1.0f / sum;
+  const float mx = _mm512_reduce_max_ps(vmax);
+  const __m512 vmx = _mm512_set1_ps(mx);
+  __m512 vsum = _mm512_setzero_ps();
+  for (int p0 = first & ~15; p0 <= last; p0 += 16) {
+    const int lo = std::max(first - p0, 0), hi = std::min(last - p0, 15);
+    const __mmask16 live = static_cast<__mmask16>(((1u << (hi + 1)) - 1) & ~((1u << lo) - 1));
+    const __m512 e = ExpNonPositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, scores + p0), vmx));
+    const __m512 el = _mm512_maskz_mov_ps(live, e);
+    _mm512_mask_storeu_ps(scores + p0, live, el);
+    vsum = _mm512_add_ps(vsum, el);
+  }
+  const float inv = 1.0f / _mm512_reduce_add_ps(vsum);
+  switch (hd) {
+    case 64: return AccumulateV<4>(scores, inv, kv, first, last, hd, out);
+    case 128: return AccumulateV<8>(scores, inv, kv, first, last, hd, out);
+    case 256: return AccumulateV<16>(scores, inv, kv, first, last, hd, out);
+    default: break;
+  }
   for (int d = 0; d < hd; d += 16) {
     const __mmask16 m = d + 16 <= hd ? static_cast<__mmask16>(0xffff) : tail;
     __m512 o = _mm512_setzero_ps();

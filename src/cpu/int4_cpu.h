@@ -25,7 +25,7 @@ int8_t UnpackInt4(const uint8_t* panel, int64_t c, int64_t i);
 // xq: [n, k_pad]; corr: [n, k_pad / group].
 void Int4Corrections(const int8_t* xq, int64_t n, int64_t k_pad, int group, int32_t* corr);
 
-// y[r, j − j0] (row stride ldy) for j in [j0, j1), j0 a multiple of 16, group ∈ {32, 128}:
+// y[r, j − j0] (row stride ldy) for j in [j0, j1), j0 a multiple of 16, group ∈ {32, 64, 128}:
 //   xq [n, k_pad] int8 activations, sx [n] their row scales, corr [n, k_pad / group];
 //   wq: panels (16 · k_pad / 2 bytes each); wd: per panel [k_pad / group, 16] f16 scales.
 // Every ISA returns the same bits: per group g the exact int32 t = corr[r, g] + Σ_{i∈g} (q + 8)·x
@@ -40,5 +40,31 @@ void MatmulInt4Scalar(const int8_t* xq, const float* sx, const int32_t* corr, in
 void MatmulInt4Vnni(const int8_t* xq, const float* sx, const int32_t* corr, int64_t n,
                     int64_t k_pad, const uint8_t* wq, const uint16_t* wd, int group, int64_t j0,
                     int64_t j1, float* y, int64_t ldy);
+// AVX2 without VNNI: vpmaddubsw(q + 8, x) pairs are at most 2·15·128 = 3840, two of them summed
+// in int16 7680, far from saturating; then vpmaddwd into int32.
+void MatmulInt4Avx2(const int8_t* xq, const float* sx, const int32_t* corr, int64_t n,
+                    int64_t k_pad, const uint8_t* wq, const uint16_t* wd, int group, int64_t j0,
+                    int64_t j1, float* y, int64_t ldy);
+// AVX-VNNI: the AVX512_VNNI kernel's arithmetic on ymm halves of each panel.
+void MatmulInt4AvxVnni(const int8_t* xq, const float* sx, const int32_t* corr, int64_t n,
+                       int64_t k_pad, const uint8_t* wq, const uint16_t* wd, int group,
+                       int64_t j0, int64_t j1, float* y, int64_t ldy);
+
+// Asymmetric weights with per-group zero points (GPTQ, AWQ): W[j, i] = d[j, g]·(u − z[j, g]),
+// u the stored nibble (0..15, the panel's q + 8) and z in 0..16. Group 32, 64 or 128.
+// sums[r, g] = Σ_{i∈g} xq[r, i]; xq: [n, k_pad]; sums: [n, k_pad / group].
+void Int4GroupSums(const int8_t* xq, int64_t n, int64_t k_pad, int group, int32_t* sums);
+// As MatmulInt4 with wz: per panel [k_pad / group, 16] zero points (uint8), and per group the
+// exact int32 t = Σ_{i∈g} u·x − z[j, g]·sums[r, g] (|t| ≤ 128·15·127 + 16·128·127 < 2³¹);
+// acc = fma(float(t), d[j, g], acc) in group order; y = acc · sx[r]. Same bits at every ISA.
+void MatmulInt4Zp(Isa isa, const int8_t* xq, const float* sx, const int32_t* sums, int64_t n,
+                  int64_t k_pad, const uint8_t* wq, const uint16_t* wd, const uint8_t* wz,
+                  int group, int64_t j0, int64_t j1, float* y, int64_t ldy);
+void MatmulInt4ZpScalar(const int8_t* xq, const float* sx, const int32_t* sums, int64_t n,
+                        int64_t k_pad, const uint8_t* wq, const uint16_t* wd, const uint8_t* wz,
+                        int group, int64_t j0, int64_t j1, float* y, int64_t ldy);
+void MatmulInt4ZpVnni(const int8_t* xq, const float* sx, const int32_t* sums, int64_t n,
+                      int64_t k_pad, const uint8_t* wq, const uint16_t* wd, const uint8_t* wz,
+                      int group, int64_t j0, int64_t j1, float* y, int64_t ldy);
 
 }  // namespace loom::cpu

@@ -59,14 +59,64 @@ void MatmulInt4Scalar(const int8_t* xq, const float* sx, const int32_t* corr, in
   }
 }
 
+void Int4GroupSums(const int8_t* xq, int64_t n, int64_t k_pad, int group, int32_t* sums) {
+  const int64_t groups = k_pad / group;
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t g = 0; g < groups; ++g) {
+      int32_t s = 0;
+      for (int64_t i = g * group; i < (g + 1) * group; ++i) s += xq[r * k_pad + i];
+      sums[r * groups + g] = s;
+    }
+  }
+}
+
+void MatmulInt4ZpScalar(const int8_t* xq, const float* sx, const int32_t* sums, int64_t n,
+                        int64_t k_pad, const uint8_t* wq, const uint16_t* wd, const uint8_t* wz,
+                        int group, int64_t j0, int64_t j1, float* y, int64_t ldy) {
+  const int64_t groups = k_pad / group;
+  for (int64_t r = 0; r < n; ++r) {
+    const int8_t* x = xq + r * k_pad;
+    for (int64_t j = j0; j < j1; ++j) {
+      const int64_t p = j / kInt4Panel, c = j % kInt4Panel;
+      const uint8_t* panel = wq + p * kInt4Panel * k_pad / 2;
+      const uint16_t* d = wd + p * groups * kInt4Panel;
+      const uint8_t* z = wz + p * groups * kInt4Panel;
+      float acc = 0;
+      for (int64_t g = 0; g < groups; ++g) {
+        int32_t t = -int32_t{z[g * kInt4Panel + c]} * sums[r * groups + g];
+        for (int64_t i = g * group; i < (g + 1) * group; ++i) {
+          t += (UnpackInt4(panel, c, i) + 8) * int32_t{x[i]};
+        }
+        acc = std::fma(static_cast<float>(t), F16ToF32(d[g * kInt4Panel + c]), acc);
+      }
+      y[r * ldy + (j - j0)] = acc * sx[r];
+    }
+  }
+}
+
+void MatmulInt4Zp(Isa isa, const int8_t* xq, const float* sx, const int32_t* sums, int64_t n,
+                  int64_t k_pad, const uint8_t* wq, const uint16_t* wd, const uint8_t* wz,
+                  int group, int64_t j0, int64_t j1, float* y, int64_t ldy) {
+  if (isa >= Isa::kAvx512 && HasAvx512Vnni()) {
+    MatmulInt4ZpVnni(xq, sx, sums, n, k_pad, wq, wd, wz, group, j0, j1, y, ldy);
+  } else {
+    MatmulInt4ZpScalar(xq, sx, sums, n, k_pad, wq, wd, wz, group, j0, j1, y, ldy);
+  }
+}
+
 void MatmulInt4(Isa isa, const int8_t* xq, const float* sx, const int32_t* corr, int64_t n,
                 int64_t k_pad, const uint8_t* wq, const uint16_t* wd, int group, int64_t j0,
                 int64_t j1, float* y, int64_t ldy) {
-  if (isa >= Isa::kAvx512 && HasAvx512Vnni()) {
-    MatmulInt4Vnni(xq, sx, corr, n, k_pad, wq, wd, group, j0, j1, y, ldy);
-  } else {
-    MatmulInt4Scalar(xq, sx, corr, n, k_pad, wq, wd, group, j0, j1, y, ldy);
+  switch (IntKernelFor(isa)) {
+    case IntKernel::kAvx512Vnni:
+      return MatmulInt4Vnni(xq, sx, corr, n, k_pad, wq, wd, group, j0, j1, y, ldy);
+    case IntKernel::kAvxVnni:
+      return MatmulInt4AvxVnni(xq, sx, corr, n, k_pad, wq, wd, group, j0, j1, y, ldy);
+    case IntKernel::kAvx2:
+      return MatmulInt4Avx2(xq, sx, corr, n, k_pad, wq, wd, group, j0, j1, y, ldy);
+    case IntKernel::kScalar: break;
   }
+  MatmulInt4Scalar(xq, sx, corr, n, k_pad, wq, wd, group, j0, j1, y, ldy);
 }
 
 }  // namespace loom::cpu

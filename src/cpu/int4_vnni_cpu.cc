@@ -24,11 +24,12 @@ LOOM_VNNI inline __m512i Broadcast4(const int8_t* x) {
 }
 
 // R activation rows × P panels (16 columns each) starting at panel p0; `cols` valid columns in
-// the last panel. The arithmetic per (row, column) is MatmulInt4's contract (int4_cpu.h).
-template <int R, int P, int G>
+// the last panel. The arithmetic per (row, column) is MatmulInt4's contract (int4_cpu.h); with
+// Z, MatmulInt4Zp's (corr holds the group sums, wz the zero points).
+template <int R, int P, int G, bool Z>
 LOOM_VNNI inline void Tile(const int8_t* xq, const float* sx, const int32_t* corr, int64_t kp,
-                           const uint8_t* wq, const uint16_t* wd, int64_t p0, int cols, float* y,
-                           int64_t ldy) {
+                           const uint8_t* wq, const uint16_t* wd, const uint8_t* wz, int64_t p0,
+                           int cols, float* y, int64_t ldy) {
   const int64_t groups = kp / G, panel_bytes = kInt4Panel * kp / 2;
   const __m512i nib = _mm512_set1_epi8(0x0F);
   __m512 acc[R][P];
@@ -37,11 +38,26 @@ LOOM_VNNI inline void Tile(const int8_t* xq, const float* sx, const int32_t* cor
   }
   for (int64_t g = 0; g < groups; ++g) {
     __m512i lo[R][P], hi[R][P];
-    for (int r = 0; r < R; ++r) {
-      const __m512i c = _mm512_set1_epi32(corr[r * groups + g]);
+    if constexpr (Z) {  // −z·Σx per column: exact int32
+      __m512i z[P];
       for (int p = 0; p < P; ++p) {
-        lo[r][p] = c;
-        hi[r][p] = _mm512_setzero_si512();
+        z[p] = _mm512_cvtepu8_epi32(_mm_loadu_si128(
+            reinterpret_cast<const __m128i*>(wz + ((p0 + p) * groups + g) * kInt4Panel)));
+      }
+      for (int r = 0; r < R; ++r) {
+        const __m512i s = _mm512_set1_epi32(-corr[r * groups + g]);
+        for (int p = 0; p < P; ++p) {
+          lo[r][p] = _mm512_mullo_epi32(z[p], s);
+          hi[r][p] = _mm512_setzero_si512();
+        }
+      }
+    } else {
+      for (int r = 0; r < R; ++r) {
+        const __m512i c = _mm512_set1_epi32(corr[r * groups + g]);
+        for (int p = 0; p < P; ++p) {
+          lo[r][p] = c;
+          hi[r][p] = _mm512_setzero_si512();
+        }
       }
     }
     for (int64_t t = g * G / 8; t < (g + 1) * G / 8; ++t) {
@@ -83,38 +99,38 @@ LOOM_VNNI inline void Tile(const int8_t* xq, const float* sx, const int32_t* cor
   }
 }
 
-template <int R, int G>
+template <int R, int G, bool Z>
 LOOM_VNNI void Rows(const int8_t* xq, const float* sx, const int32_t* corr, int64_t kp,
-                    const uint8_t* wq, const uint16_t* wd, int64_t j0, int64_t j1, float* y,
-                    int64_t ldy) {
+                    const uint8_t* wq, const uint16_t* wd, const uint8_t* wz, int64_t j0,
+                    int64_t j1, float* y, int64_t ldy) {
   constexpr int P = R == 1 ? 4 : 2;
   const int64_t first = j0 / kInt4Panel, last = (j1 + kInt4Panel - 1) / kInt4Panel;
   int64_t p = first;
   for (; p + P < last || (p + P == last && j1 % kInt4Panel == 0); p += P) {
-    Tile<R, P, G>(xq, sx, corr, kp, wq, wd, p, 16, y + (p - first) * kInt4Panel, ldy);
+    Tile<R, P, G, Z>(xq, sx, corr, kp, wq, wd, wz, p, 16, y + (p - first) * kInt4Panel, ldy);
   }
   for (; p < last; ++p) {
     const int cols = static_cast<int>(std::min<int64_t>(kInt4Panel, j1 - p * kInt4Panel));
-    Tile<R, 1, G>(xq, sx, corr, kp, wq, wd, p, cols, y + (p - first) * kInt4Panel, ldy);
+    Tile<R, 1, G, Z>(xq, sx, corr, kp, wq, wd, wz, p, cols, y + (p - first) * kInt4Panel, ldy);
   }
 }
 
-template <int G>
+template <int G, bool Z>
 LOOM_VNNI void AllRows(const int8_t* xq, const float* sx, const int32_t* corr, int64_t n,
-                       int64_t kp, const uint8_t* wq, const uint16_t* wd, int64_t j0, int64_t j1,
-                       float* y, int64_t ldy) {
+                       int64_t kp, const uint8_t* wq, const uint16_t* wd, const uint8_t* wz,
+                       int64_t j0, int64_t j1, float* y, int64_t ldy) {
   const int64_t cs = kp / G;
   int64_t r = 0;
   for (; r + 4 <= n; r += 4) {
-    Rows<4, G>(xq + r * kp, sx + r, corr + r * cs, kp, wq, wd, j0, j1, y + r * ldy, ldy);
+    Rows<4, G, Z>(xq + r * kp, sx + r, corr + r * cs, kp, wq, wd, wz, j0, j1, y + r * ldy, ldy);
   }
   const int64_t left = n - r;
   const int8_t* x = xq + r * kp;
   const int32_t* cr = corr + r * cs;
   float* yr = y + r * ldy;
-  if (left == 3) Rows<3, G>(x, sx + r, cr, kp, wq, wd, j0, j1, yr, ldy);
-  if (left == 2) Rows<2, G>(x, sx + r, cr, kp, wq, wd, j0, j1, yr, ldy);
-  if (left == 1) Rows<1, G>(x, sx + r, cr, kp, wq, wd, j0, j1, yr, ldy);
+  if (left == 3) Rows<3, G, Z>(x, sx + r, cr, kp, wq, wd, wz, j0, j1, yr, ldy);
+  if (left == 2) Rows<2, G, Z>(x, sx + r, cr, kp, wq, wd, wz, j0, j1, yr, ldy);
+  if (left == 1) Rows<1, G, Z>(x, sx + r, cr, kp, wq, wd, wz, j0, j1, yr, ldy);
 }
 
 }  // namespace
@@ -123,9 +139,24 @@ LOOM_VNNI void MatmulInt4Vnni(const int8_t* xq, const float* sx, const int32_t* 
                               int64_t k_pad, const uint8_t* wq, const uint16_t* wd, int group,
                               int64_t j0, int64_t j1, float* y, int64_t ldy) {
   if (group == 128) {
-    AllRows<128>(xq, sx, corr, n, k_pad, wq, wd, j0, j1, y, ldy);
+    AllRows<128, false>(xq, sx, corr, n, k_pad, wq, wd, nullptr, j0, j1, y, ldy);
+  } else if (group == 64) {
+    AllRows<64, false>(xq, sx, corr, n, k_pad, wq, wd, nullptr, j0, j1, y, ldy);
   } else {
-    AllRows<32>(xq, sx, corr, n, k_pad, wq, wd, j0, j1, y, ldy);
+    AllRows<32, false>(xq, sx, corr, n, k_pad, wq, wd, nullptr, j0, j1, y, ldy);
+  }
+}
+
+LOOM_VNNI void MatmulInt4ZpVnni(const int8_t* xq, const float* sx, const int32_t* sums, int64_t n,
+                                int64_t k_pad, const uint8_t* wq, const uint16_t* wd,
+                                const uint8_t* wz, int group, int64_t j0, int64_t j1, float* y,
+                                int64_t ldy) {
+  if (group == 128) {
+    AllRows<128, true>(xq, sx, sums, n, k_pad, wq, wd, wz, j0, j1, y, ldy);
+  } else if (group == 64) {
+    AllRows<64, true>(xq, sx, sums, n, k_pad, wq, wd, wz, j0, j1, y, ldy);
+  } else {
+    AllRows<32, true>(xq, sx, sums, n, k_pad, wq, wd, wz, j0, j1, y, ldy);
   }
 }
 

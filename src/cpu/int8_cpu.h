@@ -20,6 +20,16 @@ inline constexpr int64_t kInt8Panel = 16;
 
 // AVX512_VNNI (vpdpbusd) on top of the kAvx512 level.
 bool HasAvx512Vnni();
+// AVX-VNNI (VEX-encoded vpdpbusd on ymm: Alder Lake, Sapphire Rapids, Zen 5 and later) on top of
+// the kAvx2 level. LOOM_AVXVNNI=0 hides it (to run and measure the plain AVX2 kernel).
+bool HasAvxVnni();
+
+// The kernel an ISA level runs for int8 and int4 (decode, and prefill where AMX is not used):
+// from kAvx512 AVX512_VNNI where the CPU has it; else from kAvx2 AVX-VNNI where the CPU has it,
+// else AVX2 (vpmaddubsw + vpmaddwd); else scalar. All return the same bits.
+enum class IntKernel { kScalar, kAvx2, kAvxVnni, kAvx512Vnni };
+IntKernel IntKernelFor(Isa isa);
+const char* IntKernelName(IntKernel kernel);
 
 // Symmetric per-row quantization: s = max|x[r]|/127, xq = clamp(rint(x / s), ±127) (round half
 // to even). An all-zero row gets s = 0 and xq = 0. x: [n, k] f32; xq: [n, k]; sx: [n].
@@ -29,7 +39,8 @@ void QuantizeRowsInt8(const float* x, int64_t n, int64_t k, int8_t* xq, float* s
 void PackInt8Panel(const int8_t* q, int64_t k_pad, int8_t* out);
 
 // y[r, j − j0] (row stride ldy) for j in [j0, j1), j0 a multiple of 16:
-//   xu [n, k_pad] activations biased to u8 (xq + 128; padding 128), sx [n] their row scales;
+//   xu [n, k_pad] activations biased to u8 (xq + 128, xq in −127..127 as QuantizeRowsInt8
+//   makes them, so xu ≥ 1; padding 128), sx [n] their row scales;
 //   wq: panels; sw [m_pad] weight row scales; wsum [m_pad] Σ_k wq[j, k].
 // Every ISA returns the same bits: the integer sum is exact and
 // y = float(Σ (xu − 128)·wq) · (sx[r] · sw[j]) in that order.
@@ -51,5 +62,14 @@ void MatmulInt8Scalar(const uint8_t* xu, const float* sx, int64_t n, int64_t k_p
 void MatmulInt8Vnni(const uint8_t* xu, const float* sx, int64_t n, int64_t k_pad,
                     const int8_t* wq, const float* sw, const int32_t* wsum, int64_t j0,
                     int64_t j1, float* y, int64_t ldy);
+// AVX2 without VNNI: vpmaddubsw(|w|, sign(xq, w)) pairs are at most 2·128·127 = 32512 in
+// magnitude, so the int16 step never saturates (it needs xq ≠ −128, i.e. xu ≥ 1); wsum unused.
+void MatmulInt8Avx2(const uint8_t* xu, const float* sx, int64_t n, int64_t k_pad,
+                    const int8_t* wq, const float* sw, const int32_t* wsum, int64_t j0,
+                    int64_t j1, float* y, int64_t ldy);
+// AVX-VNNI: the AVX512_VNNI kernel's arithmetic on ymm halves of each panel.
+void MatmulInt8AvxVnni(const uint8_t* xu, const float* sx, int64_t n, int64_t k_pad,
+                       const int8_t* wq, const float* sw, const int32_t* wsum, int64_t j0,
+                       int64_t j1, float* y, int64_t ldy);
 
 }  // namespace loom::cpu

@@ -67,11 +67,13 @@ void MatmulInt8Scalar(const uint8_t* xu, const float* sx, int64_t n, int64_t k_p
 void MatmulInt8(Isa isa, const uint8_t* xu, const float* sx, int64_t n, int64_t k_pad,
                 const int8_t* wq, const float* sw, const int32_t* wsum, int64_t j0, int64_t j1,
                 float* y, int64_t ldy) {
-  if (isa >= Isa::kAvx512 && HasAvx512Vnni()) {
-    MatmulInt8Vnni(xu, sx, n, k_pad, wq, sw, wsum, j0, j1, y, ldy);
-  } else {
-    MatmulInt8Scalar(xu, sx, n, k_pad, wq, sw, wsum, j0, j1, y, ldy);
+  switch (IntKernelFor(isa)) {
+    case IntKernel::kAvx512Vnni: return MatmulInt8Vnni(xu, sx, n, k_pad, wq, sw, wsum, j0, j1, y, ldy);
+    case IntKernel::kAvxVnni: return MatmulInt8AvxVnni(xu, sx, n, k_pad, wq, sw, wsum, j0, j1, y, ldy);
+    case IntKernel::kAvx2: return MatmulInt8Avx2(xu, sx, n, k_pad, wq, sw, wsum, j0, j1, y, ldy);
+    case IntKernel::kScalar: break;
   }
+  MatmulInt8Scalar(xu, sx, n, k_pad, wq, sw, wsum, j0, j1, y, ldy);
 }
 
 }  // namespace loom::cpu

@@ -1,7 +1,10 @@
-// LoRA expand kernels: scalar reference and AVX-512 (16 outputs per register, rank FMAs each).
+// LoRA shrink and expand kernels: scalar reference and AVX-512.
 #include "cpu/lora_cpu.h"
 
 #include <immintrin.h>
+
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #define LOOM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
 
@@ -60,6 +63,107 @@ LOOM_AVX512 void LoraExpandAvx512(const float* t, int64_t rows, int rank, DType 
       }
       for (int64_t i = 0; i < nr; ++i) _mm512_mask_storeu_ps(d + (r + i) * width + (j - j0), m, acc[i]);
     }
+  }
+}
+
+void LoraExpandAddScalar(const float* t, int64_t rows, int rank, DType dtype, const void* bt,
+                         int64_t out, int64_t j0, int64_t j1, float scale, float* y, int64_t ldy) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = j0; j < j1; ++j) {
+      float acc = 0;
+      for (int k = 0; k < rank; ++k) acc += t[r * rank + k] * Load(dtype, bt, k * out + j);
+      y[r * ldy + j] += scale * acc;
+    }
+  }
+}
+
+// 16 columns × up to 8 rows per block: each Bᵀ vector is loaded once per 8 rows.
+LOOM_AVX512 void LoraExpandAddAvx512(const float* t, int64_t rows, int rank, DType dtype,
+                                     const void* bt, int64_t out, int64_t j0, int64_t j1,
+                                     float scale, float* y, int64_t ldy) {
+  const __m512 vs = _mm512_set1_ps(scale);
+  for (int64_t j = j0; j < j1; j += 16) {
+    const __mmask16 m = j + 16 <= j1 ? static_cast<__mmask16>(0xffff)
+                                     : static_cast<__mmask16>((1u << (j1 - j)) - 1);
+    for (int64_t r = 0; r < rows; r += 8) {
+      const int64_t nr = rows - r < 8 ? rows - r : 8;
+      __m512 acc[8];
+      for (int i = 0; i < 8; ++i) acc[i] = _mm512_setzero_ps();
+      for (int k = 0; k < rank; ++k) {
+        const __m512 b = Load16(dtype, bt, int64_t{k} * out + j, m);
+        for (int64_t i = 0; i < nr; ++i) {
+          acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(t[(r + i) * rank + k]), b, acc[i]);
+        }
+      }
+      for (int64_t i = 0; i < nr; ++i) {
+        float* yr = y + (r + i) * ldy + j;
+        _mm512_mask_storeu_ps(yr, m, _mm512_fmadd_ps(vs, acc[i], _mm512_maskz_loadu_ps(m, yr)));
+      }
+    }
+  }
+}
+
+void LoraExpandAdd(Isa isa, const float* t, int64_t rows, int rank, DType dtype, const void* bt,
+                   int64_t out, int64_t j0, int64_t j1, float scale, float* y, int64_t ldy) {
+  switch (isa) {
+    case Isa::kAmx:
+    case Isa::kAvx512Bf16:
+    case Isa::kAvx512: return LoraExpandAddAvx512(t, rows, rank, dtype, bt, out, j0, j1, scale, y, ldy);
+    case Isa::kAvx2:
+    case Isa::kScalar: return LoraExpandAddScalar(t, rows, rank, dtype, bt, out, j0, j1, scale, y, ldy);
+  }
+}
+
+void LoraShrinkScalar(const float* x, int64_t rows, int64_t in, DType dtype, const void* a,
+                      int rank, float* t) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int k = 0; k < rank; ++k) {
+      float acc = 0;
+      for (int64_t i = 0; i < in; ++i) acc += x[r * in + i] * Load(dtype, a, k * in + i);
+      t[r * rank + k] = acc;
+    }
+  }
+}
+
+// Blocks of up to 4 rows × 4 ranks share their loads (16 accumulators); each accumulator sums
+// its own row and rank over i in 16 lanes, then _mm512_reduce_add_ps: the order of a row's sums
+// depends only on `in`.
+LOOM_AVX512 void LoraShrinkAvx512(const float* x, int64_t rows, int64_t in, DType dtype,
+                                  const void* a, int rank, float* t) {
+  const int64_t full = in / 16 * 16;
+  const __mmask16 tail = static_cast<__mmask16>((1u << (in - full)) - 1);
+  for (int64_t r = 0; r < rows; r += 4) {
+    const int nr = static_cast<int>(rows - r < 4 ? rows - r : 4);
+    for (int k = 0; k < rank; k += 4) {
+      const int nk = rank - k < 4 ? rank - k : 4;
+      __m512 acc[4][4];
+      for (int i = 0; i < 4; ++i) {
+        for (int q = 0; q < 4; ++q) acc[i][q] = _mm512_setzero_ps();
+      }
+      for (int64_t i0 = 0; i0 < in; i0 += 16) {
+        const __mmask16 m = i0 < full ? static_cast<__mmask16>(0xffff) : tail;
+        __m512 av[4];
+        for (int q = 0; q < nk; ++q) av[q] = Load16(dtype, a, int64_t{k + q} * in + i0, m);
+        for (int i = 0; i < nr; ++i) {
+          const __m512 xv = _mm512_maskz_loadu_ps(m, x + (r + i) * in + i0);
+          for (int q = 0; q < nk; ++q) acc[i][q] = _mm512_fmadd_ps(xv, av[q], acc[i][q]);
+        }
+      }
+      for (int i = 0; i < nr; ++i) {
+        for (int q = 0; q < nk; ++q) t[(r + i) * rank + k + q] = _mm512_reduce_add_ps(acc[i][q]);
+      }
+    }
+  }
+}
+
+void LoraShrink(Isa isa, const float* x, int64_t rows, int64_t in, DType dtype, const void* a,
+                int rank, float* t) {
+  switch (isa) {
+    case Isa::kAmx:
+    case Isa::kAvx512Bf16:
+    case Isa::kAvx512: return LoraShrinkAvx512(x, rows, in, dtype, a, rank, t);
+    case Isa::kAvx2:
+    case Isa::kScalar: return LoraShrinkScalar(x, rows, in, dtype, a, rank, t);
   }
 }
 

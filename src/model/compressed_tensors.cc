@@ -127,8 +127,8 @@ StatusOr<CtConfig> CtConfig::Parse(const json& qc, const std::string& where) {
   RETURN_IF_ERROR(GetString(qc, "quant_method", what, &method));
   if (method != "compressed-tensors") {
     return InvalidArgument(what + ": quant_method '" + method +
-                           "' is not supported (loom reads pre-quantized compressed-tensors "
-                           "checkpoints)");
+                           "' is not supported (loom reads pre-quantized compressed-tensors, "
+                           "gptq and awq checkpoints)");
   }
   RETURN_IF_ERROR(CheckKeys(qc, {"quant_method", "format", "config_groups", "ignore",
                                  "quantization_status", "kv_cache_scheme", "sparsity_config",

@@ -64,19 +64,22 @@ void Linear::Forward(const float* x, int64_t n, float* y, const LoraBatch& lora)
     base_matmul(nullptr);  // a projection no segment adapts costs nothing extra
     return;
   }
-  // Shrink: t = x[rows]·Aᵀ per segment (tiny for decode; threaded by Matmul for prefill).
+  // Shrink: t = x[rows]·Aᵀ for every segment, in one parallel region.
   AlignedBuffer<float>& t = ShrinkScratch();
   LOOM_CHECK_OK(t.Resize(t_size));
-  for (size_t i = 0; i < num_active; ++i) {
-    const Segment& seg = *act[i].seg;
-    const LoraWeights& lw = *act[i].lw;
-    float* ts = t.data() + act[i].t_offset;
-    if (seg.num_rows < 4 && !GlobalMatmulOptions().batch_invariant) {
-      // decode rows: rank × in MACs, cheaper than waking the workers
-      MatmulColumns(x + seg.first_row * in, seg.num_rows, lw.a, 0, lw.rank, ts, lw.rank);
-    } else {
-      Matmul(x + seg.first_row * in, seg.num_rows, lw.a, ts);
+  if (num_active > 0) {
+    LoraShrinkJob jobs_small[16];
+    std::vector<LoraShrinkJob> jobs_many;
+    LoraShrinkJob* jobs = jobs_small;
+    if (num_active > 16) {
+      jobs_many.resize(num_active);
+      jobs = jobs_many.data();
     }
+    for (size_t i = 0; i < num_active; ++i) {
+      const Segment& seg = *act[i].seg;
+      jobs[i] = {x + seg.first_row * in, seg.num_rows, &act[i].lw->a, t.data() + act[i].t_offset};
+    }
+    LoraShrinkBatch(jobs, num_active, in);
   }
   // Expand, DoRA and bias per column block, inside the base matmul's parallel region.
   const bool batch_invariant = GlobalMatmulOptions().batch_invariant;
@@ -86,6 +89,12 @@ void Linear::Forward(const float* x, int64_t n, float* y, const LoraBatch& lora)
     for (size_t i = 0; i < num_active; ++i) {
       const Segment& seg = *act[i].seg;
       const LoraWeights& lw = *act[i].lw;
+      if (lw.bias.empty() && lw.dora_gain.empty() && (seg.num_rows >= 4 || batch_invariant)) {
+        // plain LoRA: y += scale·(t·Bᵀ) straight into y's rows
+        LoraExpandAddBlock(t.data() + act[i].t_offset, seg.num_rows, lw.rank, lw.b_t.dtype,
+                           lw.b_t.data, out, j0, j1, lw.scale, y + seg.first_row * out, out);
+        continue;
+      }
       LOOM_CHECK_OK(d.Resize(static_cast<size_t>(seg.num_rows * width)));
       if (seg.num_rows >= 4 || batch_invariant) {
         // compute-bound: broadcast-FMA over Bᵀ, no reductions; the same summation order for

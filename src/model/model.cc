@@ -42,21 +42,28 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadO
   ASSIGN_OR_RETURN(m->config_, LoadModelConfig(dir));
   ASSIGN_OR_RETURN(m->store_, SafetensorsStore::Open(dir));
   if (options.check_weights) RETURN_IF_ERROR(CheckStoreFinite(*m->store_, ""));
-  // quantization_config.quant_method picks the reader: "bitsandbytes" (NF4), else compressed-tensors.
+  // quantization_config.quant_method picks the reader: bitsandbytes (model/bnb.h), gptq / awq
+  // (model/gptq.h), else compressed-tensors (which rejects any other method by name).
   ASSIGN_OR_RETURN(std::optional<BnbConfig> bnb, BnbConfig::Load(dir));
+  std::optional<GptqConfig> gptq;
   std::optional<CtConfig> quant;
   if (!bnb) {
+    ASSIGN_OR_RETURN(gptq, GptqConfig::Load(dir));
+  }
+  if (!bnb && !gptq) {
     ASSIGN_OR_RETURN(quant, CtConfig::Load(dir));
   }
   if (bnb) m->prequantized_ = "bitsandbytes nf4";
+  if (gptq) m->prequantized_ = gptq->Name();
   if (quant) m->prequantized_ = "compressed-tensors";
-  if ((quant || bnb) && options.quantize != LoadOptions::Quantization::kNone) {
+  if (!m->prequantized_.empty() && options.quantize != LoadOptions::Quantization::kNone) {
     return InvalidArgument(dir + ": --quantize on a pre-quantized (" + m->prequantized_ + ") "
                            "checkpoint; its projections are already quantized, serve it without "
                            "--quantize");
   }
   RETURN_IF_ERROR(LoadWeights(m->config_, *m->store_, &m->weights_, &m->sites_, &m->site_linears_,
-                              quant ? &*quant : nullptr, &m->quantized_bytes_, bnb ? &*bnb : nullptr));
+                              quant ? &*quant : nullptr, &m->quantized_bytes_,
+                              gptq ? &*gptq : nullptr, bnb ? &*bnb : nullptr));
   const ArchEntry* arch = FindArchitecture(m->config_.architecture);
   if (arch && arch->prepare_weights) RETURN_IF_ERROR(arch->prepare_weights(m->config_, &m->weights_));
   if (options.quantize != LoadOptions::Quantization::kNone) RETURN_IF_ERROR(m->Quantize(options));

@@ -144,15 +144,21 @@ bool IsIgnoredBuffer(const std::string& name) { return name.ends_with(".rotary_e
 
 Status LoadWeights(const ModelConfig& config, const SafetensorsStore& store, ModelWeights* w,
                    SiteTable* sites, std::vector<Linear*>* site_linears, const CtConfig* quant,
-                   uint64_t* quantized_bytes, const BnbConfig* bnb) {
+                   uint64_t* quantized_bytes, const GptqConfig* gptq, const BnbConfig* bnb) {
   std::vector<WeightSlot> slots = EnumerateWeights(config, w);
   std::set<std::string> consumed;
   if (quant) RETURN_IF_ERROR(CheckCtModel(config, slots, *quant));
+  if (gptq) RETURN_IF_ERROR(CheckGptqModel(config, store, *gptq));
   if (bnb) RETURN_IF_ERROR(CheckBnbModel(config, *bnb));
   for (const WeightSlot& slot : slots) {
+    if (gptq && slot.linear && slot.required && IsGptqLinear(store, slot.linear->name)) {
+      RETURN_IF_ERROR(LoadGptqLinear(store, *gptq, slot.shape[0], slot.shape[1], slot.linear,
+                                     &consumed, quantized_bytes));
+      continue;
+    }
     if (bnb && slot.linear && slot.required && HasBnbQuantState(store, slot.linear->name)) {
-      RETURN_IF_ERROR(LoadBnbLinear(store, *bnb, slot.shape[0], slot.shape[1], slot.linear, &consumed,
-                                    quantized_bytes));
+      RETURN_IF_ERROR(LoadBnbLinear(store, *bnb, slot.shape[0], slot.shape[1], slot.linear,
+                                    &consumed, quantized_bytes));
       continue;
     }
     const CtScheme* scheme = quant && slot.linear && slot.required ? quant->Find(slot.linear->name) : nullptr;

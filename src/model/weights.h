@@ -11,6 +11,7 @@
 #include "model/arch/moe.h"
 #include "model/bnb.h"
 #include "model/compressed_tensors.h"
+#include "model/gptq.h"
 #include "model/config.h"
 #include "model/linear.h"
 
@@ -76,11 +77,13 @@ std::vector<WeightSlot> EnumerateWeights(const ModelConfig& config, ModelWeights
 // `site_linears` the Linear of each site, by site index.
 // `quant` (a compressed-tensors checkpoint's config, or null): the projections it quantizes are
 // read from their compressed tensors instead (model/compressed_tensors.h), adding their bytes to
-// `quantized_bytes`. `bnb` (a bitsandbytes 4-bit checkpoint's config, or null): the projections
-// with a quant_state are read as NF4 (model/bnb.h).
+// `quantized_bytes`. `gptq` (a GPTQ/AWQ checkpoint's config, or null): the projections stored as
+// qweight/qzeros/scales are read from those (model/gptq.h), the others as dense weights.
+// `bnb` (a bitsandbytes 4-bit checkpoint's config, or null): the projections with a quant_state
+// are read as NF4 (model/bnb.h).
 Status LoadWeights(const ModelConfig& config, const SafetensorsStore& store, ModelWeights* w,
                    SiteTable* sites, std::vector<Linear*>* site_linears,
                    const CtConfig* quant = nullptr, uint64_t* quantized_bytes = nullptr,
-                   const BnbConfig* bnb = nullptr);
+                   const GptqConfig* gptq = nullptr, const BnbConfig* bnb = nullptr);
 
 }  // namespace loom

@@ -5,6 +5,7 @@
 
 #include "base/check.h"
 #include "base/thread_pool.h"
+#include "cpu/int8_cpu.h"
 #include "cpu/matmul_cpu.h"
 
 namespace loom {
@@ -25,6 +26,8 @@ std::string MatmulKernelsDescription() {
   } else {
     out += " (bf16 weights widened to f32)";
   }
+  out += std::string("; int8/int4 ") + cpu::IntKernelName(cpu::IntKernelFor(isa));
+  if (isa >= cpu::Isa::kAmx && cpu::HasAmxInt8()) out += " (int8 prefill: amx)";
   return out;
 }
 

@@ -20,8 +20,11 @@ float Int4Weight::Scale(int64_t j, int64_t g) const {
 
 float Int4Weight::Dequantized(int64_t j, int64_t i) const {
   const int64_t p = j / cpu::kInt4Panel, c = j % cpu::kInt4Panel;
-  const int8_t v = cpu::UnpackInt4(q.data() + p * cpu::kInt4Panel * (k_pad / 2), c, i);
-  return Scale(j, i / group) * v;
+  const int64_t k = inv.empty() ? i : inv[static_cast<size_t>(i)];
+  const int8_t v = cpu::UnpackInt4(q.data() + p * cpu::kInt4Panel * (k_pad / 2), c, k);
+  if (zero.empty()) return Scale(j, k / group) * v;
+  const int z = zero[static_cast<size_t>((p * (k_pad / group) + k / group) * cpu::kInt4Panel + c)];
+  return Scale(j, k / group) * static_cast<float>(v + 8 - z);  // exact: |u − z| ≤ 16
 }
 
 StatusOr<std::unique_ptr<Int4Weight>> QuantizeWeightInt4(const Tensor& w, const std::string& name,
@@ -96,8 +99,8 @@ StatusOr<std::unique_ptr<Int4Weight>> QuantizeWeightInt4(const Tensor& w, const 
 StatusOr<std::unique_ptr<Int4Weight>> Int4WeightFromRows(const int8_t* q, const uint16_t* scale,
                                                          int64_t rows, int64_t cols, int group,
                                                          const std::string& name) {
-  if (group != 32 && group != 128) {
-    return InvalidArgument(name + ": int4 group size " + std::to_string(group) + " is not 32 or 128");
+  if (group != 32 && group != 64 && group != 128) {
+    return InvalidArgument(name + ": int4 group size " + std::to_string(group) + " is not 32, 64 or 128");
   }
   if (cols % group != 0 || cols > cpu::kMaxInt8Depth) {
     return InvalidArgument(name + ": " + std::to_string(cols) + " input features are not a multiple "
@@ -136,12 +139,52 @@ StatusOr<std::unique_ptr<Int4Weight>> Int4WeightFromRows(const int8_t* q, const 
   return out;
 }
 
+StatusOr<std::unique_ptr<Int4Weight>> Int4WeightAsymmetric(const uint8_t* u, const uint16_t* scale,
+                                                           const uint8_t* zero,
+                                                           std::vector<int32_t> perm, int64_t rows,
+                                                           int64_t cols, int group,
+                                                           const std::string& name) {
+  std::vector<int8_t> q(static_cast<size_t>(rows * cols));
+  for (size_t e = 0; e < q.size(); ++e) {
+    if (u[e] > 15) return InvalidArgument(name + ": nibble " + std::to_string(u[e]) + " is outside 0..15");
+    q[e] = static_cast<int8_t>(u[e] - 8);
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Int4Weight> w, Int4WeightFromRows(q.data(), scale, rows, cols, group, name));
+  const int64_t groups = w->k_pad / group, file_groups = cols / group;
+  w->zero.assign(static_cast<size_t>(w->panels * groups * cpu::kInt4Panel), 0);
+  for (int64_t j = 0; j < rows; ++j) {
+    for (int64_t g = 0; g < file_groups; ++g) {
+      const uint8_t z = zero[j * file_groups + g];
+      if (z > 16) {
+        return InvalidArgument(name + ": zero point " + std::to_string(z) + " at [" + std::to_string(j) +
+                               ", " + std::to_string(g) + "] is outside 0..16");
+      }
+      const int64_t p = j / cpu::kInt4Panel, c = j % cpu::kInt4Panel;
+      w->zero[static_cast<size_t>((p * groups + g) * cpu::kInt4Panel + c)] = z;
+    }
+  }
+  if (!perm.empty()) {
+    if (static_cast<int64_t>(perm.size()) != cols) return InvalidArgument(name + ": permutation of the wrong length");
+    w->inv.assign(perm.size(), -1);
+    for (size_t k = 0; k < perm.size(); ++k) {
+      const int32_t i = perm[k];
+      if (i < 0 || i >= cols || w->inv[static_cast<size_t>(i)] != -1) {
+        return InvalidArgument(name + ": input order is not a permutation (input " + std::to_string(i) + ")");
+      }
+      w->inv[static_cast<size_t>(i)] = static_cast<int32_t>(k);
+    }
+    w->perm = std::move(perm);
+  }
+  return w;
+}
+
 namespace {
 // Quantized, zero-padded activation rows, their scales and corrections, owned by the calling thread.
 struct Int4Scratch {
   AlignedBuffer<int8_t> xq;     // [n, k_pad]
-  AlignedBuffer<int32_t> corr;  // [n, k_pad / group]
+  AlignedBuffer<int32_t> corr;  // [n, k_pad / group] (asymmetric: the group sums)
   std::vector<float> sx;        // [n]
+  std::vector<float> gathered;  // [cols] one row in kernel order (act-order weights)
 };
 Int4Scratch& Scratch() {
   static thread_local Int4Scratch s;
@@ -159,11 +202,25 @@ void MatmulInt4(const float* x, int64_t n, const Int4Weight& w, float* y,
   s.sx.resize(static_cast<size_t>(n));
   for (int64_t r = 0; r < n; ++r) {
     int8_t* row = s.xq.data() + r * kp;
-    cpu::QuantizeRowsInt8(x + r * k, 1, k, row, &s.sx[static_cast<size_t>(r)]);
+    const float* xr = x + r * k;
+    if (!w.perm.empty()) {  // act order: the row's inputs in kernel order (max |x| unchanged)
+      s.gathered.resize(static_cast<size_t>(k));
+      for (int64_t i = 0; i < k; ++i) s.gathered[static_cast<size_t>(i)] = xr[w.perm[static_cast<size_t>(i)]];
+      xr = s.gathered.data();
+    }
+    cpu::QuantizeRowsInt8(xr, 1, k, row, &s.sx[static_cast<size_t>(r)]);
     std::fill(row + k, row + kp, int8_t{0});
   }
-  cpu::Int4Corrections(s.xq.data(), n, kp, w.group, s.corr.data());
   const cpu::Isa isa = cpu::ActiveIsa();
+  if (!w.zero.empty()) {
+    cpu::Int4GroupSums(s.xq.data(), n, kp, w.group, s.corr.data());
+    ForEachPanelBlock(m, epilogue, [&](int64_t j0, int64_t j1) {
+      cpu::MatmulInt4Zp(isa, s.xq.data(), s.sx.data(), s.corr.data(), n, kp, w.q.data(),
+                        w.scale.data(), w.zero.data(), w.group, j0, j1, y + j0, m);
+    });
+    return;
+  }
+  cpu::Int4Corrections(s.xq.data(), n, kp, w.group, s.corr.data());
   ForEachPanelBlock(m, epilogue, [&](int64_t j0, int64_t j1) {
     cpu::MatmulInt4(isa, s.xq.data(), s.sx.data(), s.corr.data(), n, kp, w.q.data(),
                     w.scale.data(), w.group, j0, j1, y + j0, m);

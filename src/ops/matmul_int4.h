@@ -20,19 +20,37 @@ struct Int4Weight {
   std::vector<uint16_t> scale;    // [panels, k_pad / group, 16] f16
   int64_t rows = 0, cols = 0, k_pad = 0, panels = 0;
   int group = 128;
+  // Asymmetric weights (GPTQ, AWQ checkpoints; empty = symmetric, z = 8): W = d·(u − z), u the
+  // stored nibble q + 8, zero points [panels, k_pad / group, 16] in 0..16 (padded groups 0).
+  std::vector<uint8_t> zero;
+  // Activation-ordered groups (GPTQ desc_act): kernel input k reads x[perm[k]], so each group's
+  // inputs are contiguous; inv[i] is input i's kernel position. Empty = identity.
+  std::vector<int32_t> perm, inv;
   uint64_t bytes() const {
-    return static_cast<uint64_t>(panels * 16) * static_cast<uint64_t>(k_pad / 2 + (k_pad / group) * 2);
+    return static_cast<uint64_t>(panels * 16) * static_cast<uint64_t>(k_pad / 2 + (k_pad / group) * 2) +
+           zero.size() + 8 * perm.size();
   }
-  float Scale(int64_t j, int64_t g) const;  // d[j, g]
-  // W[j, i] as the kernels see it (d · q), for tests and error reports.
+  float Scale(int64_t j, int64_t g) const;  // d[j, g], g a kernel group
+  // W[j, i] as the kernels see it (d · (u − z)), i an input of the file's order, for tests,
+  // merges and error reports.
   float Dequantized(int64_t j, int64_t i) const;
 };
 
 // From already-quantized values (a pre-quantized checkpoint): q [rows, cols] row-major in −8..7,
-// scale [rows, cols / group] f16 bits; group 32 or 128 dividing cols. `name` for errors.
+// scale [rows, cols / group] f16 bits; group 32, 64 or 128 dividing cols. `name` for errors.
 StatusOr<std::unique_ptr<Int4Weight>> Int4WeightFromRows(const int8_t* q, const uint16_t* scale,
                                                          int64_t rows, int64_t cols, int group,
                                                          const std::string& name);
+
+// Asymmetric, from a GPTQ/AWQ checkpoint: u [rows, cols] in 0..15 with the inputs in kernel
+// order (group g = inputs [g·group, (g+1)·group)), scale [rows, cols / group] f16 bits, zero
+// [rows, cols / group] in 0..16, perm [cols] a permutation (kernel input k reads x[perm[k]]) or
+// empty; group 32, 64 or 128 dividing cols. `name` for errors.
+StatusOr<std::unique_ptr<Int4Weight>> Int4WeightAsymmetric(const uint8_t* u, const uint16_t* scale,
+                                                           const uint8_t* zero,
+                                                           std::vector<int32_t> perm, int64_t rows,
+                                                           int64_t cols, int group,
+                                                           const std::string& name);
 
 // Quantizes `w` ([rows, cols], F32/F16/BF16; `name` for errors); group 32 or 128.
 StatusOr<std::unique_ptr<Int4Weight>> QuantizeWeightInt4(const Tensor& w, const std::string& name,

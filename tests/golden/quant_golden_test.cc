@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <tuple>
 
+#include "cpu/cpu_features.h"
+#include "cpu/int8_cpu.h"
 #include "engine/engine.h"
 #include "golden/golden_util.h"
 #include "model/model.h"
@@ -127,6 +129,46 @@ TEST_P(QuantGolden, BatchInvariant) {
       for (size_t k = 0; k < r.top_logprobs[s].size(); ++k) {
         EXPECT_EQ(r.top_logprobs[s][k].logprob, alone[p].top_logprobs[s][k].logprob)
             << "prompt " << p << " step " << s;
+      }
+    }
+  }
+}
+
+// The int8/int4 kernels return the same bits at every ISA level (exact integer sums, one
+// epilogue), so a model's logits at LOOM_ISA=avx2 (AVX2 or AVX-VNNI kernels) equal the scalar
+// level's bit for bit: at both levels every other op (attention, SiLU) runs its scalar code.
+TEST_P(QuantGolden, LogitsBitwiseEqualAtTheAvx2AndScalarLevels) {
+  if (cpu::DetectIsa() < cpu::Isa::kAvx2) GTEST_SKIP() << "no AVX2";
+  // The kernels do not depend on the architecture: two models (the first and the last, Gemma's
+  // shapes) and two prompts keep the scalar runs short.
+  const int model = std::get<0>(GetParam());
+  if (model != 0 && model + 1 != static_cast<int>(test::GoldenModelNames().size())) {
+    GTEST_SKIP() << "run on the first and the last model only";
+  }
+  // Prefill (prompt logits, many rows) and decode (generated tokens' log-probs, one row).
+  std::vector<GenerationResult> at[2];
+  const cpu::Isa levels[2] = {cpu::Isa::kScalar, cpu::Isa::kAvx2};
+  const cpu::Isa active = cpu::ActiveIsa();
+  for (int l = 0; l < 2; ++l) {
+    cpu::SetActiveIsa(levels[l]);
+    for (size_t p = 0; p < std::min<size_t>(2, golden_.prompts.size()); ++p) {
+      Engine engine(model_.get(), EngineOptions{});
+      ASSERT_TRUE(engine.Add(Request(p)).ok());
+      auto results = engine.RunToCompletion();
+      ASSERT_EQ(results.size(), 1u);
+      at[l].push_back(std::move(results[0]));
+    }
+  }
+  cpu::SetActiveIsa(active);
+  const char* kernel = cpu::IntKernelName(cpu::IntKernelFor(cpu::Isa::kAvx2));
+  for (size_t p = 0; p < at[0].size(); ++p) {
+    EXPECT_EQ(at[0][p].prompt_logits, at[1][p].prompt_logits) << "prompt " << p << ", avx2 kernel " << kernel;
+    EXPECT_EQ(at[0][p].generated, at[1][p].generated) << "prompt " << p;
+    ASSERT_EQ(at[0][p].top_logprobs.size(), at[1][p].top_logprobs.size());
+    for (size_t s = 0; s < at[0][p].top_logprobs.size(); ++s) {
+      for (size_t k = 0; k < at[0][p].top_logprobs[s].size(); ++k) {
+        EXPECT_EQ(at[0][p].top_logprobs[s][k].logprob, at[1][p].top_logprobs[s][k].logprob)
+            << "prompt " << p << " step " << s << ", avx2 kernel " << kernel;
       }
     }
   }

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <random>
+#include <utility>
 
 #include "cpu/int4_cpu.h"
 #include "cpu/int8_cpu.h"
@@ -12,10 +13,81 @@
 namespace loom {
 namespace {
 
+// Every ISA level this CPU has (each runs IntKernelFor(level)).
 std::vector<cpu::Isa> Levels() {
-  std::vector<cpu::Isa> levels = {cpu::Isa::kScalar};
-  if (cpu::DetectIsa() >= cpu::Isa::kAvx512 && cpu::HasAvx512Vnni()) levels.push_back(cpu::Isa::kAvx512);
+  std::vector<cpu::Isa> levels;
+  for (cpu::Isa isa : {cpu::Isa::kScalar, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Bf16, cpu::Isa::kAmx}) {
+    if (isa <= cpu::DetectIsa()) levels.push_back(isa);
+  }
   return levels;
+}
+
+// Every kernel this CPU can run, whichever level picks it (AVX2 also where AVX-VNNI exists).
+using Int4Fn = void (*)(const int8_t*, const float*, const int32_t*, int64_t, int64_t, const uint8_t*,
+                        const uint16_t*, int, int64_t, int64_t, float*, int64_t);
+std::vector<std::pair<const char*, Int4Fn>> Kernels() {
+  std::vector<std::pair<const char*, Int4Fn>> k;
+  if (cpu::DetectIsa() >= cpu::Isa::kAvx2) k.emplace_back("avx2", cpu::MatmulInt4Avx2);
+  if (cpu::DetectIsa() >= cpu::Isa::kAvx2 && cpu::HasAvxVnni()) k.emplace_back("avxvnni", cpu::MatmulInt4AvxVnni);
+  if (cpu::DetectIsa() >= cpu::Isa::kAvx512 && cpu::HasAvx512Vnni()) k.emplace_back("avx512vnni", cpu::MatmulInt4Vnni);
+  return k;
+}
+
+// Random panels (values from `wvals`, columns past m zero) and f16 scales, as the quantizer lays them out.
+struct Panels {
+  std::vector<int8_t> q;  // [panels · 16, kp]
+  std::vector<uint8_t> wq;
+  std::vector<uint16_t> wd;
+};
+Panels RandomPanels(int64_t m, int64_t kp, int group, const std::vector<int8_t>& wvals, std::mt19937* rng) {
+  const int64_t panels = (m + 15) / 16, groups = kp / group;
+  std::uniform_real_distribution<float> sd(0.001f, 0.05f);
+  Panels p;
+  p.q.assign(static_cast<size_t>(panels * 16 * kp), 0);
+  for (int64_t i = 0; i < m * kp; ++i) p.q[static_cast<size_t>(i)] = wvals[(*rng)() % wvals.size()];
+  p.wq.resize(static_cast<size_t>(panels * 16 * kp / 2));
+  for (int64_t b = 0; b < panels; ++b) cpu::PackInt4Panel(p.q.data() + b * 16 * kp, kp, p.wq.data() + b * 16 * kp / 2);
+  p.wd.resize(static_cast<size_t>(panels * groups * 16));
+  for (auto& v : p.wd) v = F32ToF16((*rng)() % 2 ? sd(*rng) : -sd(*rng));
+  return p;
+}
+
+// Every kernel against the scalar reference at every row count 1..70 (the row tiles'
+// remainders), ragged column ranges, both group sizes; then activations and weights at their
+// extremes (±127, −128; −8, 7), where the AVX2 kernel's int16 pairs are largest (≤ 3840).
+TEST(Int4Kernels, EveryKernelEqualsTheScalarReferenceAtEveryRowCountAndAtTheExtremes) {
+  std::mt19937 rng(21);
+  std::uniform_real_distribution<float> sd(0.001f, 0.05f);
+  std::vector<int8_t> all4;
+  for (int v = -8; v <= 7; ++v) all4.push_back(static_cast<int8_t>(v));
+  const int64_t kp = 256, m = 77;
+  for (int group : {32, 128}) {
+    const int64_t groups = kp / group;
+    for (int extreme = 0; extreme < 2; ++extreme) {
+      const Panels w = RandomPanels(m, kp, group, extreme ? std::vector<int8_t>{-8, 7} : all4, &rng);
+      for (int64_t n = 1; n <= (extreme ? 9 : 70); ++n) {
+        std::vector<int8_t> xq(static_cast<size_t>(n * kp));
+        const int8_t ext[] = {127, -127, -128};
+        for (auto& v : xq) v = extreme ? ext[rng() % 3] : static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+        std::vector<float> sx(static_cast<size_t>(n));
+        for (auto& v : sx) v = sd(rng);
+        std::vector<int32_t> corr(static_cast<size_t>(n * groups));
+        cpu::Int4Corrections(xq.data(), n, kp, group, corr.data());
+        std::vector<float> want(static_cast<size_t>(n * m));
+        cpu::MatmulInt4Scalar(xq.data(), sx.data(), corr.data(), n, kp, w.wq.data(), w.wd.data(), group, 0, m,
+                              want.data(), m);
+        for (auto [name, fn] : Kernels()) {
+          std::vector<float> y(static_cast<size_t>(n * m), -1.0f);
+          for (auto [j0, j1] : {std::pair<int64_t, int64_t>{0, 16}, {16, 64}, {64, m}}) {
+            fn(xq.data(), sx.data(), corr.data(), n, kp, w.wq.data(), w.wd.data(), group, j0, j1, y.data() + j0, m);
+          }
+          for (size_t i = 0; i < y.size(); ++i) {
+            ASSERT_EQ(y[i], want[i]) << name << " group " << group << (extreme ? " extreme" : "") << " n=" << n << " at " << i;
+          }
+        }
+      }
+    }
+  }
 }
 
 Tensor F32Matrix(std::vector<float>* data, int64_t rows, int64_t cols) {

@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <random>
+#include <utility>
 
 #include "cpu/int8_cpu.h"
 #include "ops/matmul_int8.h"
@@ -17,10 +19,24 @@ std::vector<int8_t> RandomInt8(size_t n, std::mt19937* rng) {
   return v;
 }
 
+// Every ISA level this CPU has (each runs IntKernelFor(level)).
 std::vector<cpu::Isa> Levels() {
-  std::vector<cpu::Isa> levels = {cpu::Isa::kScalar};
-  if (cpu::DetectIsa() >= cpu::Isa::kAvx512 && cpu::HasAvx512Vnni()) levels.push_back(cpu::Isa::kAvx512);
+  std::vector<cpu::Isa> levels;
+  for (cpu::Isa isa : {cpu::Isa::kScalar, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Bf16, cpu::Isa::kAmx}) {
+    if (isa <= cpu::DetectIsa()) levels.push_back(isa);
+  }
   return levels;
+}
+
+// Every kernel this CPU can run, whichever level picks it (AVX2 also where AVX-VNNI exists).
+using Int8Fn = void (*)(const uint8_t*, const float*, int64_t, int64_t, const int8_t*, const float*,
+                        const int32_t*, int64_t, int64_t, float*, int64_t);
+std::vector<std::pair<const char*, Int8Fn>> Kernels() {
+  std::vector<std::pair<const char*, Int8Fn>> k = {{"scalar", cpu::MatmulInt8Scalar}};
+  if (cpu::DetectIsa() >= cpu::Isa::kAvx2) k.emplace_back("avx2", cpu::MatmulInt8Avx2);
+  if (cpu::DetectIsa() >= cpu::Isa::kAvx2 && cpu::HasAvxVnni()) k.emplace_back("avxvnni", cpu::MatmulInt8AvxVnni);
+  if (cpu::DetectIsa() >= cpu::Isa::kAvx512 && cpu::HasAvx512Vnni()) k.emplace_back("avx512vnni", cpu::MatmulInt8Vnni);
+  return k;
 }
 
 // Panels of q [m, k] (rows past m zero) and activations biased to u8 with padding, as the op builds them.
@@ -89,6 +105,14 @@ TEST(Int8Kernels, EveryLevelEqualsTheExactIntegerSum) {
         }
         for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], want[i]) << "at " << i;
       }
+      for (auto [name, fn] : Kernels()) {
+        SCOPED_TRACE(std::string(name) + " k=" + std::to_string(k) + " n=" + std::to_string(n));
+        std::vector<float> y(static_cast<size_t>(n * m), -1.0f);
+        for (auto [j0, j1] : {std::pair<int64_t, int64_t>{0, 48}, {48, 64}, {64, m}}) {
+          fn(p.xu.data(), sx.data(), n, p.kp, p.wq.data(), p.sw.data(), p.wsum.data(), j0, j1, y.data() + j0, m);
+        }
+        for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], want[i]) << "at " << i;
+      }
     }
   }
 }
@@ -124,14 +148,90 @@ TEST(Int8Kernels, AmxTilesEqualTheOtherLevels) {
 
 TEST(Int8Kernels, ExtremeValuesAtTheDepthLimitDoNotOverflow) {
   const int64_t k = cpu::kMaxInt8Depth;
-  std::vector<int8_t> x(static_cast<size_t>(k), 127), w(static_cast<size_t>(k), -127);
-  const Packed p = Pack(x, 1, w, 1, k, {1.0f});
-  const float one = 1.0f;
-  for (cpu::Isa isa : Levels()) {
-    float y = 0;
-    cpu::MatmulInt8(isa, p.xu.data(), &one, 1, p.kp, p.wq.data(), p.sw.data(), p.wsum.data(), 0, 1, &y, 1);
-    EXPECT_EQ(y, static_cast<float>(-127 * 127 * k)) << cpu::IsaName(isa);
+  for (int8_t wv : {int8_t{-127}, int8_t{-128}}) {  // −128: pre-quantized weights may hold it
+    std::vector<int8_t> x(static_cast<size_t>(k), 127), w(static_cast<size_t>(k), wv);
+    const Packed p = Pack(x, 1, w, 1, k, {1.0f});
+    const float one = 1.0f;
+    for (cpu::Isa isa : Levels()) {
+      float y = 0;
+      cpu::MatmulInt8(isa, p.xu.data(), &one, 1, p.kp, p.wq.data(), p.sw.data(), p.wsum.data(), 0, 1, &y, 1);
+      EXPECT_EQ(y, static_cast<float>(127 * wv * k)) << cpu::IsaName(isa);
+    }
+    for (auto [name, fn] : Kernels()) {
+      float y = 0;
+      fn(p.xu.data(), &one, 1, p.kp, p.wq.data(), p.sw.data(), p.wsum.data(), 0, 1, &y, 1);
+      EXPECT_EQ(y, static_cast<float>(127 * wv * k)) << name;
+    }
   }
+}
+
+// The AVX2 kernel's int16 step (vpmaddubsw) saturates above 32767 for a pair. Biased
+// activations (xu up to 255) times weights would reach 2·255·127 = 64770; the kernel multiplies
+// |w| ≤ 128 by ±xq ≤ 127 instead, at most 32512. Every pair here is at those extremes, with
+// both signs, in blocks of 4 equal values (each lane's pairs hit the bound) and mixed.
+TEST(Int8Kernels, ExtremePairsNeverSaturate) {
+  const int8_t xs[] = {127, -127, 0, 1, -1};
+  const int8_t ws[] = {-128, -127, 127, 0, 1};
+  std::mt19937 rng(13);
+  const int64_t k = 256, m = 37;
+  for (int pass = 0; pass < 8; ++pass) {
+    const int64_t n = 1 + pass;
+    std::vector<int8_t> x(static_cast<size_t>(n * k)), w(static_cast<size_t>(m * k));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = pass < 2 ? xs[(i / 4 + pass) % 2] : xs[rng() % 5];
+    for (size_t i = 0; i < w.size(); ++i) w[i] = pass < 2 ? ws[(i / 4 + i / k) % 3] : ws[rng() % 5];
+    const std::vector<float> sw(static_cast<size_t>(m), 1.0f), sx(static_cast<size_t>(n), 1.0f);
+    const Packed p = Pack(x, n, w, m, k, sw);
+    for (auto [name, fn] : Kernels()) {
+      std::vector<float> y(static_cast<size_t>(n * m));
+      fn(p.xu.data(), sx.data(), n, p.kp, p.wq.data(), p.sw.data(), p.wsum.data(), 0, m, y.data(), m);
+      for (int64_t r = 0; r < n; ++r) {
+        for (int64_t j = 0; j < m; ++j) {
+          int64_t exact = 0;
+          for (int64_t i = 0; i < k; ++i) exact += int64_t{x[static_cast<size_t>(r * k + i)]} * w[static_cast<size_t>(j * k + i)];
+          ASSERT_EQ(y[static_cast<size_t>(r * m + j)], static_cast<float>(exact)) << name << " pass " << pass << " " << r << "," << j;
+        }
+      }
+    }
+  }
+}
+
+// Every kernel against the scalar reference at every row count 1..70 (the row tiles' remainders),
+// k padded (100 → 128), ragged column ranges.
+TEST(Int8Kernels, EveryKernelEqualsTheScalarReferenceAtEveryRowCount) {
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> scale(0.001f, 0.1f);
+  const int64_t k = 100, m = 77;
+  auto wq = RandomInt8(static_cast<size_t>(m * k), &rng);
+  std::vector<float> sw(static_cast<size_t>(m));
+  for (auto& v : sw) v = scale(rng);
+  for (int64_t n = 1; n <= 70; ++n) {
+    auto xq = RandomInt8(static_cast<size_t>(n * k), &rng);
+    std::vector<float> sx(static_cast<size_t>(n));
+    for (auto& v : sx) v = scale(rng);
+    const Packed p = Pack(xq, n, wq, m, k, sw);
+    std::vector<float> want(static_cast<size_t>(n * m));
+    cpu::MatmulInt8Scalar(p.xu.data(), sx.data(), n, p.kp, p.wq.data(), p.sw.data(), p.wsum.data(), 0, m,
+                          want.data(), m);
+    for (auto [name, fn] : Kernels()) {
+      std::vector<float> y(static_cast<size_t>(n * m), -1.0f);
+      for (auto [j0, j1] : {std::pair<int64_t, int64_t>{0, 16}, {16, 64}, {64, m}}) {
+        fn(p.xu.data(), sx.data(), n, p.kp, p.wq.data(), p.sw.data(), p.wsum.data(), j0, j1, y.data() + j0, m);
+      }
+      for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], want[i]) << name << " n=" << n << " at " << i;
+    }
+  }
+}
+
+// The level → kernel rule (int8_cpu.h): AVX512_VNNI from kAvx512, else AVX-VNNI or AVX2 from kAvx2.
+TEST(Int8Kernels, EachLevelRunsItsKernel) {
+  EXPECT_EQ(cpu::IntKernelFor(cpu::Isa::kScalar), cpu::IntKernel::kScalar);
+  const cpu::IntKernel avx2 = cpu::HasAvxVnni() ? cpu::IntKernel::kAvxVnni : cpu::IntKernel::kAvx2;
+  EXPECT_EQ(cpu::IntKernelFor(cpu::Isa::kAvx2), avx2);
+  for (cpu::Isa isa : {cpu::Isa::kAvx512, cpu::Isa::kAvx512Bf16, cpu::Isa::kAmx}) {
+    EXPECT_EQ(cpu::IntKernelFor(isa), cpu::HasAvx512Vnni() ? cpu::IntKernel::kAvx512Vnni : avx2) << cpu::IsaName(isa);
+  }
+  std::printf("int kernels here: avx2 level → %s, %s level → %s\n", cpu::IntKernelName(cpu::IntKernelFor(cpu::Isa::kAvx2)),
+              cpu::IsaName(cpu::DetectIsa()), cpu::IntKernelName(cpu::IntKernelFor(cpu::DetectIsa())));
 }
 
 TEST(Int8Quantize, RowsAreSymmetricRoundHalfEvenAndZeroSafe) {

@@ -238,39 +238,28 @@ namespace {
 
 TEST(AttentionKernels, Avx512RowMatchesScalar) {
   if (cpu::DetectIsa() < cpu::Isa::kAvx512) GTEST_SKIP() << "no AVX-512";
-  for (int hd : {64, 20, 128}) {
+  for (int hd : {64, 20, 128, 256, 80}) {
     const int blocks = 4;
     auto k = Random(blocks * 2 * kKvBlockSize * hd, 30), v = Random(k.size(), 31);
     auto q = Random(hd, 32);
+    for (float& x : q) x *= 4;  // scores of a few units: a softmax far from uniform
     const std::vector<int32_t> table = {3, 0, 2, 1};
     cpu::PagedKvHead head{k.data(), v.data(), int64_t{2} * kKvBlockSize * hd,
                           int64_t{kKvBlockSize} * hd, table.data()};
     std::vector<float> s1(64), s2(64), o1(hd), o2(hd);
-    for (auto [first, last] : std::vector<std::pair<int, int>>{{0, 0}, {0, 63}, {17, 40}}) {
-      cpu::AttendRowScalar(q.data(), hd, head, first, last, 0.125f, 0.0f, s1.data(), o1.data());
-      cpu::AttendRowAvx512(q.data(), hd, head, first, last, 0.125f, 0.0f, s2.data(), o2.data());
-      for (int d = 0; d < hd; ++d) ASSERT_NEAR(o1[d], o2[d], 1e-5) << hd << " " << first;
+    for (float cap : {0.0f, 2.5f}) {
+      for (auto [first, last] : std::vector<std::pair<int, int>>{
+               {0, 0}, {0, 63}, {17, 40}, {15, 16}, {5, 5}, {31, 47}, {33, 62}}) {
+        cpu::AttendRowScalar(q.data(), hd, head, first, last, 0.125f, cap, s1.data(), o1.data());
+        cpu::AttendRowAvx512(q.data(), hd, head, first, last, 0.125f, cap, s2.data(), o2.data());
+        for (int d = 0; d < hd; ++d) {
+          ASSERT_NEAR(o1[d], o2[d], 1e-5) << hd << " " << first << " " << last << " cap " << cap;
+        }
+        // Only [first, last] of the scratch is written.
+        for (int p = last + 1; p < 64; ++p) ASSERT_EQ(s2[p], s2[p]) << p;
+      }
     }
   }
-}
-
-}  // namespace
-}  // namespace loom
-
-#include "cpu/activation_cpu.h"
-
-namespace loom {
-namespace {
-
-TEST(ActivationKernels, Avx512SiluMulMatchesScalar) {
-  if (cpu::DetectIsa() < cpu::Isa::kAvx512) GTEST_SKIP() << "no AVX-512";
-  auto g = Random(1000, 40);
-  for (size_t i = 0; i < 20; ++i) g[i] = (i % 2 ? 1 : -1) * 30.0f * i;  // saturating tails
-  auto u = Random(1000, 41);
-  auto a = g, b = g;
-  cpu::SiluMulScalar(a.data(), u.data(), 1000);
-  cpu::SiluMulAvx512(b.data(), u.data(), 1000);
-  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-6f * (1 + std::fabs(a[i]))) << i;
 }
 
 }  // namespace
@@ -295,6 +284,69 @@ TEST(LoraKernels, Avx512ExpandMatchesScalarForEveryDtype) {
       cpu::LoraExpandScalar(t.data(), rows, rank, dt, bt.data(), out, j0, j1, a.data());
       cpu::LoraExpandAvx512(t.data(), rows, rank, dt, bt.data(), out, j0, j1, b.data());
       for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-5f) << DTypeName(dt);
+    }
+  }
+}
+
+TEST(LoraKernels, ShrinkMatchesScalarForEveryDtypeAndIsRowInvariant) {
+  if (cpu::DetectIsa() < cpu::Isa::kAvx512) GTEST_SKIP() << "no AVX-512";
+  for (int rank : {16, 5, 1}) {
+    for (int64_t in : {896, 77, 16, 3}) {
+      const int64_t rows = 9;
+      auto x = Random(rows * in, 60);
+      auto af = Random(rank * in, 61);
+      for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
+        std::vector<uint8_t> a(af.size() * DTypeSize(dt));
+        ConvertFromF32(dt, af.data(), a.data(), static_cast<int64_t>(af.size()));
+        std::vector<float> ref(rows * rank), all(rows * rank);
+        cpu::LoraShrinkScalar(x.data(), rows, in, dt, a.data(), rank, ref.data());
+        cpu::LoraShrinkAvx512(x.data(), rows, in, dt, a.data(), rank, all.data());
+        for (size_t i = 0; i < ref.size(); ++i) {
+          ASSERT_NEAR(ref[i], all[i], 1e-5f * std::sqrt(float(in))) << DTypeName(dt) << " " << in;
+        }
+        // Each row alone, and rows 2..6 as one call: the same bits as all rows together.
+        for (int64_t r = 0; r < rows; ++r) {
+          std::vector<float> one(rank);
+          cpu::LoraShrinkAvx512(x.data() + r * in, 1, in, dt, a.data(), rank, one.data());
+          for (int k = 0; k < rank; ++k) ASSERT_EQ(one[k], all[r * rank + k]) << r << " " << k;
+        }
+        std::vector<float> mid(5 * rank);
+        cpu::LoraShrinkAvx512(x.data() + 2 * in, 5, in, dt, a.data(), rank, mid.data());
+        for (int i = 0; i < 5 * rank; ++i) ASSERT_EQ(mid[i], all[2 * rank + i]) << i;
+      }
+    }
+  }
+}
+
+TEST(LoraKernels, ExpandAddMatchesScalarAndIsRowInvariant) {
+  if (cpu::DetectIsa() < cpu::Isa::kAvx512) GTEST_SKIP() << "no AVX-512";
+  const int rank = 16;
+  const int64_t out = 77, rows = 11, ldy = 80;
+  auto t = Random(rows * rank, 70);
+  auto bf = Random(rank * out, 71);
+  auto y0 = Random(rows * ldy, 72);
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
+    std::vector<uint8_t> bt(bf.size() * DTypeSize(dt));
+    ConvertFromF32(dt, bf.data(), bt.data(), static_cast<int64_t>(bf.size()));
+    for (auto [j0, j1] : std::vector<std::pair<int64_t, int64_t>>{{0, 77}, {16, 40}, {70, 77}}) {
+      auto a = y0, b = y0;
+      cpu::LoraExpandAddScalar(t.data(), rows, rank, dt, bt.data(), out, j0, j1, 0.5f, a.data(), ldy);
+      cpu::LoraExpandAddAvx512(t.data(), rows, rank, dt, bt.data(), out, j0, j1, 0.5f, b.data(), ldy);
+      for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-5f) << DTypeName(dt) << " " << i;
+      // Row by row: the same bits as all rows in one call; columns outside [j0, j1) untouched.
+      auto c = y0;
+      for (int64_t r = 0; r < rows; ++r) {
+        cpu::LoraExpandAddAvx512(t.data() + r * rank, 1, rank, dt, bt.data(), out, j0, j1, 0.5f,
+                                 c.data() + r * ldy, ldy);
+      }
+      for (size_t i = 0; i < b.size(); ++i) ASSERT_EQ(b[i], c[i]) << i;
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t j = 0; j < ldy; ++j) {
+          if (j < j0 || j >= j1) {
+            ASSERT_EQ(b[r * ldy + j], y0[r * ldy + j]) << r << " " << j;
+          }
+        }
+      }
     }
   }
 }

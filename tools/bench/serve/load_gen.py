@@ -197,6 +197,11 @@ class Workload:
             body["stream_options"] = {"include_usage": True}
             if a.return_token_ids:
                 body["return_token_ids"] = True
+        if a.sampled_fraction > 0 and random.Random(a.seed * 7919 + len(prompt) * 31 + prompt[0]).random() < a.sampled_fraction:
+            # seeded sampling: the same request gives the same tokens alone or in any batch
+            body.update({"temperature": 0.8, "top_p": 0.95, "seed": prompt[0] + 1})
+        if a.verify_solo > 0 and a.peer != "llama-server":
+            body["logprobs"] = 1
         if a.extra_body:
             body.update(json.loads(a.extra_body))
         return body
@@ -204,7 +209,7 @@ class Workload:
 
 class Result:
     __slots__ = ("index", "model", "ok", "status", "error", "start", "end", "ttft", "itls",
-                 "out_tokens", "prompt_tokens", "chunks")
+                 "out_tokens", "prompt_tokens", "chunks", "ids", "logprobs")
 
     def __init__(self, index, model):
         self.index, self.model = index, model
@@ -214,6 +219,8 @@ class Result:
         self.out_tokens = 0
         self.prompt_tokens = None
         self.chunks = 0
+        self.ids = []       # generated token ids, as streamed (return_token_ids)
+        self.logprobs = []  # their log-probs, as streamed (logprobs=1)
 
 
 def error_key(exc):
@@ -270,6 +277,10 @@ async def stream_completion(session, url, headers, body, result, timeout_s, empt
                     text = c["delta"].get("content")
                 if ids:
                     id_tokens += len(ids)
+                    result.ids.extend(ids)
+                lp = c.get("logprobs")
+                if isinstance(lp, dict) and lp.get("token_logprobs"):
+                    result.logprobs.extend(lp["token_logprobs"])
                 elif not text and not (empty_text_is_token and c.get("finish_reason") is None):
                     continue  # no token in this chunk (e.g. a bare finish_reason)
                 result.chunks += 1
@@ -461,8 +472,40 @@ class Runner:
             client_cpu1 = self_cpu_s()
             self.busy1 = machine_busy_s()
             server_cpu1 = proc_cpu_s(a.pids) if a.pids else None
+            verify = await self.verify_solo(session) if a.verify_solo > 0 else None
         self.issue_s = issue_s
-        return self.report(t0, t1, server_cpu0, server_cpu1, client_cpu0, client_cpu1, rss0)
+        rep = self.report(t0, t1, server_cpu0, server_cpu1, client_cpu0, client_cpu1, rss0)
+        if verify is not None:
+            rep["verify_solo"] = verify
+        return rep
+
+    async def verify_solo(self, session):
+        """Re-run a sample of the finished requests one at a time, on the idle server, and compare
+        token ids and log-probs with what they got under load (bitwise: the JSON numbers)."""
+        a = self.args
+        ok = sorted((r for r in self.results if r.ok and r.ids), key=lambda r: r.index)
+        if not ok:
+            return {"checked": 0, "equal": 0, "note": "no finished request carried token ids"}
+        step = max(1, len(ok) // a.verify_solo)
+        picked = ok[::step][:a.verify_solo]
+        equal, mismatches, sampled = 0, [], 0
+        for r in picked:
+            model, body = self.work.request(r.index)
+            if "seed" in body:
+                sampled += 1
+            solo = Result(r.index, model)
+            await stream_completion(session, self.url, self.headers, body, solo, a.request_timeout)
+            same = solo.ok and solo.ids == r.ids and solo.logprobs == r.logprobs
+            if same:
+                equal += 1
+            else:
+                first = next((k for k, (x, y) in enumerate(zip(solo.ids, r.ids)) if x != y), None)
+                mismatches.append({"index": r.index, "model": model, "solo_ok": solo.ok,
+                                   "first_token_diff": first, "len_load": len(r.ids),
+                                   "len_solo": len(solo.ids),
+                                   "logprobs_equal": solo.logprobs == r.logprobs})
+        return {"checked": len(picked), "equal": equal, "sampled_requests": sampled,
+                "mismatches": mismatches[:10]}
 
     def rss_verdict(self, duration_s):
         a = self.args
@@ -597,6 +640,10 @@ def human(rep):
                      f"cores busy {rep.get('server_cores_busy')}; client CPU {rep['client_cpu_frac_of_wall']}")
     if rep.get("rss_verdict"):
         lines.append(f"[load_gen] RSS after warm-up: {json.dumps(rep['rss_verdict'])}")
+    if "verify_solo" in rep:
+        v = rep["verify_solo"]
+        lines.append(f"[load_gen] solo re-runs: {v['equal']}/{v['checked']} equal (token ids and "
+                     f"log-probs), {v.get('sampled_requests', 0)} of them sampled")
     if "churn" in rep:
         c = rep["churn"]
         lines.append(f"[load_gen] churn: {c['cycles']} cycles, load {c['load_status']}, "
@@ -669,6 +716,13 @@ def parse_args(argv=None):
                     help="lora_path for churn loads (repeatable; as the server resolves it, e.g. a "
                          "sub-folder of loom's --lora-dir)")
     ap.add_argument("--churn-prefix", default="churn-", help="names of churned adapters")
+    ap.add_argument("--verify-solo", type=int, default=0,
+                    help="after the run, re-run this many finished requests one at a time and "
+                         "compare their token ids and log-probs with the loaded run (asks for "
+                         "logprobs=1)")
+    ap.add_argument("--sampled-fraction", type=float, default=0.0,
+                    help="this fraction of requests samples (temperature 0.8, top_p 0.95, a seed) "
+                         "instead of greedy")
     ap.add_argument("--output", default=None, help="also write the JSON report here")
     ap.add_argument("--quiet", action="store_true", help="no human summary on stderr")
     ap.add_argument("--print-requests", type=int, default=0,

@@ -398,6 +398,12 @@ def soak_md(s):
         f"{s.get('tcp_listen_overflows')}",
         f"- server exit code after SIGTERM: {s.get('server_exit_code')}",
     ]
+    vs = s.get("verify_solo")
+    if vs:
+        lines.append(f"- **solo re-runs: {vs['equal']} / {vs['checked']} equal** to the response under "
+                     f"load (token ids and log-probs, compared exactly; {vs.get('sampled_requests', 0)} "
+                     f"of them seeded sampling at temperature 0.8, the rest greedy)"
+                     + (f"; mismatches: {vs['mismatches']}" if vs.get("mismatches") else ""))
     return "\n".join(lines)
 
 
@@ -483,6 +489,11 @@ def main():
     ap.add_argument("--soak-duration", type=float, default=60.0)
     ap.add_argument("--soak-concurrency", type=int, default=64)
     ap.add_argument("--soak-range-ratio", type=float, default=0.75)
+    ap.add_argument("--soak-verify", type=int, default=24,
+                    help="soak: re-run this many finished requests alone and compare tokens and "
+                         "log-probs bitwise")
+    ap.add_argument("--soak-sampled", type=float, default=0.25,
+                    help="soak: fraction of requests that sample (seeded) instead of greedy")
     ap.add_argument("--churn-interval", type=float, default=2.0)
     ap.add_argument("--ramp-up", type=float, default=0.0,
                     help="load_gen --ramp-up: spread the clients' first connections over this many "
@@ -569,7 +580,9 @@ def main():
                                ["--duration", str(a.soak_duration), "--random-lengths",
                                 "--range-ratio", str(a.soak_range_ratio), "--rss-interval", "1",
                                 "--churn-interval", str(a.churn_interval), "--warmup", str(a.warmup),
-                                "--drain-timeout", "180"] + churn, seed=a.seed * 1000 + 999)
+                                "--drain-timeout", "180", "--verify-solo", str(a.soak_verify),
+                                "--sampled-fraction", str(a.soak_sampled)] + churn,
+                               seed=a.seed * 1000 + 999)
                 rep["server_alive_after"] = srv.alive()
             finally:
                 rc = srv.stop()

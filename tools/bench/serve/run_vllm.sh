@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../../.."
 VLLM_VENV="${VLLM_VENV:-/work/peers/vllm-venv}"
 PORT="${PORT:-8001}"
-OUT=bench-models/serve-results
+OUT="${OUT:-bench-models/serve-results}"
 MODEL=bench-models/qwen2.5-0.5b-shape-serve
 mkdir -p "$OUT"
 clients=("$@")

@@ -1,0 +1,108 @@
+// Int8 matmul with AVX2 (no VNNI) over 16-column panels: vpmaddubsw(|w|, sign(xq, w)) + vpmaddwd per ymm half (8 columns), never saturating int16.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "cpu/int8_cpu.h"
+
+#define LOOM_AVX2 __attribute__((target("avx2,fma")))
+
+namespace loom::cpu {
+
+namespace {
+
+// Four activations (biased u8) broadcast to every 32-bit lane and unbiased to s8 (xu ^ 0x80 =
+// xu − 128 for xu in 0..255).
+LOOM_AVX2 inline __m256i Broadcast4Signed(const uint8_t* x) {
+  int32_t v;
+  std::memcpy(&v, x, 4);
+  return _mm256_xor_si256(_mm256_set1_epi32(v), _mm256_set1_epi8(static_cast<char>(0x80)));
+}
+
+// y[0, c) ← v[0, c): a ragged panel's last columns stay untouched.
+LOOM_AVX2 inline void Store(float* out, __m256 lo, __m256 hi, int cols) {
+  if (cols == kInt8Panel) {
+    _mm256_storeu_ps(out, lo);
+    _mm256_storeu_ps(out + 8, hi);
+    return;
+  }
+  alignas(32) float tmp[kInt8Panel];
+  _mm256_store_ps(tmp, lo);
+  _mm256_store_ps(tmp + 8, hi);
+  std::memcpy(out, tmp, sizeof(float) * static_cast<size_t>(cols));
+}
+
+// R activation rows × P panels from panel p0; `cols` valid columns in the last panel. A panel
+// block of 64 bytes is two ymm halves (columns 0–7, 8–15), each lane one column's 4 inputs.
+// Per lane: vpmaddubsw(|w|, sign(xq, w)) gives two int16 sums of |w|·(±xq) = w·xq, each at most
+// 2·128·127 = 32512 in magnitude (|w| ≤ 128, |xq| ≤ 127), and vpmaddwd adds them into int32:
+// the exact sum, as the scalar reference.
+template <int R, int P>
+LOOM_AVX2 inline void Tile(const uint8_t* xu, const float* sx, int64_t kp, const int8_t* wq,
+                           const float* sw, int64_t p0, int cols, float* y, int64_t ldy) {
+  const int64_t panel_bytes = kInt8Panel * kp;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i acc[R][P][2];
+  for (int r = 0; r < R; ++r) {
+    for (int p = 0; p < P; ++p) acc[r][p][0] = acc[r][p][1] = _mm256_setzero_si256();
+  }
+  for (int64_t t = 0; t < kp / 4; ++t) {
+    __m256i xs[R];
+    for (int r = 0; r < R; ++r) xs[r] = Broadcast4Signed(xu + r * kp + 4 * t);
+    for (int p = 0; p < P; ++p) {
+      for (int h = 0; h < 2; ++h) {
+        const __m256i w = _mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(wq + (p0 + p) * panel_bytes + t * 64 + 32 * h));
+        const __m256i wa = _mm256_abs_epi8(w);  // −128 → 0x80, read as u8 128
+        for (int r = 0; r < R; ++r) {
+          const __m256i pairs = _mm256_maddubs_epi16(wa, _mm256_sign_epi8(xs[r], w));
+          acc[r][p][h] = _mm256_add_epi32(acc[r][p][h], _mm256_madd_epi16(pairs, ones));
+        }
+      }
+    }
+  }
+  for (int p = 0; p < P; ++p) {
+    const int64_t j = (p0 + p) * kInt8Panel;
+    const __m256 w_lo = _mm256_loadu_ps(sw + j), w_hi = _mm256_loadu_ps(sw + j + 8);
+    for (int r = 0; r < R; ++r) {
+      const __m256 s = _mm256_set1_ps(sx[r]);
+      const __m256 lo = _mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][p][0]), _mm256_mul_ps(s, w_lo));
+      const __m256 hi = _mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][p][1]), _mm256_mul_ps(s, w_hi));
+      Store(y + r * ldy + p * kInt8Panel, lo, hi, p == P - 1 ? cols : kInt8Panel);
+    }
+  }
+}
+
+template <int R>
+LOOM_AVX2 void Rows(const uint8_t* xu, const float* sx, int64_t kp, const int8_t* wq,
+                    const float* sw, int64_t j0, int64_t j1, float* y, int64_t ldy) {
+  constexpr int P = R == 1 ? 4 : R == 2 ? 2 : 1;  // at most 8 accumulators of 16 ymm
+  const int64_t first = j0 / kInt8Panel, last = (j1 + kInt8Panel - 1) / kInt8Panel;
+  int64_t p = first;
+  for (; p + P < last || (p + P == last && j1 % kInt8Panel == 0); p += P) {
+    Tile<R, P>(xu, sx, kp, wq, sw, p, kInt8Panel, y + (p - first) * kInt8Panel, ldy);
+  }
+  for (; p < last; ++p) {
+    const int cols = static_cast<int>(std::min<int64_t>(kInt8Panel, j1 - p * kInt8Panel));
+    Tile<R, 1>(xu, sx, kp, wq, sw, p, cols, y + (p - first) * kInt8Panel, ldy);
+  }
+}
+
+}  // namespace
+
+LOOM_AVX2 void MatmulInt8Avx2(const uint8_t* xu, const float* sx, int64_t n, int64_t k_pad,
+                              const int8_t* wq, const float* sw, const int32_t* wsum, int64_t j0,
+                              int64_t j1, float* y, int64_t ldy) {
+  (void)wsum;
+  int64_t r = 0;
+  for (; r + 4 <= n; r += 4) Rows<4>(xu + r * k_pad, sx + r, k_pad, wq, sw, j0, j1, y + r * ldy, ldy);
+  const int64_t left = n - r;
+  const uint8_t* x = xu + r * k_pad;
+  float* yr = y + r * ldy;
+  if (left == 3) Rows<3>(x, sx + r, k_pad, wq, sw, j0, j1, yr, ldy);
+  if (left == 2) Rows<2>(x, sx + r, k_pad, wq, sw, j0, j1, yr, ldy);
+  if (left == 1) Rows<1>(x, sx + r, k_pad, wq, sw, j0, j1, yr, ldy);
+}
+
+}  // namespace loom::cpu

@@ -1,0 +1,44 @@
+// Which int8/int4 kernel an ISA level runs: AVX-VNNI detection (cpuid) and the level → kernel rule.
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
+#include <cstdlib>
+#include <cstring>
+
+#include "cpu/int8_cpu.h"
+
+namespace loom::cpu {
+
+bool HasAvxVnni() {
+#if defined(__x86_64__)
+  static const bool has = [] {
+    unsigned int eax = 0, ebx = 0, ecx = 0, edx = 0;
+    // CPUID.(EAX=7, ECX=1):EAX bit 4. The OS's ymm state is checked with the kAvx2 level.
+    if (__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) == 0 || (eax & (1u << 4)) == 0) return false;
+    const char* env = std::getenv("LOOM_AVXVNNI");
+    return env == nullptr || std::strcmp(env, "0") != 0;
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
+IntKernel IntKernelFor(Isa isa) {
+  if (isa >= Isa::kAvx512 && HasAvx512Vnni()) return IntKernel::kAvx512Vnni;
+  if (isa >= Isa::kAvx2) return HasAvxVnni() ? IntKernel::kAvxVnni : IntKernel::kAvx2;
+  return IntKernel::kScalar;
+}
+
+const char* IntKernelName(IntKernel kernel) {
+  switch (kernel) {
+    case IntKernel::kScalar: return "scalar";
+    case IntKernel::kAvx2: return "avx2";
+    case IntKernel::kAvxVnni: return "avxvnni";
+    case IntKernel::kAvx512Vnni: return "avx512vnni";
+  }
+  return "?";
+}
+
+}  // namespace loom::cpu
