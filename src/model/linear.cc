@@ -54,6 +54,8 @@ void Linear::Forward(const float* x, int64_t n, float* y, const LoraBatch& lora)
       MatmulInt8(x, n, *int8, y, epilogue);
     } else if (int4) {
       MatmulInt4(x, n, *int4, y, epilogue);
+    } else if (nf4) {
+      MatmulNf4(x, n, *nf4, y, epilogue);
     } else {
       Matmul(x, n, weight, y, epilogue);
     }

@@ -8,6 +8,7 @@
 #include "model/batch.h"
 #include "ops/matmul_int4.h"
 #include "ops/matmul_int8.h"
+#include "ops/matmul_nf4.h"
 #include "tensor/tensor.h"
 
 namespace loom {
@@ -32,6 +33,8 @@ struct Linear {
   // stays mapped: merges and DoRA norms read it). At most one is set.
   std::shared_ptr<const Int8Weight> int8;
   std::shared_ptr<const Int4Weight> int4;
+  // A bitsandbytes NF4 checkpoint's projection (model/bnb.h); `weight` is then shape-only.
+  std::shared_ptr<const Nf4Weight> nf4;
 
   int64_t in_features() const { return weight.dim(1); }
   int64_t out_features() const { return weight.dim(0); }

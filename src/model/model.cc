@@ -42,23 +42,28 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadO
   ASSIGN_OR_RETURN(m->config_, LoadModelConfig(dir));
   ASSIGN_OR_RETURN(m->store_, SafetensorsStore::Open(dir));
   if (options.check_weights) RETURN_IF_ERROR(CheckStoreFinite(*m->store_, ""));
-  // quantization_config.quant_method picks the reader: gptq / awq (model/gptq.h), else
-  // compressed-tensors (which rejects any other method by name).
-  ASSIGN_OR_RETURN(std::optional<GptqConfig> gptq, GptqConfig::Load(dir));
+  // quantization_config.quant_method picks the reader: bitsandbytes (model/bnb.h), gptq / awq
+  // (model/gptq.h), else compressed-tensors (which rejects any other method by name).
+  ASSIGN_OR_RETURN(std::optional<BnbConfig> bnb, BnbConfig::Load(dir));
+  std::optional<GptqConfig> gptq;
   std::optional<CtConfig> quant;
-  if (!gptq) {
+  if (!bnb) {
+    ASSIGN_OR_RETURN(gptq, GptqConfig::Load(dir));
+  }
+  if (!bnb && !gptq) {
     ASSIGN_OR_RETURN(quant, CtConfig::Load(dir));
   }
-  if ((quant || gptq) && options.quantize != LoadOptions::Quantization::kNone) {
-    return InvalidArgument(dir + ": --quantize on a pre-quantized (" +
-                           std::string(gptq ? gptq->Name() : "compressed-tensors") + ") checkpoint; "
-                           "its projections are already quantized, serve it without --quantize");
-  }
-  if (quant) m->prequantized_ = "compressed-tensors";
+  if (bnb) m->prequantized_ = "bitsandbytes nf4";
   if (gptq) m->prequantized_ = gptq->Name();
+  if (quant) m->prequantized_ = "compressed-tensors";
+  if (!m->prequantized_.empty() && options.quantize != LoadOptions::Quantization::kNone) {
+    return InvalidArgument(dir + ": --quantize on a pre-quantized (" + m->prequantized_ + ") "
+                           "checkpoint; its projections are already quantized, serve it without "
+                           "--quantize");
+  }
   RETURN_IF_ERROR(LoadWeights(m->config_, *m->store_, &m->weights_, &m->sites_, &m->site_linears_,
                               quant ? &*quant : nullptr, &m->quantized_bytes_,
-                              gptq ? &*gptq : nullptr));
+                              gptq ? &*gptq : nullptr, bnb ? &*bnb : nullptr));
   const ArchEntry* arch = FindArchitecture(m->config_.architecture);
   if (arch && arch->prepare_weights) RETURN_IF_ERROR(arch->prepare_weights(m->config_, &m->weights_));
   if (options.quantize != LoadOptions::Quantization::kNone) RETURN_IF_ERROR(m->Quantize(options));
@@ -127,6 +132,7 @@ Status Model::MergeAdapter(const Adapter& adapter) {
       lin->weight.data = dense;
       lin->int8.reset();
       lin->int4.reset();
+      lin->nf4.reset();
       ++dequantized;
     }
     void* merged = own(lin->weight);

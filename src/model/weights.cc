@@ -106,6 +106,18 @@ Status CheckCtModel(const ModelConfig& config, const std::vector<WeightSlot>& sl
   return OkStatus();
 }
 
+// bitsandbytes checkpoints of mixture-of-experts models are not read (their experts are fused
+// parameters, not Linear4bit modules).
+Status CheckBnbModel(const ModelConfig& config, const BnbConfig& bnb) {
+  for (const LayerConfig& l : config.layers) {
+    if (l.moe) {
+      return InvalidArgument(bnb.where + ": bitsandbytes checkpoints of mixture-of-experts models are "
+                             "not supported");
+    }
+  }
+  return OkStatus();
+}
+
 // Row reader of a pre-quantized projection: scale · q, as the int8 / int4 kernels compute.
 std::function<void(int64_t, float*)> DequantizedRows(const Linear& lin) {
   if (lin.int8) {
@@ -118,6 +130,11 @@ std::function<void(int64_t, float*)> DequantizedRows(const Linear& lin) {
       for (int64_t i = 0; i < w->cols; ++i) row[i] = w->Dequantized(j, i);
     };
   }
+  if (lin.nf4) {  // code · absmax in f32: bitsandbytes' dequantize_4bit (PEFT's DoRA norm, merges)
+    return [w = lin.nf4](int64_t j, float* row) {
+      for (int64_t i = 0; i < w->cols; ++i) row[i] = w->Dequantized(j, i);
+    };
+  }
   return {};
 }
 
@@ -127,15 +144,21 @@ bool IsIgnoredBuffer(const std::string& name) { return name.ends_with(".rotary_e
 
 Status LoadWeights(const ModelConfig& config, const SafetensorsStore& store, ModelWeights* w,
                    SiteTable* sites, std::vector<Linear*>* site_linears, const CtConfig* quant,
-                   uint64_t* quantized_bytes, const GptqConfig* gptq) {
+                   uint64_t* quantized_bytes, const GptqConfig* gptq, const BnbConfig* bnb) {
   std::vector<WeightSlot> slots = EnumerateWeights(config, w);
   std::set<std::string> consumed;
   if (quant) RETURN_IF_ERROR(CheckCtModel(config, slots, *quant));
   if (gptq) RETURN_IF_ERROR(CheckGptqModel(config, store, *gptq));
+  if (bnb) RETURN_IF_ERROR(CheckBnbModel(config, *bnb));
   for (const WeightSlot& slot : slots) {
     if (gptq && slot.linear && slot.required && IsGptqLinear(store, slot.linear->name)) {
       RETURN_IF_ERROR(LoadGptqLinear(store, *gptq, slot.shape[0], slot.shape[1], slot.linear,
                                      &consumed, quantized_bytes));
+      continue;
+    }
+    if (bnb && slot.linear && slot.required && HasBnbQuantState(store, slot.linear->name)) {
+      RETURN_IF_ERROR(LoadBnbLinear(store, *bnb, slot.shape[0], slot.shape[1], slot.linear,
+                                    &consumed, quantized_bytes));
       continue;
     }
     const CtScheme* scheme = quant && slot.linear && slot.required ? quant->Find(slot.linear->name) : nullptr;

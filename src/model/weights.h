@@ -9,6 +9,7 @@
 #include "io/safetensors.h"
 #include "lora/site_table.h"
 #include "model/arch/moe.h"
+#include "model/bnb.h"
 #include "model/compressed_tensors.h"
 #include "model/gptq.h"
 #include "model/config.h"
@@ -78,9 +79,11 @@ std::vector<WeightSlot> EnumerateWeights(const ModelConfig& config, ModelWeights
 // read from their compressed tensors instead (model/compressed_tensors.h), adding their bytes to
 // `quantized_bytes`. `gptq` (a GPTQ/AWQ checkpoint's config, or null): the projections stored as
 // qweight/qzeros/scales are read from those (model/gptq.h), the others as dense weights.
+// `bnb` (a bitsandbytes 4-bit checkpoint's config, or null): the projections with a quant_state
+// are read as NF4 (model/bnb.h).
 Status LoadWeights(const ModelConfig& config, const SafetensorsStore& store, ModelWeights* w,
                    SiteTable* sites, std::vector<Linear*>* site_linears,
                    const CtConfig* quant = nullptr, uint64_t* quantized_bytes = nullptr,
-                   const GptqConfig* gptq = nullptr);
+                   const GptqConfig* gptq = nullptr, const BnbConfig* bnb = nullptr);
 
 }  // namespace loom

@@ -1,0 +1,76 @@
+// NF4 matmul: the code table, panel packing, the scalar reference kernel and ISA dispatch.
+#include <cmath>
+
+#include "cpu/nf4_cpu.h"
+
+namespace loom::cpu {
+
+// The exact f32 values bitsandbytes stores as weight.quant_map for nf4.
+const float kNf4Code[16] = {
+    -1.0f,
+    -0.6961928009986877f,
+    -0.5250730514526367f,
+    -0.39491748809814453f,
+    -0.28444138169288635f,
+    -0.18477343022823334f,
+    -0.09105003625154495f,
+    0.0f,
+    0.07958029955625534f,
+    0.16093020141124725f,
+    0.24611230194568634f,
+    0.33791524171829224f,
+    0.44070982933044434f,
+    0.5626170039176941f,
+    0.7229568362236023f,
+    1.0f,
+};
+
+void PackNf4Panel(const uint8_t* q, int64_t k, uint8_t* out) {
+  for (int64_t t = 0; t < k / 2; ++t) {
+    for (int64_t c = 0; c < kNf4Panel; ++c) {
+      const uint8_t lo = q[c * k + 2 * t] & 0x0F;
+      const uint8_t hi = q[c * k + 2 * t + 1] & 0x0F;
+      out[t * kNf4Panel + c] = static_cast<uint8_t>(lo | (hi << 4));
+    }
+  }
+}
+
+uint8_t UnpackNf4(const uint8_t* panel, int64_t c, int64_t i) {
+  const uint8_t byte = panel[(i / 2) * kNf4Panel + c];
+  return (i % 2 == 0) ? (byte & 0x0F) : (byte >> 4);
+}
+
+void MatmulNf4Scalar(const float* x, int64_t n, int64_t k, const uint8_t* wq, const float* absmax,
+                     int64_t block, int64_t j0, int64_t j1, float* y, int64_t ldy) {
+  const int64_t blocks = k / block;
+  for (int64_t r = 0; r < n; ++r) {
+    const float* xr = x + r * k;
+    for (int64_t j = j0; j < j1; ++j) {
+      const int64_t p = j / kNf4Panel, c = j % kNf4Panel;
+      const uint8_t* panel = wq + p * kNf4Panel * (k / 2);
+      const float* am = absmax + p * blocks * kNf4Panel;
+      float acc = 0;
+      for (int64_t b = 0; b < blocks; ++b) {
+        float t = 0;
+        for (int64_t i = b * block; i < (b + 1) * block; ++i) {
+          t = std::fma(kNf4Code[UnpackNf4(panel, c, i)], xr[i], t);
+        }
+        acc = std::fma(t, am[b * kNf4Panel + c], acc);
+      }
+      y[r * ldy + (j - j0)] = acc;
+    }
+  }
+}
+
+void MatmulNf4(Isa isa, const float* x, int64_t n, int64_t k, const uint8_t* wq,
+               const float* absmax, int64_t block, int64_t j0, int64_t j1, float* y, int64_t ldy) {
+  if (isa >= Isa::kAvx512) {
+    MatmulNf4Avx512(x, n, k, wq, absmax, block, j0, j1, y, ldy);
+  } else if (isa >= Isa::kAvx2) {
+    MatmulNf4Avx2(x, n, k, wq, absmax, block, j0, j1, y, ldy);
+  } else {
+    MatmulNf4Scalar(x, n, k, wq, absmax, block, j0, j1, y, ldy);
+  }
+}
+
+}  // namespace loom::cpu

@@ -1,0 +1,56 @@
+// Pre-quantized bitsandbytes 4-bit (NF4, QLoRA's base) checkpoints as transformers saves them:
+// quantization_config validated, each projection's packed weight and quant_state read into an
+// Nf4Weight.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/regex.h"
+#include "base/status.h"
+#include "io/safetensors.h"
+#include "model/linear.h"
+
+namespace loom {
+
+// The validated quantization_config of a bitsandbytes checkpoint (quant_method "bitsandbytes").
+// Thread-safety: immutable after parse.
+struct BnbConfig {
+  bool double_quant = false;              // bnb_4bit_use_double_quant
+  std::vector<std::string> skip_modules;  // llm_int8_skip_modules (kept dense by transformers)
+  std::vector<Regex> skip_patterns;       // each as transformers 5 matches it (see Skipped)
+  std::string where;                      // "<dir>/config.json", for errors
+
+  // Parses config.json's "quantization_config" (`qc`, an object). Every field is handled or
+  // rejected naming the field: load_in_8bit (LLM.int8) and bnb_4bit_quant_type "fp4" are refused.
+  static StatusOr<BnbConfig> Parse(const nlohmann::json& qc, const std::string& where);
+  // Reads `dir`/config.json: nullopt when it has no quantization_config or its quant_method is
+  // not "bitsandbytes" (another reader's).
+  static StatusOr<std::optional<BnbConfig>> Load(const std::string& dir);
+
+  // Whether transformers would have kept module `name` dense: some llm_int8_skip_modules key
+  // matches it as transformers 5's should_convert_module does — re.match("(?:key)" + a module
+  // boundary) from the start ("layers.1" matches "layers.1.mlp", not "layers.11.mlp"), or the
+  // name ends with the key ("lm_head", "q_proj").
+  bool Skipped(const std::string& name) const;
+};
+
+// Whether `store` holds a bitsandbytes 4-bit quant_state for projection `name` (nf4 or fp4).
+bool HasBnbQuantState(const SafetensorsStore& store, const std::string& name);
+
+// Reads the 4-bit tensors of projection `lin` (its name set; shape [out, in]) into lin->nf4:
+// `weight` U8 [(out·in)/2, 1] (two code indices per byte, the first in the high nibble),
+// `weight.absmax` (F32 [blocks], or with double quant U8 [blocks] + `weight.nested_absmax` F32
+// [⌈blocks/256⌉] + `weight.nested_quant_map` F32 [256] + the JSON's nested_offset),
+// `weight.quant_map` F32 [16] (must be the NF4 code) and `weight.quant_state.bitsandbytes__nf4`
+// (U8 JSON: quant_type, blocksize, dtype, shape, nested_*), every field checked against the
+// config and the model; names read are added to `consumed`. lin->weight becomes a shape-only view
+// (data null). `bytes` (if not null) grows by the weight's size.
+Status LoadBnbLinear(const SafetensorsStore& store, const BnbConfig& config, int64_t out,
+                     int64_t in, Linear* lin, std::set<std::string>* consumed, uint64_t* bytes);
+
+}  // namespace loom

@@ -1,0 +1,79 @@
+// NF4 matmul op: panel packing of validated code indices and absmax; column blocks over the pool.
+#include "ops/matmul_nf4.h"
+
+#include <cmath>
+
+#include "cpu/nf4_cpu.h"
+#include "ops/panel_blocks.h"
+
+namespace loom {
+
+float Nf4Weight::Absmax(int64_t j, int64_t b) const {
+  const int64_t p = j / cpu::kNf4Panel, c = j % cpu::kNf4Panel;
+  return absmax[static_cast<size_t>((p * (cols / block) + b) * cpu::kNf4Panel + c)];
+}
+
+uint8_t Nf4Weight::Code(int64_t j, int64_t i) const {
+  const int64_t p = j / cpu::kNf4Panel, c = j % cpu::kNf4Panel;
+  return cpu::UnpackNf4(q.data() + p * cpu::kNf4Panel * (cols / 2), c, i);
+}
+
+float Nf4Weight::Dequantized(int64_t j, int64_t i) const {
+  return cpu::kNf4Code[Code(j, i)] * Absmax(j, i / block);
+}
+
+StatusOr<std::unique_ptr<Nf4Weight>> Nf4WeightFromRows(const uint8_t* q, const float* absmax,
+                                                       int64_t rows, int64_t cols, int64_t block,
+                                                       const std::string& name) {
+  if (block <= 0 || block % 2 != 0 || cols <= 0 || cols % block != 0 || rows <= 0) {
+    return InvalidArgument(name + ": NF4 blocks of " + std::to_string(block) +
+                           " do not tile rows of " + std::to_string(cols) +
+                           " inputs (loom needs an even block size dividing "
+                           "in_features)");
+  }
+  auto out = std::make_unique<Nf4Weight>();
+  out->rows = rows;
+  out->cols = cols;
+  out->block = block;
+  constexpr int64_t kPanel = cpu::kNf4Panel;
+  const int64_t blocks = cols / block;
+  out->panels = (rows + kPanel - 1) / kPanel;
+  RETURN_IF_ERROR(out->q.Resize(static_cast<size_t>(out->panels * kPanel * cols / 2)));
+  out->absmax.assign(static_cast<size_t>(out->panels * blocks * kPanel), 0.0f);  // padding: 0
+  std::vector<uint8_t> panel(static_cast<size_t>(kPanel * cols));
+  for (int64_t p = 0; p < out->panels; ++p) {
+    std::fill(panel.begin(), panel.end(), uint8_t{7});  // padding columns: code 0.0
+    for (int64_t c = 0; c < kPanel && p * kPanel + c < rows; ++c) {
+      const int64_t j = p * kPanel + c;
+      for (int64_t i = 0; i < cols; ++i) {
+        const uint8_t v = q[j * cols + i];
+        if (v > 15) {
+          return InvalidArgument(name + ": code index " + std::to_string(v) + " at [" +
+                                 std::to_string(j) + ", " + std::to_string(i) + "] is not 0..15");
+        }
+        panel[static_cast<size_t>(c * cols + i)] = v;
+      }
+      for (int64_t b = 0; b < blocks; ++b) {
+        const float a = absmax[j * blocks + b];
+        if (!std::isfinite(a)) {
+          return InvalidArgument(name + ": absmax " + std::to_string(a) + " of block " +
+                                 std::to_string(j * blocks + b) + " is not finite");
+        }
+        out->absmax[static_cast<size_t>((p * blocks + b) * kPanel + c)] = a;
+      }
+    }
+    cpu::PackNf4Panel(panel.data(), cols, out->q.data() + p * kPanel * cols / 2);
+  }
+  return out;
+}
+
+void MatmulNf4(const float* x, int64_t n, const Nf4Weight& w, float* y,
+               const MatmulEpilogue* epilogue) {
+  if (n == 0 || w.rows == 0) return;
+  const cpu::Isa isa = cpu::ActiveIsa();
+  ForEachPanelBlock(w.rows, epilogue, [&](int64_t j0, int64_t j1) {
+    cpu::MatmulNf4(isa, x, n, w.cols, w.q.data(), w.absmax.data(), w.block, j0, j1, y + j0, w.rows);
+  });
+}
+
+}  // namespace loom

@@ -1,0 +1,43 @@
+// NF4 weights (bitsandbytes' 4-bit NormalFloat with per-block absmax, QLoRA's base) and their
+// matmul: f32 activations, weights dequantized in registers.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "ops/matmul.h"
+
+namespace loom {
+
+// W[j, i] = kNf4Code[q[j, i]] · absmax[j, i / block] (f32 product, as bitsandbytes'
+// dequantize_4bit computes it), blocks along each row's inputs. Layout (16-row panels):
+// cpu/nf4_cpu.h.
+struct Nf4Weight {
+  AlignedBuffer<uint8_t> q;   // [panels, 16 · cols / 2] packed code indices
+  std::vector<float> absmax;  // [panels, cols / block, 16]
+  int64_t rows = 0, cols = 0, panels = 0, block = 64;
+  uint64_t bytes() const {
+    return static_cast<uint64_t>(panels * 16) *
+           static_cast<uint64_t>(cols / 2 + (cols / block) * 4);
+  }
+  float Absmax(int64_t j, int64_t b) const;
+  uint8_t Code(int64_t j, int64_t i) const;  // q[j, i], 0..15
+  // W[j, i] as defined above, for merges, DoRA norms, tests and error reports.
+  float Dequantized(int64_t j, int64_t i) const;
+};
+
+// q [rows, cols] code indices 0..15 row-major; absmax [rows · cols / block] f32, finite, block b
+// of row j at j · (cols / block) + b; `block` even and dividing cols. `name` for errors.
+StatusOr<std::unique_ptr<Nf4Weight>> Nf4WeightFromRows(const uint8_t* q, const float* absmax,
+                                                       int64_t rows, int64_t cols, int64_t block,
+                                                       const std::string& name);
+
+// y = x·Ŵᵀ: x [n, cols] f32, y [n, rows] f32 (overwritten). Each row's result depends only on that
+// row (batch invariant), the same bits at every ISA level.
+void MatmulNf4(const float* x, int64_t n, const Nf4Weight& w, float* y,
+               const MatmulEpilogue* epilogue = nullptr);
+
+}  // namespace loom
