@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "model/bnb.h"
+#include "checkpoint_edit_util.h"
 #include "model/model.h"
 
 namespace loom {
@@ -22,66 +23,13 @@ using nlohmann::json;
 
 const std::string kModels = std::string(LOOM_FIXTURES) + "/models/";
 
-// A safetensors file rewritten with edits (raw dtypes kept): name → (dtype, shape, bytes).
-struct RawTensor {
-  std::string dtype;
-  std::vector<int64_t> shape;
-  std::string bytes;
-};
-using RawFile = std::map<std::string, RawTensor>;
-
-RawFile ReadRaw(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  const std::string data = ss.str();
-  auto infos =
-      ParseSafetensors(reinterpret_cast<const uint8_t*>(data.data()), data.size(), path, nullptr);
-  EXPECT_TRUE(infos.ok()) << infos.status().ToString();
-  RawFile out;
-  for (const TensorInfo& t : *infos) {
-    out[t.name] = {t.dtype_name, t.shape,
-                   std::string(reinterpret_cast<const char*>(t.data), t.nbytes)};
-  }
-  return out;
-}
-
-void WriteRaw(const std::string& path, const RawFile& file) {
-  json header = json::object();
-  std::string body;
-  for (const auto& [name, t] : file) {
-    header[name] = {{"dtype", t.dtype},
-                    {"shape", t.shape},
-                    {"data_offsets", {body.size(), body.size() + t.bytes.size()}}};
-    body += t.bytes;
-  }
-  std::string h = header.dump();
-  while (h.size() % 8) h += ' ';
-  std::ofstream f(path, std::ios::binary);
-  const uint64_t n = h.size();
-  for (int i = 0; i < 8; ++i) f.put(static_cast<char>((n >> (8 * i)) & 0xff));
-  f << h << body;
-}
+using testutil::LoadError;
+using testutil::RawFile;
+using testutil::RawTensor;
 
 std::string EditedCopy(const std::string& name, const std::function<void(json&)>& edit_config,
                        const std::function<void(RawFile&)>& edit_tensors) {
-  const fs::path dir = fs::path(::testing::TempDir()) / ("bnb_corrupt_" + name);
-  fs::remove_all(dir);
-  fs::copy(kModels + name, dir);
-  std::ifstream in(dir / "config.json");
-  json config = json::parse(in);
-  in.close();
-  edit_config(config["quantization_config"]);
-  std::ofstream(dir / "config.json") << config.dump(1);
-  RawFile raw = ReadRaw((dir / "model.safetensors").string());
-  edit_tensors(raw);
-  WriteRaw((dir / "model.safetensors").string(), raw);
-  return dir.string();
-}
-
-std::string LoadError(const std::string& dir) {
-  auto m = Model::Load(dir);
-  return m.ok() ? "" : m.status().message();
+  return testutil::EditedCheckpointCopy(kModels, "bnb_corrupt_", name, edit_config, edit_tensors);
 }
 
 const std::string kQ = "model.layers.0.self_attn.q_proj.weight";
