@@ -10,6 +10,7 @@
 #include "base/mmap_file.h"
 #include "cpu/nf4_cpu.h"
 #include "model/bnb.h"
+#include "model/tensor_need.h"
 #include "ops/basic_ops.h"
 
 namespace loom {
@@ -23,23 +24,6 @@ std::string Show(const json& v) { return JsonToString(v, -1, 80); }
 constexpr int64_t kNestedBlock = 256;  // bitsandbytes' only nested (absmax) block size
 constexpr size_t kMaxQuantStateBytes = 4096;
 
-// The tensor `name` with dtype `dtype` and shape `shape`, or an error naming it.
-StatusOr<const TensorInfo*> Need(const SafetensorsStore& store, const std::string& name,
-                                 const char* dtype, const std::vector<int64_t>& shape,
-                                 const std::string& why, std::set<std::string>* consumed) {
-  const TensorInfo* t = store.Find(name);
-  if (!t) {
-    return InvalidArgument("checkpoint " + store.files().front() + ": missing tensor '" + name +
-                           "' (" + dtype + " " + ShapeString(shape) + ") required by " + why);
-  }
-  if (t->dtype_name != dtype || t->shape != shape) {
-    return InvalidArgument(t->file + ": tensor '" + name + "' has dtype " + t->dtype_name +
-                           " and shape " + ShapeString(t->shape) + "; " + why + " needs " + dtype +
-                           " " + ShapeString(shape));
-  }
-  consumed->insert(name);
-  return t;
-}
 
 std::vector<float> F32s(const TensorInfo& t) {
   std::vector<float> v(t.nbytes / 4);
@@ -161,9 +145,9 @@ Status LoadBnbLinear(const SafetensorsStore& store, const BnbConfig& config, int
                           (qs.nested ? ", double quant" : "") + ") of " + lin->name + " " +
                           ShapeString({out, in});
   const int64_t numel = out * in, blocks = numel / qs.blocksize;
-  ASSIGN_OR_RETURN(const TensorInfo* packed, Need(store, w, "U8", {numel / 2, 1}, why, consumed));
+  ASSIGN_OR_RETURN(const TensorInfo* packed, NeedTensor(store, w, {"U8"}, {numel / 2, 1}, why, consumed));
   ASSIGN_OR_RETURN(const TensorInfo* qmap,
-                   Need(store, w + ".quant_map", "F32", {16}, why, consumed));
+                   NeedTensor(store, w + ".quant_map", {"F32"}, {16}, why, consumed));
   const std::vector<float> code = F32s(*qmap);
   for (int i = 0; i < 16; ++i) {
     if (std::memcmp(&code[static_cast<size_t>(i)], &cpu::kNf4Code[i], 4) != 0) {
@@ -176,16 +160,16 @@ Status LoadBnbLinear(const SafetensorsStore& store, const BnbConfig& config, int
   std::vector<float> absmax(static_cast<size_t>(blocks));
   if (!qs.nested) {
     ASSIGN_OR_RETURN(const TensorInfo* am,
-                     Need(store, w + ".absmax", "F32", {blocks}, why, consumed));
+                     NeedTensor(store, w + ".absmax", {"F32"}, {blocks}, why, consumed));
     absmax = F32s(*am);
   } else {
     const int64_t nested_blocks = (blocks + kNestedBlock - 1) / kNestedBlock;
     ASSIGN_OR_RETURN(const TensorInfo* qa,
-                     Need(store, w + ".absmax", "U8", {blocks}, why, consumed));
+                     NeedTensor(store, w + ".absmax", {"U8"}, {blocks}, why, consumed));
     ASSIGN_OR_RETURN(const TensorInfo* na,
-                     Need(store, w + ".nested_absmax", "F32", {nested_blocks}, why, consumed));
+                     NeedTensor(store, w + ".nested_absmax", {"F32"}, {nested_blocks}, why, consumed));
     ASSIGN_OR_RETURN(const TensorInfo* nm,
-                     Need(store, w + ".nested_quant_map", "F32", {256}, why, consumed));
+                     NeedTensor(store, w + ".nested_quant_map", {"F32"}, {256}, why, consumed));
     const std::vector<float> nested_absmax = F32s(*na), nested_code = F32s(*nm);
     for (const float v : nested_code) {
       if (!std::isfinite(v)) {

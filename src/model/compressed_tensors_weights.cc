@@ -6,6 +6,7 @@
 #include "cpu/int4_cpu.h"
 #include "cpu/int8_cpu.h"
 #include "model/compressed_tensors.h"
+#include "model/tensor_need.h"
 #include "ops/basic_ops.h"
 #include "tensor/dtype.h"
 
@@ -13,33 +14,6 @@ namespace loom {
 
 namespace {
 
-std::string Describe(const TensorInfo& t) {
-  return "has dtype " + t.dtype_name + " and shape " + ShapeString(t.shape);
-}
-
-// The tensor `name` with dtype among `dtypes` and shape `shape`, or an error naming it.
-StatusOr<const TensorInfo*> Need(const SafetensorsStore& store, const std::string& name,
-                                 std::initializer_list<const char*> dtypes,
-                                 const std::vector<int64_t>& shape, const std::string& scheme,
-                                 std::set<std::string>* consumed) {
-  const TensorInfo* t = store.Find(name);
-  if (!t) {
-    return InvalidArgument("checkpoint " + store.files().front() + ": missing tensor '" + name +
-                           "' (" + ShapeString(shape) + ") required by " + scheme);
-  }
-  bool dtype_ok = false;
-  std::string want;
-  for (const char* d : dtypes) {
-    dtype_ok = dtype_ok || t->dtype_name == d;
-    want += (want.empty() ? "" : "/") + std::string(d);
-  }
-  if (!dtype_ok || t->shape != shape) {
-    return InvalidArgument(t->file + ": tensor '" + name + "' " + Describe(*t) + "; " + scheme +
-                           " needs " + want + " " + ShapeString(shape));
-  }
-  consumed->insert(name);
-  return t;
-}
 
 // Scales as f32, each finite and ≥ 0 (compressed-tensors never writes a negative scale), or of
 // either sign when `signed_ok`: int4 group scales, where `loom quantize` writes loom's own rule
@@ -77,8 +51,8 @@ Status LoadInt8(const SafetensorsStore& store, const std::string& name, const st
     return InvalidArgument(name + ": " + std::to_string(in) + " input features exceed the int8 "
                            "kernels' " + std::to_string(cpu::kMaxInt8Depth));
   }
-  ASSIGN_OR_RETURN(const TensorInfo* q, Need(store, name + ".weight", {"I8"}, {out, in}, scheme, consumed));
-  ASSIGN_OR_RETURN(const TensorInfo* sc, Need(store, name + ".weight_scale", {"F32", "F16", "BF16"},
+  ASSIGN_OR_RETURN(const TensorInfo* q, NeedTensor(store, name + ".weight", {"I8"}, {out, in}, scheme, consumed));
+  ASSIGN_OR_RETURN(const TensorInfo* sc, NeedTensor(store, name + ".weight_scale", {"F32", "F16", "BF16"},
                                               {out, 1}, scheme, consumed));
   ASSIGN_OR_RETURN(std::vector<float> scale, Scales(*sc));
   ASSIGN_OR_RETURN(std::unique_ptr<Int8Weight> w,
@@ -100,9 +74,9 @@ Status LoadInt4(const SafetensorsStore& store, const std::string& name, const st
                            "kernels' " + std::to_string(cpu::kMaxInt8Depth));
   }
   const int64_t words = in / 8;  // group_size ≥ 32, so whole words
-  ASSIGN_OR_RETURN(const TensorInfo* packed, Need(store, name + ".weight_packed", {"I32"},
+  ASSIGN_OR_RETURN(const TensorInfo* packed, NeedTensor(store, name + ".weight_packed", {"I32"},
                                                   {out, words}, scheme, consumed));
-  ASSIGN_OR_RETURN(const TensorInfo* shape, Need(store, name + ".weight_shape", {"I64", "I32"}, {2},
+  ASSIGN_OR_RETURN(const TensorInfo* shape, NeedTensor(store, name + ".weight_shape", {"I64", "I32"}, {2},
                                                  scheme, consumed));
   int64_t dims[2];
   for (int d = 0; d < 2; ++d) {
@@ -119,7 +93,7 @@ Status LoadInt4(const SafetensorsStore& store, const std::string& name, const st
                            std::to_string(dims[0]) + ", " + std::to_string(dims[1]) +
                            "], the config needs " + ShapeString({out, in}));
   }
-  ASSIGN_OR_RETURN(const TensorInfo* sc, Need(store, name + ".weight_scale", {"F16", "BF16", "F32"},
+  ASSIGN_OR_RETURN(const TensorInfo* sc, NeedTensor(store, name + ".weight_scale", {"F16", "BF16", "F32"},
                                               {out, in / group}, scheme, consumed));
   ASSIGN_OR_RETURN(std::vector<float> scale, Scales(*sc, /*signed_ok=*/true));
   const int64_t file_groups = in / group;

@@ -8,6 +8,7 @@
 #include "cpu/int4_cpu.h"
 #include "cpu/int8_cpu.h"
 #include "model/gptq.h"
+#include "model/tensor_need.h"
 #include "tensor/dtype.h"
 
 namespace loom {
@@ -18,29 +19,6 @@ namespace {
 // (AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7] packs; AWQ_REVERSE_ORDER is its inverse, this table).
 constexpr int kAwqNibble[8] = {0, 4, 1, 5, 2, 6, 3, 7};
 
-StatusOr<const TensorInfo*> Need(const SafetensorsStore& store, const std::string& name,
-                                 std::initializer_list<const char*> dtypes,
-                                 const std::vector<int64_t>& shape, const std::string& scheme,
-                                 std::set<std::string>* consumed) {
-  const TensorInfo* t = store.Find(name);
-  if (!t) {
-    return InvalidArgument("checkpoint " + store.files().front() + ": missing tensor '" + name +
-                           "' (" + ShapeString(shape) + ") required by " + scheme);
-  }
-  bool ok = false;
-  std::string want;
-  for (const char* d : dtypes) {
-    ok = ok || t->dtype_name == d;
-    want += (want.empty() ? "" : "/") + std::string(d);
-  }
-  if (!ok || t->shape != shape) {
-    return InvalidArgument(t->file + ": tensor '" + name + "' has dtype " + t->dtype_name +
-                           " and shape " + ShapeString(t->shape) + "; " + scheme + " needs " + want +
-                           " " + ShapeString(shape));
-  }
-  consumed->insert(name);
-  return t;
-}
 
 uint32_t Word(const TensorInfo& t, int64_t index) {
   uint32_t w;
@@ -72,11 +50,11 @@ StatusOr<GptqCodes> UnpackGptqLinear(const SafetensorsStore& store, const GptqCo
     return InvalidArgument(dense->file + ": tensor '" + dense->name + "' is a dense weight, but " +
                            name + ".qweight says the projection is quantized");
   }
-  ASSIGN_OR_RETURN(const TensorInfo* qw, Need(store, name + ".qweight", {"I32"},
+  ASSIGN_OR_RETURN(const TensorInfo* qw, NeedTensor(store, name + ".qweight", {"I32"},
                                               awq ? std::vector<int64_t>{in, out / 8} : std::vector<int64_t>{in / 8, out},
                                               scheme, consumed));
-  ASSIGN_OR_RETURN(const TensorInfo* qz, Need(store, name + ".qzeros", {"I32"}, {c.groups, out / 8}, scheme, consumed));
-  ASSIGN_OR_RETURN(const TensorInfo* sc, Need(store, name + ".scales", {"F16", "BF16", "F32"}, {c.groups, out}, scheme, consumed));
+  ASSIGN_OR_RETURN(const TensorInfo* qz, NeedTensor(store, name + ".qzeros", {"I32"}, {c.groups, out / 8}, scheme, consumed));
+  ASSIGN_OR_RETURN(const TensorInfo* sc, NeedTensor(store, name + ".scales", {"F16", "BF16", "F32"}, {c.groups, out}, scheme, consumed));
   c.scale.resize(static_cast<size_t>(c.groups * out));
   {
     std::vector<float> s(static_cast<size_t>(c.groups * out));  // [groups, out]
@@ -146,7 +124,7 @@ StatusOr<GptqCodes> UnpackGptqLinear(const SafetensorsStore& store, const GptqCo
                            ".g_idx' ([" + std::to_string(in) + "]) required by desc_act true (" + scheme + ")");
   }
   if (gi) {
-    ASSIGN_OR_RETURN(gi, Need(store, name + ".g_idx", {"I32", "I64"}, {in}, scheme, consumed));
+    ASSIGN_OR_RETURN(gi, NeedTensor(store, name + ".g_idx", {"I32", "I64"}, {in}, scheme, consumed));
     std::vector<int64_t> count(static_cast<size_t>(c.groups), 0);
     for (int64_t i = 0; i < in; ++i) {
       int64_t v;

@@ -1,0 +1,32 @@
+// NeedTensor: presence, dtype and shape of a tensor a pre-quantized reader needs.
+#include "model/tensor_need.h"
+
+#include "tensor/tensor.h"
+
+namespace loom {
+
+StatusOr<const TensorInfo*> NeedTensor(const SafetensorsStore& store, const std::string& name,
+                                       std::initializer_list<const char*> dtypes,
+                                       const std::vector<int64_t>& shape, const std::string& scheme,
+                                       std::set<std::string>* consumed) {
+  const TensorInfo* t = store.Find(name);
+  if (!t) {
+    return InvalidArgument("checkpoint " + store.files().front() + ": missing tensor '" + name +
+                           "' (" + ShapeString(shape) + ") required by " + scheme);
+  }
+  bool dtype_ok = false;
+  std::string want;
+  for (const char* d : dtypes) {
+    dtype_ok = dtype_ok || t->dtype_name == d;
+    want += (want.empty() ? "" : "/") + std::string(d);
+  }
+  if (!dtype_ok || t->shape != shape) {
+    return InvalidArgument(t->file + ": tensor '" + name + "' has dtype " + t->dtype_name +
+                           " and shape " + ShapeString(t->shape) + "; " + scheme + " needs " + want +
+                           " " + ShapeString(shape));
+  }
+  consumed->insert(name);
+  return t;
+}
+
+}  // namespace loom
