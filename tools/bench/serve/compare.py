@@ -13,7 +13,8 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 SETS = {"base": "base", "lora": "8 adapters round-robin"}
-PEERS = [("loom", "matrix"), ("vLLM-CPU", "vllm"), ("llama-server", "llama")]
+PEERS = [("loom", "matrix"), ("vLLM-CPU", "vllm"), ("vLLM-CPU float32", "vllm-float32"),
+         ("llama-server", "llama")]
 
 
 def load(d, prefix, s, c):

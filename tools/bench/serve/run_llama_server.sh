@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # llama.cpp's llama-server under the same load as run_loom.py's matrix (same load_gen arguments
 # and seeds, so the same prompts): base and 8 adapters round-robin at 8 (and 32) clients. Needs a
-# llama-server binary (PEERS.md; LLAMA_SERVER=path) and the bench model's F16 GGUF and the
+# llama-server binary (PEERS.md; LLAMA_SERVER=path), the bench model's F16 GGUF and the
 # adapters' GGUFs (README.md in this folder says how to make them). Reports go to
 # bench-models/serve-results/llama_<set>_c<N>.json.
 #   LLAMA_SERVER=/path/to/llama-server tools/bench/serve/run_llama_server.sh [CLIENTS...]  (default: 8)
@@ -10,8 +10,12 @@ cd "$(dirname "$0")/../../.."
 LS="${LLAMA_SERVER:?set LLAMA_SERVER to the llama-server binary}"
 PORT="${PORT:-8002}"
 OUT="${OUT:-bench-models/serve-results}"
-GGUF=bench-models/qwen2.5-0.5b-shape.f16.gguf
+GGUF=bench-models/qwen2.5-0.5b-shape.f16.vocab.gguf
 mkdir -p "$OUT"
+# llama-server detokenizes what it generates: the bench GGUF's "none" tokenizer makes it abort, so
+# it serves a copy with placeholder pieces (same tensors; gguf_with_vocab.py says why).
+[ -f "$GGUF" ] || .venv-bench/bin/python tools/bench/serve/gguf_with_vocab.py \
+  bench-models/qwen2.5-0.5b-shape.f16.gguf "$GGUF"
 clients=("$@")
 [ ${#clients[@]} -gt 0 ] || clients=(8)
 max_c=0

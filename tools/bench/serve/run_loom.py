@@ -190,7 +190,7 @@ def engine_alone(a, model, adapters, concurrencies):
     ref = {"rows": []}
     for c in concurrencies:
         n = a.requests or max(a.min_requests, 2 * c)
-        for s in a.sets.split(","):
+        for s in a.sets:
             extra = ["--closed-loop", str(c), "--requests", str(n), "--max-num-seqs",
                      str(a.max_num_seqs), "--seed", str(c)]
             if s == "lora":
@@ -205,6 +205,145 @@ def engine_alone(a, model, adapters, concurrencies):
                                 "ttft_p50_s": cl.get("ttft_p50_s"), "ttft_p99_s": cl.get("ttft_p99_s"),
                                 "cmd": out.get("cmd"), "error": out.get("error")})
     return ref
+
+
+# --------------------------------------------------------------------------------------------
+# the server
+
+
+class Server:
+    LISTEN_RE = re.compile(r"listening on http://([^:\s]+):(\d+)")
+
+    def __init__(self, a, serve_dir, adapters, log_path, runtime_lora):
+        self.cmd = [a.loom, "--threads", str(a.threads), "serve", "--model", serve_dir,
+                    "--served-model-name", "base", "--max-loras", str(a.max_loras),
+                    "--max-num-seqs", str(a.max_num_seqs), "--max-model-len", str(a.max_model_len),
+                    "--port", "0"]
+        self.names = []
+        for i, p in enumerate(adapters):
+            self.names.append(f"a{i}")
+            self.cmd += ["--lora", f"a{i}={p}"]
+        self.lora_dir = None
+        if runtime_lora:
+            self.lora_dir = os.path.abspath(a.lora_dir or os.path.dirname(adapters[0]))
+            self.cmd += ["--lora-dir", self.lora_dir, "--allow-runtime-lora"]
+        self.cmd += a.serve_arg
+        self.log_path = log_path
+        self.proc = None
+        self.url = None
+
+    def start(self, timeout=600):
+        log("$ " + " ".join(self.cmd) + f"  (log: {self.log_path})")
+        self.logf = open(self.log_path, "w")
+        self.proc = subprocess.Popen(self.cmd, stdout=self.logf, stderr=subprocess.STDOUT,
+                                     preexec_fn=measured_child)
+        t0 = time.time()
+        while time.time() - t0 < timeout:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"loom serve exited with {self.proc.returncode}: "
+                                   + open(self.log_path).read()[-1500:])
+            if self.url is None:
+                m = self.LISTEN_RE.search(open(self.log_path).read())
+                if m:
+                    self.url = f"http://{m.group(1)}:{m.group(2)}"
+            if self.url is not None:
+                try:
+                    with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
+                        if r.status == 200:
+                            self.ready_s = time.time() - t0
+                            log(f"server ready at {self.url} after {self.ready_s:.1f} s "
+                                f"(pid {self.proc.pid})")
+                            return
+                except (urllib.error.URLError, OSError):
+                    pass
+            time.sleep(0.25)
+        raise RuntimeError("loom serve not ready in time")
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def metrics(self):
+        """Sums of a few vLLM counters from /metrics (for cross-checking token counts)."""
+        want = ("vllm:generation_tokens_total", "vllm:prompt_tokens_total")
+        out = {k: 0.0 for k in want}
+        try:
+            with urllib.request.urlopen(self.url + "/metrics", timeout=30) as r:
+                for line in r.read().decode().splitlines():
+                    for k in want:
+                        if line.startswith(k + "{") or line.startswith(k + " "):
+                            out[k] += float(line.rsplit(" ", 1)[1])
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            log(f"/metrics: {exc!r}")
+            return None
+        return out
+
+    def stop(self):
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                log("loom serve did not stop within 60 s of SIGTERM: SIGKILL")
+                self.proc.kill()
+                self.proc.wait()
+        self.logf.close()
+        return self.proc.returncode
+
+
+def load_gen(a, server, models, concurrency, n, out_json, vocab, extra=(), seed=0):
+    # Each scenario gets its own seed: the same prompt sent twice to one server would hit its
+    # prefix cache.
+    cmd = [sys.executable, os.path.join(HERE, "load_gen.py"), "--base-url", server.url,
+           "--model", ",".join(models), "--concurrency", str(concurrency),
+           "--prompt-len", str(a.prompt_len), "--max-tokens", str(a.gen_tokens),
+           "--vocab-size", str(vocab), "--seed", str(seed), "--server-pid", str(server.proc.pid),
+           "--output", out_json, "--quiet", "--ramp-up", str(a.ramp_up)] + list(extra)
+    if n is not None:
+        cmd += ["--num-requests", str(n)]
+    busy = wait_idle(a.wait_idle)
+    log("$ " + " ".join(cmd))
+    before = server.metrics()
+    p = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=measured_child)
+    if p.returncode != 0:
+        raise RuntimeError(f"load_gen failed ({p.returncode}): {p.stderr[-1500:]}")
+    with open(out_json) as f:
+        rep = json.load(f)
+    after = server.metrics()
+    if before and after:
+        rep["server_counters_delta"] = {k: after[k] - before[k] for k in after}  # incl. warm-up
+    rep["machine_busy_before"] = busy
+    return rep
+
+
+# --------------------------------------------------------------------------------------------
+# reports
+
+
+def fmt(x, spec="{:.1f}"):
+    return "—" if x is None else spec.format(x)
+
+
+def matrix_md(res, a):
+    lines = ["| models | clients | requests ok/sent | req/s | output tok/s | TTFT p50 / p99 ms | "
+             "ITL p50 / p99 ms | TPOT p50 ms | e2e p50 ms | errors | server peak RSS MiB | "
+             "server cores busy | client CPU | other processes' CPU | listen-queue overflows |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in res:
+        t, i, tp, e = r["ttft_ms"], r["itl_ms"], r["tpot_ms"], r["e2e_ms"]
+        errs = ", ".join(f"{k}: {v}" for k, v in r["errors"].items()) or "0"
+        lines.append(
+            f"| {r['label']} | {r['concurrency']} | {r['requests_ok']}/{r['requests_sent']} | "
+            f"{r['requests_per_s']:.3f} | {r['output_tokens_per_s']:.1f} | "
+            f"{fmt(t.get('p50'), '{:.0f}')} / {fmt(t.get('p99'), '{:.0f}')} | "
+            f"{fmt(i.get('p50'), '{:.0f}')} / {fmt(i.get('p99'), '{:.0f}')} | "
+            f"{fmt(tp.get('p50'), '{:.0f}')} | {fmt(e.get('p50'), '{:.0f}')} | {errs} | "
+            f"{fmt(r.get('server_peak_rss_mib'), '{:.0f}')} | {fmt(r.get('server_cores_busy'), '{:.2f}')} | "
+            f"{fmt(r.get('client_cpu_frac_of_wall'), '{:.2f}')} | "
+            f"{fmt(r.get('others_cpu_frac') * 100 if r.get('others_cpu_frac') is not None else None, '{:.0f} %')} | "
+            f"{fmt(r.get('tcp_listen_overflows'), '{}')} |")
+    return "\n".join(lines)
 
 
 def engine_md(ref, matrix, a):
