@@ -1,7 +1,10 @@
-# Writes the random-weight Qwen2.5-0.5B-shaped benchmark model: an HF folder (bf16 safetensors) for loom and the same weights as a GGUF for llama.cpp.
-"""Random-weight benchmark model with the exact shape of Qwen2.5-0.5B.
+# Writes a random-weight benchmark model (Qwen2.5-0.5B or Llama-3.2-1B shape): an HF folder (bf16 safetensors) for loom and the same weights as a GGUF for llama.cpp.
+"""Random-weight benchmark model with the exact shape of Qwen2.5-0.5B (default) or Llama-3.2-1B.
 
     .venv-bench/bin/python tools/bench/make_bench_model.py --out bench-models/qwen2.5-0.5b-shape
+    .venv-bench/bin/python tools/bench/make_bench_model.py --out bench-models/llama3.2-1b-shape --shape llama3.2-1b
+
+(--shape defaults to llama3.2-1b when the folder name starts with "llama3.2-1b".)
 
 writes
     bench-models/qwen2.5-0.5b-shape/{config.json, generation_config.json, model.safetensors}
@@ -13,9 +16,11 @@ The GGUF holds exactly those bf16 values, converted to F16 (exact for all but th
 below f16's normal range) or kept as BF16. Norm weights are 1.0 (the HF initialisation), so the
 activations stay in a sane range; q/k/v biases are random like the matrices.
 
-The GGUF follows llama.cpp's conventions for arch "qwen2": norms F32, matrices F16/BF16,
-tied embeddings (no output.weight), and tokenizer.ggml.model = "none" with qwen2.vocab_size set,
-which makes llama.cpp create 151936 dummy tokens (no tokenizer: the benchmark feeds token ids).
+The GGUF follows llama.cpp's conventions for arch "qwen2" / "llama": norms F32, matrices F16/BF16,
+tied embeddings (no output.weight), and tokenizer.ggml.model = "none" with <arch>.vocab_size set,
+which makes llama.cpp create that many dummy tokens (no tokenizer: the benchmark feeds token ids).
+The Llama shape uses plain RoPE (theta 500000) without Llama 3's frequency rescaling on both
+sides: the rescaling only changes a table of 32 frequencies, not the work per token.
 """
 
 import argparse
@@ -27,48 +32,44 @@ import time
 
 import numpy as np
 
-# Qwen2.5-0.5B's shape.
-VOCAB = 151936
-HIDDEN = 896
-FFN = 4864
-LAYERS = 24
-HEADS = 14
-KV_HEADS = 2
-HEAD_DIM = 64
-ROPE_THETA = 1000000.0
-RMS_EPS = 1e-6
-MAX_POS = 32768
-BOS = 151643
-EOS = 151645
+# The shapes (the real models' config.json values).
+SHAPES = {
+    "qwen2.5-0.5b": dict(arch="qwen2", hf_arch="Qwen2ForCausalLM", vocab=151936, hidden=896, ffn=4864,
+                         layers=24, heads=14, kv_heads=2, head_dim=64, rope_theta=1000000.0,
+                         rms_eps=1e-6, max_pos=32768, bos=151643, eos=151645, qkv_bias=True),
+    "llama3.2-1b": dict(arch="llama", hf_arch="LlamaForCausalLM", vocab=128256, hidden=2048, ffn=8192,
+                        layers=16, heads=32, kv_heads=8, head_dim=64, rope_theta=500000.0,
+                        rms_eps=1e-5, max_pos=131072, bos=128000, eos=128001, qkv_bias=False),
+}
 STD = 0.02
+S = SHAPES["qwen2.5-0.5b"]  # the shape being written (main() sets it)
 
 
 def hf_tensor_specs():
     """(name, shape, kind) in a fixed order; kind is 'norm' (ones) or 'rand'."""
-    q_dim, kv_dim = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
-    specs = [("model.embed_tokens.weight", (VOCAB, HIDDEN), "rand")]
-    for i in range(LAYERS):
+    hidden, ffn = S["hidden"], S["ffn"]
+    q_dim, kv_dim = S["heads"] * S["head_dim"], S["kv_heads"] * S["head_dim"]
+    specs = [("model.embed_tokens.weight", (S["vocab"], hidden), "rand")]
+    for i in range(S["layers"]):
         p = f"model.layers.{i}."
+        specs.append((p + "input_layernorm.weight", (hidden,), "norm"))
+        for proj, rows in (("q", q_dim), ("k", kv_dim), ("v", kv_dim)):
+            specs.append((p + f"self_attn.{proj}_proj.weight", (rows, hidden), "rand"))
+            if S["qkv_bias"]:
+                specs.append((p + f"self_attn.{proj}_proj.bias", (rows,), "rand"))
         specs += [
-            (p + "input_layernorm.weight", (HIDDEN,), "norm"),
-            (p + "self_attn.q_proj.weight", (q_dim, HIDDEN), "rand"),
-            (p + "self_attn.q_proj.bias", (q_dim,), "rand"),
-            (p + "self_attn.k_proj.weight", (kv_dim, HIDDEN), "rand"),
-            (p + "self_attn.k_proj.bias", (kv_dim,), "rand"),
-            (p + "self_attn.v_proj.weight", (kv_dim, HIDDEN), "rand"),
-            (p + "self_attn.v_proj.bias", (kv_dim,), "rand"),
-            (p + "self_attn.o_proj.weight", (HIDDEN, q_dim), "rand"),
-            (p + "post_attention_layernorm.weight", (HIDDEN,), "norm"),
-            (p + "mlp.gate_proj.weight", (FFN, HIDDEN), "rand"),
-            (p + "mlp.up_proj.weight", (FFN, HIDDEN), "rand"),
-            (p + "mlp.down_proj.weight", (HIDDEN, FFN), "rand"),
+            (p + "self_attn.o_proj.weight", (hidden, q_dim), "rand"),
+            (p + "post_attention_layernorm.weight", (hidden,), "norm"),
+            (p + "mlp.gate_proj.weight", (ffn, hidden), "rand"),
+            (p + "mlp.up_proj.weight", (ffn, hidden), "rand"),
+            (p + "mlp.down_proj.weight", (hidden, ffn), "rand"),
         ]
-    specs.append(("model.norm.weight", (HIDDEN,), "norm"))
+    specs.append(("model.norm.weight", (hidden,), "norm"))
     return specs
 
 
 def gguf_name(hf_name):
-    """llama.cpp tensor name for an HF Qwen2 tensor name."""
+    """llama.cpp tensor name for an HF Qwen2 / Llama tensor name."""
     if hf_name == "model.embed_tokens.weight":
         return "token_embd.weight"
     if hf_name == "model.norm.weight":
@@ -119,34 +120,36 @@ def make_weights(seed):
 
 
 def hf_config():
-    return {
-        "architectures": ["Qwen2ForCausalLM"],
-        "model_type": "qwen2",
+    cfg = {
+        "architectures": [S["hf_arch"]],
+        "model_type": S["arch"],
         "attention_dropout": 0.0,
-        "bos_token_id": BOS,
-        "eos_token_id": EOS,
+        "bos_token_id": S["bos"],
+        "eos_token_id": S["eos"],
         "hidden_act": "silu",
-        "hidden_size": HIDDEN,
+        "hidden_size": S["hidden"],
         "initializer_range": STD,
-        "intermediate_size": FFN,
-        "max_position_embeddings": MAX_POS,
-        "max_window_layers": LAYERS,
-        "num_attention_heads": HEADS,
-        "num_hidden_layers": LAYERS,
-        "num_key_value_heads": KV_HEADS,
-        "head_dim": HEAD_DIM,
-        "rms_norm_eps": RMS_EPS,
+        "intermediate_size": S["ffn"],
+        "max_position_embeddings": S["max_pos"],
+        "num_attention_heads": S["heads"],
+        "num_hidden_layers": S["layers"],
+        "num_key_value_heads": S["kv_heads"],
+        "head_dim": S["head_dim"],
+        "rms_norm_eps": S["rms_eps"],
         # Both spellings: transformers 4.x reads rope_theta, 5.x rope_parameters.
-        "rope_theta": ROPE_THETA,
-        "rope_parameters": {"rope_theta": ROPE_THETA, "rope_type": "default"},
-        "sliding_window": None,
-        "use_sliding_window": False,
-        "layer_types": ["full_attention"] * LAYERS,
+        "rope_theta": S["rope_theta"],
+        "rope_parameters": {"rope_theta": S["rope_theta"], "rope_type": "default"},
         "tie_word_embeddings": True,
         "torch_dtype": "bfloat16",
         "use_cache": True,
-        "vocab_size": VOCAB,
+        "vocab_size": S["vocab"],
     }
+    if S["arch"] == "qwen2":
+        cfg.update({"max_window_layers": S["layers"], "sliding_window": None, "use_sliding_window": False,
+                    "layer_types": ["full_attention"] * S["layers"]})
+    else:
+        cfg.update({"attention_bias": False, "mlp_bias": False, "pretraining_tp": 1})
+    return cfg
 
 
 def write_safetensors(path, weights):
@@ -173,26 +176,26 @@ def write_safetensors(path, weights):
 def write_gguf(path, weights, dtype):
     import gguf
 
-    arch = "qwen2"
     tmp = path + ".tmp"
-    w = gguf.GGUFWriter(tmp, arch)
-    w.add_name("qwen2.5-0.5b-shape (random weights)")
-    w.add_context_length(MAX_POS)
-    w.add_embedding_length(HIDDEN)
-    w.add_block_count(LAYERS)
-    w.add_feed_forward_length(FFN)
-    w.add_head_count(HEADS)
-    w.add_head_count_kv(KV_HEADS)
-    w.add_key_length(HEAD_DIM)
-    w.add_value_length(HEAD_DIM)
-    w.add_rope_freq_base(ROPE_THETA)
-    w.add_layer_norm_rms_eps(RMS_EPS)
-    w.add_vocab_size(VOCAB)
+    w = gguf.GGUFWriter(tmp, S["arch"])
+    w.add_name(f"{os.path.basename(path).split('.')[0]} (random weights)")
+    w.add_context_length(S["max_pos"])
+    w.add_embedding_length(S["hidden"])
+    w.add_block_count(S["layers"])
+    w.add_feed_forward_length(S["ffn"])
+    w.add_head_count(S["heads"])
+    w.add_head_count_kv(S["kv_heads"])
+    w.add_key_length(S["head_dim"])
+    w.add_value_length(S["head_dim"])
+    w.add_rope_dimension_count(S["head_dim"])
+    w.add_rope_freq_base(S["rope_theta"])
+    w.add_layer_norm_rms_eps(S["rms_eps"])
+    w.add_vocab_size(S["vocab"])
     w.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if dtype == "f16" else gguf.LlamaFileType.MOSTLY_BF16)
     # No tokenizer: llama.cpp's "none" vocab type, sized by qwen2.vocab_size (dummy tokens).
     w.add_tokenizer_model("none")
-    w.add_bos_token_id(BOS)
-    w.add_eos_token_id(EOS)
+    w.add_bos_token_id(S["bos"])
+    w.add_eos_token_id(S["eos"])
 
     for name, shape, kind in hf_tensor_specs():
         bits = weights[name]
@@ -216,6 +219,8 @@ def write_gguf(path, weights, dtype):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="HF folder to write, e.g. bench-models/qwen2.5-0.5b-shape")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default=None,
+                    help="model shape (default: llama3.2-1b if the folder name starts with it, else qwen2.5-0.5b)")
     ap.add_argument("--seed", type=int, default=20240601)
     ap.add_argument("--gguf-dtype", choices=["f16", "bf16"], default="f16",
                     help="matrix type in the GGUF (default f16)")
@@ -226,11 +231,16 @@ def main():
     args = ap.parse_args()
 
     out = args.out.rstrip("/")
+    global S
+    shape = args.shape or ("llama3.2-1b" if os.path.basename(out).startswith("llama3.2-1b") else "qwen2.5-0.5b")
+    S = SHAPES[shape]
     gguf_path = args.gguf or f"{out}.{args.gguf_dtype}.gguf"
     st_path = os.path.join(out, "model.safetensors")
     want_gguf = not args.no_gguf
     stamp_path = os.path.join(out, "bench_model.json")
     stamp = {"seed": args.seed, "std": STD, "generator": "numpy PCG64 standard_normal float32 -> bf16 RNE"}
+    if shape != "qwen2.5-0.5b":  # (the Qwen stamp predates --shape: existing models stay up to date)
+        stamp["shape"] = shape
 
     def up_to_date(path):
         if args.force or not os.path.exists(path) or not os.path.exists(stamp_path):
@@ -255,7 +265,7 @@ def main():
             json.dump(hf_config(), f, indent=2)
             f.write("\n")
         with open(os.path.join(out, "generation_config.json"), "w") as f:
-            json.dump({"bos_token_id": BOS, "eos_token_id": EOS, "do_sample": False}, f, indent=2)
+            json.dump({"bos_token_id": S["bos"], "eos_token_id": S["eos"], "do_sample": False}, f, indent=2)
             f.write("\n")
         t1 = time.time()
         write_safetensors(st_path, weights)
