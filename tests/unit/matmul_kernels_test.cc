@@ -115,6 +115,30 @@ TEST(MatmulKernels, Bf16DotRowIndependentOfRowCount) {
   }
 }
 
+// The f32-activation kernels (every level, every weight dtype) give each row the same bits whether
+// it runs alone or inside a batch of any size: the register tile's row count (3 at avx2, 4 at
+// avx512) and the remainder tiles must not change any output's summation order.
+TEST(MatmulKernels, F32KernelRowIndependentOfRowCount) {
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    Problem p = MakeProblem(13, 45, 300, dtype, 11);
+    for (Isa isa : SupportedIsas()) {
+      SCOPED_TRACE(std::string(IsaName(isa)) + " " + DTypeName(dtype));
+      for (int64_t n : {2, 3, 4, 5, 7, 13}) {
+        std::vector<float> all(static_cast<size_t>(n * p.m));
+        MatmulF32(isa, dtype, p.x.data(), n, p.k, p.w.data(), 0, p.m, all.data(), p.m);
+        for (int64_t i = 0; i < n; ++i) {
+          std::vector<float> one(static_cast<size_t>(p.m));
+          MatmulF32(isa, dtype, p.x.data() + i * p.k, 1, p.k, p.w.data(), 0, p.m, one.data(), p.m);
+          for (int64_t j = 0; j < p.m; ++j) {
+            ASSERT_EQ(one[static_cast<size_t>(j)], all[static_cast<size_t>(i * p.m + j)])
+                << "n " << n << " row " << i << " col " << j;
+          }
+        }
+      }
+    }
+  }
+}
+
 // The vectorized rounding equals F32ToBf16 bit for bit: ties to even, NaN, ±inf, denormals.
 TEST(MatmulKernels, RoundToBf16MatchesScalarBitForBit) {
   std::vector<float> x;
