@@ -1,4 +1,4 @@
-// LoRA shrink and expand kernels: scalar reference and AVX-512.
+// LoRA shrink and expand kernels: scalar reference and AVX-512 (AVX2: lora_avx2_cpu.cc), and the dispatch.
 #include "cpu/lora_cpu.h"
 
 #include <immintrin.h>
@@ -109,7 +109,7 @@ void LoraExpandAdd(Isa isa, const float* t, int64_t rows, int rank, DType dtype,
     case Isa::kAmx:
     case Isa::kAvx512Bf16:
     case Isa::kAvx512: return LoraExpandAddAvx512(t, rows, rank, dtype, bt, out, j0, j1, scale, y, ldy);
-    case Isa::kAvx2:
+    case Isa::kAvx2: return LoraExpandAddAvx2(t, rows, rank, dtype, bt, out, j0, j1, scale, y, ldy);
     case Isa::kScalar: return LoraExpandAddScalar(t, rows, rank, dtype, bt, out, j0, j1, scale, y, ldy);
   }
 }
@@ -162,7 +162,7 @@ void LoraShrink(Isa isa, const float* x, int64_t rows, int64_t in, DType dtype, 
     case Isa::kAmx:
     case Isa::kAvx512Bf16:
     case Isa::kAvx512: return LoraShrinkAvx512(x, rows, in, dtype, a, rank, t);
-    case Isa::kAvx2:
+    case Isa::kAvx2: return LoraShrinkAvx2(x, rows, in, dtype, a, rank, t);
     case Isa::kScalar: return LoraShrinkScalar(x, rows, in, dtype, a, rank, t);
   }
 }
@@ -173,7 +173,7 @@ void LoraExpand(Isa isa, const float* t, int64_t rows, int rank, DType dtype, co
     case Isa::kAmx:
     case Isa::kAvx512Bf16:
     case Isa::kAvx512: return LoraExpandAvx512(t, rows, rank, dtype, bt, out, j0, j1, d);
-    case Isa::kAvx2:
+    case Isa::kAvx2: return LoraExpandAvx2(t, rows, rank, dtype, bt, out, j0, j1, d);
     case Isa::kScalar: return LoraExpandScalar(t, rows, rank, dtype, bt, out, j0, j1, d);
   }
 }

@@ -18,6 +18,8 @@ void LoraExpandScalar(const float* t, int64_t rows, int rank, DType dtype, const
                       int64_t out, int64_t j0, int64_t j1, float* d);
 void LoraExpandAvx512(const float* t, int64_t rows, int rank, DType dtype, const void* bt,
                       int64_t out, int64_t j0, int64_t j1, float* d);
+void LoraExpandAvx2(const float* t, int64_t rows, int rank, DType dtype, const void* bt,
+                    int64_t out, int64_t j0, int64_t j1, float* d);
 
 // y[r·ldy + j] += scale · Σ_k t[r, k] · bt[k, j] for r < rows, j in [j0, j1): the expand and
 // the add in one pass (no scratch), each row summed on its own in k order (batch invariance).
@@ -27,10 +29,12 @@ void LoraExpandAddScalar(const float* t, int64_t rows, int rank, DType dtype, co
                          int64_t out, int64_t j0, int64_t j1, float scale, float* y, int64_t ldy);
 void LoraExpandAddAvx512(const float* t, int64_t rows, int rank, DType dtype, const void* bt,
                          int64_t out, int64_t j0, int64_t j1, float scale, float* y, int64_t ldy);
+void LoraExpandAddAvx2(const float* t, int64_t rows, int rank, DType dtype, const void* bt,
+                       int64_t out, int64_t j0, int64_t j1, float scale, float* y, int64_t ldy);
 
 // t[r, k] = Σ_i x[r, i] · a[k, i] for r < rows, k < rank. x: [rows, in] f32; a: [rank, in] of
 // `dtype`; t: [rows, rank] f32. Each row's sums are computed on their own in a fixed order (16
-// lanes over i, then one fixed tree), whatever `rows` is and however the rows are split into
+// lanes over i at avx512, 8 at avx2, then one fixed tree), whatever `rows` is and however the rows are split into
 // calls: a row's result never depends on the others (batch invariance).
 void LoraShrink(Isa isa, const float* x, int64_t rows, int64_t in, DType dtype, const void* a,
                 int rank, float* t);
@@ -38,5 +42,7 @@ void LoraShrinkScalar(const float* x, int64_t rows, int64_t in, DType dtype, con
                       int rank, float* t);
 void LoraShrinkAvx512(const float* x, int64_t rows, int64_t in, DType dtype, const void* a,
                       int rank, float* t);
+void LoraShrinkAvx2(const float* x, int64_t rows, int64_t in, DType dtype, const void* a,
+                    int rank, float* t);
 
 }  // namespace loom::cpu
