@@ -33,7 +33,11 @@ const char* IntKernelName(IntKernel kernel);
 
 // Symmetric per-row quantization: s = max|x[r]|/127, xq = clamp(rint(x / s), ±127) (round half
 // to even). An all-zero row gets s = 0 and xq = 0. x: [n, k] f32; xq: [n, k]; sx: [n].
+// Dispatches on the active ISA level (AVX-512 from kAvx512; every level gives the same bits,
+// a NaN element included: it quantizes to 0).
 void QuantizeRowsInt8(const float* x, int64_t n, int64_t k, int8_t* xq, float* sx);
+void QuantizeRowsInt8Scalar(const float* x, int64_t n, int64_t k, int8_t* xq, float* sx);
+void QuantizeRowsInt8Avx512(const float* x, int64_t n, int64_t k, int8_t* xq, float* sx);
 
 // q: [16, k_pad] row-major (the panel's 16 columns); out: [16 · k_pad] in the panel layout.
 void PackInt8Panel(const int8_t* q, int64_t k_pad, int8_t* out);

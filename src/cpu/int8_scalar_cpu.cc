@@ -18,26 +18,6 @@ bool HasAvx512Vnni() {
 #endif
 }
 
-void QuantizeRowsInt8(const float* x, int64_t n, int64_t k, int8_t* xq, float* sx) {
-  for (int64_t r = 0; r < n; ++r) {
-    const float* xr = x + r * k;
-    float amax = 0;
-    for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::fabs(xr[i]));
-    int8_t* q = xq + r * k;
-    if (!(amax > 0) || !std::isfinite(amax)) {  // zero row (or a NaN the sampler reports)
-      std::fill(q, q + k, int8_t{0});
-      sx[r] = amax > 0 ? amax : 0.0f;
-      continue;
-    }
-    sx[r] = amax / 127.0f;
-    const float inv = 127.0f / amax;
-    for (int64_t i = 0; i < k; ++i) {
-      const float v = std::nearbyint(xr[i] * inv);
-      q[i] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
-    }
-  }
-}
-
 void PackInt8Panel(const int8_t* q, int64_t k_pad, int8_t* out) {
   for (int64_t t = 0; t < k_pad / 4; ++t) {
     for (int64_t c = 0; c < kInt8Panel; ++c) {

@@ -77,28 +77,67 @@ void LoraExpandAddScalar(const float* t, int64_t rows, int rank, DType dtype, co
   }
 }
 
-// 16 columns × up to 8 rows per block: each Bᵀ vector is loaded once per 8 rows.
+// NR rows × NC column vectors (16 columns each) per tile: NR·NC ≤ 8 independent fma chains, so
+// one or two rows (decode segments) are not one chain of `rank` dependent fmas per 16 columns.
+// Every element is acc = 0; acc = fma(t[r, k], bt[k, j], acc) for k in order; y = fma(scale,
+// acc, y), whatever the tile: the bits do not depend on the row count (batch invariance) and
+// equal the AVX2 kernel's.
+template <int NR, int NC>
+LOOM_AVX512 inline void ExpandAddTile(const float* t, int rank, DType dtype, const void* bt,
+                                      int64_t out, int64_t j, int64_t j1, __m512 vs, float* y,
+                                      int64_t ldy) {
+  __mmask16 m[NC];
+  for (int c = 0; c < NC; ++c) {
+    const int64_t jc = j + 16 * c;
+    m[c] = jc >= j1        ? static_cast<__mmask16>(0)
+           : jc + 16 <= j1 ? static_cast<__mmask16>(0xffff)
+                           : static_cast<__mmask16>((1u << (j1 - jc)) - 1);
+  }
+  __m512 acc[NR][NC];
+  for (int r = 0; r < NR; ++r) {
+    for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_setzero_ps();
+  }
+  for (int k = 0; k < rank; ++k) {
+    __m512 b[NC];
+    for (int c = 0; c < NC; ++c) b[c] = Load16(dtype, bt, int64_t{k} * out + j + 16 * c, m[c]);
+    for (int r = 0; r < NR; ++r) {
+      const __m512 tv = _mm512_set1_ps(t[r * rank + k]);
+      for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_fmadd_ps(tv, b[c], acc[r][c]);
+    }
+  }
+  for (int r = 0; r < NR; ++r) {
+    for (int c = 0; c < NC; ++c) {
+      if (m[c] == 0) continue;
+      float* yr = y + r * ldy + j + 16 * c;
+      _mm512_mask_storeu_ps(yr, m[c], _mm512_fmadd_ps(vs, acc[r][c], _mm512_maskz_loadu_ps(m[c], yr)));
+    }
+  }
+}
+
+template <int NR, int NC>
+LOOM_AVX512 void ExpandAddRows(const float* t, int rank, DType dtype, const void* bt, int64_t out,
+                               int64_t j0, int64_t j1, __m512 vs, float* y, int64_t ldy) {
+  for (int64_t j = j0; j < j1; j += 16 * NC) {
+    ExpandAddTile<NR, NC>(t, rank, dtype, bt, out, j, j1, vs, y, ldy);
+  }
+}
+
 LOOM_AVX512 void LoraExpandAddAvx512(const float* t, int64_t rows, int rank, DType dtype,
                                      const void* bt, int64_t out, int64_t j0, int64_t j1,
                                      float scale, float* y, int64_t ldy) {
   const __m512 vs = _mm512_set1_ps(scale);
-  for (int64_t j = j0; j < j1; j += 16) {
-    const __mmask16 m = j + 16 <= j1 ? static_cast<__mmask16>(0xffff)
-                                     : static_cast<__mmask16>((1u << (j1 - j)) - 1);
-    for (int64_t r = 0; r < rows; r += 8) {
-      const int64_t nr = rows - r < 8 ? rows - r : 8;
-      __m512 acc[8];
-      for (int i = 0; i < 8; ++i) acc[i] = _mm512_setzero_ps();
-      for (int k = 0; k < rank; ++k) {
-        const __m512 b = Load16(dtype, bt, int64_t{k} * out + j, m);
-        for (int64_t i = 0; i < nr; ++i) {
-          acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(t[(r + i) * rank + k]), b, acc[i]);
-        }
-      }
-      for (int64_t i = 0; i < nr; ++i) {
-        float* yr = y + (r + i) * ldy + j;
-        _mm512_mask_storeu_ps(yr, m, _mm512_fmadd_ps(vs, acc[i], _mm512_maskz_loadu_ps(m, yr)));
-      }
+  for (int64_t r = 0; r < rows; r += 8) {
+    const float* tr = t + r * rank;
+    float* yr = y + r * ldy;
+    switch (rows - r < 8 ? rows - r : 8) {
+      case 1: ExpandAddRows<1, 8>(tr, rank, dtype, bt, out, j0, j1, vs, yr, ldy); break;
+      case 2: ExpandAddRows<2, 4>(tr, rank, dtype, bt, out, j0, j1, vs, yr, ldy); break;
+      case 3: ExpandAddRows<3, 2>(tr, rank, dtype, bt, out, j0, j1, vs, yr, ldy); break;
+      case 4: ExpandAddRows<4, 2>(tr, rank, dtype, bt, out, j0, j1, vs, yr, ldy); break;
+      case 5: ExpandAddRows<5, 1>(tr, rank, dtype, bt, out, j0, j1, vs, yr, ldy); break;
+      case 6: ExpandAddRows<6, 1>(tr, rank, dtype, bt, out, j0, j1, vs, yr, ldy); break;
+      case 7: ExpandAddRows<7, 1>(tr, rank, dtype, bt, out, j0, j1, vs, yr, ldy); break;
+      default: ExpandAddRows<8, 1>(tr, rank, dtype, bt, out, j0, j1, vs, yr, ldy); break;
     }
   }
 }

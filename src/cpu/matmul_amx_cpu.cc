@@ -196,24 +196,76 @@ LOOM_AMX void PackActivationsAmx(const float* x, int64_t n, int64_t k, bool spli
   const int64_t lo_offset = groups * kTile * k;
   alignas(64) uint32_t hi[16], lo[16];
   for (int64_t g = 0; g < groups; ++g) {
+    // A partial group (decode: often one row) zeroes its tiles once with vector stores and
+    // scatters only its rows, instead of scattering 16 zero columns per step.
+    const int64_t valid = std::min<int64_t>(kTile, n - g * kTile);
+    if (valid < kTile) {
+      std::memset(out + g * steps * 512, 0, static_cast<size_t>(steps) * 512 * 2);
+      if (split) std::memset(out + lo_offset + g * steps * 512, 0, static_cast<size_t>(steps) * 512 * 2);
+    }
     for (int64_t s = 0; s < steps; ++s) {
       // Tile row r, dword col = the pair x[g*16 + col][s*32 + 2r .. + 1].
       auto* tile = reinterpret_cast<uint32_t*>(out + (g * steps + s) * 512);
       auto* tile_lo = reinterpret_cast<uint32_t*>(out + lo_offset + (g * steps + s) * 512);
-      for (int64_t col = 0; col < kTile; ++col) {
+      for (int64_t col = 0; col < valid; ++col) {
         const int64_t row = g * kTile + col;
-        if (row < n) {
-          ConvertPairs(x + row * k + s * 32, hi, split ? lo : nullptr);
-        } else {
-          std::fill(hi, hi + 16, 0u);
-          std::fill(lo, lo + 16, 0u);
-        }
+        ConvertPairs(x + row * k + s * 32, hi, split ? lo : nullptr);
         for (int r = 0; r < 16; ++r) tile[r * 16 + col] = hi[r];
         if (split) {
           for (int r = 0; r < 16; ++r) tile_lo[r * 16 + col] = lo[r];
         }
       }
     }
+  }
+}
+
+// One activation row, without packing a 16-row group: the B tile is loaded straight from the
+// row's bf16 values with a 4-byte row stride, so tile row r, column 0 is the pair
+// x[s·32 + 2r, +1] exactly as in a packed group (columns 1..15 read later pairs and are
+// discarded). Column 0 of the C tile gets the same tile products in the same order as the row
+// gets from Kernel in any group and any position, so the bits are those of MatmulBf16Amx.
+LOOM_AMX void MatmulBf16AmxRow(const float* x, bool split, int64_t k, const uint16_t* w,
+                               int64_t j0, int64_t j1, float* y) {
+  ConfigureAmxTiles();
+  // The row as bf16 (and its residuals), with 64 zero bytes after it for the last step's
+  // overlapping tile rows.
+  static thread_local std::vector<uint16_t> hi, lo, tail;
+  hi.assign(static_cast<size_t>(k + 32), 0);
+  if (split) lo.assign(static_cast<size_t>(k + 32), 0);
+  for (int64_t i = 0; i < k; i += 32) {
+    ConvertPairs(x + i, reinterpret_cast<uint32_t*>(hi.data() + i),
+                 split ? reinterpret_cast<uint32_t*>(lo.data() + i) : nullptr);
+  }
+  const int64_t steps = k / 32;
+  alignas(64) float c[kTile * kTile];  // [weight row][activation column]
+  for (int64_t j = j0; j < j1; j += kTile) {
+    const int64_t rows = std::min<int64_t>(kTile, j1 - j);
+    const uint16_t* wj = w + j * k;
+    if (rows < kTile) {  // tail weight rows into a zero-padded panel, as Kernel does
+      tail.assign(static_cast<size_t>(kTile * k), 0);
+      std::memcpy(tail.data(), wj, static_cast<size_t>(rows * k) * 2);
+      wj = tail.data();
+    }
+    _tile_zero(0);
+    for (int64_t s = 0; s < steps; ++s) {
+      // The 16 weight rows are 16 streams, more than the hardware prefetcher follows: ask for
+      // each row's line kRowPrefetch steps ahead (decode reads them from DRAM or L3).
+      constexpr int64_t kRowPrefetch = 6;
+      if (s + kRowPrefetch < steps) {
+        for (int r = 0; r < kTile; ++r) {
+          _mm_prefetch(reinterpret_cast<const char*>(wj + r * k + (s + kRowPrefetch) * 32), _MM_HINT_T0);
+        }
+      }
+      _tile_loadd(4, wj + s * 32, k * 2);
+      _tile_loadd(6, hi.data() + s * 32, 4);
+      _tile_dpbf16ps(0, 4, 6);
+      if (split) {
+        _tile_loadd(6, lo.data() + s * 32, 4);
+        _tile_dpbf16ps(0, 4, 6);
+      }
+    }
+    _tile_stored(0, c, 64);
+    for (int64_t r = 0; r < rows; ++r) y[j + r] = c[r * kTile];
   }
 }
 

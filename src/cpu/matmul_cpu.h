@@ -34,6 +34,10 @@ void PackActivationsAmx(const float* x, int64_t n, int64_t k, bool split, uint16
 // y[n, j0:j1] = x · W[j0:j1]ᵀ from packed activations and row-major bf16 weights.
 void MatmulBf16Amx(const uint16_t* packed_x, bool split, int64_t n, int64_t k, const uint16_t* w,
                    int64_t j0, int64_t j1, float* y, int64_t ldy);
+// y[j0:j1] = x · W[j0:j1]ᵀ for one row x [k] (k a multiple of 32), unpacked: bit for bit what
+// MatmulBf16Amx gives that row in any packed group (the decode shape of the LoRA shrink).
+void MatmulBf16AmxRow(const float* x, bool split, int64_t k, const uint16_t* w, int64_t j0,
+                      int64_t j1, float* y);
 
 // Per-ISA implementations (scalar is the reference in tests).
 void MatmulF32Scalar(DType wtype, const float* x, int64_t n, int64_t k, const void* w, int64_t j0,

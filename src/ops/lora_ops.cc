@@ -56,7 +56,9 @@ void LoraShrinkBatch(const LoraShrinkJob* jobs, size_t num_jobs, int64_t in) {
     const int rank = static_cast<int>(job.a->dim(0));
     const float* x = job.x + task.r0 * in;
     float* t = job.t + task.r0 * rank;
-    if (task.amx) {
+    if (task.amx && task.rows == 1) {  // decode: no 16-row group to pack
+      cpu::MatmulBf16AmxRow(x, split, in, static_cast<const uint16_t*>(job.a->data), 0, rank, t);
+    } else if (task.amx) {
       static thread_local AlignedBuffer<uint16_t> packed;  // this thread's 16 rows as bf16 tiles
       LOOM_CHECK_OK(packed.Resize(cpu::PackedActivationsAmxSize(task.rows, in, split)));
       cpu::PackActivationsAmx(x, task.rows, in, split, packed.data());

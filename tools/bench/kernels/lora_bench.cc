@@ -1,0 +1,107 @@
+// Google Benchmark of one projection with LoRA as Linear::Forward runs it (shrink of every segment, base matmul, expand in its epilogue) on Qwen2.5-0.5B shapes, bf16 or int4 base, so the adapter's share of a decode step can be read per projection.
+#include <benchmark/benchmark.h>
+
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "ops/lora_ops.h"
+#include "ops/matmul.h"
+#include "ops/matmul_int4.h"
+
+namespace {
+
+using loom::DType;
+
+struct Projection {
+  int64_t out, in;
+  std::vector<uint16_t> w;  // [out, in] bf16
+  loom::Tensor wt;
+  std::unique_ptr<loom::Int4Weight> int4;
+  // Per adapter: A [rank, in] bf16, Bᵀ [rank, out] bf16.
+  std::vector<std::vector<uint16_t>> a, bt;
+  std::vector<loom::Tensor> at;
+};
+
+constexpr int kRank = 16;
+
+Projection& Get(int64_t out, int64_t in, int adapters) {
+  static std::vector<std::unique_ptr<Projection>> cache;
+  for (auto& p : cache) {
+    if (p->out == out && p->in == in && static_cast<int>(p->a.size()) >= adapters) return *p;
+  }
+  auto p = std::make_unique<Projection>();
+  p->out = out;
+  p->in = in;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0, 1);
+  p->w.resize(static_cast<size_t>(out * in));
+  for (auto& v : p->w) v = loom::F32ToBf16(dist(rng) * 0.05f);
+  p->wt = loom::Tensor{DType::kBF16, {out, in}, p->w.data()};
+  p->int4 = std::move(loom::QuantizeWeightInt4(p->wt, "bench", 128)).value();
+  for (int i = 0; i < adapters; ++i) {
+    std::vector<uint16_t> a(static_cast<size_t>(kRank * in)), bt(static_cast<size_t>(kRank * out));
+    for (auto& v : a) v = loom::F32ToBf16(dist(rng) * 0.05f);
+    for (auto& v : bt) v = loom::F32ToBf16(dist(rng) * 0.05f);
+    p->a.push_back(std::move(a));
+    p->bt.push_back(std::move(bt));
+  }
+  for (int i = 0; i < adapters; ++i) {
+    p->at.push_back(loom::Tensor{DType::kBF16, {kRank, in}, p->a[static_cast<size_t>(i)].data()});
+  }
+  cache.push_back(std::move(p));
+  return *cache.back();
+}
+
+// Args: out, in, rows (one segment per row, each its own adapter; 0 adapters when lora = 0),
+// base (0 = bf16, 1 = int4 g128), lora (0 = base only, 1 = every row adapted).
+void BM_LoraLinear(benchmark::State& state) {
+  const int64_t out = state.range(0), in = state.range(1), rows = state.range(2);
+  const bool int4 = state.range(3) == 1, lora = state.range(4) == 1;
+  Projection& p = Get(out, in, static_cast<int>(rows));
+  std::mt19937 rng(3);
+  std::normal_distribution<float> dist(0, 1);
+  std::vector<float> x(static_cast<size_t>(rows * in)), y(static_cast<size_t>(rows * out));
+  for (auto& v : x) v = dist(rng);
+  std::vector<float> t(static_cast<size_t>(rows * kRank));
+  auto& opt = loom::GlobalMatmulOptions();
+  opt.batch_invariant = true;
+  opt.bf16_split = false;
+  std::vector<loom::LoraShrinkJob> jobs;
+  for (int64_t r = 0; r < rows; ++r) {
+    jobs.push_back({x.data() + r * in, 1, &p.at[static_cast<size_t>(r)], t.data() + r * kRank});
+  }
+  const loom::MatmulEpilogue epilogue = [&](int64_t j0, int64_t j1) {
+    for (int64_t r = 0; r < rows; ++r) {
+      loom::LoraExpandAddBlock(t.data() + r * kRank, 1, kRank, DType::kBF16,
+                               p.bt[static_cast<size_t>(r)].data(), out, j0, j1, 0.5f,
+                               y.data() + r * out, out);
+    }
+  };
+  for (auto _ : state) {
+    if (lora) loom::LoraShrinkBatch(jobs.data(), jobs.size(), in);
+    if (int4) {
+      loom::MatmulInt4(x.data(), rows, *p.int4, y.data(), lora ? &epilogue : nullptr);
+    } else {
+      loom::Matmul(x.data(), rows, p.wt, y.data(), lora ? &epilogue : nullptr);
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+  const double lora_bytes = lora ? 2.0 * kRank * (in + out) * rows : 0.0;
+  const double base_bytes = int4 ? out * (in / 2.0 + in / 64.0) : 2.0 * out * in;
+  state.counters["GB/s"] = benchmark::Counter(base_bytes + lora_bytes, benchmark::Counter::kIsIterationInvariantRate,
+                                              benchmark::Counter::kIs1000);
+}
+
+// Qwen2.5-0.5B: gate/up (4864 × 896), down (896 × 4864), q/o (896 × 896), k/v (128 × 896).
+BENCHMARK(BM_LoraLinear)
+    ->ArgsProduct({{4864}, {896}, {1, 8}, {0, 1}, {0, 1}})
+    ->ArgsProduct({{896}, {4864}, {1, 8}, {0, 1}, {0, 1}})
+    ->ArgsProduct({{896}, {896}, {1, 8}, {0, 1}, {0, 1}})
+    ->ArgsProduct({{128}, {896}, {1, 8}, {0, 1}, {0, 1}})
+    ->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();
