@@ -15,23 +15,36 @@
 
 namespace loom::cpu {
 
+namespace {
+// The row's scale from max|x|: false (and the row zeroed, s = max|x| or 0) for an all-zero row
+// or a non-finite max; else s = max/127 and *inv = 127/max.
+bool RowScale(float amax, int64_t k, int8_t* q, float* s, float* inv) {
+  if (!(amax > 0) || !std::isfinite(amax)) {  // zero row (or an inf the sampler reports)
+    std::fill(q, q + k, int8_t{0});
+    *s = amax > 0 ? amax : 0.0f;
+    return false;
+  }
+  *s = amax / 127.0f;
+  *inv = 127.0f / amax;
+  return true;
+}
+
+// One element: round half to even, clamp to ±127, NaN → 0.
+inline int8_t QuantizeOne(float x, float inv) {
+  const float v = std::nearbyint(x * inv);
+  return std::isnan(v) ? int8_t{0} : static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
+}
+}  // namespace
+
 void QuantizeRowsInt8Scalar(const float* x, int64_t n, int64_t k, int8_t* xq, float* sx) {
   for (int64_t r = 0; r < n; ++r) {
     const float* xr = x + r * k;
     float amax = 0;
     for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::fabs(xr[i]));  // NaN skipped
     int8_t* q = xq + r * k;
-    if (!(amax > 0) || !std::isfinite(amax)) {  // zero row (or an inf the sampler reports)
-      std::fill(q, q + k, int8_t{0});
-      sx[r] = amax > 0 ? amax : 0.0f;
-      continue;
-    }
-    sx[r] = amax / 127.0f;
-    const float inv = 127.0f / amax;
-    for (int64_t i = 0; i < k; ++i) {
-      const float v = std::nearbyint(xr[i] * inv);
-      q[i] = std::isnan(v) ? int8_t{0} : static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
-    }
+    float inv = 0;
+    if (!RowScale(amax, k, q, &sx[r], &inv)) continue;
+    for (int64_t i = 0; i < k; ++i) q[i] = QuantizeOne(xr[i], inv);
   }
 }
 
@@ -51,13 +64,8 @@ LOOM_AVX512 void QuantizeRowsInt8Avx512(const float* x, int64_t n, int64_t k, in
     float amax = _mm512_reduce_max_ps(vmax);
     for (; i < k; ++i) amax = std::max(amax, std::fabs(xr[i]));
     int8_t* q = xq + r * k;
-    if (!(amax > 0) || !std::isfinite(amax)) {
-      std::fill(q, q + k, int8_t{0});
-      sx[r] = amax > 0 ? amax : 0.0f;
-      continue;
-    }
-    sx[r] = amax / 127.0f;
-    const float inv = 127.0f / amax;
+    float inv = 0;
+    if (!RowScale(amax, k, q, &sx[r], &inv)) continue;
     const __m512 vinv = _mm512_set1_ps(inv);
     const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
     for (i = 0; i + 16 <= k; i += 16) {
@@ -67,10 +75,7 @@ LOOM_AVX512 void QuantizeRowsInt8Avx512(const float* x, int64_t n, int64_t k, in
       const __m512 c = _mm512_mask_mov_ps(_mm512_min_ps(_mm512_max_ps(v, lo), hi), nan, _mm512_setzero_ps());
       _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(c)));
     }
-    for (; i < k; ++i) {
-      const float v = std::nearbyint(xr[i] * inv);
-      q[i] = std::isnan(v) ? int8_t{0} : static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
-    }
+    for (; i < k; ++i) q[i] = QuantizeOne(xr[i], inv);
   }
 }
 

@@ -98,6 +98,15 @@ LOOM_AMX inline void Transpose16(__m512 (&r)[16]) {
   }
 }
 
+// `rows` (< 16) weight rows of k inputs copied into a zero-padded 16-row panel (this thread's),
+// so a tile load of 16 rows never reads past the weights.
+inline const uint16_t* ZeroPaddedPanel(const uint16_t* w, int64_t rows, int64_t k) {
+  static thread_local std::vector<uint16_t> panel;
+  panel.assign(static_cast<size_t>(kTile * k), 0);
+  std::memcpy(panel.data(), w, static_cast<size_t>(rows * k) * 2);
+  return panel.data();
+}
+
 template <bool SPLIT>
 LOOM_AMX void Kernel(const uint16_t* xp, int64_t lo_offset, int64_t n, int64_t k,
                      const uint16_t* w, int64_t j0, int64_t j1, float* y, int64_t ldy) {
@@ -106,19 +115,13 @@ LOOM_AMX void Kernel(const uint16_t* xp, int64_t lo_offset, int64_t n, int64_t k
   const int64_t groups = (n + kTile - 1) / kTile;
   const int64_t group_stride = steps * 512;  // uint16 per 16-row activation group
   alignas(64) float c[4][kTile * kTile];      // [tile][weight row][activation row]
-  // Tail weight rows (fewer than 16) are copied into a zero-padded 16-row panel.
-  static thread_local std::vector<uint16_t> tail;
   for (int64_t j = j0; j < j1;) {
     const int64_t rows_left = j1 - j;
     const uint16_t* wj = w + j * k;
     int64_t w_stride = k * 2;
     int na = rows_left >= 32 ? 2 : 1;
     int64_t valid_rows = std::min<int64_t>(rows_left, na * kTile);
-    if (rows_left < kTile) {
-      tail.assign(static_cast<size_t>(kTile * k), 0);
-      std::memcpy(tail.data(), wj, static_cast<size_t>(rows_left * k) * 2);
-      wj = tail.data();
-    }
+    if (rows_left < kTile) wj = ZeroPaddedPanel(wj, rows_left, k);  // tail weight rows
     // Rows of the next block, if it is a full one (a tail is copied, not streamed).
     const uint8_t* next = j + valid_rows + 32 <= j1
                               ? reinterpret_cast<const uint8_t*>(w + (j + valid_rows) * k)
@@ -229,9 +232,13 @@ LOOM_AMX void MatmulBf16AmxRow(const float* x, bool split, int64_t k, const uint
   ConfigureAmxTiles();
   // The row as bf16 (and its residuals), with 64 zero bytes after it for the last step's
   // overlapping tile rows.
-  static thread_local std::vector<uint16_t> hi, lo, tail;
-  hi.assign(static_cast<size_t>(k + 32), 0);
-  if (split) lo.assign(static_cast<size_t>(k + 32), 0);
+  static thread_local std::vector<uint16_t> hi, lo;
+  hi.resize(static_cast<size_t>(k + 32));
+  std::fill(hi.begin() + k, hi.end(), uint16_t{0});
+  if (split) {
+    lo.resize(static_cast<size_t>(k + 32));
+    std::fill(lo.begin() + k, lo.end(), uint16_t{0});
+  }
   for (int64_t i = 0; i < k; i += 32) {
     ConvertPairs(x + i, reinterpret_cast<uint32_t*>(hi.data() + i),
                  split ? reinterpret_cast<uint32_t*>(lo.data() + i) : nullptr);
@@ -241,11 +248,7 @@ LOOM_AMX void MatmulBf16AmxRow(const float* x, bool split, int64_t k, const uint
   for (int64_t j = j0; j < j1; j += kTile) {
     const int64_t rows = std::min<int64_t>(kTile, j1 - j);
     const uint16_t* wj = w + j * k;
-    if (rows < kTile) {  // tail weight rows into a zero-padded panel, as Kernel does
-      tail.assign(static_cast<size_t>(kTile * k), 0);
-      std::memcpy(tail.data(), wj, static_cast<size_t>(rows * k) * 2);
-      wj = tail.data();
-    }
+    if (rows < kTile) wj = ZeroPaddedPanel(wj, rows, k);  // tail weight rows, as Kernel
     _tile_zero(0);
     for (int64_t s = 0; s < steps; ++s) {
       // The 16 weight rows are 16 streams, more than the hardware prefetcher follows: ask for

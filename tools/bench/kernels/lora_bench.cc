@@ -5,7 +5,7 @@
 #include <random>
 #include <vector>
 
-#include "base/thread_pool.h"
+#include "cpu/cpu_features.h"
 #include "ops/lora_ops.h"
 #include "ops/matmul.h"
 #include "ops/matmul_int4.h"
@@ -104,4 +104,11 @@ BENCHMARK(BM_LoraLinear)
 
 }  // namespace
 
-BENCHMARK_MAIN();
+// The active ISA level (AMX or not) goes into the report's context with every run.
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  benchmark::AddCustomContext("loom_isa", loom::cpu::IsaName(loom::cpu::ActiveIsa()));
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
