@@ -116,8 +116,9 @@ TEST(MatmulKernels, Bf16DotRowIndependentOfRowCount) {
 }
 
 // The f32-activation kernels (every level, every weight dtype) give each row the same bits whether
-// it runs alone or inside a batch of any size: the register tile's row count (3 at avx2, 4 at
-// avx512) and the remainder tiles must not change any output's summation order.
+// it runs alone or inside a batch of any size: the register tiles' shapes, the remainder tiles and
+// the avx2 level's weight-group widths (4 for one or two rows, 3 from three) must not change any
+// output's summation order.
 TEST(MatmulKernels, F32KernelRowIndependentOfRowCount) {
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
     Problem p = MakeProblem(13, 45, 300, dtype, 11);
@@ -132,6 +133,39 @@ TEST(MatmulKernels, F32KernelRowIndependentOfRowCount) {
           for (int64_t j = 0; j < p.m; ++j) {
             ASSERT_EQ(one[static_cast<size_t>(j)], all[static_cast<size_t>(i * p.m + j)])
                 << "n " << n << " row " << i << " col " << j;
+          }
+        }
+      }
+    }
+  }
+}
+
+// A long k (5003, with a tail of 3) and column ranges that do not start at 0: every row of a batch
+// equals the row run alone bit for bit (at avx2 one row uses 4-wide weight groups and several rows
+// 3-wide groups, and 14 rows at this k are two activation blocks of 12 and 2), and the scalar
+// reference within tolerance; the outputs outside [j0, j1) stay untouched.
+TEST(MatmulKernels, F32KernelRowIndependentAcrossBlocks) {
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    Problem p = MakeProblem(14, 40, 5003, dtype, 13);
+    std::vector<float> ref(static_cast<size_t>(p.n * p.m));
+    MatmulF32Scalar(dtype, p.x.data(), p.n, p.k, p.w.data(), 0, p.m, ref.data(), p.m);
+    for (Isa isa : SupportedIsas()) {
+      SCOPED_TRACE(std::string(IsaName(isa)) + " " + DTypeName(dtype));
+      for (int64_t n : {2, 5, 14}) {
+        std::vector<float> all(static_cast<size_t>(n * p.m), -7.0f);
+        MatmulF32(isa, dtype, p.x.data(), n, p.k, p.w.data(), 3, 17, all.data(), p.m);
+        MatmulF32(isa, dtype, p.x.data(), n, p.k, p.w.data(), 17, 39, all.data(), p.m);
+        for (int64_t i = 0; i < n; ++i) {
+          std::vector<float> one(static_cast<size_t>(p.m), -7.0f);
+          MatmulF32(isa, dtype, p.x.data() + i * p.k, 1, p.k, p.w.data(), 3, 39, one.data(), p.m);
+          for (int64_t j = 0; j < p.m; ++j) {
+            const float got = all[static_cast<size_t>(i * p.m + j)];
+            ASSERT_EQ(one[static_cast<size_t>(j)], got) << "n " << n << " row " << i << " col " << j;
+            if (j < 3 || j >= 39) {
+              ASSERT_EQ(got, -7.0f) << "col " << j << " outside [3, 39) written";
+            } else {
+              ASSERT_NEAR(got, ref[static_cast<size_t>(i * p.m + j)], Tolerance(p.k)) << "col " << j;
+            }
           }
         }
       }
@@ -161,7 +195,9 @@ TEST(MatmulKernels, RoundToBf16MatchesScalarBitForBit) {
     RoundToBf16(isa, x.data(), count, hi1.data(), lo1.data());
     for (size_t i = 0; i < x.size(); ++i) {
       ASSERT_EQ(hi1[i], hi0[i]) << IsaName(isa) << " " << i;
-      if (!std::isnan(x[i])) ASSERT_EQ(lo1[i], lo0[i]) << IsaName(isa) << " " << i;
+      if (!std::isnan(x[i])) {
+        ASSERT_EQ(lo1[i], lo0[i]) << IsaName(isa) << " " << i;
+      }
     }
   }
 }

@@ -1,12 +1,13 @@
 // Google Benchmark of the matmul kernels on Qwen2.5-0.5B shapes: exact f32 path vs bf16 dot (split and
 // single), at the level LOOM_ISA selects (e.g. LOOM_ISA=avx512bf16 for the dot product without AMX),
-// plus the vdpbf16ps peak of one core (BM_Bf16DotPeak) the GEMM figures are compared with.
+// plus the vdpbf16ps peak of one core (BM_Bf16DotPeak), and the f32 FMA peaks (AVX-512, AVX2) the GEMM figures are compared with.
 #include <benchmark/benchmark.h>
 
 #include <random>
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "cpu/cpu_features.h"
 #include "ops/matmul.h"
 
 namespace {
@@ -41,6 +42,8 @@ BENCHMARK(BM_Matmul)
     ->ArgsProduct({{1}, {896}, {4864}, {0, 1, 2}})
     // The lm_head (272 MB of bf16): decode from DRAM, not from the L3 the shapes above fit in.
     ->ArgsProduct({{1, 8}, {151936}, {896}, {0}})
+    // Small batches (decode at 2-32 rows): where each kernel's crossover lies.
+    ->ArgsProduct({{2, 3, 4, 16, 32}, {4864}, {896}, {0}})
     ->ArgsProduct({{128, 512}, {4864}, {896}, {0, 1, 2}})
     ->ArgsProduct({{128, 512}, {896}, {4864}, {0, 1, 2}})
     ->UseRealTime();
@@ -59,6 +62,7 @@ BENCHMARK(BM_Matmul)
       "xmm22", "xmm23"
 
 __attribute__((target("avx512f,avx512bf16"))) void BM_Bf16DotPeak(benchmark::State& state) {
+  if (loom::cpu::DetectIsa() < loom::cpu::Isa::kAvx512Bf16) return state.SkipWithError("no AVX512_BF16");
   constexpr int kIters = 1 << 16;
   for (auto _ : state) {
     for (int i = 0; i < kIters; ++i) __asm__ volatile(LOOM_X24(LOOM_DP)::: LOOM_CLOBBER24);
@@ -69,6 +73,7 @@ __attribute__((target("avx512f,avx512bf16"))) void BM_Bf16DotPeak(benchmark::Sta
 BENCHMARK(BM_Bf16DotPeak)->UseRealTime();
 
 __attribute__((target("avx512f,fma"))) void BM_F32FmaPeak(benchmark::State& state) {
+  if (loom::cpu::DetectIsa() < loom::cpu::Isa::kAvx512) return state.SkipWithError("no AVX-512");
   constexpr int kIters = 1 << 16;
   for (auto _ : state) {
     for (int i = 0; i < kIters; ++i) __asm__ volatile(LOOM_X24(LOOM_FMA)::: LOOM_CLOBBER24);
@@ -77,6 +82,22 @@ __attribute__((target("avx512f,fma"))) void BM_F32FmaPeak(benchmark::State& stat
                                                 benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_F32FmaPeak)->UseRealTime();
+
+// The AVX2 peak: 14 ymm accumulators (16 FLOP per vfmadd231ps), the bound of the avx2 level's GEMM.
+#define LOOM_X14(op) op(0) op(1) op(2) op(3) op(4) op(5) op(6) op(7) op(8) op(9) op(10) op(11) op(12) op(13)
+#define LOOM_FMA_Y(r) "vfmadd231ps %%ymm14, %%ymm15, %%ymm" #r "\n"
+__attribute__((target("avx2,fma"))) void BM_F32FmaPeakAvx2(benchmark::State& state) {
+  constexpr int kIters = 1 << 16;
+  for (auto _ : state) {
+    for (int i = 0; i < kIters; ++i) {
+      __asm__ volatile(LOOM_X14(LOOM_FMA_Y)::: "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6",
+                       "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13");
+    }
+  }
+  state.counters["GFLOPs"] = benchmark::Counter(16.0 * 14 * kIters, benchmark::Counter::kIsIterationInvariantRate,
+                                                benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_F32FmaPeakAvx2)->UseRealTime();
 
 }  // namespace
 
