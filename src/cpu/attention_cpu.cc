@@ -1,4 +1,4 @@
-// Attention row kernels: scalar reference and AVX-512 (16-lane dot products and V accumulation).
+// Attention row kernels: scalar reference and AVX-512 (16-lane dot products and V accumulation); AVX2 in attention_avx2_cpu.cc.
 // GCC 12 warns falsely inside its own AVX-512 headers (_mm512_undefined_* in reductions).
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -172,7 +172,7 @@ void AttendRow(Isa isa, const float* q, int hd, const PagedKvHead& kv, int first
     case Isa::kAmx:
     case Isa::kAvx512Bf16:
     case Isa::kAvx512: return AttendRowAvx512(q, hd, kv, first, last, scale, softcap, scores, out);
-    case Isa::kAvx2:
+    case Isa::kAvx2: return AttendRowAvx2(q, hd, kv, first, last, scale, softcap, scores, out);
     case Isa::kScalar: return AttendRowScalar(q, hd, kv, first, last, scale, softcap, scores, out);
   }
 }

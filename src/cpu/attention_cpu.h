@@ -24,6 +24,8 @@ void AttendRow(Isa isa, const float* q, int head_dim, const PagedKvHead& kv, int
                float scale, float softcap, float* scores, float* out);
 void AttendRowScalar(const float* q, int head_dim, const PagedKvHead& kv, int first, int last,
                      float scale, float softcap, float* scores, float* out);
+void AttendRowAvx2(const float* q, int head_dim, const PagedKvHead& kv, int first, int last,
+                   float scale, float softcap, float* scores, float* out);
 void AttendRowAvx512(const float* q, int head_dim, const PagedKvHead& kv, int first, int last,
                      float scale, float softcap, float* scores, float* out);
 

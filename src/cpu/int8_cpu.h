@@ -29,6 +29,9 @@ bool HasAvxVnni();
 // else AVX2 (vpmaddubsw + vpmaddwd); else scalar. All return the same bits.
 enum class IntKernel { kScalar, kAvx2, kAvxVnni, kAvx512Vnni };
 IntKernel IntKernelFor(Isa isa);
+// Tests: every level runs `kernel` (capped at what the level would pick) until reset with
+// `reset` = true, so a model can run one int kernel and another with every other op unchanged.
+void SetIntKernelCapForTesting(IntKernel kernel, bool reset = false);
 const char* IntKernelName(IntKernel kernel);
 
 // Symmetric per-row quantization: s = max|x[r]|/127, xq = clamp(rint(x / s), ±127) (round half

@@ -3,6 +3,7 @@
 #include <cpuid.h>
 #endif
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -25,10 +26,23 @@ bool HasAvxVnni() {
 #endif
 }
 
+namespace {
+std::atomic<int> g_int_kernel_cap{-1};  // -1: none
+}  // namespace
+
+void SetIntKernelCapForTesting(IntKernel kernel, bool reset) {
+  g_int_kernel_cap.store(reset ? -1 : static_cast<int>(kernel));
+}
+
 IntKernel IntKernelFor(Isa isa) {
-  if (isa >= Isa::kAvx512 && HasAvx512Vnni()) return IntKernel::kAvx512Vnni;
-  if (isa >= Isa::kAvx2) return HasAvxVnni() ? IntKernel::kAvxVnni : IntKernel::kAvx2;
-  return IntKernel::kScalar;
+  IntKernel kernel = IntKernel::kScalar;
+  if (isa >= Isa::kAvx512 && HasAvx512Vnni()) {
+    kernel = IntKernel::kAvx512Vnni;
+  } else if (isa >= Isa::kAvx2) {
+    kernel = HasAvxVnni() ? IntKernel::kAvxVnni : IntKernel::kAvx2;
+  }
+  const int cap = g_int_kernel_cap.load(std::memory_order_relaxed);
+  return cap >= 0 && cap < static_cast<int>(kernel) ? static_cast<IntKernel>(cap) : kernel;
 }
 
 const char* IntKernelName(IntKernel kernel) {

@@ -135,9 +135,10 @@ TEST_P(QuantGolden, BatchInvariant) {
 }
 
 // The int8/int4 kernels return the same bits at every ISA level (exact integer sums, one
-// epilogue), so a model's logits at LOOM_ISA=avx2 (AVX2 or AVX-VNNI kernels) equal the scalar
-// level's bit for bit: at both levels every other op (attention, SiLU) runs its scalar code.
-TEST_P(QuantGolden, LogitsBitwiseEqualAtTheAvx2AndScalarLevels) {
+// epilogue), so a model's logits at the avx2 level with its int kernel (AVX2 or AVX-VNNI) equal
+// the same level's logits with the scalar int kernel, bit for bit; every other op (attention,
+// the f32 matmuls) runs the same avx2 code in both.
+TEST_P(QuantGolden, LogitsBitwiseEqualWithTheAvx2AndScalarIntKernels) {
   if (cpu::DetectIsa() < cpu::Isa::kAvx2) GTEST_SKIP() << "no AVX2";
   // The kernels do not depend on the architecture: two models (the first and the last, Gemma's
   // shapes) and two prompts keep the scalar runs short.
@@ -147,10 +148,18 @@ TEST_P(QuantGolden, LogitsBitwiseEqualAtTheAvx2AndScalarLevels) {
   }
   // Prefill (prompt logits, many rows) and decode (generated tokens' log-probs, one row).
   std::vector<GenerationResult> at[2];
-  const cpu::Isa levels[2] = {cpu::Isa::kScalar, cpu::Isa::kAvx2};
   const cpu::Isa active = cpu::ActiveIsa();
+  struct Restore {  // the level and the int kernel, also when an assertion returns early
+    cpu::Isa isa;
+    ~Restore() {
+      cpu::SetIntKernelCapForTesting(cpu::IntKernel::kScalar, /*reset=*/true);
+      cpu::SetActiveIsa(isa);
+    }
+  } restore{active};
+  cpu::SetActiveIsa(cpu::Isa::kAvx2);
   for (int l = 0; l < 2; ++l) {
-    cpu::SetActiveIsa(levels[l]);
+    cpu::SetIntKernelCapForTesting(cpu::IntKernel::kScalar, /*reset=*/l == 1);
+    ASSERT_EQ(cpu::IntKernelFor(cpu::Isa::kAvx2) == cpu::IntKernel::kScalar, l == 0);
     for (size_t p = 0; p < std::min<size_t>(2, golden_.prompts.size()); ++p) {
       Engine engine(model_.get(), EngineOptions{});
       ASSERT_TRUE(engine.Add(Request(p)).ok());
@@ -159,7 +168,6 @@ TEST_P(QuantGolden, LogitsBitwiseEqualAtTheAvx2AndScalarLevels) {
       at[l].push_back(std::move(results[0]));
     }
   }
-  cpu::SetActiveIsa(active);
   const char* kernel = cpu::IntKernelName(cpu::IntKernelFor(cpu::Isa::kAvx2));
   for (size_t p = 0; p < at[0].size(); ++p) {
     EXPECT_EQ(at[0][p].prompt_logits, at[1][p].prompt_logits) << "prompt " << p << ", avx2 kernel " << kernel;

@@ -262,6 +262,33 @@ TEST(AttentionKernels, Avx512RowMatchesScalar) {
   }
 }
 
+// The avx2 kernel (8-lane keys, exp and V; head sizes not a multiple of 8 fall back to scalar).
+TEST(AttentionKernels, Avx2RowMatchesScalar) {
+  if (cpu::DetectIsa() < cpu::Isa::kAvx2) GTEST_SKIP() << "no AVX2";
+  for (int hd : {64, 20, 128, 256, 80, 72, 8}) {
+    const int blocks = 4;
+    auto k = Random(blocks * 2 * kKvBlockSize * hd, 30), v = Random(k.size(), 31);
+    auto q = Random(hd, 32);
+    for (float& x : q) x *= 4;  // scores of a few units: a softmax far from uniform
+    const std::vector<int32_t> table = {3, 0, 2, 1};
+    cpu::PagedKvHead head{k.data(), v.data(), int64_t{2} * kKvBlockSize * hd,
+                          int64_t{kKvBlockSize} * hd, table.data()};
+    std::vector<float> s1(64), s2(64), o1(hd), o2(hd);
+    for (float cap : {0.0f, 2.5f}) {
+      for (auto [first, last] : std::vector<std::pair<int, int>>{
+               {0, 0}, {0, 63}, {17, 40}, {15, 16}, {5, 5}, {31, 47}, {33, 62}}) {
+        cpu::AttendRowScalar(q.data(), hd, head, first, last, 0.125f, cap, s1.data(), o1.data());
+        cpu::AttendRowAvx2(q.data(), hd, head, first, last, 0.125f, cap, s2.data(), o2.data());
+        for (int d = 0; d < hd; ++d) {
+          ASSERT_NEAR(o1[d], o2[d], 1e-5) << hd << " " << first << " " << last << " cap " << cap;
+        }
+        // Only [first, last] of the scratch is written.
+        for (int p = last + 1; p < 64; ++p) ASSERT_EQ(s2[p], s2[p]) << p;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace loom
 
