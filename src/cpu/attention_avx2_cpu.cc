@@ -5,6 +5,8 @@
 #include <cmath>
 
 #include "cpu/attention_cpu.h"
+#include "cpu/avx2_reduce.h"
+#include "cpu/exp_poly.h"
 
 #define LOOM_AVX2 __attribute__((target("avx2,fma")))
 
@@ -12,30 +14,23 @@ namespace loom::cpu {
 
 namespace {
 
-inline const float* At(const float* base, const PagedKvHead& kv, int p, int hd) {
-  return base + kv.block_table[p / 16] * kv.block_stride + kv.head_offset + (p % 16) * hd;
-}
-
 // exp(x) for x ≤ 0 (softmax after subtracting the max), 8 lanes: the AVX-512 kernel's Cephes
 // polynomial (≤ 2 ulp), x = n·ln2 + r; 2ⁿ built in the exponent bits (n ≥ −126 here, so 2ⁿ is
 // normal). Lanes below −87.3 give 0.
 LOOM_AVX2 inline __m256 ExpNonPositive(__m256 x) {
-  const __m256 lo = _mm256_set1_ps(-87.33654f);
+  namespace e = exp_poly;
+  const __m256 lo = _mm256_set1_ps(e::kMinInput);
   const __m256 keep = _mm256_cmp_ps(x, lo, _CMP_GE_OQ);
   x = _mm256_max_ps(x, lo);
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(e::kLog2e)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(e::kLn2Hi), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(e::kLn2Lo), r);
+  __m256 p = _mm256_set1_ps(e::kP[0]);
+  for (int i = 1; i < 6; ++i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(e::kP[i]));
   p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), keep);
+  const __m256i two_n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(two_n)), keep);
 }
 
 // Lane j = the sum of v[j]'s 8 lanes, in an order that depends only on j.
@@ -43,20 +38,6 @@ LOOM_AVX2 inline __m256 HorizontalSums8(const __m256* v) {
   const __m256 t0 = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
   const __m256 t1 = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
   return _mm256_add_ps(_mm256_permute2f128_ps(t0, t1, 0x20), _mm256_permute2f128_ps(t0, t1, 0x31));
-}
-
-LOOM_AVX2 inline float Sum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-LOOM_AVX2 inline float Max8(__m256 v) {
-  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_max_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
 }
 
 // All-ones in the lanes j of positions p0 + j inside [first, last].
@@ -74,7 +55,7 @@ LOOM_AVX2 inline void AccumulateV(const float* scores, float inv, const PagedKvH
   __m256 o[NC];
   for (int c = 0; c < NC; ++c) o[c] = _mm256_setzero_ps();
   for (int p = first; p <= last; ++p) {
-    const float* v = At(kv.v, kv, p, hd) + d0;
+    const float* v = KvRow(kv.v, kv, p, hd) + d0;
     const __m256 w = _mm256_set1_ps(scores[p] * inv);
     for (int c = 0; c < NC; ++c) o[c] = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 8 * c), o[c]);
   }
@@ -95,7 +76,7 @@ LOOM_AVX2 void AttendRowAvx2(const float* q, int hd, const PagedKvHead& kv, int 
   for (int p0 = first & ~7; p0 <= last; p0 += 8) {
     const __m256i live = LiveLanes(p0, first, last);
     const int mask = _mm256_movemask_ps(_mm256_castsi256_ps(live));
-    const float* kb = At(kv.k, kv, p0, hd);  // [8, hd]: p0 is a multiple of 8 within its block
+    const float* kb = KvRow(kv.k, kv, p0, hd);  // [8, hd]: p0 is a multiple of 8 within its block
     __m256 acc[8];
     for (int j = 0; j < 8; ++j) {
       __m256 a = _mm256_setzero_ps();

@@ -9,15 +9,13 @@
 #include <algorithm>
 #include <cmath>
 
+#include "cpu/exp_poly.h"
+
 #define LOOM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
 
 namespace loom::cpu {
 
 namespace {
-inline const float* At(const float* base, const PagedKvHead& kv, int p, int hd) {
-  return base + kv.block_table[p / 16] * kv.block_stride + kv.head_offset + (p % 16) * hd;
-}
-
 // transformers' order: divide, tanh, multiply (Gemma 2 attn_logit_softcapping).
 inline float SoftCap(float s, float cap) { return cap > 0 ? std::tanh(s / cap) * cap : s; }
 }  // namespace
@@ -26,7 +24,7 @@ void AttendRowScalar(const float* q, int hd, const PagedKvHead& kv, int first, i
                      float scale, float softcap, float* scores, float* out) {
   float mx = -INFINITY;
   for (int p = first; p <= last; ++p) {
-    const float* k = At(kv.k, kv, p, hd);
+    const float* k = KvRow(kv.k, kv, p, hd);
     float dot = 0;
     for (int d = 0; d < hd; ++d) dot += q[d] * k[d];
     scores[p] = SoftCap(dot * scale, softcap);
@@ -37,7 +35,7 @@ void AttendRowScalar(const float* q, int hd, const PagedKvHead& kv, int first, i
   const float inv = 1.0f / sum;
   for (int d = 0; d < hd; ++d) out[d] = 0;
   for (int p = first; p <= last; ++p) {
-    const float* v = At(kv.v, kv, p, hd);
+    const float* v = KvRow(kv.v, kv, p, hd);
     const float w = scores[p] * inv;
     for (int d = 0; d < hd; ++d) out[d] += w * v[d];
   }
@@ -47,19 +45,16 @@ namespace {
 // exp(x) for x ≤ 0 (softmax after subtracting the max), 16 lanes: Cephes' expf polynomial
 // (≤ 2 ulp), x = n·ln2 + r, 2ⁿ applied with vscalefps. Lanes below −87.3 give 0.
 LOOM_AVX512 inline __m512 ExpNonPositive(__m512 x) {
-  const __m512 lo = _mm512_set1_ps(-87.33654f);
+  namespace e = exp_poly;
+  const __m512 lo = _mm512_set1_ps(e::kMinInput);
   const __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
   x = _mm512_max_ps(x, lo);
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(e::kLog2e)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(e::kLn2Hi), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(e::kLn2Lo), r);
+  __m512 p = _mm512_set1_ps(e::kP[0]);
+  for (int i = 1; i < 6; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(e::kP[i]));
   p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
   return _mm512_maskz_mov_ps(static_cast<__mmask16>(~under), _mm512_scalef_ps(p, n));
 }
@@ -94,7 +89,7 @@ LOOM_AVX512 inline void AccumulateV(const float* scores, float inv, const PagedK
   __m512 o[NC];
   for (int c = 0; c < NC; ++c) o[c] = _mm512_setzero_ps();
   for (int p = first; p <= last; ++p) {
-    const float* v = At(kv.v, kv, p, hd);
+    const float* v = KvRow(kv.v, kv, p, hd);
     const __m512 w = _mm512_set1_ps(scores[p] * inv);
     for (int c = 0; c < NC; ++c) o[c] = _mm512_fmadd_ps(w, _mm512_loadu_ps(v + 16 * c), o[c]);
   }
@@ -116,7 +111,7 @@ LOOM_AVX512 void AttendRowAvx512(const float* q, int hd, const PagedKvHead& kv, 
     // Lanes of this block inside [first, last].
     const int lo = std::max(first - p0, 0), hi = std::min(last - p0, 15);
     const __mmask16 live = static_cast<__mmask16>(((1u << (hi + 1)) - 1) & ~((1u << lo) - 1));
-    const float* kb = At(kv.k, kv, p0, hd);  // [16, hd], contiguous within the block
+    const float* kb = KvRow(kv.k, kv, p0, hd);  // [16, hd], contiguous within the block
     __m512 acc[16];
     for (int j = 0; j < 16; ++j) {
       const float* k = kb + j * hd;
@@ -159,7 +154,7 @@ LOOM_AVX512 void AttendRowAvx512(const float* q, int hd, const PagedKvHead& kv, 
     const __mmask16 m = d + 16 <= hd ? static_cast<__mmask16>(0xffff) : tail;
     __m512 o = _mm512_setzero_ps();
     for (int p = first; p <= last; ++p) {
-      const float* v = At(kv.v, kv, p, hd);
+      const float* v = KvRow(kv.v, kv, p, hd);
       o = _mm512_fmadd_ps(_mm512_set1_ps(scores[p] * inv), _mm512_maskz_loadu_ps(m, v + d), o);
     }
     _mm512_mask_storeu_ps(out + d, m, o);

@@ -17,6 +17,11 @@ struct PagedKvHead {
   const int32_t* block_table;
 };
 
+// Position p's row of head_dim floats in `base` (kv.k or kv.v).
+inline const float* KvRow(const float* base, const PagedKvHead& kv, int p, int head_dim) {
+  return base + kv.block_table[p / 16] * kv.block_stride + kv.head_offset + (p % 16) * head_dim;
+}
+
 // out[hd] = Σ_p softmax(scale · q·K[p])_p · V[p] over positions first..last (inclusive).
 // softcap > 0: each score s = scale · q·K[p] becomes tanh(s / softcap) · softcap first.
 // scores: scratch of at least last + 1 floats.

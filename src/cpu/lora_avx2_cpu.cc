@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "cpu/avx2_reduce.h"
 #include "cpu/lora_cpu.h"
 
 #define LOOM_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -32,13 +33,6 @@ inline float Load1(DType dtype, const void* p, int64_t i) {
     case DType::kBF16: return Bf16ToF32(static_cast<const uint16_t*>(p)[i]);
   }
   return 0;
-}
-
-LOOM_AVX2 inline float Sum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
 }
 
 // Expand of 8 (or, at the right edge, 1..7) columns for up to 4 rows: acc = fma(t[r][k], Bᵀ[k][j],

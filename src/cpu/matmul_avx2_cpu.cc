@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "cpu/avx2_reduce.h"
 #include "cpu/matmul_cpu.h"
 
 #define LOOM_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -32,13 +33,6 @@ struct LoadF16 {
   }
   static float One(const uint16_t* p) { return F16ToF32(*p); }
 };
-
-LOOM_AVX2 inline float Sum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 // y[a][b] = Σ_p x[a][p]·w[b][p] for NI activation rows × NJ weight rows; each output sums its own
 // 8 lanes in p order, then the lanes, then the tail, whatever the tile shape (batch invariance).
@@ -71,7 +65,7 @@ LOOM_AVX2 void Tile(const float* x, int64_t k, const typename L::T* w, float* y,
     for (int b = 0; b < NJ; ++b) {
       float s = Sum8(acc[a][b]);
       // An explicit fma: whether the compiler contracts `s += x * w` may depend on how L::One
-      // is inlined, and the streaming and widened kernels must give the same bits.
+      // is inlined, and every tile shape and weight dtype must give a row the same bits.
       for (int64_t p = kfull; p < k; ++p) s = std::fma(x[a * k + p], L::One(w + b * k + p), s);
       y[a * ldy + b] = s;
     }
@@ -124,6 +118,7 @@ template <typename L>
 LOOM_AVX2 void Kernel(const float* x, int64_t n, int64_t k, const void* wv, int64_t j0,
                       int64_t j1, float* y, int64_t ldy) {
   const auto* w = static_cast<const typename L::T*>(wv);
+  if (n <= 0) return;
   if (n < 3) return Groups<L, 4>(x, n, k, w, j0, j1, y, ldy);
   // Activation rows in blocks of ≤ 256 KiB (L2), each block against every weight group: without
   // it each 3-row weight group sweeps all n rows of x from L3 or DRAM (a 512-token prefill chunk
