@@ -245,6 +245,8 @@ RunFn AddBenchCommand(CLI::App& cmd) {
       ->capture_default_str();
   cmd.add_option("--max-num-batched-tokens", a->closed.max_batch_tokens,
                  "--closed-loop: token rows per step")->capture_default_str();
+  cmd.add_option("--target-step-ms", a->closed.target_step_ms,
+                 "--closed-loop: step time while sequences decode, as loom serve")->capture_default_str();
   cmd.add_option("--seed", a->closed.seed, "--closed-loop: prompt seed");
   return [a] {
     GlobalMatmulOptions().batch_invariant = a->batch_invariant;

@@ -39,6 +39,9 @@ Status ValidateClosedLoopArgs(const Model& model, const ClosedLoopArgs& a) {
   if (a.max_batch_tokens < 1 || a.max_batch_tokens > (1 << 20)) {
     return InvalidArgument("--max-num-batched-tokens must be in [1, 1048576]");
   }
+  if (!(a.target_step_ms >= 0 && a.target_step_ms <= 3.6e6)) {
+    return InvalidArgument("--target-step-ms must be in [0, 3600000] (0 = off)");
+  }
   if (a.prompt_len < 1) return InvalidArgument("--prompt-len must be at least 1");
   if (a.gen_tokens < 1) return InvalidArgument("--gen-tokens must be at least 1");
   SamplingParams p;
@@ -58,6 +61,7 @@ int RunClosedLoopBench(Model* model, const ClosedLoopArgs& a,
   const int in_flight = std::min(a.clients, a.max_num_seqs);
   options.kv_cache_tokens = in_flight * (a.prompt_len + a.gen_tokens) + 64;
   options.max_batch_tokens = a.max_batch_tokens;
+  options.target_step_ms = a.target_step_ms;
   options.max_num_seqs = a.max_num_seqs;
   options.max_loras = 0;
   Engine engine(model, options);
@@ -67,8 +71,8 @@ int RunClosedLoopBench(Model* model, const ClosedLoopArgs& a,
   const int vocab = model->config().vocab_size;
 
   std::unordered_map<int64_t, double> submitted;  // id → submit time (s since t0)
-  std::vector<double> ttft, e2e;
-  std::unordered_map<int64_t, double> first;
+  std::vector<double> ttft, e2e, itl;
+  std::unordered_map<int64_t, double> first, last;  // id → time of its first / latest token
   int next = 0;
   int64_t out_tokens = 0;
   const auto t0 = Clock::now();
@@ -98,10 +102,14 @@ int RunClosedLoopBench(Model* model, const ClosedLoopArgs& a,
     engine.Step();
     const double t = now_s();
     for (const SequenceUpdate& u : engine.TakeUpdates()) {
-      if (u.has_token && !first.count(u.id)) {
+      if (!u.has_token) continue;
+      if (!first.count(u.id)) {
         first[u.id] = t;
         ttft.push_back(t - submitted[u.id]);
+      } else {
+        itl.push_back(t - last[u.id]);
       }
+      last[u.id] = t;
     }
     for (const GenerationResult& r : engine.TakeFinished()) {
       out_tokens += static_cast<int64_t>(r.generated.size());
@@ -119,9 +127,10 @@ int RunClosedLoopBench(Model* model, const ClosedLoopArgs& a,
   const double tps = static_cast<double>(out_tokens) / secs;
   std::printf("closed loop: %d clients, %d requests of %d + %d tokens, %zu adapters round-robin\n",
               a.clients, a.requests, a.prompt_len, a.gen_tokens, adapters.size());
-  std::printf("%.3f req/s, %.1f output tok/s, TTFT p50 %.2f s p99 %.2f s, %lld steps, %.1f s\n", rps,
-              tps, Percentile(ttft, 50), Percentile(ttft, 99),
-              static_cast<long long>(engine.steps()), secs);
+  std::printf("%.3f req/s, %.1f output tok/s, TTFT p50 %.2f s p99 %.2f s, ITL p50 %.0f ms p99 %.0f ms, "
+              "%lld steps, %.1f s\n",
+              rps, tps, Percentile(ttft, 50), Percentile(ttft, 99), 1e3 * Percentile(itl, 50),
+              1e3 * Percentile(itl, 99), static_cast<long long>(engine.steps()), secs);
   std::fprintf(stderr, "threads %d; %s; peak RSS %.0f MiB\n", ThreadPool::Global().num_threads(),
                MatmulKernelsDescription().c_str(), PeakRssMiB());
   if (a.json) {
@@ -136,6 +145,9 @@ int RunClosedLoopBench(Model* model, const ClosedLoopArgs& a,
                           {"output_tokens_per_s", tps},
                           {"ttft_p50_s", Percentile(ttft, 50)},
                           {"ttft_p99_s", Percentile(ttft, 99)},
+                          {"itl_p50_s", Percentile(itl, 50)},
+                          {"itl_p99_s", Percentile(itl, 99)},
+                          {"target_step_ms", a.target_step_ms},
                           {"steps", engine.steps()}}},
                         {"peak_rss_mib", PeakRssMiB()},
                         {"threads", ThreadPool::Global().num_threads()},

@@ -17,6 +17,7 @@ struct ClosedLoopArgs {
   int gen_tokens = 64;
   int max_num_seqs = 32;       // as tools/bench/serve/run_loom.py starts loom serve
   int max_batch_tokens = 512;  // loom serve's --max-num-batched-tokens default
+  double target_step_ms = 400;  // loom serve's --target-step-ms default
   uint32_t seed = 0;
   bool json = false;
 };

@@ -34,6 +34,10 @@ void AddServeFlags(CLI::App& app, ServeArgs* a) {
   app.add_option("--max-num-seqs", a->max_num_seqs, "sequences running at once")->capture_default_str();
   app.add_option("--max-num-batched-tokens", a->max_num_batched_tokens,
                  "token rows per step (prefill is chunked to fit)")->capture_default_str();
+  app.add_option("--target-step-ms", a->target_step_ms,
+                 "while sequences decode, prefill chunks are sized (from measured step times) so a "
+                 "step takes about this long: the inter-token latency a new prompt causes "
+                 "(0 = chunk by --max-num-batched-tokens alone)")->capture_default_str();
   app.add_option("--max-model-len", a->max_model_len,
                  "longest prompt + output (default: the model's max_position_embeddings)");
   app.add_option("--kv-cache-memory", a->kv_cache_memory, "KV cache size, e.g. 2GiB")->capture_default_str();
@@ -136,6 +140,9 @@ StatusOr<ServePlan> PlanServe(const ServeArgs& a) {
   if (a.max_cpu_loras < 0) return InvalidArgument("--max-cpu-loras must be ≥ 0 (0 = no limit)");
   if (a.max_lora_rank < 0) return InvalidArgument("--max-lora-rank must be ≥ 0 (0 = any)");
   if (a.max_model_len < 0) return InvalidArgument("--max-model-len must be ≥ 0");
+  if (!(a.target_step_ms >= 0 && a.target_step_ms <= 3.6e6)) {
+    return InvalidArgument("--target-step-ms must be in [0, 3600000] (0 = off)");
+  }
   if (a.port < 0 || a.port > 65535) return InvalidArgument("--port must be in [0, 65535]");
   if (!(a.shutdown_timeout_s >= 0 && a.shutdown_timeout_s <= 3600)) {
     return InvalidArgument("--shutdown-timeout must be in [0, 3600] seconds");
@@ -193,6 +200,7 @@ StatusOr<ServePlan> PlanServe(const ServeArgs& a) {
   }
   plan.engine.kv_cache_tokens = static_cast<int>(tokens);
   plan.engine.max_batch_tokens = a.max_num_batched_tokens;
+  plan.engine.target_step_ms = a.target_step_ms;
   plan.engine.max_num_seqs = a.max_num_seqs;
   plan.engine.max_model_len = max_model_len;
   plan.engine.max_loras = a.max_loras;

@@ -2,6 +2,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <cstdio>
 
@@ -209,8 +210,11 @@ void Engine::SampleRow(Sequence* seq, float* row) {
 }
 
 bool Engine::Step() {
+  const auto start = std::chrono::steady_clock::now();
   StepPlan plan = scheduler_.Schedule();
   if (plan.rows.empty()) return false;
+  int step_rows = 0;
+  for (const auto& r : plan.rows) step_rows += r.second;
   const ModelConfig& c = model_->config();
   batch_.Clear();
   logit_owners_.clear();
@@ -290,7 +294,22 @@ bool Engine::Step() {
     std::unique_ptr<Sequence> owned = scheduler_.Retire(s);
     finished_.push_back(std::move(owned->result));
   }
+  if (options_.target_step_ms > 0) UpdateStepBudget(start, step_rows);
   return true;
+}
+
+void Engine::UpdateStepBudget(std::chrono::steady_clock::time_point start, int rows) {
+  // Small steps are dominated by reading the weights once, not by their rows: not a measure
+  // of the cost of a row.
+  constexpr int kMinRows = 16;
+  if (rows < kMinRows) return;
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  const double per_row = ms / rows;
+  ms_per_row_ = ms_per_row_ == 0 ? per_row : 0.8 * ms_per_row_ + 0.2 * per_row;
+  const double target_rows = options_.target_step_ms / ms_per_row_;
+  scheduler_.set_rows_while_decoding(
+      static_cast<int>(std::clamp(target_rows, 1.0, static_cast<double>(options_.max_batch_tokens))));
 }
 
 std::vector<SequenceUpdate> Engine::TakeUpdates() {

@@ -1,6 +1,7 @@
 // Engine: continuous batching loop — schedule rows of many sequences, forward, sample, stream, finish.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -25,6 +26,10 @@ struct EngineOptions {
   int max_model_len = 0;        // 0 = the model's max_position_embeddings
   int max_loras = 0;            // distinct adapters in one step; 0 = no limit
   bool enable_prefix_caching = true;
+  // While sequences decode, prefill chunks are sized so a step takes about this long, from the
+  // measured time per row (Scheduler rows_while_decoding): what bounds the inter-token latency
+  // a new prompt causes. 0 = chunk by max_batch_tokens alone.
+  double target_step_ms = 0;
 };
 
 // Thread-safety: single-threaded (the engine thread owns it), except Validate, which only
@@ -64,6 +69,9 @@ class Engine {
   const Scheduler& scheduler() const { return scheduler_; }
   const Model& model() const { return *model_; }
   int64_t steps() const { return steps_; }
+  // Measured milliseconds per row of a step (moving average over steps of ≥ 16 rows); 0 until
+  // one ran. Only kept when target_step_ms is set.
+  double ms_per_row() const { return ms_per_row_; }
   // Keep per-step updates (the server does); the CLI only reads finished results.
   void set_emit_updates(bool on) { emit_updates_ = on; }
 
@@ -71,6 +79,8 @@ class Engine {
   const Adapter* AdapterOf(const Sequence& seq) const;
   void Finish(Sequence* seq, FinishReason reason, SequenceUpdate* update);
   void SampleRow(Sequence* seq, float* row);
+  // From the time since `start` of a step of `rows` rows: the scheduler's rows_while_decoding.
+  void UpdateStepBudget(std::chrono::steady_clock::time_point start, int rows);
 
   Model* model_;
   EngineOptions options_;
@@ -80,6 +90,7 @@ class Engine {
   Scheduler scheduler_;
   int64_t next_id_ = 0;
   int64_t steps_ = 0;
+  double ms_per_row_ = 0;
   bool emit_updates_ = false;
   std::vector<GenerationResult> finished_;
   std::vector<SequenceUpdate> updates_;

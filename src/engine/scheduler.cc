@@ -120,11 +120,29 @@ void Scheduler::Admit(int* budget, StepPlan* plan) {
   }
 }
 
+int Scheduler::PrefillCap(int decode_rows) const {
+  int64_t backlog = 0;
+  for (const auto& s : running_) {
+    if (s->remaining() > 1) backlog += s->remaining();
+  }
+  for (const auto& s : waiting_) backlog += s->remaining();
+  const int64_t steps = std::max(1, options_.prefill_drain_steps);
+  const int64_t drain = (backlog + steps - 1) / steps;
+  return static_cast<int>(std::min<int64_t>(
+      options_.max_batch_tokens,
+      std::max<int64_t>({options_.min_prefill_chunk, options_.rows_while_decoding - decode_rows, drain})));
+}
+
 StepPlan Scheduler::Schedule() {
   StepPlan plan;
   int budget = options_.max_batch_tokens;
   // Decode rows first, oldest first, then prefill chunks of running sequences.
+  int decode_rows = 0;
   for (int pass = 0; pass < 2; ++pass) {
+    if (pass == 1 && decode_rows > 0 && options_.rows_while_decoding > 0) {
+      // Rows are decoding: this step's prefill is capped so their next tokens come soon.
+      budget = std::min(budget, PrefillCap(decode_rows));
+    }
     for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
       Sequence* s = running_[i].get();
       const bool decode = s->remaining() == 1;
@@ -148,6 +166,7 @@ StepPlan Scheduler::Schedule() {
         i = static_cast<size_t>(it - running_.begin());
       }
       budget -= count;
+      if (pass == 0) decode_rows += count;
       plan.rows.emplace_back(s, count);
     }
   }

@@ -22,6 +22,16 @@ struct SchedulerOptions {
   // until it fits, so no request starves.
   int max_head_wait_steps = 32;
   bool enable_prefix_caching = true;
+  // While any running sequence decodes, a step's prefill rows (chunks and admissions) are at
+  // most max(min_prefill_chunk, rows_while_decoding - decode rows, backlog / prefill_drain_steps)
+  // where backlog = prompt tokens not yet computed (running and waiting sequences): a prompt
+  // then delays every stream's next token by one short step, not by a max_batch_tokens step,
+  // while a backlog of prompts (a burst, a saturated server) still drains within a few steps
+  // instead of queueing behind the decoding rows. 0 = no such limit. The engine sets it from
+  // measured step times (EngineOptions::target_step_ms).
+  int rows_while_decoding = 0;
+  int min_prefill_chunk = 32;    // prefill always progresses by at least this many rows a step
+  int prefill_drain_steps = 4;
   // Longrope models (Model::rope_switch_length): K/V computed while a sequence has at most this
   // many tokens differ from those computed beyond, so prefix-cache keys carry the side. 0 = none.
   int rope_switch_length = 0;
@@ -35,7 +45,8 @@ struct StepPlan {
 
 // Policy: decode rows first (one each, so running sequences never starve behind prompts),
 // then prefill chunks of running sequences, then admission of waiting ones, first come first
-// served, under the row budget, max_num_seqs, max_loras and free KV blocks. Blocks are
+// served, under the row budget (smaller while rows decode: rows_while_decoding), max_num_seqs,
+// max_loras and free KV blocks. Blocks are
 // reserved as positions are computed; when they run out the youngest running sequence is
 // preempted (its blocks freed; it recomputes its tokens when readmitted).
 // Thread-safety: engine thread only.
@@ -62,12 +73,16 @@ class Scheduler {
   const std::vector<std::unique_ptr<Sequence>>& running() const { return running_; }
   const std::deque<std::unique_ptr<Sequence>>& waiting() const { return waiting_; }
   int64_t num_preemptions() const { return num_preemptions_; }
+  void set_rows_while_decoding(int rows) { options_.rows_while_decoding = rows; }
+  int rows_while_decoding() const { return options_.rows_while_decoding; }
 
  private:
   bool Grow(Sequence* seq, int positions, StepPlan* plan);
   void Preempt(Sequence* victim, StepPlan* plan);
   void Admit(int* budget, StepPlan* plan);
   std::set<uint64_t> RunningAdapters() const;
+  // Prefill rows allowed in a step that decodes `decode_rows` rows (rows_while_decoding).
+  int PrefillCap(int decode_rows) const;
   // Key of full block `index` of `seq` given the previous block's key (0 for the first).
   uint64_t BlockKey(const Sequence& seq, size_t index, uint64_t previous) const;
 

@@ -36,8 +36,10 @@ def run_serve(model_dir, *args, timeout=10, tries=1):
     (["--max-body", "lots"], "max-body"),
     (["--merge", "nope"], "merge"),
     (["--lora-dir", "/nonexistent/dir"], "/nonexistent/dir"),
+    (["--target-step-ms", "-1"], "target-step-ms"),
+    (["--target-step-ms", "nan"], "target-step-ms"),
 ], ids=["missing_dir", "wrong_base", "rank", "base_name", "twice", "max_model_len", "max_body",
-        "merge", "lora_dir"])
+        "merge", "lora_dir", "target_step_negative", "target_step_nan"])
 def test_bad_start_up_exits_non_zero(llama_dir, args, needle):
     code, err = run_serve(llama_dir, *args)
     assert code not in (0, None) and code > 0, f"exit {code} (a signal?):\n{err}"

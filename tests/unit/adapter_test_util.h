@@ -36,7 +36,7 @@ const std::string kShared = std::string(LOOM_FIXTURES) + "/shared/";
 const std::string kRealAdapters = kShared + "adapters/";
 const std::string kRealConfigs = kShared + "adapter_configs/";
 
-::testing::AssertionResult Contains(const std::string& text, const std::string& part) {
+[[maybe_unused]] ::testing::AssertionResult Contains(const std::string& text, const std::string& part) {
   if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << "'" << part << "' not in: " << text;
 }
@@ -61,7 +61,7 @@ class TempDir {
   std::string path_;
 };
 
-void WriteBytes(const std::string& path, const std::string& bytes) {
+[[maybe_unused]] void WriteBytes(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   ASSERT_TRUE(out.good()) << "cannot write " << path;
@@ -70,7 +70,7 @@ void WriteBytes(const std::string& path, const std::string& bytes) {
 // Writes DIR/config.json and DIR/model.safetensors: a BF16 header for every weight of the
 // config and a data section that is a hole (the file is extended, not written), so a 1B model
 // costs a few KiB of disk and Model::Load maps zeros. LoadAdapter only needs the shapes.
-void WriteShapeOnlyBase(const std::string& dir, const std::string& config_json) {
+[[maybe_unused]] void WriteShapeOnlyBase(const std::string& dir, const std::string& config_json) {
   fs::create_directories(dir);
   WriteBytes(dir + "/config.json", config_json);
   auto config = ParseModelConfig(config_json, "", dir + "/config.json");
@@ -96,12 +96,12 @@ void WriteShapeOnlyBase(const std::string& dir, const std::string& config_json) 
   fs::resize_file(path, 8 + text.size() + offset);  // sparse: no data blocks are written
 }
 
-std::string ReadBytes(const std::string& path) {
+[[maybe_unused]] std::string ReadBytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-float MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
+[[maybe_unused]] float MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
   EXPECT_EQ(a.size(), b.size());
   float m = 0;
   for (size_t i = 0; i < a.size() && i < b.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
@@ -146,7 +146,7 @@ struct Draft {
   }
 };
 
-Draft ReadDraft(const std::string& dir) {
+[[maybe_unused]] Draft ReadDraft(const std::string& dir) {
   Draft d;
   auto text = ReadTextFile(dir + "/adapter_config.json");
   EXPECT_TRUE(text.ok()) << text.status().ToString();
@@ -163,7 +163,7 @@ Draft ReadDraft(const std::string& dir) {
   return d;
 }
 
-void WriteDraft(const Draft& d, const std::string& dir) {
+[[maybe_unused]] void WriteDraft(const Draft& d, const std::string& dir) {
   fs::create_directories(dir);
   WriteBytes(dir + "/adapter_config.json", d.config.dump(2));
   std::vector<std::vector<uint8_t>> bytes;
@@ -181,7 +181,7 @@ void WriteDraft(const Draft& d, const std::string& dir) {
 }
 
 // "base_model.model.model.layers.L.self_attn.M.PART"
-std::string Key(int layer, const std::string& module, const std::string& part) {
+[[maybe_unused]] std::string Key(int layer, const std::string& module, const std::string& part) {
   const bool attn =
       module == "q_proj" || module == "k_proj" || module == "v_proj" || module == "o_proj";
   return "base_model.model.model.layers." + std::to_string(layer) +

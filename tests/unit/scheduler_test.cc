@@ -1,5 +1,6 @@
 // Scheduler: max_loras admission, starvation-freedom, preemption + resume giving the same tokens,
-// prefix-cache hits only within one adapter identity, abort freeing blocks.
+// prefix-cache hits only within one adapter identity, abort freeing blocks, the prefill cap
+// while rows decode.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -62,6 +63,20 @@ GenerationResult Alone(const GenerationRequest& r) {
   return e.RunToCompletion().at(0);
 }
 
+// Each result (by id = index into `reqs`) equals its request run alone: tokens and log-probs,
+// bitwise.
+void ExpectEachEqualsAlone(const std::vector<GenerationResult>& results,
+                           const std::vector<GenerationRequest>& reqs) {
+  for (const auto& r : results) {
+    const GenerationResult alone = Alone(reqs[static_cast<size_t>(r.id)]);
+    EXPECT_EQ(r.generated, alone.generated) << "request " << r.id;
+    ASSERT_EQ(r.logprobs.size(), alone.logprobs.size());
+    for (size_t t = 0; t < r.logprobs.size(); ++t) {
+      EXPECT_EQ(r.logprobs[t].logprob, alone.logprobs[t].logprob) << r.id << " step " << t;
+    }
+  }
+}
+
 TEST(Scheduler, MaxLorasBoundsDistinctAdaptersPerStep) {
   Fixture& f = Llama();
   EngineOptions o;
@@ -102,7 +117,9 @@ TEST(Scheduler, NoStarvationUnderMaxLoras) {
   bool done = false;
   while (!done && steps < 500) {
     // Keep feeding adapter 0 so its set never drains on its own.
-    if (steps % 2 == 0) ASSERT_TRUE(engine.Add(Greedy(Prompt(steps, 4), 4, f.adapters[0])).ok());
+    if (steps % 2 == 0) {
+      ASSERT_TRUE(engine.Add(Greedy(Prompt(steps, 4), 4, f.adapters[0])).ok());
+    }
     engine.Step();
     ++steps;
     for (const auto& r : engine.TakeFinished()) done |= r.id == starving;
@@ -134,15 +151,113 @@ TEST(Scheduler, PreemptionAndResumeGiveTheSameTokens) {
   auto results = engine.RunToCompletion();
   EXPECT_GT(engine.scheduler().num_preemptions(), 0);
   ASSERT_EQ(results.size(), 4u);
-  for (const auto& r : results) {
-    const GenerationResult alone = Alone(reqs[static_cast<size_t>(r.id)]);
-    EXPECT_EQ(r.generated, alone.generated) << "request " << r.id;
-    ASSERT_EQ(r.logprobs.size(), alone.logprobs.size());
-    for (size_t t = 0; t < r.logprobs.size(); ++t) {
-      EXPECT_EQ(r.logprobs[t].logprob, alone.logprobs[t].logprob) << r.id << " step " << t;
-    }
-  }
+  ExpectEachEqualsAlone(results, reqs);
   EXPECT_EQ(engine.kv_cache().num_free_blocks(), engine.kv_cache().num_blocks());
+}
+
+// A sequence with `prompt_len` prompt tokens for a bare scheduler.
+std::unique_ptr<Sequence> Bare(int64_t id, int prompt_len) {
+  auto seq = std::make_unique<Sequence>();
+  seq->id = id;
+  seq->tokens = Prompt(static_cast<int>(id), prompt_len);
+  seq->request.prompt = seq->tokens;
+  return seq;
+}
+
+int RowsOf(const StepPlan& plan, int64_t id) {
+  for (const auto& [s, n] : plan.rows) {
+    if (s->id == id) return n;
+  }
+  return 0;
+}
+
+// A bare scheduler whose sequence 0 (a `first_len`-token prompt, prefilled alone in one step)
+// now decodes one row a step; Step() schedules, then computes the planned rows.
+struct DecodingScheduler {
+  std::unique_ptr<KvCache> cache;
+  std::unique_ptr<Scheduler> sched;
+  Sequence* decoding = nullptr;
+
+  DecodingScheduler(int rows_while_decoding, int drain_steps, int first_len) {
+    cache = std::move(KvCache::Create(1, 1, 8, 256)).value();
+    SchedulerOptions o;
+    o.max_batch_tokens = 512;
+    o.enable_prefix_caching = false;
+    o.rows_while_decoding = rows_while_decoding;
+    o.prefill_drain_steps = drain_steps;
+    sched = std::make_unique<Scheduler>(cache.get(), o);
+    sched->Enqueue(Bare(0, first_len));
+    StepPlan first = Step();  // nothing decodes yet: the whole prompt, uncapped
+    EXPECT_EQ(RowsOf(first, 0), first_len);
+    decoding = first.rows.at(0).first;
+  }
+  StepPlan Step() {
+    StepPlan plan = sched->Schedule();
+    for (auto& [seq, n] : plan.rows) {
+      seq->num_computed += n;
+      if (seq->remaining() == 0) seq->tokens.push_back(5);  // its next token: a decode row
+    }
+    return plan;
+  }
+};
+
+// While a row decodes, prefill rows are capped at max(min_prefill_chunk, rows_while_decoding -
+// decode rows, backlog / prefill_drain_steps); with the cap off a prompt takes the whole budget.
+TEST(Scheduler, PrefillIsCappedOnlyWhileRowsDecode) {
+  DecodingScheduler d(40, 1000, 300);  // 1000: the backlog term out of the way
+  d.sched->Enqueue(Bare(1, 300));
+  StepPlan p1 = d.Step();
+  EXPECT_EQ(RowsOf(p1, 0), 1);
+  EXPECT_EQ(RowsOf(p1, 1), 39);  // 40 rows in all
+  d.sched->set_rows_while_decoding(1);  // below the floor: prefill still moves 32 rows a step
+  StepPlan p2 = d.Step();
+  EXPECT_EQ(RowsOf(p2, 0), 1);
+  EXPECT_EQ(RowsOf(p2, 1), 32);
+  d.sched->set_rows_while_decoding(0);  // off: the rest of the prompt in one step
+  StepPlan p3 = d.Step();
+  EXPECT_EQ(RowsOf(p3, 0), 1);
+  EXPECT_EQ(RowsOf(p3, 1), 300 - 39 - 32);
+}
+
+// A backlog of prompts drains within prefill_drain_steps steps even while rows decode.
+TEST(Scheduler, PrefillBacklogDrainsWithinAFewSteps) {
+  DecodingScheduler d(1, 4, 20);
+  for (int i = 1; i <= 3; ++i) d.sched->Enqueue(Bare(i, 100));  // 300 prompt tokens waiting
+  StepPlan p1 = d.Step();
+  EXPECT_EQ(RowsOf(p1, 0), 1);
+  EXPECT_EQ(RowsOf(p1, 1), 75);  // 300 / 4 rows, all from request 1; none of 2 yet
+  EXPECT_EQ(RowsOf(p1, 2), 0);
+  StepPlan p2 = d.Step();  // 225 left: 57 rows (25 of request 1, 32 of request 2)
+  EXPECT_EQ(RowsOf(p2, 0), 1);
+  EXPECT_EQ(RowsOf(p2, 1), 25);
+  EXPECT_EQ(RowsOf(p2, 2), 32);
+}
+
+// target_step_ms far below any step's time: every prefill that overlaps decoding moves in
+// 32-row chunks. Outputs stay bitwise those of each request alone.
+TEST(Scheduler, SmallPrefillChunksWhileDecodingGiveTheSameTokens) {
+  BatchInvariant invariant;
+  Fixture& f = Llama();
+  EngineOptions o;
+  o.target_step_ms = 1e-6;
+  o.enable_prefix_caching = false;
+  Engine engine(f.model.get(), o);
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 5; ++i) {
+    reqs.push_back(Greedy(Prompt(i, 40 + 23 * i), 12, i == 0 ? nullptr : f.adapters[static_cast<size_t>(i) % 3]));
+  }
+  std::vector<GenerationResult> results;
+  // Arrivals staggered so later prompts land while earlier sequences decode.
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    ASSERT_TRUE(engine.Add(reqs[i]).ok());
+    for (int k = 0; k < 3; ++k) engine.Step();
+    for (auto& r : engine.TakeFinished()) results.push_back(std::move(r));
+  }
+  for (auto& r : engine.RunToCompletion()) results.push_back(std::move(r));
+  EXPECT_EQ(engine.scheduler().rows_while_decoding(), 1);  // the cap was in force
+  EXPECT_GT(engine.ms_per_row(), 0);
+  ASSERT_EQ(results.size(), reqs.size());
+  ExpectEachEqualsAlone(results, reqs);
 }
 
 TEST(Scheduler, PrefixCacheHitsOnlyWithinTheSameAdapterIdentity) {
