@@ -300,7 +300,8 @@ bool Engine::Step() {
 
 void Engine::UpdateStepBudget(std::chrono::steady_clock::time_point start, int rows) {
   // Small steps are dominated by reading the weights once, not by their rows: not a measure
-  // of the cost of a row.
+  // of the cost of a row. Above kMinRows that fixed cost still inflates ms per row a little,
+  // so R errs towards shorter steps.
   constexpr int kMinRows = 16;
   if (rows < kMinRows) return;
   const double ms =

@@ -27,8 +27,11 @@ struct EngineOptions {
   int max_loras = 0;            // distinct adapters in one step; 0 = no limit
   bool enable_prefix_caching = true;
   // While sequences decode, prefill chunks are sized so a step takes about this long, from the
-  // measured time per row (Scheduler rows_while_decoding): what bounds the inter-token latency
-  // a new prompt causes. 0 = chunk by max_batch_tokens alone.
+  // measured time per row (Scheduler rows_while_decoding): what limits the inter-token latency
+  // a new prompt causes, unless a backlog of prompts needs more (Scheduler::PrefillCap).
+  // Chunk sizes then depend on timing: outputs do not under batch-invariant kernels (the
+  // server's default); with --no-batch-invariant they already depended on arrivals. 0 = chunk
+  // by max_batch_tokens alone.
   double target_step_ms = 0;
 };
 

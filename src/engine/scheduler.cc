@@ -125,7 +125,14 @@ int Scheduler::PrefillCap(int decode_rows) const {
   for (const auto& s : running_) {
     if (s->remaining() > 1) backlog += s->remaining();
   }
-  for (const auto& s : waiting_) backlog += s->remaining();
+  // Waiting prompts count only as far as there are free sequence slots to admit them into:
+  // a deep queue must not lift the cap for the prompts already running.
+  size_t admissible = static_cast<size_t>(
+      std::max<int64_t>(0, options_.max_num_seqs - static_cast<int64_t>(running_.size())));
+  for (const auto& s : waiting_) {
+    if (admissible-- == 0) break;
+    backlog += s->remaining();
+  }
   const int64_t steps = std::max(1, options_.prefill_drain_steps);
   const int64_t drain = (backlog + steps - 1) / steps;
   return static_cast<int>(std::min<int64_t>(

@@ -24,7 +24,8 @@ struct SchedulerOptions {
   bool enable_prefix_caching = true;
   // While any running sequence decodes, a step's prefill rows (chunks and admissions) are at
   // most max(min_prefill_chunk, rows_while_decoding - decode rows, backlog / prefill_drain_steps)
-  // where backlog = prompt tokens not yet computed (running and waiting sequences): a prompt
+  // where backlog = tokens not yet computed of the running sequences that prefill and of as
+  // many waiting ones as there are free sequence slots, never above max_batch_tokens: a prompt
   // then delays every stream's next token by one short step, not by a max_batch_tokens step,
   // while a backlog of prompts (a burst, a saturated server) still drains within a few steps
   // instead of queueing behind the decoding rows. 0 = no such limit. The engine sets it from

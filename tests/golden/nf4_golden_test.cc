@@ -143,7 +143,9 @@ TEST_P(Nf4Golden, QloraMatchesPeftUnmergedAndMerged) {
     auto adapter = LoadAdapter(case_->adapter, kFixtures + "/adapters/" + case_->adapter,
                                (*model)->sites(), 0);
     ASSERT_TRUE(adapter.ok()) << adapter.status().ToString();
-    if (merge) ASSERT_TRUE((*model)->MergeAdapter(**adapter).ok());
+    if (merge) {
+      ASSERT_TRUE((*model)->MergeAdapter(**adapter).ok());
+    }
     test::LogitError error;
     float moved = 0;
     for (size_t p = 0; p < golden_.prompts.size(); ++p) {

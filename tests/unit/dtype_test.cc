@@ -40,7 +40,9 @@ TEST(DType, Bf16RoundsToNearestEven) {
   EXPECT_TRUE(std::isnan(Bf16ToF32(F32ToBf16(NAN))));
   for (uint32_t h = 0; h < 0x10000; h += 7) {
     const float f = Bf16ToF32(static_cast<uint16_t>(h));
-    if (!std::isnan(f)) ASSERT_EQ(F32ToBf16(f), h);
+    if (!std::isnan(f)) {
+      ASSERT_EQ(F32ToBf16(f), h);
+    }
   }
 }
 

@@ -178,13 +178,15 @@ struct DecodingScheduler {
   std::unique_ptr<Scheduler> sched;
   Sequence* decoding = nullptr;
 
-  DecodingScheduler(int rows_while_decoding, int drain_steps, int first_len) {
+  DecodingScheduler(int rows_while_decoding, int drain_steps, int first_len,
+                    int max_num_seqs = 64) {
     cache = std::move(KvCache::Create(1, 1, 8, 256)).value();
     SchedulerOptions o;
     o.max_batch_tokens = 512;
     o.enable_prefix_caching = false;
     o.rows_while_decoding = rows_while_decoding;
     o.prefill_drain_steps = drain_steps;
+    o.max_num_seqs = max_num_seqs;
     sched = std::make_unique<Scheduler>(cache.get(), o);
     sched->Enqueue(Bare(0, first_len));
     StepPlan first = Step();  // nothing decodes yet: the whole prompt, uncapped
@@ -234,30 +236,49 @@ TEST(Scheduler, PrefillBacklogDrainsWithinAFewSteps) {
 }
 
 // target_step_ms far below any step's time: every prefill that overlaps decoding moves in
-// 32-row chunks. Outputs stay bitwise those of each request alone.
+// chunks of max(32, a quarter of the backlog) rows. Outputs stay bitwise those of each request
+// alone, and the prompts were really split (more steps than with the cap off).
 TEST(Scheduler, SmallPrefillChunksWhileDecodingGiveTheSameTokens) {
   BatchInvariant invariant;
   Fixture& f = Llama();
-  EngineOptions o;
-  o.target_step_ms = 1e-6;
-  o.enable_prefix_caching = false;
-  Engine engine(f.model.get(), o);
   std::vector<GenerationRequest> reqs;
   for (int i = 0; i < 5; ++i) {
     reqs.push_back(Greedy(Prompt(i, 40 + 23 * i), 12, i == 0 ? nullptr : f.adapters[static_cast<size_t>(i) % 3]));
   }
-  std::vector<GenerationResult> results;
-  // Arrivals staggered so later prompts land while earlier sequences decode.
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    ASSERT_TRUE(engine.Add(reqs[i]).ok());
-    for (int k = 0; k < 3; ++k) engine.Step();
-    for (auto& r : engine.TakeFinished()) results.push_back(std::move(r));
-  }
-  for (auto& r : engine.RunToCompletion()) results.push_back(std::move(r));
-  EXPECT_EQ(engine.scheduler().rows_while_decoding(), 1);  // the cap was in force
-  EXPECT_GT(engine.ms_per_row(), 0);
-  ASSERT_EQ(results.size(), reqs.size());
-  ExpectEachEqualsAlone(results, reqs);
+  auto run = [&](double target_step_ms, std::vector<GenerationResult>* results) {
+    EngineOptions o;
+    o.target_step_ms = target_step_ms;
+    o.enable_prefix_caching = false;
+    Engine engine(f.model.get(), o);
+    // Arrivals staggered so later prompts land while earlier sequences decode.
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      EXPECT_TRUE(engine.Add(reqs[i]).ok());
+      for (int k = 0; k < 3; ++k) engine.Step();
+      for (auto& r : engine.TakeFinished()) results->push_back(std::move(r));
+    }
+    for (auto& r : engine.RunToCompletion()) results->push_back(std::move(r));
+    if (target_step_ms > 0) {
+      EXPECT_EQ(engine.scheduler().rows_while_decoding(), 1);  // the cap was in force
+      EXPECT_GT(engine.ms_per_row(), 0);
+    }
+    return engine.steps();
+  };
+  std::vector<GenerationResult> capped, uncapped;
+  const int64_t capped_steps = run(1e-6, &capped);
+  const int64_t uncapped_steps = run(0, &uncapped);
+  EXPECT_GT(capped_steps, uncapped_steps);
+  ASSERT_EQ(capped.size(), reqs.size());
+  ExpectEachEqualsAlone(capped, reqs);
+}
+
+// Waiting prompts beyond the free sequence slots do not count in the backlog.
+TEST(Scheduler, PrefillBacklogCountsOnlyAdmissibleWaitingPrompts) {
+  DecodingScheduler d(1, 4, 20, /*max_num_seqs=*/2);
+  for (int i = 1; i <= 3; ++i) d.sched->Enqueue(Bare(i, 100));  // one slot free: 100 count
+  StepPlan p1 = d.Step();
+  EXPECT_EQ(RowsOf(p1, 0), 1);
+  EXPECT_EQ(RowsOf(p1, 1), 32);  // max(32, 100 / 4), not 300 / 4
+  EXPECT_EQ(RowsOf(p1, 2), 0);
 }
 
 TEST(Scheduler, PrefixCacheHitsOnlyWithinTheSameAdapterIdentity) {

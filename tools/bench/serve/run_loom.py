@@ -167,10 +167,13 @@ def loom_bench(a, model, extra):
     # global --exact-bf16 (or the deprecated no-op --fast-bf16) when the server gets it.
     kernels = [] if "--no-batch-invariant" in a.serve_arg else ["--batch-invariant"]
     kernels += [f for f in a.serve_arg if f in ("--exact-bf16", "--fast-bf16")]
-    # The same scheduler: the server's --target-step-ms (one argument each: flag, then value).
-    if "--target-step-ms" in a.serve_arg:
-        i = a.serve_arg.index("--target-step-ms")
-        kernels += a.serve_arg[i:i + 2]
+    # The same scheduler: the server's --target-step-ms (`--serve-arg=--target-step-ms
+    # --serve-arg=T`, or `--serve-arg=--target-step-ms=T`).
+    for i, f in enumerate(a.serve_arg):
+        if f == "--target-step-ms":
+            kernels += a.serve_arg[i:i + 2]
+        elif f.startswith("--target-step-ms="):
+            kernels.append(f)
     cmd = [a.loom, "--threads", str(a.threads), "bench", "--model", model, "--prompt-len",
            str(a.prompt_len), "--gen-tokens", str(a.gen_tokens), "--repeats", str(a.engine_repeats),
            "--json"] + kernels + extra
