@@ -39,9 +39,7 @@ Status ValidateClosedLoopArgs(const Model& model, const ClosedLoopArgs& a) {
   if (a.max_batch_tokens < 1 || a.max_batch_tokens > (1 << 20)) {
     return InvalidArgument("--max-num-batched-tokens must be in [1, 1048576]");
   }
-  if (!(a.target_step_ms >= 0 && a.target_step_ms <= 3.6e6)) {
-    return InvalidArgument("--target-step-ms must be in [0, 3600000] (0 = off)");
-  }
+  RETURN_IF_ERROR(ValidateTargetStepMs(a.target_step_ms, "--target-step-ms"));
   if (a.prompt_len < 1) return InvalidArgument("--prompt-len must be at least 1");
   if (a.gen_tokens < 1) return InvalidArgument("--gen-tokens must be at least 1");
   SamplingParams p;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "engine/engine.h"
 #include "lora/adapter.h"
 #include "model/model.h"
 
@@ -17,7 +18,7 @@ struct ClosedLoopArgs {
   int gen_tokens = 64;
   int max_num_seqs = 32;       // as tools/bench/serve/run_loom.py starts loom serve
   int max_batch_tokens = 512;  // loom serve's --max-num-batched-tokens default
-  double target_step_ms = 400;  // loom serve's --target-step-ms default
+  double target_step_ms = kServeTargetStepMs;  // as loom serve
   uint32_t seed = 0;
   bool json = false;
 };

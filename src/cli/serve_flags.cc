@@ -140,9 +140,7 @@ StatusOr<ServePlan> PlanServe(const ServeArgs& a) {
   if (a.max_cpu_loras < 0) return InvalidArgument("--max-cpu-loras must be ≥ 0 (0 = no limit)");
   if (a.max_lora_rank < 0) return InvalidArgument("--max-lora-rank must be ≥ 0 (0 = any)");
   if (a.max_model_len < 0) return InvalidArgument("--max-model-len must be ≥ 0");
-  if (!(a.target_step_ms >= 0 && a.target_step_ms <= 3.6e6)) {
-    return InvalidArgument("--target-step-ms must be in [0, 3600000] (0 = off)");
-  }
+  RETURN_IF_ERROR(ValidateTargetStepMs(a.target_step_ms, "--target-step-ms"));
   if (a.port < 0 || a.port > 65535) return InvalidArgument("--port must be in [0, 65535]");
   if (!(a.shutdown_timeout_s >= 0 && a.shutdown_timeout_s <= 3600)) {
     return InvalidArgument("--shutdown-timeout must be in [0, 3600] seconds");

@@ -24,7 +24,7 @@ struct ServeArgs {
   std::string merge;
   int max_num_seqs = 64;
   int max_num_batched_tokens = 512;
-  double target_step_ms = 400;  // --target-step-ms
+  double target_step_ms = kServeTargetStepMs;  // --target-step-ms
   int max_model_len = 0;
   std::string kv_cache_memory = "2GiB";
   std::string host = "127.0.0.1";

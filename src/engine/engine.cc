@@ -31,6 +31,11 @@ SchedulerOptions ToSchedulerOptions(const EngineOptions& o, const Model& model) 
 }
 }  // namespace
 
+Status ValidateTargetStepMs(double ms, const std::string& flag) {
+  if (!(ms >= 0 && ms <= 3.6e6)) return InvalidArgument(flag + " must be in [0, 3600000] (0 = off)");
+  return OkStatus();
+}
+
 Engine::Engine(Model* model, const EngineOptions& options, const tokenizer::Tokenizer* tokenizer)
     : model_(model),
       options_(options),

@@ -35,6 +35,11 @@ struct EngineOptions {
   double target_step_ms = 0;
 };
 
+// loom serve's (and `loom bench --closed-loop`'s) default target_step_ms; docs/PERFORMANCE.md.
+inline constexpr double kServeTargetStepMs = 400;
+// A target_step_ms value from a flag: [0, 3600000], not NaN; the message names `flag`.
+Status ValidateTargetStepMs(double ms, const std::string& flag);
+
 // Thread-safety: single-threaded (the engine thread owns it), except Validate, which only
 // reads what is fixed at construction and may run on any thread.
 class Engine {

@@ -87,6 +87,7 @@ BENCHMARK(BM_F32FmaPeak)->UseRealTime();
 #define LOOM_X14(op) op(0) op(1) op(2) op(3) op(4) op(5) op(6) op(7) op(8) op(9) op(10) op(11) op(12) op(13)
 #define LOOM_FMA_Y(r) "vfmadd231ps %%ymm14, %%ymm15, %%ymm" #r "\n"
 __attribute__((target("avx2,fma"))) void BM_F32FmaPeakAvx2(benchmark::State& state) {
+  if (loom::cpu::DetectIsa() < loom::cpu::Isa::kAvx2) return state.SkipWithError("no AVX2");
   constexpr int kIters = 1 << 16;
   for (auto _ : state) {
     for (int i = 0; i < kIters; ++i) {

@@ -163,20 +163,18 @@ def machine_info(a):
 
 def loom_bench(a, model, extra):
     wait_idle(a.wait_idle)
-    # The same kernels as the server: batch-invariant unless it was turned off, and the
-    # global --exact-bf16 (or the deprecated no-op --fast-bf16) when the server gets it.
-    kernels = [] if "--no-batch-invariant" in a.serve_arg else ["--batch-invariant"]
-    kernels += [f for f in a.serve_arg if f in ("--exact-bf16", "--fast-bf16")]
-    # The same scheduler: the server's --target-step-ms (`--serve-arg=--target-step-ms
-    # --serve-arg=T`, or `--serve-arg=--target-step-ms=T`).
+    # As the server: the same kernels (batch-invariant unless it was turned off, and the global
+    # --exact-bf16 or the deprecated no-op --fast-bf16 when the server gets it) and the same
+    # scheduler (--target-step-ms, as `--serve-arg=--target-step-ms --serve-arg=T` or `...=T`).
+    as_server = [] if "--no-batch-invariant" in a.serve_arg else ["--batch-invariant"]
     for i, f in enumerate(a.serve_arg):
-        if f == "--target-step-ms":
-            kernels += a.serve_arg[i:i + 2]
-        elif f.startswith("--target-step-ms="):
-            kernels.append(f)
+        if f in ("--exact-bf16", "--fast-bf16") or f.startswith("--target-step-ms="):
+            as_server.append(f)
+        elif f == "--target-step-ms":
+            as_server += a.serve_arg[i:i + 2]
     cmd = [a.loom, "--threads", str(a.threads), "bench", "--model", model, "--prompt-len",
            str(a.prompt_len), "--gen-tokens", str(a.gen_tokens), "--repeats", str(a.engine_repeats),
-           "--json"] + kernels + extra
+           "--json"] + as_server + extra
     log("$ " + " ".join(cmd))
     t0 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=measured_child)

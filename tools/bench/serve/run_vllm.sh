@@ -40,7 +40,7 @@ for c in "${clients[@]}"; do
   for set in base lora; do
     models=base
     [ $set = lora ] && models=a0,a1,a2,a3,a4,a5,a6,a7
-    n=$(( c * 2 > 16 ? c * 2 : 16 ))
+    n=${NUM_REQUESTS:-$(( c * 2 > 16 ? c * 2 : 16 ))}  # NUM_REQUESTS overrides (e.g. 32 at 8 clients)
     # the seeds run_loom.py uses: 1000 x --seed(0) + scenario index (base c8, lora c8, base c32, lora c32)
     case "$set-$c" in base-8) seed=0 ;; lora-8) seed=1 ;; base-32) seed=2 ;; lora-32) seed=3 ;; *) seed=$idx ;; esac
     warm=0; [ $idx -eq 0 ] && warm=8
