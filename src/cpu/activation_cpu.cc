@@ -1,4 +1,4 @@
-// SiLU·mul kernels; the AVX-512 one uses glibc's libmvec 16-lane expf (≤ 4 ulp).
+// SiLU·mul kernels; the AVX-512 and AVX2 ones use glibc's libmvec 16- and 8-lane expf (≤ 4 ulp).
 #include "cpu/activation_cpu.h"
 
 #include <immintrin.h>
@@ -6,9 +6,11 @@
 #include <cmath>
 
 #define LOOM_AVX512 __attribute__((target("avx512f,avx512dq")))
+#define LOOM_AVX2 __attribute__((target("avx2,fma")))
 
 // The target attribute on the declaration too: clang refuses a __m512 argument otherwise.
 extern "C" LOOM_AVX512 __m512 _ZGVeN16v_expf(__m512 x);  // glibc libmvec
+extern "C" LOOM_AVX2 __m256 _ZGVdN8v_expf(__m256 x);     // glibc libmvec, AVX2
 
 namespace loom::cpu {
 
@@ -31,12 +33,25 @@ LOOM_AVX512 void SiluMulAvx512(float* gate, const float* up, int64_t count) {
   SiluMulScalar(gate + i, up + i, count - i);
 }
 
+// On a Zen 2 the scalar loop (a libm expf call per element) was ~4 % of bf16 prefill.
+LOOM_AVX2 void SiluMulAvx2(float* gate, const float* up, int64_t count) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 e = _ZGVdN8v_expf(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    const __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, e));
+    _mm256_storeu_ps(gate + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
+  }
+  SiluMulScalar(gate + i, up + i, count - i);
+}
+
 void SiluMul(Isa isa, float* gate, const float* up, int64_t count) {
   switch (isa) {
     case Isa::kAmx:
     case Isa::kAvx512Bf16:
     case Isa::kAvx512: return SiluMulAvx512(gate, up, count);
-    case Isa::kAvx2:
+    case Isa::kAvx2: return SiluMulAvx2(gate, up, count);
     case Isa::kScalar: return SiluMulScalar(gate, up, count);
   }
 }

@@ -11,5 +11,6 @@ namespace loom::cpu {
 void SiluMul(Isa isa, float* gate, const float* up, int64_t count);
 void SiluMulScalar(float* gate, const float* up, int64_t count);
 void SiluMulAvx512(float* gate, const float* up, int64_t count);
+void SiluMulAvx2(float* gate, const float* up, int64_t count);
 
 }  // namespace loom::cpu

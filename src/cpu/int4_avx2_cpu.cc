@@ -1,4 +1,4 @@
-// Int4 matmul with AVX2 (no VNNI) over 16-column panels: nibbles unpacked in registers, vpmaddubsw (q + 8 as u8 × s8 activations) + vpmaddwd per ymm half (8 columns).
+// Int4 matmul with AVX2 (no VNNI) over 16-column panels, symmetric and with zero points (GPTQ/AWQ): nibbles unpacked in registers, vpmaddubsw (the stored u8 nibble × s8 activations) summed in int16 over 4 blocks, then vpmaddwd per ymm half (8 columns).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -33,12 +33,18 @@ LOOM_AVX2 inline void Store(float* out, __m256 lo, __m256 hi, int cols) {
 // R activation rows × P panels (16 columns each, two ymm halves) starting at panel p0; `cols`
 // valid columns in the last panel. Per lane (one column, 4 inputs) and block: vpmaddubsw gives
 // int16 pairs (q + 8)·x ≤ 2·15·128 = 3840 in magnitude, the low and high nibbles' pairs summed
-// ≤ 7680, then vpmaddwd into int32: the exact sum. The arithmetic per (row, column) is
-// MatmulInt4's contract (int4_cpu.h).
-template <int R, int P, int G>
+// ≤ 7680; kU = 4 blocks of those summed in int16 stay ≤ 30720 < 2¹⁵, then one vpmaddwd per kU
+// blocks into int32: the exact sum. Zen 2 issues vpmaddubsw and vpmaddwd on one pipe, so this is
+// 2.25 multiply uops per 32 weight bytes instead of 3. The arithmetic per (row, column) is
+// MatmulInt4's contract (int4_cpu.h): exact integers, whatever the order; with Z, MatmulInt4Zp's
+// (corr holds the group sums Σx, wz the zero points, and each sum starts at −z·Σx per column).
+constexpr int kU = 4;
+
+template <int R, int P, int G, bool Z>
 LOOM_AVX2 inline void Tile(const int8_t* xq, const float* sx, const int32_t* corr, int64_t kp,
-                           const uint8_t* wq, const uint16_t* wd, int64_t p0, int cols, float* y,
-                           int64_t ldy) {
+                           const uint8_t* wq, const uint16_t* wd, const uint8_t* wz, int64_t p0,
+                           int cols, float* y, int64_t ldy) {
+  static_assert(G % (8 * kU) == 0, "a group is whole kU-block runs");
   const int64_t groups = kp / G, panel_bytes = kInt4Panel * kp / 2;
   const __m256i nib = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
   __m256 acc[R][P][2];
@@ -47,26 +53,53 @@ LOOM_AVX2 inline void Tile(const int8_t* xq, const float* sx, const int32_t* cor
   }
   for (int64_t g = 0; g < groups; ++g) {
     __m256i sum[R][P][2];
-    for (int r = 0; r < R; ++r) {
-      const __m256i c = _mm256_set1_epi32(corr[r * groups + g]);
-      for (int p = 0; p < P; ++p) sum[r][p][0] = sum[r][p][1] = c;
-    }
-    for (int64_t t = g * G / 8; t < (g + 1) * G / 8; ++t) {
-      __m256i xl[R], xh[R];
-      for (int r = 0; r < R; ++r) {
-        xl[r] = Broadcast4(xq + r * kp + 8 * t);
-        xh[r] = Broadcast4(xq + r * kp + 8 * t + 4);
-      }
+    if constexpr (Z) {  // −z·Σx per column: |z·Σx| ≤ 16·128·128, exact in int32
+      __m256i z[P][2];
       for (int p = 0; p < P; ++p) {
         for (int h = 0; h < 2; ++h) {
-          const __m256i raw = _mm256_loadu_si256(
-              reinterpret_cast<const __m256i*>(wq + (p0 + p) * panel_bytes + t * 64 + 32 * h));
-          const __m256i wl = _mm256_and_si256(raw, nib);
-          const __m256i wh = _mm256_and_si256(_mm256_srli_epi16(raw, 4), nib);
-          for (int r = 0; r < R; ++r) {
-            const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(wl, xl[r]),
-                                                   _mm256_maddubs_epi16(wh, xh[r]));
-            sum[r][p][h] = _mm256_add_epi32(sum[r][p][h], _mm256_madd_epi16(pairs, ones));
+          z[p][h] = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(
+              wz + ((p0 + p) * groups + g) * kInt4Panel + 8 * h)));
+        }
+      }
+      for (int r = 0; r < R; ++r) {
+        const __m256i s = _mm256_set1_epi32(-corr[r * groups + g]);
+        for (int p = 0; p < P; ++p) {
+          for (int h = 0; h < 2; ++h) sum[r][p][h] = _mm256_mullo_epi32(z[p][h], s);
+        }
+      }
+    } else {
+      for (int r = 0; r < R; ++r) {
+        const __m256i c = _mm256_set1_epi32(corr[r * groups + g]);
+        for (int p = 0; p < P; ++p) sum[r][p][0] = sum[r][p][1] = c;
+      }
+    }
+    for (int64_t t0 = g * G / 8; t0 < (g + 1) * G / 8; t0 += kU) {
+      __m256i s16[R][P][2];
+      for (int u = 0; u < kU; ++u) {
+        const int64_t t = t0 + u;
+        __m256i xl[R], xh[R];
+        for (int r = 0; r < R; ++r) {
+          xl[r] = Broadcast4(xq + r * kp + 8 * t);
+          xh[r] = Broadcast4(xq + r * kp + 8 * t + 4);
+        }
+        for (int p = 0; p < P; ++p) {
+          for (int h = 0; h < 2; ++h) {
+            const __m256i raw = _mm256_loadu_si256(
+                reinterpret_cast<const __m256i*>(wq + (p0 + p) * panel_bytes + t * 64 + 32 * h));
+            const __m256i wl = _mm256_and_si256(raw, nib);
+            const __m256i wh = _mm256_and_si256(_mm256_srli_epi16(raw, 4), nib);
+            for (int r = 0; r < R; ++r) {
+              const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(wl, xl[r]),
+                                                     _mm256_maddubs_epi16(wh, xh[r]));
+              s16[r][p][h] = u == 0 ? pairs : _mm256_add_epi16(s16[r][p][h], pairs);
+            }
+          }
+        }
+      }
+      for (int r = 0; r < R; ++r) {
+        for (int p = 0; p < P; ++p) {
+          for (int h = 0; h < 2; ++h) {
+            sum[r][p][h] = _mm256_add_epi32(sum[r][p][h], _mm256_madd_epi16(s16[r][p][h], ones));
           }
         }
       }
@@ -90,37 +123,37 @@ LOOM_AVX2 inline void Tile(const int8_t* xq, const float* sx, const int32_t* cor
   }
 }
 
-template <int R, int G>
+template <int R, int G, bool Z>
 LOOM_AVX2 void Rows(const int8_t* xq, const float* sx, const int32_t* corr, int64_t kp,
-                    const uint8_t* wq, const uint16_t* wd, int64_t j0, int64_t j1, float* y,
-                    int64_t ldy) {
+                    const uint8_t* wq, const uint16_t* wd, const uint8_t* wz, int64_t j0,
+                    int64_t j1, float* y, int64_t ldy) {
   constexpr int P = R == 1 ? 2 : 1;  // int32 and f32 accumulators: at most 12 of 16 ymm
   const int64_t first = j0 / kInt4Panel, last = (j1 + kInt4Panel - 1) / kInt4Panel;
   int64_t p = first;
   for (; p + P < last || (p + P == last && j1 % kInt4Panel == 0); p += P) {
-    Tile<R, P, G>(xq, sx, corr, kp, wq, wd, p, kInt4Panel, y + (p - first) * kInt4Panel, ldy);
+    Tile<R, P, G, Z>(xq, sx, corr, kp, wq, wd, wz, p, kInt4Panel, y + (p - first) * kInt4Panel, ldy);
   }
   for (; p < last; ++p) {
     const int cols = static_cast<int>(std::min<int64_t>(kInt4Panel, j1 - p * kInt4Panel));
-    Tile<R, 1, G>(xq, sx, corr, kp, wq, wd, p, cols, y + (p - first) * kInt4Panel, ldy);
+    Tile<R, 1, G, Z>(xq, sx, corr, kp, wq, wd, wz, p, cols, y + (p - first) * kInt4Panel, ldy);
   }
 }
 
-template <int G>
+template <int G, bool Z>
 LOOM_AVX2 void AllRows(const int8_t* xq, const float* sx, const int32_t* corr, int64_t n,
-                       int64_t kp, const uint8_t* wq, const uint16_t* wd, int64_t j0, int64_t j1,
-                       float* y, int64_t ldy) {
+                       int64_t kp, const uint8_t* wq, const uint16_t* wd, const uint8_t* wz,
+                       int64_t j0, int64_t j1, float* y, int64_t ldy) {
   const int64_t cs = kp / G;
   int64_t r = 0;
   for (; r + 3 <= n; r += 3) {
-    Rows<3, G>(xq + r * kp, sx + r, corr + r * cs, kp, wq, wd, j0, j1, y + r * ldy, ldy);
+    Rows<3, G, Z>(xq + r * kp, sx + r, corr + r * cs, kp, wq, wd, wz, j0, j1, y + r * ldy, ldy);
   }
   const int64_t left = n - r;
   const int8_t* x = xq + r * kp;
   const int32_t* cr = corr + r * cs;
   float* yr = y + r * ldy;
-  if (left == 2) Rows<2, G>(x, sx + r, cr, kp, wq, wd, j0, j1, yr, ldy);
-  if (left == 1) Rows<1, G>(x, sx + r, cr, kp, wq, wd, j0, j1, yr, ldy);
+  if (left == 2) Rows<2, G, Z>(x, sx + r, cr, kp, wq, wd, wz, j0, j1, yr, ldy);
+  if (left == 1) Rows<1, G, Z>(x, sx + r, cr, kp, wq, wd, wz, j0, j1, yr, ldy);
 }
 
 }  // namespace
@@ -129,9 +162,28 @@ LOOM_AVX2 void MatmulInt4Avx2(const int8_t* xq, const float* sx, const int32_t* 
                               int64_t k_pad, const uint8_t* wq, const uint16_t* wd, int group,
                               int64_t j0, int64_t j1, float* y, int64_t ldy) {
   if (group == 128) {
-    AllRows<128>(xq, sx, corr, n, k_pad, wq, wd, j0, j1, y, ldy);
+    AllRows<128, false>(xq, sx, corr, n, k_pad, wq, wd, nullptr, j0, j1, y, ldy);
+  } else if (group == 64) {
+    AllRows<64, false>(xq, sx, corr, n, k_pad, wq, wd, nullptr, j0, j1, y, ldy);
+  } else if (group == 32) {
+    AllRows<32, false>(xq, sx, corr, n, k_pad, wq, wd, nullptr, j0, j1, y, ldy);
   } else {
-    AllRows<32>(xq, sx, corr, n, k_pad, wq, wd, j0, j1, y, ldy);
+    MatmulInt4Scalar(xq, sx, corr, n, k_pad, wq, wd, group, j0, j1, y, ldy);
+  }
+}
+
+LOOM_AVX2 void MatmulInt4ZpAvx2(const int8_t* xq, const float* sx, const int32_t* sums, int64_t n,
+                                int64_t k_pad, const uint8_t* wq, const uint16_t* wd,
+                                const uint8_t* wz, int group, int64_t j0, int64_t j1, float* y,
+                                int64_t ldy) {
+  if (group == 128) {
+    AllRows<128, true>(xq, sx, sums, n, k_pad, wq, wd, wz, j0, j1, y, ldy);
+  } else if (group == 64) {
+    AllRows<64, true>(xq, sx, sums, n, k_pad, wq, wd, wz, j0, j1, y, ldy);
+  } else if (group == 32) {
+    AllRows<32, true>(xq, sx, sums, n, k_pad, wq, wd, wz, j0, j1, y, ldy);
+  } else {
+    MatmulInt4ZpScalar(xq, sx, sums, n, k_pad, wq, wd, wz, group, j0, j1, y, ldy);
   }
 }
 

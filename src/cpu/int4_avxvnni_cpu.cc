@@ -128,8 +128,12 @@ LOOM_AVXVNNI void MatmulInt4AvxVnni(const int8_t* xq, const float* sx, const int
                               int64_t j0, int64_t j1, float* y, int64_t ldy) {
   if (group == 128) {
     AllRows<128>(xq, sx, corr, n, k_pad, wq, wd, j0, j1, y, ldy);
-  } else {
+  } else if (group == 64) {
+    AllRows<64>(xq, sx, corr, n, k_pad, wq, wd, j0, j1, y, ldy);
+  } else if (group == 32) {
     AllRows<32>(xq, sx, corr, n, k_pad, wq, wd, j0, j1, y, ldy);
+  } else {
+    MatmulInt4Scalar(xq, sx, corr, n, k_pad, wq, wd, group, j0, j1, y, ldy);
   }
 }
 

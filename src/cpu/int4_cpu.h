@@ -40,8 +40,9 @@ void MatmulInt4Scalar(const int8_t* xq, const float* sx, const int32_t* corr, in
 void MatmulInt4Vnni(const int8_t* xq, const float* sx, const int32_t* corr, int64_t n,
                     int64_t k_pad, const uint8_t* wq, const uint16_t* wd, int group, int64_t j0,
                     int64_t j1, float* y, int64_t ldy);
-// AVX2 without VNNI: vpmaddubsw(q + 8, x) pairs are at most 2·15·128 = 3840, two of them summed
-// in int16 7680, far from saturating; then vpmaddwd into int32.
+// AVX2 without VNNI: vpmaddubsw(q + 8, x) pairs are at most 2·15·128 = 3840 in magnitude, the
+// two nibbles' pairs of 4 blocks summed in int16 at most 8·3840 = 30720 < 2¹⁵; then vpmaddwd
+// into int32.
 void MatmulInt4Avx2(const int8_t* xq, const float* sx, const int32_t* corr, int64_t n,
                     int64_t k_pad, const uint8_t* wq, const uint16_t* wd, int group, int64_t j0,
                     int64_t j1, float* y, int64_t ldy);
@@ -64,6 +65,11 @@ void MatmulInt4ZpScalar(const int8_t* xq, const float* sx, const int32_t* sums, 
                         int64_t k_pad, const uint8_t* wq, const uint16_t* wd, const uint8_t* wz,
                         int group, int64_t j0, int64_t j1, float* y, int64_t ldy);
 void MatmulInt4ZpVnni(const int8_t* xq, const float* sx, const int32_t* sums, int64_t n,
+                      int64_t k_pad, const uint8_t* wq, const uint16_t* wd, const uint8_t* wz,
+                      int group, int64_t j0, int64_t j1, float* y, int64_t ldy);
+// AVX2 (also what AVX-VNNI CPUs run for zero points): the symmetric AVX2 kernel with each group's
+// sum started at −z·Σx per column.
+void MatmulInt4ZpAvx2(const int8_t* xq, const float* sx, const int32_t* sums, int64_t n,
                       int64_t k_pad, const uint8_t* wq, const uint16_t* wd, const uint8_t* wz,
                       int group, int64_t j0, int64_t j1, float* y, int64_t ldy);
 

@@ -97,11 +97,15 @@ void MatmulInt4ZpScalar(const int8_t* xq, const float* sx, const int32_t* sums, 
 void MatmulInt4Zp(Isa isa, const int8_t* xq, const float* sx, const int32_t* sums, int64_t n,
                   int64_t k_pad, const uint8_t* wq, const uint16_t* wd, const uint8_t* wz,
                   int group, int64_t j0, int64_t j1, float* y, int64_t ldy) {
-  if (isa >= Isa::kAvx512 && HasAvx512Vnni()) {
-    MatmulInt4ZpVnni(xq, sx, sums, n, k_pad, wq, wd, wz, group, j0, j1, y, ldy);
-  } else {
-    MatmulInt4ZpScalar(xq, sx, sums, n, k_pad, wq, wd, wz, group, j0, j1, y, ldy);
+  switch (IntKernelFor(isa)) {
+    case IntKernel::kAvx512Vnni:
+      return MatmulInt4ZpVnni(xq, sx, sums, n, k_pad, wq, wd, wz, group, j0, j1, y, ldy);
+    case IntKernel::kAvxVnni:  // no AVX-VNNI zero-point kernel: the AVX2 one
+    case IntKernel::kAvx2:
+      return MatmulInt4ZpAvx2(xq, sx, sums, n, k_pad, wq, wd, wz, group, j0, j1, y, ldy);
+    case IntKernel::kScalar: break;
   }
+  MatmulInt4ZpScalar(xq, sx, sums, n, k_pad, wq, wd, wz, group, j0, j1, y, ldy);
 }
 
 void MatmulInt4(Isa isa, const int8_t* xq, const float* sx, const int32_t* corr, int64_t n,

@@ -41,6 +41,7 @@ const char* IntKernelName(IntKernel kernel);
 void QuantizeRowsInt8(const float* x, int64_t n, int64_t k, int8_t* xq, float* sx);
 void QuantizeRowsInt8Scalar(const float* x, int64_t n, int64_t k, int8_t* xq, float* sx);
 void QuantizeRowsInt8Avx512(const float* x, int64_t n, int64_t k, int8_t* xq, float* sx);
+void QuantizeRowsInt8Avx2(const float* x, int64_t n, int64_t k, int8_t* xq, float* sx);
 
 // q: [16, k_pad] row-major (the panel's 16 columns); out: [16 · k_pad] in the panel layout.
 void PackInt8Panel(const int8_t* q, int64_t k_pad, int8_t* out);

@@ -1,4 +1,4 @@
-// Per-row symmetric int8 quantization of activations (the prologue of every int8/int4 matmul): scalar reference, AVX-512, dispatch.
+// Per-row symmetric int8 quantization of activations (the prologue of every int8/int4 matmul): scalar reference, AVX-512, AVX2, dispatch.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
 #define LOOM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+#define LOOM_AVX2 __attribute__((target("avx2,fma")))
 
 namespace loom::cpu {
 
@@ -79,8 +80,47 @@ LOOM_AVX512 void QuantizeRowsInt8Avx512(const float* x, int64_t n, int64_t k, in
   }
 }
 
+// Eight elements: x·inv rounded half to even (vroundps), clamped to ±127, NaN → 0, as int32.
+LOOM_AVX2 inline __m256i Eight(const float* x, __m256 inv) {
+  const __m256 v = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x), inv),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 c = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
+  return _mm256_cvtps_epi32(_mm256_andnot_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q), c));
+}
+
+// The AVX-512 quantizer's steps on 8 lanes, 32 elements per store: max|x| (vmaxps keeps the
+// running max for a NaN lane), x·inv rounded half to even (vroundps), clamp, NaN → 0, then the
+// int32 lanes packed to bytes (already within ±127, so the packs never saturate).
+LOOM_AVX2 void QuantizeRowsInt8Avx2(const float* x, int64_t n, int64_t k, int8_t* xq, float* sx) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);  // undo packs' lane split
+  for (int64_t r = 0; r < n; ++r) {
+    const float* xr = x + r * k;
+    __m256 vmax = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= k; i += 8) vmax = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(xr + i), abs_mask), vmax);
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, vmax);
+    float amax = 0;
+    for (float v : lanes) amax = std::max(amax, v);
+    for (; i < k; ++i) amax = std::max(amax, std::fabs(xr[i]));
+    int8_t* q = xq + r * k;
+    float inv = 0;
+    if (!RowScale(amax, k, q, &sx[r], &inv)) continue;
+    const __m256 vinv = _mm256_set1_ps(inv);
+    for (i = 0; i + 32 <= k; i += 32) {
+      const __m256i w01 = _mm256_packs_epi32(Eight(xr + i, vinv), Eight(xr + i + 8, vinv));
+      const __m256i w23 = _mm256_packs_epi32(Eight(xr + i + 16, vinv), Eight(xr + i + 24, vinv));
+      const __m256i b = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(w01, w23), order);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i), b);
+    }
+    for (; i < k; ++i) q[i] = QuantizeOne(xr[i], inv);
+  }
+}
+
 void QuantizeRowsInt8(const float* x, int64_t n, int64_t k, int8_t* xq, float* sx) {
   if (ActiveIsa() >= Isa::kAvx512) return QuantizeRowsInt8Avx512(x, n, k, xq, sx);
+  if (ActiveIsa() >= Isa::kAvx2) return QuantizeRowsInt8Avx2(x, n, k, xq, sx);
   QuantizeRowsInt8Scalar(x, n, k, xq, sx);
 }
 

@@ -106,12 +106,11 @@ TEST(DecodeKernels, AmxRowMatchesThePackedGroupBitForBit) {
   }
 }
 
-// The AVX-512 activation quantizer gives the scalar one's bits: scales, round half to even,
-// clamping, tails, zero and inf rows, and a NaN element (quantized to 0, the row's scale from
-// the other elements).
-TEST(DecodeKernels, Int8QuantizerAvx512MatchesScalar) {
-  if (DetectIsa() < Isa::kAvx512) GTEST_SKIP() << "no AVX-512";
-  for (int64_t k : {int64_t{1}, int64_t{15}, int64_t{16}, int64_t{17}, int64_t{896}, int64_t{4864}}) {
+// The AVX-512 and AVX2 activation quantizers give the scalar one's bits: scales, round half to
+// even, clamping, tails, zero and inf rows, and a NaN element (quantized to 0, the row's scale
+// from the other elements).
+void ExpectQuantizerMatchesScalar(void (*quantize)(const float*, int64_t, int64_t, int8_t*, float*)) {
+  for (int64_t k : {int64_t{1}, int64_t{15}, int64_t{16}, int64_t{17}, int64_t{31}, int64_t{33}, int64_t{896}, int64_t{4864}}) {
     const int64_t n = 6;
     auto x = Random(static_cast<size_t>(n * k), 60 + static_cast<uint32_t>(k));
     for (int64_t i = 0; i < k; ++i) x[static_cast<size_t>(2 * k + i)] = 0.0f;  // zero row
@@ -123,7 +122,7 @@ TEST(DecodeKernels, Int8QuantizerAvx512MatchesScalar) {
     std::vector<int8_t> qs(static_cast<size_t>(n * k)), qv(qs.size(), 99);
     std::vector<float> ss(static_cast<size_t>(n)), sv(ss.size(), -1.0f);
     QuantizeRowsInt8Scalar(x.data(), n, k, qs.data(), ss.data());
-    QuantizeRowsInt8Avx512(x.data(), n, k, qv.data(), sv.data());
+    quantize(x.data(), n, k, qv.data(), sv.data());
     for (int64_t r = 0; r < n; ++r) {
       ASSERT_EQ(std::memcmp(&ss[r], &sv[r], sizeof(float)), 0) << "scale of row " << r << " k " << k;
     }
@@ -135,6 +134,16 @@ TEST(DecodeKernels, Int8QuantizerAvx512MatchesScalar) {
       EXPECT_EQ(qs[static_cast<size_t>(5 * k + 1)], -4);  // −3.5 → −4 (half to even)
     }
   }
+}
+
+TEST(DecodeKernels, Int8QuantizerAvx512MatchesScalar) {
+  if (DetectIsa() < Isa::kAvx512) GTEST_SKIP() << "no AVX-512";
+  ExpectQuantizerMatchesScalar(QuantizeRowsInt8Avx512);
+}
+
+TEST(DecodeKernels, Int8QuantizerAvx2MatchesScalar) {
+  if (DetectIsa() < Isa::kAvx2) GTEST_SKIP() << "no AVX2";
+  ExpectQuantizerMatchesScalar(QuantizeRowsInt8Avx2);
 }
 
 }  // namespace

@@ -61,14 +61,19 @@ TEST(Int4Kernels, EveryKernelEqualsTheScalarReferenceAtEveryRowCountAndAtTheExtr
   std::vector<int8_t> all4;
   for (int v = -8; v <= 7; ++v) all4.push_back(static_cast<int8_t>(v));
   const int64_t kp = 256, m = 77;
-  for (int group : {32, 128}) {
+  for (int group : {32, 64, 128}) {
     const int64_t groups = kp / group;
-    for (int extreme = 0; extreme < 2; ++extreme) {
-      const Panels w = RandomPanels(m, kp, group, extreme ? std::vector<int8_t>{-8, 7} : all4, &rng);
+    // extreme 2: every product at the largest magnitude (u = 15, x = −128), the AVX2 kernel's
+    // 4-block int16 sums at their bound (8 · 3840 = 30720).
+    for (int extreme = 0; extreme < 3; ++extreme) {
+      const std::vector<int8_t> wvals = extreme == 2 ? std::vector<int8_t>{7} : extreme ? std::vector<int8_t>{-8, 7} : all4;
+      const Panels w = RandomPanels(m, kp, group, wvals, &rng);
       for (int64_t n = 1; n <= (extreme ? 9 : 70); ++n) {
         std::vector<int8_t> xq(static_cast<size_t>(n * kp));
         const int8_t ext[] = {127, -127, -128};
-        for (auto& v : xq) v = extreme ? ext[rng() % 3] : static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+        for (auto& v : xq) {
+          v = extreme == 2 ? int8_t{-128} : extreme ? ext[rng() % 3] : static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+        }
         std::vector<float> sx(static_cast<size_t>(n));
         for (auto& v : sx) v = sd(rng);
         std::vector<int32_t> corr(static_cast<size_t>(n * groups));
@@ -82,7 +87,7 @@ TEST(Int4Kernels, EveryKernelEqualsTheScalarReferenceAtEveryRowCountAndAtTheExtr
             fn(xq.data(), sx.data(), corr.data(), n, kp, w.wq.data(), w.wd.data(), group, j0, j1, y.data() + j0, m);
           }
           for (size_t i = 0; i < y.size(); ++i) {
-            ASSERT_EQ(y[i], want[i]) << name << " group " << group << (extreme ? " extreme" : "") << " n=" << n << " at " << i;
+            ASSERT_EQ(y[i], want[i]) << name << " group " << group << " extreme " << extreme << " n=" << n << " at " << i;
           }
         }
       }
@@ -160,7 +165,7 @@ TEST(Int4Kernels, EveryLevelBitExactWithTheScalarReferenceAndCloseToTheExactSum)
   std::mt19937 rng(3);
   std::uniform_int_distribution<int> d8(-127, 127), d4(-8, 7);
   std::uniform_real_distribution<float> sd(0.001f, 0.05f);
-  for (int group : {32, 128}) {
+  for (int group : {32, 64, 128}) {
     for (int64_t kp : {128, 256, 896}) {
       for (int64_t n : {1, 2, 3, 4, 5, 9}) {
         const int64_t m = 101, panels = (m + 15) / 16, groups = kp / group;

@@ -1,4 +1,4 @@
-// Google Benchmark of the quantized matmul ops (int8 W8A8, int4 W4A8 groups 32/128) on Qwen2.5-0.5B shapes, with weight bytes/s against the memory roofline.
+// Google Benchmark of the quantized matmul ops (int8 W8A8, int4 W4A8 groups 32/128, int4 with GPTQ/AWQ zero points) on Qwen2.5-0.5B shapes, with weight bytes/s against the memory roofline.
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -6,6 +6,7 @@
 
 #include "ops/matmul_int4.h"
 #include "ops/matmul_int8.h"
+#include "tensor/dtype.h"
 
 namespace {
 
@@ -38,6 +39,31 @@ void BM_Quant(benchmark::State& state) {
   state.counters["GFLOPs"] = benchmark::Counter(2.0 * n * m * k, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
   state.counters["GB/s(W)"] = benchmark::Counter(static_cast<double>(bytes), benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
+
+// Asymmetric int4 (GPTQ / AWQ: stored nibbles u, per-group zero points z): args rows n, out m,
+// in k, group.
+void BM_QuantZp(benchmark::State& state) {
+  const int64_t n = state.range(0), m = state.range(1), k = state.range(2);
+  const int group = static_cast<int>(state.range(3));
+  std::mt19937 rng(2);
+  std::normal_distribution<float> dist(0, 1);
+  std::vector<float> x(static_cast<size_t>(n * k)), y(static_cast<size_t>(n * m));
+  for (auto& v : x) v = dist(rng);
+  std::vector<uint8_t> u(static_cast<size_t>(m * k)), z(static_cast<size_t>(m * (k / group)));
+  std::vector<uint16_t> d(z.size());
+  for (auto& v : u) v = static_cast<uint8_t>(rng() % 16);
+  for (auto& v : z) v = static_cast<uint8_t>(rng() % 17);
+  for (auto& v : d) v = loom::F32ToF16(0.01f + 0.001f * static_cast<float>(rng() % 10));
+  auto w = std::move(loom::Int4WeightAsymmetric(u.data(), d.data(), z.data(), {}, m, k, group, "w")).value();
+  for (auto _ : state) {
+    loom::MatmulInt4(x.data(), n, *w, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOPs"] = benchmark::Counter(2.0 * n * m * k, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  state.counters["GB/s(W)"] = benchmark::Counter(static_cast<double>(w->bytes()), benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+
+BENCHMARK(BM_QuantZp)->ArgsProduct({{1, 8, 128}, {4864}, {896}, {128}})->UseRealTime();
 
 BENCHMARK(BM_Quant)
     ->ArgsProduct({{1, 8, 128}, {4864}, {896}, {0, 32, 128}})
