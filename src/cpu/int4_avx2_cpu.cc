@@ -75,6 +75,14 @@ LOOM_AVX2 inline void Tile(const int8_t* xq, const float* sx, const int32_t* cor
     }
     for (int64_t t0 = g * G / 8; t0 < (g + 1) * G / 8; t0 += kU) {
       __m256i s16[R][P][2];
+      for (int r = 0; r < R; ++r) {
+        for (int p = 0; p < P; ++p) s16[r][p][0] = s16[r][p][1] = _mm256_setzero_si256();
+      }
+      // Not unrolled: unrolled, GCC hoisted the 4 blocks' loads and broadcasts and spilled
+      // (3-row tile: 135 stack references, 66 rolled); rolled, 4864 × 896 went 190-204 → 213-221
+      // GFLOP/s at 1 row and 254 → 242-279 at 128 (g128), 1 row g32 182-192 → 216-220, zero
+      // points 165-205 → 220-229 (loom_quant_bench, 2 threads, Zen 2, 3 interleaved runs).
+#pragma GCC unroll 1
       for (int u = 0; u < kU; ++u) {
         const int64_t t = t0 + u;
         __m256i xl[R], xh[R];
@@ -91,7 +99,7 @@ LOOM_AVX2 inline void Tile(const int8_t* xq, const float* sx, const int32_t* cor
             for (int r = 0; r < R; ++r) {
               const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(wl, xl[r]),
                                                      _mm256_maddubs_epi16(wh, xh[r]));
-              s16[r][p][h] = u == 0 ? pairs : _mm256_add_epi16(s16[r][p][h], pairs);
+              s16[r][p][h] = _mm256_add_epi16(s16[r][p][h], pairs);
             }
           }
         }
