@@ -1,4 +1,4 @@
-// Google Benchmark of the quantized matmul ops (int8 W8A8, int4 W4A8 groups 32/128, int4 with GPTQ/AWQ zero points) on Qwen2.5-0.5B shapes, with weight bytes/s against the memory roofline.
+// Google Benchmark of the quantized matmul ops (int8 W8A8, int4 W4A8 groups 32/128, int4 with GPTQ/AWQ zero points, bitsandbytes NF4) on Qwen2.5-0.5B shapes, with weight bytes/s against the memory roofline.
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -6,6 +6,7 @@
 
 #include "ops/matmul_int4.h"
 #include "ops/matmul_int8.h"
+#include "ops/matmul_nf4.h"
 #include "tensor/dtype.h"
 
 namespace {
@@ -62,6 +63,29 @@ void BM_QuantZp(benchmark::State& state) {
   state.counters["GFLOPs"] = benchmark::Counter(2.0 * n * m * k, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
   state.counters["GB/s(W)"] = benchmark::Counter(static_cast<double>(w->bytes()), benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
+
+// bitsandbytes NF4 (the QLoRA base: f32 activations, 16-entry code book, f32 absmax per block):
+// args rows n, out m, in k, block.
+void BM_Nf4(benchmark::State& state) {
+  const int64_t n = state.range(0), m = state.range(1), k = state.range(2), block = state.range(3);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> dist(0, 1);
+  std::vector<float> x(static_cast<size_t>(n * k)), y(static_cast<size_t>(n * m));
+  for (auto& v : x) v = dist(rng);
+  std::vector<uint8_t> q(static_cast<size_t>(m * k));
+  std::vector<float> absmax(static_cast<size_t>(m * (k / block)));
+  for (auto& v : q) v = static_cast<uint8_t>(rng() % 16);
+  for (auto& v : absmax) v = 0.01f + 0.001f * static_cast<float>(rng() % 10);
+  auto w = std::move(loom::Nf4WeightFromRows(q.data(), absmax.data(), m, k, block, "w")).value();
+  for (auto _ : state) {
+    loom::MatmulNf4(x.data(), n, *w, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOPs"] = benchmark::Counter(2.0 * n * m * k, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  state.counters["GB/s(W)"] = benchmark::Counter(static_cast<double>(w->bytes()), benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+
+BENCHMARK(BM_Nf4)->ArgsProduct({{1, 2, 8, 128}, {4864}, {896}, {64}})->UseRealTime();
 
 BENCHMARK(BM_QuantZp)->ArgsProduct({{1, 8, 128}, {4864}, {896}, {128}})->UseRealTime();
 
