@@ -56,7 +56,7 @@ void MatmulInt4AvxVnni(const int8_t* xq, const float* sx, const int32_t* corr, i
 // sums[r, g] = Σ_{i∈g} xq[r, i]; xq: [n, k_pad]; sums: [n, k_pad / group].
 void Int4GroupSums(const int8_t* xq, int64_t n, int64_t k_pad, int group, int32_t* sums);
 // As MatmulInt4 with wz: per panel [k_pad / group, 16] zero points (uint8), and per group the
-// exact int32 t = Σ_{i∈g} u·x − z[j, g]·sums[r, g] (|t| ≤ 128·15·127 + 16·128·127 < 2³¹);
+// exact int32 t = Σ_{i∈g} u·x − z[j, g]·sums[r, g] (|t| ≤ 128·15·128 + 16·128·128 < 2³¹);
 // acc = fma(float(t), d[j, g], acc) in group order; y = acc · sx[r]. Same bits at every ISA.
 void MatmulInt4Zp(Isa isa, const int8_t* xq, const float* sx, const int32_t* sums, int64_t n,
                   int64_t k_pad, const uint8_t* wq, const uint16_t* wd, const uint8_t* wz,

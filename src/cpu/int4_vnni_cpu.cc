@@ -142,8 +142,10 @@ LOOM_VNNI void MatmulInt4Vnni(const int8_t* xq, const float* sx, const int32_t* 
     AllRows<128, false>(xq, sx, corr, n, k_pad, wq, wd, nullptr, j0, j1, y, ldy);
   } else if (group == 64) {
     AllRows<64, false>(xq, sx, corr, n, k_pad, wq, wd, nullptr, j0, j1, y, ldy);
-  } else {
+  } else if (group == 32) {
     AllRows<32, false>(xq, sx, corr, n, k_pad, wq, wd, nullptr, j0, j1, y, ldy);
+  } else {
+    MatmulInt4Scalar(xq, sx, corr, n, k_pad, wq, wd, group, j0, j1, y, ldy);
   }
 }
 
@@ -155,8 +157,10 @@ LOOM_VNNI void MatmulInt4ZpVnni(const int8_t* xq, const float* sx, const int32_t
     AllRows<128, true>(xq, sx, sums, n, k_pad, wq, wd, wz, j0, j1, y, ldy);
   } else if (group == 64) {
     AllRows<64, true>(xq, sx, sums, n, k_pad, wq, wd, wz, j0, j1, y, ldy);
-  } else {
+  } else if (group == 32) {
     AllRows<32, true>(xq, sx, sums, n, k_pad, wq, wd, wz, j0, j1, y, ldy);
+  } else {
+    MatmulInt4ZpScalar(xq, sx, sums, n, k_pad, wq, wd, wz, group, j0, j1, y, ldy);
   }
 }
 

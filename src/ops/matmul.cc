@@ -26,7 +26,10 @@ std::string MatmulKernelsDescription() {
   } else {
     out += " (bf16 weights widened to f32)";
   }
-  out += std::string("; int8/int4 ") + cpu::IntKernelName(cpu::IntKernelFor(isa));
+  const cpu::IntKernel ik = cpu::IntKernelFor(isa);
+  out += std::string("; int8/int4 ") + cpu::IntKernelName(ik);
+  // No AVX-VNNI kernel for int4 zero points (GPTQ/AWQ): those run the AVX2 one.
+  if (ik == cpu::IntKernel::kAvxVnni) out += " (int4 zero points: avx2)";
   if (isa >= cpu::Isa::kAmx && cpu::HasAmxInt8()) out += " (int8 prefill: amx)";
   return out;
 }

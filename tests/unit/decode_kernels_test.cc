@@ -110,7 +110,7 @@ TEST(DecodeKernels, AmxRowMatchesThePackedGroupBitForBit) {
 // even, clamping, tails, zero and inf rows, and a NaN element (quantized to 0, the row's scale
 // from the other elements).
 void ExpectQuantizerMatchesScalar(void (*quantize)(const float*, int64_t, int64_t, int8_t*, float*)) {
-  for (int64_t k : {int64_t{1}, int64_t{15}, int64_t{16}, int64_t{17}, int64_t{31}, int64_t{33}, int64_t{896}, int64_t{4864}}) {
+  for (int64_t k : {int64_t{1}, int64_t{15}, int64_t{16}, int64_t{17}, int64_t{31}, int64_t{33}, int64_t{63}, int64_t{100}, int64_t{896}, int64_t{4864}}) {
     const int64_t n = 6;
     auto x = Random(static_cast<size_t>(n * k), 60 + static_cast<uint32_t>(k));
     for (int64_t i = 0; i < k; ++i) x[static_cast<size_t>(2 * k + i)] = 0.0f;  // zero row

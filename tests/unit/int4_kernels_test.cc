@@ -53,8 +53,9 @@ Panels RandomPanels(int64_t m, int64_t kp, int group, const std::vector<int8_t>&
 }
 
 // Every kernel against the scalar reference at every row count 1..70 (the row tiles'
-// remainders), ragged column ranges, both group sizes; then activations and weights at their
-// extremes (±127, −128; −8, 7), where the AVX2 kernel's int16 pairs are largest (≤ 3840).
+// remainders), ragged column ranges, groups 32, 64 and 128; then activations and weights at
+// their extremes (±127, −128; −8, 7), where the AVX2 kernel's int16 sums are largest (pairs
+// ≤ 3840, 4 blocks of both nibbles ≤ 30720).
 TEST(Int4Kernels, EveryKernelEqualsTheScalarReferenceAtEveryRowCountAndAtTheExtremes) {
   std::mt19937 rng(21);
   std::uniform_real_distribution<float> sd(0.001f, 0.05f);
