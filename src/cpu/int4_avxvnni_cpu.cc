@@ -126,15 +126,10 @@ LOOM_AVXVNNI void AllRows(const int8_t* xq, const float* sx, const int32_t* corr
 LOOM_AVXVNNI void MatmulInt4AvxVnni(const int8_t* xq, const float* sx, const int32_t* corr, int64_t n,
                               int64_t k_pad, const uint8_t* wq, const uint16_t* wd, int group,
                               int64_t j0, int64_t j1, float* y, int64_t ldy) {
-  if (group == 128) {
-    AllRows<128>(xq, sx, corr, n, k_pad, wq, wd, j0, j1, y, ldy);
-  } else if (group == 64) {
-    AllRows<64>(xq, sx, corr, n, k_pad, wq, wd, j0, j1, y, ldy);
-  } else if (group == 32) {
-    AllRows<32>(xq, sx, corr, n, k_pad, wq, wd, j0, j1, y, ldy);
-  } else {
-    MatmulInt4Scalar(xq, sx, corr, n, k_pad, wq, wd, group, j0, j1, y, ldy);
+  if (auto* f = PickInt4Group(group, &AllRows<32>, &AllRows<64>, &AllRows<128>)) {
+    return f(xq, sx, corr, n, k_pad, wq, wd, j0, j1, y, ldy);
   }
+  MatmulInt4Scalar(xq, sx, corr, n, k_pad, wq, wd, group, j0, j1, y, ldy);
 }
 
 }  // namespace loom::cpu

@@ -25,6 +25,13 @@ int8_t UnpackInt4(const uint8_t* panel, int64_t c, int64_t i);
 // xq: [n, k_pad]; corr: [n, k_pad / group].
 void Int4Corrections(const int8_t* xq, int64_t n, int64_t k_pad, int group, int32_t* corr);
 
+// A kernel's instantiation for group 32, 64 or 128, nullptr for any other group (the caller then
+// runs the scalar reference, which takes any group).
+template <typename Fn>
+Fn PickInt4Group(int group, Fn g32, Fn g64, Fn g128) {
+  return group == 128 ? g128 : group == 64 ? g64 : group == 32 ? g32 : nullptr;
+}
+
 // y[r, j − j0] (row stride ldy) for j in [j0, j1), j0 a multiple of 16, group ∈ {32, 64, 128}:
 //   xq [n, k_pad] int8 activations, sx [n] their row scales, corr [n, k_pad / group];
 //   wq: panels (16 · k_pad / 2 bytes each); wd: per panel [k_pad / group, 16] f16 scales.

@@ -138,30 +138,20 @@ LOOM_VNNI void AllRows(const int8_t* xq, const float* sx, const int32_t* corr, i
 LOOM_VNNI void MatmulInt4Vnni(const int8_t* xq, const float* sx, const int32_t* corr, int64_t n,
                               int64_t k_pad, const uint8_t* wq, const uint16_t* wd, int group,
                               int64_t j0, int64_t j1, float* y, int64_t ldy) {
-  if (group == 128) {
-    AllRows<128, false>(xq, sx, corr, n, k_pad, wq, wd, nullptr, j0, j1, y, ldy);
-  } else if (group == 64) {
-    AllRows<64, false>(xq, sx, corr, n, k_pad, wq, wd, nullptr, j0, j1, y, ldy);
-  } else if (group == 32) {
-    AllRows<32, false>(xq, sx, corr, n, k_pad, wq, wd, nullptr, j0, j1, y, ldy);
-  } else {
-    MatmulInt4Scalar(xq, sx, corr, n, k_pad, wq, wd, group, j0, j1, y, ldy);
+  if (auto* f = PickInt4Group(group, &AllRows<32, false>, &AllRows<64, false>, &AllRows<128, false>)) {
+    return f(xq, sx, corr, n, k_pad, wq, wd, nullptr, j0, j1, y, ldy);
   }
+  MatmulInt4Scalar(xq, sx, corr, n, k_pad, wq, wd, group, j0, j1, y, ldy);
 }
 
 LOOM_VNNI void MatmulInt4ZpVnni(const int8_t* xq, const float* sx, const int32_t* sums, int64_t n,
                                 int64_t k_pad, const uint8_t* wq, const uint16_t* wd,
                                 const uint8_t* wz, int group, int64_t j0, int64_t j1, float* y,
                                 int64_t ldy) {
-  if (group == 128) {
-    AllRows<128, true>(xq, sx, sums, n, k_pad, wq, wd, wz, j0, j1, y, ldy);
-  } else if (group == 64) {
-    AllRows<64, true>(xq, sx, sums, n, k_pad, wq, wd, wz, j0, j1, y, ldy);
-  } else if (group == 32) {
-    AllRows<32, true>(xq, sx, sums, n, k_pad, wq, wd, wz, j0, j1, y, ldy);
-  } else {
-    MatmulInt4ZpScalar(xq, sx, sums, n, k_pad, wq, wd, wz, group, j0, j1, y, ldy);
+  if (auto* f = PickInt4Group(group, &AllRows<32, true>, &AllRows<64, true>, &AllRows<128, true>)) {
+    return f(xq, sx, sums, n, k_pad, wq, wd, wz, j0, j1, y, ldy);
   }
+  MatmulInt4ZpScalar(xq, sx, sums, n, k_pad, wq, wd, wz, group, j0, j1, y, ldy);
 }
 
 }  // namespace loom::cpu
