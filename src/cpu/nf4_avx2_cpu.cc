@@ -1,6 +1,8 @@
 // NF4 matmul with AVX2: each 16-column panel as two 8-lane halves; the 16-entry code table looked
-// up with two vpermps and a blend on index bit 3; the same fma sequence as the scalar kernel.
+// up as 4 vpshufb byte planes, 32 codes at a time; the same fma sequence as the scalar kernel.
 #include <immintrin.h>
+
+#include <cstring>
 
 #include "cpu/nf4_cpu.h"
 
@@ -10,10 +12,48 @@ namespace loom::cpu {
 
 namespace {
 
-// code[idx & 15] per lane: vpermps reads bits 2..0; `sign` carries bit 3 in its sign bit.
-LOOM_AVX2 inline __m256 Lookup(__m256i idx, __m256i sign, __m256 lo, __m256 hi) {
-  return _mm256_blendv_ps(_mm256_permutevar8x32_ps(lo, idx), _mm256_permutevar8x32_ps(hi, idx),
-                          _mm256_castsi256_ps(sign));
+// The code table as 4 byte planes (plane b: byte b of each f32 code, little-endian), each in
+// both 128-bit lanes: vpshufb looks 32 indices up per plane, where vpermps (0.5 per cycle on a
+// Zen 2, measured) looked up 8.
+struct CodePlanes {
+  __m256i plane[4];
+};
+LOOM_AVX2 inline CodePlanes LoadCodePlanes() {
+  alignas(16) uint8_t bytes[4][16];
+  for (int q = 0; q < 16; ++q) {
+    uint32_t bits;
+    std::memcpy(&bits, &kNf4Code[q], 4);
+    for (int b = 0; b < 4; ++b) bytes[b][q] = static_cast<uint8_t>(bits >> (8 * b));
+  }
+  CodePlanes c;
+  for (int b = 0; b < 4; ++b) {
+    c.plane[b] = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(bytes[b])));
+  }
+  return c;
+}
+
+// One 16-byte chunk (16 columns × inputs 2t, 2t + 1) → w[0] columns 0–7 and w[1] columns 8–15 of
+// input 2t, w[2], w[3] the same of input 2t + 1, as f32 codes. The chunk's nibbles are arranged
+// so that the byte-plane interleave (vpunpck{l,h}bw then {l,h}wd, within each 128-bit lane) lands
+// each column in its lane: lane 0 takes columns 0–3 and 8–11, lane 1 columns 4–7 and 12–15; byte
+// positions 0–7 the low nibbles (input 2t), 8–15 the high ones.
+LOOM_AVX2 inline void LookupChunk(const uint8_t* chunk, const CodePlanes& c, __m256 w[4]) {
+  const __m256i order = _mm256_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 0, 1, 2, 3, 8, 9, 10, 11,
+                                         4, 5, 6, 7, 12, 13, 14, 15, 4, 5, 6, 7, 12, 13, 14, 15);
+  const __m256i lo_half = _mm256_setr_epi64x(0x0F0F0F0F0F0F0F0F, 0, 0x0F0F0F0F0F0F0F0F, 0);
+  const __m256i hi_half = _mm256_setr_epi64x(0, 0x0F0F0F0F0F0F0F0F, 0, 0x0F0F0F0F0F0F0F0F);
+  const __m256i v = _mm256_shuffle_epi8(
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(chunk))), order);
+  const __m256i idx = _mm256_or_si256(_mm256_and_si256(v, lo_half),
+                                      _mm256_and_si256(_mm256_srli_epi16(v, 4), hi_half));
+  const __m256i b0 = _mm256_shuffle_epi8(c.plane[0], idx), b1 = _mm256_shuffle_epi8(c.plane[1], idx);
+  const __m256i b2 = _mm256_shuffle_epi8(c.plane[2], idx), b3 = _mm256_shuffle_epi8(c.plane[3], idx);
+  const __m256i l01 = _mm256_unpacklo_epi8(b0, b1), l23 = _mm256_unpacklo_epi8(b2, b3);
+  const __m256i h01 = _mm256_unpackhi_epi8(b0, b1), h23 = _mm256_unpackhi_epi8(b2, b3);
+  w[0] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(l01, l23));  // positions 0–3
+  w[1] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(l01, l23));  // 4–7
+  w[2] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(h01, h23));  // 8–11
+  w[3] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(h01, h23));  // 12–15
 }
 
 // R rows × P panels from panel p0, `cols` valid columns in the tile's last panel; per (row,
@@ -22,7 +62,7 @@ template <int R, int P>
 LOOM_AVX2 inline void Tile(const float* x, int64_t k, const uint8_t* wq, const float* absmax,
                            int64_t block, int64_t p0, int cols, float* y, int64_t ldy) {
   const int64_t blocks = k / block, panel_bytes = kNf4Panel * k / 2;
-  const __m256 lut_lo = _mm256_loadu_ps(kNf4Code), lut_hi = _mm256_loadu_ps(kNf4Code + 8);
+  const CodePlanes planes = LoadCodePlanes();
   __m256 acc[R][P][2];
   for (int r = 0; r < R; ++r) {
     for (int p = 0; p < P; ++p) acc[r][p][0] = acc[r][p][1] = _mm256_setzero_ps();
@@ -35,13 +75,12 @@ LOOM_AVX2 inline void Tile(const float* x, int64_t k, const uint8_t* wq, const f
     for (int64_t i = b * block; i < (b + 1) * block; i += 2) {
       __m256 w0[P][2], w1[P][2];
       for (int p = 0; p < P; ++p) {
-        const uint8_t* chunk = wq + (p0 + p) * panel_bytes + (i / 2) * kNf4Panel;
-        for (int h = 0; h < 2; ++h) {
-          const __m256i v = _mm256_cvtepu8_epi32(
-              _mm_loadl_epi64(reinterpret_cast<const __m128i*>(chunk + 8 * h)));
-          w0[p][h] = Lookup(v, _mm256_slli_epi32(v, 28), lut_lo, lut_hi);  // low nibble
-          w1[p][h] = Lookup(_mm256_srli_epi32(v, 4), _mm256_slli_epi32(v, 24), lut_lo, lut_hi);
-        }
+        __m256 w[4];
+        LookupChunk(wq + (p0 + p) * panel_bytes + (i / 2) * kNf4Panel, planes, w);
+        w0[p][0] = w[0];
+        w0[p][1] = w[1];
+        w1[p][0] = w[2];
+        w1[p][1] = w[3];
       }
       for (int r = 0; r < R; ++r) {
         const __m256 x0 = _mm256_set1_ps(x[r * k + i]);
@@ -94,11 +133,11 @@ LOOM_AVX2 void Rows(const float* x, int64_t k, const uint8_t* wq, const float* a
 
 void MatmulNf4Avx2(const float* x, int64_t n, int64_t k, const uint8_t* wq, const float* absmax,
                    int64_t block, int64_t j0, int64_t j1, float* y, int64_t ldy) {
-  // 4-row tiles: the code-table lookups (two vpermps and a blend per 8 weights) are shared by 4
-  // rows instead of 2. Zen 2, 4864 × 896, block 64, 2 threads (loom_quant_bench BM_Nf4): 8 and
-  // 128 rows 35-40 → 53-61 GFLOP/s; 6-row tiles measured 50-72 (128 rows) and 50-60 (8 rows).
-  // One row stays ~20 GFLOP/s, bound by the lookups, not by the fma chains (two blocks' chains
-  // interleaved measured the same).
+  // 4-row tiles share each lookup among 4 rows instead of 2. Zen 2, 4864 × 896, block 64, 2
+  // threads (loom_quant_bench BM_Nf4), with the vpermps lookup: 8 and 128 rows 35-40 → 53-61
+  // GFLOP/s (6-row tiles 50-72 and 50-60); then the vpshufb byte planes: 1 row 23 → 39-43, 8 rows
+  // 62 → 86-103, 128 rows 63 → 99-103. One row was bound by the lookups, not by the fma chains
+  // (two blocks' chains interleaved measured the same).
   int64_t r = 0;
   for (; r + 4 <= n; r += 4) Rows<4, 1>(x + r * k, k, wq, absmax, block, j0, j1, y + r * ldy, ldy);
   for (; r + 2 <= n; r += 2) Rows<2, 1>(x + r * k, k, wq, absmax, block, j0, j1, y + r * ldy, ldy);
