@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "cpu/avx2_reduce.h"
 #include "cpu/int8_cpu.h"
 
 // GCC 12 reports the intrinsics' own _mm512_undefined_*() pass-through operands as
@@ -80,6 +81,7 @@ LOOM_AVX512 void QuantizeRowsInt8Avx512(const float* x, int64_t n, int64_t k, in
   }
 }
 
+namespace {
 // Eight elements: x·inv rounded half to even (vroundps), clamped to ±127, NaN → 0, as int32.
 LOOM_AVX2 inline __m256i Eight(const float* x, __m256 inv) {
   const __m256 v = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x), inv),
@@ -87,6 +89,7 @@ LOOM_AVX2 inline __m256i Eight(const float* x, __m256 inv) {
   const __m256 c = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
   return _mm256_cvtps_epi32(_mm256_andnot_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q), c));
 }
+}  // namespace
 
 // The AVX-512 quantizer's steps on 8 lanes, 32 elements per store: max|x| (vmaxps keeps the
 // running max for a NaN lane), x·inv rounded half to even (vroundps), clamp, NaN → 0, then the
@@ -99,10 +102,7 @@ LOOM_AVX2 void QuantizeRowsInt8Avx2(const float* x, int64_t n, int64_t k, int8_t
     __m256 vmax = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 8 <= k; i += 8) vmax = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(xr + i), abs_mask), vmax);
-    alignas(32) float lanes[8];
-    _mm256_store_ps(lanes, vmax);
-    float amax = 0;
-    for (float v : lanes) amax = std::max(amax, v);
+    float amax = Max8(vmax);  // lanes ≥ 0, no NaN: any order gives the same max
     for (; i < k; ++i) amax = std::max(amax, std::fabs(xr[i]));
     int8_t* q = xq + r * k;
     float inv = 0;

@@ -18,16 +18,23 @@ namespace {
 struct CodePlanes {
   __m256i plane[4];
 };
-LOOM_AVX2 inline CodePlanes LoadCodePlanes() {
-  alignas(16) uint8_t bytes[4][16];
-  for (int q = 0; q < 16; ++q) {
-    uint32_t bits;
-    std::memcpy(&bits, &kNf4Code[q], 4);
-    for (int b = 0; b < 4; ++b) bytes[b][q] = static_cast<uint8_t>(bits >> (8 * b));
+// The planes' bytes, computed once from kNf4Code.
+struct CodeBytes {
+  alignas(16) uint8_t plane[4][16];
+  CodeBytes() {
+    for (int q = 0; q < 16; ++q) {
+      uint32_t bits;
+      std::memcpy(&bits, &kNf4Code[q], 4);
+      for (int b = 0; b < 4; ++b) plane[b][q] = static_cast<uint8_t>(bits >> (8 * b));
+    }
   }
+};
+LOOM_AVX2 inline CodePlanes LoadCodePlanes() {
+  static const CodeBytes bytes;
   CodePlanes c;
   for (int b = 0; b < 4; ++b) {
-    c.plane[b] = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(bytes[b])));
+    c.plane[b] = _mm256_broadcastsi128_si256(
+        _mm_load_si128(reinterpret_cast<const __m128i*>(bytes.plane[b])));
   }
   return c;
 }

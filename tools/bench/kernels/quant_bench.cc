@@ -11,14 +11,28 @@
 
 namespace {
 
+// n × k activations from N(0, 1).
+std::vector<float> Activations(int64_t n, int64_t k, std::mt19937* rng) {
+  std::normal_distribution<float> dist(0, 1);
+  std::vector<float> x(static_cast<size_t>(n * k));
+  for (auto& v : x) v = dist(*rng);
+  return x;
+}
+
+// GFLOP/s of an n × m × k matmul and the weight bytes streamed per second.
+void Report(benchmark::State& state, int64_t n, int64_t m, int64_t k, uint64_t weight_bytes) {
+  state.counters["GFLOPs"] = benchmark::Counter(2.0 * n * m * k, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  state.counters["GB/s(W)"] = benchmark::Counter(static_cast<double>(weight_bytes), benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+
 // Args: rows n, out m, in k, scheme (0 = int8, 32 / 128 = int4 with that group).
 void BM_Quant(benchmark::State& state) {
   const int64_t n = state.range(0), m = state.range(1), k = state.range(2);
   const int scheme = static_cast<int>(state.range(3));
   std::mt19937 rng(1);
   std::normal_distribution<float> dist(0, 1);
-  std::vector<float> x(static_cast<size_t>(n * k)), w(static_cast<size_t>(m * k));
-  for (auto& v : x) v = dist(rng);
+  const std::vector<float> x = Activations(n, k, &rng);
+  std::vector<float> w(static_cast<size_t>(m * k));
   for (auto& v : w) v = dist(rng) * 0.05f;
   std::vector<float> y(static_cast<size_t>(n * m));
   loom::Tensor wt{loom::DType::kF32, {m, k}, w.data()};
@@ -37,8 +51,7 @@ void BM_Quant(benchmark::State& state) {
     if (w4) loom::MatmulInt4(x.data(), n, *w4, y.data());
     benchmark::DoNotOptimize(y.data());
   }
-  state.counters["GFLOPs"] = benchmark::Counter(2.0 * n * m * k, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
-  state.counters["GB/s(W)"] = benchmark::Counter(static_cast<double>(bytes), benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  Report(state, n, m, k, bytes);
 }
 
 // Asymmetric int4 (GPTQ / AWQ: stored nibbles u, per-group zero points z): args rows n, out m,
@@ -47,9 +60,8 @@ void BM_QuantZp(benchmark::State& state) {
   const int64_t n = state.range(0), m = state.range(1), k = state.range(2);
   const int group = static_cast<int>(state.range(3));
   std::mt19937 rng(2);
-  std::normal_distribution<float> dist(0, 1);
-  std::vector<float> x(static_cast<size_t>(n * k)), y(static_cast<size_t>(n * m));
-  for (auto& v : x) v = dist(rng);
+  const std::vector<float> x = Activations(n, k, &rng);
+  std::vector<float> y(static_cast<size_t>(n * m));
   std::vector<uint8_t> u(static_cast<size_t>(m * k)), z(static_cast<size_t>(m * (k / group)));
   std::vector<uint16_t> d(z.size());
   for (auto& v : u) v = static_cast<uint8_t>(rng() % 16);
@@ -60,8 +72,7 @@ void BM_QuantZp(benchmark::State& state) {
     loom::MatmulInt4(x.data(), n, *w, y.data());
     benchmark::DoNotOptimize(y.data());
   }
-  state.counters["GFLOPs"] = benchmark::Counter(2.0 * n * m * k, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
-  state.counters["GB/s(W)"] = benchmark::Counter(static_cast<double>(w->bytes()), benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  Report(state, n, m, k, w->bytes());
 }
 
 // bitsandbytes NF4 (the QLoRA base: f32 activations, 16-entry code book, f32 absmax per block):
@@ -69,9 +80,8 @@ void BM_QuantZp(benchmark::State& state) {
 void BM_Nf4(benchmark::State& state) {
   const int64_t n = state.range(0), m = state.range(1), k = state.range(2), block = state.range(3);
   std::mt19937 rng(3);
-  std::normal_distribution<float> dist(0, 1);
-  std::vector<float> x(static_cast<size_t>(n * k)), y(static_cast<size_t>(n * m));
-  for (auto& v : x) v = dist(rng);
+  const std::vector<float> x = Activations(n, k, &rng);
+  std::vector<float> y(static_cast<size_t>(n * m));
   std::vector<uint8_t> q(static_cast<size_t>(m * k));
   std::vector<float> absmax(static_cast<size_t>(m * (k / block)));
   for (auto& v : q) v = static_cast<uint8_t>(rng() % 16);
@@ -81,8 +91,7 @@ void BM_Nf4(benchmark::State& state) {
     loom::MatmulNf4(x.data(), n, *w, y.data());
     benchmark::DoNotOptimize(y.data());
   }
-  state.counters["GFLOPs"] = benchmark::Counter(2.0 * n * m * k, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
-  state.counters["GB/s(W)"] = benchmark::Counter(static_cast<double>(w->bytes()), benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  Report(state, n, m, k, w->bytes());
 }
 
 BENCHMARK(BM_Nf4)->ArgsProduct({{1, 2, 8, 128}, {4864}, {896}, {64}})->UseRealTime();
