@@ -36,14 +36,18 @@ struct LoadF16 {
 
 // y[a][b] = Σ_p x[a][p]·w[b][p] for NI activation rows × NJ weight rows; each output sums its own
 // 8 lanes in p order, then the lanes, then the tail, whatever the tile shape (batch invariance).
-// PF (the one-row decode tile): prefetch the next tile's weight rows, NJ·k elements ahead. Decode
-// streams every weight once from DRAM, NJ rows of only k elements at a time (896 bf16 = 28 cache
-// lines on the bench model), too short for the hardware prefetcher to ramp up. On a Zen 3 (AVX2)
-// VM the lm_head (151936 × 896 bf16, n = 1, 2 threads) went from 9.6-10.2 to 12.6 GB/s
-// (loom_kernel_bench, median of 5, interleaved); two tiles ahead measured the same; 2 KiB ahead
-// within the row (as the AVX-512 kernel) and 3 × 4 tiles measured slower.
+// Tile weight row b is row b·rs of w (rs = 1: neighbours; rs > 1: one row from each of NJ
+// streams, see Streams), its output y[a·ldy + b·rs].
+// PF (the first row tile): prefetch row b·rs + next of w, the row this tile's successor reads in
+// place of row b (next = NJ for neighbours, 1 for streams). Decode streams every weight once from
+// DRAM, rows of only k elements (896 bf16 = 28 cache lines on the bench model), too short for the
+// hardware prefetcher to ramp up. On a Zen 3 (AVX2) VM the lm_head (151936 × 896 bf16, n = 1,
+// 2 threads) went from 9.6-10.2 to 12.6 GB/s with neighbours (loom_kernel_bench, median of 5,
+// interleaved); two tiles ahead measured the same; 2 KiB ahead within the row (as the AVX-512
+// kernel) and 3 × 4 tiles measured slower.
 template <typename L, int NI, int NJ, bool PF>
-LOOM_AVX2 void Tile(const float* x, int64_t k, const typename L::T* w, float* y, int64_t ldy) {
+LOOM_AVX2 void Tile(const float* x, int64_t k, const typename L::T* w, int64_t rs, int64_t next,
+                    float* y, int64_t ldy) {
   constexpr int64_t kLine = 64 / sizeof(typename L::T);  // elements per cache line
   __m256 acc[NI][NJ];
   for (int a = 0; a < NI; ++a)
@@ -52,10 +56,10 @@ LOOM_AVX2 void Tile(const float* x, int64_t k, const typename L::T* w, float* y,
   for (int64_t p = 0; p < kfull; p += 8) {
     if (PF && (p & (kLine - 1)) == 0) {
       for (int b = 0; b < NJ; ++b)
-        _mm_prefetch(reinterpret_cast<const char*>(w + (b + NJ) * k + p), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(w + (b * rs + next) * k + p), _MM_HINT_T0);
     }
     __m256 wv[NJ];
-    for (int b = 0; b < NJ; ++b) wv[b] = L::Full(w + b * k + p);
+    for (int b = 0; b < NJ; ++b) wv[b] = L::Full(w + b * rs * k + p);
     for (int a = 0; a < NI; ++a) {
       __m256 xv = _mm256_loadu_ps(x + a * k + p);
       for (int b = 0; b < NJ; ++b) acc[a][b] = _mm256_fmadd_ps(xv, wv[b], acc[a][b]);
@@ -66,33 +70,34 @@ LOOM_AVX2 void Tile(const float* x, int64_t k, const typename L::T* w, float* y,
       float s = Sum8(acc[a][b]);
       // An explicit fma: whether the compiler contracts `s += x * w` may depend on how L::One
       // is inlined, and every tile shape and weight dtype must give a row the same bits.
-      for (int64_t p = kfull; p < k; ++p) s = std::fma(x[a * k + p], L::One(w + b * k + p), s);
-      y[a * ldy + b] = s;
+      for (int64_t p = kfull; p < k; ++p) s = std::fma(x[a * k + p], L::One(w + b * rs * k + p), s);
+      y[a * ldy + b * rs] = s;
     }
   }
 }
 
 // NI × NJ tiles with the one-tile-ahead weight prefetch on or off.
 template <typename L, int NJ, bool PF>
-LOOM_AVX2 void RowTile(int64_t ni, const float* x, int64_t k, const typename L::T* w, float* y,
-                       int64_t ldy) {
+LOOM_AVX2 void RowTile(int64_t ni, const float* x, int64_t k, const typename L::T* w, int64_t rs,
+                       int64_t next, float* y, int64_t ldy) {
   switch (ni) {
-    case 4: return Tile<L, 4, NJ, PF>(x, k, w, y, ldy);
-    case 3: return Tile<L, 3, NJ, PF>(x, k, w, y, ldy);
-    case 2: return Tile<L, 2, NJ, PF>(x, k, w, y, ldy);
-    default: return Tile<L, 1, NJ, PF>(x, k, w, y, ldy);
+    case 4: return Tile<L, 4, NJ, PF>(x, k, w, rs, next, y, ldy);
+    case 3: return Tile<L, 3, NJ, PF>(x, k, w, rs, next, y, ldy);
+    case 2: return Tile<L, 2, NJ, PF>(x, k, w, rs, next, y, ldy);
+    default: return Tile<L, 1, NJ, PF>(x, k, w, rs, next, y, ldy);
   }
 }
 
-// Every activation row against NJ weight rows, 4 rows at a time. The first row tile prefetches
-// the next NJ weight rows (the later tiles find this group in L1): at 8 rows the lm_head (151936
-// × 896 bf16, from DRAM) went from 73 to 109 GFLOP/s on a Zen 2 (loom_kernel_bench, median of 3).
+// Every activation row against NJ neighbouring weight rows, 4 rows at a time. The first row tile
+// prefetches the next NJ weight rows (the later tiles find this group in L1): at 8 rows the
+// lm_head (151936 × 896 bf16, from DRAM) went from 73 to 109 GFLOP/s on a Zen 2
+// (loom_kernel_bench, median of 3).
 template <typename L, int NJ>
 LOOM_AVX2 void Rows(const float* x, int64_t n, int64_t k, const typename L::T* w, float* y,
                     int64_t ldy) {
-  RowTile<L, NJ, true>(std::min<int64_t>(4, n), x, k, w, y, ldy);
+  RowTile<L, NJ, true>(std::min<int64_t>(4, n), x, k, w, 1, NJ, y, ldy);
   for (int64_t i = 4; i < n; i += 4) {
-    RowTile<L, NJ, false>(std::min<int64_t>(4, n - i), x + i * k, k, w, y + i * ldy, ldy);
+    RowTile<L, NJ, false>(std::min<int64_t>(4, n - i), x + i * k, k, w, 1, NJ, y + i * ldy, ldy);
   }
 }
 
@@ -114,12 +119,28 @@ LOOM_AVX2 void Groups(const float* x, int64_t n, int64_t k, const typename L::T*
   }
 }
 
+// One or two activation rows (decode): the block's weight rows as 4 streams, tile i taking row i
+// of each quarter, each stream prefetching its next row. Neighbouring rows (a 7 KiB window at a
+// time, the next tile prefetched) streamed 11.4 GB/s on one Zen 2 core from DRAM, 4 streams 14.4
+// (the core's read bandwidth: 15); 2 threads on the lm_head 21.5 → 24 GB/s (151936 × 896 bf16);
+// bf16 decode on the 0.5B shape 20.6 → 27.3 tok/s (median of 5, interleaved with the old binary).
+// Same bits: a tile's outputs are independent of which rows share it.
+template <typename L>
+LOOM_AVX2 void Streams(const float* x, int64_t n, int64_t k, const typename L::T* w, int64_t j0,
+                       int64_t j1, float* y, int64_t ldy) {
+  const int64_t q = (j1 - j0) / 4;
+  for (int64_t i = 0; i < q; ++i) {
+    RowTile<L, 4, true>(n, x, k, w + (j0 + i) * k, q, 1, y + j0 + i, ldy);
+  }
+  Groups<L, 4>(x, n, k, w, j0 + 4 * q, j1, y, ldy);
+}
+
 template <typename L>
 LOOM_AVX2 void Kernel(const float* x, int64_t n, int64_t k, const void* wv, int64_t j0,
                       int64_t j1, float* y, int64_t ldy) {
   const auto* w = static_cast<const typename L::T*>(wv);
   if (n <= 0) return;
-  if (n < 3) return Groups<L, 4>(x, n, k, w, j0, j1, y, ldy);
+  if (n < 3) return Streams<L>(x, n, k, w, j0, j1, y, ldy);
   // Activation rows in blocks of ≤ 256 KiB (L2), each block against every weight group: without
   // it each 3-row weight group sweeps all n rows of x from L3 or DRAM (a 512-token prefill chunk
   // is 1.8 MiB of x at k = 896, 9.5 MiB at k = 4864). Engine prefill at batch 8 (chunks of 512

@@ -214,14 +214,14 @@ void MatmulInt4(const float* x, int64_t n, const Int4Weight& w, float* y,
   const cpu::Isa isa = cpu::ActiveIsa();
   if (!w.zero.empty()) {
     cpu::Int4GroupSums(s.xq.data(), n, kp, w.group, s.corr.data());
-    ForEachPanelBlock(m, epilogue, [&](int64_t j0, int64_t j1) {
+    ForEachPanelBlock(m, n, epilogue, [&](int64_t j0, int64_t j1) {
       cpu::MatmulInt4Zp(isa, s.xq.data(), s.sx.data(), s.corr.data(), n, kp, w.q.data(),
                         w.scale.data(), w.zero.data(), w.group, j0, j1, y + j0, m);
     });
     return;
   }
   cpu::Int4Corrections(s.xq.data(), n, kp, w.group, s.corr.data());
-  ForEachPanelBlock(m, epilogue, [&](int64_t j0, int64_t j1) {
+  ForEachPanelBlock(m, n, epilogue, [&](int64_t j0, int64_t j1) {
     cpu::MatmulInt4(isa, s.xq.data(), s.sx.data(), s.corr.data(), n, kp, w.q.data(),
                     w.scale.data(), w.group, j0, j1, y + j0, m);
   });

@@ -130,7 +130,7 @@ void MatmulInt8(const float* x, int64_t n, const Int8Weight& w, float* y,
     std::fill(xu + k, xu + kp, uint8_t{128});
   }
   const cpu::Isa isa = cpu::ActiveIsa();
-  ForEachPanelBlock(m, epilogue, [&](int64_t j0, int64_t j1) {
+  ForEachPanelBlock(m, n, epilogue, [&](int64_t j0, int64_t j1) {
     if (amx) {
       cpu::MatmulInt8Amx(s.xu.data(), s.sx.data(), n, kp, w.q.data(), w.scale.data(), w.sum.data(),
                          j0, j1, y + j0, m);

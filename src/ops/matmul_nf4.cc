@@ -71,7 +71,7 @@ void MatmulNf4(const float* x, int64_t n, const Nf4Weight& w, float* y,
                const MatmulEpilogue* epilogue) {
   if (n == 0 || w.rows == 0) return;
   const cpu::Isa isa = cpu::ActiveIsa();
-  ForEachPanelBlock(w.rows, epilogue, [&](int64_t j0, int64_t j1) {
+  ForEachPanelBlock(w.rows, n, epilogue, [&](int64_t j0, int64_t j1) {
     cpu::MatmulNf4(isa, x, n, w.cols, w.q.data(), w.absmax.data(), w.block, j0, j1, y + j0, w.rows);
   });
 }

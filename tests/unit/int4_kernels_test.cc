@@ -82,13 +82,20 @@ TEST(Int4Kernels, EveryKernelEqualsTheScalarReferenceAtEveryRowCountAndAtTheExtr
         std::vector<float> want(static_cast<size_t>(n * m));
         cpu::MatmulInt4Scalar(xq.data(), sx.data(), corr.data(), n, kp, w.wq.data(), w.wd.data(), group, 0, m,
                               want.data(), m);
-        for (auto [name, fn] : Kernels()) {
-          std::vector<float> y(static_cast<size_t>(n * m), -1.0f);
-          for (auto [j0, j1] : {std::pair<int64_t, int64_t>{0, 16}, {16, 64}, {64, m}}) {
-            fn(xq.data(), sx.data(), corr.data(), n, kp, w.wq.data(), w.wd.data(), group, j0, j1, y.data() + j0, m);
-          }
-          for (size_t i = 0; i < y.size(); ++i) {
-            ASSERT_EQ(y[i], want[i]) << name << " group " << group << " extreme " << extreme << " n=" << n << " at " << i;
+        // Column blocks as ForEachPanelBlock cuts them: several (1, 3 full panels, a ragged one)
+        // or one block of all (4 full panels and a ragged one: the AVX2 one-row tiles pair
+        // panels i and 2 + i).
+        using Blocks = std::vector<std::pair<int64_t, int64_t>>;
+        for (const Blocks& blocks : {Blocks{{0, 16}, {16, 64}, {64, m}}, Blocks{{0, m}}}) {
+          for (auto [name, fn] : Kernels()) {
+            std::vector<float> y(static_cast<size_t>(n * m), -1.0f);
+            for (auto [j0, j1] : blocks) {
+              fn(xq.data(), sx.data(), corr.data(), n, kp, w.wq.data(), w.wd.data(), group, j0, j1, y.data() + j0, m);
+            }
+            for (size_t i = 0; i < y.size(); ++i) {
+              ASSERT_EQ(y[i], want[i]) << name << " group " << group << " extreme " << extreme << " n=" << n
+                                       << " blocks " << blocks.size() << " at " << i;
+            }
           }
         }
       }
