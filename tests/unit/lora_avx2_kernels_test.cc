@@ -1,4 +1,5 @@
-// The AVX2 LoRA kernels (shrink, expand, expand-add) against the scalar reference on random inputs, and row invariance bit for bit.
+// The AVX2 LoRA kernels (shrink, expand, expand-add) against the scalar reference on random inputs,
+// and row invariance bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +9,7 @@
 
 #include "cpu/cpu_features.h"
 #include "cpu/lora_cpu.h"
+#include "tensor/dtype.h"
 
 namespace loom::cpu {
 namespace {
@@ -40,7 +42,8 @@ TEST_F(LoraAvx2, ShrinkMatchesScalarAndEachRowAloneBitForBit) {
       auto x = Random(static_cast<size_t>(rows * in), 60);
       auto af = Random(static_cast<size_t>(rank * in), 61);
       for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
-        SCOPED_TRACE(std::string(DTypeName(dt)) + " rank " + std::to_string(rank) + " in " + std::to_string(in));
+        SCOPED_TRACE(std::string(DTypeName(dt)) + " rank " + std::to_string(rank) + " in " +
+                     std::to_string(in));
         auto a = As(dt, af);
         std::vector<float> ref(static_cast<size_t>(rows * rank)), all(ref.size());
         LoraShrinkScalar(x.data(), rows, in, dt, a.data(), rank, ref.data());
@@ -49,7 +52,8 @@ TEST_F(LoraAvx2, ShrinkMatchesScalarAndEachRowAloneBitForBit) {
         for (int64_t r = 0; r < rows; ++r) {  // each row alone: the same bits
           std::vector<float> one(static_cast<size_t>(rank));
           LoraShrinkAvx2(x.data() + r * in, 1, in, dt, a.data(), rank, one.data());
-          for (int k = 0; k < rank; ++k) ASSERT_EQ(one[k], all[r * rank + k]) << "row " << r << " rank " << k;
+          for (int k = 0; k < rank; ++k)
+            ASSERT_EQ(one[k], all[r * rank + k]) << "row " << r << " rank " << k;
         }
         std::vector<float> mid(static_cast<size_t>(5 * rank));  // rows 2..6 as one call
         LoraShrinkAvx2(x.data() + 2 * in, 5, in, dt, a.data(), rank, mid.data());
@@ -59,41 +63,77 @@ TEST_F(LoraAvx2, ShrinkMatchesScalarAndEachRowAloneBitForBit) {
   }
 }
 
+// The expand's contract, element by element: acc = fma(t[r, k], Bᵀ[k, j], acc) for k in order
+// from 0, then y = fma(scale, acc, y) (the AVX-512 kernel's arithmetic).
+float ExpandElement(const float* t, int rank, const std::vector<float>& b, int64_t out, int64_t j) {
+  float acc = 0;
+  for (int k = 0; k < rank; ++k) acc = std::fma(t[k], b[static_cast<size_t>(k * out + j)], acc);
+  return acc;
+}
+
+// Rows 11 and 6 (tiles of 4 rows, then 3 or 2), column ranges cut into 24-, 8- and 1-column
+// pieces, ranks 16 and 5.
 TEST_F(LoraAvx2, ExpandAndExpandAddMatchScalarAndEachRowAloneBitForBit) {
-  const int rank = 16;
-  const int64_t out = 77, rows = 11, ldy = 80;
-  auto t = Random(static_cast<size_t>(rows * rank), 70);
-  auto bf = Random(static_cast<size_t>(rank * out), 71);
-  auto y0 = Random(static_cast<size_t>(rows * ldy), 72);
-  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
-    auto bt = As(dt, bf);
-    for (auto [j0, j1] : std::vector<std::pair<int64_t, int64_t>>{{0, 77}, {16, 40}, {70, 77}, {3, 12}}) {
-      SCOPED_TRACE(std::string(DTypeName(dt)) + " cols " + std::to_string(j0) + ".." + std::to_string(j1));
-      const int64_t width = j1 - j0;
-      std::vector<float> dref(static_cast<size_t>(rows * width)), d(dref.size());
-      LoraExpandScalar(t.data(), rows, rank, dt, bt.data(), out, j0, j1, dref.data());
-      LoraExpandAvx2(t.data(), rows, rank, dt, bt.data(), out, j0, j1, d.data());
-      for (size_t i = 0; i < d.size(); ++i) ASSERT_NEAR(dref[i], d[i], 1e-4f) << i;
-      if (DetectIsa() >= Isa::kAvx512) {  // the same fma chain as the AVX-512 kernel: equal bits
-        std::vector<float> d512(d.size());
-        LoraExpandAvx512(t.data(), rows, rank, dt, bt.data(), out, j0, j1, d512.data());
-        for (size_t i = 0; i < d.size(); ++i) ASSERT_EQ(d512[i], d[i]) << i;
-      }
-      auto a = y0, b = y0, c = y0;
-      LoraExpandAddScalar(t.data(), rows, rank, dt, bt.data(), out, j0, j1, 0.5f, a.data(), ldy);
-      LoraExpandAddAvx2(t.data(), rows, rank, dt, bt.data(), out, j0, j1, 0.5f, b.data(), ldy);
-      for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4f) << i;
-      for (int64_t r = 0; r < rows; ++r) {
-        std::vector<float> one(static_cast<size_t>(width));
-        LoraExpandAvx2(t.data() + r * rank, 1, rank, dt, bt.data(), out, j0, j1, one.data());
-        for (int64_t j = 0; j < width; ++j) ASSERT_EQ(one[j], d[r * width + j]) << "row " << r;
-        LoraExpandAddAvx2(t.data() + r * rank, 1, rank, dt, bt.data(), out, j0, j1, 0.5f, c.data() + r * ldy, ldy);
-      }
-      for (size_t i = 0; i < b.size(); ++i) ASSERT_EQ(b[i], c[i]) << i;
-      for (int64_t r = 0; r < rows; ++r) {  // columns outside [j0, j1) untouched
-        for (int64_t j = 0; j < ldy; ++j) {
-          if (j < j0 || j >= j1) {
-            ASSERT_EQ(b[r * ldy + j], y0[r * ldy + j]) << r << " " << j;
+  for (int rank : {16, 5}) {
+    for (int64_t rows : {11, 6}) {
+      const int64_t out = 77, ldy = 80;
+      auto t = Random(static_cast<size_t>(rows * rank), 70);
+      auto bf = Random(static_cast<size_t>(rank * out), 71);
+      auto y0 = Random(static_cast<size_t>(rows * ldy), 72);
+      for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
+        auto bt = As(dt, bf);
+        std::vector<float> bw(bf.size());  // Bᵀ as the kernels read it (rounded to dt)
+        ConvertToF32(dt, bt.data(), bw.data(), static_cast<int64_t>(bw.size()));
+        for (auto [j0, j1] : std::vector<std::pair<int64_t, int64_t>>{
+                 {0, 77}, {16, 40}, {70, 77}, {3, 12}, {0, 56}, {5, 77}}) {
+          SCOPED_TRACE(std::string(DTypeName(dt)) + " rank " + std::to_string(rank) + " rows " +
+                       std::to_string(rows) + " cols " + std::to_string(j0) + ".." +
+                       std::to_string(j1));
+          const int64_t width = j1 - j0;
+          std::vector<float> dref(static_cast<size_t>(rows * width)), d(dref.size());
+          LoraExpandScalar(t.data(), rows, rank, dt, bt.data(), out, j0, j1, dref.data());
+          LoraExpandAvx2(t.data(), rows, rank, dt, bt.data(), out, j0, j1, d.data());
+          for (size_t i = 0; i < d.size(); ++i) ASSERT_NEAR(dref[i], d[i], 1e-4f) << i;
+          for (int64_t r = 0; r < rows; ++r) {
+            for (int64_t j = j0; j < j1; ++j) {
+              const float want = ExpandElement(t.data() + r * rank, rank, bw, out, j);
+              ASSERT_EQ(d[static_cast<size_t>(r * width + j - j0)], want)
+                  << "row " << r << " col " << j;
+            }
+          }
+          if (DetectIsa() >=
+              Isa::kAvx512) {  // the same fma chain as the AVX-512 kernel: equal bits
+            std::vector<float> d512(d.size());
+            LoraExpandAvx512(t.data(), rows, rank, dt, bt.data(), out, j0, j1, d512.data());
+            for (size_t i = 0; i < d.size(); ++i) ASSERT_EQ(d512[i], d[i]) << i;
+          }
+          auto a = y0, b = y0, c = y0;
+          LoraExpandAddScalar(t.data(), rows, rank, dt, bt.data(), out, j0, j1, 0.5f, a.data(),
+                              ldy);
+          LoraExpandAddAvx2(t.data(), rows, rank, dt, bt.data(), out, j0, j1, 0.5f, b.data(), ldy);
+          for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4f) << i;
+          for (int64_t r = 0; r < rows; ++r) {
+            for (int64_t j = j0; j < j1; ++j) {
+              const size_t at = static_cast<size_t>(r * ldy + j);
+              ASSERT_EQ(b[at], std::fma(0.5f, ExpandElement(t.data() + r * rank, rank, bw, out, j),
+                                        y0[at]))
+                  << r << " " << j;
+            }
+          }
+          for (int64_t r = 0; r < rows; ++r) {
+            std::vector<float> one(static_cast<size_t>(width));
+            LoraExpandAvx2(t.data() + r * rank, 1, rank, dt, bt.data(), out, j0, j1, one.data());
+            for (int64_t j = 0; j < width; ++j) ASSERT_EQ(one[j], d[r * width + j]) << "row " << r;
+            LoraExpandAddAvx2(t.data() + r * rank, 1, rank, dt, bt.data(), out, j0, j1, 0.5f,
+                              c.data() + r * ldy, ldy);
+          }
+          for (size_t i = 0; i < b.size(); ++i) ASSERT_EQ(b[i], c[i]) << i;
+          for (int64_t r = 0; r < rows; ++r) {  // columns outside [j0, j1) untouched
+            for (int64_t j = 0; j < ldy; ++j) {
+              if (j < j0 || j >= j1) {
+                ASSERT_EQ(b[r * ldy + j], y0[r * ldy + j]) << r << " " << j;
+              }
+            }
           }
         }
       }
