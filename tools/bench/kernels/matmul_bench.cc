@@ -1,10 +1,15 @@
 // Google Benchmark of the matmul kernels on Qwen2.5-0.5B shapes: exact f32 path vs bf16 dot (split and
 // single), at the level LOOM_ISA selects (e.g. LOOM_ISA=avx512bf16 for the dot product without AMX),
-// plus the vdpbf16ps peak of one core (BM_Bf16DotPeak), and the f32 FMA peaks (AVX-512, AVX2) the GEMM figures are compared with.
+// plus the vdpbf16ps peak of one core (BM_Bf16DotPeak), the f32 FMA peaks (AVX-512, AVX2) the GEMM figures are compared with,
+// and the DRAM read bandwidth with 1-8 sequential streams per thread (BM_ReadStreams), the decode kernels' bound.
 #include <benchmark/benchmark.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <random>
 #include <vector>
+
+#include <immintrin.h>
 
 #include "base/thread_pool.h"
 #include "cpu/cpu_features.h"
@@ -99,6 +104,52 @@ __attribute__((target("avx2,fma"))) void BM_F32FmaPeakAvx2(benchmark::State& sta
                                                 benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_F32FmaPeakAvx2)->UseRealTime();
+
+// Streaming read bandwidth: a 1 GiB buffer split over the pool's threads, each thread's part read
+// as S sequential streams at once (its part cut in S pieces, 64 bytes of each per step). One
+// stream per core can underestimate what a core pulls: on a Zen 2 VM (2 threads, best of 5) one
+// window read 33-34 GB/s with one stream per thread and 45-48 with 4, a busier one 28-32 and
+// 31-32; loom's 4-stream bf16 decode read 35 GB/s where numpy's one-stream figure was 30-31.
+// Arg: streams per thread.
+template <int S>
+__attribute__((target("avx2"))) int64_t ReadStreams(const uint8_t* p, int64_t n) {
+  __m256i acc[S];
+  for (int s = 0; s < S; ++s) acc[s] = _mm256_setzero_si256();
+  const int64_t part = n / S / 64 * 64;
+  for (int64_t i = 0; i < part; i += 64) {
+    for (int s = 0; s < S; ++s) {
+      const auto* q = reinterpret_cast<const __m256i*>(p + s * part + i);
+      acc[s] = _mm256_xor_si256(acc[s], _mm256_xor_si256(_mm256_load_si256(q), _mm256_load_si256(q + 1)));
+    }
+  }
+  for (int s = 1; s < S; ++s) acc[0] = _mm256_xor_si256(acc[0], acc[s]);
+  return _mm256_extract_epi64(acc[0], 0);
+}
+
+void BM_ReadStreams(benchmark::State& state) {
+  if (loom::cpu::DetectIsa() < loom::cpu::Isa::kAvx2) return state.SkipWithError("no AVX2");
+  const int streams = static_cast<int>(state.range(0));
+  constexpr int64_t kBytes = int64_t{1} << 30;
+  auto* buf = static_cast<uint8_t*>(std::aligned_alloc(64, kBytes));
+  std::memset(buf, 1, kBytes);
+  loom::ThreadPool& pool = loom::ThreadPool::Global();
+  const int64_t threads = pool.num_threads(), part = kBytes / threads / 4096 * 4096;
+  std::vector<int64_t> sink(static_cast<size_t>(threads));
+  for (auto _ : state) {
+    pool.ParallelFor(threads, [&](int64_t t, int) {
+      const uint8_t* p = buf + t * part;
+      sink[static_cast<size_t>(t)] = streams == 1   ? ReadStreams<1>(p, part)
+                                     : streams == 2 ? ReadStreams<2>(p, part)
+                                     : streams == 4 ? ReadStreams<4>(p, part)
+                                                    : ReadStreams<8>(p, part);
+    });
+    benchmark::DoNotOptimize(sink.data());
+  }
+  std::free(buf);
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(part * threads), benchmark::Counter::kIsIterationInvariantRate,
+                                              benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_ReadStreams)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
