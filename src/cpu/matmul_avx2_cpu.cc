@@ -105,7 +105,8 @@ LOOM_AVX2 void Rows(const float* x, int64_t n, int64_t k, const typename L::T* w
 // vectors, 1 activation vector, AVX2's 16 registers (a 4 × 4 tile needs 21 and spills); 1.5× the
 // 4 × 4 tile's rate at 4-512 rows (e.g. 4864 × 896 at 128 rows: 109 → 168 GFLOP/s, 2 threads, of a
 // 214 GFLOP/s FMA peak; loom_kernel_bench BM_Matmul and BM_F32FmaPeakAvx2 on a Zen 2). One and two
-// rows keep groups of 4 (more independent chains per weight load; 2 × 4 is 8 accumulators).
+// rows go through Streams (4 rows a tile, more independent chains per weight load; 2 × 4 is 8
+// accumulators), which leaves the block's last 0-3 weight rows to groups of 3, 2 or 1 here.
 template <typename L, int NJ>
 LOOM_AVX2 void Groups(const float* x, int64_t n, int64_t k, const typename L::T* w, int64_t j0,
                       int64_t j1, float* y, int64_t ldy) {

@@ -9,8 +9,9 @@
 
 namespace loom {
 
-// Calls kernel(j0, j1) for column blocks of whole panels (multiples of 64 columns), then the
-// epilogue on the same thread while the block is hot. With `rows` activation rows:
+// Calls kernel(j0, j1) for column blocks of whole panels (multiples of 64 columns but the last,
+// which ends at m), then the epilogue on the same thread while the block is hot. With `rows`
+// activation rows:
 // - one row (decode at batch 1, memory-bound): one block per worker, so each core streams one
 //   long contiguous run of panels. 8 blocks per worker, claimed in turn, made each core's stream
 //   jump every few panels: int4 decode (0.5B shape, int4 + head, Zen 2, 2 threads) 82.8 → 86.7
