@@ -33,14 +33,16 @@ LOOM_AVX2 inline void Store(float* out, __m256 lo, __m256 hi, int cols) {
   std::memcpy(out, tmp, sizeof(float) * static_cast<size_t>(cols));
 }
 
-// R activation rows × P panels from panel p0; `cols` valid columns in the last panel. A panel
+// R activation rows × P panels p0 + p·ps (output columns at (p·ps)·16); `cols` valid columns in
+// the last panel. A panel
 // block of 64 bytes is two ymm halves (columns 0–7, 8–15), each lane one column's 4 inputs.
 // Per lane: vpmaddubsw(|w|, sign(xq, w)) gives two int16 sums of |w|·(±xq) = w·xq, each at most
 // 2·128·127 = 32512 in magnitude (|w| ≤ 128, |xq| ≤ 127), and vpmaddwd adds them into int32:
 // the exact sum, as the scalar reference.
 template <int R, int P>
 LOOM_AVX2 inline void Tile(const uint8_t* xu, const float* sx, int64_t kp, const int8_t* wq,
-                           const float* sw, int64_t p0, int cols, float* y, int64_t ldy) {
+                           const float* sw, int64_t p0, int64_t ps, int cols, float* y,
+                           int64_t ldy) {
   const int64_t panel_bytes = kInt8Panel * kp;
   const __m256i ones = _mm256_set1_epi16(1);
   __m256i acc[R][P][2];
@@ -53,7 +55,7 @@ LOOM_AVX2 inline void Tile(const uint8_t* xu, const float* sx, int64_t kp, const
     for (int p = 0; p < P; ++p) {
       for (int h = 0; h < 2; ++h) {
         const __m256i w = _mm256_loadu_si256(
-            reinterpret_cast<const __m256i*>(wq + (p0 + p) * panel_bytes + t * 64 + 32 * h));
+            reinterpret_cast<const __m256i*>(wq + (p0 + p * ps) * panel_bytes + t * 64 + 32 * h));
         const __m256i wa = _mm256_abs_epi8(w);  // −128 → 0x80, read as u8 128
         for (int r = 0; r < R; ++r) {
           const __m256i pairs = _mm256_maddubs_epi16(wa, _mm256_sign_epi8(xs[r], w));
@@ -63,13 +65,13 @@ LOOM_AVX2 inline void Tile(const uint8_t* xu, const float* sx, int64_t kp, const
     }
   }
   for (int p = 0; p < P; ++p) {
-    const int64_t j = (p0 + p) * kInt8Panel;
+    const int64_t j = (p0 + p * ps) * kInt8Panel;
     const __m256 w_lo = _mm256_loadu_ps(sw + j), w_hi = _mm256_loadu_ps(sw + j + 8);
     for (int r = 0; r < R; ++r) {
       const __m256 s = _mm256_set1_ps(sx[r]);
       const __m256 lo = _mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][p][0]), _mm256_mul_ps(s, w_lo));
       const __m256 hi = _mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][p][1]), _mm256_mul_ps(s, w_hi));
-      Store(y + r * ldy + p * kInt8Panel, lo, hi, p == P - 1 ? cols : kInt8Panel);
+      Store(y + r * ldy + p * ps * kInt8Panel, lo, hi, p == P - 1 ? cols : kInt8Panel);
     }
   }
 }
@@ -80,12 +82,22 @@ LOOM_AVX2 void Rows(const uint8_t* xu, const float* sx, int64_t kp, const int8_t
   constexpr int P = R == 1 ? 4 : R == 2 ? 2 : 1;  // at most 8 accumulators of 16 ymm
   const int64_t first = j0 / kInt8Panel, last = (j1 + kInt8Panel - 1) / kInt8Panel;
   int64_t p = first;
-  for (; p + P < last || (p + P == last && j1 % kInt8Panel == 0); p += P) {
-    Tile<R, P>(xu, sx, kp, wq, sw, p, kInt8Panel, y + (p - first) * kInt8Panel, ldy);
+  if constexpr (R == 1) {
+    // The 4 panels of a tile are i, q + i, 2q + i and 3q + i of the block's full panels: 4
+    // sequential streams, not 4 neighbours (see the AVX2 f32 kernel's Streams).
+    const int64_t q = (j1 / kInt8Panel - first) / 4;
+    for (int64_t i = 0; i < q; ++i) {
+      Tile<1, 4>(xu, sx, kp, wq, sw, first + i, q, kInt8Panel, y + i * kInt8Panel, ldy);
+    }
+    p += 4 * q;
+  } else {
+    for (; p + P < last || (p + P == last && j1 % kInt8Panel == 0); p += P) {
+      Tile<R, P>(xu, sx, kp, wq, sw, p, 1, kInt8Panel, y + (p - first) * kInt8Panel, ldy);
+    }
   }
   for (; p < last; ++p) {
     const int cols = static_cast<int>(std::min<int64_t>(kInt8Panel, j1 - p * kInt8Panel));
-    Tile<R, 1>(xu, sx, kp, wq, sw, p, cols, y + (p - first) * kInt8Panel, ldy);
+    Tile<R, 1>(xu, sx, kp, wq, sw, p, 1, cols, y + (p - first) * kInt8Panel, ldy);
   }
 }
 

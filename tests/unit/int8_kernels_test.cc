@@ -76,7 +76,7 @@ TEST(Int8Kernels, EveryLevelEqualsTheExactIntegerSum) {
   std::uniform_real_distribution<float> scale(0.001f, 0.1f);
   for (int64_t k : {1, 4, 63, 64, 100, 256, 1000}) {
     for (int64_t n : {1, 2, 3, 4, 5, 9}) {
-      const int64_t m = 101;
+      const int64_t m = 141;  // 8 full panels and a ragged one: one block of all is 2 one-row tiles of 4 streams
       auto xq = RandomInt8(static_cast<size_t>(n * k), &rng);
       auto wq = RandomInt8(static_cast<size_t>(m * k), &rng);
       std::vector<float> sx(static_cast<size_t>(n)), sw(static_cast<size_t>(m));
@@ -97,13 +97,16 @@ TEST(Int8Kernels, EveryLevelEqualsTheExactIntegerSum) {
       }
       for (cpu::Isa isa : Levels()) {
         SCOPED_TRACE(std::string(cpu::IsaName(isa)) + " k=" + std::to_string(k) + " n=" + std::to_string(n));
-        std::vector<float> y(static_cast<size_t>(n * m), -1.0f);
-        // Column ranges as the op splits them: whole panels, a ragged end.
-        for (auto [j0, j1] : {std::pair<int64_t, int64_t>{0, 16}, {16, 80}, {80, 96}, {96, m}}) {
-          cpu::MatmulInt8(isa, p.xu.data(), sx.data(), n, p.kp, p.wq.data(), p.sw.data(), p.wsum.data(), j0, j1,
-                          y.data() + j0, m);
+        // Column ranges as the op splits them: whole panels, a ragged end; or one block of all.
+        using Blocks = std::vector<std::pair<int64_t, int64_t>>;
+        for (const Blocks& blocks : {Blocks{{0, 16}, {16, 80}, {80, 96}, {96, m}}, Blocks{{0, m}}}) {
+          std::vector<float> y(static_cast<size_t>(n * m), -1.0f);
+          for (auto [j0, j1] : blocks) {
+            cpu::MatmulInt8(isa, p.xu.data(), sx.data(), n, p.kp, p.wq.data(), p.sw.data(), p.wsum.data(), j0, j1,
+                            y.data() + j0, m);
+          }
+          for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], want[i]) << "blocks " << blocks.size() << " at " << i;
         }
-        for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], want[i]) << "at " << i;
       }
       for (auto [name, fn] : Kernels()) {
         SCOPED_TRACE(std::string(name) + " k=" + std::to_string(k) + " n=" + std::to_string(n));
