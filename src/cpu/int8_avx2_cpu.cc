@@ -34,8 +34,8 @@ LOOM_AVX2 inline void Store(float* out, __m256 lo, __m256 hi, int cols) {
 }
 
 // R activation rows × P panels p0 + p·ps (output columns at (p·ps)·16); `cols` valid columns in
-// the last panel. A panel
-// block of 64 bytes is two ymm halves (columns 0–7, 8–15), each lane one column's 4 inputs.
+// the last panel. A panel block of 64 bytes is two ymm halves (columns 0–7, 8–15), each lane one
+// column's 4 inputs.
 // Per lane: vpmaddubsw(|w|, sign(xq, w)) gives two int16 sums of |w|·(±xq) = w·xq, each at most
 // 2·128·127 = 32512 in magnitude (|w| ≤ 128, |xq| ≤ 127), and vpmaddwd adds them into int32:
 // the exact sum, as the scalar reference.

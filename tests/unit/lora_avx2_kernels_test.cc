@@ -101,8 +101,8 @@ TEST_F(LoraAvx2, ExpandAndExpandAddMatchScalarAndEachRowAloneBitForBit) {
                   << "row " << r << " col " << j;
             }
           }
-          if (DetectIsa() >=
-              Isa::kAvx512) {  // the same fma chain as the AVX-512 kernel: equal bits
+          // The same fma chain as the AVX-512 kernel: equal bits.
+          if (DetectIsa() >= Isa::kAvx512) {
             std::vector<float> d512(d.size());
             LoraExpandAvx512(t.data(), rows, rank, dt, bt.data(), out, j0, j1, d512.data());
             for (size_t i = 0; i < d.size(); ++i) ASSERT_EQ(d512[i], d[i]) << i;

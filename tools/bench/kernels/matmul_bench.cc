@@ -131,6 +131,7 @@ void BM_ReadStreams(benchmark::State& state) {
   const int streams = static_cast<int>(state.range(0));
   constexpr int64_t kBytes = int64_t{1} << 30;
   auto* buf = static_cast<uint8_t*>(std::aligned_alloc(64, kBytes));
+  if (!buf) return state.SkipWithError("could not allocate 1 GiB");
   std::memset(buf, 1, kBytes);
   loom::ThreadPool& pool = loom::ThreadPool::Global();
   const int64_t threads = pool.num_threads(), part = kBytes / threads / 4096 * 4096;
