@@ -184,7 +184,6 @@ struct Int4Scratch {
   AlignedBuffer<int8_t> xq;     // [n, k_pad]
   AlignedBuffer<int32_t> corr;  // [n, k_pad / group] (asymmetric: the group sums)
   std::vector<float> sx;        // [n]
-  std::vector<float> gathered;  // [cols] one row in kernel order (act-order weights)
 };
 Int4Scratch& Scratch() {
   static thread_local Int4Scratch s;
@@ -200,27 +199,36 @@ void MatmulInt4(const float* x, int64_t n, const Int4Weight& w, float* y,
   LOOM_CHECK_OK(s.xq.Resize(static_cast<size_t>(n * kp)));
   LOOM_CHECK_OK(s.corr.Resize(static_cast<size_t>(n * kp / w.group)));
   s.sx.resize(static_cast<size_t>(n));
-  for (int64_t r = 0; r < n; ++r) {
-    int8_t* row = s.xq.data() + r * kp;
-    const float* xr = x + r * k;
-    if (!w.perm.empty()) {  // act order: the row's inputs in kernel order (max |x| unchanged)
-      s.gathered.resize(static_cast<size_t>(k));
-      for (int64_t i = 0; i < k; ++i) s.gathered[static_cast<size_t>(i)] = xr[w.perm[static_cast<size_t>(i)]];
-      xr = s.gathered.data();
+  const int64_t groups = kp / w.group;
+  ForEachRowRange(n, [&](int64_t r0, int64_t r1) {
+    thread_local std::vector<float> gathered;  // [cols] one row in kernel order (act-order weights)
+    for (int64_t r = r0; r < r1; ++r) {
+      int8_t* row = s.xq.data() + r * kp;
+      const float* xr = x + r * k;
+      if (!w.perm.empty()) {  // act order: the row's inputs in kernel order (max |x| unchanged)
+        gathered.resize(static_cast<size_t>(k));
+        for (int64_t i = 0; i < k; ++i) gathered[static_cast<size_t>(i)] = xr[w.perm[static_cast<size_t>(i)]];
+        xr = gathered.data();
+      }
+      cpu::QuantizeRowsInt8(xr, 1, k, row, &s.sx[static_cast<size_t>(r)]);
+      std::fill(row + k, row + kp, int8_t{0});
     }
-    cpu::QuantizeRowsInt8(xr, 1, k, row, &s.sx[static_cast<size_t>(r)]);
-    std::fill(row + k, row + kp, int8_t{0});
-  }
+    int8_t* rows = s.xq.data() + r0 * kp;
+    int32_t* corr = s.corr.data() + r0 * groups;
+    if (w.zero.empty()) {
+      cpu::Int4Corrections(rows, r1 - r0, kp, w.group, corr);
+    } else {
+      cpu::Int4GroupSums(rows, r1 - r0, kp, w.group, corr);
+    }
+  });
   const cpu::Isa isa = cpu::ActiveIsa();
   if (!w.zero.empty()) {
-    cpu::Int4GroupSums(s.xq.data(), n, kp, w.group, s.corr.data());
     ForEachPanelBlock(m, n, epilogue, [&](int64_t j0, int64_t j1) {
       cpu::MatmulInt4Zp(isa, s.xq.data(), s.sx.data(), s.corr.data(), n, kp, w.q.data(),
                         w.scale.data(), w.zero.data(), w.group, j0, j1, y + j0, m);
     });
     return;
   }
-  cpu::Int4Corrections(s.xq.data(), n, kp, w.group, s.corr.data());
   ForEachPanelBlock(m, n, epilogue, [&](int64_t j0, int64_t j1) {
     cpu::MatmulInt4(isa, s.xq.data(), s.sx.data(), s.corr.data(), n, kp, w.q.data(),
                     w.scale.data(), w.group, j0, j1, y + j0, m);

@@ -100,7 +100,6 @@ constexpr int64_t kAmxInt8MinRows = 16;
 
 // Quantized activation rows (biased to u8, padded) and their scales, owned by the calling thread.
 struct Int8Scratch {
-  AlignedBuffer<int8_t> xq;   // [cols]: one row before biasing
   AlignedBuffer<uint8_t> xu;  // [n, k_pad]: xq + 128, padding 128
   std::vector<float> sx;      // [n]
 };
@@ -115,7 +114,6 @@ void MatmulInt8(const float* x, int64_t n, const Int8Weight& w, float* y,
   const int64_t m = w.rows, k = w.cols, kp = w.k_pad;
   if (n == 0 || m == 0) return;
   Int8Scratch& s = Scratch();
-  LOOM_CHECK_OK(s.xq.Resize(static_cast<size_t>(k)));
   // AMX-INT8 for prefill-sized batches (exact integer sums: the same bits as the VNNI kernel,
   // so the choice by row count keeps batch invariance); its tiles read rows in 32s.
   const bool amx = n >= kAmxInt8MinRows && cpu::ActiveIsa() >= cpu::Isa::kAmx && cpu::HasAmxInt8();
@@ -123,12 +121,15 @@ void MatmulInt8(const float* x, int64_t n, const Int8Weight& w, float* y,
   LOOM_CHECK_OK(s.xu.Resize(static_cast<size_t>(n_alloc * kp)));
   s.sx.assign(static_cast<size_t>(n_alloc), 0.0f);
   std::fill(s.xu.data() + n * kp, s.xu.data() + n_alloc * kp, uint8_t{128});
-  for (int64_t r = 0; r < n; ++r) {
-    cpu::QuantizeRowsInt8(x + r * k, 1, k, s.xq.data(), &s.sx[static_cast<size_t>(r)]);
-    uint8_t* xu = s.xu.data() + r * kp;
-    for (int64_t i = 0; i < k; ++i) xu[i] = static_cast<uint8_t>(s.xq[static_cast<size_t>(i)] + 128);
-    std::fill(xu + k, xu + kp, uint8_t{128});
-  }
+  ForEachRowRange(n, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      // xq in −127..127 written in place, then biased: xq ^ 0x80 = xq + 128 as u8 (padding 0 → 128).
+      uint8_t* xu = s.xu.data() + r * kp;
+      cpu::QuantizeRowsInt8(x + r * k, 1, k, reinterpret_cast<int8_t*>(xu), &s.sx[static_cast<size_t>(r)]);
+      std::fill(xu + k, xu + kp, uint8_t{0});
+      for (int64_t i = 0; i < kp; ++i) xu[i] ^= 0x80;
+    }
+  });
   const cpu::Isa isa = cpu::ActiveIsa();
   ForEachPanelBlock(m, n, epilogue, [&](int64_t j0, int64_t j1) {
     if (amx) {

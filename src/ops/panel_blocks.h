@@ -1,4 +1,4 @@
-// Splits the output columns of a panel-layout (16-column) quantized matmul into blocks over the worker pool, with the epilogue run per block.
+// Splits a panel-layout (16-column) quantized matmul over the worker pool: activation rows to quantize, output column blocks with the epilogue run per block.
 #pragma once
 
 #include <algorithm>
@@ -31,6 +31,25 @@ void ForEachPanelBlock(int64_t m, int64_t rows, const MatmulEpilogue* epilogue,
     const int64_t j1 = std::min(m, j0 + block);
     kernel(j0, j1);
     if (epilogue) (*epilogue)(j0, j1);
+  });
+}
+
+// Calls fn(r0, r1) over ranges of the n activation rows: inline below kParallelRowsMin rows
+// (decode: a pool hand-off costs more than quantizing a few rows), else over the pool. Run
+// inline, quantizing a 128-row prefill chunk took 4–5 % of an int8 prefill while the other core
+// waited. Each row's result must depend on that row alone (same bits on any thread).
+inline constexpr int64_t kParallelRowsMin = 16;
+template <typename Fn>
+void ForEachRowRange(int64_t n, const Fn& fn) {
+  ThreadPool& pool = ThreadPool::Global();
+  if (n < kParallelRowsMin || pool.num_threads() == 1) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  const int64_t tasks = std::min<int64_t>(n / 4, static_cast<int64_t>(pool.num_threads()) * 4);
+  const int64_t per = (n + tasks - 1) / tasks;
+  pool.ParallelFor((n + per - 1) / per, [&](int64_t task, int) {
+    fn(task * per, std::min(n, (task + 1) * per));
   });
 }
 

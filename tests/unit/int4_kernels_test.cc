@@ -227,30 +227,36 @@ TEST(Int4Kernels, EveryLevelBitExactWithTheScalarReferenceAndCloseToTheExactSum)
 TEST(Int4Kernels, OpIsBatchInvariantAndMatchesTheQuantizedProduct) {
   std::mt19937 rng(4);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  const int64_t rows = 70, cols = 200, n = 7;
-  std::vector<float> w(static_cast<size_t>(rows * cols)), x(static_cast<size_t>(n * cols));
-  for (auto& v : w) v = 0.05f * nd(rng);
-  for (auto& v : x) v = nd(rng);
-  for (int group : {32, 128}) {
-    auto q = QuantizeWeightInt4(F32Matrix(&w, rows, cols), "w", group);
-    ASSERT_TRUE(q.ok());
-    std::vector<float> all(static_cast<size_t>(n * rows));
-    MatmulInt4(x.data(), n, **q, all.data());
-    for (int64_t r = 0; r < n; ++r) {
-      std::vector<float> one(static_cast<size_t>(rows));
-      MatmulInt4(x.data() + r * cols, 1, **q, one.data());
-      for (int64_t j = 0; j < rows; ++j) ASSERT_EQ(one[static_cast<size_t>(j)], all[static_cast<size_t>(r * rows + j)]);
-      // Against the f32 product with the dequantized weight: only the activations' int8
-      // rounding (≤ 1/254 of the row's max |x| per element) separates them.
-      float amax = 0;
-      for (int64_t i = 0; i < cols; ++i) amax = std::max(amax, std::fabs(x[static_cast<size_t>(r * cols + i)]));
-      for (int64_t j = 0; j < rows; ++j) {
-        double want = 0, bound = 0;
-        for (int64_t i = 0; i < cols; ++i) {
-          want += double(x[static_cast<size_t>(r * cols + i)]) * (*q)->Dequantized(j, i);
-          bound += amax / 254.0 * std::fabs((*q)->Dequantized(j, i));
+  // 7 rows quantize inline, 38 over the pool (ForEachRowRange): alone, each row is inline.
+  for (const int64_t n : {int64_t{7}, int64_t{38}}) {
+    const int64_t rows = 70, cols = 200;
+    std::vector<float> w(static_cast<size_t>(rows * cols)), x(static_cast<size_t>(n * cols));
+    for (auto& v : w) v = 0.05f * nd(rng);
+    for (auto& v : x) v = nd(rng);
+    for (int group : {32, 128}) {
+      auto q = QuantizeWeightInt4(F32Matrix(&w, rows, cols), "w", group);
+      ASSERT_TRUE(q.ok());
+      std::vector<float> all(static_cast<size_t>(n * rows));
+      MatmulInt4(x.data(), n, **q, all.data());
+      for (int64_t r = 0; r < n; ++r) {
+        std::vector<float> one(static_cast<size_t>(rows));
+        MatmulInt4(x.data() + r * cols, 1, **q, one.data());
+        for (int64_t j = 0; j < rows; ++j)
+          ASSERT_EQ(one[static_cast<size_t>(j)], all[static_cast<size_t>(r * rows + j)]);
+        // Against the f32 product with the dequantized weight: only the activations' int8
+        // rounding (≤ 1/254 of the row's max |x| per element) separates them.
+        float amax = 0;
+        for (int64_t i = 0; i < cols; ++i)
+          amax = std::max(amax, std::fabs(x[static_cast<size_t>(r * cols + i)]));
+        for (int64_t j = 0; j < rows; ++j) {
+          double want = 0, bound = 0;
+          for (int64_t i = 0; i < cols; ++i) {
+            want += double(x[static_cast<size_t>(r * cols + i)]) * (*q)->Dequantized(j, i);
+            bound += amax / 254.0 * std::fabs((*q)->Dequantized(j, i));
+          }
+          ASSERT_NEAR(all[static_cast<size_t>(r * rows + j)], want, bound * 1.01 + 1e-6)
+              << r << "," << j;
         }
-        ASSERT_NEAR(all[static_cast<size_t>(r * rows + j)], want, bound * 1.01 + 1e-6) << r << "," << j;
       }
     }
   }

@@ -83,7 +83,10 @@ TEST(Int4ZpKernels, OpWithPermutationIsBatchInvariantAndMatchesTheDequantizedPro
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::uniform_int_distribution<int> ud(0, 15), zd(0, 16);
   std::uniform_real_distribution<float> sd(0.001f, 0.02f);
-  const int64_t rows = 70, cols = 192, n = 7;
+  const int64_t
+      rows = 70,
+      cols = 192,
+      n = 21;  // ≥ kParallelRowsMin: the batch quantizes over the pool, each row alone inline
   std::vector<float> x(static_cast<size_t>(n * cols));
   for (auto& v : x) v = nd(rng);
   for (int group : {32, 64}) {

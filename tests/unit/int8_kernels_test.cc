@@ -281,26 +281,32 @@ TEST(Int8Quantize, WeightErrorIsAtMostHalfAStep) {
 TEST(Int8Matmul, EachRowIsTheSameAloneAndInABatch) {
   std::mt19937 rng(11);
   std::normal_distribution<float> d(0, 1);
-  const int64_t rows = 96, cols = 160, n = 7;
-  std::vector<float> w(static_cast<size_t>(rows * cols)), x(static_cast<size_t>(n * cols));
-  for (auto& v : w) v = d(rng) * 0.05f;
-  for (auto& v : x) v = d(rng);
-  auto q = QuantizeWeightInt8(Tensor{DType::kF32, {rows, cols}, w.data()}, "w");
-  ASSERT_TRUE(q.ok());
-  std::vector<float> batch(static_cast<size_t>(n * rows));
-  MatmulInt8(x.data(), n, **q, batch.data());
-  for (int64_t r = 0; r < n; ++r) {
-    std::vector<float> alone(static_cast<size_t>(rows));
-    MatmulInt8(x.data() + r * cols, 1, **q, alone.data());
-    for (int64_t j = 0; j < rows; ++j) ASSERT_EQ(alone[static_cast<size_t>(j)], batch[static_cast<size_t>(r * rows + j)]);
-    // And close to the f32 product: per-product relative error ≤ ~1/127.
-    for (int64_t j = 0; j < rows; ++j) {
-      double exact = 0, mag = 0;
-      for (int64_t i = 0; i < cols; ++i) {
-        exact += double{x[static_cast<size_t>(r * cols + i)]} * w[static_cast<size_t>(j * cols + i)];
-        mag += std::fabs(double{x[static_cast<size_t>(r * cols + i)]} * w[static_cast<size_t>(j * cols + i)]);
+  // 7 rows quantize inline, 39 over the pool (ForEachRowRange): alone, each row is inline.
+  for (const int64_t n : {int64_t{7}, int64_t{39}}) {
+    const int64_t rows = 96, cols = 160;
+    std::vector<float> w(static_cast<size_t>(rows * cols)), x(static_cast<size_t>(n * cols));
+    for (auto& v : w) v = d(rng) * 0.05f;
+    for (auto& v : x) v = d(rng);
+    auto q = QuantizeWeightInt8(Tensor{DType::kF32, {rows, cols}, w.data()}, "w");
+    ASSERT_TRUE(q.ok());
+    std::vector<float> batch(static_cast<size_t>(n * rows));
+    MatmulInt8(x.data(), n, **q, batch.data());
+    for (int64_t r = 0; r < n; ++r) {
+      std::vector<float> alone(static_cast<size_t>(rows));
+      MatmulInt8(x.data() + r * cols, 1, **q, alone.data());
+      for (int64_t j = 0; j < rows; ++j)
+        ASSERT_EQ(alone[static_cast<size_t>(j)], batch[static_cast<size_t>(r * rows + j)]);
+      // And close to the f32 product: per-product relative error ≤ ~1/127.
+      for (int64_t j = 0; j < rows; ++j) {
+        double exact = 0, mag = 0;
+        for (int64_t i = 0; i < cols; ++i) {
+          exact +=
+              double{x[static_cast<size_t>(r * cols + i)]} * w[static_cast<size_t>(j * cols + i)];
+          mag += std::fabs(double{x[static_cast<size_t>(r * cols + i)]} *
+                           w[static_cast<size_t>(j * cols + i)]);
+        }
+        EXPECT_LE(std::fabs(alone[static_cast<size_t>(j)] - exact), mag / 127.0);
       }
-      EXPECT_LE(std::fabs(alone[static_cast<size_t>(j)] - exact), mag / 127.0);
     }
   }
 }
