@@ -38,25 +38,33 @@ struct LoadF16 {
 // 8 lanes in p order, then the lanes, then the tail, whatever the tile shape (batch invariance).
 // Tile weight row b is row b·rs of w (rs = 1: neighbours; rs > 1: one row from each of NJ
 // streams, see Streams), its output y[a·ldy + b·rs].
-// PF (the first row tile): prefetch row b·rs + next of w, the row this tile's successor reads in
+// PF (kPfAll: the first row tile): prefetch row b·rs + next of w, the row this tile's successor reads in
 // place of row b (next = NJ for neighbours, 1 for streams). Decode streams every weight once from
 // DRAM, rows of only k elements (896 bf16 = 28 cache lines on the bench model), too short for the
 // hardware prefetcher to ramp up. On a Zen 3 (AVX2) VM the lm_head (151936 × 896 bf16, n = 1,
 // 2 threads) went from 9.6-10.2 to 12.6 GB/s with neighbours (loom_kernel_bench, median of 5,
 // interleaved); two tiles ahead measured the same; 2 KiB ahead within the row (as the AVX-512
 // kernel) and 3 × 4 tiles measured slower.
-template <typename L, int NI, int NJ, bool PF>
+// Which weight lines a tile prefetches: none, every line of the rows `next` ahead, or the lines
+// ≡ phase (mod period) of them (see Rows).
+enum PfMode { kPfNone, kPfAll, kPfSpread };
+
+template <typename L, int NI, int NJ, int PF>
 LOOM_AVX2 void Tile(const float* x, int64_t k, const typename L::T* w, int64_t rs, int64_t next,
-                    float* y, int64_t ldy) {
+                    float* y, int64_t ldy, int64_t phase = 0, int64_t period = 1) {
   constexpr int64_t kLine = 64 / sizeof(typename L::T);  // elements per cache line
   __m256 acc[NI][NJ];
   for (int a = 0; a < NI; ++a)
     for (int b = 0; b < NJ; ++b) acc[a][b] = _mm256_setzero_ps();
   const int64_t kfull = k & ~int64_t{7};
+  int64_t line = 0;  // cache lines into the row; this tile prefetches those ≡ phase (mod period)
   for (int64_t p = 0; p < kfull; p += 8) {
-    if (PF && (p & (kLine - 1)) == 0) {
-      for (int b = 0; b < NJ; ++b)
-        _mm_prefetch(reinterpret_cast<const char*>(w + (b * rs + next) * k + p), _MM_HINT_T0);
+    if (PF != kPfNone && (p & (kLine - 1)) == 0) {
+      if (PF == kPfAll || line == phase) {
+        for (int b = 0; b < NJ; ++b)
+          _mm_prefetch(reinterpret_cast<const char*>(w + (b * rs + next) * k + p), _MM_HINT_T0);
+      }
+      if (PF == kPfSpread && ++line == period) line = 0;
     }
     __m256 wv[NJ];
     for (int b = 0; b < NJ; ++b) wv[b] = L::Full(w + b * rs * k + p);
@@ -76,28 +84,44 @@ LOOM_AVX2 void Tile(const float* x, int64_t k, const typename L::T* w, int64_t r
   }
 }
 
-// NI × NJ tiles with the one-tile-ahead weight prefetch on or off.
-template <typename L, int NJ, bool PF>
+// NI × NJ tiles with the one-tile-ahead weight prefetch on or off (lines phase, phase + period, …).
+template <typename L, int NJ, int PF>
 LOOM_AVX2 void RowTile(int64_t ni, const float* x, int64_t k, const typename L::T* w, int64_t rs,
-                       int64_t next, float* y, int64_t ldy) {
+                       int64_t next, float* y, int64_t ldy, int64_t phase = 0,
+                       int64_t period = 1) {
   switch (ni) {
-    case 4: return Tile<L, 4, NJ, PF>(x, k, w, rs, next, y, ldy);
-    case 3: return Tile<L, 3, NJ, PF>(x, k, w, rs, next, y, ldy);
-    case 2: return Tile<L, 2, NJ, PF>(x, k, w, rs, next, y, ldy);
-    default: return Tile<L, 1, NJ, PF>(x, k, w, rs, next, y, ldy);
+    case 4: return Tile<L, 4, NJ, PF>(x, k, w, rs, next, y, ldy, phase, period);
+    case 3: return Tile<L, 3, NJ, PF>(x, k, w, rs, next, y, ldy, phase, period);
+    case 2: return Tile<L, 2, NJ, PF>(x, k, w, rs, next, y, ldy, phase, period);
+    default: return Tile<L, 1, NJ, PF>(x, k, w, rs, next, y, ldy, phase, period);
   }
 }
 
-// Every activation row against NJ neighbouring weight rows, 4 rows at a time. The first row tile
-// prefetches the next NJ weight rows (the later tiles find this group in L1): at 8 rows the
-// lm_head (151936 × 896 bf16, from DRAM) went from 73 to 109 GFLOP/s on a Zen 2
-// (loom_kernel_bench, median of 3).
+// Every activation row against NJ neighbouring weight rows, 4 rows at a time, the row tiles
+// prefetching the next NJ weight rows between them: tile i of T the cache lines ≡ i (mod T), so
+// the requests go out evenly over the group's compute instead of in one burst. The first tile
+// prefetching the whole next group took the lm_head at 8 rows (151936 × 896 bf16, from DRAM)
+// from 73 to 109 GFLOP/s on a Zen 2; spreading it, 101 → 115-120 GFLOP/s (12.7 → 14.4-15.1 GB/s,
+// loom_kernel_bench, 2 threads, interleaved), bf16 decode at batch 8 +7-10 %. Prefetching a
+// second time 8 or 32 groups ahead into L2, and taking groups from 2 or 4 streams, added nothing.
+// Only for decode-sized calls (`spread`: at most kSpreadRowsMax rows in all). In prefill
+// (compute-bound, the weights in L2) the first tile prefetches the whole next group and the others
+// run without the line count: spread there measured ~3 % slower.
+inline constexpr int64_t kSpreadRowsMax = 16;
 template <typename L, int NJ>
 LOOM_AVX2 void Rows(const float* x, int64_t n, int64_t k, const typename L::T* w, float* y,
-                    int64_t ldy) {
-  RowTile<L, NJ, true>(std::min<int64_t>(4, n), x, k, w, 1, NJ, y, ldy);
-  for (int64_t i = 4; i < n; i += 4) {
-    RowTile<L, NJ, false>(std::min<int64_t>(4, n - i), x + i * k, k, w, 1, NJ, y + i * ldy, ldy);
+                    int64_t ldy, bool spread) {
+  if (!spread) {
+    RowTile<L, NJ, kPfAll>(std::min<int64_t>(4, n), x, k, w, 1, NJ, y, ldy);
+    for (int64_t i = 4; i < n; i += 4) {
+      RowTile<L, NJ, kPfNone>(std::min<int64_t>(4, n - i), x + i * k, k, w, 1, NJ, y + i * ldy, ldy);
+    }
+    return;
+  }
+  const int64_t tiles = (n + 3) / 4;
+  for (int64_t i = 0; i < n; i += 4) {
+    RowTile<L, NJ, kPfSpread>(std::min<int64_t>(4, n - i), x + i * k, k, w, 1, NJ, y + i * ldy,
+                              ldy, i / 4, tiles);
   }
 }
 
@@ -109,13 +133,13 @@ LOOM_AVX2 void Rows(const float* x, int64_t n, int64_t k, const typename L::T* w
 // accumulators), which leaves the block's last 0-3 weight rows to groups of 3, 2 or 1 here.
 template <typename L, int NJ>
 LOOM_AVX2 void Groups(const float* x, int64_t n, int64_t k, const typename L::T* w, int64_t j0,
-                      int64_t j1, float* y, int64_t ldy) {
+                      int64_t j1, float* y, int64_t ldy, bool spread) {
   int64_t j = j0;
-  for (; j + NJ <= j1; j += NJ) Rows<L, NJ>(x, n, k, w + j * k, y + j, ldy);
+  for (; j + NJ <= j1; j += NJ) Rows<L, NJ>(x, n, k, w + j * k, y + j, ldy, spread);
   switch (j1 - j) {
-    case 3: Rows<L, 3>(x, n, k, w + j * k, y + j, ldy); break;
-    case 2: Rows<L, 2>(x, n, k, w + j * k, y + j, ldy); break;
-    case 1: Rows<L, 1>(x, n, k, w + j * k, y + j, ldy); break;
+    case 3: Rows<L, 3>(x, n, k, w + j * k, y + j, ldy, spread); break;
+    case 2: Rows<L, 2>(x, n, k, w + j * k, y + j, ldy, spread); break;
+    case 1: Rows<L, 1>(x, n, k, w + j * k, y + j, ldy, spread); break;
     default: break;
   }
 }
@@ -131,9 +155,9 @@ LOOM_AVX2 void Streams(const float* x, int64_t n, int64_t k, const typename L::T
                        int64_t j1, float* y, int64_t ldy) {
   const int64_t q = (j1 - j0) / 4;
   for (int64_t i = 0; i < q; ++i) {
-    RowTile<L, 4, true>(n, x, k, w + (j0 + i) * k, q, 1, y + j0 + i, ldy);
+    RowTile<L, 4, kPfAll>(n, x, k, w + (j0 + i) * k, q, 1, y + j0 + i, ldy);
   }
-  Groups<L, 4>(x, n, k, w, j0 + 4 * q, j1, y, ldy);
+  Groups<L, 4>(x, n, k, w, j0 + 4 * q, j1, y, ldy, true);
 }
 
 template <typename L>
@@ -149,7 +173,8 @@ LOOM_AVX2 void Kernel(const float* x, int64_t n, int64_t k, const void* wv, int6
   constexpr int64_t kBlockBytes = 256 * 1024;
   const int64_t rb = std::max<int64_t>(4, kBlockBytes / (4 * k) / 4 * 4);
   for (int64_t i = 0; i < n; i += rb) {
-    Groups<L, 3>(x + i * k, std::min(rb, n - i), k, w, j0, j1, y + i * ldy, ldy);
+    Groups<L, 3>(x + i * k, std::min(rb, n - i), k, w, j0, j1, y + i * ldy, ldy,
+                 n <= kSpreadRowsMax);
   }
 }
 
