@@ -38,13 +38,13 @@ struct LoadF16 {
 // 8 lanes in p order, then the lanes, then the tail, whatever the tile shape (batch invariance).
 // Tile weight row b is row b·rs of w (rs = 1: neighbours; rs > 1: one row from each of NJ
 // streams, see Streams), its output y[a·ldy + b·rs].
-// PF (kPfAll: the first row tile): prefetch row b·rs + next of w, the row this tile's successor reads in
-// place of row b (next = NJ for neighbours, 1 for streams). Decode streams every weight once from
-// DRAM, rows of only k elements (896 bf16 = 28 cache lines on the bench model), too short for the
-// hardware prefetcher to ramp up. On a Zen 3 (AVX2) VM the lm_head (151936 × 896 bf16, n = 1,
-// 2 threads) went from 9.6-10.2 to 12.6 GB/s with neighbours (loom_kernel_bench, median of 5,
-// interleaved); two tiles ahead measured the same; 2 KiB ahead within the row (as the AVX-512
-// kernel) and 3 × 4 tiles measured slower.
+// PF (kPfAll: the first row tile): prefetch row b·rs + next of w, the row this tile's successor
+// reads in place of row b (next = NJ for neighbours, 1 for streams). Decode streams every weight
+// once from DRAM, rows of only k elements (896 bf16 = 28 cache lines on the bench model), too
+// short for the hardware prefetcher to ramp up. On a Zen 3 (AVX2) VM the lm_head (151936 × 896
+// bf16, n = 1, 2 threads) went from 9.6-10.2 to 12.6 GB/s with neighbours (loom_kernel_bench,
+// median of 5, interleaved); two tiles ahead measured the same; 2 KiB ahead within the row (as
+// the AVX-512 kernel) and 3 × 4 tiles measured slower.
 // Which weight lines a tile prefetches: none, every line of the rows `next` ahead, or the lines
 // ≡ phase (mod period) of them (see Rows).
 enum PfMode { kPfNone, kPfAll, kPfSpread };
@@ -84,7 +84,8 @@ LOOM_AVX2 void Tile(const float* x, int64_t k, const typename L::T* w, int64_t r
   }
 }
 
-// NI × NJ tiles with the one-tile-ahead weight prefetch on or off (lines phase, phase + period, …).
+// NI × NJ tiles with the one-tile-ahead weight prefetch (PfMode; spread: lines phase, phase +
+// period, …).
 template <typename L, int NJ, int PF>
 LOOM_AVX2 void RowTile(int64_t ni, const float* x, int64_t k, const typename L::T* w, int64_t rs,
                        int64_t next, float* y, int64_t ldy, int64_t phase = 0,
@@ -114,7 +115,8 @@ LOOM_AVX2 void Rows(const float* x, int64_t n, int64_t k, const typename L::T* w
   if (!spread) {
     RowTile<L, NJ, kPfAll>(std::min<int64_t>(4, n), x, k, w, 1, NJ, y, ldy);
     for (int64_t i = 4; i < n; i += 4) {
-      RowTile<L, NJ, kPfNone>(std::min<int64_t>(4, n - i), x + i * k, k, w, 1, NJ, y + i * ldy, ldy);
+      RowTile<L, NJ, kPfNone>(std::min<int64_t>(4, n - i), x + i * k, k, w, 1, NJ, y + i * ldy,
+                              ldy);
     }
     return;
   }

@@ -207,7 +207,8 @@ void MatmulInt4(const float* x, int64_t n, const Int4Weight& w, float* y,
       const float* xr = x + r * k;
       if (!w.perm.empty()) {  // act order: the row's inputs in kernel order (max |x| unchanged)
         gathered.resize(static_cast<size_t>(k));
-        for (int64_t i = 0; i < k; ++i) gathered[static_cast<size_t>(i)] = xr[w.perm[static_cast<size_t>(i)]];
+        for (int64_t i = 0; i < k; ++i)
+          gathered[static_cast<size_t>(i)] = xr[w.perm[static_cast<size_t>(i)]];
         xr = gathered.data();
       }
       cpu::QuantizeRowsInt8(xr, 1, k, row, &s.sx[static_cast<size_t>(r)]);

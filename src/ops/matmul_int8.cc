@@ -123,9 +123,11 @@ void MatmulInt8(const float* x, int64_t n, const Int8Weight& w, float* y,
   std::fill(s.xu.data() + n * kp, s.xu.data() + n_alloc * kp, uint8_t{128});
   ForEachRowRange(n, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      // xq in −127..127 written in place, then biased: xq ^ 0x80 = xq + 128 as u8 (padding 0 → 128).
+      // xq in −127..127 written in place, then biased: xq ^ 0x80 = xq + 128 as u8 (and the
+      // padding 0 becomes 128).
       uint8_t* xu = s.xu.data() + r * kp;
-      cpu::QuantizeRowsInt8(x + r * k, 1, k, reinterpret_cast<int8_t*>(xu), &s.sx[static_cast<size_t>(r)]);
+      cpu::QuantizeRowsInt8(x + r * k, 1, k, reinterpret_cast<int8_t*>(xu),
+                            &s.sx[static_cast<size_t>(r)]);
       std::fill(xu + k, xu + kp, uint8_t{0});
       for (int64_t i = 0; i < kp; ++i) xu[i] ^= 0x80;
     }
