@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "ops/basic_ops.h"
+
 namespace loom {
 
 Status SamplingParams::Validate(int vocab_size) const {
@@ -169,21 +171,21 @@ StatusOr<int32_t> Sampler::Sample(float* logits, int vocab, TokenLogprob* chosen
   // Every later stage (max, exp, sort, the draw) is defined only when some logit is a number
   // below +inf: NaN compares false with everything, +inf gives inf − inf = NaN. Penalties map
   // NaN to NaN and ±inf to ±inf, so checking after them covers the raw row too.
-  int32_t best = -1;
-  for (int i = 0; i < vocab; ++i) {
-    const float l = logits[i];
-    if (std::isnan(l) || l == INFINITY) {
-      return InvalidArgument("sampling step " + std::to_string(step) + ": logit of token " +
-                             std::to_string(i) + " is " + (std::isnan(l) ? "NaN" : "+inf") +
-                             " (non-finite model output; check the weights)");
-    }
-    if (l > -INFINITY && (best < 0 || l > logits[best])) best = i;
+  // One vector pass (cpu/logits_scan_cpu.h): the scalar loop reread logits[best] every step, a
+  // load-compare-cmov chain of ~4 ns per logit, ~0.65 ms per row of a 151936-token vocabulary.
+  int64_t best = -1, bad = -1;
+  ScanLogitsRow(logits, vocab, &best, &bad);
+  if (bad >= 0) {
+    const float l = logits[bad];
+    return InvalidArgument("sampling step " + std::to_string(step) + ": logit of token " +
+                           std::to_string(bad) + " is " + (std::isnan(l) ? "NaN" : "+inf") +
+                           " (non-finite model output; check the weights)");
   }
   if (best < 0) {
     return InvalidArgument("sampling step " + std::to_string(step) +
                            ": every logit is -inf, no token can be drawn");
   }
-  int32_t token = best;  // greedy: the first maximum, as std::max_element
+  auto token = static_cast<int32_t>(best);  // greedy: the first maximum, as std::max_element
   if (!IsGreedy(params_)) {
     token = Draw(logits, vocab);
     if (token < 0) {

@@ -5,6 +5,7 @@
 
 #include "base/thread_pool.h"
 #include "cpu/activation_cpu.h"
+#include "cpu/logits_scan_cpu.h"
 
 namespace loom {
 
@@ -65,5 +66,11 @@ void EmbedRows(const Tensor& table, const int32_t* ids, int64_t n, float* out) {
 }
 
 void ToF32(const Tensor& t, float* out) { ConvertToF32(t.dtype, t.data, out, t.numel()); }
+
+void ScanLogitsRow(const float* x, int64_t n, int64_t* best, int64_t* bad) {
+  const cpu::LogitsScan scan = cpu::ScanLogits(cpu::ActiveIsa(), x, n);
+  *best = scan.best;
+  *bad = scan.bad;
+}
 
 }  // namespace loom

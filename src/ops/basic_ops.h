@@ -34,6 +34,10 @@ void AddInPlace(float* x, const float* y, int64_t count);
 // out[r, :] = table[ids[r], :] as f32. table: [vocab, d] (any dtype); out: [n, d].
 void EmbedRows(const Tensor& table, const int32_t* ids, int64_t n, float* out);
 
+// The greedy scan of a logits row x [n]: *bad = the first i with x[i] NaN or +inf (−1: none);
+// if none, *best = the first i with the largest x[i] above −inf (−1: all −inf or n = 0), else −1.
+void ScanLogitsRow(const float* x, int64_t n, int64_t* best, int64_t* bad);
+
 // Converts a small tensor (norm weights, biases) to an owned f32 vector.
 void ToF32(const Tensor& t, float* out);
 
