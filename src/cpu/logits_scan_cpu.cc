@@ -1,4 +1,4 @@
-// The greedy scan of a logits row, scalar and AVX2 (two vector passes: max and bad flags, then the first index of the max).
+// Kernels over a logits row, scalar and AVX2: the greedy scan (max and bad flags, then the first index of the max) and Σ exp(x − max).
 #include "cpu/logits_scan_cpu.h"
 
 #include <immintrin.h>
@@ -6,6 +6,8 @@
 #include <cmath>
 
 #define LOOM_AVX2 __attribute__((target("avx2,fma")))
+
+extern "C" LOOM_AVX2 __m256d _ZGVdN4v_exp(__m256d x);  // glibc libmvec, AVX2
 
 namespace loom::cpu {
 
@@ -55,6 +57,34 @@ LOOM_AVX2 LogitsScan ScanLogitsAvx2(const float* x, int64_t n) {
     if (x[i] == m) return {i, -1};
   }
   return {};  // unreachable: m is one of the x[i]
+}
+
+double SumExpShiftedScalar(const float* x, int64_t n, float mx) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(x[i] - mx));
+  return sum;
+}
+
+// libm's scalar exp was ~5.6 ns per logit: 0.85 ms per 151936-logit row, serial on the engine
+// thread for every sequence that asks for logprobs.
+LOOM_AVX2 double SumExpShiftedAvx2(const float* x, int64_t n, float mx) {
+  const int64_t full = n / 4 * 4;
+  const __m128 m = _mm_set1_ps(mx);
+  __m256d acc = _mm256_setzero_pd();
+  for (int64_t i = 0; i < full; i += 4) {
+    const __m128 d = _mm_sub_ps(_mm_loadu_ps(x + i), m);  // float, as the scalar level
+    acc = _mm256_add_pd(acc, _ZGVdN4v_exp(_mm256_cvtps_pd(d)));
+  }
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, acc);
+  double sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+  for (int64_t i = full; i < n; ++i) sum += std::exp(static_cast<double>(x[i] - mx));
+  return sum;
+}
+
+double SumExpShifted(Isa isa, const float* x, int64_t n, float mx) {
+  if (isa == Isa::kScalar) return SumExpShiftedScalar(x, n, mx);
+  return SumExpShiftedAvx2(x, n, mx);
 }
 
 LogitsScan ScanLogits(Isa isa, const float* x, int64_t n) {

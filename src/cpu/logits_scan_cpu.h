@@ -1,4 +1,4 @@
-// CPU kernels for the greedy scan of a logits row: the first non-finite-above logit, else the first maximum.
+// CPU kernels over a logits row: the greedy scan (the first NaN/+inf, else the first maximum) and log-softmax's sum of exponentials.
 #pragma once
 
 #include <cstdint>
@@ -17,5 +17,12 @@ struct LogitsScan {
 LogitsScan ScanLogits(Isa isa, const float* x, int64_t n);
 LogitsScan ScanLogitsScalar(const float* x, int64_t n);
 LogitsScan ScanLogitsAvx2(const float* x, int64_t n);
+
+// Σ_i exp(double(x[i] − mx)) over x [n] (the subtraction in float, the exp and the sum in double,
+// in index order within each of 4 lanes at avx2, then the lanes): log-softmax's normaliser.
+// Levels may differ in the last bits of the double (libmvec's exp is within 4 ulp).
+double SumExpShifted(Isa isa, const float* x, int64_t n, float mx);
+double SumExpShiftedScalar(const float* x, int64_t n, float mx);
+double SumExpShiftedAvx2(const float* x, int64_t n, float mx);
 
 }  // namespace loom::cpu

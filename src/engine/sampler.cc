@@ -72,22 +72,26 @@ void ComputeLogprobs(const float* logits, int vocab, int32_t token, int top_n,
                      TokenLogprob* chosen, std::vector<TokenLogprob>* top) {
   float mx = -INFINITY;
   for (int i = 0; i < vocab; ++i) mx = std::max(mx, logits[i]);
-  double sum = 0;
-  for (int i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i] - mx));
+  const double sum = SumExpShifted(logits, vocab, mx);
   const float log_z = mx + static_cast<float>(std::log(sum));
   // A token of probability 0 (a -inf logit) gets vLLM's -9999 instead of -inf, which JSON cannot
   // carry (it would print as null).
   auto clamp = [](float lp) { return std::isfinite(lp) ? lp : -9999.0f; };
   if (chosen) *chosen = {token, clamp(logits[token] - log_z)};
   if (top) {
+    // The n largest logits, larger first and equal ones in token order, in one pass: a token
+    // enters only above the current n-th (a partial_sort of every index took ~0.24 ms a row).
     top->clear();
-    std::vector<int32_t> idx(static_cast<size_t>(vocab));
-    for (int i = 0; i < vocab; ++i) idx[static_cast<size_t>(i)] = i;
-    const int n = std::min(top_n, vocab);
-    std::partial_sort(idx.begin(), idx.begin() + n, idx.end(), [&](int32_t a, int32_t b) {
-      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-    });
-    for (int i = 0; i < n; ++i) top->push_back({idx[static_cast<size_t>(i)], clamp(logits[idx[static_cast<size_t>(i)]] - log_z)});
+    const auto n = static_cast<size_t>(std::max(0, std::min(top_n, vocab)));
+    for (int i = 0; i < vocab && n > 0; ++i) {
+      const float l = logits[i];
+      if (top->size() == n && !(l > logits[top->back().token])) continue;
+      auto pos = std::find_if(top->begin(), top->end(),
+                              [&](const TokenLogprob& e) { return logits[e.token] < l; });
+      top->insert(pos, {i, 0.0f});
+      if (top->size() > n) top->pop_back();
+    }
+    for (TokenLogprob& e : *top) e.logprob = clamp(logits[e.token] - log_z);
   }
 }
 

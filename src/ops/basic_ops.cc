@@ -73,4 +73,8 @@ void ScanLogitsRow(const float* x, int64_t n, int64_t* best, int64_t* bad) {
   *bad = scan.bad;
 }
 
+double SumExpShifted(const float* x, int64_t n, float mx) {
+  return cpu::SumExpShifted(cpu::ActiveIsa(), x, n, mx);
+}
+
 }  // namespace loom

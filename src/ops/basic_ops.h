@@ -38,6 +38,9 @@ void EmbedRows(const Tensor& table, const int32_t* ids, int64_t n, float* out);
 // if none, *best = the first i with the largest x[i] above −inf (−1: all −inf or n = 0), else −1.
 void ScanLogitsRow(const float* x, int64_t n, int64_t* best, int64_t* bad);
 
+// Σ_i exp(double(x[i] − mx)) over x [n]: log-softmax's normaliser (cpu/logits_scan_cpu.h).
+double SumExpShifted(const float* x, int64_t n, float mx);
+
 // Converts a small tensor (norm weights, biases) to an owned f32 vector.
 void ToF32(const Tensor& t, float* out);
 

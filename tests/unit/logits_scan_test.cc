@@ -1,6 +1,7 @@
-// The greedy logits scan (cpu/logits_scan_cpu.h) at every level against the sampler's old loop: same first maximum, same first NaN/+inf.
+// The logits-row kernels (cpu/logits_scan_cpu.h) at every level: the greedy scan against the sampler's old loop (same first maximum, same first NaN/+inf), Σ exp against a long double sum.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -85,6 +86,26 @@ TEST(LogitsScan, ScanLogitsDispatchesToTheSameResult) {
     const LogitsScan s = ScanLogits(isa, x.data(), static_cast<int64_t>(x.size()));
     EXPECT_EQ(s.best, 1);
     EXPECT_EQ(s.bad, -1);
+  }
+}
+
+TEST(LogitsScan, SumExpShiftedMatchesALongDoubleSumAtEveryLevel) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> d(0.0f, 4.0f);
+  for (int64_t n : {1, 3, 4, 7, 9, 151936}) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (auto& v : x) v = d(rng);
+    if (n > 2) x[1] = -INFINITY;  // a masked token adds exp(−inf) = 0
+    float mx = -INFINITY;
+    for (float v : x) mx = std::max(mx, v);
+    long double want = 0;
+    for (float v : x) want += std::exp(static_cast<long double>(v - mx));
+    const double tol = 1e-13 * static_cast<double>(want);  // a few ulp per term, summed
+    EXPECT_NEAR(SumExpShiftedScalar(x.data(), n, mx), static_cast<double>(want), tol) << n;
+    if (DetectIsa() >= Isa::kAvx2) {
+      EXPECT_NEAR(SumExpShiftedAvx2(x.data(), n, mx), static_cast<double>(want), tol) << n;
+    }
+    EXPECT_NEAR(SumExpShifted(DetectIsa(), x.data(), n, mx), static_cast<double>(want), tol) << n;
   }
 }
 

@@ -1,6 +1,7 @@
 // Sampler: greedy, seeds, top-k/top-p/min-p filtering, penalties, sampling frequencies, validation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <random>
@@ -137,6 +138,39 @@ TEST(Sampler, LogprobsComeFromTheUnpenalisedDistribution) {
   EXPECT_EQ(top[2].token, 2);
   EXPECT_NEAR(top[0].logprob, 2.0 - std::log(z), 1e-5);
   EXPECT_NEAR(chosen.logprob, 1.0 - std::log(z), 1e-5);
+}
+
+// The top-n list against a partial_sort of every index (larger first, equal logits in token
+// order), with many ties, −inf entries and n up to 20; log-probs against a double log-softmax.
+TEST(Sampler, TopLogprobsAreTheLargestInTokenOrderOnTies) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> coarse(-6, 6);
+  for (int vocab : {1, 7, 40, 5003, 151936}) {
+    std::vector<float> l(static_cast<size_t>(vocab));
+    for (auto& v : l) v = 0.5f * static_cast<float>(coarse(rng));
+    if (vocab > 3) l[2] = -INFINITY;
+    for (int n : {1, 5, 20}) {
+      if (n > vocab) continue;
+      std::vector<int32_t> idx(static_cast<size_t>(vocab));
+      for (int i = 0; i < vocab; ++i) idx[static_cast<size_t>(i)] = i;
+      std::partial_sort(idx.begin(), idx.begin() + n, idx.end(), [&](int32_t a, int32_t b) {
+        return l[a] > l[b] || (l[a] == l[b] && a < b);
+      });
+      double z = 0;
+      for (float v : l) z += std::exp(double(v));
+      TokenLogprob chosen{};
+      std::vector<TokenLogprob> top;
+      ComputeLogprobs(l.data(), vocab, 0, n, &chosen, &top);
+      ASSERT_EQ(top.size(), static_cast<size_t>(n)) << vocab;
+      for (int i = 0; i < n; ++i) {
+        EXPECT_EQ(top[static_cast<size_t>(i)].token, idx[static_cast<size_t>(i)])
+            << vocab << " " << n << " " << i;
+        EXPECT_NEAR(top[static_cast<size_t>(i)].logprob,
+                    l[idx[static_cast<size_t>(i)]] - std::log(z), 1e-5);
+      }
+      EXPECT_NEAR(chosen.logprob, l[0] - std::log(z), 1e-5);
+    }
+  }
 }
 
 TEST(Sampler, ValidateNamesTheField) {
