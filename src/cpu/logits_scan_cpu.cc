@@ -5,6 +5,8 @@
 
 #include <cmath>
 
+#include "cpu/avx2_reduce.h"
+
 #define LOOM_AVX2 __attribute__((target("avx2,fma")))
 
 extern "C" LOOM_AVX2 __m256d _ZGVdN4v_exp(__m256d x);  // glibc libmvec, AVX2
@@ -44,9 +46,8 @@ LOOM_AVX2 LogitsScan ScanLogitsAvx2(const float* x, int64_t n) {
   }
   // Anything non-finite above: the scalar scan names the first such index.
   if (_mm256_movemask_ps(bad) != 0) return ScanLogitsScalar(x, n);
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, vmax);
-  for (float l : lanes) m = l > m ? l : m;
+  const float vm = Max8(vmax);
+  if (vm > m) m = vm;
   if (m == -INFINITY) return {};
   const __m256 mv = _mm256_set1_ps(m);
   for (int64_t i = 0; i < full; i += 8) {

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "cpu/avx2_reduce.h"
+#include "cpu/avx2_widen.h"
 #include "cpu/lora_cpu.h"
 
 #define LOOM_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -33,8 +34,7 @@ struct WidenF16 {
 };
 struct WidenBf16 {
   LOOM_AVX2 static __m256 Load(const void* p, int64_t i) {
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(p) + i));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
+    return Bf16x8ToF32(static_cast<const uint16_t*>(p) + i);
   }
 };
 

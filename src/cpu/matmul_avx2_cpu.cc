@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "cpu/avx2_reduce.h"
+#include "cpu/avx2_widen.h"
 #include "cpu/matmul_cpu.h"
 
 #define LOOM_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -20,10 +21,7 @@ struct LoadF32 {
 };
 struct LoadBf16 {
   using T = uint16_t;
-  LOOM_AVX2 static __m256 Full(const uint16_t* p) {
-    __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
-  }
+  LOOM_AVX2 static __m256 Full(const uint16_t* p) { return Bf16x8ToF32(p); }
   static float One(const uint16_t* p) { return Bf16ToF32(*p); }
 };
 struct LoadF16 {

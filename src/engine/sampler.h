@@ -65,7 +65,8 @@ class Sampler {
   std::vector<int32_t> order_;  // [vocab] candidate token ids, scratch
 };
 
-// log_softmax(logits)[token] and the top-n entries, sorted by log-prob descending.
+// log_softmax(logits)[token] and the top-n entries, sorted by log-prob descending. `logits` holds
+// no NaN or +inf (Sampler::Sample rejects such rows first).
 void ComputeLogprobs(const float* logits, int vocab, int32_t token, int top_n,
                      TokenLogprob* chosen, std::vector<TokenLogprob>* top);
 
