@@ -38,17 +38,18 @@ struct WidenBf16 {
   }
 };
 
-// Expand, every element: acc = 0; acc = fma(t[r][k], Bᵀ[k][j], acc) in k order; then
+// Expand, every element: acc = 0; acc = fma(t[r][k], B[j][k], acc) in k order; then
 // y = fma(scale, acc, y) (or d = acc): the AVX-512 kernel's arithmetic lane for lane (the edge
 // columns use fmaf, the same single rounding), whatever the tile, so each row's value depends on
 // its own t only (batch invariance).
 //
 // NR ≤ 4 rows × NC ≤ 3 column vectors (24 columns): 12 accumulators, 3 B vectors and one
-// broadcast t, AVX2's 16 registers. Rank k's 8·NC values are at b + k·ldb, read by L. Always
-// inlined: called per tile, its accumulators went through the stack (−10 % at 128 rows).
+// broadcast t, AVX2's 16 registers. Column vector c's rank-k values are at b[c] + k·kLoraPanel
+// (8 columns of one panel), read by L. Always inlined: called per tile, its accumulators went
+// through the stack (−10 % at 128 rows).
 template <bool kAdd, typename L, int NR, int NC>
 LOOM_AVX2 inline __attribute__((always_inline)) void ExpandTile(const float* t, int rank,
-                                                                const void* b, int64_t ldb,
+                                                                const char* const* b,
                                                                 float scale, float* y,
                                                                 int64_t ldy) {
   __m256 acc[NR][NC];
@@ -57,7 +58,7 @@ LOOM_AVX2 inline __attribute__((always_inline)) void ExpandTile(const float* t, 
   }
   for (int k = 0; k < rank; ++k) {
     __m256 bv[NC];
-    for (int c = 0; c < NC; ++c) bv[c] = L::Load(b, int64_t{k} * ldb + 8 * c);
+    for (int c = 0; c < NC; ++c) bv[c] = L::Load(b[c], int64_t{k} * kLoraPanel);
     for (int i = 0; i < NR; ++i) {
       const __m256 tv = _mm256_set1_ps(t[i * rank + k]);
       for (int c = 0; c < NC; ++c) acc[i][c] = _mm256_fmadd_ps(tv, bv[c], acc[i][c]);
@@ -74,40 +75,51 @@ LOOM_AVX2 inline __attribute__((always_inline)) void ExpandTile(const float* t, 
 
 // 8·NC columns for every row, 4 rows at a time.
 template <bool kAdd, typename L, int NC>
-LOOM_AVX2 void ExpandStrip(const float* t, int64_t rows, int rank, const void* b, int64_t ldb,
+LOOM_AVX2 void ExpandStrip(const float* t, int64_t rows, int rank, const char* const* b,
                            float scale, float* y, int64_t ldy) {
   int64_t r = 0;
   for (; r + 4 <= rows; r += 4) {
-    ExpandTile<kAdd, L, 4, NC>(t + r * rank, rank, b, ldb, scale, y + r * ldy, ldy);
+    ExpandTile<kAdd, L, 4, NC>(t + r * rank, rank, b, scale, y + r * ldy, ldy);
   }
   const float* tr = t + r * rank;
   float* yr = y + r * ldy;
   switch (rows - r) {
-    case 3: return ExpandTile<kAdd, L, 3, NC>(tr, rank, b, ldb, scale, yr, ldy);
-    case 2: return ExpandTile<kAdd, L, 2, NC>(tr, rank, b, ldb, scale, yr, ldy);
-    case 1: return ExpandTile<kAdd, L, 1, NC>(tr, rank, b, ldb, scale, yr, ldy);
+    case 3: return ExpandTile<kAdd, L, 3, NC>(tr, rank, b, scale, yr, ldy);
+    case 2: return ExpandTile<kAdd, L, 2, NC>(tr, rank, b, scale, yr, ldy);
+    case 1: return ExpandTile<kAdd, L, 1, NC>(tr, rank, b, scale, yr, ldy);
     default: return;
   }
 }
 
-// Strips of 24 columns, then 8, then single columns: 4 rows × 24 columns per tile, 7 loads per
+// After the columns before the first whole panel (one by one), strips of 24 columns, then 8,
+// then single columns: 4 rows × 24 columns per tile, 7 loads per
 // 12 fmas (4 × 8 tiles: 5 per 4), one type per instantiation. 128 rows × 320 columns × rank 16
 // (bf16 Bᵀ, one Zen 2 core): 22.5 → 79 GFLOP/s; 4 rows × 896: 21.8 → 78; 1 row: 7.7 → 34.
 // Widening a 24-column strip of Bᵀ to f32 once per strip measured +5 % at 128 rows and −10 % at
 // 16, so B is widened where it is used.
 template <bool kAdd, typename L>
-LOOM_AVX2 void Expand(const float* t, int64_t rows, int rank, DType dtype, const void* bt,
+LOOM_AVX2 void Expand(const float* t, int64_t rows, int rank, DType dtype, const void* bp,
                       int64_t out, int64_t j0, int64_t j1, float scale, float* y, int64_t ldy) {
+  (void)out;
   const size_t esize = DTypeSize(dtype);
-  auto at = [&](int64_t j) { return static_cast<const char*>(bt) + static_cast<size_t>(j) * esize; };
+  // Column j's rank-0 value (j a multiple of 8: its 8 columns lie in one panel).
+  auto at = [&](int64_t j) {
+    return static_cast<const char*>(bp) + static_cast<size_t>(LoraPanelIndex(rank, 0, j)) * esize;
+  };
   auto yat = [&](int64_t j) { return y + (kAdd ? j : j - j0); };
-  int64_t j = j0;
-  for (; j + 24 <= j1; j += 24) ExpandStrip<kAdd, L, 3>(t, rows, rank, at(j), out, scale, yat(j), ldy);
-  for (; j + 8 <= j1; j += 8) ExpandStrip<kAdd, L, 1>(t, rows, rank, at(j), out, scale, yat(j), ldy);
+  int64_t j = LoraExpandHead(t, rows, rank, dtype, bp, j0, j1, kAdd, scale, y, ldy);
+  for (; j + 24 <= j1; j += 24) {
+    const char* b[3] = {at(j), at(j + 8), at(j + 16)};
+    ExpandStrip<kAdd, L, 3>(t, rows, rank, b, scale, yat(j), ldy);
+  }
+  for (; j + 8 <= j1; j += 8) {
+    const char* b[1] = {at(j)};
+    ExpandStrip<kAdd, L, 1>(t, rows, rank, b, scale, yat(j), ldy);
+  }
   for (; j < j1; ++j) {
     for (int64_t r = 0; r < rows; ++r) {
       float acc = 0;
-      for (int k = 0; k < rank; ++k) acc = std::fma(t[r * rank + k], Load1(dtype, bt, int64_t{k} * out + j), acc);
+      for (int k = 0; k < rank; ++k) acc = std::fma(t[r * rank + k], Load1(dtype, bp, LoraPanelIndex(rank, k, j)), acc);
       float* yr = yat(j) + r * ldy;
       *yr = kAdd ? std::fma(scale, acc, *yr) : acc;
     }

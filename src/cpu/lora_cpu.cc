@@ -3,6 +3,10 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
@@ -33,13 +37,27 @@ LOOM_AVX512 inline __m512 Load16(DType dtype, const void* p, int64_t i, __mmask1
 }
 }  // namespace
 
+int64_t LoraExpandHead(const float* t, int64_t rows, int rank, DType dtype, const void* bt,
+                   int64_t j0, int64_t j1, bool add, float scale, float* y, int64_t ldy) {
+  const int64_t head = std::min(j1, (j0 + kLoraPanel - 1) / kLoraPanel * kLoraPanel);
+  for (int64_t j = j0; j < head; ++j) {
+    for (int64_t r = 0; r < rows; ++r) {
+      float acc = 0;
+      for (int k = 0; k < rank; ++k) acc = std::fma(t[r * rank + k], Load(dtype, bt, LoraPanelIndex(rank, k, j)), acc);
+      float* yr = y + r * ldy + (add ? j : j - j0);
+      *yr = add ? std::fma(scale, acc, *yr) : acc;
+    }
+  }
+  return head;
+}
+
 void LoraExpandScalar(const float* t, int64_t rows, int rank, DType dtype, const void* bt,
                       int64_t out, int64_t j0, int64_t j1, float* d) {
   const int64_t width = j1 - j0;
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t j = j0; j < j1; ++j) {
       float acc = 0;
-      for (int k = 0; k < rank; ++k) acc += t[r * rank + k] * Load(dtype, bt, k * out + j);
+      for (int k = 0; k < rank; ++k) acc += t[r * rank + k] * Load(dtype, bt, LoraPanelIndex(rank, k, j));
       d[r * width + (j - j0)] = acc;
     }
   }
@@ -48,7 +66,7 @@ void LoraExpandScalar(const float* t, int64_t rows, int rank, DType dtype, const
 LOOM_AVX512 void LoraExpandAvx512(const float* t, int64_t rows, int rank, DType dtype,
                                   const void* bt, int64_t out, int64_t j0, int64_t j1, float* d) {
   const int64_t width = j1 - j0;
-  for (int64_t j = j0; j < j1; j += 16) {
+  for (int64_t j = LoraExpandHead(t, rows, rank, dtype, bt, j0, j1, false, 1.0f, d, width); j < j1; j += 16) {
     const __mmask16 m = j + 16 <= j1 ? static_cast<__mmask16>(0xffff)
                                      : static_cast<__mmask16>((1u << (j1 - j)) - 1);
     // Up to 4 rows share each loaded Bᵀ vector.
@@ -56,7 +74,7 @@ LOOM_AVX512 void LoraExpandAvx512(const float* t, int64_t rows, int rank, DType 
       const int64_t nr = rows - r < 4 ? rows - r : 4;
       __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
       for (int k = 0; k < rank; ++k) {
-        const __m512 b = Load16(dtype, bt, int64_t{k} * out + j, m);
+        const __m512 b = Load16(dtype, bt, LoraPanelIndex(rank, k, j), m);
         for (int64_t i = 0; i < nr; ++i) {
           acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(t[(r + i) * rank + k]), b, acc[i]);
         }
@@ -71,7 +89,7 @@ void LoraExpandAddScalar(const float* t, int64_t rows, int rank, DType dtype, co
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t j = j0; j < j1; ++j) {
       float acc = 0;
-      for (int k = 0; k < rank; ++k) acc += t[r * rank + k] * Load(dtype, bt, k * out + j);
+      for (int k = 0; k < rank; ++k) acc += t[r * rank + k] * Load(dtype, bt, LoraPanelIndex(rank, k, j));
       y[r * ldy + j] += scale * acc;
     }
   }
@@ -99,7 +117,7 @@ LOOM_AVX512 inline void ExpandAddTile(const float* t, int rank, DType dtype, con
   }
   for (int k = 0; k < rank; ++k) {
     __m512 b[NC];
-    for (int c = 0; c < NC; ++c) b[c] = Load16(dtype, bt, int64_t{k} * out + j + 16 * c, m[c]);
+    for (int c = 0; c < NC; ++c) b[c] = Load16(dtype, bt, LoraPanelIndex(rank, k, j + 16 * c), m[c]);
     for (int r = 0; r < NR; ++r) {
       const __m512 tv = _mm512_set1_ps(t[r * rank + k]);
       for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_fmadd_ps(tv, b[c], acc[r][c]);
@@ -126,6 +144,7 @@ LOOM_AVX512 void LoraExpandAddAvx512(const float* t, int64_t rows, int rank, DTy
                                      const void* bt, int64_t out, int64_t j0, int64_t j1,
                                      float scale, float* y, int64_t ldy) {
   const __m512 vs = _mm512_set1_ps(scale);
+  j0 = LoraExpandHead(t, rows, rank, dtype, bt, j0, j1, true, scale, y, ldy);
   for (int64_t r = 0; r < rows; r += 8) {
     const float* tr = t + r * rank;
     float* yr = y + r * ldy;

@@ -1,35 +1,43 @@
-// CPU kernels for the LoRA shrink step t = x·Aᵀ and the expand step d = t·Bᵀ over a column block (B stored transposed).
+// CPU kernels for the LoRA shrink step t = x·Aᵀ and the expand step d = t·Bᵀ over a column block (B in panels of 16 columns).
 #pragma once
 
 #include <cstdint>
 
 #include "cpu/cpu_features.h"
 #include "tensor/dtype.h"
+#include "tensor/lora_panels.h"
 
 namespace loom::cpu {
 
-// d[r, j − j0] = Σ_k t[r, k] · bt[k, j] for r < rows, j in [j0, j1).
-// t: [rows, rank] f32; bt: [rank, out] of `dtype` (Bᵀ, so a column block is contiguous and
-// the product is rank broadcast-FMAs per 16 outputs — no horizontal reductions, which made
-// the k = rank dot-product form ~5× slower); d: [rows, j1 − j0] f32.
-void LoraExpand(Isa isa, const float* t, int64_t rows, int rank, DType dtype, const void* bt,
+// For the vector expand kernels: columns [j0, min(j1, the next panel start)) one by one with
+// their fma chain (acc = fma(t, b, acc) in k order; add: y[r·ldy + j] = fma(scale, acc, y),
+// else y[r·ldy + j − j0] = acc), so the vectors start on a whole panel. Returns that start.
+int64_t LoraExpandHead(const float* t, int64_t rows, int rank, DType dtype, const void* bp,
+                       int64_t j0, int64_t j1, bool add, float scale, float* y, int64_t ldy);
+
+// d[r, j − j0] = Σ_k t[r, k] · B[j, k] for r < rows, j in [j0, j1).
+// t: [rows, rank] f32; bp: B packed by PackLoraPanels (`out` columns), of `dtype`: rank
+// broadcast-FMAs per 8 or 16 outputs, no horizontal reductions (the k = rank dot-product form
+// was ~5× slower); d: [rows, j1 − j0] f32. Any j0: columns before the first whole panel run
+// the same fma chain one by one.
+void LoraExpand(Isa isa, const float* t, int64_t rows, int rank, DType dtype, const void* bp,
                 int64_t out, int64_t j0, int64_t j1, float* d);
-void LoraExpandScalar(const float* t, int64_t rows, int rank, DType dtype, const void* bt,
+void LoraExpandScalar(const float* t, int64_t rows, int rank, DType dtype, const void* bp,
                       int64_t out, int64_t j0, int64_t j1, float* d);
-void LoraExpandAvx512(const float* t, int64_t rows, int rank, DType dtype, const void* bt,
+void LoraExpandAvx512(const float* t, int64_t rows, int rank, DType dtype, const void* bp,
                       int64_t out, int64_t j0, int64_t j1, float* d);
-void LoraExpandAvx2(const float* t, int64_t rows, int rank, DType dtype, const void* bt,
+void LoraExpandAvx2(const float* t, int64_t rows, int rank, DType dtype, const void* bp,
                     int64_t out, int64_t j0, int64_t j1, float* d);
 
-// y[r·ldy + j] += scale · Σ_k t[r, k] · bt[k, j] for r < rows, j in [j0, j1): the expand and
+// y[r·ldy + j] += scale · Σ_k t[r, k] · B[j, k] for r < rows, j in [j0, j1): the expand and
 // the add in one pass (no scratch), each row summed on its own in k order (batch invariance).
-void LoraExpandAdd(Isa isa, const float* t, int64_t rows, int rank, DType dtype, const void* bt,
+void LoraExpandAdd(Isa isa, const float* t, int64_t rows, int rank, DType dtype, const void* bp,
                    int64_t out, int64_t j0, int64_t j1, float scale, float* y, int64_t ldy);
-void LoraExpandAddScalar(const float* t, int64_t rows, int rank, DType dtype, const void* bt,
+void LoraExpandAddScalar(const float* t, int64_t rows, int rank, DType dtype, const void* bp,
                          int64_t out, int64_t j0, int64_t j1, float scale, float* y, int64_t ldy);
-void LoraExpandAddAvx512(const float* t, int64_t rows, int rank, DType dtype, const void* bt,
+void LoraExpandAddAvx512(const float* t, int64_t rows, int rank, DType dtype, const void* bp,
                          int64_t out, int64_t j0, int64_t j1, float scale, float* y, int64_t ldy);
-void LoraExpandAddAvx2(const float* t, int64_t rows, int rank, DType dtype, const void* bt,
+void LoraExpandAddAvx2(const float* t, int64_t rows, int rank, DType dtype, const void* bp,
                        int64_t out, int64_t j0, int64_t j1, float scale, float* y, int64_t ldy);
 
 // t[r, k] = Σ_i x[r, i] · a[k, i] for r < rows, k < rank. x: [rows, in] f32; a: [rank, in] of

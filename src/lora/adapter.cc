@@ -9,6 +9,7 @@
 
 #include "base/file.h"
 #include "base/mmap_file.h"
+#include "tensor/lora_panels.h"
 #include "lora/peft_moe.h"
 
 namespace loom {
@@ -429,20 +430,11 @@ StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, co
     RETURN_IF_ERROR(check_shape(w->a, "lora_A", {rank, in}));
     RETURN_IF_ERROR(check_shape(w->b, "lora_B", {out, rank}));
     a->tensor_bytes_ += w->a.nbytes() + w->b.nbytes();
-    {  // Bᵀ, same dtype (exact), so the expand streams contiguous column blocks.
-      const size_t es = DTypeSize(w->b.dtype);
-      w->b_t_storage.resize(static_cast<size_t>(out * rank) * es);
-      auto transpose = [&](auto* dst, const auto* src) {
-        for (int64_t o = 0; o < out; ++o) {
-          for (int k = 0; k < rank; ++k) dst[k * out + o] = src[o * rank + k];
-        }
-      };
-      if (es == 4) {
-        transpose(reinterpret_cast<uint32_t*>(w->b_t_storage.data()), static_cast<const uint32_t*>(w->b.data));
-      } else {
-        transpose(reinterpret_cast<uint16_t*>(w->b_t_storage.data()), static_cast<const uint16_t*>(w->b.data));
-      }
-      w->b_t = Tensor{w->b.dtype, {rank, out}, w->b_t_storage.data()};
+    {  // B in the expand kernels' panels, same dtype (exact): a column block is one stream.
+      const int64_t size = LoraPanelsSize(static_cast<int>(rank), out);
+      w->b_panels_storage.resize(static_cast<size_t>(size) * DTypeSize(w->b.dtype));
+      PackLoraPanels(w->b.dtype, w->b.data, static_cast<int>(rank), out, w->b_panels_storage.data());
+      w->b_panels = Tensor{w->b.dtype, {size}, w->b_panels_storage.data()};
     }
     const bool has_bias = t.parts.count("lora_B.bias") > 0;
     if (has_bias != cfg.lora_bias) {

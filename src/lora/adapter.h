@@ -18,8 +18,8 @@ namespace loom {
 struct LoraWeights {
   Tensor a;                  // [rank, in_features], file dtype (a view into the adapter file)
   Tensor b;                  // [out_features, rank], file dtype
-  Tensor b_t;                // [rank, out_features], file dtype: Bᵀ for the expand kernel
-  std::vector<uint8_t> b_t_storage;
+  Tensor b_panels;           // B packed for the expand kernels (tensor/lora_panels.h), file dtype
+  std::vector<uint8_t> b_panels_storage;
   std::vector<float> bias;   // [out_features] lora_B bias (lora_bias), or empty
   std::vector<float> dora_gain;  // [out_features] magnitude / ‖W + scale·B·A‖ per row, or empty
   float scale = 0;

@@ -2,6 +2,7 @@
 #include "model/linear.h"
 
 #include "base/check.h"
+#include "base/thread_pool.h"
 #include "lora/adapter.h"
 #include "ops/lora_ops.h"
 #include "ops/matmul.h"
@@ -15,6 +16,10 @@ namespace {
 AlignedBuffer<float>& ShrinkScratch() {
   static thread_local AlignedBuffer<float> buf;
   return buf;
+}
+LoraShrinkPlan& ShrinkPlan() {
+  static thread_local LoraShrinkPlan plan;
+  return plan;
 }
 }  // namespace
 
@@ -64,26 +69,31 @@ void Linear::Forward(const float* x, int64_t n, float* y, const LoraBatch& lora)
     base_matmul(nullptr);  // a projection no segment adapts costs nothing extra
     return;
   }
-  // Shrink: t = x[rows]·Aᵀ for every segment, in one parallel region.
+  // Shrink: t = x[rows]·Aᵀ for every segment, as the first tasks of the base matmul's parallel
+  // region (a decode row's shrink cut by rank over the workers); each block's expand waits for
+  // them. A separate region cost a fork-join per projection, and a lone decode row's shrink ran
+  // on one core while the other waited.
   AlignedBuffer<float>& t = ShrinkScratch();
   LOOM_CHECK_OK(t.Resize(t_size));
-  if (num_active > 0) {
-    LoraShrinkJob jobs_small[16];
-    std::vector<LoraShrinkJob> jobs_many;
-    LoraShrinkJob* jobs = jobs_small;
-    if (num_active > 16) {
-      jobs_many.resize(num_active);
-      jobs = jobs_many.data();
-    }
-    for (size_t i = 0; i < num_active; ++i) {
-      const Segment& seg = *act[i].seg;
-      jobs[i] = {x + seg.first_row * in, seg.num_rows, &act[i].lw->a, t.data() + act[i].t_offset};
-    }
-    LoraShrinkBatch(jobs, num_active, in);
+  LoraShrinkJob jobs_small[16];
+  std::vector<LoraShrinkJob> jobs_many;
+  LoraShrinkJob* jobs = jobs_small;
+  if (num_active > 16) {
+    jobs_many.resize(num_active);
+    jobs = jobs_many.data();
   }
+  for (size_t i = 0; i < num_active; ++i) {
+    const Segment& seg = *act[i].seg;
+    jobs[i] = {x + seg.first_row * in, seg.num_rows, &act[i].lw->a, t.data() + act[i].t_offset};
+  }
+  LoraShrinkPlan& plan = ShrinkPlan();
+  plan.Build(jobs, num_active, in, ThreadPool::Global().num_threads());
   // Expand, DoRA and bias per column block, inside the base matmul's parallel region.
   const bool batch_invariant = GlobalMatmulOptions().batch_invariant;
-  const MatmulEpilogue epilogue = [&](int64_t j0, int64_t j1) {
+  MatmulEpilogue epilogue;
+  epilogue.pre_tasks = plan.num_tasks();
+  if (epilogue.pre_tasks > 0) epilogue.pre = [&](int64_t task) { plan.Run(task); };
+  epilogue.block = [&](int64_t j0, int64_t j1) {
     static thread_local AlignedBuffer<float> d;  // [rows, j1 - j0]
     const int64_t width = j1 - j0;
     for (size_t i = 0; i < num_active; ++i) {
@@ -91,16 +101,16 @@ void Linear::Forward(const float* x, int64_t n, float* y, const LoraBatch& lora)
       const LoraWeights& lw = *act[i].lw;
       if (lw.bias.empty() && lw.dora_gain.empty() && (seg.num_rows >= 4 || batch_invariant)) {
         // plain LoRA: y += scale·(t·Bᵀ) straight into y's rows
-        LoraExpandAddBlock(t.data() + act[i].t_offset, seg.num_rows, lw.rank, lw.b_t.dtype,
-                           lw.b_t.data, out, j0, j1, lw.scale, y + seg.first_row * out, out);
+        LoraExpandAddBlock(t.data() + act[i].t_offset, seg.num_rows, lw.rank, lw.b_panels.dtype,
+                           lw.b_panels.data, out, j0, j1, lw.scale, y + seg.first_row * out, out);
         continue;
       }
       LOOM_CHECK_OK(d.Resize(static_cast<size_t>(seg.num_rows * width)));
       if (seg.num_rows >= 4 || batch_invariant) {
         // compute-bound: broadcast-FMA over Bᵀ, no reductions; the same summation order for
         // every row count (batch invariance)
-        LoraExpandBlock(t.data() + act[i].t_offset, seg.num_rows, lw.rank, lw.b_t.dtype,
-                        lw.b_t.data, out, j0, j1, d.data());
+        LoraExpandBlock(t.data() + act[i].t_offset, seg.num_rows, lw.rank, lw.b_panels.dtype,
+                        lw.b_panels.data, out, j0, j1, d.data());
       } else {  // memory-bound decode: B's rows for the block are one contiguous stream
         MatmulColumns(t.data() + act[i].t_offset, seg.num_rows, lw.b, j0, j1, d.data(), width);
       }

@@ -25,65 +25,86 @@ bool ShrinkOnAmx(const Tensor& a, int64_t in) {
 }
 }  // namespace
 
-void LoraShrinkBatch(const LoraShrinkJob* jobs, size_t num_jobs, int64_t in) {
+void LoraShrinkPlan::Build(const LoraShrinkJob* jobs, size_t num_jobs, int64_t in, int min_tasks) {
   constexpr int64_t kFmaRows = 4;   // rows per task on the FMA kernel: its register block
   constexpr int64_t kAmxRows = 16;  // rows per task on AMX: one tile
-  // (job, first row, rows) per task, reused by the calling thread (the engine's). Workers see
-  // the caller's list through this reference (a thread_local named in the lambda would be each
-  // worker's own, empty, one).
-  struct Task {
-    uint32_t job;
-    bool amx;
-    int64_t r0, rows;
-  };
-  static thread_local std::vector<Task> caller_tasks;
-  std::vector<Task>& tasks = caller_tasks;
-  tasks.clear();
-  int64_t macs = 0;
+  constexpr int kRankStep = 4;      // a rank cut keeps the FMA kernel's 4-rank tiles whole
+  jobs_ = jobs;
+  in_ = in;
+  macs_ = 0;
+  tasks_.clear();
   for (size_t j = 0; j < num_jobs; ++j) {
     const bool amx = ShrinkOnAmx(*jobs[j].a, in);
     const int64_t step = amx ? kAmxRows : kFmaRows;
+    const int rank = static_cast<int>(jobs[j].a->dim(0));
     for (int64_t r = 0; r < jobs[j].rows; r += step) {
-      tasks.push_back({static_cast<uint32_t>(j), amx, r, std::min(step, jobs[j].rows - r)});
+      tasks_.push_back({static_cast<uint32_t>(j), amx, r, std::min(step, jobs[j].rows - r), 0, rank});
     }
-    macs += jobs[j].rows * jobs[j].a->dim(0) * in;
+    macs_ += jobs[j].rows * rank * in;
   }
-  const cpu::Isa isa = cpu::ActiveIsa();
-  const bool split = GlobalMatmulOptions().bf16_split;
-  auto run = [&](int64_t i, int) {
-    const Task& task = tasks[static_cast<size_t>(i)];
-    const LoraShrinkJob& job = jobs[task.job];
-    const int rank = static_cast<int>(job.a->dim(0));
-    const float* x = job.x + task.r0 * in;
-    float* t = job.t + task.r0 * rank;
-    if (task.amx && task.rows == 1) {  // decode: no 16-row group to pack
-      cpu::MatmulBf16AmxRow(x, split, in, static_cast<const uint16_t*>(job.a->data), 0, rank, t);
-    } else if (task.amx) {
-      static thread_local AlignedBuffer<uint16_t> packed;  // this thread's 16 rows as bf16 tiles
-      LOOM_CHECK_OK(packed.Resize(cpu::PackedActivationsAmxSize(task.rows, in, split)));
-      cpu::PackActivationsAmx(x, task.rows, in, split, packed.data());
-      cpu::MatmulBf16Amx(packed.data(), split, task.rows, in,
-                         static_cast<const uint16_t*>(job.a->data), 0, rank, t, rank);
-    } else {
-      cpu::LoraShrink(isa, x, task.rows, in, job.a->dtype, job.a->data, rank, t);
+  // Cut one-row FMA tasks by rank (largest first) while there are fewer tasks than wanted.
+  while (num_tasks() < min_tasks) {
+    size_t widest = tasks_.size();
+    for (size_t i = 0; i < tasks_.size(); ++i) {
+      const Task& t = tasks_[i];
+      if (t.amx || t.rows != 1 || t.k1 - t.k0 < 2 * kRankStep) continue;
+      if (widest == tasks_.size() || t.k1 - t.k0 > tasks_[widest].k1 - tasks_[widest].k0) widest = i;
     }
-  };
-  const auto num_tasks = static_cast<int64_t>(tasks.size());
-  if (macs < (int64_t{1} << 16) || num_tasks == 1) {  // too small to repay waking the workers
-    for (int64_t i = 0; i < num_tasks; ++i) run(i, 0);
+    if (widest == tasks_.size()) break;
+    Task& t = tasks_[widest];
+    const int mid = t.k0 + ((t.k1 - t.k0) / 2 + kRankStep - 1) / kRankStep * kRankStep;
+    Task upper = t;
+    upper.k0 = mid;
+    t.k1 = mid;
+    tasks_.push_back(upper);
+  }
+}
+
+void LoraShrinkPlan::Run(int64_t i) const {
+  const Task& task = tasks_[static_cast<size_t>(i)];
+  const LoraShrinkJob& job = jobs_[task.job];
+  const int rank = static_cast<int>(job.a->dim(0));
+  const float* x = job.x + task.r0 * in_;
+  float* t = job.t + task.r0 * rank;
+  if (task.amx && task.rows == 1) {  // decode: no 16-row group to pack
+    cpu::MatmulBf16AmxRow(x, GlobalMatmulOptions().bf16_split, in_,
+                          static_cast<const uint16_t*>(job.a->data), 0, rank, t);
+  } else if (task.amx) {
+    const bool split = GlobalMatmulOptions().bf16_split;
+    static thread_local AlignedBuffer<uint16_t> packed;  // this thread's 16 rows as bf16 tiles
+    LOOM_CHECK_OK(packed.Resize(cpu::PackedActivationsAmxSize(task.rows, in_, split)));
+    cpu::PackActivationsAmx(x, task.rows, in_, split, packed.data());
+    cpu::MatmulBf16Amx(packed.data(), split, task.rows, in_,
+                       static_cast<const uint16_t*>(job.a->data), 0, rank, t, rank);
+  } else if (task.k0 > 0 || task.k1 < rank) {  // one row, ranks [k0, k1): t's row is contiguous
+    const size_t offset = static_cast<size_t>(task.k0 * in_) * DTypeSize(job.a->dtype);
+    cpu::LoraShrink(cpu::ActiveIsa(), x, 1, in_, job.a->dtype,
+                    static_cast<const uint8_t*>(job.a->data) + offset, task.k1 - task.k0, t + task.k0);
+  } else {
+    cpu::LoraShrink(cpu::ActiveIsa(), x, task.rows, in_, job.a->dtype, job.a->data, rank, t);
+  }
+}
+
+void LoraShrinkBatch(const LoraShrinkJob* jobs, size_t num_jobs, int64_t in) {
+  // Reused by the calling thread (the engine's); workers see it through the reference.
+  static thread_local LoraShrinkPlan caller_plan;
+  LoraShrinkPlan& plan = caller_plan;
+  plan.Build(jobs, num_jobs, in, 1);
+  if (plan.macs() < (int64_t{1} << 16) || plan.num_tasks() == 1) {  // too small to repay waking the workers
+    for (int64_t i = 0; i < plan.num_tasks(); ++i) plan.Run(i);
     return;
   }
-  ThreadPool::Global().ParallelFor(num_tasks, run);
+  ThreadPool::Global().ParallelFor(plan.num_tasks(), [&](int64_t i, int) { plan.Run(i); });
 }
 
-void LoraExpandBlock(const float* t, int64_t rows, int rank, DType dtype, const void* b_t,
+void LoraExpandBlock(const float* t, int64_t rows, int rank, DType dtype, const void* b_panels,
                      int64_t out, int64_t j0, int64_t j1, float* d) {
-  cpu::LoraExpand(cpu::ActiveIsa(), t, rows, rank, dtype, b_t, out, j0, j1, d);
+  cpu::LoraExpand(cpu::ActiveIsa(), t, rows, rank, dtype, b_panels, out, j0, j1, d);
 }
 
-void LoraExpandAddBlock(const float* t, int64_t rows, int rank, DType dtype, const void* b_t,
+void LoraExpandAddBlock(const float* t, int64_t rows, int rank, DType dtype, const void* b_panels,
                         int64_t out, int64_t j0, int64_t j1, float scale, float* y, int64_t ldy) {
-  cpu::LoraExpandAdd(cpu::ActiveIsa(), t, rows, rank, dtype, b_t, out, j0, j1, scale, y, ldy);
+  cpu::LoraExpandAdd(cpu::ActiveIsa(), t, rows, rank, dtype, b_panels, out, j0, j1, scale, y, ldy);
 }
 
 }  // namespace loom

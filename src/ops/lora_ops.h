@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "tensor/dtype.h"
 #include "tensor/tensor.h"
@@ -16,22 +17,50 @@ struct LoraShrinkJob {
   float* t;
 };
 
-// Runs every job (all of one projection's segments) in one parallel region: bf16 A with `in` a
-// multiple of 32 on AMX tiles of 16 rows where the CPU has them, else the f32 FMA kernel in
-// tasks of 4 rows. The kernel depends only on the adapter and the projection, and a row's sums
-// never depend on the other rows or on how rows are grouped (batch invariance), so decode rows
-// and prefill chunks get the same bits.
+// The shrink of every job (all of one projection's segments), cut into tasks: bf16 A with `in`
+// a multiple of 32 on AMX tiles of 16 rows where the CPU has them, else the f32 FMA kernel in
+// tasks of 4 rows; a one-row job may also be cut by rank (Build's min_tasks), so a decode row's
+// shrink runs on every core. The kernel depends only on the adapter and the projection, and
+// each t[r, k] is summed on its own in one fixed order (never depending on the other rows,
+// ranks or how they are grouped: batch invariance), so decode rows and prefill chunks get the
+// same bits. Linear runs the tasks as the pre tasks of the base matmul's parallel region.
+class LoraShrinkPlan {
+ public:
+  // Keeps `jobs` (which must outlive Run); min_tasks: cut one-row jobs by rank, in multiples of
+  // 4, until there are at least this many tasks (or none can be cut further).
+  void Build(const LoraShrinkJob* jobs, size_t num_jobs, int64_t in, int min_tasks);
+  int64_t num_tasks() const { return static_cast<int64_t>(tasks_.size()); }
+  // Multiply-adds in all (to decide whether the work repays waking the workers).
+  int64_t macs() const { return macs_; }
+  // Runs task i (0 ≤ i < num_tasks()); tasks write disjoint parts of t.
+  void Run(int64_t i) const;
+
+ private:
+  struct Task {
+    uint32_t job;
+    bool amx;
+    int64_t r0, rows;
+    int k0, k1;  // ranks [k0, k1) (a one-row job cut by rank), else the whole rank
+  };
+  std::vector<Task> tasks_;
+  const LoraShrinkJob* jobs_ = nullptr;
+  int64_t in_ = 0;
+  int64_t macs_ = 0;
+};
+
+// Runs every job in one parallel region of its own (or inline when too small to repay waking
+// the workers).
 void LoraShrinkBatch(const LoraShrinkJob* jobs, size_t num_jobs, int64_t in);
 
-// d[r, j - j0] = Σ_k t[r, k] · b_t[k, j] for j in [j0, j1): t [rows, rank] f32, b_t [rank, out]
-// of `dtype` (f32/f16/bf16), d [rows, j1 - j0] f32. The same summation order whatever `rows`
+// d[r, j - j0] = Σ_k t[r, k] · B[j, k] for j in [j0, j1): t [rows, rank] f32, B [out, rank] of
+// `dtype` (f32/f16/bf16) packed by PackLoraPanels, d [rows, j1 - j0] f32. The same summation order whatever `rows`
 // (batch invariance).
-void LoraExpandBlock(const float* t, int64_t rows, int rank, DType dtype, const void* b_t,
+void LoraExpandBlock(const float* t, int64_t rows, int rank, DType dtype, const void* b_panels,
                      int64_t out, int64_t j0, int64_t j1, float* d);
 
-// y[r, j] += scale · Σ_k t[r, k] · b_t[k, j] for j in [j0, j1), r < rows; y's rows are `ldy`
+// y[r, j] += scale · Σ_k t[r, k] · B[j, k] for j in [j0, j1), r < rows; y's rows are `ldy`
 // apart. The plain-LoRA path of the expand: no scratch, one pass.
-void LoraExpandAddBlock(const float* t, int64_t rows, int rank, DType dtype, const void* b_t,
+void LoraExpandAddBlock(const float* t, int64_t rows, int rank, DType dtype, const void* b_panels,
                         int64_t out, int64_t j0, int64_t j1, float scale, float* y, int64_t ldy);
 
 }  // namespace loom

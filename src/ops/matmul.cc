@@ -7,6 +7,7 @@
 #include "base/thread_pool.h"
 #include "cpu/int8_cpu.h"
 #include "cpu/matmul_cpu.h"
+#include "ops/epilogue_region.h"
 
 namespace loom {
 
@@ -86,10 +87,11 @@ void Matmul(const float* x, int64_t n, const Tensor& w, float* y, const MatmulEp
     const int64_t block = (m / blocks + 31) / 32 * 32;
     const int64_t num_tasks = (m + block - 1) / block;
     const auto* wd = static_cast<const uint16_t*>(w.data);
-    pool.ParallelFor(num_tasks, [&](int64_t task, int) {
+    ParallelBlocks(num_tasks, epilogue, [&](int64_t task) {
       const int64_t j0 = task * block;
-      cpu::MatmulBf16Amx(buf.data(), split, n, k, wd, j0, std::min(m, j0 + block), y, m);
-      if (epilogue) (*epilogue)(j0, std::min(m, j0 + block));
+      const int64_t j1 = std::min(m, j0 + block);
+      cpu::MatmulBf16Amx(buf.data(), split, n, k, wd, j0, j1, y, m);
+      return std::make_pair(j0, j1);
     });
     return;
   }
@@ -104,13 +106,15 @@ void Matmul(const float* x, int64_t n, const Tensor& w, float* y, const MatmulEp
     xb = hi;
   }
   if (n * m * k < (int64_t{1} << 16)) {  // too small to repay waking the workers
-    if (bf16_dot) {
-      cpu::MatmulBf16(cpu::ActiveIsa(), xb, x_lo, n, k, static_cast<const uint16_t*>(w.data), 0,
-                      m, y, m);
-    } else {
-      cpu::MatmulF32(cpu::ActiveIsa(), w.dtype, x, n, k, w.data, 0, m, y, m);
-    }
-    if (epilogue) (*epilogue)(0, m);
+    SerialBlocks(1, epilogue, [&](int64_t) {
+      if (bf16_dot) {
+        cpu::MatmulBf16(cpu::ActiveIsa(), xb, x_lo, n, k, static_cast<const uint16_t*>(w.data), 0,
+                        m, y, m);
+      } else {
+        cpu::MatmulF32(cpu::ActiveIsa(), w.dtype, x, n, k, w.data, 0, m, y, m);
+      }
+      return std::make_pair(int64_t{0}, m);
+    });
     return;
   }
   // Column blocks: a multiple of 4 (the kernels' tile), enough tasks to balance the cores.
@@ -119,7 +123,7 @@ void Matmul(const float* x, int64_t n, const Tensor& w, float* y, const MatmulEp
   block = (block + 15) / 16 * 16;
   const int64_t num_tasks = (m + block - 1) / block;
   const cpu::Isa isa = cpu::ActiveIsa();
-  pool.ParallelFor(num_tasks, [&](int64_t task, int) {
+  ParallelBlocks(num_tasks, epilogue, [&](int64_t task) {
     const int64_t j0 = task * block;
     const int64_t j1 = std::min(m, j0 + block);
     if (bf16_dot) {
@@ -127,7 +131,7 @@ void Matmul(const float* x, int64_t n, const Tensor& w, float* y, const MatmulEp
     } else {
       cpu::MatmulF32(isa, w.dtype, x, n, k, w.data, j0, j1, y, m);
     }
-    if (epilogue) (*epilogue)(j0, j1);
+    return std::make_pair(j0, j1);
   });
 }
 

@@ -34,10 +34,18 @@ MatmulOptions& GlobalMatmulOptions();
 // benchmark output, e.g. "isa avx512bf16 (bf16 activations rounded once)".
 std::string MatmulKernelsDescription();
 
-// Called for each block of output columns [j0, j1) right after the block is computed, on the
-// thread that computed it (so per-column work — LoRA expand, DoRA, bias — runs in the same
-// parallel region while the block is hot in cache, with no extra fork-join per op).
-using MatmulEpilogue = std::function<void(int64_t j0, int64_t j1)>;
+// Work fused into a matmul's parallel region, so a projection's LoRA costs no fork-join of its
+// own. `block` is called for each block of output columns [j0, j1) right after the block is
+// computed, on the thread that computed it (LoRA expand, DoRA, bias, while the block is hot in
+// cache). `pre` runs `pre_tasks` tasks that every `block` call depends on (the LoRA shrink):
+// they are the region's first tasks, so every one of them is claimed (by a running thread, or
+// run inline first) before any column block starts, and a block's `block` call waits for them
+// all — never for a task nobody runs. Either part may be empty.
+struct MatmulEpilogue {
+  int64_t pre_tasks = 0;
+  std::function<void(int64_t task)> pre;
+  std::function<void(int64_t j0, int64_t j1)> block;
+};
 
 // x: [n, k] f32 contiguous; w: [m, k] (F32/F16/BF16); y: [n, m] f32 (overwritten).
 void Matmul(const float* x, int64_t n, const Tensor& w, float* y,

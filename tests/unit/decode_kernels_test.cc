@@ -12,6 +12,7 @@
 #include "cpu/cpu_features.h"
 #include "cpu/int8_cpu.h"
 #include "cpu/lora_cpu.h"
+#include "lora_test_util.h"
 #include "cpu/matmul_cpu.h"
 #include "tensor/dtype.h"
 
@@ -38,8 +39,7 @@ TEST(DecodeKernels, ExpandAddTilesAreRowInvariantAndMatchAvx2) {
     auto bf = Random(static_cast<size_t>(rank * out), 20);
     auto y0 = Random(static_cast<size_t>(rows * ldy), 30);
     for (DType dt : {DType::kF32, DType::kBF16}) {
-      std::vector<uint8_t> bt(bf.size() * DTypeSize(dt));
-      ConvertFromF32(dt, bf.data(), bt.data(), static_cast<int64_t>(bf.size()));
+      const auto bt = PackedBt(dt, bf, rank, out);
       for (auto [j0, j1] : std::vector<std::pair<int64_t, int64_t>>{{0, 300}, {5, 290}, {64, 128}}) {
         SCOPED_TRACE(std::to_string(rows) + " rows, " + DTypeName(dt) + ", cols " +
                      std::to_string(j0) + ".." + std::to_string(j1));

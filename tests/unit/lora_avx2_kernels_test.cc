@@ -9,18 +9,11 @@
 
 #include "cpu/cpu_features.h"
 #include "cpu/lora_cpu.h"
+#include "lora_test_util.h"
 #include "tensor/dtype.h"
 
 namespace loom::cpu {
 namespace {
-
-std::vector<float> Random(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.3f, 1.0f);  // non-zero mean: a dropped term shows
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
 
 std::vector<uint8_t> As(DType dt, const std::vector<float>& f) {
   std::vector<uint8_t> out(f.size() * DTypeSize(dt));
@@ -39,8 +32,8 @@ TEST_F(LoraAvx2, ShrinkMatchesScalarAndEachRowAloneBitForBit) {
   for (int rank : {16, 7, 6, 5, 1}) {  // tiles of 4 ranks, then 3, 2, 1
     for (int64_t in : {896, 77, 16, 3}) {
       const int64_t rows = 10;
-      auto x = Random(static_cast<size_t>(rows * in), 60);
-      auto af = Random(static_cast<size_t>(rank * in), 61);
+      auto x = RandomNonZeroMean(static_cast<size_t>(rows * in), 60);
+      auto af = RandomNonZeroMean(static_cast<size_t>(rank * in), 61);
       for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
         SCOPED_TRACE(std::string(DTypeName(dt)) + " rank " + std::to_string(rank) + " in " +
                      std::to_string(in));
@@ -77,11 +70,12 @@ TEST_F(LoraAvx2, ExpandAndExpandAddMatchScalarAndEachRowAloneBitForBit) {
   for (int rank : {16, 5}) {
     for (int64_t rows : {11, 6}) {
       const int64_t out = 77, ldy = 80;
-      auto t = Random(static_cast<size_t>(rows * rank), 70);
-      auto bf = Random(static_cast<size_t>(rank * out), 71);
-      auto y0 = Random(static_cast<size_t>(rows * ldy), 72);
+      auto t = RandomNonZeroMean(static_cast<size_t>(rows * rank), 70);
+      auto bf = RandomNonZeroMean(static_cast<size_t>(rank * out), 71);
+      auto y0 = RandomNonZeroMean(static_cast<size_t>(rows * ldy), 72);
       for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
         auto bt = As(dt, bf);
+        const auto bp = PackedBt(dt, bf, rank, out);  // what the kernels read
         std::vector<float> bw(bf.size());  // Bᵀ as the kernels read it (rounded to dt)
         ConvertToF32(dt, bt.data(), bw.data(), static_cast<int64_t>(bw.size()));
         for (auto [j0, j1] : std::vector<std::pair<int64_t, int64_t>>{
@@ -91,8 +85,8 @@ TEST_F(LoraAvx2, ExpandAndExpandAddMatchScalarAndEachRowAloneBitForBit) {
                        std::to_string(j1));
           const int64_t width = j1 - j0;
           std::vector<float> dref(static_cast<size_t>(rows * width)), d(dref.size());
-          LoraExpandScalar(t.data(), rows, rank, dt, bt.data(), out, j0, j1, dref.data());
-          LoraExpandAvx2(t.data(), rows, rank, dt, bt.data(), out, j0, j1, d.data());
+          LoraExpandScalar(t.data(), rows, rank, dt, bp.data(), out, j0, j1, dref.data());
+          LoraExpandAvx2(t.data(), rows, rank, dt, bp.data(), out, j0, j1, d.data());
           for (size_t i = 0; i < d.size(); ++i) ASSERT_NEAR(dref[i], d[i], 1e-4f) << i;
           for (int64_t r = 0; r < rows; ++r) {
             for (int64_t j = j0; j < j1; ++j) {
@@ -104,13 +98,13 @@ TEST_F(LoraAvx2, ExpandAndExpandAddMatchScalarAndEachRowAloneBitForBit) {
           // The same fma chain as the AVX-512 kernel: equal bits.
           if (DetectIsa() >= Isa::kAvx512) {
             std::vector<float> d512(d.size());
-            LoraExpandAvx512(t.data(), rows, rank, dt, bt.data(), out, j0, j1, d512.data());
+            LoraExpandAvx512(t.data(), rows, rank, dt, bp.data(), out, j0, j1, d512.data());
             for (size_t i = 0; i < d.size(); ++i) ASSERT_EQ(d512[i], d[i]) << i;
           }
           auto a = y0, b = y0, c = y0;
-          LoraExpandAddScalar(t.data(), rows, rank, dt, bt.data(), out, j0, j1, 0.5f, a.data(),
+          LoraExpandAddScalar(t.data(), rows, rank, dt, bp.data(), out, j0, j1, 0.5f, a.data(),
                               ldy);
-          LoraExpandAddAvx2(t.data(), rows, rank, dt, bt.data(), out, j0, j1, 0.5f, b.data(), ldy);
+          LoraExpandAddAvx2(t.data(), rows, rank, dt, bp.data(), out, j0, j1, 0.5f, b.data(), ldy);
           for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4f) << i;
           for (int64_t r = 0; r < rows; ++r) {
             for (int64_t j = j0; j < j1; ++j) {
@@ -122,9 +116,9 @@ TEST_F(LoraAvx2, ExpandAndExpandAddMatchScalarAndEachRowAloneBitForBit) {
           }
           for (int64_t r = 0; r < rows; ++r) {
             std::vector<float> one(static_cast<size_t>(width));
-            LoraExpandAvx2(t.data() + r * rank, 1, rank, dt, bt.data(), out, j0, j1, one.data());
+            LoraExpandAvx2(t.data() + r * rank, 1, rank, dt, bp.data(), out, j0, j1, one.data());
             for (int64_t j = 0; j < width; ++j) ASSERT_EQ(one[j], d[r * width + j]) << "row " << r;
-            LoraExpandAddAvx2(t.data() + r * rank, 1, rank, dt, bt.data(), out, j0, j1, 0.5f,
+            LoraExpandAddAvx2(t.data() + r * rank, 1, rank, dt, bp.data(), out, j0, j1, 0.5f,
                               c.data() + r * ldy, ldy);
           }
           for (size_t i = 0; i < b.size(); ++i) ASSERT_EQ(b[i], c[i]) << i;

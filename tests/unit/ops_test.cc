@@ -307,6 +307,7 @@ TEST(AttentionKernels, Avx2RowMatchesScalar) {
 }  // namespace loom
 
 #include "cpu/lora_cpu.h"
+#include "lora_test_util.h"
 
 namespace loom {
 namespace {
@@ -318,8 +319,7 @@ TEST(LoraKernels, Avx512ExpandMatchesScalarForEveryDtype) {
   auto t = Random(rows * rank, 50);
   auto bf = Random(rank * out, 51);
   for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
-    std::vector<uint8_t> bt(bf.size() * DTypeSize(dt));
-    ConvertFromF32(dt, bf.data(), bt.data(), static_cast<int64_t>(bf.size()));
+    const auto bt = PackedBt(dt, bf, rank, out);
     for (auto [j0, j1] : std::vector<std::pair<int64_t, int64_t>>{{0, 77}, {16, 40}, {70, 77}}) {
       std::vector<float> a((j1 - j0) * rows), b(a.size());
       cpu::LoraExpandScalar(t.data(), rows, rank, dt, bt.data(), out, j0, j1, a.data());
@@ -367,8 +367,7 @@ TEST(LoraKernels, ExpandAddMatchesScalarAndIsRowInvariant) {
   auto bf = Random(rank * out, 71);
   auto y0 = Random(rows * ldy, 72);
   for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
-    std::vector<uint8_t> bt(bf.size() * DTypeSize(dt));
-    ConvertFromF32(dt, bf.data(), bt.data(), static_cast<int64_t>(bf.size()));
+    const auto bt = PackedBt(dt, bf, rank, out);
     for (auto [j0, j1] : std::vector<std::pair<int64_t, int64_t>>{{0, 77}, {16, 40}, {70, 77}}) {
       auto a = y0, b = y0;
       cpu::LoraExpandAddScalar(t.data(), rows, rank, dt, bt.data(), out, j0, j1, 0.5f, a.data(), ldy);

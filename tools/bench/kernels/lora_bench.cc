@@ -5,10 +5,12 @@
 #include <random>
 #include <vector>
 
+#include "base/thread_pool.h"
 #include "cpu/cpu_features.h"
 #include "ops/lora_ops.h"
 #include "ops/matmul.h"
 #include "ops/matmul_int4.h"
+#include "tensor/lora_panels.h"
 
 namespace {
 
@@ -20,7 +22,7 @@ struct Projection {
   loom::Tensor wt;
   std::unique_ptr<loom::Int4Weight> int4;
   // Per adapter: A [rank, in] bf16, Bᵀ [rank, out] bf16.
-  std::vector<std::vector<uint16_t>> a, bt;
+  std::vector<std::vector<uint16_t>> a, bp;  // A [rank, in]; B packed (tensor/lora_panels.h)
   std::vector<loom::Tensor> at;
 };
 
@@ -41,11 +43,13 @@ Projection& Get(int64_t out, int64_t in, int adapters) {
   p->wt = loom::Tensor{DType::kBF16, {out, in}, p->w.data()};
   p->int4 = std::move(loom::QuantizeWeightInt4(p->wt, "bench", 128)).value();
   for (int i = 0; i < adapters; ++i) {
-    std::vector<uint16_t> a(static_cast<size_t>(kRank * in)), bt(static_cast<size_t>(kRank * out));
+    std::vector<uint16_t> a(static_cast<size_t>(kRank * in)), b(static_cast<size_t>(kRank * out));
     for (auto& v : a) v = loom::F32ToBf16(dist(rng) * 0.05f);
-    for (auto& v : bt) v = loom::F32ToBf16(dist(rng) * 0.05f);
+    for (auto& v : b) v = loom::F32ToBf16(dist(rng) * 0.05f);
+    std::vector<uint16_t> bp(static_cast<size_t>(loom::LoraPanelsSize(kRank, out)));
+    loom::PackLoraPanels(DType::kBF16, b.data(), kRank, out, bp.data());
     p->a.push_back(std::move(a));
-    p->bt.push_back(std::move(bt));
+    p->bp.push_back(std::move(bp));
   }
   for (int i = 0; i < adapters; ++i) {
     p->at.push_back(loom::Tensor{DType::kBF16, {kRank, in}, p->a[static_cast<size_t>(i)].data()});
@@ -72,15 +76,20 @@ void BM_LoraLinear(benchmark::State& state) {
   for (int64_t r = 0; r < rows; ++r) {
     jobs.push_back({x.data() + r * in, 1, &p.at[static_cast<size_t>(r)], t.data() + r * kRank});
   }
-  const loom::MatmulEpilogue epilogue = [&](int64_t j0, int64_t j1) {
+  // The shrink as the pre tasks of the base matmul's region, as Linear runs it.
+  loom::LoraShrinkPlan plan;
+  plan.Build(jobs.data(), jobs.size(), in, loom::ThreadPool::Global().num_threads());
+  loom::MatmulEpilogue epilogue;
+  epilogue.pre_tasks = plan.num_tasks();
+  epilogue.pre = [&](int64_t i) { plan.Run(i); };
+  epilogue.block = [&](int64_t j0, int64_t j1) {
     for (int64_t r = 0; r < rows; ++r) {
       loom::LoraExpandAddBlock(t.data() + r * kRank, 1, kRank, DType::kBF16,
-                               p.bt[static_cast<size_t>(r)].data(), out, j0, j1, 0.5f,
+                               p.bp[static_cast<size_t>(r)].data(), out, j0, j1, 0.5f,
                                y.data() + r * out, out);
     }
   };
   for (auto _ : state) {
-    if (lora) loom::LoraShrinkBatch(jobs.data(), jobs.size(), in);
     if (int4) {
       loom::MatmulInt4(x.data(), rows, *p.int4, y.data(), lora ? &epilogue : nullptr);
     } else {
