@@ -52,7 +52,7 @@ class Sampler {
 
  private:
   void ApplyPenalties(float* logits, int vocab);
-  int32_t Draw(const float* logits, int vocab);  // temperature, top-k, top-p, min-p, draw
+  int32_t Draw(const float* logits, int vocab, int64_t best);  // temperature, top-k, top-p, min-p, draw
 
   SamplingParams params_;
   int64_t step_ = 0;  // tokens sampled so far (named in errors)

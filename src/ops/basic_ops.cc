@@ -6,6 +6,7 @@
 #include "base/thread_pool.h"
 #include "cpu/activation_cpu.h"
 #include "cpu/logits_scan_cpu.h"
+#include "cpu/sample_cpu.h"
 
 namespace loom {
 
@@ -75,6 +76,14 @@ void ScanLogitsRow(const float* x, int64_t n, int64_t* best, int64_t* bad) {
 
 double SumExpShifted(const float* x, int64_t n, float mx) {
   return cpu::SumExpShifted(cpu::ActiveIsa(), x, n, mx);
+}
+
+double ExpScaledRow(const float* x, int64_t n, float s, float mx, float* p) {
+  return cpu::ExpScaled(cpu::ActiveIsa(), x, n, s, mx, p);
+}
+
+int64_t DrawByMassRow(const float* p, int64_t n, double u) {
+  return cpu::DrawByMass(cpu::ActiveIsa(), p, n, u);
 }
 
 }  // namespace loom

@@ -41,6 +41,12 @@ void ScanLogitsRow(const float* x, int64_t n, int64_t* best, int64_t* bad);
 // Σ_i exp(double(x[i] − mx)) over x [n]: log-softmax's normaliser (cpu/logits_scan_cpu.h).
 double SumExpShifted(const float* x, int64_t n, float mx);
 
+// p[i] = exp(x[i]·s − mx) over x [n]; returns Σ p[i] in double (cpu/sample_cpu.h).
+double ExpScaledRow(const float* x, int64_t n, float s, float mx, float* p);
+
+// The index a draw u ∈ [0, Σ p) picks by cumulative mass in index order (cpu/sample_cpu.h).
+int64_t DrawByMassRow(const float* p, int64_t n, double u);
+
 // Converts a small tensor (norm weights, biases) to an owned f32 vector.
 void ToF32(const Tensor& t, float* out);
 

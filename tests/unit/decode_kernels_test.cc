@@ -12,7 +12,7 @@
 #include "cpu/cpu_features.h"
 #include "cpu/int8_cpu.h"
 #include "cpu/lora_cpu.h"
-#include "lora_test_util.h"
+#include "kernel_test_util.h"
 #include "cpu/matmul_cpu.h"
 #include "tensor/dtype.h"
 

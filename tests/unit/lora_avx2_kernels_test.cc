@@ -9,7 +9,7 @@
 
 #include "cpu/cpu_features.h"
 #include "cpu/lora_cpu.h"
-#include "lora_test_util.h"
+#include "kernel_test_util.h"
 #include "tensor/dtype.h"
 
 namespace loom::cpu {

@@ -13,7 +13,7 @@
 #include "ops/lora_ops.h"
 #include "tensor/dtype.h"
 #include "tensor/tensor.h"
-#include "lora_test_util.h"
+#include "kernel_test_util.h"
 
 namespace loom {
 namespace {

@@ -307,7 +307,7 @@ TEST(AttentionKernels, Avx2RowMatchesScalar) {
 }  // namespace loom
 
 #include "cpu/lora_cpu.h"
-#include "lora_test_util.h"
+#include "kernel_test_util.h"
 
 namespace loom {
 namespace {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <random>
 
@@ -269,6 +270,79 @@ TEST(Sampler, EmptyRowIsAnError) {
   auto t = s.Sample(&x, 0, nullptr, nullptr);
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find("empty logits row"), std::string::npos);
+}
+
+
+// A 3000-token row (47 draw blocks) under each filter, against a reference built independently:
+// softmax(l / T) in double, every token sorted by (probability desc, token asc), then top-k, the
+// smallest prefix holding top_p of the mass, min_p × the top probability. Every draw must be in
+// the reference's set and the most likely tokens' frequencies its renormalised probabilities.
+// The configurations reach the one-pass top-k (k ≤ 64) and the partial_sort (k = 300), top-p
+// held by the top 64 and not (T = 3 flattens the row), min-p alone, and plain temperature.
+TEST(Sampler, LargeVocabularyDrawsFollowTheReferenceFilters) {
+  const int vocab = 3000;
+  auto l = Logits(vocab, 11);
+  std::vector<float> sorted = l;
+  std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+  // 40 tokens tied at the 20th largest logit: top_k = 30 cuts through them (token order decides)
+  for (int i = 100; i < 140; ++i) l[static_cast<size_t>(i)] = sorted[19];
+  l[42] = -INFINITY;                                                  // a masked token
+  struct Cfg {
+    float t;
+    int k;
+    float top_p, min_p;
+  };
+  const Cfg cfgs[] = {{1.0f, 0, 1.0f, 0},   {0.8f, 30, 1.0f, 0}, {1.0f, 300, 1.0f, 0},
+                      {1.0f, 0, 0.9f, 0},   {3.0f, 0, 0.9f, 0},  {1.0f, 40, 0.8f, 0},
+                      {1.0f, 0, 1.0f, 0.05f}, {3.0f, 300, 0.95f, 0.2f}};
+  for (const Cfg& c : cfgs) {
+    SCOPED_TRACE("T " + std::to_string(c.t) + " top_k " + std::to_string(c.k) + " top_p " +
+                 std::to_string(c.top_p) + " min_p " + std::to_string(c.min_p));
+    std::vector<double> prob(vocab);
+    double mx = -INFINITY;
+    for (float x : l) mx = std::max(mx, double(x) / c.t);
+    for (int i = 0; i < vocab; ++i) prob[i] = std::exp(double(l[i]) / c.t - mx);
+    std::vector<int> order(vocab);
+    for (int i = 0; i < vocab; ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return prob[a] > prob[b]; });
+    size_t keep = c.k > 0 ? static_cast<size_t>(c.k) : order.size();
+    double total = 0;
+    for (size_t i = 0; i < keep; ++i) total += prob[order[i]];
+    if (c.top_p < 1) {
+      double cum = 0;
+      size_t n = 0;
+      while (n < keep && cum < c.top_p * total) cum += prob[order[n++]];
+      keep = n;
+    }
+    std::vector<double> want(vocab, 0.0);
+    double mass = 0;
+    for (size_t i = 0; i < keep; ++i) {
+      if (prob[order[i]] >= c.min_p) mass += (want[order[i]] = prob[order[i]]);
+    }
+    if (c.top_p < 1 && c.t == 3.0f) {
+      ASSERT_GT(keep, 64u);  // past the one-pass first attempt
+    }
+    SamplingParams p;
+    p.temperature = c.t;
+    p.top_k = c.k;
+    p.top_p = c.top_p;
+    p.min_p = c.min_p;
+    p.seed = 5;
+    Sampler s(p, {});
+    std::vector<int> counts(vocab, 0);
+    const int draws = 4000;  // fixed seed: the same draws every run
+    for (int d = 0; d < draws; ++d) {
+      const int32_t t = Draw(p, l, &s);
+      ASSERT_TRUE(t >= 0 && t < vocab);
+      ASSERT_GT(want[t], 0.0) << "token " << t << " is outside the reference's set";
+      ++counts[t];
+    }
+    for (size_t i = 0; i < std::min<size_t>(keep, 5); ++i) {
+      const int t = order[i];
+      if (want[t] == 0) continue;
+      EXPECT_NEAR(counts[t] / double(draws), want[t] / mass, 0.025) << "token " << t;  // ≥ 3σ
+    }
+  }
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// LoRA kernel test helpers: random values with a non-zero mean, and a Bᵀ [rank, out] (f32) rounded to a dtype and packed into the expand kernels' panels.
+// Kernel test helpers: random values with a non-zero mean (a dropped term shows), and a Bᵀ [rank, out] (f32) rounded to a dtype and packed into the LoRA expand kernels' panels.
 #pragma once
 
 #include <cstdint>
