@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "ops/basic_ops.h"
 
@@ -122,6 +123,50 @@ void TopByInsertion(const float* p, int n, size_t k, std::vector<int32_t>* order
   }
 }
 
+// The top-p set of p [n] (p ≥ 0) without sorting the row: the bit patterns of non-negative
+// floats order as their values, so the row is bucketed by its top 11 bits (exponent and 3
+// mantissa bits: buckets 9 % wide), the buckets' masses walked from the top to the one where
+// the mass reaches `target`, and only that bucket's tokens sorted (probability desc, token asc)
+// and taken until it does. order: the tokens of the buckets above, in token order, then those.
+// The set is the smallest sorted prefix holding the mass, up to the rounding of the sums. A
+// flat 151936-token row needing thousands of tokens took ~3.5 ms with growing partial_sorts.
+size_t TopPByBuckets(const float* p, int n, double target, std::vector<int32_t>* order,
+                     std::vector<int32_t>* tail) {
+  constexpr int kShift = 20;
+  constexpr int kBuckets = 1 << (31 - kShift);  // every non-negative float
+  auto bucket = [&](int i) {
+    uint32_t bits;
+    std::memcpy(&bits, &p[i], sizeof bits);
+    return static_cast<int>(bits >> kShift);
+  };
+  std::vector<double> mass(kBuckets, 0.0);
+  for (int i = 0; i < n; ++i) mass[static_cast<size_t>(bucket(i))] += p[i];
+  double cum = 0;
+  int crossing = 0;  // if rounding keeps the mass below target to the end: every token
+  for (int b = kBuckets - 1; b >= 0; --b) {
+    if (cum + mass[static_cast<size_t>(b)] >= target) {
+      crossing = b;
+      break;
+    }
+    cum += mass[static_cast<size_t>(b)];
+  }
+  order->clear();
+  tail->clear();
+  for (int i = 0; i < n; ++i) {
+    const int b = bucket(i);
+    if (b > crossing) order->push_back(i);
+    if (b == crossing) tail->push_back(i);
+  }
+  std::sort(tail->begin(), tail->end(),
+            [&](int32_t a, int32_t c) { return p[a] > p[c] || (p[a] == p[c] && a < c); });
+  for (int32_t t : *tail) {
+    if (cum >= target) break;
+    order->push_back(t);
+    cum += p[t];
+  }
+  return order->size();
+}
+
 void AllTokens(int n, std::vector<int32_t>* order) {
   order->resize(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) (*order)[static_cast<size_t>(i)] = i;
@@ -177,10 +222,10 @@ int32_t Sampler::Draw(const float* logits, int vocab, int64_t best) {
       while (n < order_.size() && cum < target) cum += probs_[static_cast<size_t>(order_[n++])];
       if (cum >= target || order_.size() == keep) {
         keep = n;
-        done = true;
       } else {
-        AllTokens(vocab, &order_);
+        keep = TopPByBuckets(probs_.data(), vocab, target, &order_, &tail_);
       }
+      done = true;
     }
     for (size_t prefix = std::min<size_t>(keep, 64); !done; prefix = std::min(keep, prefix * 8)) {
       std::partial_sort(order_.begin(), order_.begin() + static_cast<long>(prefix),
