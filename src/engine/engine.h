@@ -86,7 +86,17 @@ class Engine {
  private:
   const Adapter* AdapterOf(const Sequence& seq) const;
   void Finish(Sequence* seq, FinishReason reason, SequenceUpdate* update);
-  void SampleRow(Sequence* seq, float* row);
+  // A sampled row: the token (or why none), its log-prob and the top list.
+  struct Drawn {
+    StatusOr<int32_t> token = -1;
+    TokenLogprob chosen{};
+    std::vector<TokenLogprob> top;
+  };
+  // The sampler on a row: touches only seq's sampler and result.step_logits, so rows of
+  // different sequences run in parallel.
+  Drawn DrawRow(Sequence* seq, float* row);
+  // The rest, in row order on the engine thread: accept the token, detokenize, stop, finish.
+  void ApplyDrawn(Sequence* seq, Drawn drawn);
   // From the time since `start` of a step of `rows` rows: the scheduler's rows_while_decoding.
   void UpdateStepBudget(std::chrono::steady_clock::time_point start, int rows);
 
@@ -112,6 +122,8 @@ class Engine {
     int prompt_index;  // ≥ 0: a prompt position whose logits the request keeps
   };
   std::vector<RowOwner> logit_owners_;
+  std::vector<size_t> sample_rows_;  // indices into logit_owners_ that sample this step
+  std::vector<Drawn> drawn_;         // their results
 };
 
 }  // namespace loom
