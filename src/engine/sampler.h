@@ -52,7 +52,8 @@ class Sampler {
 
  private:
   void ApplyPenalties(float* logits, int vocab);
-  int32_t Draw(const float* logits, int vocab, int64_t best);  // temperature, top-k, top-p, min-p, draw
+  // Temperature, top-k, top-p, min-p, draw; best = the row's first maximum (from the scan).
+  int32_t Draw(const float* logits, int vocab, int64_t best);
 
   SamplingParams params_;
   int64_t step_ = 0;  // tokens sampled so far (named in errors)

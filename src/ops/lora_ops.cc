@@ -1,4 +1,4 @@
-// LoRA ops: the shrink of every segment in one parallel region, and the expand of a column block, at the active ISA level.
+// LoRA ops: the shrink of every segment cut into tasks (a matmul region's pre tasks), and the expand of a column block, at the active ISA level.
 #include "ops/lora_ops.h"
 
 #include <algorithm>
@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "base/check.h"
-#include "base/thread_pool.h"
 #include "cpu/cpu_features.h"
 #include "cpu/lora_cpu.h"
 #include "cpu/matmul_cpu.h"
@@ -31,7 +30,6 @@ void LoraShrinkPlan::Build(const LoraShrinkJob* jobs, size_t num_jobs, int64_t i
   constexpr int kRankStep = 4;      // a rank cut keeps the FMA kernel's 4-rank tiles whole
   jobs_ = jobs;
   in_ = in;
-  macs_ = 0;
   tasks_.clear();
   for (size_t j = 0; j < num_jobs; ++j) {
     const bool amx = ShrinkOnAmx(*jobs[j].a, in);
@@ -40,7 +38,6 @@ void LoraShrinkPlan::Build(const LoraShrinkJob* jobs, size_t num_jobs, int64_t i
     for (int64_t r = 0; r < jobs[j].rows; r += step) {
       tasks_.push_back({static_cast<uint32_t>(j), amx, r, std::min(step, jobs[j].rows - r), 0, rank});
     }
-    macs_ += jobs[j].rows * rank * in;
   }
   // Cut one-row FMA tasks by rank (largest first) while there are fewer tasks than wanted.
   while (num_tasks() < min_tasks) {
@@ -83,18 +80,6 @@ void LoraShrinkPlan::Run(int64_t i) const {
   } else {
     cpu::LoraShrink(cpu::ActiveIsa(), x, task.rows, in_, job.a->dtype, job.a->data, rank, t);
   }
-}
-
-void LoraShrinkBatch(const LoraShrinkJob* jobs, size_t num_jobs, int64_t in) {
-  // Reused by the calling thread (the engine's); workers see it through the reference.
-  static thread_local LoraShrinkPlan caller_plan;
-  LoraShrinkPlan& plan = caller_plan;
-  plan.Build(jobs, num_jobs, in, 1);
-  if (plan.macs() < (int64_t{1} << 16) || plan.num_tasks() == 1) {  // too small to repay waking the workers
-    for (int64_t i = 0; i < plan.num_tasks(); ++i) plan.Run(i);
-    return;
-  }
-  ThreadPool::Global().ParallelFor(plan.num_tasks(), [&](int64_t i, int) { plan.Run(i); });
 }
 
 void LoraExpandBlock(const float* t, int64_t rows, int rank, DType dtype, const void* b_panels,

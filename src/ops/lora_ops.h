@@ -30,8 +30,6 @@ class LoraShrinkPlan {
   // 4, until there are at least this many tasks (or none can be cut further).
   void Build(const LoraShrinkJob* jobs, size_t num_jobs, int64_t in, int min_tasks);
   int64_t num_tasks() const { return static_cast<int64_t>(tasks_.size()); }
-  // Multiply-adds in all (to decide whether the work repays waking the workers).
-  int64_t macs() const { return macs_; }
   // Runs task i (0 ≤ i < num_tasks()); tasks write disjoint parts of t.
   void Run(int64_t i) const;
 
@@ -45,12 +43,7 @@ class LoraShrinkPlan {
   std::vector<Task> tasks_;
   const LoraShrinkJob* jobs_ = nullptr;
   int64_t in_ = 0;
-  int64_t macs_ = 0;
 };
-
-// Runs every job in one parallel region of its own (or inline when too small to repay waking
-// the workers).
-void LoraShrinkBatch(const LoraShrinkJob* jobs, size_t num_jobs, int64_t in);
 
 // d[r, j - j0] = Σ_k t[r, k] · B[j, k] for j in [j0, j1): t [rows, rank] f32, B [out, rank] of
 // `dtype` (f32/f16/bf16) packed by PackLoraPanels, d [rows, j1 - j0] f32. The same summation order whatever `rows`
