@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 
 #include "ops/basic_ops.h"
 
@@ -69,6 +70,25 @@ void Sampler::ApplyPenalties(float* logits, int vocab) {
   }
 }
 
+namespace {
+// The k largest of v [n] into order in one pass, larger first and equal ones in index order
+// (what partial_sort by (v desc, index asc) gives): an index enters only above the current
+// k-th. A partial_sort of every index cost ~0.35 ms a 151936-token row at k = 50. Used for the
+// log-probs' top list (over logits) and top-k / top-p's first try (over probabilities).
+void TopByInsertion(const float* v, int n, size_t k, std::vector<int32_t>* order) {
+  order->clear();
+  float floor = 0;  // the k-th value once k are held
+  for (int i = 0; i < n && k > 0; ++i) {
+    const float vi = v[i];
+    if (order->size() == k && !(vi > floor)) continue;
+    auto pos = std::find_if(order->begin(), order->end(), [&](int32_t o) { return v[o] < vi; });
+    order->insert(pos, i);
+    if (order->size() > k) order->pop_back();
+    if (order->size() == k) floor = v[order->back()];
+  }
+}
+}  // namespace
+
 void ComputeLogprobs(const float* logits, int vocab, int32_t token, int top_n,
                      TokenLogprob* chosen, std::vector<TokenLogprob>* top) {
   // The row's maximum from the vectorised greedy scan (a scalar max loop is a chain of maxss,
@@ -83,19 +103,12 @@ void ComputeLogprobs(const float* logits, int vocab, int32_t token, int top_n,
   auto clamp = [](float lp) { return std::isfinite(lp) ? lp : -9999.0f; };
   if (chosen) *chosen = {token, clamp(logits[token] - log_z)};
   if (top) {
-    // The n largest logits, larger first and equal ones in token order, in one pass: a token
-    // enters only above the current n-th (a partial_sort of every index took ~0.24 ms a row).
+    // The n largest logits, larger first and equal ones in token order, in one pass (a
+    // partial_sort of every index took ~0.24 ms a row).
+    std::vector<int32_t> ids;
+    TopByInsertion(logits, vocab, static_cast<size_t>(std::max(0, std::min(top_n, vocab))), &ids);
     top->clear();
-    const auto n = static_cast<size_t>(std::max(0, std::min(top_n, vocab)));
-    for (int i = 0; i < vocab && n > 0; ++i) {
-      const float l = logits[i];
-      if (top->size() == n && !(l > logits[top->back().token])) continue;
-      auto pos = std::find_if(top->begin(), top->end(),
-                              [&](const TokenLogprob& e) { return logits[e.token] < l; });
-      top->insert(pos, {i, 0.0f});
-      if (top->size() > n) top->pop_back();
-    }
-    for (TokenLogprob& e : *top) e.logprob = clamp(logits[e.token] - log_z);
+    for (int32_t id : ids) top->push_back({id, clamp(logits[id] - log_z)});
   }
 }
 
@@ -106,22 +119,6 @@ void ComputeLogprobs(const float* logits, int vocab, int32_t token, int top_n,
 namespace {
 // Top-k up to this k selects by insertion in one pass; larger k by partial_sort.
 constexpr int kTopKInsertMax = 64;
-
-// The k most probable of p [n] into order in one pass, larger first and equal ones in token
-// order (what partial_sort by (p desc, token asc) gives): a token enters only above the
-// current k-th. A partial_sort of every index cost ~0.35 ms a 151936-token row at k = 50.
-void TopByInsertion(const float* p, int n, size_t k, std::vector<int32_t>* order) {
-  order->clear();
-  float floor = -1;  // the k-th probability once k are held (probabilities are ≥ 0)
-  for (int i = 0; i < n; ++i) {
-    const float pi = p[i];
-    if (!(pi > floor)) continue;
-    auto pos = std::find_if(order->begin(), order->end(), [&](int32_t o) { return p[o] < pi; });
-    order->insert(pos, i);
-    if (order->size() > k) order->pop_back();
-    if (order->size() == k) floor = p[order->back()];
-  }
-}
 
 // The top-p set of p [n] (p ≥ 0) without sorting the row: the bit patterns of non-negative
 // floats order as their values, so the row is bucketed by its top 11 bits (exponent and 3
@@ -166,11 +163,6 @@ size_t TopPByBuckets(const float* p, int n, double target, std::vector<int32_t>*
   }
   return order->size();
 }
-
-void AllTokens(int n, std::vector<int32_t>* order) {
-  order->resize(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) (*order)[static_cast<size_t>(i)] = i;
-}
 }  // namespace
 
 int32_t Sampler::Draw(const float* logits, int vocab, int64_t best) {
@@ -206,7 +198,8 @@ int32_t Sampler::Draw(const float* logits, int vocab, int64_t best) {
     if (params_.top_k <= kTopKInsertMax) {
       TopByInsertion(probs_.data(), vocab, keep, &order_);
     } else {
-      AllTokens(vocab, &order_);
+      order_.resize(static_cast<size_t>(vocab));
+      std::iota(order_.begin(), order_.end(), 0);
       std::partial_sort(order_.begin(), order_.begin() + static_cast<long>(keep), order_.end(), by_prob);
     }
     total = 0;

@@ -73,12 +73,10 @@ void LoraShrinkPlan::Run(int64_t i) const {
     cpu::PackActivationsAmx(x, task.rows, in_, split, packed.data());
     cpu::MatmulBf16Amx(packed.data(), split, task.rows, in_,
                        static_cast<const uint16_t*>(job.a->data), 0, rank, t, rank);
-  } else if (task.k0 > 0 || task.k1 < rank) {  // one row, ranks [k0, k1): t's row is contiguous
+  } else {  // ranks [k0, k1): all of them, or a one-row task's cut (t's row is contiguous)
     const size_t offset = static_cast<size_t>(task.k0 * in_) * DTypeSize(job.a->dtype);
-    cpu::LoraShrink(cpu::ActiveIsa(), x, 1, in_, job.a->dtype,
+    cpu::LoraShrink(cpu::ActiveIsa(), x, task.rows, in_, job.a->dtype,
                     static_cast<const uint8_t*>(job.a->data) + offset, task.k1 - task.k0, t + task.k0);
-  } else {
-    cpu::LoraShrink(cpu::ActiveIsa(), x, task.rows, in_, job.a->dtype, job.a->data, rank, t);
   }
 }
 
