@@ -1,4 +1,4 @@
-// NF4 matmul with AVX2: each 16-column panel as two 8-lane halves; the 16-entry code table looked
+// bitsandbytes 4-bit (NF4/FP4) matmul with AVX2: each 16-column panel as two 8-lane halves; the 16-entry code table looked
 // up as 4 vpshufb byte planes, 32 codes at a time; the same fma sequence as the scalar kernel.
 #include <immintrin.h>
 
@@ -18,23 +18,18 @@ namespace {
 struct CodePlanes {
   __m256i plane[4];
 };
-// The planes' bytes, computed once from kNf4Code.
-struct CodeBytes {
-  alignas(16) uint8_t plane[4][16];
-  CodeBytes() {
-    for (int q = 0; q < 16; ++q) {
-      uint32_t bits;
-      std::memcpy(&bits, &kNf4Code[q], 4);
-      for (int b = 0; b < 4; ++b) plane[b][q] = static_cast<uint8_t>(bits >> (8 * b));
-    }
+// The planes of a 16-entry f32 code (once per kernel call: 64 bytes).
+LOOM_AVX2 inline CodePlanes LoadCodePlanes(const float* code) {
+  alignas(16) uint8_t bytes[4][16];
+  for (int q = 0; q < 16; ++q) {
+    uint32_t bits;
+    std::memcpy(&bits, &code[q], 4);
+    for (int b = 0; b < 4; ++b) bytes[b][q] = static_cast<uint8_t>(bits >> (8 * b));
   }
-};
-LOOM_AVX2 inline CodePlanes LoadCodePlanes() {
-  static const CodeBytes bytes;
   CodePlanes c;
   for (int b = 0; b < 4; ++b) {
-    c.plane[b] = _mm256_broadcastsi128_si256(
-        _mm_load_si128(reinterpret_cast<const __m128i*>(bytes.plane[b])));
+    c.plane[b] =
+        _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(bytes[b])));
   }
   return c;
 }
@@ -67,9 +62,9 @@ LOOM_AVX2 inline void LookupChunk(const uint8_t* chunk, const CodePlanes& c, __m
 // column) MatmulNf4's contract (nf4_cpu.h), so the scalar kernel's bits.
 template <int R, int P>
 LOOM_AVX2 inline void Tile(const float* x, int64_t k, const uint8_t* wq, const float* absmax,
-                           int64_t block, int64_t p0, int cols, float* y, int64_t ldy) {
+                           int64_t block, const CodePlanes& planes, int64_t p0, int cols,
+                           float* y, int64_t ldy) {
   const int64_t blocks = k / block, panel_bytes = kNf4Panel * k / 2;
-  const CodePlanes planes = LoadCodePlanes();
   __m256 acc[R][P][2];
   for (int r = 0; r < R; ++r) {
     for (int p = 0; p < P; ++p) acc[r][p][0] = acc[r][p][1] = _mm256_setzero_ps();
@@ -125,30 +120,33 @@ LOOM_AVX2 inline void Tile(const float* x, int64_t k, const uint8_t* wq, const f
 
 template <int R, int P>
 LOOM_AVX2 void Rows(const float* x, int64_t k, const uint8_t* wq, const float* absmax,
-                    int64_t block, int64_t j0, int64_t j1, float* y, int64_t ldy) {
+                    int64_t block, const CodePlanes& planes, int64_t j0, int64_t j1, float* y,
+                    int64_t ldy) {
   int64_t j = j0;
   for (; j + P * kNf4Panel <= j1; j += P * kNf4Panel) {
-    Tile<R, P>(x, k, wq, absmax, block, j / kNf4Panel, kNf4Panel, y + (j - j0), ldy);
+    Tile<R, P>(x, k, wq, absmax, block, planes, j / kNf4Panel, kNf4Panel, y + (j - j0), ldy);
   }
   for (; j < j1; j += kNf4Panel) {
     const int cols = static_cast<int>(j1 - j < kNf4Panel ? j1 - j : kNf4Panel);
-    Tile<R, 1>(x, k, wq, absmax, block, j / kNf4Panel, cols, y + (j - j0), ldy);
+    Tile<R, 1>(x, k, wq, absmax, block, planes, j / kNf4Panel, cols, y + (j - j0), ldy);
   }
 }
 
 }  // namespace
 
 void MatmulNf4Avx2(const float* x, int64_t n, int64_t k, const uint8_t* wq, const float* absmax,
-                   int64_t block, int64_t j0, int64_t j1, float* y, int64_t ldy) {
+                   int64_t block, const float* code, int64_t j0, int64_t j1, float* y,
+                   int64_t ldy) {
   // 4-row tiles share each lookup among 4 rows instead of 2. Zen 2, 4864 × 896, block 64, 2
   // threads (loom_quant_bench BM_Nf4), with the vpermps lookup: 8 and 128 rows 35-40 → 53-61
   // GFLOP/s (6-row tiles 50-72 and 50-60); then the vpshufb byte planes: 1 row 23 → 39-43, 8 rows
   // 62 → 86-103, 128 rows 63 → 99-103. One row was bound by the lookups, not by the fma chains
   // (two blocks' chains interleaved measured the same).
+  const CodePlanes p = LoadCodePlanes(code);
   int64_t r = 0;
-  for (; r + 4 <= n; r += 4) Rows<4, 1>(x + r * k, k, wq, absmax, block, j0, j1, y + r * ldy, ldy);
-  for (; r + 2 <= n; r += 2) Rows<2, 1>(x + r * k, k, wq, absmax, block, j0, j1, y + r * ldy, ldy);
-  for (; r < n; ++r) Rows<1, 2>(x + r * k, k, wq, absmax, block, j0, j1, y + r * ldy, ldy);
+  for (; r + 4 <= n; r += 4) Rows<4, 1>(x + r * k, k, wq, absmax, block, p, j0, j1, y + r * ldy, ldy);
+  for (; r + 2 <= n; r += 2) Rows<2, 1>(x + r * k, k, wq, absmax, block, p, j0, j1, y + r * ldy, ldy);
+  for (; r < n; ++r) Rows<1, 2>(x + r * k, k, wq, absmax, block, p, j0, j1, y + r * ldy, ldy);
 }
 
 }  // namespace loom::cpu

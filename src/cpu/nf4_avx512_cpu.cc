@@ -1,4 +1,4 @@
-// NF4 matmul with AVX-512: 16 nibbles of a panel widened to lanes, vpermps through the 16-entry
+// bitsandbytes 4-bit (NF4/FP4) matmul with AVX-512: 16 nibbles of a panel widened to lanes, vpermps through the 16-entry
 // code table, f32 fma per block then one fma by the block's absmax.
 #include <immintrin.h>
 
@@ -20,9 +20,10 @@ namespace {
 // same fma sequence as the scalar kernel, so the same bits, whatever R and P.
 template <int R, int P>
 LOOM_AVX512 inline void Tile(const float* x, int64_t k, const uint8_t* wq, const float* absmax,
-                             int64_t block, int64_t p0, int cols, float* y, int64_t ldy) {
+                             int64_t block, const float* code, int64_t p0, int cols, float* y,
+                             int64_t ldy) {
   const int64_t blocks = k / block, panel_bytes = kNf4Panel * k / 2;
-  const __m512 lut = _mm512_loadu_ps(kNf4Code);
+  const __m512 lut = _mm512_loadu_ps(code);
   __m512 acc[R][P];
   for (int r = 0; r < R; ++r) {
     for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
@@ -70,28 +71,30 @@ LOOM_AVX512 inline void Tile(const float* x, int64_t k, const uint8_t* wq, const
 // Rows [r0, r0 + R) over every panel of [j0, j1): P panels at a time, then one at a time.
 template <int R, int P>
 LOOM_AVX512 void Rows(const float* x, int64_t k, const uint8_t* wq, const float* absmax,
-                      int64_t block, int64_t j0, int64_t j1, float* y, int64_t ldy) {
+                      int64_t block, const float* code, int64_t j0, int64_t j1, float* y,
+                      int64_t ldy) {
   int64_t j = j0;
   for (; j + P * kNf4Panel <= j1; j += P * kNf4Panel) {
-    Tile<R, P>(x, k, wq, absmax, block, j / kNf4Panel, kNf4Panel, y + (j - j0), ldy);
+    Tile<R, P>(x, k, wq, absmax, block, code, j / kNf4Panel, kNf4Panel, y + (j - j0), ldy);
   }
   for (; j < j1; j += kNf4Panel) {
     const int cols = static_cast<int>(j1 - j < kNf4Panel ? j1 - j : kNf4Panel);
-    Tile<R, 1>(x, k, wq, absmax, block, j / kNf4Panel, cols, y + (j - j0), ldy);
+    Tile<R, 1>(x, k, wq, absmax, block, code, j / kNf4Panel, cols, y + (j - j0), ldy);
   }
 }
 
 }  // namespace
 
 void MatmulNf4Avx512(const float* x, int64_t n, int64_t k, const uint8_t* wq, const float* absmax,
-                     int64_t block, int64_t j0, int64_t j1, float* y, int64_t ldy) {
+                     int64_t block, const float* code, int64_t j0, int64_t j1, float* y,
+                     int64_t ldy) {
   int64_t r = 0;
   if (n == 1) {  // decode: 4 panels for 4 independent fma chains
-    Rows<1, 4>(x, k, wq, absmax, block, j0, j1, y, ldy);
+    Rows<1, 4>(x, k, wq, absmax, block, code, j0, j1, y, ldy);
     return;
   }
-  for (; r + 4 <= n; r += 4) Rows<4, 2>(x + r * k, k, wq, absmax, block, j0, j1, y + r * ldy, ldy);
-  for (; r < n; ++r) Rows<1, 4>(x + r * k, k, wq, absmax, block, j0, j1, y + r * ldy, ldy);
+  for (; r + 4 <= n; r += 4) Rows<4, 2>(x + r * k, k, wq, absmax, block, code, j0, j1, y + r * ldy, ldy);
+  for (; r < n; ++r) Rows<1, 4>(x + r * k, k, wq, absmax, block, code, j0, j1, y + r * ldy, ldy);
 }
 
 }  // namespace loom::cpu

@@ -1,4 +1,5 @@
-// NF4 matmul: the code table, panel packing, the scalar reference kernel and ISA dispatch.
+// bitsandbytes 4-bit matmul: the NF4 and FP4 code tables, panel packing, the scalar reference
+// kernel and ISA dispatch.
 #include <cmath>
 
 #include "cpu/nf4_cpu.h"
@@ -25,6 +26,19 @@ const float kNf4Code[16] = {
     1.0f,
 };
 
+// What bitsandbytes' CPU dequantize_4bit returns for each fp4 index with absmax 1 (checked bit for
+// bit by tests/golden/nf4_golden_test.cc through the fixtures' dequantized projections).
+const float kFp4Code[16] = {
+    0.0f,  0.0052083334885537624f,  0.6666666865348816f,  1.0f,
+    0.3333333432674408f,  0.5f,  0.1666666716337204f,  0.25f,
+    -0.0f, -0.0052083334885537624f, -0.6666666865348816f, -1.0f,
+    -0.3333333432674408f, -0.5f, -0.1666666716337204f, -0.25f,
+};
+
+const float* Bnb4Code(Bnb4Type type) { return type == Bnb4Type::kFp4 ? kFp4Code : kNf4Code; }
+uint8_t Bnb4ZeroIndex(Bnb4Type type) { return type == Bnb4Type::kFp4 ? 0 : 7; }
+const char* Bnb4TypeName(Bnb4Type type) { return type == Bnb4Type::kFp4 ? "fp4" : "nf4"; }
+
 void PackNf4Panel(const uint8_t* q, int64_t k, uint8_t* out) {
   for (int64_t t = 0; t < k / 2; ++t) {
     for (int64_t c = 0; c < kNf4Panel; ++c) {
@@ -41,7 +55,8 @@ uint8_t UnpackNf4(const uint8_t* panel, int64_t c, int64_t i) {
 }
 
 void MatmulNf4Scalar(const float* x, int64_t n, int64_t k, const uint8_t* wq, const float* absmax,
-                     int64_t block, int64_t j0, int64_t j1, float* y, int64_t ldy) {
+                     int64_t block, const float* code, int64_t j0, int64_t j1, float* y,
+                     int64_t ldy) {
   const int64_t blocks = k / block;
   for (int64_t r = 0; r < n; ++r) {
     const float* xr = x + r * k;
@@ -53,7 +68,7 @@ void MatmulNf4Scalar(const float* x, int64_t n, int64_t k, const uint8_t* wq, co
       for (int64_t b = 0; b < blocks; ++b) {
         float t = 0;
         for (int64_t i = b * block; i < (b + 1) * block; ++i) {
-          t = std::fma(kNf4Code[UnpackNf4(panel, c, i)], xr[i], t);
+          t = std::fma(code[UnpackNf4(panel, c, i)], xr[i], t);
         }
         acc = std::fma(t, am[b * kNf4Panel + c], acc);
       }
@@ -63,13 +78,14 @@ void MatmulNf4Scalar(const float* x, int64_t n, int64_t k, const uint8_t* wq, co
 }
 
 void MatmulNf4(Isa isa, const float* x, int64_t n, int64_t k, const uint8_t* wq,
-               const float* absmax, int64_t block, int64_t j0, int64_t j1, float* y, int64_t ldy) {
+               const float* absmax, int64_t block, const float* code, int64_t j0, int64_t j1,
+               float* y, int64_t ldy) {
   if (isa >= Isa::kAvx512) {
-    MatmulNf4Avx512(x, n, k, wq, absmax, block, j0, j1, y, ldy);
+    MatmulNf4Avx512(x, n, k, wq, absmax, block, code, j0, j1, y, ldy);
   } else if (isa >= Isa::kAvx2) {
-    MatmulNf4Avx2(x, n, k, wq, absmax, block, j0, j1, y, ldy);
+    MatmulNf4Avx2(x, n, k, wq, absmax, block, code, j0, j1, y, ldy);
   } else {
-    MatmulNf4Scalar(x, n, k, wq, absmax, block, j0, j1, y, ldy);
+    MatmulNf4Scalar(x, n, k, wq, absmax, block, code, j0, j1, y, ldy);
   }
 }
 

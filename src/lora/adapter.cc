@@ -470,7 +470,8 @@ StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, co
       const size_t row_bytes = static_cast<size_t>(in) * DTypeSize(base_weight.dtype);
       for (int64_t o = 0; o < out; ++o) {
         if (base_weight.data == nullptr) {  // pre-quantized: PEFT's norm is over the dequantized W
-          dequantized_row(o, wrow.data());
+          const auto& norm_row = sites.site(site).dora_norm_row;
+          (norm_row ? norm_row : dequantized_row)(o, wrow.data());
         } else {
           ConvertToF32(base_weight.dtype, static_cast<const uint8_t*>(base_weight.data) + o * row_bytes,
                        wrow.data(), in);

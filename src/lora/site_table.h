@@ -20,6 +20,9 @@ struct LinearSite {
   // A pre-quantized projection (weight.data null): writes its dequantized row `j` ([in] f32,
   // exactly the values the kernels compute with) for DoRA norms. Empty for dense projections.
   std::function<void(int64_t j, float* row)> dequantized_row;
+  // Where PEFT takes a DoRA norm over other values than dequantized_row's (bitsandbytes 4-bit:
+  // dequantize_4bit in quant_state's dtype, e.g. bf16-rounded): that row. Else empty.
+  std::function<void(int64_t j, float* row)> dora_norm_row;
 };
 
 // A 3-D expert parameter as transformers 5 holds it (e.g. "model.layers.0.mlp.experts.gate_up_proj"

@@ -50,7 +50,7 @@ StatusOr<BnbConfig> BnbConfig::Parse(const json& qc, const std::string& where) {
     if (v) {
       return InvalidArgument(what + ": " + f +
                              " is true: bitsandbytes LLM.int8 (8-bit) checkpoints "
-                             "are not supported; loom reads 4-bit NF4 (load_in_4bit)");
+                             "are not supported; loom reads 4-bit NF4 and FP4 (load_in_4bit)");
     }
   }
   bool in4 = false, in4_private = true;
@@ -58,17 +58,18 @@ StatusOr<BnbConfig> BnbConfig::Parse(const json& qc, const std::string& where) {
   RETURN_IF_ERROR(GetOptionalBool(qc, "_load_in_4bit", what, &in4_private));
   if (!in4 || !in4_private) {
     return InvalidArgument(what +
-                           ": load_in_4bit is not true; loom reads bitsandbytes 4-bit NF4 "
-                           "checkpoints only");
+                           ": load_in_4bit is not true; loom reads bitsandbytes 4-bit NF4 and "
+                           "FP4 checkpoints only");
   }
   std::string type = "fp4";  // BitsAndBytesConfig's default
   RETURN_IF_ERROR(GetOptionalString(qc, "bnb_4bit_quant_type", what, &type));
-  if (type != "nf4") {
+  if (type != "nf4" && type != "fp4") {
     return InvalidArgument(what + ": bnb_4bit_quant_type is '" + type +
-                           "'; loom serves NF4 only (\"nf4\"; FP4 is not supported)");
+                           "'; bitsandbytes 4-bit types are \"nf4\" and \"fp4\"");
   }
   BnbConfig c;
   c.where = where;
+  c.type = type == "fp4" ? cpu::Bnb4Type::kFp4 : cpu::Bnb4Type::kNf4;
   RETURN_IF_ERROR(GetOptionalBool(qc, "bnb_4bit_use_double_quant", what, &c.double_quant));
   // The dtype of the activations and dequantized weights in bitsandbytes' matmul; loom computes in
   // f32 (the "float32" result; bf16/f16 differ from it by their own rounding).

@@ -1,6 +1,6 @@
-// Pre-quantized bitsandbytes 4-bit (NF4, QLoRA's base) checkpoints as transformers saves them:
-// quantization_config validated, each projection's packed weight and quant_state read into an
-// Nf4Weight.
+// Pre-quantized bitsandbytes 4-bit (NF4 — QLoRA's base — and FP4) checkpoints as transformers
+// saves them: quantization_config validated, each projection's packed weight and quant_state read
+// into an Nf4Weight.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +12,7 @@
 
 #include "base/regex.h"
 #include "base/status.h"
+#include "cpu/nf4_cpu.h"
 #include "io/safetensors.h"
 #include "model/linear.h"
 
@@ -20,13 +21,14 @@ namespace loom {
 // The validated quantization_config of a bitsandbytes checkpoint (quant_method "bitsandbytes").
 // Thread-safety: immutable after parse.
 struct BnbConfig {
+  cpu::Bnb4Type type = cpu::Bnb4Type::kNf4;  // bnb_4bit_quant_type
   bool double_quant = false;              // bnb_4bit_use_double_quant
   std::vector<std::string> skip_modules;  // llm_int8_skip_modules (kept dense by transformers)
   std::vector<Regex> skip_patterns;       // each as transformers 5 matches it (see Skipped)
   std::string where;                      // "<dir>/config.json", for errors
 
   // Parses config.json's "quantization_config" (`qc`, an object). Every field is handled or
-  // rejected naming the field: load_in_8bit (LLM.int8) and bnb_4bit_quant_type "fp4" are refused.
+  // rejected naming the field: load_in_8bit (LLM.int8) is refused.
   static StatusOr<BnbConfig> Parse(const nlohmann::json& qc, const std::string& where);
   // Reads `dir`/config.json: nullopt when it has no quantization_config or its quant_method is
   // not "bitsandbytes" (another reader's).
@@ -46,9 +48,9 @@ bool HasBnbQuantState(const SafetensorsStore& store, const std::string& name);
 // `weight` U8 [(out·in)/2, 1] (two code indices per byte, the first in the high nibble),
 // `weight.absmax` (F32 [blocks], or with double quant U8 [blocks] + `weight.nested_absmax` F32
 // [⌈blocks/256⌉] + `weight.nested_quant_map` F32 [256] + the JSON's nested_offset),
-// `weight.quant_map` F32 [16] (must be the NF4 code) and `weight.quant_state.bitsandbytes__nf4`
-// (U8 JSON: quant_type, blocksize, dtype, shape, nested_*), every field checked against the
-// config and the model; names read are added to `consumed`. lin->weight becomes a shape-only view
+// `weight.quant_map` F32 [16] (must be the config's code: NF4 or FP4) and
+// `weight.quant_state.bitsandbytes__<nf4|fp4>` (U8 JSON: quant_type, blocksize, dtype, shape,
+// nested_*), every field checked against the config and the model; names read are added to `consumed`. lin->weight becomes a shape-only view
 // (data null). `bytes` (if not null) grows by the weight's size.
 Status LoadBnbLinear(const SafetensorsStore& store, const BnbConfig& config, int64_t out,
                      int64_t in, Linear* lin, std::set<std::string>* consumed, uint64_t* bytes);

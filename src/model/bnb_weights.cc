@@ -1,4 +1,4 @@
-// bitsandbytes 4-bit projection tensors → loom's Nf4Weight: the packed quant_state JSON, every
+// bitsandbytes 4-bit (NF4/FP4) projection tensors → loom's Nf4Weight: the packed quant_state JSON, every
 // tensor's dtype and shape, and double-quant absmax computed as bitsandbytes does.
 #include <algorithm>
 #include <cmath>
@@ -31,15 +31,17 @@ std::vector<float> F32s(const TensorInfo& t) {
   return v;
 }
 
-// The fields of weight.quant_state.bitsandbytes__nf4 (bitsandbytes QuantState.as_dict(packed)).
+// The fields of weight.quant_state.bitsandbytes__<type> (bitsandbytes QuantState.as_dict(packed)).
 struct QuantState {
   int64_t blocksize = 0;
+  DType dtype = DType::kF32;  // "dtype": dequantize_4bit's default output
   bool nested = false;
   float nested_offset = 0;
 };
 
-StatusOr<QuantState> ParseQuantState(const TensorInfo& t, bool want_nested, int64_t out,
+StatusOr<QuantState> ParseQuantState(const TensorInfo& t, const BnbConfig& config, int64_t out,
                                      int64_t in) {
+  const bool want_nested = config.double_quant;
   const std::string what = t.file + ": tensor '" + t.name + "'";
   if (t.dtype_name != "U8" || t.shape.size() != 1 || t.nbytes == 0 ||
       t.nbytes > kMaxQuantStateBytes) {
@@ -63,9 +65,10 @@ StatusOr<QuantState> ParseQuantState(const TensorInfo& t, bool want_nested, int6
   QuantState qs;
   std::string type;
   RETURN_IF_ERROR(GetString(j, "quant_type", what, &type));
-  if (type != "nf4") {
+  if (type != cpu::Bnb4TypeName(config.type)) {
     return InvalidArgument(what + ": quant_state quant_type is '" + type +
-                           "'; loom serves nf4 only");
+                           "', but quantization_config's bnb_4bit_quant_type is '" +
+                           cpu::Bnb4TypeName(config.type) + "'");
   }
   RETURN_IF_ERROR(GetInt(j, "blocksize", what, &qs.blocksize, 2, 4096));
   if (qs.blocksize % 2 != 0 || in % qs.blocksize != 0) {
@@ -79,6 +82,7 @@ StatusOr<QuantState> ParseQuantState(const TensorInfo& t, bool want_nested, int6
     return InvalidArgument(what + ": quant_state dtype '" + dtype +
                            "' is not float32, bfloat16 or float16");
   }
+  qs.dtype = dtype == "bfloat16" ? DType::kBF16 : dtype == "float16" ? DType::kF16 : DType::kF32;
   std::vector<int32_t> shape;
   RETURN_IF_ERROR(GetIntList(j, "shape", what, &shape, 0, std::numeric_limits<int32_t>::max(), 2));
   if (shape.size() != 2 || shape[0] != out || shape[1] != in) {
@@ -124,37 +128,42 @@ bool HasBnbQuantState(const SafetensorsStore& store, const std::string& name) {
 Status LoadBnbLinear(const SafetensorsStore& store, const BnbConfig& config, int64_t out,
                      int64_t in, Linear* lin, std::set<std::string>* consumed, uint64_t* bytes) {
   const std::string w = lin->name + ".weight";
-  if (const TensorInfo* fp4 = store.Find(w + ".quant_state.bitsandbytes__fp4")) {
-    return InvalidArgument(fp4->file + ": tensor '" + fp4->name +
-                           "': bitsandbytes FP4 weights are "
-                           "not supported; loom serves NF4 only");
+  const std::string type = cpu::Bnb4TypeName(config.type);
+  const std::string other = config.type == cpu::Bnb4Type::kNf4 ? "fp4" : "nf4";
+  if (const TensorInfo* t = store.Find(w + ".quant_state.bitsandbytes__" + other)) {
+    return InvalidArgument(t->file + ": tensor '" + t->name + "' holds bitsandbytes " + other +
+                           " weights, but quantization_config's bnb_4bit_quant_type is '" + type +
+                           "'");
   }
-  const TensorInfo* qst = store.Find(w + ".quant_state.bitsandbytes__nf4");
+  const TensorInfo* qst = store.Find(w + ".quant_state.bitsandbytes__" + type);
   if (!qst) {
     return InvalidArgument("checkpoint " + store.files().front() + ": missing tensor '" + w +
-                           ".quant_state.bitsandbytes__nf4' (the packed quant_state of a "
-                           "bitsandbytes 4-bit weight)");
+                           ".quant_state.bitsandbytes__" + type +
+                           "' (the packed quant_state of a bitsandbytes 4-bit weight)");
   }
   if (config.Skipped(lin->name)) {
     return InvalidArgument(qst->file + ": tensor '" + qst->name + "' quantizes " + lin->name +
                            ", which quantization_config's llm_int8_skip_modules keeps dense");
   }
   consumed->insert(qst->name);
-  ASSIGN_OR_RETURN(QuantState qs, ParseQuantState(*qst, config.double_quant, out, in));
-  const std::string why = "bitsandbytes nf4 (blocksize " + std::to_string(qs.blocksize) +
+  ASSIGN_OR_RETURN(QuantState qs, ParseQuantState(*qst, config, out, in));
+const std::string why = "bitsandbytes " + type + " (blocksize " + std::to_string(qs.blocksize) +
                           (qs.nested ? ", double quant" : "") + ") of " + lin->name + " " +
                           ShapeString({out, in});
   const int64_t numel = out * in, blocks = numel / qs.blocksize;
   ASSIGN_OR_RETURN(const TensorInfo* packed, NeedTensor(store, w, {"U8"}, {numel / 2, 1}, why, consumed));
   ASSIGN_OR_RETURN(const TensorInfo* qmap,
                    NeedTensor(store, w + ".quant_map", {"F32"}, {16}, why, consumed));
+  // The quant_map is get_4bit_type(type): the values the indices mean (FP4's holds +0.0 where
+  // the dequantization gives −0.0, so values are compared, not bits).
   const std::vector<float> code = F32s(*qmap);
+  const float* want = cpu::Bnb4Code(config.type);
   for (int i = 0; i < 16; ++i) {
-    if (std::memcmp(&code[static_cast<size_t>(i)], &cpu::kNf4Code[i], 4) != 0) {
-      return InvalidArgument(
-          qmap->file + ": tensor '" + qmap->name + "' entry " + std::to_string(i) + " is " +
-          std::to_string(code[static_cast<size_t>(i)]) + ", not bitsandbytes' NF4 code value " +
-          std::to_string(cpu::kNf4Code[i]));
+    if (!(code[static_cast<size_t>(i)] == want[i])) {
+      return InvalidArgument(qmap->file + ": tensor '" + qmap->name + "' entry " +
+                             std::to_string(i) + " is " +
+                             std::to_string(code[static_cast<size_t>(i)]) + ", not bitsandbytes' " +
+                             type + " code value " + std::to_string(want[i]));
     }
   }
   std::vector<float> absmax(static_cast<size_t>(blocks));
@@ -193,7 +202,8 @@ Status LoadBnbLinear(const SafetensorsStore& store, const BnbConfig& config, int
   }
   ASSIGN_OR_RETURN(std::unique_ptr<Nf4Weight> nf4,
                    Nf4WeightFromRows(q.data(), absmax.data(), out, in, qs.blocksize,
-                                     packed->file + ": " + w + " (" + why + ")"));
+                                     packed->file + ": " + w + " (" + why + ")", config.type));
+  nf4->dequant_dtype = qs.dtype;
   if (bytes) *bytes += nf4->bytes();
   lin->nf4 = std::move(nf4);
   ReleaseMappedPages(packed->data, packed->nbytes);       // never read again

@@ -1,28 +1,52 @@
 // Per-weight scheme and memory of a loaded model (projections as served, other tensors as stored).
 #include "model/weight_memory.h"
 
+#include "cpu/nf4_cpu.h"
+
 #include <set>
 
 namespace loom {
 
 namespace {
 
-std::string ProjectionScheme(const Linear& lin, bool prequantized) {
+// `prequantized`: Model::prequantized() ("" when loom quantized at load or not at all).
+std::string ProjectionScheme(const Linear& lin, const std::string& prequantized) {
+  const bool ct = prequantized == "compressed-tensors";
   if (lin.int8) {
-    return prequantized ? "compressed-tensors W8A8 (int8 per-channel)" : "int8 per-channel";
+    const std::string s = "int8 per-channel";
+    if (prequantized.empty()) return s;
+    return ct ? "compressed-tensors W8A8 (" + s + ")" : prequantized + " (" + s + ")";
   }
   if (lin.int4) {
     const std::string g = "int4 g" + std::to_string(lin.int4->group);
-    return prequantized ? "compressed-tensors W4A16 (" + g + ")" : g;
+    if (prequantized.empty()) return g;
+    return ct ? "compressed-tensors W4A16 (" + g + ")" : prequantized + " (" + g + ")";
+  }
+  if (lin.nf4) {
+    return std::string("bitsandbytes ") + cpu::Bnb4TypeName(lin.nf4->type) + " (block " +
+           std::to_string(lin.nf4->block) + ")";
   }
   return DTypeName(lin.weight.dtype);
+}
+
+// The projection a stored tensor belongs to: "<module>.<suffix…>" for a projection module and any
+// suffix but "bias" ("q_proj.weight", "q_proj.qweight", "q_proj.weight.absmax",
+// "q_proj.weight.quant_state.bitsandbytes__nf4"), else null.
+const Linear* ProjectionOf(const std::map<std::string, const Linear*>& projections,
+                           const std::string& name) {
+  for (size_t dot = name.rfind('.'); dot != std::string::npos && dot > 0;
+       dot = name.rfind('.', dot - 1)) {
+    auto it = projections.find(name.substr(0, dot));
+    if (it != projections.end()) return name.substr(dot + 1) == "bias" ? nullptr : it->second;
+  }
+  return nullptr;
 }
 
 }  // namespace
 
 std::vector<WeightMemory> DescribeWeightMemory(const Model& model) {
   const ModelWeights& w = model.weights();
-  const bool pre = !model.prequantized().empty();
+  const std::string& pre = model.prequantized();
   std::map<std::string, const Linear*> projections;  // module path → projection
   auto add = [&](const Linear& lin) {
     if (!lin.name.empty()) projections[lin.name] = &lin;
@@ -43,6 +67,8 @@ std::vector<WeightMemory> DescribeWeightMemory(const Model& model) {
       m.bytes = lin.int8->bytes();
     } else if (lin.int4) {
       m.bytes = lin.int4->bytes();
+    } else if (lin.nf4) {
+      m.bytes = lin.nf4->bytes();
     } else if (&lin == &w.lm_head && lin.weight.data == w.embed.data) {
       m.scheme = "tied to model.embed_tokens.weight";
     } else {
@@ -53,12 +79,8 @@ std::vector<WeightMemory> DescribeWeightMemory(const Model& model) {
   const SafetensorsStore& store = model.store();
   for (const std::string& name : store.names()) {
     // A projection's tensors: "<module>.weight", or its compressed forms.
-    const size_t dot = name.rfind('.');
-    const std::string module = dot == std::string::npos ? name : name.substr(0, dot);
-    const std::string suffix = dot == std::string::npos ? "" : name.substr(dot);
-    auto it = projections.find(module);
-    if (it != projections.end() && suffix != ".bias") {
-      add_projection(*it->second);
+    if (const Linear* lin = ProjectionOf(projections, name)) {
+      add_projection(*lin);
       continue;
     }
     const TensorInfo* info = store.Find(name);

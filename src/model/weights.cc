@@ -199,8 +199,15 @@ Status LoadWeights(const ModelConfig& config, const SafetensorsStore& store, Mod
   for (const WeightSlot& slot : slots) {
     if (!slot.linear) continue;
     LinearSite site{slot.linear->name, slot.linear->weight, slot.layer,
-                    /*all_linear=*/slot.linear != &w->lm_head, /*dequantized_row=*/{}};
+                    /*all_linear=*/slot.linear != &w->lm_head, /*dequantized_row=*/{},
+                    /*dora_norm_row=*/{}};
     if (slot.linear->weight.data == nullptr) site.dequantized_row = DequantizedRows(*slot.linear);
+    if (const auto& nf4 = slot.linear->nf4; nf4 && nf4->dequant_dtype != DType::kF32) {
+      // PEFT's DoRA norm dequantizes in quant_state's dtype (dequantize_bnb_weight).
+      site.dora_norm_row = [w = nf4](int64_t j, float* row) {
+        for (int64_t i = 0; i < w->cols; ++i) row[i] = w->DequantizedAsStored(j, i);
+      };
+    }
     slot.linear->site = sites->Add(std::move(site));
     site_linears->push_back(slot.linear);
   }

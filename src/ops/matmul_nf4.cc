@@ -1,4 +1,4 @@
-// NF4 matmul op: panel packing of validated code indices and absmax; column blocks over the pool.
+// bitsandbytes 4-bit (NF4/FP4) matmul op: panel packing of validated code indices and absmax; column blocks over the pool.
 #include "ops/matmul_nf4.h"
 
 #include <cmath>
@@ -19,14 +19,22 @@ uint8_t Nf4Weight::Code(int64_t j, int64_t i) const {
 }
 
 float Nf4Weight::Dequantized(int64_t j, int64_t i) const {
-  return cpu::kNf4Code[Code(j, i)] * Absmax(j, i / block);
+  return cpu::Bnb4Code(type)[Code(j, i)] * Absmax(j, i / block);
 }
 
-StatusOr<std::unique_ptr<Nf4Weight>> Nf4WeightFromRows(const uint8_t* q, const float* absmax,
-                                                       int64_t rows, int64_t cols, int64_t block,
-                                                       const std::string& name) {
+float Nf4Weight::DequantizedAsStored(int64_t j, int64_t i) const {
+  const float w = Dequantized(j, i);
+  if (dequant_dtype == DType::kBF16) return Bf16ToF32(F32ToBf16(w));
+  if (dequant_dtype == DType::kF16) return F16ToF32(F32ToF16(w));
+  return w;
+}
+
+StatusOr<std::unique_ptr<Nf4Weight>> Nf4WeightFromRows(
+    const uint8_t* q, const float* absmax, int64_t rows, int64_t cols, int64_t block,
+    const std::string& name, cpu::Bnb4Type type) {
   if (block <= 0 || block % 2 != 0 || cols <= 0 || cols % block != 0 || rows <= 0) {
-    return InvalidArgument(name + ": NF4 blocks of " + std::to_string(block) +
+    return InvalidArgument(name + ": " + cpu::Bnb4TypeName(type) + " blocks of " +
+                           std::to_string(block) +
                            " do not tile rows of " + std::to_string(cols) +
                            " inputs (loom needs an even block size dividing "
                            "in_features)");
@@ -35,6 +43,7 @@ StatusOr<std::unique_ptr<Nf4Weight>> Nf4WeightFromRows(const uint8_t* q, const f
   out->rows = rows;
   out->cols = cols;
   out->block = block;
+  out->type = type;
   constexpr int64_t kPanel = cpu::kNf4Panel;
   const int64_t blocks = cols / block;
   out->panels = (rows + kPanel - 1) / kPanel;
@@ -42,7 +51,7 @@ StatusOr<std::unique_ptr<Nf4Weight>> Nf4WeightFromRows(const uint8_t* q, const f
   out->absmax.assign(static_cast<size_t>(out->panels * blocks * kPanel), 0.0f);  // padding: 0
   std::vector<uint8_t> panel(static_cast<size_t>(kPanel * cols));
   for (int64_t p = 0; p < out->panels; ++p) {
-    std::fill(panel.begin(), panel.end(), uint8_t{7});  // padding columns: code 0.0
+    std::fill(panel.begin(), panel.end(), cpu::Bnb4ZeroIndex(type));  // padding columns: 0.0
     for (int64_t c = 0; c < kPanel && p * kPanel + c < rows; ++c) {
       const int64_t j = p * kPanel + c;
       for (int64_t i = 0; i < cols; ++i) {
@@ -72,7 +81,8 @@ void MatmulNf4(const float* x, int64_t n, const Nf4Weight& w, float* y,
   if (n == 0 || w.rows == 0) return;
   const cpu::Isa isa = cpu::ActiveIsa();
   ForEachPanelBlock(w.rows, n, epilogue, [&](int64_t j0, int64_t j1) {
-    cpu::MatmulNf4(isa, x, n, w.cols, w.q.data(), w.absmax.data(), w.block, j0, j1, y + j0, w.rows);
+    cpu::MatmulNf4(isa, x, n, w.cols, w.q.data(), w.absmax.data(), w.block, cpu::Bnb4Code(w.type),
+                   j0, j1, y + j0, w.rows);
   });
 }
 

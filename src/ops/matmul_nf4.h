@@ -1,4 +1,4 @@
-// NF4 weights (bitsandbytes' 4-bit NormalFloat with per-block absmax, QLoRA's base) and their
+// bitsandbytes 4-bit weights (NF4 NormalFloat or FP4, per-block absmax; QLoRA's base) and their
 // matmul: f32 activations, weights dequantized in registers.
 #pragma once
 
@@ -8,32 +8,40 @@
 #include <vector>
 
 #include "base/status.h"
+#include "cpu/nf4_cpu.h"
 #include "ops/matmul.h"
 
 namespace loom {
 
-// W[j, i] = kNf4Code[q[j, i]] · absmax[j, i / block] (f32 product, as bitsandbytes'
-// dequantize_4bit computes it), blocks along each row's inputs. Layout (16-row panels):
-// cpu/nf4_cpu.h.
+// W[j, i] = code[q[j, i]] · absmax[j, i / block] (f32 product, as bitsandbytes' dequantize_4bit
+// computes it; code = cpu::Bnb4Code(type)), blocks along each row's inputs. Layout (16-row
+// panels): cpu/nf4_cpu.h.
 struct Nf4Weight {
   AlignedBuffer<uint8_t> q;   // [panels, 16 · cols / 2] packed code indices
   std::vector<float> absmax;  // [panels, cols / block, 16]
   int64_t rows = 0, cols = 0, panels = 0, block = 64;
+  cpu::Bnb4Type type = cpu::Bnb4Type::kNf4;
+  // quant_state's dtype: what bitsandbytes' dequantize_4bit returns by default, so what PEFT takes
+  // a DoRA norm over (W rounded to it); the matmul always uses the f32 W (bitsandbytes dequantizes
+  // to the activations' dtype there).
+  DType dequant_dtype = DType::kF32;
   uint64_t bytes() const {
     return static_cast<uint64_t>(panels * 16) *
            static_cast<uint64_t>(cols / 2 + (cols / block) * 4);
   }
   float Absmax(int64_t j, int64_t b) const;
   uint8_t Code(int64_t j, int64_t i) const;  // q[j, i], 0..15
-  // W[j, i] as defined above, for merges, DoRA norms, tests and error reports.
+  // W[j, i] as defined above, for merges, tests and error reports.
   float Dequantized(int64_t j, int64_t i) const;
+  // W[j, i] rounded to dequant_dtype (round to nearest even) and back: PEFT's DoRA-norm weight.
+  float DequantizedAsStored(int64_t j, int64_t i) const;
 };
 
 // q [rows, cols] code indices 0..15 row-major; absmax [rows · cols / block] f32, finite, block b
 // of row j at j · (cols / block) + b; `block` even and dividing cols. `name` for errors.
-StatusOr<std::unique_ptr<Nf4Weight>> Nf4WeightFromRows(const uint8_t* q, const float* absmax,
-                                                       int64_t rows, int64_t cols, int64_t block,
-                                                       const std::string& name);
+StatusOr<std::unique_ptr<Nf4Weight>> Nf4WeightFromRows(
+    const uint8_t* q, const float* absmax, int64_t rows, int64_t cols, int64_t block,
+    const std::string& name, cpu::Bnb4Type type = cpu::Bnb4Type::kNf4);
 
 // y = x·Ŵᵀ: x [n, cols] f32, y [n, rows] f32 (overwritten). Each row's result depends only on that
 // row (batch invariant), the same bits at every ISA level.

@@ -1,6 +1,6 @@
-// Golden: bitsandbytes NF4 checkpoints (QLoRA's base) — weights bit-exact with bitsandbytes'
-// dequantize_4bit, logits vs transformers on the NF4 model, QLoRA adapters vs PEFT over it
-// (unmerged and merged), mixed batches bitwise equal to alone.
+// Golden: bitsandbytes 4-bit checkpoints (NF4 — QLoRA's base — and FP4) — weights bit-exact with
+// bitsandbytes' dequantize_4bit, logits vs transformers on the 4-bit model, QLoRA adapters vs PEFT
+// over it (unmerged and merged), mixed batches bitwise equal to alone.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,14 +19,15 @@ namespace {
 
 const std::string kFixtures = LOOM_FIXTURES;
 
-// Tolerances. The reference (tools/ref/make_bnb.py) is transformers running the NF4 model on CPU
+// Tolerances. The reference (tools/ref/make_bnb.py) is transformers running the 4-bit model on CPU
 // with f32 compute through bitsandbytes' generic path: W = code[q]·absmax in f32 (bitsandbytes'
 // dequantize_4bit, which loom reproduces bit for bit — WeightsEqualBitsandbytesDequantization),
 // then an f32 linear. loom multiplies by the same weights in f32, summing per block and scaling
 // by absmax once per block (fma chains) where torch sums the dequantized products in its own
 // order: the two differ only by f32 rounding, like the f32 golden tests (1e-4 there). Measured:
 // worst prompt logit 2.9e-5 (nf4_llama) and 9.9e-6 (nf4dq_qwen2), relative RMS 1.8e-6 / 7.3e-7;
-// with the QLoRA adapters, unmerged or merged, 3.2e-5 / 1.1e-5. Bounds: worst ≤ 2e-4, relative
+// with the QLoRA adapters, unmerged or merged, 3.2e-5 / 1.1e-5; FP4 in the same ranges (printed
+// by each run; docs/QUANTIZATION.md). Bounds: worst ≤ 2e-4, relative
 // RMS ≤ 1e-5 (~6× the measured) — a defect in the format (nibble order, absmax, double quant)
 // moves logits by whole units (the adapters move them by ~6). Greedy tokens must agree wherever
 // the reference's top-1 margin exceeds 2 × the bound.
@@ -37,8 +38,15 @@ constexpr float kClearMargin = 4e-4f;
 struct Case {
   const char* name;
   const char* adapter;
+  const char* type;   // bitsandbytes' quant_type
+  const char* other;  // a fixture adapter of the same architecture, for the mixed batch
 };
-constexpr Case kCases[] = {{"nf4_llama", "qlora_nf4_llama"}, {"nf4dq_qwen2", "qlora_nf4dq_qwen2"}};
+constexpr Case kCases[] = {
+    {"nf4_llama", "qlora_nf4_llama", "nf4", "llama_qv_r8_f32"},
+    {"nf4dq_qwen2", "qlora_nf4dq_qwen2", "nf4", "qwen2_exclude"},
+    {"fp4_qwen3", "qlora_fp4_qwen3", "fp4", "qwen3_lora_bias"},
+    {"fp4dq_mistral", "qlora_fp4dq_mistral", "fp4", "mistral_layers"},
+};
 
 // The Linear of "model.layers.L.<self_attn|mlp>.<proj>".
 const Linear* FindLinear(const Model& m, const std::string& name) {
@@ -67,7 +75,7 @@ class Nf4Golden : public ::testing::TestWithParam<int> {
 
 // loom's weights, dequantized, equal bitsandbytes' own dequantize_4bit (f32) bit for bit.
 TEST_P(Nf4Golden, WeightsEqualBitsandbytesDequantization) {
-  EXPECT_EQ(model_->prequantized(), "bitsandbytes nf4");
+  EXPECT_EQ(model_->prequantized(), std::string("bitsandbytes ") + case_->type);
   EXPECT_GT(model_->quantized_bytes(), 0u);
   auto store =
       SafetensorsStore::Open(kFixtures + "/golden/" + case_->name + ".dequant.safetensors");
@@ -78,7 +86,8 @@ TEST_P(Nf4Golden, WeightsEqualBitsandbytesDequantization) {
     ASSERT_TRUE(ref.ok());
     const Linear* lin = FindLinear(*model_, name);
     ASSERT_NE(lin, nullptr) << name;
-    ASSERT_TRUE(lin->nf4) << name << " is not NF4";
+    ASSERT_TRUE(lin->nf4) << name << " is not bitsandbytes 4-bit";
+    EXPECT_STREQ(cpu::Bnb4TypeName(lin->nf4->type), case_->type) << name;
     EXPECT_EQ(lin->weight.data, nullptr) << name << " kept a dense weight";
     const int64_t rows = ref->dim(0), cols = ref->dim(1);
     ASSERT_EQ(lin->out_features(), rows);
@@ -131,7 +140,7 @@ TEST_P(Nf4Golden, LogitsMatchTransformersAndClearTokensKept) {
   EXPECT_GT(compared, 0);
 }
 
-// The QLoRA adapter against PEFT running it over the NF4 model (f32 adapter on both sides),
+// The QLoRA adapter against PEFT running it over the 4-bit model (f32 adapter on both sides),
 // unmerged and --merge'd (the adapted projections become dequantized f32 weights with the adapter
 // folded in).
 TEST_P(Nf4Golden, QloraMatchesPeftUnmergedAndMerged) {
@@ -178,13 +187,12 @@ TEST_P(Nf4Golden, QloraMatchesPeftUnmergedAndMerged) {
   }
 }
 
-// The QLoRA adapter (and a fixture adapter of the same architecture) over the NF4 base: each
+// The QLoRA adapter (and a fixture adapter of the same architecture) over the 4-bit base: each
 // changes the output, and a staggered mixed batch of base rows and adapters equals each alone,
 // bitwise.
 TEST_P(Nf4Golden, AdaptersAppliedAndMixedBatchEqualsAlone) {
   GlobalMatmulOptions().batch_invariant = true;
-  const std::vector<std::string> names = {case_->adapter,
-                                          GetParam() == 0 ? "llama_qv_r8_f32" : "qwen2_exclude"};
+  const std::vector<std::string> names = {case_->adapter, case_->other};
   std::vector<std::shared_ptr<const Adapter>> adapters;
   for (const std::string& name : names) {
     auto a = LoadAdapter(name, kFixtures + "/adapters/" + name, model_->sites(), 0);
@@ -196,7 +204,7 @@ TEST_P(Nf4Golden, AdaptersAppliedAndMixedBatchEqualsAlone) {
   GlobalMatmulOptions().batch_invariant = false;
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, Nf4Golden, ::testing::Values(0, 1),
+INSTANTIATE_TEST_SUITE_P(Fixtures, Nf4Golden, ::testing::Values(0, 1, 2, 3),
                          [](const auto& info) { return std::string(kCases[info.param].name); });
 
 TEST(Nf4Rejects, QuantizeAgain) {

@@ -1,5 +1,6 @@
-// bitsandbytes NF4 checkpoints: quantization_config fields handled or refused by name (fp4,
-// LLM.int8), and every corrupt tensor or quant_state a clear error naming it (nothing loads).
+// bitsandbytes 4-bit (NF4, FP4) checkpoints: quantization_config fields handled or refused by name
+// (LLM.int8, unknown types), and every corrupt tensor or quant_state a clear error naming it
+// (nothing loads).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -34,6 +35,7 @@ std::string EditedCopy(const std::string& name, const std::function<void(json&)>
 
 const std::string kQ = "model.layers.0.self_attn.q_proj.weight";
 const std::string kQs = kQ + ".quant_state.bitsandbytes__nf4";
+const std::string kQsFp4 = kQ + ".quant_state.bitsandbytes__fp4";
 
 // Rewrites q_proj's packed quant_state JSON.
 std::function<void(RawFile&)> EditQuantState(const std::function<void(json&)>& edit) {
@@ -70,10 +72,8 @@ TEST(BnbConfig, HandlesOrRefusesEveryFieldByName) {
     std::function<void(json&)> edit;
     const char* message;
   } cases[] = {
-      {[](json& q) { q["bnb_4bit_quant_type"] = "fp4"; },
-       "bnb_4bit_quant_type is 'fp4'; loom serves NF4 only"},
-      {[](json& q) { q.erase("bnb_4bit_quant_type"); },
-       "bnb_4bit_quant_type is 'fp4'"},  // the default
+      {[](json& q) { q["bnb_4bit_quant_type"] = "int4"; },
+       "bnb_4bit_quant_type is 'int4'; bitsandbytes 4-bit types are \"nf4\" and \"fp4\""},
       {[](json& q) { q["load_in_8bit"] = true; },
        "load_in_8bit is true: bitsandbytes LLM.int8 (8-bit) checkpoints are not supported"},
       {[](json& q) { q["load_in_4bit"] = false; }, "load_in_4bit is not true"},
@@ -88,6 +88,14 @@ TEST(BnbConfig, HandlesOrRefusesEveryFieldByName) {
   for (const Case& c : cases) {
     const std::string err = parse(c.edit);
     EXPECT_NE(err.find(c.message), std::string::npos) << "got: " << err << "\nwant: " << c.message;
+  }
+  // The type: nf4, fp4, and fp4 when absent (BitsAndBytesConfig's default).
+  for (const char* type : {"nf4", "fp4", ""}) {
+    json qc = {{"quant_method", "bitsandbytes"}, {"load_in_4bit", true}};
+    if (*type) qc["bnb_4bit_quant_type"] = type;
+    auto parsed = BnbConfig::Parse(qc, "config.json");
+    ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+    EXPECT_STREQ(cpu::Bnb4TypeName(parsed->type), *type ? type : "fp4");
   }
   auto c = BnbConfig::Parse(
       json{{"quant_method", "bitsandbytes"},
@@ -120,6 +128,8 @@ TEST(BnbCorrupt, EachMismatchIsAClearErrorNamingTheTensorOrField) {
   } cases[] = {
       {"nf4_llama", none, keep, ""},
       {"nf4dq_qwen2", none, keep, ""},
+      {"fp4_qwen3", none, keep, ""},
+      {"fp4dq_mistral", none, keep, ""},
       // Wrong blocksize: the absmax no longer has one entry per block.
       {"nf4_llama", none, EditQuantState([](json& j) { j["blocksize"] = 32; }),
        "tensor 'model.layers.0.self_attn.q_proj.weight.absmax' has dtype F32 and shape [64]; "
@@ -130,7 +140,7 @@ TEST(BnbCorrupt, EachMismatchIsAClearErrorNamingTheTensorOrField) {
       {"nf4_llama", none, EditQuantState([](json& j) { j["blocksize"] = 48; }),
        "quant_state blocksize 48 does not divide the projection's 64 input features"},
       {"nf4_llama", none, EditQuantState([](json& j) { j["quant_type"] = "fp4"; }),
-       "quant_state quant_type is 'fp4'; loom serves nf4 only"},
+       "quant_state quant_type is 'fp4', but quantization_config's bnb_4bit_quant_type is 'nf4'"},
       {"nf4_llama", none, EditQuantState([](json& j) {
          j["shape"] = {64, 128};
        }),
@@ -174,20 +184,35 @@ TEST(BnbCorrupt, EachMismatchIsAClearErrorNamingTheTensorOrField) {
        "[2048, 1]"},
       {"nf4_llama", none, [](RawFile& r) { r[kQ + ".quant_map"].bytes[0] = 1; },
        "tensor 'model.layers.0.self_attn.q_proj.weight.quant_map' entry 0 is"},
+      // An FP4 checkpoint whose quant_map is NF4's.
+      {"fp4_qwen3", none,
+       [](RawFile& r) {
+         std::memcpy(r[kQ + ".quant_map"].bytes.data(), cpu::kNf4Code, 64);
+       },
+       "tensor 'model.layers.0.self_attn.q_proj.weight.quant_map' entry 0 is -1.000000, not "
+       "bitsandbytes' fp4 code value 0.000000"},
       {"nf4_llama", none,
        [](RawFile& r) {
          float nan = std::nanf("");
          std::memcpy(r[kQ + ".absmax"].bytes.data() + 8, &nan, 4);
        },
        "tensor 'model.layers.0.self_attn.q_proj.weight.absmax' ([64] F32) has NaN at index 2"},
-      // FP4 tensors; a quantized module the config keeps dense; a config/file disagreement.
+      // FP4 tensors in an NF4 checkpoint and the reverse; a quantized module the config keeps
+      // dense; a config/file disagreement.
       {"nf4_llama", none,
        [](RawFile& r) {
-         r[kQ + ".quant_state.bitsandbytes__fp4"] = r[kQs];
+         r[kQsFp4] = r[kQs];
          r.erase(kQs);
        },
-       "tensor 'model.layers.0.self_attn.q_proj.weight.quant_state.bitsandbytes__fp4': "
-       "bitsandbytes FP4 weights are not supported"},
+       "tensor 'model.layers.0.self_attn.q_proj.weight.quant_state.bitsandbytes__fp4' holds "
+       "bitsandbytes fp4 weights, but quantization_config's bnb_4bit_quant_type is 'nf4'"},
+      {"fp4_qwen3", none,
+       [](RawFile& r) {
+         r[kQs] = r[kQsFp4];
+         r.erase(kQsFp4);
+       },
+       "tensor 'model.layers.0.self_attn.q_proj.weight.quant_state.bitsandbytes__nf4' holds "
+       "bitsandbytes nf4 weights, but quantization_config's bnb_4bit_quant_type is 'fp4'"},
       {"nf4_llama",
        [](json& q) {
          q["llm_int8_skip_modules"] = {"lm_head", "model.layers.0.self_attn"};
@@ -200,7 +225,8 @@ TEST(BnbCorrupt, EachMismatchIsAClearErrorNamingTheTensorOrField) {
        "bnb_4bit_use_double_quant is true"},
       {"nf4_llama", [](json& q) { q["load_in_8bit"] = true; }, keep, "LLM.int8"},
       {"nf4_llama", [](json& q) { q["bnb_4bit_quant_type"] = "fp4"; }, keep,
-       "bnb_4bit_quant_type is 'fp4'"},
+       "holds bitsandbytes nf4 weights, but quantization_config's bnb_4bit_quant_type is 'fp4'"},
+      {"fp4dq_mistral", [](json& q) { q.erase("bnb_4bit_quant_type"); }, keep, ""},  // fp4
       // A leftover quant-state tensor of a module that is not quantized.
       {"nf4_llama", none, [](RawFile& r) { r["lm_head.weight.absmax"] = r[kQ + ".absmax"]; },
        "missing tensor 'lm_head.weight.quant_state.bitsandbytes__nf4'"},

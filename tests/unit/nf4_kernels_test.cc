@@ -1,5 +1,6 @@
-// NF4 kernels: panel packing, every ISA level bit-exact with the scalar reference (random inputs,
-// ragged shapes, every row-tile size) and close to the exact sum, batch invariance of the op.
+// bitsandbytes 4-bit (NF4, FP4) kernels: panel packing, every ISA level bit-exact with the scalar
+// reference (random inputs, ragged shapes, every row-tile size, both codes) and close to the exact
+// sum, batch invariance of the op.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -36,12 +37,23 @@ TEST(Nf4Kernels, PackUnpackRoundTripAndLayout) {
   EXPECT_EQ(cpu::kNf4Code[7], 0.0f);
   EXPECT_EQ(cpu::kNf4Code[0], -1.0f);
   EXPECT_EQ(cpu::kNf4Code[15], 1.0f);
+  // FP4: sign bit 3; 0b0011 is 1.0, 0b0001 the subnormal 1/192; the padding index is +0.0.
+  EXPECT_EQ(cpu::kFp4Code[3], 1.0f);
+  EXPECT_EQ(cpu::kFp4Code[11], -1.0f);
+  EXPECT_EQ(cpu::kFp4Code[1], 1.0f / 192.0f);
+  EXPECT_EQ(cpu::kFp4Code[2], 2.0f / 3.0f);
+  EXPECT_EQ(cpu::kFp4Code[cpu::Bnb4ZeroIndex(cpu::Bnb4Type::kFp4)], 0.0f);
+  EXPECT_FALSE(std::signbit(cpu::kFp4Code[cpu::Bnb4ZeroIndex(cpu::Bnb4Type::kFp4)]));
+  EXPECT_EQ(cpu::kNf4Code[cpu::Bnb4ZeroIndex(cpu::Bnb4Type::kNf4)], 0.0f);
+  for (int q = 0; q < 8; ++q) EXPECT_EQ(cpu::kFp4Code[q + 8], -cpu::kFp4Code[q]) << q;
 }
 
 TEST(Nf4Kernels, EveryLevelBitExactWithTheScalarReferenceAndCloseToTheExactSum) {
   std::mt19937 rng(3);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::uniform_real_distribution<float> am(0.0f, 0.1f);
+  for (cpu::Bnb4Type type : {cpu::Bnb4Type::kNf4, cpu::Bnb4Type::kFp4}) {
+  const float* code = cpu::Bnb4Code(type);
   for (int64_t block : {32, 64, 128}) {
     for (int64_t k : {128, 256, 384}) {
       if (k % block) continue;
@@ -52,26 +64,26 @@ TEST(Nf4Kernels, EveryLevelBitExactWithTheScalarReferenceAndCloseToTheExactSum) 
         std::vector<float> absmax(static_cast<size_t>(m * blocks)), x(static_cast<size_t>(n * k));
         for (auto& v : absmax) v = am(rng);
         for (auto& v : x) v = nd(rng);
-        auto w = Nf4WeightFromRows(q.data(), absmax.data(), m, k, block, "w");
+        auto w = Nf4WeightFromRows(q.data(), absmax.data(), m, k, block, "w", type);
         ASSERT_TRUE(w.ok()) << w.status().ToString();
         ASSERT_EQ((*w)->panels, panels);
         for (int64_t j = 0; j < m; j += 7) {
           for (int64_t i = 0; i < k; i += 5) {
             ASSERT_EQ((*w)->Dequantized(j, i),
-                      cpu::kNf4Code[q[static_cast<size_t>(j * k + i)]] *
+                      code[q[static_cast<size_t>(j * k + i)]] *
                           absmax[static_cast<size_t>(j * blocks + i / block)]);
           }
         }
         std::vector<float> ref(static_cast<size_t>(n * m));
-        cpu::MatmulNf4Scalar(x.data(), n, k, (*w)->q.data(), (*w)->absmax.data(), block, 0, m,
-                             ref.data(), m);
+        cpu::MatmulNf4Scalar(x.data(), n, k, (*w)->q.data(), (*w)->absmax.data(), block, code, 0,
+                             m, ref.data(), m);
         // The exact sum in double; f32 fma chains keep ~2⁻²⁴ relative per step: 1e-5 of Σ|terms|.
         for (int64_t r = 0; r < n; ++r) {
           for (int64_t j = 0; j < m; ++j) {
             double exact = 0, mag = 0;
             for (int64_t i = 0; i < k; ++i) {
               const double t = double(x[static_cast<size_t>(r * k + i)]) *
-                               cpu::kNf4Code[q[static_cast<size_t>(j * k + i)]] *
+                               code[q[static_cast<size_t>(j * k + i)]] *
                                absmax[static_cast<size_t>(j * blocks + i / block)];
               exact += t;
               mag += std::fabs(t);
@@ -81,18 +93,20 @@ TEST(Nf4Kernels, EveryLevelBitExactWithTheScalarReferenceAndCloseToTheExactSum) 
           }
         }
         for (cpu::Isa isa : Levels()) {
-          SCOPED_TRACE(std::string(cpu::IsaName(isa)) + " block=" + std::to_string(block) +
-                       " k=" + std::to_string(k) + " n=" + std::to_string(n));
+          SCOPED_TRACE(std::string(cpu::IsaName(isa)) + " " + cpu::Bnb4TypeName(type) +
+                       " block=" + std::to_string(block) + " k=" + std::to_string(k) +
+                       " n=" + std::to_string(n));
           std::vector<float> y(static_cast<size_t>(n * m), -1.0f);
           // Column ranges as the op splits them: whole panels, several panels, a ragged end.
           for (auto [j0, j1] : {std::pair<int64_t, int64_t>{0, 16}, {16, 80}, {80, 96}, {96, m}}) {
-            cpu::MatmulNf4(isa, x.data(), n, k, (*w)->q.data(), (*w)->absmax.data(), block, j0, j1,
-                           y.data() + j0, m);
+            cpu::MatmulNf4(isa, x.data(), n, k, (*w)->q.data(), (*w)->absmax.data(), block, code,
+                           j0, j1, y.data() + j0, m);
           }
           for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], ref[i]) << "at " << i;
         }
       }
     }
+  }
   }
 }
 

@@ -74,6 +74,31 @@ TEST(WeightMemory, CompressedTensorsCheckpointsNameTheirScheme) {
             "compressed-tensors W8A8 (int8 per-channel)");
 }
 
+// bitsandbytes and GPTQ projections are listed once, under their format, with the bytes loom
+// holds (not the shape as f32, and no separate absmax / quant_state / qweight rows).
+TEST(WeightMemory, BitsandbytesAndGptqCheckpointsNameTheirScheme) {
+  for (const char* name : {"nf4_llama", "fp4dq_mistral"}) {
+    auto m = Model::Load(kFixtures + "/models/" + name);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    const auto w = DescribeWeightMemory(**m);
+    const WeightMemory* q = Find(w, "model.layers.0.self_attn.q_proj");
+    ASSERT_NE(q, nullptr) << name;
+    const std::string type = std::string(name).substr(0, 3);
+    EXPECT_EQ(q->scheme, "bitsandbytes " + type + " (block 64)");
+    // 64 × 64 weights: 4 bits each, one f32 absmax per 64.
+    EXPECT_EQ(q->bytes, 64u * 64u / 2u + 64u * 4u);
+    for (const WeightMemory& m : w) {
+      EXPECT_EQ(m.name.find(".weight."), std::string::npos) << name << ": " << m.name;
+    }
+  }
+  auto g = Model::Load(kFixtures + "/models/gptq_qwen2_g128_sym");
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  const auto w = DescribeWeightMemory(**g);
+  EXPECT_EQ(Find(w, "model.layers.0.mlp.down_proj")->scheme,
+            "GPTQ 4-bit, group 128, sym, v1 (int4 g128)");
+  EXPECT_EQ(Find(w, "model.layers.0.mlp.down_proj.qweight"), nullptr);
+}
+
 TEST(WeightMemory, InspectCliKeepsItsKeysAndAddsWeightsAndMemory) {
   const RunResult r = RunLoom("--quantize int8 inspect --model " + kFixtures + "/models/llama_bf16");
   ASSERT_EQ(r.exit_code, 0) << r.output;

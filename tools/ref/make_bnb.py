@@ -1,5 +1,5 @@
-# Quantizes tiny fixture models to bitsandbytes NF4 with transformers (QLoRA's base), trains nothing but writes QLoRA adapters over them, and dumps bitsandbytes/transformers/PEFT reference outputs on CPU.
-"""bitsandbytes NF4 fixtures for loom.
+# Quantizes tiny fixture models to bitsandbytes NF4 and FP4 with transformers (QLoRA's base), trains nothing but writes QLoRA adapters over them, and dumps bitsandbytes/transformers/PEFT reference outputs on CPU.
+"""bitsandbytes 4-bit (NF4, FP4) fixtures for loom.
 
 Usage (bitsandbytes installed with --no-deps into a --target folder, so the reference venv itself
 is not changed; see tools/ref/README.md):
@@ -8,15 +8,15 @@ is not changed; see tools/ref/README.md):
 Run after make_models.py (it reads tests/fixtures/models/<base>). Writes
     <out>/models/<name>/            config.json (quantization_config quant_method "bitsandbytes"),
                                     model.safetensors as transformers' save_pretrained writes a
-                                    BitsAndBytesConfig(load_in_4bit, nf4) model
+                                    BitsAndBytesConfig(load_in_4bit, nf4 or fp4) model
     <out>/golden/<name>.json, .logits.safetensors, .greedy.safetensors
                                     transformers on CPU loading that folder, f32 compute (see
                                     below), same format as make_models.py's goldens
-    <out>/adapters/qlora_<name>/    a PEFT LoRA (or DoRA) adapter created over the NF4 model with
+    <out>/adapters/qlora_<name>/    a PEFT LoRA (or DoRA) adapter created over the 4-bit model with
                                     random non-zero B (what QLoRA training leaves)
     <out>/golden/<name>.lora.safetensors
                                     F32 "<adapter>.prompt_<i>" [len_i, vocab]: PEFT running that
-                                    adapter over the NF4 model
+                                    adapter over the 4-bit model
     <out>/golden/<name>.dequant.safetensors
                                     bitsandbytes' own dequantize_4bit of a few projections (F32)
 
@@ -41,24 +41,31 @@ import make_models  # noqa: E402  (prompts, greedy, prompt_logits)
 import bitsandbytes as bnb  # noqa: E402
 import bitsandbytes.functional as bnbf  # noqa: E402
 
-# name -> (base fixture, base dtype, double quant, adapter {target_modules, use_dora})
+# name -> (base fixture, base dtype, quant type, double quant, adapter {target_modules, use_dora})
 FIXTURES = {
     # bf16 base, plain NF4 (absmax f32), QLoRA over every projection.
-    "nf4_llama": ("llama_bf16", torch.bfloat16, False,
+    "nf4_llama": ("llama_bf16", torch.bfloat16, "nf4", False,
                   dict(target_modules="all-linear", use_dora=False, r=8, lora_alpha=16)),
     # f32 base, NF4 with double quant (8-bit absmax, nested f32 absmax per 256 blocks + offset),
     # q/k/v biases, tied embeddings; a DoRA adapter (PEFT takes its norm over the dequantized base).
-    "nf4dq_qwen2": ("qwen2_f32", torch.float32, True,
+    "nf4dq_qwen2": ("qwen2_f32", torch.float32, "nf4", True,
                     dict(target_modules=["q_proj", "v_proj", "down_proj"], use_dora=True, r=4,
                          lora_alpha=8)),
+    # f32 base (q/k norms), plain FP4 (BitsAndBytesConfig's default type), QLoRA everywhere.
+    "fp4_qwen3": ("qwen3_f32", torch.float32, "fp4", False,
+                  dict(target_modules="all-linear", use_dora=False, r=8, lora_alpha=16)),
+    # bf16 base, FP4 with double quant; a DoRA adapter on attention and up_proj.
+    "fp4dq_mistral": ("mistral_bf16", torch.bfloat16, "fp4", True,
+                      dict(target_modules=["q_proj", "k_proj", "o_proj", "up_proj"], use_dora=True,
+                           r=4, lora_alpha=8)),
 }
 DEQUANT_DUMP = ["model.layers.0.self_attn.q_proj", "model.layers.1.self_attn.k_proj",
                 "model.layers.2.mlp.down_proj"]
 ADAPTER_SEED = 77
 
 
-def load_nf4(folder):
-    """The saved NF4 model as a user loads it: CPU, f32 compute, the generic bnb path."""
+def load_4bit(folder):
+    """The saved 4-bit model as a user loads it: CPU, f32 compute, the generic bnb path."""
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32,
                                                  attn_implementation="eager", device_map="cpu")
     # transformers keeps the checkpoint's dtype for the modules bitsandbytes did not quantize
@@ -78,7 +85,7 @@ def load_nf4(folder):
 
 def make_adapter(folder, adapter_dir, spec):
     from peft import LoraConfig, get_peft_model
-    base = load_nf4(folder)
+    base = load_4bit(folder)
     cfg = LoraConfig(r=spec["r"], lora_alpha=spec["lora_alpha"], target_modules=spec["target_modules"],
                      use_dora=spec["use_dora"], lora_dropout=0.0, task_type="CAUSAL_LM")
     peft_model = get_peft_model(base, cfg)
@@ -95,9 +102,9 @@ def make_adapter(folder, adapter_dir, spec):
 
 
 def build(name, out, prompts):
-    base, dtype, dq, spec = FIXTURES[name]
+    base, dtype, qtype, dq, spec = FIXTURES[name]
     src = os.path.join(out, "models", base)
-    qc = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+    qc = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=qtype,
                             bnb_4bit_use_double_quant=dq, bnb_4bit_compute_dtype=torch.float32)
     model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype, quantization_config=qc,
                                                  device_map="cpu")
@@ -108,7 +115,7 @@ def build(name, out, prompts):
     GenerationConfig(bos_token_id=1, eos_token_id=2).save_pretrained(folder)
     del model
 
-    ref = load_nf4(folder)
+    ref = load_4bit(folder)
     golden = os.path.join(out, "golden")
     logits, greedy_rows, greedy_ids, tops = {}, {}, [], []
     for i, ids in enumerate(prompts):
@@ -142,12 +149,12 @@ def build(name, out, prompts):
                    for i, ids in enumerate(prompts))
     del fast
 
-    # QLoRA: PEFT over the NF4 model, adapter unmerged, f32.
+    # QLoRA: PEFT over the 4-bit model, adapter unmerged, f32.
     from peft import PeftModel
     adapter = f"qlora_{name}"
     adapter_dir = os.path.join(out, "adapters", adapter)
     make_adapter(folder, adapter_dir, spec)
-    peft_model = PeftModel.from_pretrained(load_nf4(folder), adapter_dir).eval()
+    peft_model = PeftModel.from_pretrained(load_4bit(folder), adapter_dir).eval()
     lora = {f"{adapter}.prompt_{i}": make_models.prompt_logits(peft_model, ids).contiguous()
             for i, ids in enumerate(prompts)}
     save_file(lora, os.path.join(golden, f"{name}.lora.safetensors"))
@@ -155,7 +162,7 @@ def build(name, out, prompts):
                 for i in range(len(prompts)))
     margin = min(float(r[0] - r[1]) for k in greedy_rows
                  for r in torch.topk(greedy_rows[k], 2, dim=-1).values)
-    print(f"{name}: from {base} ({dtype}, double quant {dq}), min greedy margin {margin:.3f}; "
+    print(f"{name}: from {base} ({dtype}, {qtype}, double quant {dq}), min greedy margin {margin:.3f}; "
           f"default CPU path differs by up to {fast_err:.4f}; {adapter} moves logits by up to {moved:.3f}")
 
 
