@@ -44,22 +44,24 @@ StatusOr<BnbConfig> BnbConfig::Parse(const json& qc, const std::string& where) {
   if (method != "bitsandbytes") {
     return InvalidArgument(what + ": quant_method '" + method + "' is not \"bitsandbytes\"");
   }
-  for (const char* f : {"load_in_8bit", "_load_in_8bit"}) {
-    bool v = false;
-    RETURN_IF_ERROR(GetOptionalBool(qc, f, what, &v));
-    if (v) {
-      return InvalidArgument(what + ": " + f +
-                             " is true: bitsandbytes LLM.int8 (8-bit) checkpoints "
-                             "are not supported; loom reads 4-bit NF4 and FP4 (load_in_4bit)");
-    }
-  }
-  bool in4 = false, in4_private = true;
+  // load_in_8bit (LLM.int8) or load_in_4bit (NF4/FP4); transformers writes both flags and the
+  // private copies it keeps in sync.
+  bool in8 = false, in8_private = false, in4 = false, in4_private = false;
+  RETURN_IF_ERROR(GetOptionalBool(qc, "load_in_8bit", what, &in8));
+  RETURN_IF_ERROR(GetOptionalBool(qc, "_load_in_8bit", what, &in8_private));
   RETURN_IF_ERROR(GetOptionalBool(qc, "load_in_4bit", what, &in4));
   RETURN_IF_ERROR(GetOptionalBool(qc, "_load_in_4bit", what, &in4_private));
-  if (!in4 || !in4_private) {
-    return InvalidArgument(what +
-                           ": load_in_4bit is not true; loom reads bitsandbytes 4-bit NF4 and "
-                           "FP4 checkpoints only");
+  if (qc.contains("_load_in_8bit") && in8 != in8_private) {
+    return InvalidArgument(what + ": load_in_8bit and _load_in_8bit disagree");
+  }
+  if (qc.contains("_load_in_4bit") && in4 != in4_private) {
+    return InvalidArgument(what + ": load_in_4bit and _load_in_4bit disagree");
+  }
+  if (in8 == in4) {
+    return InvalidArgument(what + (in8 ? ": load_in_4bit and load_in_8bit are both true"
+                                       : ": neither load_in_4bit nor load_in_8bit is true") +
+                           "; loom reads bitsandbytes 4-bit (NF4, FP4) or 8-bit (LLM.int8) "
+                           "checkpoints");
   }
   std::string type = "fp4";  // BitsAndBytesConfig's default
   RETURN_IF_ERROR(GetOptionalString(qc, "bnb_4bit_quant_type", what, &type));
@@ -70,6 +72,7 @@ StatusOr<BnbConfig> BnbConfig::Parse(const json& qc, const std::string& where) {
   BnbConfig c;
   c.where = where;
   c.type = type == "fp4" ? cpu::Bnb4Type::kFp4 : cpu::Bnb4Type::kNf4;
+  c.bits = in8 ? 8 : 4;
   RETURN_IF_ERROR(GetOptionalBool(qc, "bnb_4bit_use_double_quant", what, &c.double_quant));
   // The dtype of the activations and dequantized weights in bitsandbytes' matmul; loom computes in
   // f32 (the "float32" result; bf16/f16 differ from it by their own rounding).
@@ -103,12 +106,19 @@ StatusOr<BnbConfig> BnbConfig::Parse(const json& qc, const std::string& where) {
       c.skip_patterns.push_back(std::move(r));
     }
   }
-  // LLM.int8-only knobs (outlier threshold, fp16 master weights) mean nothing for 4-bit weights;
-  // fp32 CPU offload keeps some modules dense, which the checkpoint itself shows (no quant_state).
+  // LLM.int8: the outlier threshold (elements at or above it are multiplied exactly, the rest in
+  // int8); fp16 master weights mean the file holds no int8 weights. For 4-bit weights both are
+  // ignored by bitsandbytes. fp32 CPU offload keeps some modules dense, which the checkpoint
+  // itself shows (no quant_state / SCB).
   double threshold = 6.0;
-  RETURN_IF_ERROR(GetOptionalFloat(qc, "llm_int8_threshold", what, &threshold));
-  bool ignored = false;
-  RETURN_IF_ERROR(GetOptionalBool(qc, "llm_int8_has_fp16_weight", what, &ignored));
+  RETURN_IF_ERROR(GetOptionalFloat(qc, "llm_int8_threshold", what, &threshold, 0.0, 65504.0));
+  c.threshold = static_cast<float>(threshold);
+  bool fp16_weights = false, ignored = false;
+  RETURN_IF_ERROR(GetOptionalBool(qc, "llm_int8_has_fp16_weight", what, &fp16_weights));
+  if (c.bits == 8 && fp16_weights) {
+    return InvalidArgument(what + ": llm_int8_has_fp16_weight is true (fp16 master weights, a "
+                           "training setup); loom reads 8-bit checkpoints with int8 weights");
+  }
   RETURN_IF_ERROR(GetOptionalBool(qc, "llm_int8_enable_fp32_cpu_offload", what, &ignored));
   return c;
 }

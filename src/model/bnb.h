@@ -1,6 +1,6 @@
-// Pre-quantized bitsandbytes 4-bit (NF4 — QLoRA's base — and FP4) checkpoints as transformers
-// saves them: quantization_config validated, each projection's packed weight and quant_state read
-// into an Nf4Weight.
+// Pre-quantized bitsandbytes checkpoints as transformers saves them — 4-bit (NF4, QLoRA's base,
+// and FP4) and 8-bit (LLM.int8): quantization_config validated, each projection's tensors read
+// into an Nf4Weight or an Int8Weight.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +21,8 @@ namespace loom {
 // The validated quantization_config of a bitsandbytes checkpoint (quant_method "bitsandbytes").
 // Thread-safety: immutable after parse.
 struct BnbConfig {
+  int bits = 4;                              // 4 (load_in_4bit) or 8 (load_in_8bit: LLM.int8)
+  float threshold = 6.0f;                    // llm_int8_threshold (8-bit: outliers ≥ it exact)
   cpu::Bnb4Type type = cpu::Bnb4Type::kNf4;  // bnb_4bit_quant_type
   bool double_quant = false;              // bnb_4bit_use_double_quant
   std::vector<std::string> skip_modules;  // llm_int8_skip_modules (kept dense by transformers)
@@ -28,7 +30,7 @@ struct BnbConfig {
   std::string where;                      // "<dir>/config.json", for errors
 
   // Parses config.json's "quantization_config" (`qc`, an object). Every field is handled or
-  // rejected naming the field: load_in_8bit (LLM.int8) is refused.
+  // rejected naming the field.
   static StatusOr<BnbConfig> Parse(const nlohmann::json& qc, const std::string& where);
   // Reads `dir`/config.json: nullopt when it has no quantization_config or its quant_method is
   // not "bitsandbytes" (another reader's).
@@ -41,7 +43,8 @@ struct BnbConfig {
   bool Skipped(const std::string& name) const;
 };
 
-// Whether `store` holds a bitsandbytes 4-bit quant_state for projection `name` (nf4 or fp4).
+// Whether `store` holds bitsandbytes quantization tensors for projection `name` (a 4-bit
+// quant_state or absmax, an 8-bit SCB).
 bool HasBnbQuantState(const SafetensorsStore& store, const std::string& name);
 
 // Reads the 4-bit tensors of projection `lin` (its name set; shape [out, in]) into lin->nf4:
@@ -52,7 +55,15 @@ bool HasBnbQuantState(const SafetensorsStore& store, const std::string& name);
 // `weight.quant_state.bitsandbytes__<nf4|fp4>` (U8 JSON: quant_type, blocksize, dtype, shape,
 // nested_*), every field checked against the config and the model; names read are added to `consumed`. lin->weight becomes a shape-only view
 // (data null). `bytes` (if not null) grows by the weight's size.
+// With config.bits 8 the 8-bit tensors instead (LoadBnb8Linear).
 Status LoadBnbLinear(const SafetensorsStore& store, const BnbConfig& config, int64_t out,
                      int64_t in, Linear* lin, std::set<std::string>* consumed, uint64_t* bytes);
+
+// LLM.int8: `weight` I8 [out, in] (bitsandbytes' CB), `SCB` F32 [out] (each row's absmax, finite,
+// ≥ 0) and `weight_format` U8 [] (0: row-major, the only layout bitsandbytes still writes) into
+// lin->int8 marked llm_int8 (scale = SCB, W[j, i] = CB[j, i] · SCB[j] · (1/127) as bitsandbytes'
+// int8_vectorwise_dequant) with the config's outlier threshold.
+Status LoadBnb8Linear(const SafetensorsStore& store, const BnbConfig& config, int64_t out,
+                      int64_t in, Linear* lin, std::set<std::string>* consumed, uint64_t* bytes);
 
 }  // namespace loom

@@ -122,11 +122,12 @@ StatusOr<QuantState> ParseQuantState(const TensorInfo& t, const BnbConfig& confi
 bool HasBnbQuantState(const SafetensorsStore& store, const std::string& name) {
   return store.Find(name + ".weight.quant_state.bitsandbytes__nf4") ||
          store.Find(name + ".weight.quant_state.bitsandbytes__fp4") ||
-         store.Find(name + ".weight.absmax");
+         store.Find(name + ".weight.absmax") || store.Find(name + ".SCB");
 }
 
 Status LoadBnbLinear(const SafetensorsStore& store, const BnbConfig& config, int64_t out,
                      int64_t in, Linear* lin, std::set<std::string>* consumed, uint64_t* bytes) {
+  if (config.bits == 8) return LoadBnb8Linear(store, config, out, in, lin, consumed, bytes);
   const std::string w = lin->name + ".weight";
   const std::string type = cpu::Bnb4TypeName(config.type);
   const std::string other = config.type == cpu::Bnb4Type::kNf4 ? "fp4" : "nf4";

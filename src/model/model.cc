@@ -53,7 +53,10 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadO
   if (!bnb && !gptq) {
     ASSIGN_OR_RETURN(quant, CtConfig::Load(dir));
   }
-  if (bnb) m->prequantized_ = std::string("bitsandbytes ") + cpu::Bnb4TypeName(bnb->type);
+  if (bnb) {
+    m->prequantized_ = bnb->bits == 8 ? std::string("bitsandbytes LLM.int8")
+                                      : std::string("bitsandbytes ") + cpu::Bnb4TypeName(bnb->type);
+  }
   if (gptq) m->prequantized_ = gptq->Name();
   if (quant) m->prequantized_ = "compressed-tensors";
   if (!m->prequantized_.empty() && options.quantize != LoadOptions::Quantization::kNone) {

@@ -122,7 +122,7 @@ Status CheckBnbModel(const ModelConfig& config, const BnbConfig& bnb) {
 std::function<void(int64_t, float*)> DequantizedRows(const Linear& lin) {
   if (lin.int8) {
     return [w = lin.int8](int64_t j, float* row) {
-      for (int64_t i = 0; i < w->cols; ++i) row[i] = float(w->At(j, i)) * w->scale[static_cast<size_t>(j)];
+      for (int64_t i = 0; i < w->cols; ++i) row[i] = w->Dequantized(j, i);
     };
   }
   if (lin.int4) {
@@ -130,7 +130,8 @@ std::function<void(int64_t, float*)> DequantizedRows(const Linear& lin) {
       for (int64_t i = 0; i < w->cols; ++i) row[i] = w->Dequantized(j, i);
     };
   }
-  if (lin.nf4) {  // code · absmax in f32: bitsandbytes' dequantize_4bit (PEFT's DoRA norm, merges)
+  if (lin.nf4) {  // code · absmax in f32: bitsandbytes' dequantize_4bit (merges; the DoRA norm of
+                  // a bf16/f16 quant_state uses dora_norm_row)
     return [w = lin.nf4](int64_t j, float* row) {
       for (int64_t i = 0; i < w->cols; ++i) row[i] = w->Dequantized(j, i);
     };

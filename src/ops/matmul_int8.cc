@@ -8,8 +8,14 @@
 #include "base/thread_pool.h"
 #include "cpu/int8_cpu.h"
 #include "ops/panel_blocks.h"
+#include "tensor/dtype.h"
 
 namespace loom {
+
+float Int8Weight::Dequantized(int64_t j, int64_t i) const {
+  const float q = At(j, i), sc = scale[static_cast<size_t>(j)];
+  return llm_int8 ? q * sc * kLlmInt8Weight : q * sc;
+}
 
 int8_t Int8Weight::At(int64_t j, int64_t i) const {
   const int64_t p = j / cpu::kInt8Panel, c = j % cpu::kInt8Panel;
@@ -102,7 +108,38 @@ constexpr int64_t kAmxInt8MinRows = 16;
 struct Int8Scratch {
   AlignedBuffer<uint8_t> xu;  // [n, k_pad]: xq + 128, padding 128
   std::vector<float> sx;      // [n]
+  // LLM.int8: per row, the (input index, f32 value) of each element left out as an outlier.
+  std::vector<std::vector<std::pair<int64_t, float>>> outliers;
 };
+
+// LLM.int8's quantized activation row, as bitsandbytes' int8_vectorwise_quant computes it: x rounded
+// to f16 (A.to(float16)); elements whose f16 magnitude reaches `threshold` (> 0) are set to 0 and
+// listed with their f32 value; rowmax = max |x_f16| of the rest; xq = rint(x_f16 · inv), inv =
+// (1 / rowmax) · 127 as torch evaluates 127.0 / row_stats (f32, round half to even), 0 for a zero
+// row. Returns rowmax.
+float LlmInt8Row(const float* x, int64_t k, float threshold, int8_t* xq,
+                 std::vector<std::pair<int64_t, float>>* outliers) {
+  thread_local std::vector<float> h;
+  h.resize(static_cast<size_t>(k));
+  outliers->clear();
+  float rowmax = 0;
+  for (int64_t i = 0; i < k; ++i) {
+    float v = F16ToF32(F32ToF16(x[i]));
+    if (threshold > 0 && std::fabs(v) >= threshold) {
+      outliers->emplace_back(i, x[i]);
+      v = 0;
+    }
+    h[static_cast<size_t>(i)] = v;
+    rowmax = std::max(rowmax, std::fabs(v));
+  }
+  // torch computes 127.0 / row_stats as reciprocal(row_stats) · 127 (two f32 roundings).
+  const float inv = rowmax > 0 ? (1.0f / rowmax) * 127.0f : 0.0f;
+  for (int64_t i = 0; i < k; ++i) {
+    xq[i] = static_cast<int8_t>(std::nearbyint(h[static_cast<size_t>(i)] * inv));
+  }
+  return rowmax;
+}
+
 Int8Scratch& Scratch() {
   static thread_local Int8Scratch s;
   return s;
@@ -121,13 +158,20 @@ void MatmulInt8(const float* x, int64_t n, const Int8Weight& w, float* y,
   LOOM_CHECK_OK(s.xu.Resize(static_cast<size_t>(n_alloc * kp)));
   s.sx.assign(static_cast<size_t>(n_alloc), 0.0f);
   std::fill(s.xu.data() + n * kp, s.xu.data() + n_alloc * kp, uint8_t{128});
+  if (w.llm_int8 && s.outliers.size() < static_cast<size_t>(n)) s.outliers.resize(static_cast<size_t>(n));
   ForEachRowRange(n, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       // xq in −127..127 written in place, then biased: xq ^ 0x80 = xq + 128 as u8 (and the
       // padding 0 becomes 128).
       uint8_t* xu = s.xu.data() + r * kp;
-      cpu::QuantizeRowsInt8(x + r * k, 1, k, reinterpret_cast<int8_t*>(xu),
-                            &s.sx[static_cast<size_t>(r)]);
+      if (w.llm_int8) {  // sx = rowmax; the kernels' acc · (rowmax · SCB) is bitsandbytes' product
+        s.sx[static_cast<size_t>(r)] =
+            LlmInt8Row(x + r * k, k, w.outlier_threshold, reinterpret_cast<int8_t*>(xu),
+                       &s.outliers[static_cast<size_t>(r)]);
+      } else {
+        cpu::QuantizeRowsInt8(x + r * k, 1, k, reinterpret_cast<int8_t*>(xu),
+                              &s.sx[static_cast<size_t>(r)]);
+      }
       std::fill(xu + k, xu + kp, uint8_t{0});
       for (int64_t i = 0; i < kp; ++i) xu[i] ^= 0x80;
     }
@@ -140,6 +184,21 @@ void MatmulInt8(const float* x, int64_t n, const Int8Weight& w, float* y,
     } else {
       cpu::MatmulInt8(isa, s.xu.data(), s.sx.data(), n, kp, w.q.data(), w.scale.data(),
                       w.sum.data(), j0, j1, y + j0, m);
+    }
+    if (!w.llm_int8) return;
+    // bitsandbytes' int8_mm_dequant: acc · (rowmax · SCB) · 6.200124e-05 (its f32 constant for
+    // 1/127²); then the outliers exactly, y[r, j] += Σ x[r, i] · W[j, i] over the row's outliers
+    // (its addmm of the outlier columns by the dequantized weight columns).
+    for (int64_t r = 0; r < n; ++r) {
+      float* yr = y + r * m;
+      for (int64_t j = j0; j < j1; ++j) yr[j] *= kLlmInt8Dequant;
+      const auto& outl = s.outliers[static_cast<size_t>(r)];
+      if (outl.empty()) continue;
+      for (int64_t j = j0; j < j1; ++j) {
+        float t = 0;
+        for (const auto& [i, v] : outl) t = std::fma(v, w.Dequantized(j, i), t);
+        yr[j] += t;
+      }
     }
   });
 }

@@ -34,18 +34,40 @@ const std::string kFixtures = LOOM_FIXTURES;
 constexpr float kLogitTolerance = 2e-4f;
 constexpr double kRelativeRms = 1e-5;
 constexpr float kClearMargin = 4e-4f;
+// LLM.int8 (load_in_8bit): loom reproduces bitsandbytes' operations in order (f16 activations,
+// 127 / rowmax as torch's reciprocal · 127, acc · (rowmax · SCB) · 6.200124e-05, outliers in f32),
+// so without outliers (threshold 0) the same bounds hold (measured 3.8e-6 worst). With the
+// threshold, bitsandbytes takes the outlier columns of all of a call's rows together, loom each
+// row's own (batch invariance): a prompt row whose column holds another row's outlier is quantized
+// by loom and exact in bitsandbytes — int8 quantization error on those elements (measured on
+// int8_llama, 3 outlier elements in its prompts: see the printed figures). Bounds for that case:
+// relative RMS ≤ 2 %, worst ≤ 0.4, clear greedy margin 0.8. Merged (--merge) projections run dense
+// in f32, without activation quantization, against PEFT's unmerged int8 model: the W8A8 error,
+// bounded as the compressed-tensors W8A8 goldens (relative RMS ≤ 5 %, worst ≤ 0.75).
+struct Bounds {
+  float worst;
+  double rms;
+  float margin;
+};
+constexpr Bounds kExact{kLogitTolerance, kRelativeRms, kClearMargin};
+constexpr Bounds kRowOutliers{0.4f, 0.02, 0.8f};
+constexpr Bounds kW8A8{0.75f, 0.05, 1.5f};
 
 struct Case {
   const char* name;
   const char* adapter;
-  const char* type;   // bitsandbytes' quant_type
+  const char* type;   // bitsandbytes' quant_type, or "int8" (LLM.int8)
   const char* other;  // a fixture adapter of the same architecture, for the mixed batch
+  Bounds bounds = kExact;   // vs transformers / PEFT unmerged
+  Bounds merged = kExact;   // --merge'd vs PEFT unmerged
 };
 constexpr Case kCases[] = {
     {"nf4_llama", "qlora_nf4_llama", "nf4", "llama_qv_r8_f32"},
     {"nf4dq_qwen2", "qlora_nf4dq_qwen2", "nf4", "qwen2_exclude"},
     {"fp4_qwen3", "qlora_fp4_qwen3", "fp4", "qwen3_lora_bias"},
     {"fp4dq_mistral", "qlora_fp4dq_mistral", "fp4", "mistral_layers"},
+    {"int8_llama", "qlora_int8_llama", "int8", "llama_qv_r8_f32", kRowOutliers, kW8A8},
+    {"int8t0_qwen2", "qlora_int8t0_qwen2", "int8", "qwen2_exclude", kExact, kW8A8},
 };
 
 // The Linear of "model.layers.L.<self_attn|mlp>.<proj>".
@@ -75,7 +97,9 @@ class Nf4Golden : public ::testing::TestWithParam<int> {
 
 // loom's weights, dequantized, equal bitsandbytes' own dequantize_4bit (f32) bit for bit.
 TEST_P(Nf4Golden, WeightsEqualBitsandbytesDequantization) {
-  EXPECT_EQ(model_->prequantized(), std::string("bitsandbytes ") + case_->type);
+  const bool int8 = std::string(case_->type) == "int8";
+  EXPECT_EQ(model_->prequantized(),
+            int8 ? std::string("bitsandbytes LLM.int8") : std::string("bitsandbytes ") + case_->type);
   EXPECT_GT(model_->quantized_bytes(), 0u);
   auto store =
       SafetensorsStore::Open(kFixtures + "/golden/" + case_->name + ".dequant.safetensors");
@@ -86,8 +110,12 @@ TEST_P(Nf4Golden, WeightsEqualBitsandbytesDequantization) {
     ASSERT_TRUE(ref.ok());
     const Linear* lin = FindLinear(*model_, name);
     ASSERT_NE(lin, nullptr) << name;
-    ASSERT_TRUE(lin->nf4) << name << " is not bitsandbytes 4-bit";
-    EXPECT_STREQ(cpu::Bnb4TypeName(lin->nf4->type), case_->type) << name;
+    if (int8) {
+      ASSERT_TRUE(lin->int8 && lin->int8->llm_int8) << name << " is not LLM.int8";
+    } else {
+      ASSERT_TRUE(lin->nf4) << name << " is not bitsandbytes 4-bit";
+      EXPECT_STREQ(cpu::Bnb4TypeName(lin->nf4->type), case_->type) << name;
+    }
     EXPECT_EQ(lin->weight.data, nullptr) << name << " kept a dense weight";
     const int64_t rows = ref->dim(0), cols = ref->dim(1);
     ASSERT_EQ(lin->out_features(), rows);
@@ -95,12 +123,16 @@ TEST_P(Nf4Golden, WeightsEqualBitsandbytesDequantization) {
     const float* r = static_cast<const float*>(ref->data);
     int64_t differ = 0;
     for (int64_t j = 0; j < rows; ++j) {
-      for (int64_t i = 0; i < cols; ++i) differ += lin->nf4->Dequantized(j, i) != r[j * cols + i];
+      for (int64_t i = 0; i < cols; ++i) {
+        const float w = int8 ? lin->int8->Dequantized(j, i) : lin->nf4->Dequantized(j, i);
+        differ += w != r[j * cols + i];
+      }
     }
     EXPECT_EQ(differ, 0) << name << ": " << differ << " of " << rows * cols << " weights differ";
   }
   // transformers never quantizes the head.
   EXPECT_FALSE(model_->weights().lm_head.nf4);
+  EXPECT_FALSE(model_->weights().lm_head.int8);
   EXPECT_NE(model_->weights().lm_head.weight.data, nullptr);
 }
 
@@ -124,7 +156,7 @@ TEST_P(Nf4Golden, LogitsMatchTransformersAndClearTokensKept) {
     error.Add(out.prompt_logits, golden_.prompt_logits[p]);
     for (size_t s = 0; s < golden_.greedy[p].size(); ++s) {
       const auto& top = golden_.top_logprobs[p][s];
-      const bool clear = top[0].second - top[1].second > kClearMargin;
+      const bool clear = top[0].second - top[1].second > case_->bounds.margin;
       if (out.generated[s] != golden_.greedy[p][s]) {
         ASSERT_FALSE(clear) << "prompt " << p << " step " << s;
         break;
@@ -135,8 +167,8 @@ TEST_P(Nf4Golden, LogitsMatchTransformersAndClearTokensKept) {
   std::printf(
       "%s: relative RMS logit error %.3g, worst prompt logit %.3g, %d clear greedy steps equal\n",
       case_->name, error.RelativeRms(), error.worst, compared);
-  EXPECT_LE(error.RelativeRms(), kRelativeRms);
-  EXPECT_LE(error.worst, kLogitTolerance);
+  EXPECT_LE(error.RelativeRms(), case_->bounds.rms);
+  EXPECT_LE(error.worst, case_->bounds.worst);
   EXPECT_GT(compared, 0);
 }
 
@@ -181,9 +213,10 @@ TEST_P(Nf4Golden, QloraMatchesPeftUnmergedAndMerged) {
         "reference by up to %.3f)\n",
         case_->name, case_->adapter, merge ? "merged" : "unmerged", error.RelativeRms(),
         error.worst, moved);
-    EXPECT_LE(error.RelativeRms(), kRelativeRms);
-    EXPECT_LE(error.worst, kLogitTolerance);
-    EXPECT_GT(moved, 100 * kLogitTolerance);
+    const Bounds& b = merge ? case_->merged : case_->bounds;
+    EXPECT_LE(error.RelativeRms(), b.rms);
+    EXPECT_LE(error.worst, b.worst);
+    EXPECT_GT(moved, 5 * b.worst);
   }
 }
 
@@ -204,7 +237,7 @@ TEST_P(Nf4Golden, AdaptersAppliedAndMixedBatchEqualsAlone) {
   GlobalMatmulOptions().batch_invariant = false;
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, Nf4Golden, ::testing::Values(0, 1, 2, 3),
+INSTANTIATE_TEST_SUITE_P(Fixtures, Nf4Golden, ::testing::Values(0, 1, 2, 3, 4, 5),
                          [](const auto& info) { return std::string(kCases[info.param].name); });
 
 TEST(Nf4Rejects, QuantizeAgain) {

@@ -74,9 +74,22 @@ TEST(BnbConfig, HandlesOrRefusesEveryFieldByName) {
   } cases[] = {
       {[](json& q) { q["bnb_4bit_quant_type"] = "int4"; },
        "bnb_4bit_quant_type is 'int4'; bitsandbytes 4-bit types are \"nf4\" and \"fp4\""},
-      {[](json& q) { q["load_in_8bit"] = true; },
-       "load_in_8bit is true: bitsandbytes LLM.int8 (8-bit) checkpoints are not supported"},
-      {[](json& q) { q["load_in_4bit"] = false; }, "load_in_4bit is not true"},
+      {[](json& q) { q["load_in_8bit"] = true; }, "load_in_8bit and _load_in_8bit disagree"},
+      {[](json& q) {
+         q["load_in_8bit"] = q["_load_in_8bit"] = true;
+       },
+       "load_in_4bit and load_in_8bit are both true"},
+      {[](json& q) {
+         q["load_in_4bit"] = q["_load_in_4bit"] = false;
+       },
+       "neither load_in_4bit nor load_in_8bit is true"},
+      {[](json& q) {
+         q["load_in_4bit"] = q["_load_in_4bit"] = false;
+         q["load_in_8bit"] = q["_load_in_8bit"] = true;
+         q["llm_int8_has_fp16_weight"] = true;
+       },
+       "llm_int8_has_fp16_weight is true"},
+      {[](json& q) { q["llm_int8_threshold"] = -1; }, "llm_int8_threshold"},
       {[](json& q) { q["bnb_4bit_quant_storage"] = "bfloat16"; },
        "bnb_4bit_quant_storage is 'bfloat16'"},
       {[](json& q) { q["bnb_4bit_compute_dtype"] = "int8"; }, "bnb_4bit_compute_dtype 'int8'"},
@@ -223,7 +236,35 @@ TEST(BnbCorrupt, EachMismatchIsAClearErrorNamingTheTensorOrField) {
       {"nf4_llama", [](json& q) { q["bnb_4bit_use_double_quant"] = true; }, keep,
        "quant_state lacks nested (double-quant) fields, but quantization_config's "
        "bnb_4bit_use_double_quant is true"},
-      {"nf4_llama", [](json& q) { q["load_in_8bit"] = true; }, keep, "LLM.int8"},
+      {"nf4_llama",
+       [](json& q) {
+         q["load_in_8bit"] = q["_load_in_8bit"] = true;
+         q["load_in_4bit"] = q["_load_in_4bit"] = false;
+       },
+       keep, "model.layers.0.self_attn.q_proj.SCB' (the row scales of a bitsandbytes 8-bit weight)"},
+      // LLM.int8 tensors.
+      {"int8_llama", none, keep, ""},
+      {"int8t0_qwen2", none, keep, ""},
+      {"int8_llama", none, [](RawFile& r) { r["model.layers.0.self_attn.q_proj.SCB"].dtype = "I32"; },
+       "tensor 'model.layers.0.self_attn.q_proj.SCB' has dtype I32"},
+      {"int8_llama", none,
+       [](RawFile& r) {
+         float nan = std::nanf("");
+         std::memcpy(r["model.layers.0.self_attn.q_proj.SCB"].bytes.data() + 4, &nan, 4);
+       },
+       "tensor 'model.layers.0.self_attn.q_proj.SCB' ([64] F32) has NaN at index 1"},
+      {"int8_llama", none,
+       [](RawFile& r) { r["model.layers.0.self_attn.q_proj.weight_format"].bytes[0] = 2; },
+       "tensor 'model.layers.0.self_attn.q_proj.weight_format' is 2: a tiled"},
+      {"int8_llama", none,
+       [](RawFile& r) {
+         r[kQ].shape = {64, 32};
+         r[kQ].bytes.resize(64 * 32);
+       },
+       "tensor 'model.layers.0.self_attn.q_proj.weight' has dtype I8 and shape [64, 32]; "
+       "bitsandbytes LLM.int8 of model.layers.0.self_attn.q_proj [64, 64] needs I8 [64, 64]"},
+      {"int8_llama", none, [](RawFile& r) { r.erase("model.layers.1.mlp.up_proj.SCB"); },
+       "model.layers.1.mlp.up_proj.weight"},
       {"nf4_llama", [](json& q) { q["bnb_4bit_quant_type"] = "fp4"; }, keep,
        "holds bitsandbytes nf4 weights, but quantization_config's bnb_4bit_quant_type is 'fp4'"},
       {"fp4dq_mistral", [](json& q) { q.erase("bnb_4bit_quant_type"); }, keep, ""},  // fp4

@@ -41,7 +41,8 @@ import make_models  # noqa: E402  (prompts, greedy, prompt_logits)
 import bitsandbytes as bnb  # noqa: E402
 import bitsandbytes.functional as bnbf  # noqa: E402
 
-# name -> (base fixture, base dtype, quant type, double quant, adapter {target_modules, use_dora})
+# name -> (base fixture, base dtype, quant type, double quant (4-bit) or llm_int8_threshold
+#          (int8), adapter {target_modules, use_dora})
 FIXTURES = {
     # bf16 base, plain NF4 (absmax f32), QLoRA over every projection.
     "nf4_llama": ("llama_bf16", torch.bfloat16, "nf4", False,
@@ -58,14 +59,22 @@ FIXTURES = {
     "fp4dq_mistral": ("mistral_bf16", torch.bfloat16, "fp4", True,
                       dict(target_modules=["q_proj", "k_proj", "o_proj", "up_proj"], use_dora=True,
                            r=4, lora_alpha=8)),
+    # LLM.int8 (load_in_8bit) of an f32 base with bitsandbytes' default outlier threshold 6.0.
+    "int8_llama": ("llama_f32", torch.float32, "int8", 6.0,
+                   dict(target_modules="all-linear", use_dora=False, r=8, lora_alpha=16)),
+    # LLM.int8 without outlier decomposition (threshold 0: every element in int8), bf16 base,
+    # q/k/v biases, tied head; a DoRA adapter (PEFT's norm over int8_vectorwise_dequant, f32).
+    "int8t0_qwen2": ("qwen2_bf16", torch.bfloat16, "int8", 0.0,
+                     dict(target_modules=["q_proj", "v_proj", "down_proj"], use_dora=True, r=4,
+                          lora_alpha=8)),
 }
 DEQUANT_DUMP = ["model.layers.0.self_attn.q_proj", "model.layers.1.self_attn.k_proj",
                 "model.layers.2.mlp.down_proj"]
 ADAPTER_SEED = 77
 
 
-def load_4bit(folder):
-    """The saved 4-bit model as a user loads it: CPU, f32 compute, the generic bnb path."""
+def load_bnb(folder):
+    """The saved 4-/8-bit model as a user loads it: CPU, f32 compute, the generic bnb path."""
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32,
                                                  attn_implementation="eager", device_map="cpu")
     # transformers keeps the checkpoint's dtype for the modules bitsandbytes did not quantize
@@ -79,13 +88,31 @@ def load_4bit(folder):
         if isinstance(m, bnb.nn.Linear4bit):
             m.support_avx512bf16_for_cpu = False
             n += 1
-    assert n > 0, "no Linear4bit modules"
-    return model.eval()
+        n += isinstance(m, bnb.nn.Linear8bitLt)
+    assert n > 0, "no Linear4bit / Linear8bitLt modules"
+    model.eval()
+    # Linear8bitLt moves SCB from the weight to its state on the first forward; PEFT's DoRA reads
+    # the state before that and fails, so run one token first (no effect on any result).
+    with torch.no_grad():
+        model(input_ids=torch.tensor([[1]]))
+    # PEFT's DoRA on CPU dequantizes the 8-bit weight and then re-assigns module.weight =
+    # module.weight.to(device): the new Int8Params has CB but no SCB, and the next forward's
+    # init_8bit_state copies that None into the state (int8_mm_dequant then fails on None). Give the
+    # weight back its own SCB before each forward; it is the same tensor, so nothing changes.
+    for m in model.modules():
+        if isinstance(m, bnb.nn.Linear8bitLt):
+            m.loom_scb = m.state.SCB
+
+            def keep_scb(mod, args):
+                if getattr(mod.weight, "CB", None) is not None and getattr(mod.weight, "SCB", None) is None:
+                    mod.weight.SCB = mod.loom_scb
+            m.register_forward_pre_hook(keep_scb)
+    return model
 
 
 def make_adapter(folder, adapter_dir, spec):
     from peft import LoraConfig, get_peft_model
-    base = load_4bit(folder)
+    base = load_bnb(folder)
     cfg = LoraConfig(r=spec["r"], lora_alpha=spec["lora_alpha"], target_modules=spec["target_modules"],
                      use_dora=spec["use_dora"], lora_dropout=0.0, task_type="CAUSAL_LM")
     peft_model = get_peft_model(base, cfg)
@@ -104,8 +131,11 @@ def make_adapter(folder, adapter_dir, spec):
 def build(name, out, prompts):
     base, dtype, qtype, dq, spec = FIXTURES[name]
     src = os.path.join(out, "models", base)
-    qc = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=qtype,
-                            bnb_4bit_use_double_quant=dq, bnb_4bit_compute_dtype=torch.float32)
+    if qtype == "int8":
+        qc = BitsAndBytesConfig(load_in_8bit=True, llm_int8_threshold=dq)
+    else:
+        qc = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=qtype,
+                                bnb_4bit_use_double_quant=dq, bnb_4bit_compute_dtype=torch.float32)
     model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype, quantization_config=qc,
                                                  device_map="cpu")
     folder = os.path.join(out, "models", name)
@@ -115,7 +145,7 @@ def build(name, out, prompts):
     GenerationConfig(bos_token_id=1, eos_token_id=2).save_pretrained(folder)
     del model
 
-    ref = load_4bit(folder)
+    ref = load_bnb(folder)
     golden = os.path.join(out, "golden")
     logits, greedy_rows, greedy_ids, tops = {}, {}, [], []
     for i, ids in enumerate(prompts):
@@ -135,6 +165,10 @@ def build(name, out, prompts):
     deq = {}
     for n in DEQUANT_DUMP:
         w = mods[n].weight
+        if qtype == "int8":
+            scb = w.SCB if getattr(w, "SCB", None) is not None else mods[n].state.SCB
+            deq[n] = bnbf.int8_vectorwise_dequant(w.data, scb).contiguous()
+            continue
         qs = w.quant_state
         saved = qs.dtype
         qs.dtype = torch.float32
@@ -148,13 +182,27 @@ def build(name, out, prompts):
     fast_err = max(float((make_models.prompt_logits(fast, ids) - logits[f"prompt_{i}"]).abs().max())
                    for i, ids in enumerate(prompts))
     del fast
+    if qtype == "int8":  # how many activation elements reached the outlier threshold
+        seen = [0, 0]
+
+        def count(mod, args):
+            x = args[0].to(torch.float16).abs()
+            seen[0] += int((x >= mod.state.threshold).sum()) if mod.state.threshold > 0 else 0
+            seen[1] += x.numel()
+        hooks = [m.register_forward_pre_hook(count) for m in ref.modules()
+                 if isinstance(m, bnb.nn.Linear8bitLt)]
+        for ids in prompts:
+            make_models.prompt_logits(ref, ids)
+        for h in hooks:
+            h.remove()
+        print(f"{name}: {seen[0]} of {seen[1]} prompt activation elements at or above the threshold")
 
     # QLoRA: PEFT over the 4-bit model, adapter unmerged, f32.
     from peft import PeftModel
     adapter = f"qlora_{name}"
     adapter_dir = os.path.join(out, "adapters", adapter)
     make_adapter(folder, adapter_dir, spec)
-    peft_model = PeftModel.from_pretrained(load_4bit(folder), adapter_dir).eval()
+    peft_model = PeftModel.from_pretrained(load_bnb(folder), adapter_dir).eval()
     lora = {f"{adapter}.prompt_{i}": make_models.prompt_logits(peft_model, ids).contiguous()
             for i, ids in enumerate(prompts)}
     save_file(lora, os.path.join(golden, f"{name}.lora.safetensors"))

@@ -1,0 +1,90 @@
+// LLM.int8 (bitsandbytes load_in_8bit) matmul: each row against an independent scalar replay of
+// bitsandbytes' steps (f16 activations, per-row outliers exact, torch's 127 / rowmax, its
+// 6.200124e-05), bit for bit without outliers, and batch invariance with outliers present.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "ops/matmul_int8.h"
+#include "tensor/dtype.h"
+
+namespace loom {
+namespace {
+
+// bitsandbytes on one row (MatMul8bitLt with a single row: the outlier columns are the row's own).
+std::vector<float> Replay(const float* x, int64_t k, const std::vector<int8_t>& cb,
+                          const std::vector<float>& scb, int64_t m, float threshold) {
+  std::vector<float> h(static_cast<size_t>(k));
+  std::vector<int64_t> outl;
+  float rowmax = 0;
+  for (int64_t i = 0; i < k; ++i) {
+    float v = F16ToF32(F32ToF16(x[i]));
+    if (threshold > 0 && std::fabs(v) >= threshold) {
+      outl.push_back(i);
+      v = 0;
+    }
+    h[static_cast<size_t>(i)] = v;
+    rowmax = std::max(rowmax, std::fabs(v));
+  }
+  const float inv = rowmax > 0 ? (1.0f / rowmax) * 127.0f : 0.0f;
+  std::vector<float> y(static_cast<size_t>(m));
+  for (int64_t j = 0; j < m; ++j) {
+    int64_t acc = 0;
+    for (int64_t i = 0; i < k; ++i) {
+      acc += static_cast<int64_t>(std::nearbyint(h[static_cast<size_t>(i)] * inv)) *
+             cb[static_cast<size_t>(j * k + i)];
+    }
+    float out = static_cast<float>(acc) * (rowmax * scb[static_cast<size_t>(j)]) * 6.200124e-05f;
+    double extra = 0;  // the outlier columns by the dequantized weight, in double
+    for (int64_t i : outl) {
+      const float w = static_cast<float>(cb[static_cast<size_t>(j * k + i)]) *
+                      scb[static_cast<size_t>(j)] * 7.874015718698502e-3f;
+      extra += static_cast<double>(x[i]) * w;
+    }
+    y[static_cast<size_t>(j)] = out + static_cast<float>(extra);
+  }
+  return y;
+}
+
+TEST(LlmInt8, RowsMatchTheReplayAndAreBatchInvariant) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 2.5f);
+  const int64_t m = 70, k = 192, n = 19;
+  std::vector<int8_t> cb(static_cast<size_t>(m * k));
+  for (auto& v : cb) v = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+  std::vector<float> scb(static_cast<size_t>(m));
+  for (auto& v : scb) v = 0.05f + std::fabs(nd(rng));
+  std::vector<float> x(static_cast<size_t>(n * k));
+  for (auto& v : x) v = nd(rng);  // |x| ≥ 6 in ~1.6 % of the elements
+  for (const float threshold : {0.0f, 6.0f}) {
+    auto w = Int8WeightFromRows(cb.data(), scb.data(), m, k, "w");
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    (*w)->llm_int8 = true;
+    (*w)->outlier_threshold = threshold;
+    EXPECT_EQ((*w)->Dequantized(3, 5), float(cb[3 * k + 5]) * scb[3] * 7.874015718698502e-3f);
+    std::vector<float> all(static_cast<size_t>(n * m));
+    MatmulInt8(x.data(), n, **w, all.data());
+    int with_outliers = 0;
+    for (int64_t r = 0; r < n; ++r) {
+      std::vector<float> one(static_cast<size_t>(m));
+      MatmulInt8(x.data() + r * k, 1, **w, one.data());
+      const std::vector<float> ref = Replay(x.data() + r * k, k, cb, scb, m, threshold);
+      bool outl = false;
+      for (int64_t i = 0; i < k; ++i) outl |= threshold > 0 && std::fabs(x[r * k + i]) >= 6.0f;
+      with_outliers += outl;
+      for (int64_t j = 0; j < m; ++j) {
+        ASSERT_EQ(one[j], all[r * m + j]) << "row " << r << " col " << j;  // batch invariant
+        if (outl) {  // the outlier sum's order differs: f32 rounding only
+          ASSERT_NEAR(one[j], ref[j], 2e-5f * (1 + std::fabs(ref[j]))) << r << "," << j;
+        } else {
+          ASSERT_EQ(one[j], ref[j]) << "threshold " << threshold << " row " << r << " col " << j;
+        }
+      }
+    }
+    if (threshold > 0) EXPECT_GT(with_outliers, 5);
+  }
+}
+
+}  // namespace
+}  // namespace loom
