@@ -45,8 +45,16 @@ class SiteTable {
     embedding_ = table;
   }
   void SetArchitecture(std::string name) { architecture_ = std::move(name); }
-  // After a merge replaced a base weight's bytes.
-  void SetWeight(int i, Tensor weight) { sites_[static_cast<size_t>(i)].weight = weight; }
+  // After a merge replaced a base weight's bytes. A dense weight supersedes a pre-quantized one:
+  // its row readers (which hold the quantized weight alive) are dropped.
+  void SetWeight(int i, Tensor weight) {
+    LinearSite& s = sites_[static_cast<size_t>(i)];
+    s.weight = weight;
+    if (weight.data != nullptr) {
+      s.dequantized_row = nullptr;
+      s.dora_norm_row = nullptr;
+    }
+  }
   // Whether PEFT's "all-linear" includes site `i` (architectures whose PEFT rules differ).
   void SetAllLinear(int i, bool all_linear) { sites_[static_cast<size_t>(i)].all_linear = all_linear; }
 

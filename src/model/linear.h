@@ -30,10 +30,12 @@ struct Linear {
   std::vector<float> bias;  // [out_features] f32, or empty
   int site = -1;            // index in the model's SiteTable, for adapter lookup (-1: none)
   // Set by --quantize int8 / int4: the base matmul runs on these instead of `weight` (which
-  // stays mapped: merges and DoRA norms read it). At most one is set.
+  // stays mapped: merges and DoRA norms read it). At most one is set. Pre-quantized checkpoints
+  // (compressed-tensors, GPTQ/AWQ, bitsandbytes LLM.int8) set them too, `weight` shape-only.
   std::shared_ptr<const Int8Weight> int8;
   std::shared_ptr<const Int4Weight> int4;
-  // A bitsandbytes NF4 checkpoint's projection (model/bnb.h); `weight` is then shape-only.
+  // A bitsandbytes 4-bit (NF4/FP4) checkpoint's projection (model/bnb.h); `weight` is then
+  // shape-only.
   std::shared_ptr<const Nf4Weight> nf4;
 
   int64_t in_features() const { return weight.dim(1); }

@@ -79,8 +79,8 @@ std::vector<WeightSlot> EnumerateWeights(const ModelConfig& config, ModelWeights
 // read from their compressed tensors instead (model/compressed_tensors.h), adding their bytes to
 // `quantized_bytes`. `gptq` (a GPTQ/AWQ checkpoint's config, or null): the projections stored as
 // qweight/qzeros/scales are read from those (model/gptq.h), the others as dense weights.
-// `bnb` (a bitsandbytes 4-bit checkpoint's config, or null): the projections with a quant_state
-// are read as NF4 (model/bnb.h).
+// `bnb` (a bitsandbytes checkpoint's config, or null): the projections with a quant_state (4-bit)
+// or SCB (8-bit) are read as NF4/FP4 or LLM.int8 weights (model/bnb.h).
 Status LoadWeights(const ModelConfig& config, const SafetensorsStore& store, ModelWeights* w,
                    SiteTable* sites, std::vector<Linear*>* site_linears,
                    const CtConfig* quant = nullptr, uint64_t* quantized_bytes = nullptr,

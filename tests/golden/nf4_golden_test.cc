@@ -136,6 +136,45 @@ TEST_P(Nf4Golden, WeightsEqualBitsandbytesDequantization) {
   EXPECT_NE(model_->weights().lm_head.weight.data, nullptr);
 }
 
+// PEFT takes a DoRA norm over dequantize_4bit in quant_state's dtype: loom's site row reader for
+// it is the f32 weight rounded to bf16 for the bf16 checkpoints (nf4_llama, fp4dq_mistral) and
+// absent for the f32 ones; a merge that makes a projection dense drops both row readers (they
+// hold the quantized weight).
+TEST_P(Nf4Golden, DoraNormRowsFollowTheQuantStateDtype) {
+  const std::string type = case_->type;
+  const bool bf16 = std::string(case_->name) == "nf4_llama" ||
+                    std::string(case_->name) == "fp4dq_mistral";
+  const int site = model_->sites().Find("model.layers.0.self_attn.q_proj");
+  ASSERT_GE(site, 0);
+  const LinearSite& s = model_->sites().site(site);
+  ASSERT_TRUE(s.dequantized_row);
+  EXPECT_EQ(static_cast<bool>(s.dora_norm_row), bf16 && type != "int8") << case_->name;
+  if (s.dora_norm_row) {
+    const Linear* lin = FindLinear(*model_, "model.layers.0.self_attn.q_proj");
+    ASSERT_EQ(lin->nf4->dequant_dtype, DType::kBF16);
+    std::vector<float> f32(64), norm(64);
+    int rounded = 0;
+    for (int64_t j = 0; j < 8; ++j) {
+      s.dequantized_row(j, f32.data());
+      s.dora_norm_row(j, norm.data());
+      for (int i = 0; i < 64; ++i) {
+        ASSERT_EQ(norm[i], Bf16ToF32(F32ToBf16(f32[i]))) << j << "," << i;
+        rounded += norm[i] != f32[i];
+      }
+    }
+    EXPECT_GT(rounded, 100);  // the rounding is not a no-op on these weights
+  }
+  auto adapter = LoadAdapter(case_->adapter, kFixtures + "/adapters/" + case_->adapter,
+                             model_->sites(), 0);
+  ASSERT_TRUE(adapter.ok()) << adapter.status().ToString();
+  ASSERT_TRUE(model_->MergeAdapter(**adapter).ok());
+  const LinearSite& merged = model_->sites().site(site);
+  if (merged.weight.data != nullptr) {  // q_proj is adapted by every fixture adapter but one
+    EXPECT_FALSE(merged.dequantized_row);
+    EXPECT_FALSE(merged.dora_norm_row);
+  }
+}
+
 TEST_P(Nf4Golden, LogitsMatchTransformersAndClearTokensKept) {
   test::LogitError error;
   int compared = 0;

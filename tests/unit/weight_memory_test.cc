@@ -91,6 +91,17 @@ TEST(WeightMemory, BitsandbytesAndGptqCheckpointsNameTheirScheme) {
       EXPECT_EQ(m.name.find(".weight."), std::string::npos) << name << ": " << m.name;
     }
   }
+  // A 4-bit projection's bias stays a row of its own (qwen2's q/k/v biases).
+  auto b = Model::Load(kFixtures + "/models/nf4dq_qwen2");
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  const auto wb = DescribeWeightMemory(**b);
+  ASSERT_NE(Find(wb, "model.layers.0.self_attn.q_proj.bias"), nullptr);
+  EXPECT_EQ(Find(wb, "model.layers.0.self_attn.q_proj.bias")->bytes, 64u * 4u);
+  EXPECT_EQ(Find(wb, "model.layers.0.self_attn.q_proj")->scheme, "bitsandbytes nf4 (block 64)");
+  auto i8 = Model::Load(kFixtures + "/models/int8_llama");
+  ASSERT_TRUE(i8.ok()) << i8.status().ToString();
+  EXPECT_EQ(Find(DescribeWeightMemory(**i8), "model.layers.0.mlp.up_proj")->scheme,
+            "bitsandbytes LLM.int8 (int8 per-channel)");
   auto g = Model::Load(kFixtures + "/models/gptq_qwen2_g128_sym");
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   const auto w = DescribeWeightMemory(**g);
