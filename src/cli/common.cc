@@ -45,8 +45,10 @@ void AddQuantizeFlags(CLI::App* app) {
   app->add_option("--quantize", GlobalQuantizeFlags().scheme,
                    "quantize the weights at load: none (default), int8 (per-row symmetric "
                    "int8 weights: W8A8) or int4 (group-wise symmetric int4 weights with f16 "
-                   "scales: W4A8); activations are quantized to int8 per row at run time")
-      ->check(CLI::IsMember({"none", "int8", "int4"}));
+                   "scales: W4A8), activations quantized to int8 per row at run time; or nf4 / "
+                   "fp4: bitsandbytes' 4-bit quantization (blocks of 64), bit for bit the base a "
+                   "QLoRA adapter was trained on, f32 activations")
+      ->check(CLI::IsMember({"none", "int8", "int4", "nf4", "fp4"}));
   app->add_option("--quantize-group-size", GlobalQuantizeFlags().group,
                   "with --quantize int4: inputs per scale, 32 or 128 (default 128)")
       ->check(CLI::IsMember({32, 128}));
@@ -59,6 +61,8 @@ LoadOptions LoadOptionsFromFlags(bool no_check_weights) {
   options.check_weights = !no_check_weights;
   if (GlobalQuantizeFlags().scheme == "int8") options.quantize = LoadOptions::Quantization::kInt8;
   if (GlobalQuantizeFlags().scheme == "int4") options.quantize = LoadOptions::Quantization::kInt4;
+  if (GlobalQuantizeFlags().scheme == "nf4") options.quantize = LoadOptions::Quantization::kNf4;
+  if (GlobalQuantizeFlags().scheme == "fp4") options.quantize = LoadOptions::Quantization::kFp4;
   options.quantize_group = GlobalQuantizeFlags().group;
   options.quantize_head = GlobalQuantizeFlags().head;
   return options;

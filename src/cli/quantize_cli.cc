@@ -102,6 +102,8 @@ int RunPerplexity(const PerplexityArgs& a) {
   std::string weights = (*model)->prequantized().empty() ? "file dtype" : (*model)->prequantized();
   if (load.quantize == LoadOptions::Quantization::kInt8) weights = "int8";
   if (load.quantize == LoadOptions::Quantization::kInt4) weights = "int4 g" + std::to_string(load.quantize_group);
+  if (load.quantize == LoadOptions::Quantization::kNf4) weights = "bitsandbytes nf4";
+  if (load.quantize == LoadOptions::Quantization::kFp4) weights = "bitsandbytes fp4";
   if (load.quantize != LoadOptions::Quantization::kNone && load.quantize_head) weights += " +head";
   if (a.json_out) {
     nlohmann::json j = {{"model", a.model},     {"text", a.text},

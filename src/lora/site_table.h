@@ -55,6 +55,14 @@ class SiteTable {
       s.dora_norm_row = nullptr;
     }
   }
+  // Site `i` is served from quantized weights only: `weight` shape-only, and its row readers.
+  void SetQuantized(int i, Tensor weight, std::function<void(int64_t, float*)> dequantized_row,
+                    std::function<void(int64_t, float*)> dora_norm_row) {
+    LinearSite& s = sites_[static_cast<size_t>(i)];
+    s.weight = weight;
+    s.dequantized_row = std::move(dequantized_row);
+    s.dora_norm_row = std::move(dora_norm_row);
+  }
   // Whether PEFT's "all-linear" includes site `i` (architectures whose PEFT rules differ).
   void SetAllLinear(int i, bool all_linear) { sites_[static_cast<size_t>(i)].all_linear = all_linear; }
 

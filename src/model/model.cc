@@ -91,6 +91,24 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadO
 Status Model::Quantize(const LoadOptions& options) {
   for (Linear* lin : site_linears_) {
     if (lin == &weights_.lm_head && !options.quantize_head) continue;
+    if (options.quantize == LoadOptions::Quantization::kNf4 ||
+        options.quantize == LoadOptions::Quantization::kFp4) {
+      // bitsandbytes 4-bit: from here on the projection is what a load_in_4bit checkpoint's
+      // is — no dense weight; merges and DoRA norms read the dequantized one.
+      ASSIGN_OR_RETURN(std::unique_ptr<Nf4Weight> q,
+                       QuantizeWeightBnb4(lin->weight, lin->name,
+                                          options.quantize == LoadOptions::Quantization::kFp4
+                                              ? cpu::Bnb4Type::kFp4
+                                              : cpu::Bnb4Type::kNf4));
+      quantized_bytes_ += q->bytes();
+      lin->nf4 = std::move(q);
+      if (lin->weight.data != weights_.embed.data) {
+        ReleaseMappedPages(lin->weight.data, lin->weight.nbytes());
+      }
+      lin->weight = Tensor{DType::kF32, {lin->out_features(), lin->in_features()}, nullptr};
+      SetQuantizedSiteRows(*lin, &sites_);
+      continue;
+    }
     if (options.quantize == LoadOptions::Quantization::kInt4) {
       ASSIGN_OR_RETURN(std::unique_ptr<Int4Weight> q,
                        QuantizeWeightInt4(lin->weight, lin->name, options.quantize_group));
@@ -160,7 +178,8 @@ Status Model::MergeAdapter(const Adapter& adapter) {
   if (dequantized > 0) {
     std::fprintf(stderr, "note: merging '%s' into the %s base: %d adapted projection(s) now run on "
                  "dequantized f32 weights with the adapter folded in; the rest stay quantized\n",
-                 adapter.name().c_str(), prequantized_.c_str(), dequantized);
+                 adapter.name().c_str(),
+                 prequantized_.empty() ? "quantized" : prequantized_.c_str(), dequantized);
   }
   if (const LoraEmbedding* e = adapter.embedding()) {
     void* merged = own(weights_.embed);

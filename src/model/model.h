@@ -20,8 +20,11 @@ struct LoadOptions {
   bool check_weights = true;
   // Quantize every projection's weight at load (kInt8: per-row symmetric int8 weights, W8A8;
   // kInt4: group-wise symmetric int4 weights with f16 scales per `quantize_group` inputs, W4A8;
-  // activations quantized to int8 per row at run time). The output head too when quantize_head.
-  enum class Quantization { kNone, kInt8, kInt4 } quantize = Quantization::kNone;
+  // activations quantized to int8 per row at run time; kNf4 / kFp4: bitsandbytes' 4-bit
+  // quantize_4bit, blocks of 64, bit for bit the checkpoint transformers would save with
+  // load_in_4bit — QLoRA's base — served as that checkpoint is: f32 activations, merges and DoRA
+  // norms over the dequantized weight). The output head too when quantize_head.
+  enum class Quantization { kNone, kInt8, kInt4, kNf4, kFp4 } quantize = Quantization::kNone;
   int quantize_group = 128;  // kInt4: 32 or 128
   bool quantize_head = false;
 };

@@ -139,6 +139,20 @@ std::function<void(int64_t, float*)> DequantizedRows(const Linear& lin) {
   return {};
 }
 
+}  // namespace
+
+void SetQuantizedSiteRows(const Linear& lin, SiteTable* sites) {
+  std::function<void(int64_t, float*)> norm_row;
+  if (const auto& nf4 = lin.nf4; nf4 && nf4->dequant_dtype != DType::kF32) {
+    // PEFT's DoRA norm dequantizes in quant_state's dtype (dequantize_bnb_weight).
+    norm_row = [w = nf4](int64_t j, float* row) {
+      for (int64_t i = 0; i < w->cols; ++i) row[i] = w->DequantizedAsStored(j, i);
+    };
+  }
+  sites->SetQuantized(lin.site, lin.weight, DequantizedRows(lin), std::move(norm_row));
+}
+
+namespace {
 // Buffers some checkpoints carry that transformers recomputes and never loads.
 bool IsIgnoredBuffer(const std::string& name) { return name.ends_with(".rotary_emb.inv_freq"); }
 }  // namespace
@@ -202,14 +216,8 @@ Status LoadWeights(const ModelConfig& config, const SafetensorsStore& store, Mod
     LinearSite site{slot.linear->name, slot.linear->weight, slot.layer,
                     /*all_linear=*/slot.linear != &w->lm_head, /*dequantized_row=*/{},
                     /*dora_norm_row=*/{}};
-    if (slot.linear->weight.data == nullptr) site.dequantized_row = DequantizedRows(*slot.linear);
-    if (const auto& nf4 = slot.linear->nf4; nf4 && nf4->dequant_dtype != DType::kF32) {
-      // PEFT's DoRA norm dequantizes in quant_state's dtype (dequantize_bnb_weight).
-      site.dora_norm_row = [w = nf4](int64_t j, float* row) {
-        for (int64_t i = 0; i < w->cols; ++i) row[i] = w->DequantizedAsStored(j, i);
-      };
-    }
     slot.linear->site = sites->Add(std::move(site));
+    if (slot.linear->weight.data == nullptr) SetQuantizedSiteRows(*slot.linear, sites);
     site_linears->push_back(slot.linear);
   }
   for (int i = 0; i < config.num_layers; ++i) {  // transformers 5's fused expert parameters

@@ -81,6 +81,11 @@ std::vector<WeightSlot> EnumerateWeights(const ModelConfig& config, ModelWeights
 // qweight/qzeros/scales are read from those (model/gptq.h), the others as dense weights.
 // `bnb` (a bitsandbytes checkpoint's config, or null): the projections with a quant_state (4-bit)
 // or SCB (8-bit) are read as NF4/FP4 or LLM.int8 weights (model/bnb.h).
+// The row readers of site `lin.site` for a projection served from quantized weights only
+// (lin.weight shape-only): dequantized_row, and dora_norm_row where PEFT's DoRA norm differs
+// (bitsandbytes 4-bit with a bf16/f16 quant_state). Also sets the site's weight to lin.weight.
+void SetQuantizedSiteRows(const Linear& lin, SiteTable* sites);
+
 Status LoadWeights(const ModelConfig& config, const SafetensorsStore& store, ModelWeights* w,
                    SiteTable* sites, std::vector<Linear*>* site_linears,
                    const CtConfig* quant = nullptr, uint64_t* quantized_bytes = nullptr,

@@ -1,7 +1,9 @@
 // bitsandbytes 4-bit (NF4/FP4) matmul op: panel packing of validated code indices and absmax; column blocks over the pool.
 #include "ops/matmul_nf4.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "cpu/nf4_cpu.h"
 #include "ops/panel_blocks.h"
@@ -73,6 +75,63 @@ StatusOr<std::unique_ptr<Nf4Weight>> Nf4WeightFromRows(
     }
     cpu::PackNf4Panel(panel.data(), cols, out->q.data() + p * kPanel * cols / 2);
   }
+  return out;
+}
+
+namespace {
+// torch.bucketize boundaries of bitsandbytes' _get_4bit_quantize_bounds (the midpoints of the
+// sorted code, f32) and the sorted position → code index map, as bits read from bitsandbytes 0.50.2.
+constexpr uint32_t kNf4Bounds[15] = {0xbf591cd8, 0xbf1c5270, 0xbeeb8480, 0xbeadea76, 0xbe703cec,
+                                     0xbe0d38bc, 0xbd3a7871, 0x3d22faff, 0x3df64862, 0x3e5067e0,
+                                     0x3e9582d4, 0x3ec753f9, 0x3f006d04, 0x3f248daf, 0x3f5c89da};
+constexpr uint32_t kFp4Bounds[15] = {0xbf555556, 0xbf155556, 0xbed55556, 0xbe955556, 0xbe555556,
+                                     0xbdb00000, 0xbb2aaaab, 0x00000000, 0x3b2aaaab, 0x3db00000,
+                                     0x3e555556, 0x3e955556, 0x3ed55556, 0x3f155556, 0x3f555556};
+constexpr uint8_t kFp4Order[16] = {11, 10, 13, 12, 15, 14, 9, 0, 8, 1, 6, 7, 4, 5, 2, 3};
+
+float BitsToFloat(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+}  // namespace
+
+StatusOr<std::unique_ptr<Nf4Weight>> QuantizeWeightBnb4(const Tensor& w, const std::string& name,
+                                                        cpu::Bnb4Type type, int64_t block) {
+  const int64_t rows = w.dim(0), cols = w.dim(1);
+  if (block <= 0 || cols % block != 0) {
+    return InvalidArgument("quantizing " + name + " to " + cpu::Bnb4TypeName(type) + ": its " +
+                           std::to_string(cols) + " input features are not whole blocks of " +
+                           std::to_string(block));
+  }
+  float bounds[15];
+  for (int i = 0; i < 15; ++i) {
+    bounds[i] = BitsToFloat(type == cpu::Bnb4Type::kFp4 ? kFp4Bounds[i] : kNf4Bounds[i]);
+  }
+  const int64_t blocks = cols / block;
+  std::vector<uint8_t> q(static_cast<size_t>(rows * cols));
+  std::vector<float> absmax(static_cast<size_t>(rows * blocks)), row(static_cast<size_t>(cols));
+  const size_t row_bytes = static_cast<size_t>(cols) * DTypeSize(w.dtype);
+  for (int64_t j = 0; j < rows; ++j) {
+    ConvertToF32(w.dtype, static_cast<const uint8_t*>(w.data) + j * row_bytes, row.data(), cols);
+    for (int64_t b = 0; b < blocks; ++b) {
+      const float* x = row.data() + b * block;
+      float am = 0;
+      for (int64_t i = 0; i < block; ++i) am = std::max(am, std::fabs(x[i]));
+      absmax[static_cast<size_t>(j * blocks + b)] = am;
+      const float inv = 1.0f / std::max(am, 1e-38f);
+      for (int64_t i = 0; i < block; ++i) {
+        const float v = std::clamp(x[i] * inv, -1.0f, 1.0f);
+        int pos = 0;  // torch.bucketize (right=False): how many boundaries are below v
+        while (pos < 15 && bounds[pos] < v) ++pos;
+        q[static_cast<size_t>(j * cols + b * block + i)] =
+            type == cpu::Bnb4Type::kFp4 ? kFp4Order[pos] : static_cast<uint8_t>(pos);
+      }
+    }
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Nf4Weight> out,
+                   Nf4WeightFromRows(q.data(), absmax.data(), rows, cols, block, name, type));
+  out->dequant_dtype = w.dtype;
   return out;
 }
 

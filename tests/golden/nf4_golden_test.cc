@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "engine/engine.h"
 #include "golden/golden_util.h"
@@ -274,6 +275,81 @@ TEST_P(Nf4Golden, AdaptersAppliedAndMixedBatchEqualsAlone) {
   test::ExpectAdaptersAppliedAndMixedBatchEqualsAlone(model_.get(), adapters, names,
                                                       golden_.prompts);
   GlobalMatmulOptions().batch_invariant = false;
+}
+
+// --quantize nf4 / fp4 of the dense fixture a bitsandbytes checkpoint was made from gives that
+// checkpoint's weights bit for bit (codes, absmax, quant_state dtype), and so its logits — with
+// and without its QLoRA adapter — bitwise.
+TEST(Bnb4QuantizeAtLoad, EqualsTheCheckpointBitsandbytesWrote) {
+  struct At {
+    const char* dense;
+    LoadOptions::Quantization scheme;
+    const char* checkpoint;
+    const char* adapter;
+  } cases[] = {{"llama_bf16", LoadOptions::Quantization::kNf4, "nf4_llama", "qlora_nf4_llama"},
+               {"qwen3_f32", LoadOptions::Quantization::kFp4, "fp4_qwen3", "qlora_fp4_qwen3"}};
+  for (const At& c : cases) {
+    SCOPED_TRACE(c.checkpoint);
+    LoadOptions options;
+    options.quantize = c.scheme;
+    auto mine = Model::Load(kFixtures + "/models/" + c.dense, options);
+    ASSERT_TRUE(mine.ok()) << mine.status().ToString();
+    auto theirs = Model::Load(kFixtures + "/models/" + c.checkpoint);
+    ASSERT_TRUE(theirs.ok()) << theirs.status().ToString();
+    int projections = 0;
+    for (size_t l = 0; l < (*mine)->weights().layers.size(); ++l) {
+      const LayerWeights& a = (*mine)->weights().layers[l];
+      const LayerWeights& b = (*theirs)->weights().layers[l];
+      const Linear* pa[] = {&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj,
+                            &a.gate_proj, &a.up_proj, &a.down_proj};
+      const Linear* pb[] = {&b.q_proj, &b.k_proj, &b.v_proj, &b.o_proj,
+                            &b.gate_proj, &b.up_proj, &b.down_proj};
+      for (int p = 0; p < 7; ++p) {
+        ASSERT_TRUE(pa[p]->nf4 && pb[p]->nf4) << pa[p]->name;
+        const Nf4Weight& x = *pa[p]->nf4;
+        const Nf4Weight& y = *pb[p]->nf4;
+        ASSERT_EQ(x.type, y.type);
+        ASSERT_EQ(x.dequant_dtype, y.dequant_dtype) << pa[p]->name;
+        ASSERT_EQ(x.block, y.block);
+        EXPECT_EQ(pa[p]->weight.data, nullptr);
+        for (int64_t j = 0; j < x.rows; ++j) {
+          for (int64_t bl = 0; bl < x.cols / x.block; ++bl) {
+            ASSERT_EQ(x.Absmax(j, bl), y.Absmax(j, bl)) << pa[p]->name << " " << j << "," << bl;
+          }
+          for (int64_t i = 0; i < x.cols; ++i) {
+            ASSERT_EQ(x.Code(j, i), y.Code(j, i)) << pa[p]->name << " [" << j << ", " << i << "]";
+          }
+        }
+        ++projections;
+      }
+    }
+    EXPECT_GT(projections, 0);
+    auto adapter_a = LoadAdapter(c.adapter, kFixtures + "/adapters/" + c.adapter, (*mine)->sites(), 0);
+    ASSERT_TRUE(adapter_a.ok()) << adapter_a.status().ToString();
+    auto adapter_b =
+        LoadAdapter(c.adapter, kFixtures + "/adapters/" + c.adapter, (*theirs)->sites(), 0);
+    ASSERT_TRUE(adapter_b.ok()) << adapter_b.status().ToString();
+    const test::GoldenModel golden = test::LoadGolden(c.checkpoint);
+    for (const int slot : {-1, 0}) {
+      std::vector<float> logits[2];
+      int side = 0;
+      for (Model* m : {mine->get(), theirs->get()}) {
+        Engine engine(m, EngineOptions{});
+        engine.AddAdapter(side == 0 ? *adapter_a : *adapter_b);
+        GenerationRequest r;
+        r.prompt = golden.prompts[0];
+        r.params.max_tokens = 1;
+        r.params.temperature = 0;
+        r.return_prompt_logits = true;
+        r.adapter_slot = slot;
+        ASSERT_TRUE(engine.Add(r).ok());
+        logits[side++] = std::move(engine.RunToCompletion().at(0).prompt_logits);
+      }
+      ASSERT_EQ(logits[0].size(), logits[1].size());
+      EXPECT_EQ(std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * 4), 0)
+          << "adapter slot " << slot;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Nf4Golden, ::testing::Values(0, 1, 2, 3, 4, 5),
