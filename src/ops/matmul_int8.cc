@@ -135,7 +135,10 @@ float LlmInt8Row(const float* x, int64_t k, float threshold, int8_t* xq,
   // torch computes 127.0 / row_stats as reciprocal(row_stats) · 127 (two f32 roundings).
   const float inv = rowmax > 0 ? (1.0f / rowmax) * 127.0f : 0.0f;
   for (int64_t i = 0; i < k; ++i) {
-    xq[i] = static_cast<int8_t>(std::nearbyint(h[static_cast<size_t>(i)] * inv));
+    // |h · inv| ≤ 127 for finite h; NaN (and ±Inf without a threshold) quantizes to 0, as in
+    // QuantizeRowsInt8, never an undefined float → int8 cast.
+    const float r = std::nearbyint(h[static_cast<size_t>(i)] * inv);
+    xq[i] = (r >= -127.0f && r <= 127.0f) ? static_cast<int8_t>(r) : int8_t{0};
   }
   return rowmax;
 }

@@ -82,7 +82,37 @@ TEST(LlmInt8, RowsMatchTheReplayAndAreBatchInvariant) {
         }
       }
     }
-    if (threshold > 0) EXPECT_GT(with_outliers, 5);
+    if (threshold > 0) {
+      EXPECT_GT(with_outliers, 5);
+    }
+  }
+}
+
+// A row holding NaN or ±Inf (a broken upstream layer) leaves the other rows' results unchanged
+// (its own elements quantize to 0 where the f32 → int8 cast would be undefined).
+TEST(LlmInt8, NonFiniteRowsDoNotDisturbOthers) {
+  const int64_t m = 32, k = 64, n = 3;
+  std::vector<int8_t> cb(static_cast<size_t>(m * k));
+  for (size_t i = 0; i < cb.size(); ++i) cb[i] = static_cast<int8_t>(static_cast<int>(i % 255) - 127);
+  std::vector<float> scb(static_cast<size_t>(m), 1.0f);
+  std::vector<float> x(static_cast<size_t>(n * k));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i));
+  for (const float threshold : {0.0f, 6.0f}) {
+    auto w = Int8WeightFromRows(cb.data(), scb.data(), m, k, "w");
+    ASSERT_TRUE(w.ok());
+    (*w)->llm_int8 = true;
+    (*w)->outlier_threshold = threshold;
+    std::vector<float> clean(static_cast<size_t>(n * m));
+    MatmulInt8(x.data(), n, **w, clean.data());
+    std::vector<float> bad_x = x;
+    bad_x[static_cast<size_t>(k + 3)] = std::nanf("");
+    bad_x[static_cast<size_t>(k + 9)] = INFINITY;
+    bad_x[static_cast<size_t>(k + 10)] = -INFINITY;
+    std::vector<float> y(static_cast<size_t>(n * m));
+    MatmulInt8(bad_x.data(), n, **w, y.data());
+    for (int64_t r : {0, 2}) {
+      for (int64_t j = 0; j < m; ++j) ASSERT_EQ(y[r * m + j], clean[r * m + j]) << r << "," << j;
+    }
   }
 }
 
