@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <pthread.h>
 #include <thread>
@@ -14,6 +15,7 @@
 #include "cli/serve_flags.h"
 #include "engine/async_engine.h"
 #include "lora/adapter_store.h"
+#include "model/weight_memory.h"
 #include "ops/matmul.h"
 #include "server/http_server.h"
 
@@ -86,7 +88,16 @@ int RunServe(ServeArgs& a) {
                static_cast<double>((*model)->weight_bytes()) / (1 << 20),
                MatmulKernelsDescription().c_str());
   if ((*model)->quantized_bytes() > 0) {
-    std::fprintf(stderr, "loom: weights quantized (%.0f MiB)\n",
+    // Name the scheme: the checkpoint's format, or what --quantize made at load.
+    std::string scheme = (*model)->prequantized();
+    if (scheme.empty()) {
+      std::map<std::string, int> count;
+      for (const WeightMemory& w : DescribeWeightMemory(**model)) {
+        if (w.scheme.starts_with("int") || w.scheme.starts_with("bitsandbytes")) ++count[w.scheme];
+      }
+      for (const auto& [name, n] : count) scheme += (scheme.empty() ? "" : ", ") + name;
+    }
+    std::fprintf(stderr, "loom: weights quantized: %s (%.1f MiB)\n", scheme.c_str(),
                  static_cast<double>((*model)->quantized_bytes()) / (1 << 20));
   }
   std::unique_ptr<tokenizer::Tokenizer> tok;
