@@ -39,6 +39,13 @@ const char* IntKernelName(IntKernel kernel);
 // Dispatches on the active ISA level (AVX-512 from kAvx512; every level gives the same bits,
 // a NaN element included: it quantizes to 0).
 void QuantizeRowsInt8(const float* x, int64_t n, int64_t k, int8_t* xq, float* sx);
+
+// y[i] = x[i] rounded to f16 (round to nearest even, overflow to ±Inf, f16 subnormals kept) and
+// widened back: torch's x.to(float16) (LLM.int8's activations). F16C from the avx2 level (every
+// AVX2 CPU has it), the same bits as the scalar F32ToF16 (NaN stays NaN, payload aside).
+void RoundToF16(const float* x, int64_t n, float* y);
+void RoundToF16Scalar(const float* x, int64_t n, float* y);
+void RoundToF16F16c(const float* x, int64_t n, float* y);
 void QuantizeRowsInt8Scalar(const float* x, int64_t n, int64_t k, int8_t* xq, float* sx);
 void QuantizeRowsInt8Avx512(const float* x, int64_t n, int64_t k, int8_t* xq, float* sx);
 void QuantizeRowsInt8Avx2(const float* x, int64_t n, int64_t k, int8_t* xq, float* sx);

@@ -6,6 +6,7 @@
 
 #include "cpu/avx2_reduce.h"
 #include "cpu/int8_cpu.h"
+#include "tensor/dtype.h"
 
 // GCC 12 reports the intrinsics' own _mm512_undefined_*() pass-through operands as
 // uninitialized; they are fully overwritten.
@@ -122,6 +123,27 @@ void QuantizeRowsInt8(const float* x, int64_t n, int64_t k, int8_t* xq, float* s
   if (ActiveIsa() >= Isa::kAvx512) return QuantizeRowsInt8Avx512(x, n, k, xq, sx);
   if (ActiveIsa() >= Isa::kAvx2) return QuantizeRowsInt8Avx2(x, n, k, xq, sx);
   QuantizeRowsInt8Scalar(x, n, k, xq, sx);
+}
+
+void RoundToF16Scalar(const float* x, int64_t n, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = F16ToF32(F32ToF16(x[i]));
+}
+
+__attribute__((target("avx2,f16c"))) void RoundToF16F16c(const float* x, int64_t n, float* y) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm256_storeu_ps(y + i, _mm256_cvtph_ps(h));
+  }
+  RoundToF16Scalar(x + i, n - i, y + i);
+}
+
+void RoundToF16(const float* x, int64_t n, float* y) {
+  if (ActiveIsa() >= Isa::kAvx2) {
+    RoundToF16F16c(x, n, y);
+  } else {
+    RoundToF16Scalar(x, n, y);
+  }
 }
 
 }  // namespace loom::cpu

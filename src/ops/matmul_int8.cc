@@ -121,10 +121,11 @@ float LlmInt8Row(const float* x, int64_t k, float threshold, int8_t* xq,
                  std::vector<std::pair<int64_t, float>>* outliers) {
   thread_local std::vector<float> h;
   h.resize(static_cast<size_t>(k));
+  cpu::RoundToF16(x, k, h.data());
   outliers->clear();
   float rowmax = 0;
   for (int64_t i = 0; i < k; ++i) {
-    float v = F16ToF32(F32ToF16(x[i]));
+    float v = h[static_cast<size_t>(i)];
     if (threshold > 0 && std::fabs(v) >= threshold) {
       outliers->emplace_back(i, x[i]);
       v = 0;

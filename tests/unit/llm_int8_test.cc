@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
+#include "cpu/cpu_features.h"
+#include "cpu/int8_cpu.h"
 #include "ops/matmul_int8.h"
 #include "tensor/dtype.h"
 
@@ -113,6 +116,36 @@ TEST(LlmInt8, NonFiniteRowsDoNotDisturbOthers) {
     for (int64_t r : {0, 2}) {
       for (int64_t j = 0; j < m; ++j) ASSERT_EQ(y[r * m + j], clean[r * m + j]) << r << "," << j;
     }
+  }
+}
+
+// The F16C rounding equals the scalar one bit for bit: ties, f16 subnormals and underflow, the
+// overflow edge (65504 and 65520), ±0, ±Inf; NaN stays NaN.
+TEST(LlmInt8, F16RoundingF16cEqualsScalar) {
+  if (cpu::DetectIsa() < cpu::Isa::kAvx2) GTEST_SKIP() << "no AVX2/F16C";
+  std::vector<float> x = {0.0f, -0.0f, 1.0f, 1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, 65504.0f,
+                          65519.99f, 65520.0f, -65520.0f, 1e-8f, -3e-8f, 6.1e-5f, 5.96e-8f,
+                          2.98e-8f, INFINITY, -INFINITY, std::nanf(""), 1e30f, -7.3f, 6.0f};
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<uint32_t> bits;
+  for (int i = 0; i < 20000; ++i) {  // random bit patterns: every exponent
+    const uint32_t b = bits(rng);
+    float f;
+    std::memcpy(&f, &b, 4);
+    x.push_back(f);
+  }
+  std::vector<float> a(x.size()), b(x.size());
+  cpu::RoundToF16Scalar(x.data(), static_cast<int64_t>(x.size()), a.data());
+  cpu::RoundToF16F16c(x.data(), static_cast<int64_t>(x.size()), b.data());
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(a[i])) {
+      ASSERT_TRUE(std::isnan(b[i])) << x[i];
+      continue;
+    }
+    uint32_t ua, ub;
+    std::memcpy(&ua, &a[i], 4);
+    std::memcpy(&ub, &b[i], 4);
+    ASSERT_EQ(ua, ub) << "x = " << x[i] << " scalar " << a[i] << " f16c " << b[i];
   }
 }
 
