@@ -34,6 +34,7 @@ struct QuantizeFlags {
   std::string scheme = "none";
   int group = 128;
   bool head = false;
+  bool double_quant = false;
 };
 QuantizeFlags& GlobalQuantizeFlags() {
   static QuantizeFlags flags;
@@ -52,6 +53,9 @@ void AddQuantizeFlags(CLI::App* app) {
   app->add_option("--quantize-group-size", GlobalQuantizeFlags().group,
                   "with --quantize int4: inputs per scale, 32 or 128 (default 128)")
       ->check(CLI::IsMember({32, 128}));
+  app->add_flag("--quantize-double-quant", GlobalQuantizeFlags().double_quant,
+                "with --quantize nf4|fp4: bitsandbytes' double quantization of the block scales "
+                "(bnb_4bit_use_double_quant, the usual QLoRA setting)");
   app->add_flag("--quantize-head", GlobalQuantizeFlags().head,
                 "with --quantize, quantize the output head (lm_head) too");
 }
@@ -65,6 +69,7 @@ LoadOptions LoadOptionsFromFlags(bool no_check_weights) {
   if (GlobalQuantizeFlags().scheme == "fp4") options.quantize = LoadOptions::Quantization::kFp4;
   options.quantize_group = GlobalQuantizeFlags().group;
   options.quantize_head = GlobalQuantizeFlags().head;
+  options.quantize_double_quant = GlobalQuantizeFlags().double_quant;
   return options;
 }
 

@@ -139,6 +139,10 @@ Status CheckQuantizeInput(const std::string& model_dir, const QuantizeCheckpoint
   switch (options.scheme) {
     case LoadOptions::Quantization::kNone:
       return InvalidArgument("--scheme: loom quantize writes int8 or int4, not none");
+    case LoadOptions::Quantization::kNf4:
+    case LoadOptions::Quantization::kFp4:
+      return InvalidArgument("--scheme: loom quantize writes compressed-tensors int8 or int4; "
+                             "bitsandbytes nf4/fp4 is quantized at load (--quantize nf4|fp4)");
     case LoadOptions::Quantization::kInt8:
       break;
     case LoadOptions::Quantization::kInt4:

@@ -59,6 +59,10 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadO
   }
   if (gptq) m->prequantized_ = gptq->Name();
   if (quant) m->prequantized_ = "compressed-tensors";
+  if (options.quantize_double_quant && options.quantize != LoadOptions::Quantization::kNf4 &&
+      options.quantize != LoadOptions::Quantization::kFp4) {
+    return InvalidArgument("--quantize-double-quant applies to --quantize nf4 or fp4 only");
+  }
   if (!m->prequantized_.empty() && options.quantize != LoadOptions::Quantization::kNone) {
     return InvalidArgument(dir + ": --quantize on a pre-quantized (" + m->prequantized_ + ") "
                            "checkpoint; its projections are already quantized, serve it without "
@@ -99,7 +103,8 @@ Status Model::Quantize(const LoadOptions& options) {
                        QuantizeWeightBnb4(lin->weight, lin->name,
                                           options.quantize == LoadOptions::Quantization::kFp4
                                               ? cpu::Bnb4Type::kFp4
-                                              : cpu::Bnb4Type::kNf4));
+                                              : cpu::Bnb4Type::kNf4,
+                                          64, options.quantize_double_quant));
       quantized_bytes_ += q->bytes();
       lin->nf4 = std::move(q);
       if (lin->weight.data != weights_.embed.data) {

@@ -26,6 +26,7 @@ struct LoadOptions {
   // norms over the dequantized weight). The output head too when quantize_head.
   enum class Quantization { kNone, kInt8, kInt4, kNf4, kFp4 } quantize = Quantization::kNone;
   int quantize_group = 128;  // kInt4: 32 or 128
+  bool quantize_double_quant = false;  // kNf4 / kFp4: bnb_4bit_use_double_quant (QLoRA's usual)
   bool quantize_head = false;
 };
 

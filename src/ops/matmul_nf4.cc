@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "cpu/nf4_cpu.h"
+#include "ops/bnb_double_quant.h"
 #include "ops/panel_blocks.h"
 
 namespace loom {
@@ -97,7 +98,8 @@ float BitsToFloat(uint32_t b) {
 }  // namespace
 
 StatusOr<std::unique_ptr<Nf4Weight>> QuantizeWeightBnb4(const Tensor& w, const std::string& name,
-                                                        cpu::Bnb4Type type, int64_t block) {
+                                                        cpu::Bnb4Type type, int64_t block,
+                                                        bool double_quant) {
   const int64_t rows = w.dim(0), cols = w.dim(1);
   if (block <= 0 || cols % block != 0) {
     return InvalidArgument("quantizing " + name + " to " + cpu::Bnb4TypeName(type) + ": its " +
@@ -129,6 +131,7 @@ StatusOr<std::unique_ptr<Nf4Weight>> QuantizeWeightBnb4(const Tensor& w, const s
       }
     }
   }
+  if (double_quant) DoubleQuantizeAbsmax(&absmax);  // the codes above used the f32 absmax
   ASSIGN_OR_RETURN(std::unique_ptr<Nf4Weight> out,
                    Nf4WeightFromRows(q.data(), absmax.data(), rows, cols, block, name, type));
   out->dequant_dtype = w.dtype;

@@ -44,12 +44,14 @@ StatusOr<std::unique_ptr<Nf4Weight>> Nf4WeightFromRows(
     const std::string& name, cpu::Bnb4Type type = cpu::Bnb4Type::kNf4);
 
 // Quantizes `w` ([rows, cols], F32/F16/BF16; `name` for errors) as bitsandbytes' quantize_4bit
-// does it on CPU (its default implementation, blocks of `block` along each row, no double quant):
+// does it on CPU (its default implementation, blocks of `block` along each row; with
+// `double_quant` the absmax then as ops/bnb_double_quant.h):
 // absmax = max |w| per block, s = clamp(w · (1 / max(absmax, 1e-38)), −1, 1), q = the bucket of s
 // among the midpoints of the sorted code (torch.bucketize), mapped back to the code's index;
 // dequant_dtype = w's dtype (quant_state.dtype). Bit for bit the checkpoint bitsandbytes writes.
 StatusOr<std::unique_ptr<Nf4Weight>> QuantizeWeightBnb4(const Tensor& w, const std::string& name,
-                                                        cpu::Bnb4Type type, int64_t block = 64);
+                                                        cpu::Bnb4Type type, int64_t block = 64,
+                                                        bool double_quant = false);
 
 // y = x·Ŵᵀ: x [n, cols] f32, y [n, rows] f32 (overwritten). Each row's result depends only on that
 // row (batch invariant), the same bits at every ISA level.

@@ -1,0 +1,29 @@
+// bitsandbytes' double quantization of 4-bit absmax (bnb_4bit_use_double_quant): the absmax
+// quantized blockwise to 8 bits with its dynamic map around their mean, and dequantized again.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace loom {
+
+// bitsandbytes' create_dynamic_map() (signed, 8 bits): 256 f32 values, ascending — the nested
+// quant_map of every double-quant checkpoint.
+const float* BnbDynamicMap();
+
+// Replaces `absmax` (f32 per 64-block, in the flattened weight's order) by what a double-quant
+// checkpoint of it dequantizes to: offset = absmax.mean() as torch computes it on a CPU without
+// AVX-512 kernels (its 8-lane cascade sum, then ÷ n; on a GPU or with torch's AVX-512 kernels
+// the last bit can differ), each 256 of absmax − offset (f32)
+// divided by max|block| and quantized as bitsandbytes' CPU kernel does (the map's last entry ≤ x,
+// or the next one if strictly closer), then map[q] · max|block| + offset in f32
+// (dequantize_blockwise).
+// Returns the offset.
+float DoubleQuantizeAbsmax(std::vector<float>* absmax);
+
+// torch.mean of n contiguous f32 values as torch computes it on one thread on a CPU without
+// AVX-512 kernels (above 32,768 values torch splits the sum over its threads, so the last bit
+// then depends on the quantizing process's thread count).
+float TorchMeanF32(const float* x, int64_t n);
+
+}  // namespace loom
