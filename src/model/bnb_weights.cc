@@ -11,6 +11,7 @@
 #include "cpu/nf4_cpu.h"
 #include "model/bnb.h"
 #include "model/tensor_need.h"
+#include "ops/bnb_double_quant.h"
 #include "ops/basic_ops.h"
 
 namespace loom {
@@ -21,7 +22,6 @@ using nlohmann::json;
 
 std::string Show(const json& v) { return JsonToString(v, -1, 80); }
 
-constexpr int64_t kNestedBlock = 256;  // bitsandbytes' only nested (absmax) block size
 constexpr size_t kMaxQuantStateBytes = 4096;
 
 
@@ -100,7 +100,7 @@ StatusOr<QuantState> ParseQuantState(const TensorInfo& t, const BnbConfig& confi
   if (qs.nested) {
     int64_t nb = 0;
     RETURN_IF_ERROR(GetInt(j, "nested_blocksize", what, &nb));
-    if (nb != kNestedBlock) {
+    if (nb != kBnbNestedBlock) {
       return InvalidArgument(what + ": quant_state nested_blocksize is " + std::to_string(nb) +
                              "; bitsandbytes (and loom) use 256");
     }
@@ -173,7 +173,7 @@ const std::string why = "bitsandbytes " + type + " (blocksize " + std::to_string
                      NeedTensor(store, w + ".absmax", {"F32"}, {blocks}, why, consumed));
     absmax = F32s(*am);
   } else {
-    const int64_t nested_blocks = (blocks + kNestedBlock - 1) / kNestedBlock;
+    const int64_t nested_blocks = (blocks + kBnbNestedBlock - 1) / kBnbNestedBlock;
     ASSIGN_OR_RETURN(const TensorInfo* qa,
                      NeedTensor(store, w + ".absmax", {"U8"}, {blocks}, why, consumed));
     ASSIGN_OR_RETURN(const TensorInfo* na,
@@ -187,12 +187,10 @@ const std::string why = "bitsandbytes " + type + " (blocksize " + std::to_string
                                "' has a value that is not finite");
       }
     }
-    // bitsandbytes: dequantize_blockwise (code[q] · absmax per 256, one f32 product), then
-    // += offset (one f32 add) — two roundings, never fused (the baseline build has no FMA).
     for (int64_t b = 0; b < blocks; ++b) {
-      const float scaled =
-          nested_code[qa->data[b]] * nested_absmax[static_cast<size_t>(b / kNestedBlock)];
-      absmax[static_cast<size_t>(b)] = scaled + qs.nested_offset;
+      absmax[static_cast<size_t>(b)] =
+          BnbNestedScale(nested_code[qa->data[b]],
+                         nested_absmax[static_cast<size_t>(b / kBnbNestedBlock)], qs.nested_offset);
     }
   }
   // bitsandbytes packs element 2m in the high nibble of byte m, element 2m + 1 in the low.

@@ -93,12 +93,11 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadO
 }
 
 Status Model::Quantize(const LoadOptions& options) {
+  const bool bnb4 = options.quantize == LoadOptions::Quantization::kNf4 ||
+                    options.quantize == LoadOptions::Quantization::kFp4;
   for (Linear* lin : site_linears_) {
     if (lin == &weights_.lm_head && !options.quantize_head) continue;
-    if (options.quantize == LoadOptions::Quantization::kNf4 ||
-        options.quantize == LoadOptions::Quantization::kFp4) {
-      // bitsandbytes 4-bit: from here on the projection is what a load_in_4bit checkpoint's
-      // is — no dense weight; merges and DoRA norms read the dequantized one.
+    if (bnb4) {
       ASSIGN_OR_RETURN(std::unique_ptr<Nf4Weight> q,
                        QuantizeWeightBnb4(lin->weight, lin->name,
                                           options.quantize == LoadOptions::Quantization::kFp4
@@ -107,14 +106,7 @@ Status Model::Quantize(const LoadOptions& options) {
                                           64, options.quantize_double_quant));
       quantized_bytes_ += q->bytes();
       lin->nf4 = std::move(q);
-      if (lin->weight.data != weights_.embed.data) {
-        ReleaseMappedPages(lin->weight.data, lin->weight.nbytes());
-      }
-      lin->weight = Tensor{DType::kF32, {lin->out_features(), lin->in_features()}, nullptr};
-      SetQuantizedSiteRows(*lin, &sites_);
-      continue;
-    }
-    if (options.quantize == LoadOptions::Quantization::kInt4) {
+    } else if (options.quantize == LoadOptions::Quantization::kInt4) {
       ASSIGN_OR_RETURN(std::unique_ptr<Int4Weight> q,
                        QuantizeWeightInt4(lin->weight, lin->name, options.quantize_group));
       quantized_bytes_ += q->bytes();
@@ -124,8 +116,14 @@ Status Model::Quantize(const LoadOptions& options) {
       quantized_bytes_ += q->bytes();
       lin->int8 = std::move(q);
     }
-    // The file's copy is read again only by a merge or a DoRA norm.
+    // int8/int4: the file's copy is read again only by a merge or a DoRA norm. bitsandbytes 4-bit:
+    // from here on the projection is what a load_in_4bit checkpoint's is — no dense weight;
+    // merges and DoRA norms read the dequantized one.
     if (lin->weight.data != weights_.embed.data) ReleaseMappedPages(lin->weight.data, lin->weight.nbytes());
+    if (bnb4) {
+      lin->weight = Tensor{DType::kF32, {lin->out_features(), lin->in_features()}, nullptr};
+      SetQuantizedSiteRows(*lin, &sites_);
+    }
   }
   return OkStatus();
 }

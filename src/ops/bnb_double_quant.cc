@@ -53,7 +53,6 @@ constexpr std::array<float, 256> MapFromBits(std::index_sequence<I...>) {
   return {std::bit_cast<float>(kDynamicMapBits[I])...};
 }
 constexpr std::array<float, 256> kMap = MapFromBits(std::make_index_sequence<256>{});
-constexpr int64_t kNestedBlock = 256;  // bitsandbytes' blocksize for the absmax
 
 using Lanes = std::array<float, 8>;  // torch's Vectorized<float> without AVX-512
 
@@ -131,8 +130,8 @@ float DoubleQuantizeAbsmax(std::vector<float>* absmax) {
   const float offset = TorchMeanF32(absmax->data(), n);  // absmax.mean()
   std::vector<float> v(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = (*absmax)[static_cast<size_t>(i)] - offset;
-  for (int64_t b0 = 0; b0 < n; b0 += kNestedBlock) {
-    const int64_t b1 = std::min(n, b0 + kNestedBlock);
+  for (int64_t b0 = 0; b0 < n; b0 += kBnbNestedBlock) {
+    const int64_t b1 = std::min(n, b0 + kBnbNestedBlock);
     float nested = 0;
     for (int64_t i = b0; i < b1; ++i) nested = std::max(nested, std::fabs(v[static_cast<size_t>(i)]));
     for (int64_t i = b0; i < b1; ++i) {
@@ -146,8 +145,7 @@ float DoubleQuantizeAbsmax(std::vector<float>* absmax) {
                          std::fabs(x - kMap[static_cast<size_t>(q)])) {
         ++q;
       }
-      const float scaled = kMap[static_cast<size_t>(q)] * nested;  // dequantize_blockwise, then
-      (*absmax)[static_cast<size_t>(i)] = scaled + offset;           // + offset (two roundings)
+      (*absmax)[static_cast<size_t>(i)] = BnbNestedScale(kMap[static_cast<size_t>(q)], nested, offset);
     }
   }
   return offset;

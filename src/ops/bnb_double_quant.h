@@ -7,6 +7,16 @@
 
 namespace loom {
 
+// bitsandbytes' only blocksize for double-quantized absmax (nested_blocksize).
+inline constexpr int64_t kBnbNestedBlock = 256;
+
+// A double-quantized absmax as bitsandbytes' dequantize_blockwise then `+= offset` compute it:
+// an f32 product, then an f32 add — two roundings, never fused (the baseline build has no FMA).
+inline float BnbNestedScale(float map_value, float nested_absmax, float offset) {
+  const float scaled = map_value * nested_absmax;
+  return scaled + offset;
+}
+
 // bitsandbytes' create_dynamic_map() (signed, 8 bits): 256 f32 values, ascending — the nested
 // quant_map of every double-quant checkpoint.
 const float* BnbDynamicMap();

@@ -2,8 +2,9 @@
 #include "ops/matmul_nf4.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
-#include <cstring>
+#include <numeric>
 
 #include "cpu/nf4_cpu.h"
 #include "ops/bnb_double_quant.h"
@@ -80,21 +81,19 @@ StatusOr<std::unique_ptr<Nf4Weight>> Nf4WeightFromRows(
 }
 
 namespace {
-// torch.bucketize boundaries of bitsandbytes' _get_4bit_quantize_bounds (the midpoints of the
-// sorted code, f32) and the sorted position → code index map, as bits read from bitsandbytes 0.50.2.
-constexpr uint32_t kNf4Bounds[15] = {0xbf591cd8, 0xbf1c5270, 0xbeeb8480, 0xbeadea76, 0xbe703cec,
-                                     0xbe0d38bc, 0xbd3a7871, 0x3d22faff, 0x3df64862, 0x3e5067e0,
-                                     0x3e9582d4, 0x3ec753f9, 0x3f006d04, 0x3f248daf, 0x3f5c89da};
-constexpr uint32_t kFp4Bounds[15] = {0xbf555556, 0xbf155556, 0xbed55556, 0xbe955556, 0xbe555556,
-                                     0xbdb00000, 0xbb2aaaab, 0x00000000, 0x3b2aaaab, 0x3db00000,
-                                     0x3e555556, 0x3e955556, 0x3ed55556, 0x3f155556, 0x3f555556};
-constexpr uint8_t kFp4Order[16] = {11, 10, 13, 12, 15, 14, 9, 0, 8, 1, 6, 7, 4, 5, 2, 3};
-
-float BitsToFloat(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
+// bitsandbytes' _get_4bit_quantize_bounds: the code sorted by value (a stable argsort: FP4's +0.0
+// at index 0 comes before its −0.0 at 8) and the f32 midpoints of neighbours, torch.bucketize's
+// boundaries; position → code index through `order`.
+struct Bnb4Buckets {
+  std::array<uint8_t, 16> order;
+  std::array<float, 15> bounds;
+  explicit Bnb4Buckets(const float* code) {
+    std::iota(order.begin(), order.end(), uint8_t{0});
+    std::stable_sort(order.begin(), order.end(),
+                     [&](uint8_t a, uint8_t b) { return code[a] < code[b]; });
+    for (size_t i = 0; i < 15; ++i) bounds[i] = (code[order[i]] + code[order[i + 1]]) / 2.0f;
+  }
+};
 }  // namespace
 
 StatusOr<std::unique_ptr<Nf4Weight>> QuantizeWeightBnb4(const Tensor& w, const std::string& name,
@@ -106,10 +105,7 @@ StatusOr<std::unique_ptr<Nf4Weight>> QuantizeWeightBnb4(const Tensor& w, const s
                            std::to_string(cols) + " input features are not whole blocks of " +
                            std::to_string(block));
   }
-  float bounds[15];
-  for (int i = 0; i < 15; ++i) {
-    bounds[i] = BitsToFloat(type == cpu::Bnb4Type::kFp4 ? kFp4Bounds[i] : kNf4Bounds[i]);
-  }
+  const Bnb4Buckets buckets(cpu::Bnb4Code(type));
   const int64_t blocks = cols / block;
   std::vector<uint8_t> q(static_cast<size_t>(rows * cols));
   std::vector<float> absmax(static_cast<size_t>(rows * blocks)), row(static_cast<size_t>(cols));
@@ -124,10 +120,9 @@ StatusOr<std::unique_ptr<Nf4Weight>> QuantizeWeightBnb4(const Tensor& w, const s
       const float inv = 1.0f / std::max(am, 1e-38f);
       for (int64_t i = 0; i < block; ++i) {
         const float v = std::clamp(x[i] * inv, -1.0f, 1.0f);
-        int pos = 0;  // torch.bucketize (right=False): how many boundaries are below v
-        while (pos < 15 && bounds[pos] < v) ++pos;
-        q[static_cast<size_t>(j * cols + b * block + i)] =
-            type == cpu::Bnb4Type::kFp4 ? kFp4Order[pos] : static_cast<uint8_t>(pos);
+        size_t pos = 0;  // torch.bucketize (right=False): how many boundaries are below v
+        while (pos < 15 && buckets.bounds[pos] < v) ++pos;
+        q[static_cast<size_t>(j * cols + b * block + i)] = buckets.order[pos];
       }
     }
   }
