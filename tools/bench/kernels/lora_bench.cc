@@ -1,4 +1,4 @@
-// Google Benchmark of one projection with LoRA as Linear::Forward runs it (shrink of every segment, base matmul, expand in its epilogue) on Qwen2.5-0.5B shapes, bf16 or int4 base, so the adapter's share of a decode step can be read per projection.
+// Google Benchmark of one projection with LoRA as Linear::Forward runs it (shrink of every segment, base matmul, expand in its epilogue) on Qwen2.5-0.5B shapes, bf16 or int4 base, hot in cache or cycling over 24 layers' copies from DRAM, and of the expand kernel alone, so the adapter's share of a decode step can be read per projection.
 #include <benchmark/benchmark.h>
 
 #include <memory>
@@ -7,6 +7,7 @@
 
 #include "base/thread_pool.h"
 #include "cpu/cpu_features.h"
+#include "cpu/lora_cpu.h"
 #include "ops/lora_ops.h"
 #include "ops/matmul.h"
 #include "ops/matmul_int4.h"
@@ -28,11 +29,15 @@ struct Projection {
 
 constexpr int kRank = 16;
 
-Projection& Get(int64_t out, int64_t in, int adapters) {
+// copy: which of several identical-shape projections (the layers a decode step walks through).
+Projection& Get(int64_t out, int64_t in, int adapters, int copy = 0) {
   static std::vector<std::unique_ptr<Projection>> cache;
-  for (auto& p : cache) {
-    if (p->out == out && p->in == in && static_cast<int>(p->a.size()) >= adapters) return *p;
+  static std::vector<int> copies;
+  for (size_t i = 0; i < cache.size(); ++i) {
+    const Projection& p = *cache[i];
+    if (p.out == out && p.in == in && static_cast<int>(p.a.size()) >= adapters && copies[i] == copy) return *cache[i];
   }
+  copies.push_back(copy);
   auto p = std::make_unique<Projection>();
   p->out = out;
   p->in = in;
@@ -59,11 +64,15 @@ Projection& Get(int64_t out, int64_t in, int adapters) {
 }
 
 // Args: out, in, rows (one segment per row, each its own adapter; 0 adapters when lora = 0),
-// base (0 = bf16, 1 = int4 g128), lora (0 = base only, 1 = every row adapted).
+// base (0 = bf16, 1 = int4 g128), lora (0 = base only, 1 = every row adapted), layers (copies
+// of the projection run in turn: 1 = hot in cache; 24 = a decode step's walk, weights and
+// adapters from DRAM as in a model).
 void BM_LoraLinear(benchmark::State& state) {
   const int64_t out = state.range(0), in = state.range(1), rows = state.range(2);
   const bool int4 = state.range(3) == 1, lora = state.range(4) == 1;
-  Projection& p = Get(out, in, static_cast<int>(rows));
+  const int layers = static_cast<int>(state.range(5));
+  std::vector<Projection*> ps;
+  for (int l = 0; l < layers; ++l) ps.push_back(&Get(out, in, static_cast<int>(rows), l));
   std::mt19937 rng(3);
   std::normal_distribution<float> dist(0, 1);
   std::vector<float> x(static_cast<size_t>(rows * in)), y(static_cast<size_t>(rows * out));
@@ -72,43 +81,70 @@ void BM_LoraLinear(benchmark::State& state) {
   auto& opt = loom::GlobalMatmulOptions();
   opt.batch_invariant = true;
   opt.bf16_split = false;
-  std::vector<loom::LoraShrinkJob> jobs;
-  for (int64_t r = 0; r < rows; ++r) {
-    jobs.push_back({x.data() + r * in, 1, &p.at[static_cast<size_t>(r)], t.data() + r * kRank});
-  }
-  // The shrink as the pre tasks of the base matmul's region, as Linear runs it.
-  loom::LoraShrinkPlan plan;
-  plan.Build(jobs.data(), jobs.size(), in, loom::ThreadPool::Global().num_threads());
-  loom::MatmulEpilogue epilogue;
-  epilogue.pre_tasks = plan.num_tasks();
-  epilogue.pre = [&](int64_t i) { plan.Run(i); };
-  epilogue.block = [&](int64_t j0, int64_t j1) {
-    for (int64_t r = 0; r < rows; ++r) {
-      loom::LoraExpandAddBlock(t.data() + r * kRank, 1, kRank, DType::kBF16,
-                               p.bp[static_cast<size_t>(r)].data(), out, j0, j1, 0.5f,
-                               y.data() + r * out, out);
-    }
-  };
   for (auto _ : state) {
-    if (int4) {
-      loom::MatmulInt4(x.data(), rows, *p.int4, y.data(), lora ? &epilogue : nullptr);
-    } else {
-      loom::Matmul(x.data(), rows, p.wt, y.data(), lora ? &epilogue : nullptr);
+    for (Projection* pp : ps) {
+      Projection& p = *pp;
+      std::vector<loom::LoraShrinkJob> jobs;
+      for (int64_t r = 0; r < rows; ++r) {
+        jobs.push_back({x.data() + r * in, 1, &p.at[static_cast<size_t>(r)], t.data() + r * kRank});
+      }
+      // The shrink as the pre tasks of the base matmul's region, as Linear runs it.
+      loom::LoraShrinkPlan plan;
+      plan.Build(jobs.data(), jobs.size(), in, loom::ThreadPool::Global().num_threads());
+      loom::MatmulEpilogue epilogue;
+      epilogue.pre_tasks = plan.num_tasks();
+      epilogue.pre = [&](int64_t i) { plan.Run(i); };
+      epilogue.block = [&](int64_t j0, int64_t j1) {
+        for (int64_t r = 0; r < rows; ++r) {
+          loom::LoraExpandAddBlock(t.data() + r * kRank, 1, kRank, DType::kBF16,
+                                   p.bp[static_cast<size_t>(r)].data(), out, j0, j1, 0.5f,
+                                   y.data() + r * out, out);
+        }
+      };
+      if (int4) {
+        loom::MatmulInt4(x.data(), rows, *p.int4, y.data(), lora ? &epilogue : nullptr);
+      } else {
+        loom::Matmul(x.data(), rows, p.wt, y.data(), lora ? &epilogue : nullptr);
+      }
     }
     benchmark::DoNotOptimize(y.data());
   }
   const double lora_bytes = lora ? 2.0 * kRank * (in + out) * rows : 0.0;
   const double base_bytes = int4 ? out * (in / 2.0 + in / 64.0) : 2.0 * out * in;
-  state.counters["GB/s"] = benchmark::Counter(base_bytes + lora_bytes, benchmark::Counter::kIsIterationInvariantRate,
+  state.counters["GB/s"] = benchmark::Counter((base_bytes + lora_bytes) * layers,
+                                              benchmark::Counter::kIsIterationInvariantRate,
                                               benchmark::Counter::kIs1000);
 }
 
+// The expand alone on one thread, hot in cache: rows × 320 columns (a batch-8 block of a
+// 4864-wide projection) of one rank-16 bf16 adapter, y += 0.5·t·Bᵀ. Args: rows.
+void BM_LoraExpandAdd(benchmark::State& state) {
+  const int64_t rows = state.range(0), out = 320;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0, 1);
+  std::vector<uint16_t> b(static_cast<size_t>(out * kRank)),
+      bp(static_cast<size_t>(loom::LoraPanelsSize(kRank, out)));
+  for (auto& v : b) v = loom::F32ToBf16(dist(rng));
+  loom::PackLoraPanels(DType::kBF16, b.data(), kRank, out, bp.data());
+  std::vector<float> t(static_cast<size_t>(rows * kRank)), y(static_cast<size_t>(rows * out));
+  for (auto& v : t) v = dist(rng);
+  const loom::cpu::Isa isa = loom::cpu::ActiveIsa();
+  for (auto _ : state) {
+    loom::cpu::LoraExpandAdd(isa, t.data(), rows, kRank, DType::kBF16, bp.data(), out, 0, out,
+                             0.5f, y.data(), out);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["MAC/ns"] = benchmark::Counter(static_cast<double>(rows * out * kRank) * 1e-9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_LoraExpandAdd)->DenseRange(1, 4);
+
 // Qwen2.5-0.5B: gate/up (4864 × 896), down (896 × 4864), q/o (896 × 896), k/v (128 × 896).
 BENCHMARK(BM_LoraLinear)
-    ->ArgsProduct({{4864}, {896}, {1, 8}, {0, 1}, {0, 1}})
-    ->ArgsProduct({{896}, {4864}, {1, 8}, {0, 1}, {0, 1}})
-    ->ArgsProduct({{896}, {896}, {1, 8}, {0, 1}, {0, 1}})
-    ->ArgsProduct({{128}, {896}, {1, 8}, {0, 1}, {0, 1}})
+    ->ArgsProduct({{4864}, {896}, {1, 8}, {0, 1}, {0, 1}, {1, 24}})
+    ->ArgsProduct({{896}, {4864}, {1, 8}, {0, 1}, {0, 1}, {1, 24}})
+    ->ArgsProduct({{896}, {896}, {1, 8}, {0, 1}, {0, 1}, {1}})
+    ->ArgsProduct({{128}, {896}, {1, 8}, {0, 1}, {0, 1}, {1}})
     ->UseRealTime();
 
 }  // namespace
