@@ -25,11 +25,16 @@ const float* BnbDynamicMap();
 // checkpoint of it dequantizes to: offset = absmax.mean() as torch computes it on a CPU without
 // AVX-512 kernels (its 8-lane cascade sum, then ÷ n; on a GPU or with torch's AVX-512 kernels
 // the last bit can differ), each 256 of absmax − offset (f32)
-// divided by max|block| and quantized as bitsandbytes' CPU kernel does (the map's last entry ≤ x,
-// or the next one if strictly closer), then map[q] · max|block| + offset in f32
-// (dequantize_blockwise).
+// times 1/max|block| and quantized as bitsandbytes 0.50.2's CPU kernel does (a 65,536-bin table
+// over [−1, 1], not the nearest map entry: bnb_double_quant.cc), then map[q] · max|block| +
+// offset in f32 (dequantize_blockwise).
 // Returns the offset.
 float DoubleQuantizeAbsmax(std::vector<float>* absmax);
+
+// The 8-bit dynamic-map code bitsandbytes 0.50.2's CPU quantize_blockwise gives a value already
+// scaled by 1/absmax of its block (clamped to [−1, 1]): its 65,536-bin table, not the nearest map
+// entry (up to 4 entries off it near 0).
+int BnbDynamicCode(float normalized);
 
 // torch.mean of n contiguous f32 values as torch computes it on one thread on a CPU without
 // AVX-512 kernels (above 32,768 values torch splits the sum over its threads, so the last bit

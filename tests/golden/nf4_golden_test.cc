@@ -354,15 +354,14 @@ TEST(Bnb4QuantizeAtLoad, EqualsTheCheckpointBitsandbytesWrote) {
 }
 
 // --quantize nf4 --quantize-double-quant of qwen2_f32 against the nf4dq_qwen2 checkpoint
-// transformers + bitsandbytes wrote with bnb_4bit_use_double_quant: the same 4-bit codes; the
-// offset is torch's mean bit for bit (its cascade sum), and the absmax's 8-bit codes follow
-// bitsandbytes' rule (nearest map entry) — its C kernel picks the other neighbour for a few values
-// within ~1e-3 of a midpoint (5 of the fixture's 1,056), one map step (≤ 1.1 %) on those. Without
-// double quant the absmax differ from the checkpoint's almost everywhere.
-TEST(Bnb4QuantizeAtLoad, DoubleQuantMatchesTheCheckpointButForNearMidpointCodes) {
-  // Measured: worst logit 0.0092 / relative RMS 3.7e-4 with double quant (the 5 near-midpoint
-  // codes), 0.093 / 0.6 % without; the bound separates the two.
-  const float dq_logit_bound = 0.03f;
+// transformers + bitsandbytes wrote with bnb_4bit_use_double_quant: the same 4-bit codes and every
+// absmax bit for bit — the offset is torch's mean (its cascade sum), the 8-bit codes bitsandbytes'
+// 65,536-bin table (a nearest-entry rule missed 5 of the 1,056). Without double quant the absmax
+// differ from the checkpoint's almost everywhere.
+TEST(Bnb4QuantizeAtLoad, DoubleQuantMatchesTheCheckpointBitForBit) {
+  // Measured: worst logit 1.05e-5 with double quant (0.0092 with the nearest-entry rule), 0.093
+  // without; the bound separates them.
+  const float dq_logit_bound = 1e-3f;
   for (const bool dq : {true, false}) {
     LoadOptions options;
     options.quantize = LoadOptions::Quantization::kNf4;
@@ -410,8 +409,8 @@ TEST(Bnb4QuantizeAtLoad, DoubleQuantMatchesTheCheckpointButForNearMidpointCodes)
                 error.worst, error.RelativeRms());
     if (dq) {
       EXPECT_LE(error.worst, dq_logit_bound);
-      EXPECT_GE(equal * 100, total * 99);  // a double-rounded mean instead: 415 of 1,056
-      EXPECT_LE(worst, 0.011);
+      EXPECT_EQ(equal, total);  // a double-rounded mean: 415 of 1,056; nearest entries: 1,051
+      EXPECT_EQ(worst, 0.0);
     } else {
       EXPECT_GT(error.worst, dq_logit_bound);
       EXPECT_LT(equal * 10, total);  // the 8-bit absmax quantization is visible
