@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "cpu/cpu_features.h"
 
@@ -46,6 +47,17 @@ void QuantizeRowsInt8(const float* x, int64_t n, int64_t k, int8_t* xq, float* s
 void RoundToF16(const float* x, int64_t n, float* y);
 void RoundToF16Scalar(const float* x, int64_t n, float* y);
 void RoundToF16F16c(const float* x, int64_t n, float* y);
+// LLM.int8's activation row after RoundToF16 (ops/matmul_int8.cc LlmInt8Row): elements of h
+// with |h| ≥ threshold (> 0; none when threshold ≤ 0) are set to 0 and their indices appended to
+// `outliers` in order; returns max |h| of the rest (NaN skipped). Then xq[i] = rint(h[i] · inv)
+// (round half to even) where that lies in ±127, else 0 (NaN included). AVX2 from the avx2 level,
+// the same bits as the scalar steps.
+float LlmInt8OutliersAndMax(float* h, int64_t k, float threshold, std::vector<int64_t>* outliers);
+float LlmInt8OutliersAndMaxScalar(float* h, int64_t k, float threshold, std::vector<int64_t>* outliers);
+float LlmInt8OutliersAndMaxAvx2(float* h, int64_t k, float threshold, std::vector<int64_t>* outliers);
+void LlmInt8Quantize(const float* h, int64_t k, float inv, int8_t* xq);
+void LlmInt8QuantizeScalar(const float* h, int64_t k, float inv, int8_t* xq);
+void LlmInt8QuantizeAvx2(const float* h, int64_t k, float inv, int8_t* xq);
 void QuantizeRowsInt8Scalar(const float* x, int64_t n, int64_t k, int8_t* xq, float* sx);
 void QuantizeRowsInt8Avx512(const float* x, int64_t n, int64_t k, int8_t* xq, float* sx);
 void QuantizeRowsInt8Avx2(const float* x, int64_t n, int64_t k, int8_t* xq, float* sx);

@@ -120,27 +120,18 @@ struct Int8Scratch {
 float LlmInt8Row(const float* x, int64_t k, float threshold, int8_t* xq,
                  std::vector<std::pair<int64_t, float>>* outliers) {
   thread_local std::vector<float> h;
+  thread_local std::vector<int64_t> index;
   h.resize(static_cast<size_t>(k));
   cpu::RoundToF16(x, k, h.data());
+  index.clear();
+  const float rowmax = cpu::LlmInt8OutliersAndMax(h.data(), k, threshold, &index);
   outliers->clear();
-  float rowmax = 0;
-  for (int64_t i = 0; i < k; ++i) {
-    float v = h[static_cast<size_t>(i)];
-    if (threshold > 0 && std::fabs(v) >= threshold) {
-      outliers->emplace_back(i, x[i]);
-      v = 0;
-    }
-    h[static_cast<size_t>(i)] = v;
-    rowmax = std::max(rowmax, std::fabs(v));
-  }
+  for (const int64_t i : index) outliers->emplace_back(i, x[i]);
   // torch computes 127.0 / row_stats as reciprocal(row_stats) · 127 (two f32 roundings).
   const float inv = rowmax > 0 ? (1.0f / rowmax) * 127.0f : 0.0f;
-  for (int64_t i = 0; i < k; ++i) {
-    // |h · inv| ≤ 127 for finite h; NaN (and ±Inf without a threshold) quantizes to 0, as in
-    // QuantizeRowsInt8, never an undefined float → int8 cast.
-    const float r = std::nearbyint(h[static_cast<size_t>(i)] * inv);
-    xq[i] = (r >= -127.0f && r <= 127.0f) ? static_cast<int8_t>(r) : int8_t{0};
-  }
+  // |h · inv| ≤ 127 for finite h; NaN (and ±Inf without a threshold) quantizes to 0, never an
+  // undefined float → int8 cast.
+  cpu::LlmInt8Quantize(h.data(), k, inv, xq);
   return rowmax;
 }
 

@@ -149,5 +149,53 @@ TEST(LlmInt8, F16RoundingF16cEqualsScalar) {
   }
 }
 
+
+// The AVX2 outlier scan and quantizer equal the scalar steps bit for bit (the outlier indices in
+// order, the row max, every code): rows of 1 to 70 elements and 896 (every tail), thresholds 0 and
+// 6, with outliers in any lane, NaN, ±Inf, ±0 and all-zero rows; inv from the row max as
+// LlmInt8Row makes it, and inv values that push products past ±127.
+TEST(LlmInt8, Avx2RowStepsEqualScalar) {
+  if (cpu::DetectIsa() < cpu::Isa::kAvx2) GTEST_SKIP() << "no AVX2";
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::uniform_int_distribution<int> pick(0, 99);
+  std::vector<int64_t> sizes;
+  for (int64_t k = 1; k <= 70; ++k) sizes.push_back(k);
+  sizes.push_back(896);
+  int rows = 0, with_outliers = 0;
+  for (const int64_t k : sizes) {
+    for (int trial = 0; trial < 12; ++trial) {
+      std::vector<float> h(static_cast<size_t>(k));
+      for (auto& v : h) {
+        const int p = pick(rng);
+        v = p < 3 ? NAN : p < 5 ? (p == 3 ? INFINITY : -INFINITY) : p < 8 ? 0.0f : p < 9 ? -0.0f
+                                                                                : normal(rng);
+        if (trial == 0) v = 0.0f;               // an all-zero row
+        if (trial == 1 && p < 9) v = 1.5f;      // finite only
+        v = F16ToF32(F32ToF16(v));              // as RoundToF16 leaves it
+      }
+      for (const float threshold : {0.0f, 6.0f}) {
+        std::vector<float> a = h, b = h;
+        std::vector<int64_t> oa, ob;
+        const float ma = cpu::LlmInt8OutliersAndMaxScalar(a.data(), k, threshold, &oa);
+        const float mb = cpu::LlmInt8OutliersAndMaxAvx2(b.data(), k, threshold, &ob);
+        ASSERT_EQ(oa, ob) << "k " << k << " threshold " << threshold;
+        ASSERT_EQ(std::memcmp(&ma, &mb, 4), 0) << ma << " " << mb;
+        ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0);
+        with_outliers += !oa.empty();
+        ++rows;
+        const float row_inv = ma > 0 ? (1.0f / ma) * 127.0f : 0.0f;
+        for (const float inv : {row_inv, 0.0f, 300.0f}) {
+          std::vector<int8_t> qa(static_cast<size_t>(k)), qb(static_cast<size_t>(k), 99);
+          cpu::LlmInt8QuantizeScalar(a.data(), k, inv, qa.data());
+          cpu::LlmInt8QuantizeAvx2(a.data(), k, inv, qb.data());
+          ASSERT_EQ(qa, qb) << "k " << k << " inv " << inv;
+        }
+      }
+    }
+  }
+  EXPECT_GT(with_outliers, rows / 8);  // the outlier path ran (372 of 1,704 rows)
+}
+
 }  // namespace
 }  // namespace loom
