@@ -93,7 +93,8 @@ Figures Measure(Model* model, const BenchArgs& a, int batch, uint64_t seed,
   return f;
 }
 
-// Adapter overheads, side by side in one run (scenarios interleaved, best of --repeats):
+// Adapter overheads, side by side in one run (scenarios interleaved, best of --repeats, and the
+// median of each repeat's adapter ÷ base decode ratio):
 // base vs one adapter unmerged vs merged at batch 1; 8 base sequences vs 8 sequences each
 // with a different adapter; adapter load time from a warm page cache.
 int RunLoraBench(Model* model, const BenchArgs& a) {
@@ -126,6 +127,9 @@ int RunLoraBench(Model* model, const BenchArgs& a) {
   Row rows[] = {{"base, batch 1", {}}, {"adapter unmerged, batch 1", {}}, {"adapter merged, batch 1", {}},
                 {"base, batch 8", {}}, {"8 different adapters, batch 8", {}}};
   Measure(model, a, 1, 0, {adapters[0]});  // warm-up
+  // Decode ratios within each repeat (adapter ÷ base, measured seconds apart): on a VM whose
+  // speed drifts by ±15 % over minutes, their median is steadier than a ratio of two bests.
+  std::vector<double> one_ratio, wide_ratio;
   for (int r = 0; r < a.repeats; ++r) {
     const uint64_t seed = static_cast<uint64_t>(r + 1);
     Figures f[5] = {Measure(model, a, 1, seed), Measure(model, a, 1, seed, {adapters[0]}),
@@ -135,7 +139,15 @@ int RunLoraBench(Model* model, const BenchArgs& a) {
       rows[i].best.prefill_tps = std::max(rows[i].best.prefill_tps, f[i].prefill_tps);
       rows[i].best.decode_tps = std::max(rows[i].best.decode_tps, f[i].decode_tps);
     }
+    if (f[0].decode_tps > 0) one_ratio.push_back(f[1].decode_tps / f[0].decode_tps);
+    if (f[3].decode_tps > 0) wide_ratio.push_back(f[4].decode_tps / f[3].decode_tps);
   }
+  auto median = [](std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    const size_t h = v.size() / 2;
+    return v.size() % 2 ? v[h] : (v[h - 1] + v[h]) / 2;
+  };
   nlohmann::json out = nlohmann::json::array();
   std::printf("%-32s %14s %14s\n", "scenario", "prefill tok/s", "decode tok/s");
   for (const Row& row : rows) {
@@ -143,12 +155,17 @@ int RunLoraBench(Model* model, const BenchArgs& a) {
     out.push_back({{"scenario", row.name}, {"prefill_tokens_per_s", row.best.prefill_tps},
                    {"decode_tokens_per_s", row.best.decode_tps}});
   }
+  std::printf("decode, adapter / base within a repeat (median of %zu): one adapter at batch 1 %.3f, "
+              "%d different adapters at batch %d %.3f\n",
+              one_ratio.size(), median(one_ratio), wide, wide, median(wide_ratio));
   std::printf("adapter load (warm page cache): best %.2f ms, median %.2f ms; %zu adapters of %.1f MiB; "
               "batch-8 scenario uses %d sequences over %zu adapters\n",
               load_ms[0], load_ms[2], adapters.size(), adapters[0]->tensor_bytes() / 1048576.0, wide,
               adapters.size());
   if (a.json) {
     nlohmann::json j = {{"lora_results", out}, {"adapter_load_ms_best", load_ms[0]},
+                        {"decode_ratio_one_adapter_median", median(one_ratio)},
+                        {"decode_ratio_wide_adapters_median", median(wide_ratio)},
                         {"adapter_load_ms_median", load_ms[2]},
                         {"adapter_bytes", adapters[0]->tensor_bytes()},
                         {"num_adapters", adapters.size()}, {"peak_rss_mib", PeakRssMiB()},

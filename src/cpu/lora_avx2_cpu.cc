@@ -73,68 +73,6 @@ LOOM_AVX2 inline __attribute__((always_inline)) void ExpandTile(const float* t, 
   }
 }
 
-// One 16-column panel row of B (rank k) as two f32 vectors. Bf16: one 32-byte load and two
-// unpacks with zero (each value into the upper half of a 32-bit lane), columns {0–3, 8–11} and
-// {4–7, 12–15}, put back in order at the store (1 shuffle per 8 values where Bf16x8ToF32 takes
-// a widening move and a shift); f16 / f32: columns 0–7 and 8–15.
-struct PanelBf16 {
-  static constexpr bool kPermuted = true;
-  LOOM_AVX2 static void Load(const void* p, int64_t i, __m256& lo, __m256& hi) {
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(p) + i));
-    lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(_mm256_setzero_si256(), v));
-    hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(_mm256_setzero_si256(), v));
-  }
-};
-struct PanelF16 {
-  static constexpr bool kPermuted = false;
-  LOOM_AVX2 static void Load(const void* p, int64_t i, __m256& lo, __m256& hi) {
-    lo = WidenF16::Load(p, i);
-    hi = WidenF16::Load(p, i + 8);
-  }
-};
-struct PanelF32 {
-  static constexpr bool kPermuted = false;
-  LOOM_AVX2 static void Load(const void* p, int64_t i, __m256& lo, __m256& hi) {
-    lo = WidenF32::Load(p, i);
-    hi = WidenF32::Load(p, i + 8);
-  }
-};
-template <typename L> struct PanelOf;
-template <> struct PanelOf<WidenBf16> { using Type = PanelBf16; };
-template <> struct PanelOf<WidenF16> { using Type = PanelF16; };
-template <> struct PanelOf<WidenF32> { using Type = PanelF32; };
-
-// One row × NP whole panels (16·NP columns), the same fma chain per element as ExpandTile. A
-// row alone has no other rows' chains to overlap: the 24-column tile ran 3 dependent chains
-// (4-cycle fma latency: 6 of 16 multiply-adds per cycle), NP = 4 runs 8, both fma pipes.
-template <bool kAdd, typename PL, int NP>
-LOOM_AVX2 inline __attribute__((always_inline)) void ExpandPanelRow(const float* t, int rank,
-                                                                    const char* b, size_t panel_bytes,
-                                                                    float scale, float* y) {
-  __m256 acc[NP][2];
-  for (int p = 0; p < NP; ++p) acc[p][0] = acc[p][1] = _mm256_setzero_ps();
-  for (int k = 0; k < rank; ++k) {
-    const __m256 tv = _mm256_set1_ps(t[k]);
-    for (int p = 0; p < NP; ++p) {
-      __m256 lo, hi;
-      PL::Load(b + p * panel_bytes, int64_t{k} * kLoraPanel, lo, hi);
-      acc[p][0] = _mm256_fmadd_ps(tv, lo, acc[p][0]);
-      acc[p][1] = _mm256_fmadd_ps(tv, hi, acc[p][1]);
-    }
-  }
-  const __m256 vs = _mm256_set1_ps(scale);
-  for (int p = 0; p < NP; ++p) {
-    __m256 first = acc[p][0], second = acc[p][1];
-    if constexpr (PL::kPermuted) {
-      first = _mm256_permute2f128_ps(acc[p][0], acc[p][1], 0x20);
-      second = _mm256_permute2f128_ps(acc[p][0], acc[p][1], 0x31);
-    }
-    float* yp = y + p * kLoraPanel;
-    _mm256_storeu_ps(yp, kAdd ? _mm256_fmadd_ps(vs, first, _mm256_loadu_ps(yp)) : first);
-    _mm256_storeu_ps(yp + 8, kAdd ? _mm256_fmadd_ps(vs, second, _mm256_loadu_ps(yp + 8)) : second);
-  }
-}
-
 // 8·NC columns for every row, 4 rows at a time.
 template <bool kAdd, typename L, int NC>
 LOOM_AVX2 void ExpandStrip(const float* t, int64_t rows, int rank, const char* const* b,
@@ -170,20 +108,6 @@ LOOM_AVX2 void Expand(const float* t, int64_t rows, int rank, DType dtype, const
   };
   auto yat = [&](int64_t j) { return y + (kAdd ? j : j - j0); };
   int64_t j = LoraExpandHead(t, rows, rank, dtype, bp, j0, j1, kAdd, scale, y, ldy);
-  if (rows < 4) {  // decode rows (one per adapter): whole panels, a row at a time
-    using PL = typename PanelOf<L>::Type;
-    const size_t panel_bytes = static_cast<size_t>(kLoraPanel * rank) * esize;
-    for (; j + 4 * kLoraPanel <= j1; j += 4 * kLoraPanel) {
-      for (int64_t r = 0; r < rows; ++r) {
-        ExpandPanelRow<kAdd, PL, 4>(t + r * rank, rank, at(j), panel_bytes, scale, yat(j) + r * ldy);
-      }
-    }
-    for (; j + kLoraPanel <= j1; j += kLoraPanel) {
-      for (int64_t r = 0; r < rows; ++r) {
-        ExpandPanelRow<kAdd, PL, 1>(t + r * rank, rank, at(j), panel_bytes, scale, yat(j) + r * ldy);
-      }
-    }
-  }
   for (; j + 24 <= j1; j += 24) {
     const char* b[3] = {at(j), at(j + 8), at(j + 16)};
     ExpandStrip<kAdd, L, 3>(t, rows, rank, b, scale, yat(j), ldy);

@@ -64,8 +64,8 @@ float ExpandElement(const float* t, int rank, const std::vector<float>& b, int64
   return acc;
 }
 
-// Rows 11 and 6 (tiles of 4 rows, then 3 or 2) and 3 (decode rows: whole panels a row at a time,
-// 4 or 1 per tile), column ranges cut into 64-, 24-, 16-, 8- and 1-column pieces, ranks 16 and 5.
+// Rows 11 and 6 (tiles of 4 rows, then 3 or 2) and 3 (a 3-row call alone), column ranges cut
+// into 24-, 8- and 1-column pieces, ranks 16 and 5.
 TEST_F(LoraAvx2, ExpandAndExpandAddMatchScalarAndEachRowAloneBitForBit) {
   for (int rank : {16, 5}) {
     for (int64_t rows : {11, 6, 3}) {
