@@ -142,12 +142,7 @@ int RunLoraBench(Model* model, const BenchArgs& a) {
     if (f[0].decode_tps > 0) one_ratio.push_back(f[1].decode_tps / f[0].decode_tps);
     if (f[3].decode_tps > 0) wide_ratio.push_back(f[4].decode_tps / f[3].decode_tps);
   }
-  auto median = [](std::vector<double> v) {
-    if (v.empty()) return 0.0;
-    std::sort(v.begin(), v.end());
-    const size_t h = v.size() / 2;
-    return v.size() % 2 ? v[h] : (v[h - 1] + v[h]) / 2;
-  };
+  auto median = [](const std::vector<double>& v) { return Percentile(v, 50); };
   nlohmann::json out = nlohmann::json::array();
   std::printf("%-32s %14s %14s\n", "scenario", "prefill tok/s", "decode tok/s");
   for (const Row& row : rows) {

@@ -21,6 +21,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+}  // namespace
+
 double Percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -29,8 +31,6 @@ double Percentile(std::vector<double> v, double p) {
   const size_t hi = std::min(lo + 1, v.size() - 1);
   return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
 }
-
-}  // namespace
 
 Status ValidateClosedLoopArgs(const Model& model, const ClosedLoopArgs& a) {
   if (a.clients < 1 || a.clients > 4096) return InvalidArgument("--closed-loop must be in [1, 4096]");

@@ -23,6 +23,9 @@ struct ClosedLoopArgs {
   bool json = false;
 };
 
+// The p-th percentile of v (linear between neighbours; 50 = the median).
+double Percentile(std::vector<double> v, double p);
+
 Status ValidateClosedLoopArgs(const Model& model, const ClosedLoopArgs& a);
 int RunClosedLoopBench(Model* model, const ClosedLoopArgs& a,
                        const std::vector<std::shared_ptr<const Adapter>>& adapters);

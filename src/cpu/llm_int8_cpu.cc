@@ -11,10 +11,11 @@
 
 namespace loom::cpu {
 
-float LlmInt8OutliersAndMaxScalar(float* h, int64_t k, float threshold,
-                                  std::vector<int64_t>* outliers) {
+namespace {
+// Elements [i0, i1) of h: outliers zeroed and their indices appended; returns the rest's max |h|.
+float ScanRange(float* h, int64_t i0, int64_t i1, float threshold, std::vector<int64_t>* outliers) {
   float rowmax = 0;
-  for (int64_t i = 0; i < k; ++i) {
+  for (int64_t i = i0; i < i1; ++i) {
     if (threshold > 0 && std::fabs(h[i]) >= threshold) {
       outliers->push_back(i);
       h[i] = 0;
@@ -22,6 +23,12 @@ float LlmInt8OutliersAndMaxScalar(float* h, int64_t k, float threshold,
     rowmax = std::max(rowmax, std::fabs(h[i]));  // NaN skipped
   }
   return rowmax;
+}
+}  // namespace
+
+float LlmInt8OutliersAndMaxScalar(float* h, int64_t k, float threshold,
+                                  std::vector<int64_t>* outliers) {
+  return ScanRange(h, 0, k, threshold, outliers);
 }
 
 void LlmInt8QuantizeScalar(const float* h, int64_t k, float inv, int8_t* xq) {
@@ -43,18 +50,12 @@ LOOM_AVX2 float LlmInt8OutliersAndMaxAvx2(float* h, int64_t k, float threshold,
   for (; i + 8 <= k; i += 8) {
     __m256 a = _mm256_and_ps(_mm256_loadu_ps(h + i), abs_mask);
     if (threshold > 0 && _mm256_movemask_ps(_mm256_cmp_ps(a, thr, _CMP_GE_OQ)) != 0) {
-      const size_t before = outliers->size();
-      LlmInt8OutliersAndMaxScalar(h + i, 8, threshold, outliers);
-      for (size_t o = before; o < outliers->size(); ++o) (*outliers)[o] += i;
+      ScanRange(h, i, i + 8, threshold, outliers);
       a = _mm256_and_ps(_mm256_loadu_ps(h + i), abs_mask);
     }
     vmax = _mm256_max_ps(a, vmax);
   }
-  float rowmax = Max8(vmax);
-  const size_t before = outliers->size();
-  rowmax = std::max(rowmax, LlmInt8OutliersAndMaxScalar(h + i, k - i, threshold, outliers));
-  for (size_t o = before; o < outliers->size(); ++o) (*outliers)[o] += i;
-  return rowmax;
+  return std::max(Max8(vmax), ScanRange(h, i, k, threshold, outliers));
 }
 
 // rint(h · inv) in 8 lanes (vroundps: round half to even, as nearbyint), kept where it lies in

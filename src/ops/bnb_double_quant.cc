@@ -127,7 +127,9 @@ float TorchSum(const float* x, int64_t n) {
 constexpr int kLutBins = 65536;
 
 int LutBin(float x) {
-  const float s = std::clamp(x, -1.0f, 1.0f);
+  // NaN (only from an absmax mean that overflowed f32, which Nf4WeightFromRows then rejects as a
+  // non-finite scale) takes bin 0 rather than an undefined float → int conversion.
+  const float s = std::isnan(x) ? -1.0f : std::clamp(x, -1.0f, 1.0f);
   float t = s + 1.0f;
   t = t * 0.5f;
   t = t * static_cast<float>(kLutBins - 1);

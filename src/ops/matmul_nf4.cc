@@ -115,7 +115,13 @@ StatusOr<std::unique_ptr<Nf4Weight>> QuantizeWeightBnb4(const Tensor& w, const s
     for (int64_t b = 0; b < blocks; ++b) {
       const float* x = row.data() + b * block;
       float am = 0;
-      for (int64_t i = 0; i < block; ++i) am = std::max(am, std::fabs(x[i]));
+      for (int64_t i = 0; i < block; ++i) am = std::max(am, std::fabs(x[i]));  // NaN skipped
+      bool finite = std::isfinite(am);
+      for (int64_t i = 0; i < block && finite; ++i) finite = std::isfinite(x[i]);
+      if (!finite) {  // before the double quant reads this absmax (and rejects what it breeds)
+        return InvalidArgument("quantizing " + name + " to " + cpu::Bnb4TypeName(type) + ": row " +
+                               std::to_string(j) + " has a weight that is not finite");
+      }
       absmax[static_cast<size_t>(j * blocks + b)] = am;
       const float inv = 1.0f / std::max(am, 1e-38f);
       for (int64_t i = 0; i < block; ++i) {

@@ -1,11 +1,14 @@
-// bitsandbytes' 8-bit dynamic-map quantizer (double quant's absmax codes) against codes its own CPU kernel returned.
+// bitsandbytes' 8-bit dynamic-map quantizer (double quant's absmax codes) against codes its own CPU kernel returned; the 4-bit quantizer's refusal of non-finite weights.
 #include <gtest/gtest.h>
 
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <limits>
+#include <vector>
 
 #include "ops/bnb_double_quant.h"
+#include "ops/matmul_nf4.h"
 
 namespace loom {
 namespace {
@@ -54,6 +57,25 @@ TEST(BnbDynamicCode, MapEntriesAndTheEnds) {
   EXPECT_EQ(BnbDynamicCode(-5.0f), 0);
   EXPECT_EQ(BnbDynamicCode(5.0f), 255);
   EXPECT_EQ(BnbDynamicCode(1.0f), 255);
+}
+
+
+// --quantize nf4|fp4 of a weight holding Inf or NaN: an error naming the projection and row, with
+// or without double quant (whose absmax mean would otherwise read the non-finite scale).
+TEST(BnbDynamicCode, QuantizingANonFiniteWeightIsAnError) {
+  for (const float bad : {std::numeric_limits<float>::infinity(), std::nanf("")}) {
+    for (const bool dq : {false, true}) {
+      std::vector<float> w(4 * 128, 0.25f);
+      w[2 * 128 + 70] = bad;
+      const Tensor t{DType::kF32, {4, 128}, w.data()};
+      auto q = QuantizeWeightBnb4(t, "layers.0.mlp.up_proj", cpu::Bnb4Type::kNf4, 64, dq);
+      ASSERT_FALSE(q.ok()) << bad << " dq " << dq;
+      EXPECT_NE(q.status().message().find("layers.0.mlp.up_proj"), std::string::npos);
+      EXPECT_NE(q.status().message().find("row 2"), std::string::npos) << q.status().message();
+    }
+  }
+  std::vector<float> w(4 * 128, 0.25f);  // finite: quantizes
+  EXPECT_TRUE(QuantizeWeightBnb4(Tensor{DType::kF32, {4, 128}, w.data()}, "p", cpu::Bnb4Type::kNf4, 64, true).ok());
 }
 
 }  // namespace

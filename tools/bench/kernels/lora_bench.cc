@@ -19,6 +19,7 @@ using loom::DType;
 
 struct Projection {
   int64_t out, in;
+  int copy = 0;  // which of several identical-shape projections
   std::vector<uint16_t> w;  // [out, in] bf16
   loom::Tensor wt;
   std::unique_ptr<loom::Int4Weight> int4;
@@ -32,15 +33,13 @@ constexpr int kRank = 16;
 // copy: which of several identical-shape projections (the layers a decode step walks through).
 Projection& Get(int64_t out, int64_t in, int adapters, int copy = 0) {
   static std::vector<std::unique_ptr<Projection>> cache;
-  static std::vector<int> copies;
-  for (size_t i = 0; i < cache.size(); ++i) {
-    const Projection& p = *cache[i];
-    if (p.out == out && p.in == in && static_cast<int>(p.a.size()) >= adapters && copies[i] == copy) return *cache[i];
+  for (auto& p : cache) {
+    if (p->out == out && p->in == in && static_cast<int>(p->a.size()) >= adapters && p->copy == copy) return *p;
   }
-  copies.push_back(copy);
   auto p = std::make_unique<Projection>();
   p->out = out;
   p->in = in;
+  p->copy = copy;
   std::mt19937 rng(7);
   std::normal_distribution<float> dist(0, 1);
   p->w.resize(static_cast<size_t>(out * in));
