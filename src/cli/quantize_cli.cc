@@ -51,7 +51,7 @@ int RunQuantize(const QuantizeArgs& a) {
   std::fprintf(stderr, "wrote %s (compressed-tensors %s, %s%s) in %.2f s; peak RSS %.0f MiB\n",
                a.out.c_str(), a.scheme == "int4" ? "pack-quantized W4A16" : "int-quantized W8A8",
                a.scheme == "int4" ? ("int4 group " + std::to_string(a.group)).c_str() : "int8 per channel",
-               a.head ? ", lm_head quantized" : ", lm_head dense",
+               a.head ? ", --quantize-head" : ", lm_head dense",
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), PeakRssMiB());
   return 0;
 }
@@ -105,6 +105,8 @@ int RunPerplexity(const PerplexityArgs& a) {
   if (load.quantize == LoadOptions::Quantization::kNf4) weights = "bitsandbytes nf4";
   if (load.quantize == LoadOptions::Quantization::kFp4) weights = "bitsandbytes fp4";
   if (load.quantize != LoadOptions::Quantization::kNone && load.quantize_head) weights += " +head";
+  // Projections the flag could not give its scheme (counted; the load's notes name them).
+  if (!(*model)->quantize_departures().empty()) weights += " (" + (*model)->quantize_departures() + ")";
   if (a.json_out) {
     nlohmann::json j = {{"model", a.model},     {"text", a.text},
                         {"weights", weights},   {"adapter", a.lora.empty() ? nlohmann::json() : nlohmann::json(a.lora)},

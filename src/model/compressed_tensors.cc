@@ -76,11 +76,11 @@ Status ParseWeights(const json& w, const std::string& format, const std::string&
   if (format == "pack-quantized") {
     RETURN_IF_ERROR(Expect(w, "num_bits", 4, what, "num_bits 4 with pack-quantized"));
     RETURN_IF_ERROR(Expect(w, "strategy", "group", what,
-                           "strategy \"group\" (group_size 32 or 128) with pack-quantized"));
+                           "strategy \"group\" (group_size 32, 64 or 128) with pack-quantized"));
     const json g = w.contains("group_size") ? w["group_size"] : json();
-    if (g != json(32) && g != json(128)) {
+    if (g != json(32) && g != json(64) && g != json(128)) {
       return InvalidArgument(what + ": group_size is " + Show(g) +
-                             "; loom's int4 kernels take groups of 32 or 128");
+                             "; loom's int4 kernels take groups of 32, 64 or 128");
     }
     s->kind = CtScheme::Kind::kInt4Group;
     s->group_size = g.get<int>();

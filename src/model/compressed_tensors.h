@@ -26,7 +26,7 @@ struct CtScheme {
   };
   std::string group_name;  // the config_groups key, for errors
   Kind kind = Kind::kInt8Channel;
-  int group_size = 0;      // kInt4Group: 32 or 128
+  int group_size = 0;      // kInt4Group: 32, 64 or 128
 };
 
 // The validated quantization_config. Thread-safety: immutable after parse.

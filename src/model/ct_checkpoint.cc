@@ -22,46 +22,45 @@ namespace fs = std::filesystem;
 // reference check used).
 constexpr const char* kCtVersion = "0.20.1";
 
-// Every projection of `w` that has a name, by name.
-std::map<std::string, const Linear*> ProjectionsByName(const ModelWeights& w) {
-  std::map<std::string, const Linear*> out;
-  auto add = [&](const Linear& lin) {
-    if (!lin.name.empty()) out[lin.name] = &lin;
-  };
-  for (const LayerWeights& l : w.layers) {
-    for (const Linear* lin : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj,
-                              &l.down_proj, &l.qkv_proj, &l.gate_up_proj}) {
-      add(*lin);
-    }
-  }
-  add(w.lm_head);
-  return out;
-}
-
-nlohmann::ordered_json QuantizationConfig(const QuantizeCheckpointOptions& o) {
+// `other_groups`: int4 projections whose group is not o.group (Int4GroupOf), by group size;
+// each is a config group of its own whose targets name them (exact names outrank the class
+// "Linear" in compressed-tensors' matching; the experts as one "re:" pattern naming "experts",
+// which is how transformers finds the experts' scheme). `dense`: what "Linear" would match that
+// stays dense (routers; projections no group of 32 divides), listed in `ignore`.
+nlohmann::ordered_json QuantizationConfig(const QuantizeCheckpointOptions& o,
+                                          const std::vector<std::pair<int, std::vector<std::string>>>& other_groups,
+                                          const std::vector<std::string>& dense) {
   using oj = nlohmann::ordered_json;
   const bool int4 = o.scheme == LoadOptions::Quantization::kInt4;
   const char* format = int4 ? "pack-quantized" : "int-quantized";
-  oj weights = {{"dynamic", false},
-                {"group_size", int4 ? oj(o.group) : oj()},
-                {"num_bits", int4 ? 4 : 8},
-                {"strategy", int4 ? "group" : "channel"},
-                {"symmetric", true},
-                {"type", "int"}};
-  oj inputs;  // W4A16: none in the file (loom's kernel still rounds activations to int8: W4A8)
-  if (!int4) {
-    inputs = {{"dynamic", true}, {"group_size", nullptr}, {"num_bits", 8},
-              {"strategy", "token"}, {"symmetric", true}, {"type", "int"}};
-  }
-  oj group = {{"format", format},
+  auto scheme = [&](int group_size, oj targets) {
+    oj weights = {{"dynamic", false},
+                  {"group_size", int4 ? oj(group_size) : oj()},
+                  {"num_bits", int4 ? 4 : 8},
+                  {"strategy", int4 ? "group" : "channel"},
+                  {"symmetric", true},
+                  {"type", "int"}};
+    oj inputs;  // W4A16: none in the file (loom's kernel still rounds activations to int8: W4A8)
+    if (!int4) {
+      inputs = {{"dynamic", true}, {"group_size", nullptr}, {"num_bits", 8},
+                {"strategy", "token"}, {"symmetric", true}, {"type", "int"}};
+    }
+    return oj{{"format", format},
               {"input_activations", inputs},
               {"output_activations", nullptr},
-              {"targets", oj::array({"Linear"})},
+              {"targets", std::move(targets)},
               {"weights", weights}};
-  return {{"config_groups", {{"group_0", group}}},
+  };
+  oj groups = {{"group_0", scheme(o.group, oj::array({"Linear"}))}};
+  for (const auto& [size, names] : other_groups) {
+    groups["group_" + std::to_string(groups.size())] = scheme(size, oj(names));
+  }
+  oj ignore = o.quantize_head ? oj::array() : oj::array({"lm_head"});
+  for (const std::string& name : dense) ignore.push_back(name);
+  return {{"config_groups", groups},
           {"format", format},
           {"global_compression_ratio", nullptr},
-          {"ignore", o.quantize_head ? oj::array() : oj::array({"lm_head"})},
+          {"ignore", ignore},
           {"kv_cache_scheme", nullptr},
           {"moe_sparsity_config", nullptr},
           {"quant_method", "compressed-tensors"},
@@ -164,15 +163,7 @@ Status CheckQuantizeInput(const std::string& model_dir, const QuantizeCheckpoint
                               "'): the checkpoint is quantized already; loom quantize takes an "
                               "F32/F16/BF16 checkpoint");
   }
-  ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model_dir));
-  for (const LayerConfig& l : config.layers) {
-    if (l.moe) {
-      return InvalidArgument(path + ": " + config.architecture +
-                             " is a mixture-of-experts model; loom quantize writes dense models "
-                             "only (loom reads no compressed-tensors MoE checkpoint yet)");
-    }
-  }
-  return OkStatus();
+  return LoadModelConfig(model_dir).status();
 }
 
 Status WriteQuantizedCheckpoint(const std::string& model_dir,
@@ -190,16 +181,51 @@ Status WriteQuantizedCheckpoint(const std::string& model_dir,
   const SafetensorsStore& store = model->store();
   const std::map<std::string, const Linear*> projections = ProjectionsByName(model->weights());
   std::map<std::string, const Linear*> quantized;  // "<module>.weight" → its quantized projection
+  std::map<int, std::vector<std::string>> by_group;  // int4 group ≠ --group-size → modules
+  std::vector<std::string> dense;  // not quantized though "Linear" matches them (ignore)
+  const ModelWeights& w = model->weights();
+  bool experts = false;
+  int expert_group = 0;  // the experts' one int4 group (Int4GroupOf); 0 dense (or int8)
+  std::string expert_scheme;  // the first expert's, which every other expert must share
   for (const auto& [name, lin] : projections) {
-    if (!lin->int8 && !lin->int4) continue;
-    if (lin->int4 && lin->in_features() % options.group != 0) {
-      return InvalidArgument(name + ": " + std::to_string(lin->in_features()) +
-                             " input features are not a multiple of --group-size " +
-                             std::to_string(options.group) + "; pack-quantized stores whole groups" +
-                             (options.group == 128 && lin->in_features() % 32 == 0 ? " (try --group-size 32)"
-                                                                                   : ""));
+    if (IsMoeExpert(w, lin)) {  // one "re:" pattern for all of them, below
+      const std::string scheme = lin->int8 ? "int8" : lin->int4 ? "int4 g" + std::to_string(lin->int4->group) : "dense";
+      if (!experts) expert_scheme = scheme;
+      if (scheme != expert_scheme) {  // Model::Quantize gives a whole model's experts one scheme
+        return Internal(name + " is " + scheme + " but another expert is " + expert_scheme +
+                        "; compressed-tensors readers take one scheme for all experts");
+      }
+      experts = true;
+      expert_group = lin->int4 ? lin->int4->group : 0;
+      if (lin->int8 || lin->int4) quantized[name + ".weight"] = lin;
+      continue;
     }
+    if (!lin->int8 && !lin->int4) {
+      // lm_head without --quantize-head is "lm_head" in ignore already; with it, a head left
+      // dense (no int4 group of 32 divides its inputs) must be listed, or "Linear" claims it.
+      if (lin != &w.lm_head || options.quantize_head) dense.push_back(name);
+      continue;
+    }
+    if (lin->int4 && lin->in_features() % lin->int4->group != 0) {  // Model::Quantize never does
+      return Internal(name + ": int4 group " + std::to_string(lin->int4->group) + " does not divide " +
+                      std::to_string(lin->in_features()) + " input features");
+    }
+    if (lin->int4 && lin->int4->group != options.group) by_group[lin->int4->group].push_back(name);
     quantized[name + ".weight"] = lin;
+  }
+  std::vector<std::pair<int, std::vector<std::string>>> other_groups(by_group.begin(), by_group.end());
+  if (experts) {
+    // The model's own names, and vLLM's (its fused-MoE layer looks the scheme up under
+    // "<layer>.experts.0.gate_proj" whatever the checkpoint calls them).
+    std::string names = c.moe.gate + "|" + c.moe.up + "|" + c.moe.down;
+    if (c.moe.gate != "gate_proj") names += "|gate_proj|up_proj|down_proj";
+    const std::string pattern = "re:.*\\.experts\\.\\d+\\.(" + names + ")$";
+    const bool int4 = options.scheme == LoadOptions::Quantization::kInt4;
+    if (int4 && expert_group == 0) {
+      dense.push_back(pattern);
+    } else if (int4 && expert_group != options.group) {
+      other_groups.push_back({expert_group, {pattern}});
+    }
   }
   // A tied model with its head quantized: lm_head gets tensors of its own (compressed-tensors
   // cannot quantize a head tied to the embedding), and config.json says untied.
@@ -245,7 +271,7 @@ Status WriteQuantizedCheckpoint(const std::string& model_dir,
   ASSIGN_OR_RETURN(nlohmann::ordered_json cfg, ParseOrderedJson(cfg_text, model_dir + "/config.json"));
   if (!cfg.is_object()) return InvalidArgument(model_dir + "/config.json: not a JSON object");
   if (untie) cfg["tie_word_embeddings"] = false;
-  cfg["quantization_config"] = QuantizationConfig(options);
+  cfg["quantization_config"] = QuantizationConfig(options, other_groups, dense);
   return WriteCheckpointAtomically(out_dir, out_real, "loom quantize", [&](const std::string& tmp) {
     RETURN_IF_ERROR(WriteCheckpointShards(tmp, specs, fill, options.max_shard_bytes));
     RETURN_IF_ERROR(CopyCheckpointSideFiles(model_dir, tmp));

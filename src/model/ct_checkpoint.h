@@ -21,9 +21,11 @@ struct QuantizeCheckpointOptions {
 };
 
 // What `loom quantize` refuses before loading anything: a folder whose config.json already has
-// a quantization_config (any quant_method), mixture-of-experts models, an int4 group that does
-// not divide a projection's input features (the format stores whole groups), a scheme other than
-// int8/int4. The error names the file, the field or the projection.
+// a quantization_config (any quant_method), a scheme other than int8/int4, an int4 group other
+// than 32 or 128. The error names the file, the field or the flag. (Mixture-of-experts models are
+// written with their experts quantized and their routers dense, in `ignore`; an int4 projection
+// that --group-size does not divide takes the group --quantize gives it, Int4GroupFor, in a
+// config group of its own, or stays dense in `ignore` where no group of 32 fits.)
 Status CheckQuantizeInput(const std::string& model_dir, const QuantizeCheckpointOptions& options);
 
 // Loads `model_dir` quantized exactly as `--quantize` does (LoadOptions with the same scheme,
@@ -33,6 +35,8 @@ Status CheckQuantizeInput(const std::string& model_dir, const QuantizeCheckpoint
 // model with the head quantized, tie_word_embeddings becomes false and lm_head is written
 // quantized), the other files are copied. Atomic, as `loom merge`: --out checked against the
 // input (never it, nor inside it), written into a temporary folder renamed at the end.
+// Departures from --scheme/--group-size (other int4 groups, projections left dense) are said on
+// stderr by the load (Model::Quantize), in the same terms.
 Status WriteQuantizedCheckpoint(const std::string& model_dir,
                                 const QuantizeCheckpointOptions& options,
                                 const std::string& out_dir, bool check_weights = true);

@@ -207,11 +207,6 @@ bool IsGptqLinear(const SafetensorsStore& store, const std::string& name) {
 }
 
 Status CheckGptqModel(const ModelConfig& model, const SafetensorsStore& store, const GptqConfig& quant) {
-  for (const LayerConfig& l : model.layers) {
-    if (l.moe) {
-      return InvalidArgument(quant.where + ": GPTQ/AWQ checkpoints of mixture-of-experts models are not supported yet");
-    }
-  }
   const bool head = IsGptqLinear(store, "lm_head");
   if (head && model.tie_word_embeddings) {
     return InvalidArgument(quant.where + ": lm_head.qweight is stored, but lm_head is tied to the embedding");

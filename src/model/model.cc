@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 
 #include "base/check.h"
 #include "base/mmap_file.h"
@@ -95,8 +96,27 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadO
 Status Model::Quantize(const LoadOptions& options) {
   const bool bnb4 = options.quantize == LoadOptions::Quantization::kNf4 ||
                     options.quantize == LoadOptions::Quantization::kFp4;
+  const bool int4 = options.quantize == LoadOptions::Quantization::kInt4;
+  if (int4 && options.quantize_group != 32 && options.quantize_group != 128) {
+    return InvalidArgument("--quantize-group-size " + std::to_string(options.quantize_group) +
+                           ": int4 groups are 32 or 128 inputs");
+  }
+  std::map<int, std::vector<std::string>> other_groups;  // int4 group ≠ quantize_group → projections
+  // Projections left dense: MoE routers, experts (nf4/fp4; int4 where no group fits both their
+  // widths), int4 where no group of 32 fits.
+  std::vector<std::string> routers, experts, unfit;
   for (Linear* lin : site_linears_) {
     if (lin == &weights_.lm_head && !options.quantize_head) continue;
+    if (IsMoeRouter(weights_, lin)) {  // routers stay dense (model/weights.h)
+      routers.push_back(lin->name);
+      continue;
+    }
+    // transformers 5 holds a MoE's experts as fused parameters, not Linear modules: load_in_4bit
+    // leaves them in the checkpoint's dtype, and so does loom's replay of it.
+    if (bnb4 && IsMoeExpert(weights_, lin)) {
+      experts.push_back(lin->name);
+      continue;
+    }
     if (bnb4) {
       ASSIGN_OR_RETURN(std::unique_ptr<Nf4Weight> q,
                        QuantizeWeightBnb4(lin->weight, lin->name,
@@ -107,8 +127,13 @@ Status Model::Quantize(const LoadOptions& options) {
       quantized_bytes_ += q->bytes();
       lin->nf4 = std::move(q);
     } else if (options.quantize == LoadOptions::Quantization::kInt4) {
-      ASSIGN_OR_RETURN(std::unique_ptr<Int4Weight> q,
-                       QuantizeWeightInt4(lin->weight, lin->name, options.quantize_group));
+      const int group = Int4GroupOf(weights_, lin, options.quantize_group);
+      if (group == 0) {  // no group of 32 fits: dense (model/weights.h)
+        (IsMoeExpert(weights_, lin) ? experts : unfit).push_back(lin->name);
+        continue;
+      }
+      if (group != options.quantize_group) other_groups[group].push_back(lin->name);
+      ASSIGN_OR_RETURN(std::unique_ptr<Int4Weight> q, QuantizeWeightInt4(lin->weight, lin->name, group));
       quantized_bytes_ += q->bytes();
       lin->int4 = std::move(q);
     } else {
@@ -124,6 +149,27 @@ Status Model::Quantize(const LoadOptions& options) {
       lin->weight = Tensor{DType::kF32, {lin->out_features(), lin->in_features()}, nullptr};
       SetQuantizedSiteRows(*lin, &sites_);
     }
+  }
+  // Say where the weights are not what the flag asked (loom quantize writes the same).
+  const char* flag = int4 ? "int4" : bnb4 ? "nf4/fp4" : "int8";
+  quantize_departures_.clear();
+  for (const auto& [group, names] : other_groups) {
+    quantize_departures_ += (quantize_departures_.empty() ? "g" : ", g") + std::to_string(group) +
+                            " on " + std::to_string(names.size());
+    std::fprintf(stderr, "note: --quantize %s: %zu projection(s) take int4 groups of %d (%d does not "
+                 "divide their inputs), e.g. %s\n", flag, names.size(), group, options.quantize_group,
+                 names.front().c_str());
+  }
+  if (const size_t dense = routers.size() + experts.size() + unfit.size(); dense > 0) {
+    quantize_departures_ += (quantize_departures_.empty() ? "dense on " : ", dense on ") + std::to_string(dense);
+  }
+  for (const auto& [names, why] : {std::pair{&routers, "mixture-of-experts routers, as vLLM and llama.cpp keep them"},
+                                    std::pair{&experts, bnb4 ? "experts, as transformers 5's load_in_4bit leaves them"
+                                                             : "experts: no int4 group of 32 divides both their input widths"},
+                                    std::pair{&unfit, "no int4 group of 32 divides their inputs"}}) {
+    if (names->empty()) continue;
+    std::fprintf(stderr, "note: --quantize %s: %zu projection(s) stay dense (%s), e.g. %s\n", flag,
+                 names->size(), why, names->front().c_str());
   }
   return OkStatus();
 }

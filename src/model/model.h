@@ -23,7 +23,11 @@ struct LoadOptions {
   // activations quantized to int8 per row at run time; kNf4 / kFp4: bitsandbytes' 4-bit
   // quantize_4bit, blocks of 64, bit for bit the checkpoint transformers would save with
   // load_in_4bit — QLoRA's base — served as that checkpoint is: f32 activations, merges and DoRA
-  // norms over the dequantized weight). The output head too when quantize_head.
+  // norms over the dequantized weight). The output head too when quantize_head. Mixture-of-experts
+  // routers stay dense (IsMoeRouter), and so do the experts under kNf4 / kFp4 (as
+  // transformers 5's load_in_4bit: its experts are fused parameters, not Linear modules); kInt4
+  // takes Int4GroupOf(…, quantize_group) per projection (a smaller group where quantize_group
+  // does not divide its inputs; dense where 32 does not).
   enum class Quantization { kNone, kInt8, kInt4, kNf4, kFp4 } quantize = Quantization::kNone;
   int quantize_group = 128;  // kInt4: 32 or 128
   bool quantize_double_quant = false;  // kNf4 / kFp4: bnb_4bit_use_double_quant (QLoRA's usual)
@@ -66,6 +70,9 @@ class Model {
   // Its quantized projections have no dense weight: MergeAdapter folds an adapter into a
   // dequantized f32 copy of each projection it adapts (served dense from then on).
   const std::string& prequantized() const { return prequantized_; }
+  // Where LoadOptions::quantize departed from what it asked, for labels: e.g. "g64 on 11, dense on
+  // 50" (other int4 groups, projections left dense); empty when every projection took it.
+  const std::string& quantize_departures() const { return quantize_departures_; }
   // Bytes of quantized weights made by LoadOptions::quantize or read pre-quantized (0 when none).
   uint64_t quantized_bytes() const { return quantized_bytes_; }
   // Whether a KV cache of `num_tokens` positions is possible: at most kMaxKvCacheTokens, and its
@@ -111,6 +118,7 @@ class Model {
   Status Quantize(const LoadOptions& options);
   uint64_t quantized_bytes_ = 0;
   std::string prequantized_;
+  std::string quantize_departures_;
 };
 
 }  // namespace loom

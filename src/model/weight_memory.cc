@@ -47,17 +47,7 @@ const Linear* ProjectionOf(const std::map<std::string, const Linear*>& projectio
 std::vector<WeightMemory> DescribeWeightMemory(const Model& model) {
   const ModelWeights& w = model.weights();
   const std::string& pre = model.prequantized();
-  std::map<std::string, const Linear*> projections;  // module path → projection
-  auto add = [&](const Linear& lin) {
-    if (!lin.name.empty()) projections[lin.name] = &lin;
-  };
-  for (const LayerWeights& l : w.layers) {
-    for (const Linear* lin : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj,
-                              &l.down_proj, &l.qkv_proj, &l.gate_up_proj}) {
-      add(*lin);
-    }
-  }
-  add(w.lm_head);
+  const std::map<std::string, const Linear*> projections = ProjectionsByName(w);  // module path → projection
   std::vector<WeightMemory> out;
   std::set<std::string> listed;
   auto add_projection = [&](const Linear& lin) {

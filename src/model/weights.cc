@@ -1,9 +1,11 @@
 // Weight enumeration, shape checks and the "every tensor consumed" rule.
 #include "model/weights.h"
 
+#include <numeric>
 #include <set>
 
 #include "ops/basic_ops.h"
+#include "ops/matmul_int4.h"
 
 namespace loom {
 
@@ -86,34 +88,17 @@ std::vector<WeightSlot> EnumerateWeights(const ModelConfig& c, ModelWeights* w) 
 
 namespace {
 // What a compressed-tensors config may not ask of this model: targets naming nothing loom
-// quantizes, experts (not supported yet), a quantized head tied to the embedding.
+// quantizes, a quantized head tied to the embedding. (Experts are read per expert, as
+// llm-compressor writes them: `…experts.<e>.gate_proj.weight_packed`.)
 Status CheckCtModel(const ModelConfig& config, const std::vector<WeightSlot>& slots, const CtConfig& quant) {
   std::vector<std::string> names;
   for (const WeightSlot& slot : slots) {
     if (slot.linear) names.push_back(slot.linear->name);
   }
   RETURN_IF_ERROR(quant.CheckTargets(names));
-  for (const LayerConfig& l : config.layers) {
-    if (l.moe) {
-      return InvalidArgument(quant.where() + ": compressed-tensors checkpoints of mixture-of-experts "
-                             "models are not supported yet");
-    }
-  }
   if (config.tie_word_embeddings && quant.Find("lm_head")) {
     return InvalidArgument(quant.where() + ": quantization_config quantizes lm_head, which is tied "
                            "to the embedding; add \"lm_head\" to ignore");
-  }
-  return OkStatus();
-}
-
-// bitsandbytes checkpoints of mixture-of-experts models are not read (their experts are fused
-// parameters, not Linear4bit modules).
-Status CheckBnbModel(const ModelConfig& config, const BnbConfig& bnb) {
-  for (const LayerConfig& l : config.layers) {
-    if (l.moe) {
-      return InvalidArgument(bnb.where + ": bitsandbytes checkpoints of mixture-of-experts models are "
-                             "not supported");
-    }
   }
   return OkStatus();
 }
@@ -152,6 +137,56 @@ void SetQuantizedSiteRows(const Linear& lin, SiteTable* sites) {
   sites->SetQuantized(lin.site, lin.weight, DequantizedRows(lin), std::move(norm_row));
 }
 
+std::map<std::string, const Linear*> ProjectionsByName(const ModelWeights& w) {
+  std::map<std::string, const Linear*> out;
+  auto add = [&](const Linear& lin) {
+    if (!lin.name.empty()) out[lin.name] = &lin;
+  };
+  for (const LayerWeights& l : w.layers) {
+    for (const Linear* lin : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj,
+                              &l.down_proj, &l.qkv_proj, &l.gate_up_proj, &l.moe.router}) {
+      add(*lin);
+    }
+    for (const ExpertWeights& x : l.moe.experts) {
+      for (const Linear* lin : {&x.gate, &x.up, &x.down}) add(*lin);
+    }
+  }
+  add(w.lm_head);
+  return out;
+}
+
+bool IsMoeRouter(const ModelWeights& w, const Linear* lin) {
+  for (const LayerWeights& l : w.layers) {
+    if (lin == &l.moe.router && !l.moe.experts.empty()) return true;
+  }
+  return false;
+}
+
+namespace {
+// The experts of `w` that `lin` belongs to, or null.
+// One address-range test per layer (a Qwen3-235B has 36k expert projections: a scan of every
+// expert per projection would be quadratic).
+const std::vector<ExpertWeights>* ExpertsOf(const ModelWeights& w, const Linear* lin) {
+  const std::less<const void*> before;
+  for (const LayerWeights& l : w.layers) {
+    const std::vector<ExpertWeights>& x = l.moe.experts;
+    if (x.empty() || before(lin, &x.front().gate) || !before(lin, x.data() + x.size())) continue;
+    return &x;  // inside this layer's ExpertWeights array: one of its gate/up/down Linears
+  }
+  return nullptr;
+}
+}  // namespace
+
+bool IsMoeExpert(const ModelWeights& w, const Linear* lin) { return ExpertsOf(w, lin) != nullptr; }
+
+int Int4GroupOf(const ModelWeights& w, const Linear* lin, int requested) {
+  if (const std::vector<ExpertWeights>* experts = ExpertsOf(w, lin)) {
+    const ExpertWeights& x = experts->front();
+    return Int4GroupFor(std::gcd(x.gate.in_features(), x.down.in_features()), requested);
+  }
+  return Int4GroupFor(lin->in_features(), requested);
+}
+
 namespace {
 // Buffers some checkpoints carry that transformers recomputes and never loads.
 bool IsIgnoredBuffer(const std::string& name) { return name.ends_with(".rotary_emb.inv_freq"); }
@@ -164,7 +199,6 @@ Status LoadWeights(const ModelConfig& config, const SafetensorsStore& store, Mod
   std::set<std::string> consumed;
   if (quant) RETURN_IF_ERROR(CheckCtModel(config, slots, *quant));
   if (gptq) RETURN_IF_ERROR(CheckGptqModel(config, store, *gptq));
-  if (bnb) RETURN_IF_ERROR(CheckBnbModel(config, *bnb));
   for (const WeightSlot& slot : slots) {
     if (gptq && slot.linear && slot.required && IsGptqLinear(store, slot.linear->name)) {
       RETURN_IF_ERROR(LoadGptqLinear(store, *gptq, slot.shape[0], slot.shape[1], slot.linear,

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,24 @@ struct ModelWeights {
   std::vector<float> final_norm;  // [model_dim]
   Linear lm_head;                 // [vocab_size, model_dim]; the embedding when tied
 };
+
+// Every named projection of `w` by module name: attention and MLP projections, mixture-of-experts
+// routers and experts, lm_head. Used by `loom inspect` and `loom quantize`.
+std::map<std::string, const Linear*> ProjectionsByName(const ModelWeights& w);
+
+// Whether `lin` is a mixture-of-experts router (…mlp.gate, …block_sparse_moe.gate). Load-time
+// quantization and `loom quantize` keep routers dense, as vLLM (its gate takes no quant_config)
+// and llama.cpp (ffn_gate_inp stays F32) do: a router error moves rows to other experts.
+bool IsMoeRouter(const ModelWeights& w, const Linear* lin);
+
+// Whether `lin` is a mixture-of-experts expert projection (gate, up or down of any expert).
+bool IsMoeExpert(const ModelWeights& w, const Linear* lin);
+
+// The int4 group `--quantize int4` (and `loom quantize`) gives `lin` when groups of `requested`
+// are asked for: Int4GroupFor(in, requested) (ops/matmul_int4.h), except that a layer's experts
+// all take the one group that divides both their inputs (gate/up: model_dim, down: the expert
+// width) — transformers and vLLM read one scheme for a whole expert block. 0: stays dense.
+int Int4GroupOf(const ModelWeights& w, const Linear* lin, int requested);
 
 // One weight the model expects: its HF name, shape, and where it goes (a matmul weight
 // stays a view in its file dtype; norms and biases become f32).

@@ -27,15 +27,23 @@ float Int4Weight::Dequantized(int64_t j, int64_t i) const {
   return Scale(j, k / group) * static_cast<float>(v + 8 - z);  // exact: |u − z| ≤ 16
 }
 
+int Int4GroupFor(int64_t in, int requested) {
+  if (requested != 32 && requested != 64 && requested != 128) return 0;
+  for (int g : {requested, 64, 32}) {
+    if (g <= requested && in % g == 0) return g;
+  }
+  return 0;
+}
+
 StatusOr<std::unique_ptr<Int4Weight>> QuantizeWeightInt4(const Tensor& w, const std::string& name,
                                                           int group) {
   if (w.rank() != 2) return InvalidArgument("quantizing " + name + ": not a matrix");
   if (w.dtype != DType::kF32 && w.dtype != DType::kF16 && w.dtype != DType::kBF16) {
     return InvalidArgument("quantizing " + name + ": int4 needs an F32/F16/BF16 weight");
   }
-  if (group != 32 && group != 128) {
+  if (group != 32 && group != 64 && group != 128) {
     return InvalidArgument("quantizing " + name + ": int4 group size " + std::to_string(group) +
-                           " is not 32 or 128");
+                           " is not 32, 64 or 128");
   }
   auto out = std::make_unique<Int4Weight>();
   out->rows = w.dim(0);

@@ -52,7 +52,15 @@ StatusOr<std::unique_ptr<Int4Weight>> Int4WeightAsymmetric(const uint8_t* u, con
                                                            int64_t cols, int group,
                                                            const std::string& name);
 
-// Quantizes `w` ([rows, cols], F32/F16/BF16; `name` for errors); group 32 or 128.
+// The group `--quantize int4` with groups of `requested` (32 or 128) gives a projection of `in`
+// input features: `requested` where it divides `in`, else the largest of 64 and 32 below it that
+// does (compressed-tensors, and so vLLM and `loom quantize`, store whole groups only: a group of
+// 128 on a 576-wide SmolLM projection becomes 64), else 0 — no group of 32 fits and the
+// projection stays dense. A `requested` other than 32, 64 or 128 gives 0 (callers check it first).
+int Int4GroupFor(int64_t in, int requested);
+
+// Quantizes `w` ([rows, cols], F32/F16/BF16; `name` for errors); group 32, 64 or 128 (a last
+// group that `cols` does not fill is padded with zeros).
 StatusOr<std::unique_ptr<Int4Weight>> QuantizeWeightInt4(const Tensor& w, const std::string& name,
                                                           int group);
 

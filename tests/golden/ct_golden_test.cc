@@ -44,21 +44,6 @@ constexpr Case kCases[] = {
     {"ct_w4a16_qwen2", 0.05, 0.75f, 0.6f},
 };
 
-// The Linear of "model.layers.L.<self_attn|mlp>.<proj>".
-const Linear* FindLinear(const Model& m, const std::string& name) {
-  const std::string prefix = "model.layers.";
-  if (!name.starts_with(prefix)) return nullptr;
-  const size_t dot = name.find('.', prefix.size());
-  const int layer = std::stoi(name.substr(prefix.size(), dot - prefix.size()));
-  const LayerWeights& l = m.weights().layers.at(static_cast<size_t>(layer));
-  const std::string leaf = name.substr(name.rfind('.') + 1);
-  for (const Linear* lin : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj,
-                            &l.down_proj}) {
-    if (lin->name == name) return lin;
-  }
-  return nullptr;
-}
-
 class CtGolden : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
@@ -93,7 +78,7 @@ TEST_P(CtGolden, WeightsEqualCompressedTensorsDecompression) {
   for (const std::string& name : (*store)->names()) {
     auto ref = (*store)->Get(name);
     ASSERT_TRUE(ref.ok());
-    const Linear* lin = FindLinear(*model_, name);
+    const Linear* lin = test::FindProjection(*model_, name);
     ASSERT_NE(lin, nullptr) << name;
     ASSERT_TRUE(lin->int8 || lin->int4) << name << " is not quantized";
     EXPECT_EQ(lin->weight.data, nullptr) << name << " kept a dense weight";

@@ -37,6 +37,12 @@ float GoldenTolerance(const std::string& name) {
   return name.find("bf16") != std::string::npos ? 2e-3f : 1e-4f;
 }
 
+const Linear* FindProjection(const Model& m, const std::string& name) {
+  const auto all = ProjectionsByName(m.weights());
+  auto it = all.find(name);
+  return it == all.end() ? nullptr : it->second;
+}
+
 float MaxAbsDiff(const float* a, const float* b, size_t n) {
   float m = 0;
   for (size_t i = 0; i < n; ++i) m = std::max(m, std::fabs(a[i] - b[i]));

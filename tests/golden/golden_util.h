@@ -6,6 +6,7 @@
 
 #include "engine/engine.h"
 #include "lora/adapter.h"
+#include "model/model.h"
 
 namespace loom::test {
 
@@ -29,6 +30,9 @@ std::vector<std::string> GoldenModelNames();
 float GoldenTolerance(const std::string& name);
 
 float MaxAbsDiff(const float* a, const float* b, size_t n);
+
+// The projection of `m` named `name` ("model.layers.L.self_attn.q_proj", experts, lm_head), or null.
+const Linear* FindProjection(const Model& m, const std::string& name);
 
 // A quantized model's logit error against a reference, over any number of prompts: the largest
 // single difference and the relative RMS error ‖got − ref‖ / ‖ref‖.

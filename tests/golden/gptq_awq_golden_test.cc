@@ -35,18 +35,12 @@ constexpr Case kCases[] = {
     {"gptq_llama_g64_v2", "GPTQ 4-bit, group 64, asym, gptq_v2"},
     {"awq_qwen2_g32", "AWQ (gemm) 4-bit, group 32, asym"},
     {"gptq_qwen3_g32_sym_act", "GPTQ 4-bit, group 32, sym, act-order, v1"},
+    {"gptq_qwen3_moe_g32", "GPTQ 4-bit, group 32, sym, v1"},      // experts per expert, router dense
+    {"gptq_mixtral_g32_act", "GPTQ 4-bit, group 32, asym, act-order, v1"},
+    {"awq_qwen3_moe_g32", "AWQ (gemm) 4-bit, group 32, asym"},
 };
 constexpr double kRelativeRms = 0.05;
 constexpr float kWorst = 0.75f, kClearMargin = 0.6f;
-
-const Linear* FindLinear(const Model& m, const std::string& name) {
-  for (const LayerWeights& l : m.weights().layers) {
-    for (const Linear* lin : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj}) {
-      if (lin->name == name) return lin;
-    }
-  }
-  return nullptr;
-}
 
 class GptqGolden : public ::testing::TestWithParam<int> {
  protected:
@@ -74,7 +68,7 @@ TEST_P(GptqGolden, WeightsEqualTheFormatsDequantization) {
   for (const std::string& name : (*store)->names()) {
     auto ref = (*store)->Get(name);
     ASSERT_TRUE(ref.ok());
-    const Linear* lin = FindLinear(*model_, name);
+    const Linear* lin = test::FindProjection(*model_, name);
     ASSERT_NE(lin, nullptr) << name;
     ASSERT_TRUE(lin->int4) << name << " is not quantized";
     EXPECT_EQ(lin->weight.data, nullptr) << name << " kept a dense weight";
@@ -88,9 +82,16 @@ TEST_P(GptqGolden, WeightsEqualTheFormatsDequantization) {
     }
     EXPECT_EQ(differ, 0) << name << ": " << differ << " of " << rows * cols << " weights differ";
   }
-  const Linear* q = FindLinear(*model_, "model.layers.0.self_attn.q_proj");
+  const Linear* q = test::FindProjection(*model_, "model.layers.0.self_attn.q_proj");
   EXPECT_EQ(!q->int4->perm.empty(), std::string(case_->name).ends_with("_act")) << "act order";
   EXPECT_FALSE(model_->weights().lm_head.int4);
+  for (const LayerWeights& l : model_->weights().layers) {  // MoE: every expert quantized, routers dense
+    if (l.moe.experts.empty()) continue;
+    EXPECT_FALSE(l.moe.router.int4) << l.moe.router.name;
+    for (const ExpertWeights& x : l.moe.experts) {
+      for (const Linear* lin : {&x.gate, &x.up, &x.down}) EXPECT_TRUE(lin->int4) << lin->name;
+    }
+  }
 }
 
 TEST_P(GptqGolden, LogitsWithinTheSchemeErrorClearTokensKeptBatchInvariant) {
@@ -140,7 +141,7 @@ TEST_P(GptqGolden, LogitsWithinTheSchemeErrorClearTokensKeptBatchInvariant) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, GptqGolden, ::testing::Values(0, 1, 2, 3, 4),
+INSTANTIATE_TEST_SUITE_P(Fixtures, GptqGolden, ::testing::Range(0, static_cast<int>(std::size(kCases))),
                          [](const auto& info) { return std::string(kCases[info.param].name); });
 
 struct LoraCase {

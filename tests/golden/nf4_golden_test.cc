@@ -54,6 +54,11 @@ struct Bounds {
 constexpr Bounds kExact{kLogitTolerance, kRelativeRms, kClearMargin};
 constexpr Bounds kRowOutliers{0.4f, 0.02, 0.8f};
 constexpr Bounds kW8A8{0.75f, 0.05, 1.5f};
+// The same W8A8 error in a mixture of experts, where it can also move a router's top-k when two
+// experts nearly tie, and that row then runs another expert. Measured on int8_mixtral merged:
+// relative RMS 2.0 % (as the dense models' 1.6–2.4 %), worst 0.77 (theirs 0.26–0.31: one row
+// off, consistent with a changed routing, not verified row by row). Worst bound 1.0.
+constexpr Bounds kW8A8Moe{1.0f, 0.05, 1.5f};
 
 struct Case {
   const char* name;
@@ -70,18 +75,10 @@ constexpr Case kCases[] = {
     {"fp4dq_mistral", "qlora_fp4dq_mistral", "fp4", "mistral_layers"},
     {"int8_llama", "qlora_int8_llama", "int8", "llama_qv_r8_f32", kRowOutliers, kW8A8},
     {"int8t0_qwen2", "qlora_int8t0_qwen2", "int8", "qwen2_exclude", kExact, kW8A8},
+    // Mixture of experts: attention in NF4, experts and routers bf16.
+    {"nf4_mixtral", "qlora_nf4_mixtral", "nf4", "mixtral_native"},
+    {"int8_mixtral", "qlora_int8_mixtral", "int8", "mixtral_native", kRowOutliers, kW8A8Moe},
 };
-
-// The Linear of "model.layers.L.<self_attn|mlp>.<proj>".
-const Linear* FindLinear(const Model& m, const std::string& name) {
-  for (const LayerWeights& l : m.weights().layers) {
-    for (const Linear* lin :
-         {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj}) {
-      if (lin->name == name) return lin;
-    }
-  }
-  return nullptr;
-}
 
 class Nf4Golden : public ::testing::TestWithParam<int> {
  protected:
@@ -110,7 +107,7 @@ TEST_P(Nf4Golden, WeightsEqualBitsandbytesDequantization) {
   for (const std::string& name : (*store)->names()) {
     auto ref = (*store)->Get(name);
     ASSERT_TRUE(ref.ok());
-    const Linear* lin = FindLinear(*model_, name);
+    const Linear* lin = test::FindProjection(*model_, name);
     ASSERT_NE(lin, nullptr) << name;
     if (int8) {
       ASSERT_TRUE(lin->int8 && lin->int8->llm_int8) << name << " is not LLM.int8";
@@ -139,20 +136,20 @@ TEST_P(Nf4Golden, WeightsEqualBitsandbytesDequantization) {
 }
 
 // PEFT takes a DoRA norm over dequantize_4bit in quant_state's dtype: loom's site row reader for
-// it is the f32 weight rounded to bf16 for the bf16 checkpoints (nf4_llama, fp4dq_mistral) and
+// it is the f32 weight rounded to bf16 for the bf16 checkpoints (nf4_llama, fp4dq_mistral, nf4_mixtral) and
 // absent for the f32 ones; a merge that makes a projection dense drops both row readers (they
 // hold the quantized weight).
 TEST_P(Nf4Golden, DoraNormRowsFollowTheQuantStateDtype) {
   const std::string type = case_->type;
   const bool bf16 = std::string(case_->name) == "nf4_llama" ||
-                    std::string(case_->name) == "fp4dq_mistral";
+                    std::string(case_->name) == "fp4dq_mistral" || std::string(case_->name) == "nf4_mixtral";
   const int site = model_->sites().Find("model.layers.0.self_attn.q_proj");
   ASSERT_GE(site, 0);
   const LinearSite& s = model_->sites().site(site);
   ASSERT_TRUE(s.dequantized_row);
   EXPECT_EQ(static_cast<bool>(s.dora_norm_row), bf16 && type != "int8") << case_->name;
   if (s.dora_norm_row) {
-    const Linear* lin = FindLinear(*model_, "model.layers.0.self_attn.q_proj");
+    const Linear* lin = test::FindProjection(*model_, "model.layers.0.self_attn.q_proj");
     ASSERT_EQ(lin->nf4->dequant_dtype, DType::kBF16);
     std::vector<float> f32(64), norm(64);
     int rounded = 0;
@@ -288,7 +285,9 @@ TEST(Bnb4QuantizeAtLoad, EqualsTheCheckpointBitsandbytesWrote) {
     const char* checkpoint;
     const char* adapter;
   } cases[] = {{"llama_bf16", LoadOptions::Quantization::kNf4, "nf4_llama", "qlora_nf4_llama"},
-               {"qwen3_f32", LoadOptions::Quantization::kFp4, "fp4_qwen3", "qlora_fp4_qwen3"}};
+               {"qwen3_f32", LoadOptions::Quantization::kFp4, "fp4_qwen3", "qlora_fp4_qwen3"},
+               // experts and routers stay bf16 on both sides (transformers 5's load_in_4bit)
+               {"mixtral_bf16", LoadOptions::Quantization::kNf4, "nf4_mixtral", "qlora_nf4_mixtral"}};
   for (const At& c : cases) {
     SCOPED_TRACE(c.checkpoint);
     LoadOptions options;
@@ -297,34 +296,41 @@ TEST(Bnb4QuantizeAtLoad, EqualsTheCheckpointBitsandbytesWrote) {
     ASSERT_TRUE(mine.ok()) << mine.status().ToString();
     auto theirs = Model::Load(kFixtures + "/models/" + c.checkpoint);
     ASSERT_TRUE(theirs.ok()) << theirs.status().ToString();
-    int projections = 0;
-    for (size_t l = 0; l < (*mine)->weights().layers.size(); ++l) {
-      const LayerWeights& a = (*mine)->weights().layers[l];
-      const LayerWeights& b = (*theirs)->weights().layers[l];
-      const Linear* pa[] = {&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj,
-                            &a.gate_proj, &a.up_proj, &a.down_proj};
-      const Linear* pb[] = {&b.q_proj, &b.k_proj, &b.v_proj, &b.o_proj,
-                            &b.gate_proj, &b.up_proj, &b.down_proj};
-      for (int p = 0; p < 7; ++p) {
-        ASSERT_TRUE(pa[p]->nf4 && pb[p]->nf4) << pa[p]->name;
-        const Nf4Weight& x = *pa[p]->nf4;
-        const Nf4Weight& y = *pb[p]->nf4;
-        ASSERT_EQ(x.type, y.type);
-        ASSERT_EQ(x.dequant_dtype, y.dequant_dtype) << pa[p]->name;
-        ASSERT_EQ(x.block, y.block);
-        EXPECT_EQ(pa[p]->weight.data, nullptr);
-        for (int64_t j = 0; j < x.rows; ++j) {
-          for (int64_t bl = 0; bl < x.cols / x.block; ++bl) {
-            ASSERT_EQ(x.Absmax(j, bl), y.Absmax(j, bl)) << pa[p]->name << " " << j << "," << bl;
-          }
-          for (int64_t i = 0; i < x.cols; ++i) {
-            ASSERT_EQ(x.Code(j, i), y.Code(j, i)) << pa[p]->name << " [" << j << ", " << i << "]";
-          }
-        }
-        ++projections;
+    int projections = 0, dense = 0;
+    const auto pas = ProjectionsByName((*mine)->weights());
+    const auto pbs = ProjectionsByName((*theirs)->weights());
+    ASSERT_EQ(pas.size(), pbs.size());
+    for (const auto& [name, pa] : pas) {
+      const Linear* pb = pbs.at(name);
+      if (name == "lm_head") continue;  // neither quantizes the head
+      // Every projection is 4-bit on both sides or dense on both (the MoE's experts and routers).
+      const bool moe = IsMoeExpert((*mine)->weights(), pa) || IsMoeRouter((*mine)->weights(), pa);
+      ASSERT_EQ(pa->nf4 != nullptr, !moe) << name;
+      ASSERT_EQ(pb->nf4 != nullptr, !moe) << name;
+      if (moe) {
+        ASSERT_EQ(pa->weight.nbytes(), pb->weight.nbytes()) << name;
+        EXPECT_EQ(std::memcmp(pa->weight.data, pb->weight.data, pa->weight.nbytes()), 0) << name;
+        ++dense;
+        continue;
       }
+      const Nf4Weight& x = *pa->nf4;
+      const Nf4Weight& y = *pb->nf4;
+      ASSERT_EQ(x.type, y.type);
+      ASSERT_EQ(x.dequant_dtype, y.dequant_dtype) << name;
+      ASSERT_EQ(x.block, y.block);
+      EXPECT_EQ(pa->weight.data, nullptr);
+      for (int64_t j = 0; j < x.rows; ++j) {
+        for (int64_t bl = 0; bl < x.cols / x.block; ++bl) {
+          ASSERT_EQ(x.Absmax(j, bl), y.Absmax(j, bl)) << name << " " << j << "," << bl;
+        }
+        for (int64_t i = 0; i < x.cols; ++i) {
+          ASSERT_EQ(x.Code(j, i), y.Code(j, i)) << name << " [" << j << ", " << i << "]";
+        }
+      }
+      ++projections;
     }
     EXPECT_GT(projections, 0);
+    if (std::string(c.dense).find("mixtral") != std::string::npos) EXPECT_EQ(dense, 3 * (4 * 3 + 1));
     auto adapter_a = LoadAdapter(c.adapter, kFixtures + "/adapters/" + c.adapter, (*mine)->sites(), 0);
     ASSERT_TRUE(adapter_a.ok()) << adapter_a.status().ToString();
     auto adapter_b =
@@ -449,7 +455,7 @@ TEST(Bnb4QuantizeAtLoad, OffsetMeanIsTorchsBitForBit) {
             std::string::npos);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, Nf4Golden, ::testing::Values(0, 1, 2, 3, 4, 5),
+INSTANTIATE_TEST_SUITE_P(Fixtures, Nf4Golden, ::testing::Range(0, static_cast<int>(std::size(kCases))),
                          [](const auto& info) { return std::string(kCases[info.param].name); });
 
 TEST(Nf4Rejects, QuantizeAgain) {

@@ -21,8 +21,9 @@ namespace {
 //   (logit std ~3; Gemma's larger): relative RMS logit error 2–4.3%, worst single prompt logit
 //   0.26–0.44 (Gemma: 0.50–0.85). Bounds: RMS ≤ 8%, worst ≤ 1.25.
 // - int4: a weight's rounding step is its group's max|w|/8 instead of its row's max|w|/127,
-//   ~16× int8's, and on these 64-wide random models a group of 32 spans half a row, one of 128
-//   the whole row. Measured: relative RMS logit error 20–32% (Gemma 32–47%), ~10× int8's on
+//   ~16× int8's, and on these 64-wide random models a group of 32 spans half a row; asked for
+//   128, the 64-input projections take 64 (the whole row; Int4GroupFor) and the 128-input ones
+//   128. Measured (2026-12-03): relative RMS logit error 20–32% (Gemma 32–47%), ~10× int8's on
 //   every model, worst prompt logit 2.5–5.9. Bounds: RMS ≤ 60%, worst ≤ 8; greedy tokens are
 //   compared where the reference margin exceeds 6. A real defect (a wrong scale, nibble order,
 //   group or correction) gives an RMS of 100% or more (uncorrelated logits of the same scale).

@@ -71,7 +71,7 @@ TEST(CtConfig, RejectsWhatItDoesNotServeByName) {
       {[](json& q) { q["format"] = "marlin-24"; }, "format 'marlin-24' is not supported"},
       {[](json& q) { q["format"] = "float-quantized"; }, "format 'float-quantized' is not supported"},
       {[&](json& q) { w(q)["symmetric"] = false; }, "asymmetric weights (zero points) are not supported"},
-      {[&](json& q) { w(q)["group_size"] = 64; }, "group_size is 64; loom's int4 kernels take groups of 32 or 128"},
+      {[&](json& q) { w(q)["group_size"] = 16; }, "group_size is 16; loom's int4 kernels take groups of 32, 64 or 128"},
       {[&](json& q) { w(q)["num_bits"] = 3; }, "num_bits is 3"},
       {[&](json& q) { w(q)["type"] = "float"; }, "type is \"float\""},
       {[&](json& q) { w(q)["strategy"] = "channel"; }, "strategy is \"channel\""},

@@ -133,8 +133,8 @@ TEST(Int4Kernels, PackUnpackRoundTrip) {
 TEST(Int4Kernels, QuantizationRule) {
   std::mt19937 rng(2);
   std::normal_distribution<float> nd(0.0f, 0.05f);
-  for (int group : {32, 128}) {
-    const int64_t rows = 5, cols = 200;  // not a multiple of 128 or 32: padded groups
+  for (int group : {32, 64, 128}) {
+    const int64_t rows = 5, cols = 200;  // not a multiple of 128, 64 or 32: padded groups
     std::vector<float> w(static_cast<size_t>(rows * cols));
     for (auto& v : w) v = nd(rng);
     for (int64_t i = 0; i < group; ++i) w[static_cast<size_t>(2 * cols + i)] = 0;  // one zero group
@@ -164,9 +164,30 @@ TEST(Int4Kernels, QuantizationRule) {
   std::vector<float> bad = {1.0f, std::nanf("")};
   EXPECT_FALSE(QuantizeWeightInt4(F32Matrix(&bad, 1, 2), "model.x", 32).ok());
   std::vector<float> ok = {1.0f, 2.0f};
-  auto st = QuantizeWeightInt4(F32Matrix(&ok, 1, 2), "model.x", 64);
+  auto st = QuantizeWeightInt4(F32Matrix(&ok, 1, 2), "model.x", 16);
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.status().message().find("model.x"), std::string::npos);
+}
+
+// The group --quantize int4 gives each projection: the requested one where it divides the
+// inputs, else 64 or 32 (whole groups, as compressed-tensors stores them), else 0 (dense).
+TEST(Int4Kernels, GroupForAProjection) {
+  EXPECT_EQ(Int4GroupFor(896, 128), 128);
+  EXPECT_EQ(Int4GroupFor(4864, 128), 128);
+  EXPECT_EQ(Int4GroupFor(576, 128), 64);   // SmolLM2-135M's hidden size
+  EXPECT_EQ(Int4GroupFor(960, 128), 64);   // SmolLM2-360M's
+  EXPECT_EQ(Int4GroupFor(96, 128), 32);
+  EXPECT_EQ(Int4GroupFor(64, 128), 64);
+  EXPECT_EQ(Int4GroupFor(64, 32), 32);     // never larger than asked
+  EXPECT_EQ(Int4GroupFor(4864, 32), 32);
+  EXPECT_EQ(Int4GroupFor(48, 32), 0);
+  EXPECT_EQ(Int4GroupFor(24, 128), 0);
+  EXPECT_EQ(Int4GroupFor(200, 128), 0);
+  EXPECT_EQ(Int4GroupFor(576, 64), 64);
+  EXPECT_EQ(Int4GroupFor(96, 64), 32);
+  EXPECT_EQ(Int4GroupFor(4864, 0), 0);    // not a group: no division by it
+  EXPECT_EQ(Int4GroupFor(4864, 48), 0);
+  EXPECT_EQ(Int4GroupFor(4864, -32), 0);
 }
 
 TEST(Int4Kernels, EveryLevelBitExactWithTheScalarReferenceAndCloseToTheExactSum) {

@@ -67,9 +67,20 @@ FIXTURES = {
     "int8t0_qwen2": ("qwen2_bf16", torch.bfloat16, "int8", 0.0,
                      dict(target_modules=["q_proj", "v_proj", "down_proj"], use_dora=True, r=4,
                           lora_alpha=8)),
+    # Mixture of experts, bf16 base: transformers 5 holds the experts as fused parameters, not
+    # Linear modules, so load_in_4bit quantizes the attention only; experts and routers stay bf16
+    # (saved per expert). QLoRA on the attention projections.
+    "nf4_mixtral": ("mixtral_bf16", torch.bfloat16, "nf4", False,
+                    dict(target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], use_dora=False,
+                         r=8, lora_alpha=16)),
+    # The same with LLM.int8 (threshold 6.0): attention in int8, experts and routers bf16.
+    "int8_mixtral": ("mixtral_bf16", torch.bfloat16, "int8", 6.0,
+                     dict(target_modules=["q_proj", "v_proj"], use_dora=False, r=8, lora_alpha=16)),
 }
 DEQUANT_DUMP = ["model.layers.0.self_attn.q_proj", "model.layers.1.self_attn.k_proj",
                 "model.layers.2.mlp.down_proj"]
+DEQUANT_DUMP_MOE = ["model.layers.0.self_attn.q_proj", "model.layers.1.self_attn.k_proj",
+                    "model.layers.2.self_attn.o_proj"]  # a MoE's MLPs are experts (not quantized)
 ADAPTER_SEED = 77
 
 
@@ -163,7 +174,7 @@ def build(name, out, prompts):
     # bitsandbytes' own dequantization to f32 (what its f32-compute matmul multiplies by).
     mods = dict(ref.named_modules())
     deq = {}
-    for n in DEQUANT_DUMP:
+    for n in DEQUANT_DUMP_MOE if "mixtral" in name else DEQUANT_DUMP:
         w = mods[n].weight
         if qtype == "int8":
             scb = w.SCB if getattr(w, "SCB", None) is not None else mods[n].state.SCB

@@ -19,7 +19,8 @@ gptqmodel. So:
     packing_utils.py, loaded by path), GPTQ with gptqmodel's dequantize_weight steps (v1 → v2 by
     adding 0x11111111 per word; scales[g_idx] · (q − zeros[g_idx])), products in f32 (exact);
   * reference: transformers on CPU (f32, eager) with those dequantized weights in place of the
-    projections; PEFT adapters over that model.
+    projections (a MoE's experts into transformers 5's fused expert parameters); PEFT adapters
+    over that model.
 Writes, like make_quantized.py: <out>/models/<name>/, <out>/golden/<name>.{json,logits,greedy,
 lora,dequant}.safetensors.
 """
@@ -28,6 +29,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import shutil
 import sys
 
@@ -46,6 +48,12 @@ FIXTURES = {
     "gptq_llama_g64_v2": ("llama_bf16", "gptq", 64, False, False, "gptq_v2"),
     "awq_qwen2_g32": ("qwen2_bf16", "awq", 32, False, False, None),
     "gptq_qwen3_g32_sym_act": ("qwen3_bf16", "gptq", 32, True, True, "gptq"),
+    # mixture of experts: experts quantized per expert (…experts.<e>.gate_proj.qweight, as
+    # gptqmodel writes them), routers dense; from the 64-wide-expert models (make_moe_w64.py): the
+    # formats pack 8 inputs per word and loom reads inputs in multiples of 32.
+    "gptq_qwen3_moe_g32": ("qwen3_moe_w64_bf16", "gptq", 32, True, False, "gptq"),
+    "gptq_mixtral_g32_act": ("mixtral_w64_bf16", "gptq", 32, False, True, "gptq"),
+    "awq_qwen3_moe_g32": ("qwen3_moe_w64_bf16", "awq", 32, False, False, None),
 }
 LORA = {"gptq_llama_g32_act": ["llama_qv_r8_f32", "llama_mlp_r6"],
         "gptq_qwen2_g128_sym": ["qwen2_exclude"], "gptq_llama_g64_v2": ["llama_qv_r8_f32"],
@@ -54,6 +62,41 @@ PROJ = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o
         "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]
 DEQUANT_DUMP = ["model.layers.0.self_attn.q_proj", "model.layers.1.self_attn.o_proj",
                 "model.layers.2.mlp.down_proj"]
+DEQUANT_DUMP_MOE = {  # the first one gets the zero points of 0 (asym)
+    "gptq_qwen3_moe_g32": ["model.layers.0.self_attn.q_proj", "model.layers.0.mlp.experts.3.down_proj",
+                           "model.layers.2.mlp.experts.5.gate_proj"],
+    "gptq_mixtral_g32_act": ["model.layers.0.self_attn.q_proj", "model.layers.1.block_sparse_moe.experts.2.w2",
+                             "model.layers.2.block_sparse_moe.experts.0.w1"],
+    "awq_qwen3_moe_g32": ["model.layers.0.self_attn.q_proj", "model.layers.2.mlp.experts.7.down_proj",
+                          "model.layers.0.mlp.experts.1.up_proj"],
+}
+EXPERT = re.compile(r"\.experts\.(\d+)\.(gate_proj|up_proj|down_proj|w1|w3|w2)$")
+
+
+def is_projection(name):
+    """`name` (a tensor) is the .weight of a projection both formats quantize (routers are not)."""
+    if not name.endswith(".weight"):
+        return False
+    mod = name[: -len(".weight")]
+    return any(mod.endswith(p) for p in PROJ) or EXPERT.search(mod) is not None
+
+
+def put_weight(model, mod, w):
+    """Copies `w` into `model`'s projection `mod` (the files' name): a Linear, or one expert's
+    slice of transformers 5's fused gate_up_proj [E, 2I, H] (gate rows, then up) / down_proj."""
+    m = EXPERT.search(mod)
+    if m is None:
+        model.state_dict()[mod + ".weight"].copy_(w)
+        return
+    block = mod[: m.start()].replace(".block_sparse_moe", ".mlp")  # transformers 5 names Mixtral's "mlp"
+    e, leaf = int(m.group(1)), m.group(2)
+    params = dict(model.named_parameters())
+    if leaf in ("down_proj", "w2"):
+        params[block + ".experts.down_proj"].data[e].copy_(w)
+    else:
+        p = params[block + ".experts.gate_up_proj"].data[e]
+        i = p.shape[0] // 2
+        (p[:i] if leaf in ("gate_proj", "w1") else p[i:]).copy_(w)
 AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]
 
 
@@ -179,8 +222,9 @@ def build(name, out, prompts, pu):
     gen = torch.Generator().manual_seed(1234)
     written, deq = {}, {}
     zero_zeros = 0
+    dump = DEQUANT_DUMP_MOE.get(name, DEQUANT_DUMP)
     for k, t in tensors.items():
-        if not any(k.endswith(p + ".weight") for p in PROJ):
+        if not is_projection(k):
             if k.endswith(".bias") and any(k.endswith(p + ".bias") for p in PROJ):
                 written[k] = t.to(torch.float16)  # both formats store biases f16
             else:
@@ -189,7 +233,7 @@ def build(name, out, prompts, pu):
         mod = k[: -len(".weight")]
         W = t.to(torch.float32)
         q, scales, zeros, g_idx = quantize(W, group, sym, desc_act, gen,
-                                           zero0=not sym and mod == DEQUANT_DUMP[0])
+                                           zero0=not sym and mod == dump[0])
         zero_zeros += int((zeros == 0).sum())
         if method == "gptq":
             qweight, qzeros = pack_gptq(q, zeros, fmt == "gptq_v2")
@@ -231,12 +275,18 @@ def build(name, out, prompts, pu):
         sd = ref.state_dict()
         with torch.no_grad():
             for mod, w in deq.items():
-                sd[mod + ".weight"].copy_(w)
+                put_weight(ref, mod, w)
                 if mod + ".bias" in written:
                     sd[mod + ".bias"].copy_(written[mod + ".bias"].to(torch.float32))
         return ref.eval()
 
     ref = reference()
+    probe = None
+    if "moe" in base or "mixtral" in base:  # router decisions near a tie would make a flaky golden
+        from make_models_moe import RouterProbe
+        if not hasattr(ref.config, "num_experts"):
+            ref.config.num_experts = ref.config.num_local_experts
+        probe = RouterProbe(ref)
     golden = os.path.join(out, "golden")
     logits, greedy_rows, greedy_ids, tops = {}, {}, [], []
     for i, ids in enumerate(prompts):
@@ -251,7 +301,7 @@ def build(name, out, prompts, pu):
         json.dump({"model": name, "prompts": prompts, "greedy": greedy_ids, "top_logprobs": tops,
                    "greedy_logits_file": f"{name}.greedy.safetensors"}, f)
         f.write("\n")
-    save_file({n: deq[n].contiguous() for n in DEQUANT_DUMP}, os.path.join(golden, f"{name}.dequant.safetensors"))
+    save_file({n: deq[n].contiguous() for n in dump}, os.path.join(golden, f"{name}.dequant.safetensors"))
     from peft import PeftModel
     lora = {}
     for adapter in LORA.get(name, []):
@@ -264,7 +314,8 @@ def build(name, out, prompts, pu):
     nontrivial = any(not torch.equal(written[m + ".g_idx"].long(), torch.arange(written[m + ".g_idx"].numel()) // group)
                      for m in deq) if method == "gptq" and group > 0 else False
     print(f"{name}: from {base}, {method} g{group} sym={sym} desc_act={desc_act} format={fmt}, "
-          f"non-trivial g_idx {nontrivial}, {zero_zeros} zero points of 0, min greedy margin {margin:.3f}")
+          f"non-trivial g_idx {nontrivial}, {zero_zeros} zero points of 0, min greedy margin {margin:.3f}"
+          + (f", min router top-k margin {probe.min_margin:.3g}" if probe else ""))
 
 
 def main():
