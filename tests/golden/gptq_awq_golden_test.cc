@@ -154,6 +154,9 @@ const LoraCase kLora[] = {
     {"gptq_llama_g64_v2", {"llama_qv_r8_f32"}},
     {"awq_qwen2_g32", {"qwen2_exclude", "qwen2_lmhead_tied"}},
     {"gptq_qwen3_g32_sym_act", {"qwen3_dora", "qwen3_lora_bias"}},  // DoRA norms of dequantized rows
+    // Mixture of experts: GPTQ experts (act order) and dense routers under attention adapters
+    // (made for mixtral_bf16, whose attention shapes these share).
+    {"gptq_mixtral_g32_act", {"qlora_nf4_mixtral", "qlora_int8_mixtral"}},
 };
 
 class GptqLora : public ::testing::TestWithParam<int> {
@@ -177,7 +180,7 @@ TEST_P(GptqLora, MixedBatchEqualsAlone) {
       model->get(), adapters, std::vector<std::string>(c.adapters.begin(), c.adapters.end()), golden.prompts);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, GptqLora, ::testing::Values(0, 1, 2, 3, 4),
+INSTANTIATE_TEST_SUITE_P(Fixtures, GptqLora, ::testing::Range(0, static_cast<int>(std::size(kLora))),
                          [](const auto& info) { return std::string(kLora[info.param].base); });
 
 // LoRA over a GPTQ/AWQ base vs PEFT over the dequantized transformers model: unmerged, and
