@@ -184,18 +184,16 @@ Status WriteQuantizedCheckpoint(const std::string& model_dir,
   std::map<int, std::vector<std::string>> by_group;  // int4 group ≠ --group-size → modules
   std::vector<std::string> dense;  // not quantized though "Linear" matches them (ignore)
   const ModelWeights& w = model->weights();
-  bool experts = false;
   int expert_group = 0;  // the experts' one int4 group (Int4GroupOf); 0 dense (or int8)
-  std::string expert_scheme;  // the first expert's, which every other expert must share
+  std::string expert_scheme;  // the first expert's, which every other expert must share; empty: no experts
   for (const auto& [name, lin] : projections) {
     if (IsMoeExpert(w, lin)) {  // one "re:" pattern for all of them, below
       const std::string scheme = lin->int8 ? "int8" : lin->int4 ? "int4 g" + std::to_string(lin->int4->group) : "dense";
-      if (!experts) expert_scheme = scheme;
+      if (expert_scheme.empty()) expert_scheme = scheme;
       if (scheme != expert_scheme) {  // Model::Quantize gives a whole model's experts one scheme
         return Internal(name + " is " + scheme + " but another expert is " + expert_scheme +
                         "; compressed-tensors readers take one scheme for all experts");
       }
-      experts = true;
       expert_group = lin->int4 ? lin->int4->group : 0;
       if (lin->int8 || lin->int4) quantized[name + ".weight"] = lin;
       continue;
@@ -214,7 +212,7 @@ Status WriteQuantizedCheckpoint(const std::string& model_dir,
     quantized[name + ".weight"] = lin;
   }
   std::vector<std::pair<int, std::vector<std::string>>> other_groups(by_group.begin(), by_group.end());
-  if (experts) {
+  if (!expert_scheme.empty()) {
     // The model's own names, and vLLM's (its fused-MoE layer looks the scheme up under
     // "<layer>.experts.0.gate_proj" whatever the checkpoint calls them).
     std::string names = c.moe.gate + "|" + c.moe.up + "|" + c.moe.down;

@@ -170,7 +170,7 @@ const std::vector<ExpertWeights>* ExpertsOf(const ModelWeights& w, const Linear*
   const std::less<const void*> before;
   for (const LayerWeights& l : w.layers) {
     const std::vector<ExpertWeights>& x = l.moe.experts;
-    if (x.empty() || before(lin, &x.front().gate) || !before(lin, x.data() + x.size())) continue;
+    if (x.empty() || before(lin, x.data()) || !before(lin, x.data() + x.size())) continue;
     return &x;  // inside this layer's ExpertWeights array: one of its gate/up/down Linears
   }
   return nullptr;
