@@ -64,12 +64,17 @@ float ExpandElement(const float* t, int rank, const std::vector<float>& b, int64
   return acc;
 }
 
-// Rows 11 and 6 (tiles of 4 rows, then 3 or 2) and 3 (a 3-row call alone), column ranges cut
-// into 24-, 8- and 1-column pieces, ranks 16 and 5.
+// Rows 11 and 6 (tiles of 4 rows, then 3 or 2) and 3, 2, 1 (decode calls alone, with the B
+// prefetch), 77 and 211 output columns, column ranges cut into 24-, 8- and 1-column pieces,
+// ranks 16 and 5.
 TEST_F(LoraAvx2, ExpandAndExpandAddMatchScalarAndEachRowAloneBitForBit) {
   for (int rank : {16, 5}) {
-    for (int64_t rows : {11, 6, 3}) {
-      const int64_t out = 77, ldy = 80;
+    for (int64_t rows : {11, 6, 3, 2, 1}) {
+     for (int64_t out : {77, 211}) {
+      const int64_t ldy = out + 3;
+      using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+      const Ranges ranges = out == 77 ? Ranges{{0, 77}, {16, 40}, {70, 77}, {3, 12}, {0, 56}, {5, 77}}
+                                      : Ranges{{0, 211}, {16, 112}, {3, 150}, {100, 211}, {5, 101}};
       auto t = RandomNonZeroMean(static_cast<size_t>(rows * rank), 70);
       auto bf = RandomNonZeroMean(static_cast<size_t>(rank * out), 71);
       auto y0 = RandomNonZeroMean(static_cast<size_t>(rows * ldy), 72);
@@ -78,8 +83,7 @@ TEST_F(LoraAvx2, ExpandAndExpandAddMatchScalarAndEachRowAloneBitForBit) {
         const auto bp = PackedBt(dt, bf, rank, out);  // what the kernels read
         std::vector<float> bw(bf.size());  // Bᵀ as the kernels read it (rounded to dt)
         ConvertToF32(dt, bt.data(), bw.data(), static_cast<int64_t>(bw.size()));
-        for (auto [j0, j1] : std::vector<std::pair<int64_t, int64_t>>{
-                 {0, 77}, {16, 40}, {70, 77}, {3, 12}, {0, 56}, {5, 77}}) {
+        for (auto [j0, j1] : ranges) {
           SCOPED_TRACE(std::string(DTypeName(dt)) + " rank " + std::to_string(rank) + " rows " +
                        std::to_string(rows) + " cols " + std::to_string(j0) + ".." +
                        std::to_string(j1));
@@ -131,6 +135,7 @@ TEST_F(LoraAvx2, ExpandAndExpandAddMatchScalarAndEachRowAloneBitForBit) {
           }
         }
       }
+     }
     }
   }
 }
