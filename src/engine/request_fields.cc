@@ -57,7 +57,9 @@ Status JsonNumber(const std::string& field, const json& v, double lo, double hi,
     return InvalidArgument(field + " must be a number, got " + std::string(v.type_name()));
   }
   const double d = v.get<double>();
-  if (!std::isfinite(d) || d < lo || d > hi || (lo_open && d == lo)) {
+  // An open bound is checked on the float too: top_p = 1e-50 rounds to 0 as a float.
+  if (!std::isfinite(d) || d < lo || d > hi ||
+      (lo_open && (d == lo || static_cast<float>(d) == static_cast<float>(lo)))) {
     return InvalidArgument(field + " must be in " + std::string(lo_open ? "(" : "[") + FormatNum(lo) +
                            ", " + FormatNum(hi) + "], got " + v.dump());
   }

@@ -157,7 +157,8 @@ bool Submit(ServerContext& ctx, const OpenAiRequest& r, std::shared_ptr<const Ad
       auto id = ctx.engine->Submit(std::move(g), MakeChoiceCallback(sub->state, index, &ctx.metrics));
       if (!id.ok()) {
         for (int64_t s : submitted) ctx.engine->Abort(s);
-        *error = FromStatus(id.status(), ParamFor(id.status()));
+        const std::string param = ParamFor(id.status());
+        *error = FromStatus(id.status(), param == "max_tokens" ? r.max_tokens_field : param);
         return false;
       }
       {
@@ -214,15 +215,20 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const httplib::Requ
     }
     adapter = std::move(lease).value();
   }
-  // Queue limit: sequences submitted but not running (the engine's last snapshot may lag a
-  // step behind; the bound is approximate by a few sequences, never unbounded).
-  const int queued = ctx.engine->num_in_flight() - ctx.engine->Stats().num_running;
-  if (queued >= ctx.options.max_waiting) {
-    return SendError(res, ApiError{503, "the server is overloaded (" + std::to_string(queued) +
-                                            " sequences waiting); retry later", "", ""});
-  }
   Submission sub;
   if (!Tokenize(ctx, r, &sub.prompts, &error)) return SendError(res, error);
+  // Queue limit: sequences submitted but not running, this request's (prompts × n) included,
+  // so one request of 64 prompts × n = 16 cannot carry the queue past it; a request alone in an
+  // empty queue is admitted whatever its size (≤ 1024 sequences by the parser's limits). The
+  // engine's last snapshot may lag a step behind: the bound is approximate by a few sequences,
+  // never unbounded.
+  const int queued = ctx.engine->num_in_flight() - ctx.engine->Stats().num_running;
+  const int64_t wanted = static_cast<int64_t>(sub.prompts.size()) * r.n;
+  if (queued > 0 && queued + wanted > ctx.options.max_waiting) {
+    return SendError(res, ApiError{503, "the server is overloaded (" + std::to_string(queued) +
+                                            " sequences waiting, this request adds " +
+                                            std::to_string(wanted) + "); retry later", "", ""});
+  }
   const char* prompt_field = endpoint == Endpoint::kChat ? "messages" : "prompt";
   for (const auto& p : sub.prompts) {
     if (static_cast<int64_t>(p.size()) >= ctx.max_model_len) {

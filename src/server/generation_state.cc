@@ -51,4 +51,18 @@ void Accumulate(ChoiceState* c, const SequenceUpdate& u) {
   }
 }
 
+void KeepLast(ChoiceState* c, const SequenceUpdate& u) {
+  if (u.has_token) {
+    c->token_ids.assign(1, u.token);
+    c->logprobs.assign(1, u.logprob);
+    c->top.assign(1, u.top);
+  }
+  if (u.finish_reason != FinishReason::kNone) {
+    c->finish_reason = u.finish_reason;
+    c->stop_reason = u.stop_reason;
+    c->stop_token = u.stop_token;
+    c->error = u.error;
+  }
+}
+
 }  // namespace loom::server

@@ -50,5 +50,8 @@ AsyncEngine::Callback MakeChoiceCallback(std::shared_ptr<GenerationState> state,
 
 // Moves a consumed update into the choice's accumulated fields.
 void Accumulate(ChoiceState* choice, const SequenceUpdate& u);
+// The same for a stream, which writes each token as it comes: keeps only the update's own token,
+// log-prob and alternatives (index 0), and the finish fields; the text is not kept.
+void KeepLast(ChoiceState* choice, const SequenceUpdate& u);
 
 }  // namespace loom::server

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include <chrono>
+#include <optional>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -34,6 +35,28 @@ bool JsonContentType(const httplib::Request& req) {
   if (!req.has_header("Content-Type")) return true;
   const std::string ct = req.get_header_value("Content-Type");
   return ct.rfind("application/json", 0) == 0;
+}
+
+// Whether the request carries a Content-Length body (chunked bodies are refused before this).
+bool HasBody(const httplib::Request& req) {
+  const std::string length = req.get_header_value("Content-Length");
+  return !length.empty() && length.find_first_not_of("0 \t") != std::string::npos;
+}
+
+// Auth, readiness and the body's content type for a /v1 request; nothing when it may go on.
+std::optional<ApiError> AdmissionError(const ServerContext& ctx, const httplib::Request& req) {
+  if (!ctx.options.api_key.empty()) {
+    const std::string auth = req.get_header_value("Authorization");
+    const std::string prefix = "Bearer ";
+    if (auth.rfind(prefix, 0) != 0 || !SameKey(auth.substr(prefix.size()), ctx.options.api_key)) {
+      return ApiError{401, "missing or invalid API key (Authorization: Bearer ...)", "", ""};
+    }
+  }
+  if (!ctx.ready.load()) return ApiError{503, "the model is still loading", "", ""};
+  if (req.method == "POST" && !JsonContentType(req)) {
+    return ApiError{415, "Content-Type must be application/json", "", "UnsupportedMediaType"};
+  }
+  return std::nullopt;
 }
 
 // Parses a small admin body ({"lora_name", "lora_path"}): only the named fields, strings.
@@ -123,40 +146,40 @@ void HttpServer::Routes() {
   http_->set_pre_routing_handler([&ctx](const httplib::Request& req, httplib::Response& res) {
     // Runs before the body is read. Debian's cpp-httplib 0.11 bounds Content-Length bodies
     // (413) and each header line (8 KiB), but neither chunked uploads nor the header count.
+    // A request refused here has its body unread, and cpp-httplib keeps the connection open
+    // whatever the reply says: the body's bytes would be parsed as the next request on it (a
+    // kept-alive client's next request got a 400, or no reply). So a /v1 request with a body is
+    // admitted after its body is read (bounded by the payload limit), in its handler; here only
+    // the refusals that cannot wait, with Connection: close for the client's sake.
+    auto reject = [&req, &res](const ApiError& error) {
+      SendError(res, error);
+      if (HasBody(req)) res.set_header("Connection", "close");
+      return httplib::Server::HandlerResponse::Handled;
+    };
     size_t header_bytes = 0;
     for (const auto& [k, v] : req.headers) header_bytes += k.size() + v.size() + 4;
     if (header_bytes > kMaxHeaderBytes) {
-      SendError(res, ApiError{431, "request headers exceed " + std::to_string(kMaxHeaderBytes) +
-                                       " bytes", "", "RequestHeaderFieldsTooLarge"});
-      return httplib::Server::HandlerResponse::Handled;
+      return reject(ApiError{431, "request headers exceed " + std::to_string(kMaxHeaderBytes) + " bytes",
+                             "", "RequestHeaderFieldsTooLarge"});
     }
     if (req.has_header("Transfer-Encoding")) {
-      SendError(res, ApiError{411, "chunked request bodies are not accepted; send Content-Length",
-                              "", "LengthRequired"});
-      res.set_header("Connection", "close");  // the unread body must not be taken as a request
-      return httplib::Server::HandlerResponse::Handled;
+      return reject(ApiError{411, "chunked request bodies are not accepted; send Content-Length", "",
+                             "LengthRequired"});
     }
-    if (req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
-    if (!ctx.options.api_key.empty()) {
-      const std::string auth = req.get_header_value("Authorization");
-      const std::string prefix = "Bearer ";
-      if (auth.rfind(prefix, 0) != 0 || !SameKey(auth.substr(prefix.size()), ctx.options.api_key)) {
-        SendError(res, ApiError{401, "missing or invalid API key (Authorization: Bearer ...)", "", ""});
-        return httplib::Server::HandlerResponse::Handled;
-      }
-    }
-    if (!ctx.ready.load()) {
-      SendError(res, ApiError{503, "the model is still loading", "", ""});
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    if (req.method == "POST" && !JsonContentType(req)) {
-      SendError(res, ApiError{415, "Content-Type must be application/json", "", "UnsupportedMediaType"});
-      return httplib::Server::HandlerResponse::Handled;
-    }
+    if (req.path.rfind("/v1/", 0) != 0 || HasBody(req)) return httplib::Server::HandlerResponse::Unhandled;
+    if (std::optional<ApiError> error = AdmissionError(ctx, req)) return reject(*error);
     return httplib::Server::HandlerResponse::Unhandled;
   });
   http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
+    // A multipart body is parsed by cpp-httplib as it is read (before the route's admission
+    // check), and a JSON one fails that parse: it is the content type that is wrong.
+    if (res.status == 400 && req.get_header_value("Content-Type").rfind("multipart/", 0) == 0) {
+      res.status = 415;
+      res.set_content(ApiError{415, "Content-Type must be application/json", "", "UnsupportedMediaType"}.Body(),
+                      "application/json");
+      return;
+    }
     std::string message = "error " + std::to_string(res.status);
     if (res.status == 404) message = "no route " + req.method + " " + req.path;
     if (res.status == 413) message = "the request body is too large";
@@ -177,6 +200,7 @@ void HttpServer::Routes() {
 
   auto generation = [&ctx](Endpoint endpoint) {
     return [&ctx, endpoint](const httplib::Request& req, httplib::Response& res) {
+      if (std::optional<ApiError> error = AdmissionError(ctx, req)) return SendError(res, *error);
       if (ctx.draining.load()) {
         return SendError(res, ApiError{503, "the server is shutting down", "", ""});
       }
@@ -240,6 +264,7 @@ void HttpServer::Routes() {
 
   // vLLM's runtime adapter endpoints (VLLM_ALLOW_RUNTIME_LORA_UPDATING): --allow-runtime-lora.
   http_->Post("/v1/load_lora_adapter", [&ctx](const httplib::Request& req, httplib::Response& res) {
+    if (std::optional<ApiError> error = AdmissionError(ctx, req)) return SendError(res, *error);
     if (!ctx.options.allow_runtime_lora || ctx.adapters == nullptr) {
       return SendError(res, ApiError{404, "runtime adapter loading is off (start with "
                                           "--allow-runtime-lora and --lora-dir)", "", ""});
@@ -264,12 +289,16 @@ void HttpServer::Routes() {
       // A folder that exists but does not validate is the client's error (400), never 500.
       ApiError e = FromStatus(st, "lora_path");
       if (e.http_status == 500) e.http_status = 400;
-      if (st.message().find("already loaded") != std::string::npos) e.param = "lora_name";
+      if (st.message().find("already loaded") != std::string::npos ||
+          st.message().rfind("adapter name '", 0) == 0) {
+        e.param = "lora_name";
+      }
       return SendError(res, e);
     }
     res.set_content("Success: LoRA adapter '" + name + "' added successfully.", "text/plain");
   });
   http_->Post("/v1/unload_lora_adapter", [&ctx](const httplib::Request& req, httplib::Response& res) {
+    if (std::optional<ApiError> error = AdmissionError(ctx, req)) return SendError(res, *error);
     if (!ctx.options.allow_runtime_lora || ctx.adapters == nullptr) {
       return SendError(res, ApiError{404, "runtime adapter loading is off (start with "
                                           "--allow-runtime-lora)", "", ""});

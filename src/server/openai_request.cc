@@ -235,6 +235,7 @@ void AddChat(std::map<std::string, Handler>* h) {
   m["max_completion_tokens"] = [](Parser& p, const json& v, OpenAiRequest* r) {
     if (v.is_null()) return true;
     r->max_tokens_given = true;
+    r->max_tokens_field = "max_completion_tokens";
     return p.Int32("max_completion_tokens", v, 1, kMaxTokensLimit, &r->params.max_tokens);
   };
   m["logprobs"] = [](Parser& p, const json& v, OpenAiRequest* r) {

@@ -35,6 +35,7 @@ struct OpenAiRequest {
   // Both
   SamplingParams params;
   bool max_tokens_given = false;  // else chat fills the context; completions use 16
+  std::string max_tokens_field = "max_tokens";  // or "max_completion_tokens": errors name it
   int n = 1;
   bool stream = false;
   bool include_usage = false;

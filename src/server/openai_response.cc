@@ -235,7 +235,7 @@ bool StreamWriter::Pump(httplib::DataSink& sink) {
   if (updates.empty() && !all_done && PeerClosed(client_fd_)) return false;
   for (auto& [i, u] : updates) {
     ChoiceState& c = state_->choices[i];
-    Accumulate(&c, u);
+    KeepLast(&c, u);  // a chunk needs only its own token: a stream's memory stays flat
     if (u.has_token) ++completion_tokens_;
     if (u.finish_reason == FinishReason::kError) {
       json err = {{"error", {{"message", "generation failed: " + u.error},

@@ -76,3 +76,44 @@ def test_overload_is_503_with_retry_after(start_server, long_dir):
             break
         time.sleep(0.1)
     assert r.status_code == 200, r.text
+
+
+def test_queue_limit_counts_each_requests_sequences(start_server, long_dir):
+    # --max-num-seqs 1 --max-waiting 4: one stream runs, one waits; a request of n = 4 would
+    # make 5 waiting sequences: 503 (before, only the queue's length was checked, so one
+    # request of 64 prompts × n = 16 went far past the limit). Alone in an empty queue, a
+    # request larger than the limit is still served.
+    import requests
+    srv = start_server(long_dir, ["--max-num-seqs", "1", "--max-waiting", "4"])
+    body = {"model": "llama_long", "prompt": "long", "max_tokens": 15000, "ignore_eos": True,
+            "stream": True}
+    streams = []
+    try:
+        for i in range(2):
+            streams.append(requests.post(srv.url + "/v1/completions", json=body, stream=True,
+                                         timeout=60))
+            assert streams[i].status_code == 200
+            if i == 0:
+                lines = streams[0].iter_lines()
+                next(lines)
+        deadline = time.monotonic() + 10
+        while srv.metric("vllm:num_requests_waiting") != 1:
+            assert time.monotonic() < deadline, "the second stream never queued"
+            time.sleep(0.05)
+        r = requests.post(srv.url + "/v1/completions", timeout=30,
+                          json={"model": "llama_long", "prompt": "x", "max_tokens": 2, "n": 4})
+        assert r.status_code == 503, r.text
+        assert r.headers.get("Retry-After")
+        assert "this request adds 4" in r.json()["error"]["message"]
+    finally:
+        for s in streams:
+            s.close()
+    deadline = time.monotonic() + 10
+    while True:
+        r = requests.post(srv.url + "/v1/completions", timeout=60,
+                          json={"model": "llama_long", "prompt": "x", "max_tokens": 2, "n": 8})
+        if r.status_code == 200 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert r.status_code == 200, r.text
+    assert len(r.json()["choices"]) == 8

@@ -1,4 +1,5 @@
 """Error answers: unknown adapters, every invalid field value, auth, context length."""
+import json
 import openai
 import pytest
 import requests
@@ -161,6 +162,11 @@ def test_prompt_plus_max_tokens_over_context_is_400(server):
                                         "ignore_eos": True})
     assert r.status_code == 200, r.text
     assert r.json()["usage"]["completion_tokens"] == 12
+    # Chat's max_completion_tokens: the error names the field the request sent.
+    r = server.post("/v1/chat/completions", {"model": BASE, "max_completion_tokens": MAX_MODEL_LEN,
+                                             "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 400, r.text
+    assert error_of(r)["param"] == "max_completion_tokens", r.text
 
 
 def test_chat_default_max_tokens_fills_context(server):
@@ -233,3 +239,32 @@ def test_auth(auth_server):
     # /health and /metrics stay open.
     assert requests.get(url + "/health", timeout=10).status_code == 200
     assert requests.get(url + "/metrics", timeout=10).status_code == 200
+
+
+def test_refused_request_leaves_its_connection_usable(auth_server):
+    # A request refused before its handler (wrong key: 401, wrong content type: 415) still has its
+    # body read, so the next request on the same kept-alive connection is served. Before, the
+    # unread body was parsed as the next request: the good request after it got a 400.
+    import http.client
+    from urllib.parse import urlparse
+    u = urlparse(auth_server.url)
+    big = json.dumps({"model": BASE, "prompt": "x" * 9000, "max_tokens": 2})
+    good = json.dumps({"model": BASE, "prompt": "hi", "max_tokens": 2})
+    for headers, status in (({"Authorization": "Bearer wrong", "Content-Type": "application/json"}, 401),
+                            ({"Authorization": "Bearer sekrit-key", "Content-Type": "text/plain"}, 415)):
+        conn = http.client.HTTPConnection(u.hostname, u.port, timeout=20)
+        try:
+            for _ in range(2):
+                conn.request("POST", "/v1/completions", body=big, headers=headers)
+                r = conn.getresponse()
+                assert r.status == status
+                assert json.loads(r.read())["error"]["code"] == status
+                conn.request("POST", "/v1/completions", body=good,
+                             headers={"Authorization": "Bearer sekrit-key",
+                                      "Content-Type": "application/json"})
+                r = conn.getresponse()
+                body = r.read()
+                assert r.status == 200, body
+                assert json.loads(body)["usage"]["completion_tokens"] >= 1
+        finally:
+            conn.close()

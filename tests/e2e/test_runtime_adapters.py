@@ -71,7 +71,7 @@ def test_load_unload_endpoints(start_server, llama_dir, lora_dir, reference, tmp
 
     expect(load(srv, "a1", "mlp"), 400, "lora_name")          # exists
     expect(load(srv, BASE, "mlp"), 400, "lora_name")          # the base model's name
-    expect(load(srv, "a b/c", "mlp"), 400)                    # not a valid name
+    expect(load(srv, "a b/c", "mlp"), 400, "lora_name")       # not a valid name
     expect(load(srv, "a3", "missing"), 404, "lora_path")      # no such path
     expect(load(srv, "a3", lora_dir / "missing"), 404, "lora_path")
     expect(load(srv, "a4", "../outside/qv_copy"), 400, "lora_path")

@@ -63,6 +63,9 @@ TEST(OpenAiRequest, RejectsNamingTheField) {
   EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","temperature":-1})").param, "temperature");
   EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","top_p":2})").param, "top_p");
   EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","top_p":0})").param, "top_p");
+  // Below float's range: 0 once stored as a float, refused as 0 is.
+  EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","top_p":1e-50})").param, "top_p");
+  EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","repetition_penalty":1e-50})").param, "repetition_penalty");
   EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","n":0})").param, "n");
   EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","logprobs":21})").param, "logprobs");
   EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","stop":123})").param, "stop");
