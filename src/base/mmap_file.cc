@@ -8,11 +8,28 @@
 
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <new>
 
 #include "base/file.h"
 
 namespace loom {
+
+namespace {
+// The live file mappings, [begin, end): ReleaseMappedPages acts inside them only. madvise
+// DONTNEED on anonymous memory (a tensor copied out of its file, e.g. one stored misaligned)
+// would not release it but zero it, and a later merge or DoRA norm would read zeros.
+// Never destroyed: a MappedFile held by a static may outlive any static here.
+std::mutex& MappingsMutex() {
+  static auto* mu = new std::mutex;
+  return *mu;
+}
+std::map<uintptr_t, uintptr_t>& Mappings() {
+  static auto* m = new std::map<uintptr_t, uintptr_t>;
+  return *m;
+}
+}  // namespace
 
 StatusOr<std::shared_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
   // Regular files only: a FIFO or device would block open() or mmap, or never end.
@@ -33,13 +50,21 @@ StatusOr<std::shared_ptr<MappedFile>> MappedFile::Open(const std::string& path) 
       return InvalidArgument(path + ": mmap failed: " + why);
     }
     file->data_ = static_cast<const uint8_t*>(p);
+    std::lock_guard<std::mutex> lock(MappingsMutex());
+    const auto begin = reinterpret_cast<uintptr_t>(p);
+    Mappings()[begin] = begin + file->size_;
   }
   ::close(fd);
   return file;
 }
 
 MappedFile::~MappedFile() {
-  if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (data_ == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(MappingsMutex());
+    Mappings().erase(reinterpret_cast<uintptr_t>(data_));
+  }
+  ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
 StatusOr<std::string> ReadTextFile(const std::string& path) {
@@ -50,6 +75,13 @@ void ReleaseMappedPages(const void* data, size_t size) {
   const long page = ::sysconf(_SC_PAGESIZE);
   if (page <= 0 || data == nullptr) return;
   const auto begin = reinterpret_cast<uintptr_t>(data);
+  {
+    std::lock_guard<std::mutex> lock(MappingsMutex());
+    auto it = Mappings().upper_bound(begin);  // the first mapping starting after `data`
+    if (it == Mappings().begin()) return;
+    --it;
+    if (begin + size > it->second || begin + size < begin) return;  // not inside one file's mapping
+  }
   const uintptr_t first = (begin + static_cast<uintptr_t>(page) - 1) / static_cast<uintptr_t>(page) * static_cast<uintptr_t>(page);
   const uintptr_t last = (begin + size) / static_cast<uintptr_t>(page) * static_cast<uintptr_t>(page);
   if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);

@@ -13,6 +13,8 @@ namespace loom {
 // Thread-safety: immutable after Open; safe to read from any thread.
 // Drops this process's pages of the whole pages inside [data, data + size) of a read-only file
 // mapping (madvise DONTNEED): RSS falls, and a later read maps them again from the page cache.
+// A range that is not inside one live MappedFile (heap memory: a tensor copied out of its file)
+// is left alone, as DONTNEED would zero it.
 void ReleaseMappedPages(const void* data, size_t size);
 
 class MappedFile {

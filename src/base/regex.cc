@@ -30,10 +30,24 @@ StatusOr<Regex> Regex::Compile(const std::string& pattern, const std::string& wh
 }
 
 namespace {
+// Patterns come from files (adapter configs, quantization configs) and are matched against
+// every module name: a backtracking pattern may take at most this many steps per name (PCRE2's
+// default is 10 million; a real pattern over a module name takes hundreds). Past it the name
+// does not match.
+constexpr uint32_t kMatchLimit = 100000;
+
 bool Match(pcre2_code* code, const std::string& text, uint32_t options) {
   pcre2_match_data* md = pcre2_match_data_create_from_pattern(code, nullptr);
+  pcre2_match_context* mc = pcre2_match_context_create(nullptr);
+  if (md == nullptr || mc == nullptr) {
+    pcre2_match_data_free(md);
+    pcre2_match_context_free(mc);
+    return false;
+  }
+  pcre2_set_match_limit(mc, kMatchLimit);
   const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), 0,
-                             options, md, nullptr);
+                             options, md, mc);
+  pcre2_match_context_free(mc);
   pcre2_match_data_free(md);
   return rc >= 0;
 }

@@ -14,7 +14,8 @@ class Regex {
   // `what` names the pattern's origin in errors, e.g. "adapter_config.json target_modules".
   static StatusOr<Regex> Compile(const std::string& pattern, const std::string& what);
 
-  // Python re.fullmatch(pattern, text) is not None.
+  // Python re.fullmatch(pattern, text) is not None. A match that would take more than 100,000
+  // backtracking steps counts as no match (patterns come from files: bounded time per name).
   bool FullMatch(const std::string& text) const;
   // Python re.match(pattern, text) is not None (anchored at the start only).
   bool PrefixMatch(const std::string& text) const;

@@ -11,6 +11,11 @@ namespace loom {
 
 namespace {
 
+// Caps on config lists that are matched against every projection name at load (a real
+// checkpoint lists a few targets and at most hundreds of ignored modules).
+constexpr size_t kMaxCtTargets = 4096;
+constexpr size_t kMaxCtIgnore = 65536;
+
 using nlohmann::json;
 
 std::string Show(const json& v) { return JsonToString(v, -1, 80); }
@@ -177,6 +182,10 @@ StatusOr<CtConfig> CtConfig::Parse(const json& qc, const std::string& where) {
     if (!g.contains("targets") || !g["targets"].is_array() || g["targets"].empty()) {
       return InvalidArgument(gw + ": targets is missing or empty");
     }
+    // Each target is compared with every other and with every projection's name: bounded.
+    if (g["targets"].size() + c.targets_.size() > kMaxCtTargets) {
+      return InvalidArgument(gw + ": more than " + std::to_string(kMaxCtTargets) + " targets");
+    }
     const int index = static_cast<int>(c.schemes_.size());
     c.schemes_.push_back(s);
     for (const json& t : g["targets"]) {
@@ -199,6 +208,9 @@ StatusOr<CtConfig> CtConfig::Parse(const json& qc, const std::string& where) {
   });
   if (qc.contains("ignore") && !qc["ignore"].is_null()) {
     if (!qc["ignore"].is_array()) return InvalidArgument(what + ": ignore is " + Show(qc["ignore"]) + ", not a list");
+    if (qc["ignore"].size() > kMaxCtIgnore) {
+      return InvalidArgument(what + ": ignore has more than " + std::to_string(kMaxCtIgnore) + " entries");
+    }
     for (const json& t : qc["ignore"]) {
       if (!t.is_string()) return InvalidArgument(what + ": ignore has " + Show(t) + ", not a string");
       Target target{t.get<std::string>(), std::nullopt, -1};

@@ -10,6 +10,7 @@
 
 #include "adversarial_util.h"
 #include "base/json.h"
+#include "base/mmap_file.h"
 #include "io/safetensors.h"
 #include "lora/adapter.h"
 #include "model/kv_cache.h"
@@ -136,6 +137,26 @@ TEST(AdversarialWeights, MisalignedTensorDataLoadsAlignedWithTheSameValues) {
     EXPECT_EQ(std::memcmp(a->data, b->data, a->nbytes()), 0) << name;
   }
   EXPECT_TRUE(Model::Load(model).ok());
+  // Quantized at load, the dense copy of each projection stays readable for a later merge or
+  // DoRA norm: releasing its pages (right for a file mapping) zeroed this heap copy before.
+  LoadOptions options;
+  options.quantize = LoadOptions::Quantization::kInt8;
+  auto quantized = Model::Load(model, options);
+  ASSERT_TRUE(quantized.ok()) << quantized.status().ToString();
+  const Linear& q = (*quantized)->weights().layers[0].q_proj;
+  ASSERT_TRUE(q.int8);
+  auto want = (*original)->Get("model.layers.0.self_attn.q_proj.weight");
+  ASSERT_TRUE(want.ok());
+  ASSERT_EQ(q.weight.nbytes(), want->nbytes());
+  EXPECT_EQ(std::memcmp(q.weight.data, want->data, want->nbytes()), 0);
+}
+
+// Releasing pages acts on file mappings only: heap memory keeps its values.
+TEST(AdversarialWeights, ReleasingPagesOfHeapMemoryKeepsItsValues) {
+  const size_t bytes = 64 << 10;
+  std::vector<float> heap(bytes / sizeof(float), 1.5f);
+  ReleaseMappedPages(heap.data(), bytes);
+  for (float v : heap) ASSERT_EQ(v, 1.5f);
 }
 
 // config.json values crafted into a copy of a fixture's config, loaded through the folder.

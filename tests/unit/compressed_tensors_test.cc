@@ -88,6 +88,17 @@ TEST(CtConfig, RejectsWhatItDoesNotServeByName) {
       {[](json& q) { q["quantization_status"] = "frozen"; }, "quantization_status is 'frozen'"},
       {[](json& q) { q["config_groups"] = json::object(); }, "config_groups is missing or empty"},
       {[](json& q) { q["ignore"] = {"re:("}; }, "ignore"},
+      // Lists matched against every projection at load are bounded (a quadratic parse before).
+      {[](json& q) {
+         json t = json::array();
+         for (int i = 0; i < 4097; ++i) t.push_back("layer." + std::to_string(i));
+         q["config_groups"]["group_0"]["targets"] = t;
+       }, "group_0: more than 4096 targets"},
+      {[](json& q) {
+         json t = json::array();
+         for (int i = 0; i < 65537; ++i) t.push_back("x");
+         q["ignore"] = t;
+       }, "ignore has more than 65536 entries"},
   };
   for (const Case& c : cases) {
     const std::string err = ParseError(c.edit);

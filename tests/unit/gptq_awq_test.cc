@@ -50,6 +50,8 @@ TEST(GptqConfig, ParsesAndRejectsByName) {
       {[](json& q) { q["bits"] = 8; }, false, "bits is 8; loom serves 4-bit GPTQ/AWQ only"},
       {[](json& q) { q["bits"] = 3; }, false, "bits is 3"},
       {[](json& q) { q["group_size"] = 48; }, false, "group_size is 48"},
+      // 2^64 − 1 read as an int64 is −1 (per channel): refused as the number it is.
+      {[](json& q) { q["group_size"] = 18446744073709551615ULL; }, false, "group_size is 18446744073709551615"},
       {[](json& q) { q["checkpoint_format"] = "marlin"; }, false, "checkpoint_format is \"marlin\""},
       {[](json& q) { q["dynamic"] = {{"x", 1}}; }, false, "dynamic is"},
       {[](json& q) { q["shiny"] = 1; }, false, "field 'shiny' (1) is not one loom knows"},
