@@ -88,6 +88,7 @@ inline constexpr int kMaxConfigHeads = 1024;                // num_attention_hea
 inline constexpr int kMaxConfigHeadDim = 2048;              // head_dim
 inline constexpr int kMaxConfigPositions = 1 << 26;         // max_position_embeddings
 inline constexpr int kMaxConfigExperts = 4096;              // num_experts / num_local_experts
+inline constexpr int kMaxConfigExpertLayers = 1 << 16;      // num_hidden_layers × num_experts
 
 // Helpers for architecture files: read a field with a type and range check (via base/json.h);
 // errors name the field and `where`. Absent or null optional fields leave *out unchanged.

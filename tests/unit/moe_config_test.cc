@@ -114,6 +114,15 @@ TEST(MoeConfigTest, RejectsNamingTheField) {
     ASSERT_FALSE(c.ok()) << k.key;
     EXPECT_NE(c.status().message().find(k.want), std::string::npos) << c.status().ToString();
   }
+  {  // each within its cap, the product not: 1024 layers × 4096 experts
+    json big = Qwen3MoeHub();
+    big["num_hidden_layers"] = 1024;
+    big["num_experts"] = 4096;
+    auto c = Parse(big);
+    ASSERT_FALSE(c.ok());
+    EXPECT_NE(c.status().message().find("num_hidden_layers (1024) × num_experts (4096) is above the maximum"),
+              std::string::npos) << c.status().ToString();
+  }
   json j = Qwen3MoeHub();
   j.erase("moe_intermediate_size");
   auto c = Parse(j);

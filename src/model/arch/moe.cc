@@ -167,6 +167,16 @@ Status ParseMoeCommon(const nlohmann::json& j, const std::string& where, MoeConf
   RETURN_IF_ERROR(GetOptionalInt(j, has_num_experts ? "num_experts" : "num_local_experts", where,
                                  &moe->num_experts, 0, kMaxConfigExperts));
   if (moe->num_experts == 0) return OkStatus();
+  // Every layer's experts get their projections enumerated before any tensor is looked at: the
+  // product is bounded, or a config alone (1024 layers × 4096 experts) would allocate gigabytes.
+  int layers = 0;
+  RETURN_IF_ERROR(GetOptionalInt(j, "num_hidden_layers", where, &layers, 0, kMaxConfigLayers));
+  if (static_cast<int64_t>(layers) * moe->num_experts > kMaxConfigExpertLayers) {
+    return InvalidArgument(where + ": num_hidden_layers (" + std::to_string(layers) + ") × " +
+                           (has_num_experts ? "num_experts" : "num_local_experts") + " (" +
+                           std::to_string(moe->num_experts) + ") is above the maximum " +
+                           std::to_string(kMaxConfigExpertLayers));
+  }
   RETURN_IF_ERROR(GetInt(j, "num_experts_per_tok", where, &moe->top_k, 1, moe->num_experts));
   // Shared experts (Qwen2-MoE style) and grouped routing change the math; not implemented.
   for (const char* key : {"shared_expert_intermediate_size", "n_shared_experts", "n_group",
