@@ -6,9 +6,19 @@
 
 namespace loom {
 
+// Patterns come from files (adapter configs, quantization configs) and are matched against
+// every module name: a backtracking pattern may take at most this many steps per name (PCRE2's
+// default is 10 million; a real pattern over a module name takes hundreds). Past it the name
+// does not match.
+constexpr uint32_t kMatchLimit = 100000;
+
 struct Regex::Code {
   pcre2_code* code = nullptr;
-  ~Code() { pcre2_code_free(code); }
+  pcre2_match_context* limits = nullptr;  // kMatchLimit; read-only while matching
+  ~Code() {
+    pcre2_match_context_free(limits);
+    pcre2_code_free(code);
+  }
 };
 
 StatusOr<Regex> Regex::Compile(const std::string& pattern, const std::string& what) {
@@ -26,39 +36,29 @@ StatusOr<Regex> Regex::Compile(const std::string& pattern, const std::string& wh
   r.pattern_ = pattern;
   r.code_ = std::make_shared<Code>();
   r.code_->code = code;
+  r.code_->limits = pcre2_match_context_create(nullptr);
+  if (r.code_->limits == nullptr) return ResourceExhausted(what + ": out of memory");
+  pcre2_set_match_limit(r.code_->limits, kMatchLimit);
   return r;
 }
 
 namespace {
-// Patterns come from files (adapter configs, quantization configs) and are matched against
-// every module name: a backtracking pattern may take at most this many steps per name (PCRE2's
-// default is 10 million; a real pattern over a module name takes hundreds). Past it the name
-// does not match.
-constexpr uint32_t kMatchLimit = 100000;
-
-bool Match(pcre2_code* code, const std::string& text, uint32_t options) {
+bool Match(pcre2_code* code, pcre2_match_context* limits, const std::string& text, uint32_t options) {
   pcre2_match_data* md = pcre2_match_data_create_from_pattern(code, nullptr);
-  pcre2_match_context* mc = pcre2_match_context_create(nullptr);
-  if (md == nullptr || mc == nullptr) {
-    pcre2_match_data_free(md);
-    pcre2_match_context_free(mc);
-    return false;
-  }
-  pcre2_set_match_limit(mc, kMatchLimit);
+  if (md == nullptr) return false;
   const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), 0,
-                             options, md, mc);
-  pcre2_match_context_free(mc);
+                             options, md, limits);
   pcre2_match_data_free(md);
   return rc >= 0;
 }
 }  // namespace
 
 bool Regex::FullMatch(const std::string& text) const {
-  return Match(code_->code, text, PCRE2_ANCHORED | PCRE2_ENDANCHORED);
+  return Match(code_->code, code_->limits, text, PCRE2_ANCHORED | PCRE2_ENDANCHORED);
 }
 
 bool Regex::PrefixMatch(const std::string& text) const {
-  return Match(code_->code, text, PCRE2_ANCHORED);
+  return Match(code_->code, code_->limits, text, PCRE2_ANCHORED);
 }
 
 }  // namespace loom

@@ -50,11 +50,8 @@ Status GetGroup(const json& qc, const std::string& what, const char* key, bool a
     return InvalidArgument(what + ": " + key + " is " + Show(qc.contains(key) ? qc[key] : json()) +
                            "; an integer is required");
   }
-  if (qc[key].is_number_unsigned() && qc[key].get<uint64_t>() > 8192) {  // would wrap to −1 as int64
-    return InvalidArgument(what + ": " + key + " is " + Show(qc[key]) + "; loom's int4 kernels take "
-                           "groups that are multiples of 32 (32, 64, 128, …)");
-  }
-  const int64_t g = qc[key].get<int64_t>();
+  int64_t g = 0;  // through JsonValueToInt: 2^64 − 1 is refused, not wrapped to −1
+  RETURN_IF_ERROR(JsonValueToInt(qc[key], key, what, &g));
   if (g == -1 && allow_channel) {
     *out = -1;
     return OkStatus();

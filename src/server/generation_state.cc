@@ -36,6 +36,16 @@ AsyncEngine::Callback MakeChoiceCallback(std::shared_ptr<GenerationState> state,
   };
 }
 
+namespace {
+void TakeFinish(ChoiceState* c, const SequenceUpdate& u) {
+  if (u.finish_reason == FinishReason::kNone) return;
+  c->finish_reason = u.finish_reason;
+  c->stop_reason = u.stop_reason;
+  c->stop_token = u.stop_token;
+  c->error = u.error;
+}
+}  // namespace
+
 void Accumulate(ChoiceState* c, const SequenceUpdate& u) {
   c->text += u.text;
   if (u.has_token) {
@@ -43,12 +53,7 @@ void Accumulate(ChoiceState* c, const SequenceUpdate& u) {
     c->logprobs.push_back(u.logprob);
     c->top.push_back(u.top);
   }
-  if (u.finish_reason != FinishReason::kNone) {
-    c->finish_reason = u.finish_reason;
-    c->stop_reason = u.stop_reason;
-    c->stop_token = u.stop_token;
-    c->error = u.error;
-  }
+  TakeFinish(c, u);
 }
 
 void KeepLast(ChoiceState* c, const SequenceUpdate& u) {
@@ -57,12 +62,7 @@ void KeepLast(ChoiceState* c, const SequenceUpdate& u) {
     c->logprobs.assign(1, u.logprob);
     c->top.assign(1, u.top);
   }
-  if (u.finish_reason != FinishReason::kNone) {
-    c->finish_reason = u.finish_reason;
-    c->stop_reason = u.stop_reason;
-    c->stop_token = u.stop_token;
-    c->error = u.error;
-  }
+  TakeFinish(c, u);
 }
 
 }  // namespace loom::server

@@ -37,7 +37,7 @@ bool JsonContentType(const httplib::Request& req) {
   return ct.rfind("application/json", 0) == 0;
 }
 
-// Whether the request carries a Content-Length body (chunked bodies are refused before this).
+// Whether the request carries a Content-Length body (chunked ones are refused with 411).
 bool HasBody(const httplib::Request& req) {
   const std::string length = req.get_header_value("Content-Length");
   return !length.empty() && length.find_first_not_of("0 \t") != std::string::npos;
@@ -153,7 +153,7 @@ void HttpServer::Routes() {
     // the refusals that cannot wait, with Connection: close for the client's sake.
     auto reject = [&req, &res](const ApiError& error) {
       SendError(res, error);
-      if (HasBody(req)) res.set_header("Connection", "close");
+      if (HasBody(req) || req.has_header("Transfer-Encoding")) res.set_header("Connection", "close");
       return httplib::Server::HandlerResponse::Handled;
     };
     size_t header_bytes = 0;
@@ -198,17 +198,24 @@ void HttpServer::Routes() {
         SendError(res, ApiError{500, what, "", ""});
       });
 
+  // Every /v1 POST route: admitted here, once its body is read (see the pre-routing handler).
+  auto post = [this, &ctx](const char* path, httplib::Server::Handler handler) {
+    http_->Post(path, [&ctx, handler = std::move(handler)](const httplib::Request& req,
+                                                           httplib::Response& res) {
+      if (std::optional<ApiError> error = AdmissionError(ctx, req)) return SendError(res, *error);
+      handler(req, res);
+    });
+  };
   auto generation = [&ctx](Endpoint endpoint) {
     return [&ctx, endpoint](const httplib::Request& req, httplib::Response& res) {
-      if (std::optional<ApiError> error = AdmissionError(ctx, req)) return SendError(res, *error);
       if (ctx.draining.load()) {
         return SendError(res, ApiError{503, "the server is shutting down", "", ""});
       }
       HandleGeneration(ctx, endpoint, req, res);
     };
   };
-  http_->Post("/v1/completions", generation(Endpoint::kCompletions));
-  http_->Post("/v1/chat/completions", generation(Endpoint::kChat));
+  post("/v1/completions", generation(Endpoint::kCompletions));
+  post("/v1/chat/completions", generation(Endpoint::kChat));
 
   http_->Get("/health", [&ctx](const httplib::Request&, httplib::Response& res) {
     if (ctx.draining.load()) {  // a readiness probe stops routing here while it drains
@@ -263,8 +270,7 @@ void HttpServer::Routes() {
   });
 
   // vLLM's runtime adapter endpoints (VLLM_ALLOW_RUNTIME_LORA_UPDATING): --allow-runtime-lora.
-  http_->Post("/v1/load_lora_adapter", [&ctx](const httplib::Request& req, httplib::Response& res) {
-    if (std::optional<ApiError> error = AdmissionError(ctx, req)) return SendError(res, *error);
+  post("/v1/load_lora_adapter", [&ctx](const httplib::Request& req, httplib::Response& res) {
     if (!ctx.options.allow_runtime_lora || ctx.adapters == nullptr) {
       return SendError(res, ApiError{404, "runtime adapter loading is off (start with "
                                           "--allow-runtime-lora and --lora-dir)", "", ""});
@@ -297,8 +303,7 @@ void HttpServer::Routes() {
     }
     res.set_content("Success: LoRA adapter '" + name + "' added successfully.", "text/plain");
   });
-  http_->Post("/v1/unload_lora_adapter", [&ctx](const httplib::Request& req, httplib::Response& res) {
-    if (std::optional<ApiError> error = AdmissionError(ctx, req)) return SendError(res, *error);
+  post("/v1/unload_lora_adapter", [&ctx](const httplib::Request& req, httplib::Response& res) {
     if (!ctx.options.allow_runtime_lora || ctx.adapters == nullptr) {
       return SendError(res, ApiError{404, "runtime adapter loading is off (start with "
                                           "--allow-runtime-lora)", "", ""});

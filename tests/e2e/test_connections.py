@@ -38,27 +38,48 @@ def test_listen_backlog_holds_a_burst(server):
     assert r.usage.completion_tokens >= 1
 
 
+LONG_STREAM = {"model": "llama_long", "prompt": "long", "max_tokens": 15000, "ignore_eos": True,
+               "stream": True}
+
+
+def one_running_one_waiting(srv, streams):
+    """With --max-num-seqs 1: opens two endless streams into `streams` (the caller closes them)
+    and waits until the second is queued. Returns the first's line iterator: keep it, as
+    collecting it closes that stream."""
+    import requests
+    for i in range(2):
+        streams.append(requests.post(srv.url + "/v1/completions", json=LONG_STREAM, stream=True,
+                                     timeout=60))
+        assert streams[i].status_code == 200
+        if i == 0:
+            lines = streams[0].iter_lines()
+            next(lines)  # the first is running
+    deadline = time.monotonic() + 10
+    while srv.metric("vllm:num_requests_waiting") != 1:
+        assert time.monotonic() < deadline, "the second stream never queued"
+        time.sleep(0.05)
+    return lines
+
+
+def served_again(srv, body):
+    """Once the streams are gone: posts `body` until it is served (10 s); returns the response."""
+    import requests
+    deadline = time.monotonic() + 10
+    while True:
+        r = requests.post(srv.url + "/v1/completions", timeout=60, json=body)
+        if r.status_code == 200 or time.monotonic() > deadline:
+            return r
+        time.sleep(0.1)
+
+
 def test_overload_is_503_with_retry_after(start_server, long_dir):
     # --max-num-seqs 1 --max-waiting 1: one stream runs, one is queued; a third request finds
     # the queue full.
     import requests
     srv = start_server(long_dir, ["--max-num-seqs", "1", "--max-waiting", "1"])
-    body = {"model": "llama_long", "prompt": "long", "max_tokens": 15000, "ignore_eos": True,
-            "stream": True}
     streams = []
     try:
-        streams.append(requests.post(srv.url + "/v1/completions", json=body, stream=True,
-                                     timeout=60))
-        assert streams[0].status_code == 200
-        lines = streams[0].iter_lines()  # keep the generator: collecting it closes the stream
-        next(lines)
-        streams.append(requests.post(srv.url + "/v1/completions", json=body, stream=True,
-                                     timeout=60))
-        assert streams[1].status_code == 200
-        deadline = time.monotonic() + 10
-        while srv.metric("vllm:num_requests_waiting") != 1:
-            assert time.monotonic() < deadline, "the second stream never queued"
-            time.sleep(0.05)
+        lines = one_running_one_waiting(srv, streams)  # noqa: F841 (kept alive)
         r = requests.post(srv.url + "/v1/completions", timeout=30,
                           json={"model": "llama_long", "prompt": "x", "max_tokens": 2})
         assert r.status_code == 503, r.text
@@ -68,13 +89,7 @@ def test_overload_is_503_with_retry_after(start_server, long_dir):
         for s in streams:
             s.close()
     # Once the streams are gone, requests are served again.
-    deadline = time.monotonic() + 10
-    while True:
-        r = requests.post(srv.url + "/v1/completions", timeout=30,
-                          json={"model": "llama_long", "prompt": "x", "max_tokens": 2})
-        if r.status_code == 200 or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
+    r = served_again(srv, {"model": "llama_long", "prompt": "x", "max_tokens": 2})
     assert r.status_code == 200, r.text
 
 
@@ -85,21 +100,9 @@ def test_queue_limit_counts_each_requests_sequences(start_server, long_dir):
     # request larger than the limit is still served.
     import requests
     srv = start_server(long_dir, ["--max-num-seqs", "1", "--max-waiting", "4"])
-    body = {"model": "llama_long", "prompt": "long", "max_tokens": 15000, "ignore_eos": True,
-            "stream": True}
     streams = []
     try:
-        for i in range(2):
-            streams.append(requests.post(srv.url + "/v1/completions", json=body, stream=True,
-                                         timeout=60))
-            assert streams[i].status_code == 200
-            if i == 0:
-                lines = streams[0].iter_lines()
-                next(lines)
-        deadline = time.monotonic() + 10
-        while srv.metric("vllm:num_requests_waiting") != 1:
-            assert time.monotonic() < deadline, "the second stream never queued"
-            time.sleep(0.05)
+        lines = one_running_one_waiting(srv, streams)  # noqa: F841 (kept alive)
         r = requests.post(srv.url + "/v1/completions", timeout=30,
                           json={"model": "llama_long", "prompt": "x", "max_tokens": 2, "n": 4})
         assert r.status_code == 503, r.text
@@ -108,12 +111,6 @@ def test_queue_limit_counts_each_requests_sequences(start_server, long_dir):
     finally:
         for s in streams:
             s.close()
-    deadline = time.monotonic() + 10
-    while True:
-        r = requests.post(srv.url + "/v1/completions", timeout=60,
-                          json={"model": "llama_long", "prompt": "x", "max_tokens": 2, "n": 8})
-        if r.status_code == 200 or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
+    r = served_again(srv, {"model": "llama_long", "prompt": "x", "max_tokens": 2, "n": 8})
     assert r.status_code == 200, r.text
     assert len(r.json()["choices"]) == 8

@@ -70,72 +70,72 @@ float ExpandElement(const float* t, int rank, const std::vector<float>& b, int64
 TEST_F(LoraAvx2, ExpandAndExpandAddMatchScalarAndEachRowAloneBitForBit) {
   for (int rank : {16, 5}) {
     for (int64_t rows : {11, 6, 3, 2, 1}) {
-     for (int64_t out : {77, 211}) {
-      const int64_t ldy = out + 3;
-      using Ranges = std::vector<std::pair<int64_t, int64_t>>;
-      const Ranges ranges = out == 77 ? Ranges{{0, 77}, {16, 40}, {70, 77}, {3, 12}, {0, 56}, {5, 77}}
-                                      : Ranges{{0, 211}, {16, 112}, {3, 150}, {100, 211}, {5, 101}};
-      auto t = RandomNonZeroMean(static_cast<size_t>(rows * rank), 70);
-      auto bf = RandomNonZeroMean(static_cast<size_t>(rank * out), 71);
-      auto y0 = RandomNonZeroMean(static_cast<size_t>(rows * ldy), 72);
-      for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
-        auto bt = As(dt, bf);
-        const auto bp = PackedBt(dt, bf, rank, out);  // what the kernels read
-        std::vector<float> bw(bf.size());  // Bᵀ as the kernels read it (rounded to dt)
-        ConvertToF32(dt, bt.data(), bw.data(), static_cast<int64_t>(bw.size()));
-        for (auto [j0, j1] : ranges) {
-          SCOPED_TRACE(std::string(DTypeName(dt)) + " rank " + std::to_string(rank) + " rows " +
-                       std::to_string(rows) + " cols " + std::to_string(j0) + ".." +
-                       std::to_string(j1));
-          const int64_t width = j1 - j0;
-          std::vector<float> dref(static_cast<size_t>(rows * width)), d(dref.size());
-          LoraExpandScalar(t.data(), rows, rank, dt, bp.data(), out, j0, j1, dref.data());
-          LoraExpandAvx2(t.data(), rows, rank, dt, bp.data(), out, j0, j1, d.data());
-          for (size_t i = 0; i < d.size(); ++i) ASSERT_NEAR(dref[i], d[i], 1e-4f) << i;
-          for (int64_t r = 0; r < rows; ++r) {
-            for (int64_t j = j0; j < j1; ++j) {
-              const float want = ExpandElement(t.data() + r * rank, rank, bw, out, j);
-              ASSERT_EQ(d[static_cast<size_t>(r * width + j - j0)], want)
-                  << "row " << r << " col " << j;
+      for (int64_t out : {77, 211}) {
+        const int64_t ldy = out + 3;
+        using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+        const Ranges ranges = out == 77 ? Ranges{{0, 77}, {16, 40}, {70, 77}, {3, 12}, {0, 56}, {5, 77}}
+                                        : Ranges{{0, 211}, {16, 112}, {3, 150}, {100, 211}, {5, 101}};
+        auto t = RandomNonZeroMean(static_cast<size_t>(rows * rank), 70);
+        auto bf = RandomNonZeroMean(static_cast<size_t>(rank * out), 71);
+        auto y0 = RandomNonZeroMean(static_cast<size_t>(rows * ldy), 72);
+        for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
+          auto bt = As(dt, bf);
+          const auto bp = PackedBt(dt, bf, rank, out);  // what the kernels read
+          std::vector<float> bw(bf.size());  // Bᵀ as the kernels read it (rounded to dt)
+          ConvertToF32(dt, bt.data(), bw.data(), static_cast<int64_t>(bw.size()));
+          for (auto [j0, j1] : ranges) {
+            SCOPED_TRACE(std::string(DTypeName(dt)) + " rank " + std::to_string(rank) + " rows " +
+                         std::to_string(rows) + " cols " + std::to_string(j0) + ".." +
+                         std::to_string(j1));
+            const int64_t width = j1 - j0;
+            std::vector<float> dref(static_cast<size_t>(rows * width)), d(dref.size());
+            LoraExpandScalar(t.data(), rows, rank, dt, bp.data(), out, j0, j1, dref.data());
+            LoraExpandAvx2(t.data(), rows, rank, dt, bp.data(), out, j0, j1, d.data());
+            for (size_t i = 0; i < d.size(); ++i) ASSERT_NEAR(dref[i], d[i], 1e-4f) << i;
+            for (int64_t r = 0; r < rows; ++r) {
+              for (int64_t j = j0; j < j1; ++j) {
+                const float want = ExpandElement(t.data() + r * rank, rank, bw, out, j);
+                ASSERT_EQ(d[static_cast<size_t>(r * width + j - j0)], want)
+                    << "row " << r << " col " << j;
+              }
             }
-          }
-          // The same fma chain as the AVX-512 kernel: equal bits.
-          if (DetectIsa() >= Isa::kAvx512) {
-            std::vector<float> d512(d.size());
-            LoraExpandAvx512(t.data(), rows, rank, dt, bp.data(), out, j0, j1, d512.data());
-            for (size_t i = 0; i < d.size(); ++i) ASSERT_EQ(d512[i], d[i]) << i;
-          }
-          auto a = y0, b = y0, c = y0;
-          LoraExpandAddScalar(t.data(), rows, rank, dt, bp.data(), out, j0, j1, 0.5f, a.data(),
-                              ldy);
-          LoraExpandAddAvx2(t.data(), rows, rank, dt, bp.data(), out, j0, j1, 0.5f, b.data(), ldy);
-          for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4f) << i;
-          for (int64_t r = 0; r < rows; ++r) {
-            for (int64_t j = j0; j < j1; ++j) {
-              const size_t at = static_cast<size_t>(r * ldy + j);
-              ASSERT_EQ(b[at], std::fma(0.5f, ExpandElement(t.data() + r * rank, rank, bw, out, j),
-                                        y0[at]))
-                  << r << " " << j;
+            // The same fma chain as the AVX-512 kernel: equal bits.
+            if (DetectIsa() >= Isa::kAvx512) {
+              std::vector<float> d512(d.size());
+              LoraExpandAvx512(t.data(), rows, rank, dt, bp.data(), out, j0, j1, d512.data());
+              for (size_t i = 0; i < d.size(); ++i) ASSERT_EQ(d512[i], d[i]) << i;
             }
-          }
-          for (int64_t r = 0; r < rows; ++r) {
-            std::vector<float> one(static_cast<size_t>(width));
-            LoraExpandAvx2(t.data() + r * rank, 1, rank, dt, bp.data(), out, j0, j1, one.data());
-            for (int64_t j = 0; j < width; ++j) ASSERT_EQ(one[j], d[r * width + j]) << "row " << r;
-            LoraExpandAddAvx2(t.data() + r * rank, 1, rank, dt, bp.data(), out, j0, j1, 0.5f,
-                              c.data() + r * ldy, ldy);
-          }
-          for (size_t i = 0; i < b.size(); ++i) ASSERT_EQ(b[i], c[i]) << i;
-          for (int64_t r = 0; r < rows; ++r) {  // columns outside [j0, j1) untouched
-            for (int64_t j = 0; j < ldy; ++j) {
-              if (j < j0 || j >= j1) {
-                ASSERT_EQ(b[r * ldy + j], y0[r * ldy + j]) << r << " " << j;
+            auto a = y0, b = y0, c = y0;
+            LoraExpandAddScalar(t.data(), rows, rank, dt, bp.data(), out, j0, j1, 0.5f, a.data(),
+                                ldy);
+            LoraExpandAddAvx2(t.data(), rows, rank, dt, bp.data(), out, j0, j1, 0.5f, b.data(), ldy);
+            for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4f) << i;
+            for (int64_t r = 0; r < rows; ++r) {
+              for (int64_t j = j0; j < j1; ++j) {
+                const size_t at = static_cast<size_t>(r * ldy + j);
+                ASSERT_EQ(b[at], std::fma(0.5f, ExpandElement(t.data() + r * rank, rank, bw, out, j),
+                                          y0[at]))
+                    << r << " " << j;
+              }
+            }
+            for (int64_t r = 0; r < rows; ++r) {
+              std::vector<float> one(static_cast<size_t>(width));
+              LoraExpandAvx2(t.data() + r * rank, 1, rank, dt, bp.data(), out, j0, j1, one.data());
+              for (int64_t j = 0; j < width; ++j) ASSERT_EQ(one[j], d[r * width + j]) << "row " << r;
+              LoraExpandAddAvx2(t.data() + r * rank, 1, rank, dt, bp.data(), out, j0, j1, 0.5f,
+                                c.data() + r * ldy, ldy);
+            }
+            for (size_t i = 0; i < b.size(); ++i) ASSERT_EQ(b[i], c[i]) << i;
+            for (int64_t r = 0; r < rows; ++r) {  // columns outside [j0, j1) untouched
+              for (int64_t j = 0; j < ldy; ++j) {
+                if (j < j0 || j >= j1) {
+                  ASSERT_EQ(b[r * ldy + j], y0[r * ldy + j]) << r << " " << j;
+                }
               }
             }
           }
         }
       }
-     }
     }
   }
 }
