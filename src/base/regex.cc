@@ -15,6 +15,7 @@ constexpr uint32_t kMatchLimit = 100000;
 struct Regex::Code {
   pcre2_code* code = nullptr;
   pcre2_match_context* limits = nullptr;  // kMatchLimit; read-only while matching
+  std::string what;                       // the pattern's origin, for RegexLimitScope
   ~Code() {
     pcre2_match_context_free(limits);
     pcre2_code_free(code);
@@ -36,6 +37,7 @@ StatusOr<Regex> Regex::Compile(const std::string& pattern, const std::string& wh
   r.pattern_ = pattern;
   r.code_ = std::make_shared<Code>();
   r.code_->code = code;
+  r.code_->what = what;
   r.code_->limits = pcre2_match_context_create(nullptr);
   if (r.code_->limits == nullptr) return ResourceExhausted(what + ": out of memory");
   pcre2_set_match_limit(r.code_->limits, kMatchLimit);
@@ -43,22 +45,50 @@ StatusOr<Regex> Regex::Compile(const std::string& pattern, const std::string& wh
 }
 
 namespace {
-bool Match(pcre2_code* code, pcre2_match_context* limits, const std::string& text, uint32_t options) {
+
+thread_local RegexLimitScope* innermost_scope = nullptr;
+
+bool Match(const std::string& pattern, const std::string& what, pcre2_code* code,
+           pcre2_match_context* limits, const std::string& text, uint32_t options) {
   pcre2_match_data* md = pcre2_match_data_create_from_pattern(code, nullptr);
   if (md == nullptr) return false;
   const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), 0,
                              options, md, limits);
   pcre2_match_data_free(md);
+  if (rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT || rc == PCRE2_ERROR_HEAPLIMIT) {
+    RegexLimitScope::Record(what, pattern, text);
+  }
   return rc >= 0;
 }
+
 }  // namespace
 
 bool Regex::FullMatch(const std::string& text) const {
-  return Match(code_->code, code_->limits, text, PCRE2_ANCHORED | PCRE2_ENDANCHORED);
+  return Match(pattern_, code_->what, code_->code, code_->limits, text,
+               PCRE2_ANCHORED | PCRE2_ENDANCHORED);
 }
 
 bool Regex::PrefixMatch(const std::string& text) const {
-  return Match(code_->code, code_->limits, text, PCRE2_ANCHORED);
+  return Match(pattern_, code_->what, code_->code, code_->limits, text, PCRE2_ANCHORED);
+}
+
+RegexLimitScope::RegexLimitScope() : outer_(innermost_scope) { innermost_scope = this; }
+
+RegexLimitScope::~RegexLimitScope() { innermost_scope = outer_; }
+
+void RegexLimitScope::Record(const std::string& what, const std::string& pattern,
+                             const std::string& text) {
+  RegexLimitScope* s = innermost_scope;
+  if (s == nullptr || !s->first_.empty()) return;
+  // Both come from files: at most 200 bytes of each in the message.
+  auto clip = [](const std::string& s) { return s.size() > 200 ? s.substr(0, 200) + "..." : s; };
+  s->first_ = what + ": regular expression '" + clip(pattern) + "' took more than " +
+              std::to_string(kMatchLimit) + " backtracking steps on '" + clip(text) +
+              "' (a nested or ambiguous repetition?); simplify the pattern";
+}
+
+Status RegexLimitScope::status() const {
+  return first_.empty() ? OkStatus() : InvalidArgument(first_);
 }
 
 }  // namespace loom

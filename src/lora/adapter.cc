@@ -74,7 +74,8 @@ void ToF32Vector(const Tensor& t, std::vector<float>* out) {
 
 }  // namespace
 
-StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, const std::string& dir,
+// LoadAdapter without the regex step-limit check (a friend of Adapter).
+StatusOr<std::shared_ptr<const Adapter>> ReadAdapter(const std::string& name, const std::string& dir,
                                                      const SiteTable& sites, int max_rank,
                                                      bool check_weights) {
   const std::string where = "adapter '" + name + "'";
@@ -524,6 +525,15 @@ StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, co
   if (file.ok()) h = HashBytes((*file)->data(), (*file)->size(), h);
   a->content_hash_ = h;
   return std::shared_ptr<const Adapter>(std::move(a));
+}
+
+StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, const std::string& dir,
+                                                     const SiteTable& sites, int max_rank,
+                                                     bool check_weights) {
+  RegexLimitScope limits;  // a timed-out "no match" must not leave a module unadapted silently
+  auto adapter = ReadAdapter(name, dir, sites, max_rank, check_weights);
+  if (Status st = limits.status(); !st.ok()) return InvalidArgument("adapter '" + name + "': " + st.message());
+  return adapter;
 }
 
 }  // namespace loom

@@ -55,7 +55,7 @@ class Adapter {
   int max_rank() const { return max_rank_; }
 
  private:
-  friend StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string&, const std::string&,
+  friend StatusOr<std::shared_ptr<const Adapter>> ReadAdapter(const std::string&, const std::string&,
                                                               const SiteTable&, int, bool);
   std::string name_;
   std::string dir_;
@@ -74,7 +74,9 @@ class Adapter {
 // Loads and validates DIR/adapter_config.json + DIR/adapter_model.safetensors against the base
 // model's projections `sites` (Model::sites()): every tensor consumed, every A with its B, shapes
 // and ranks checked, at least one module attached. `max_rank` 0 = no limit. `check_weights`: every tensor is scanned for
-// NaN/±Inf. Errors start with "adapter 'NAME': ".
+// NaN/±Inf. Errors start with "adapter 'NAME': ". A config regex (target_modules, exclude_modules,
+// rank_pattern, alpha_pattern) that hits its step limit on a module name is an error, whatever
+// else the load found.
 StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, const std::string& dir,
                                                      const SiteTable& sites, int max_rank,
                                                      bool check_weights = true);

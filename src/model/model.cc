@@ -12,6 +12,7 @@
 
 #include "base/check.h"
 #include "base/mmap_file.h"
+#include "base/regex.h"
 #include "lora/adapter.h"
 #include "lora/merge.h"
 #include "model/registry.h"
@@ -69,9 +70,16 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadO
                            "checkpoint; its projections are already quantized, serve it without "
                            "--quantize");
   }
-  RETURN_IF_ERROR(LoadWeights(m->config_, *m->store_, &m->weights_, &m->sites_, &m->site_linears_,
-                              quant ? &*quant : nullptr, &m->quantized_bytes_,
-                              gptq ? &*gptq : nullptr, bnb ? &*bnb : nullptr));
+  {
+    // compressed-tensors targets/ignore and bitsandbytes skip patterns are matched here: one that
+    // hits its step limit is an error, not a projection silently left dense or quantized.
+    RegexLimitScope limits;
+    Status st = LoadWeights(m->config_, *m->store_, &m->weights_, &m->sites_, &m->site_linears_,
+                            quant ? &*quant : nullptr, &m->quantized_bytes_, gptq ? &*gptq : nullptr,
+                            bnb ? &*bnb : nullptr);
+    RETURN_IF_ERROR(limits.status());
+    RETURN_IF_ERROR(st);
+  }
   const ArchEntry* arch = FindArchitecture(m->config_.architecture);
   if (arch && arch->prepare_weights) RETURN_IF_ERROR(arch->prepare_weights(m->config_, &m->weights_));
   if (options.quantize != LoadOptions::Quantization::kNone) RETURN_IF_ERROR(m->Quantize(options));

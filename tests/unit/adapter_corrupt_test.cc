@@ -32,6 +32,19 @@ TEST_F(CorruptAdapterTest, TheUnmodifiedFixtureLoads) {
   EXPECT_EQ((*a)->modules().size(), 6u);
 }
 
+// An alpha_pattern that backtracks past the step limit on a module name: before, the timed-out
+// match counted as "no match" and the module silently got the default alpha (a wrong scale).
+TEST_F(CorruptAdapterTest, AnAlphaPatternPastTheRegexStepLimitIsAnError) {
+  draft_.config["alpha_pattern"] = {{"(?:[a-z_.0-9]+)+[XY]", 3}};
+  ExpectRejected({"adapter_config.json alpha_pattern", "(?:[a-z_.0-9]+)+[XY]",
+                  "took more than 100000 backtracking steps on 'model.layers.", "simplify the pattern"});
+}
+
+TEST_F(CorruptAdapterTest, ATargetModulesRegexPastTheStepLimitIsAnError) {
+  draft_.config["target_modules"] = "(?:[a-z_.0-9]+)+[XY]|.*(q|v)_proj";
+  ExpectRejected({"adapter_config.json target_modules", "took more than 100000 backtracking steps"});
+}
+
 TEST_F(CorruptAdapterTest, WrongShapeOfA) {
   DraftTensor* t = draft_.Find(Key(1, "v_proj", "lora_A.weight"));
   t->shape = {8, 63};

@@ -191,6 +191,9 @@ TEST(CtCorrupt, EachMismatchIsAClearErrorNamingTheTensor) {
        "target 'Embedding' is neither the class \"Linear\""},
       {"ct_w4a16_qwen3", [](json& q) { q["ignore"] = {"lm_head", kQ}; }, keep,
        "missing tensor 'model.layers.0.self_attn.q_proj.weight'"},
+      // An ignore pattern that backtracks past the step limit: an error, not "ignores nothing".
+      {"ct_w4a16_qwen3", [](json& q) { q["ignore"] = {"lm_head", "re:(?:[a-z_.0-9]+)+[XY]"}; }, keep,
+       "ignore: regular expression '(?:[a-z_.0-9]+)+[XY]' took more than 100000 backtracking steps"},
   };
   for (const Case& c : cases) {
     const std::string err = LoadError(EditedCopy(c.model, c.config, c.tensors));
