@@ -167,6 +167,10 @@ int RunGenerate(GenerateArgs& a) {
     }
     std::printf("\n");
   }
+  if (r.finish_reason == FinishReason::kError) {  // e.g. non-finite logits: what came before is printed
+    std::fprintf(stderr, "error: %s\n", r.error.c_str());
+    return 1;
+  }
   return 0;
 }
 

@@ -17,13 +17,18 @@ namespace loom::cli {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
+std::string LoraFolder(const std::string& spec) {
+  const size_t eq = spec.find('=');
+  return eq == std::string::npos ? spec : spec.substr(eq + 1);
+}
+
 StatusOr<std::vector<std::shared_ptr<const Adapter>>> LoadCliAdapters(
     const Model& model, const std::vector<std::string>& specs, int max_rank, bool check_weights) {
   std::vector<std::shared_ptr<const Adapter>> out;
   for (const std::string& spec : specs) {
     const size_t eq = spec.find('=');
     std::string name = eq == std::string::npos ? "" : spec.substr(0, eq);
-    const std::string dir = eq == std::string::npos ? spec : spec.substr(eq + 1);
+    const std::string dir = LoraFolder(spec);
     if (name.empty()) name = fs::path(dir).lexically_normal().filename().string();
     if (name.empty()) name = fs::path(dir).lexically_normal().parent_path().filename().string();
     for (const auto& a : out) {
@@ -41,6 +46,7 @@ json ResultJson(const GenerationResult& r, int logprobs) {
   j["prompt_tokens"] = r.prompt;
   j["generated_tokens"] = r.generated;
   j["finish_reason"] = FinishReasonName(r.finish_reason);
+  if (r.finish_reason == FinishReason::kError) j["error"] = r.error;
   if (logprobs > 0) {
     json steps = json::array();
     for (const auto& top : r.top_logprobs) {
@@ -88,12 +94,17 @@ int RunBatchFile(Model* model, const std::vector<std::shared_ptr<const Adapter>>
   auto results = engine.RunToCompletion();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   json out = json::array();
-  size_t generated = 0;
+  size_t generated = 0, failed = 0;
   for (int64_t id : ids) {
     for (const auto& r : results) {
       if (r.id != id) continue;
       json j = ResultJson(r, logprobs_of[out.size()]);
       j["adapter"] = entries[out.size()].adapter_field;
+      if (r.finish_reason == FinishReason::kError) {
+        std::fprintf(stderr, "error: --batch %s entry %zu: %s\n", batch_path.c_str(), out.size(),
+                     r.error.c_str());
+        ++failed;
+      }
       out.push_back(j);
       generated += r.generated.size();
     }
@@ -101,7 +112,7 @@ int RunBatchFile(Model* model, const std::vector<std::shared_ptr<const Adapter>>
   std::fprintf(stderr, "%zu sequences, %zu tokens generated in %.2f s (%.1f tokens/s) in %lld steps\n",
                ids.size(), generated, secs, generated / secs, static_cast<long long>(engine.steps()));
   std::printf("%s\n", JsonToString(out).c_str());
-  return 0;
+  return failed > 0 ? 1 : 0;  // every entry's result is printed; a failed one fails the run
 }
 
 namespace {
@@ -216,8 +227,7 @@ struct MergeArgs {
 
 int RunMerge(const MergeArgs& a) {
   // The output rules first: nothing is loaded (or written) for an --out that would be refused.
-  const size_t eq = a.lora.find('=');
-  const std::string lora_dir = eq == std::string::npos ? a.lora : a.lora.substr(eq + 1);
+  const std::string lora_dir = LoraFolder(a.lora);
   if (auto out = CheckMergeOutput(a.model, lora_dir, a.out); !out.ok()) {
     std::fprintf(stderr, "error: %s\n", out.status().message().c_str());
     return 2;

@@ -16,6 +16,9 @@ namespace loom::cli {
 RunFn AddInspectCommand(CLI::App& app);
 RunFn AddMergeCommand(CLI::App& app);
 
+// The folder of a "NAME=DIR" or "DIR" spec ("" for "").
+std::string LoraFolder(const std::string& spec);
+
 // "NAME=DIR" or "DIR" (name = the folder's name) → loaded adapters, in order.
 StatusOr<std::vector<std::shared_ptr<const Adapter>>> LoadCliAdapters(
     const Model& model, const std::vector<std::string>& specs, int max_rank,

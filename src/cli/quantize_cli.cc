@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/file.h"
+#include "base/output_file.h"
 #include "base/json.h"
 #include "cli/commands.h"
 #include "cli/lora_cli.h"
@@ -71,6 +72,13 @@ int RunPerplexity(const PerplexityArgs& a) {
     std::fprintf(stderr, "error: %s\n", st.message().c_str());
     return code;
   };
+  std::string per_token;  // resolved before any work: never one of the inputs
+  if (!a.per_token.empty()) {
+    auto out = CheckOutputFile(a.per_token, "--per-token",
+                               {{"--model", a.model}, {"--text", a.text}, {"--lora", LoraFolder(a.lora)}});
+    if (!out.ok()) return fail(out.status(), 2);
+    per_token = *out;
+  }
   auto text = ReadFileBounded(a.text, kMaxRequestFileBytes);
   if (!text.ok()) return fail(text.status(), 2);
   auto tok = tokenizer::Tokenizer::FromModelDir(a.model, tokenizer::TokenizerMode::kAuto);
@@ -91,13 +99,11 @@ int RunPerplexity(const PerplexityArgs& a) {
   auto r = ComputePerplexity(model->get(), *ids, a.ctx, adapter);
   if (!r.ok()) return fail(r.status(), 2);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (!a.per_token.empty()) {
+  if (!per_token.empty()) {
     // One JSON list of every scored token's NLL (for comparing two runs token by token).
-    FILE* f = std::fopen(a.per_token.c_str(), "wb");
-    if (f == nullptr) return fail(InvalidArgument("--per-token " + a.per_token + ": cannot open for writing"), 2);
-    const std::string text = JsonToString(nlohmann::json(r->token_nll)) + "\n";
-    const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-    if (std::fclose(f) != 0 || !ok) return fail(Internal("--per-token " + a.per_token + ": write failed"), 1);
+    Status st = ReplaceFileAtomically(per_token, JsonToString(nlohmann::json(r->token_nll)) + "\n",
+                                      "--per-token");
+    if (!st.ok()) return fail(st, 1);
   }
   std::string weights = (*model)->prequantized().empty() ? "file dtype" : (*model)->prequantized();
   if (load.quantize == LoadOptions::Quantization::kInt8) weights = "int8";
@@ -120,7 +126,8 @@ int RunPerplexity(const PerplexityArgs& a) {
                 r->Perplexity(), weights.c_str(), static_cast<long long>(r->predicted),
                 static_cast<long long>(r->windows), a.ctx, r->nll_sum / static_cast<double>(r->predicted));
   }
-  std::fprintf(stderr, "scored %zu tokens in %.2f s\n", ids->size(), secs);
+  std::fprintf(stderr, "read %zu tokens, scored %lld in %.2f s\n", ids->size(),
+               static_cast<long long>(r->predicted), secs);
   return 0;
 }
 

@@ -134,15 +134,23 @@ bool Engine::Abort(int64_t id) {
 const Adapter* Engine::AdapterOf(const Sequence& seq) const { return seq.request.adapter.get(); }
 
 void Engine::Finish(Sequence* seq, FinishReason reason, SequenceUpdate* update) {
-  seq->result.finish_reason = reason;
-  update->finish_reason = reason;
   // Whatever the detokenizer and the stop checker still hold is final text, unless a stop
   // string ended the sequence (then nothing after it is returned).
   if (seq->detokenizer != nullptr && seq->result.stop_reason.empty()) {
     std::string matched;
     update->text += seq->stop.Add(seq->detokenizer->Finish(), &matched);
-    if (matched.empty()) update->text += seq->stop.Flush();
+    if (matched.empty()) {
+      update->text += seq->stop.Flush();
+    } else if (reason == FinishReason::kLength) {
+      // The held-back tail (an unfinished UTF-8 sequence flushed as U+FFFD, a byte-fallback
+      // run) completed a stop string: as vLLM, which checks stop strings before max_tokens.
+      reason = FinishReason::kStop;
+      seq->result.stop_reason = matched;
+      update->stop_reason = matched;
+    }
   }
+  seq->result.finish_reason = reason;
+  update->finish_reason = reason;
   if (seq->detokenizer != nullptr) seq->result.text = seq->stop.text();
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 
 #include "ops/basic_ops.h"
@@ -60,7 +61,12 @@ void Sampler::ApplyPenalties(float* logits, int vocab) {
     for (int t = 0; t < vocab; ++t) {
       if (!seen[static_cast<size_t>(t)]) continue;
       float& l = logits[t];
-      l = l > 0 ? l / params_.repetition_penalty : l * params_.repetition_penalty;
+      // A finite logit stays finite: a penalty below ~1e-37 (valid: > 0) turned a positive one
+      // into +inf, which the non-finite check then blamed on the model's weights. A non-finite
+      // one (the model's) is left for that check.
+      const float v = l > 0 ? l / params_.repetition_penalty : l * params_.repetition_penalty;
+      constexpr float kMax = std::numeric_limits<float>::max();
+      l = std::isfinite(l) ? std::clamp(v, -kMax, kMax) : v;
     }
   }
   if (params_.presence_penalty != 0 || params_.frequency_penalty != 0) {

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <type_traits>
@@ -59,6 +61,16 @@ Status ReadStringOrList(const json& v, const std::string& where, const char* key
   return OkStatus();
 }
 
+// The scale (alpha / r, or alpha / sqrt(r)) multiplies f32 deltas: an alpha past f32's range
+// (1e300 is a finite JSON number) would make every delta infinite, and a merge write Inf weights.
+Status CheckAlphaFitsFloat(double alpha, const std::string& field, const std::string& where) {
+  if (std::fabs(alpha) <= std::numeric_limits<float>::max()) return OkStatus();
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", alpha);
+  return InvalidArgument(where + ": " + field + " " + text +
+                         " is beyond float range (3.4e38): the adapter's scale would be infinite");
+}
+
 // `v` must stay an ordered_json: converting it to json (a std::map) would sort the keys, and
 // PEFT takes the first matching key in file order.
 template <typename T>
@@ -80,8 +92,9 @@ Status ReadPattern(const nlohmann::ordered_json& v, const std::string& where, co
     }
     if constexpr (std::is_floating_point_v<T>) {
       double alpha = 0;
-      RETURN_IF_ERROR(JsonValueToFloat(it.value(), std::string(key) + " value for '" + it.key() + "'",
-                                       where, &alpha));
+      const std::string field = std::string(key) + " value for '" + it.key() + "'";
+      RETURN_IF_ERROR(JsonValueToFloat(it.value(), field, where, &alpha));
+      RETURN_IF_ERROR(CheckAlphaFitsFloat(alpha, field, where));
     }
     // Same as PEFT get_pattern_key: re.match(rf"(.*\.)?({key})$", module_path).
     ASSIGN_OR_RETURN(Regex re, Regex::Compile("(.*\\.)?(" + it.key() + ")$", where + " " + key));
@@ -124,6 +137,7 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
   }
   c.lora_alpha = 8.0;  // PEFT default when absent; a string or a non-finite value is an error
   RETURN_IF_ERROR(GetOptionalFloat(j, "lora_alpha", where, &c.lora_alpha));
+  RETURN_IF_ERROR(CheckAlphaFitsFloat(c.lora_alpha, "lora_alpha", where));
   for (const char* key : {"use_rslora", "use_dora", "lora_bias"}) {
     const json v = get(key);
     if (!v.is_null() && !v.is_boolean()) return InvalidArgument(where + ": " + key + " must be true or false");

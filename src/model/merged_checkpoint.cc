@@ -18,6 +18,7 @@
 #include "io/safetensors.h"
 #include "lora/merge.h"
 #include "model/model.h"
+#include "tensor/finite.h"
 
 namespace loom {
 
@@ -87,12 +88,14 @@ Status WriteCheckpointInto(const std::string& model_dir, const Model& model,
   auto fill = [&](const TensorSpec& spec, void* dst) -> Status {
     const bool head = spec.name == "lm_head.weight";
     const Tensor base = head && untie ? model.weights().embed : *store.Get(spec.name);
+    bool merged = true;
     if (auto it = adapted.find(spec.name); it != adapted.end()) {
       MergeLinearWeight(base, *it->second, dst);
     } else if (spec.name == "model.embed_tokens.weight" && adapter.embedding()) {
       MergeEmbedding(base, *adapter.embedding(), dst);
     } else {
       std::memcpy(dst, base.data, base.nbytes());
+      merged = false;
     }
     if (spec.name.size() > 5 && spec.name.compare(spec.name.size() - 5, 5, ".bias") == 0) {
       const std::string module = spec.name.substr(0, spec.name.size() - 5);
@@ -102,6 +105,20 @@ Status WriteCheckpointInto(const std::string& model_dir, const Model& model,
         ConvertToF32(base.dtype, base.data, b.data(), base.numel());
         for (size_t j = 0; j < b.size(); ++j) b[j] += lw->scale * lw->bias[j];
         ConvertFromF32(base.dtype, b.data(), dst, base.numel());
+        merged = true;
+      }
+    }
+    // A sum can overflow the file's dtype (f16 tops out at 65504): loom refuses to load NaN/Inf
+    // weights, so a merge must not write them.
+    if (merged) {
+      const Tensor out{spec.dtype, spec.shape, dst};
+      if (const int64_t bad = FindNonFinite(out.dtype, dst, out.numel()); bad >= 0) {
+        const int64_t cols = out.shape.size() == 2 ? out.shape[1] : out.numel();
+        return InvalidArgument("merging adapter '" + adapter.name() + "': merged tensor '" +
+                               spec.name + "' (" + ShapeString(out.shape) + " " +
+                               DTypeName(out.dtype) + ") is not finite at row " +
+                               std::to_string(bad / cols) + ", column " + std::to_string(bad % cols) +
+                               ": weight + delta overflows the file's dtype; nothing was written");
       }
     }
     return OkStatus();

@@ -311,8 +311,11 @@ bool ParseOpenAiRequest(const std::string& body, Endpoint endpoint, OpenAiReques
   Parser p{j, error};
   // n first: best_of is checked against it.
   if (j.contains("n") && !handlers["n"](p, j["n"], out)) return false;
+  // max_completion_tokens last: when both are sent it wins over max_tokens whatever the key
+  // order (vLLM: max_completion_tokens or max_tokens).
+  const bool completion_tokens_last = handlers.count("max_completion_tokens") > 0;
   for (auto it = j.begin(); it != j.end(); ++it) {
-    if (it.key() == "n") continue;
+    if (it.key() == "n" || (completion_tokens_last && it.key() == "max_completion_tokens")) continue;
     // Sampling fields: one parser for the server and the CLI's --batch files.
     Status sampling;
     if (ParseSamplingField(it.key(), it.value(), &out->params, &sampling)) {
@@ -329,6 +332,10 @@ bool ParseOpenAiRequest(const std::string& body, Endpoint endpoint, OpenAiReques
       return false;
     }
     if (!h->second(p, it.value(), out)) return false;
+  }
+  if (completion_tokens_last && j.contains("max_completion_tokens") &&
+      !handlers["max_completion_tokens"](p, j["max_completion_tokens"], out)) {
+    return false;
   }
   if (out->model.empty()) {
     *error = BadRequest("model", "model is required");

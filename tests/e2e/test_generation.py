@@ -192,6 +192,33 @@ def test_stop_string(server, width, stream):
     assert ids == full.token_ids[:k + width]
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["full", "stream"])
+def test_stop_string_completed_by_the_final_flush(server, stream):
+    # The last token is an unfinished UTF-8 byte: only the flush at max_tokens turns it into
+    # U+FFFD. A stop string completed there ends the sequence as "stop" with its stop_reason
+    # (it was cut from the text but reported as "length" with stop_reason null).
+    kw = dict(model=BASE, prompt="x", max_tokens=8, temperature=100,
+              extra_body={"ignore_eos": True, "return_token_ids": True})
+    for seed in range(300):
+        c = server.client().completions.create(seed=seed, **kw).choices[0]
+        if c.text.endswith("\ufffd") and c.text.count("\ufffd") == 1 and c.token_ids[-1] >= 0xC0:
+            break
+    else:
+        pytest.fail("no seed gave a completion ending in one unfinished UTF-8 byte")
+    if not stream:
+        s = server.client().completions.create(seed=seed, stop=["\ufffd"], **kw).choices[0]
+        text, finish, stop_reason = s.text, s.finish_reason, s.stop_reason
+    else:
+        text, finish, stop_reason = "", None, None
+        for ch in server.client().completions.create(seed=seed, stop=["\ufffd"], stream=True, **kw):
+            for ci in ch.choices:
+                text += ci.text
+                if ci.finish_reason:
+                    finish, stop_reason = ci.finish_reason, ci.stop_reason
+    assert text == c.text[:-1]
+    assert (finish, stop_reason) == ("stop", "\ufffd")
+
+
 def test_stop_string_include_in_output(server):
     prompt, full, k, stop = _find_stop(server, 2)
     r = complete(server, BASE, prompt, max_tokens=48, stop=stop,

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "adversarial_util.h"
+#include "checkpoint_edit_util.h"
 #include "io/safetensors.h"
 #include "lora/adapter.h"
 #include "lora/merge.h"
@@ -100,6 +101,33 @@ TEST_F(AdversarialMerge, NewOrEmptyOutIsWrittenAndLoadsAndNoTemporaryFolderIsLef
   EXPECT_EQ(Snapshot(model_dir_), with_link);
   EXPECT_EQ(Snapshot(adapter_dir_), adapter_before);
   (void)inputs_before;
+}
+
+// Finite adapter tensors whose product overflows f32: the merged weight would hold Inf, which
+// loom itself refuses to load. The merge fails naming the tensor and writes nothing.
+TEST_F(AdversarialMerge, AMergedWeightThatOverflowsIsAnErrorAndNothingIsWritten) {
+  testutil::RawFile raw = testutil::ReadRaw(adapter_dir_ + "/adapter_model.safetensors");
+  int scaled = 0;
+  for (auto& [name, t] : raw) {
+    if (t.dtype != "F32" || !Contains(name, "layers.1.self_attn.v_proj.lora_")) continue;
+    for (size_t i = 0; i + 4 <= t.bytes.size(); i += 4) {
+      float v;
+      std::memcpy(&v, t.bytes.data() + i, 4);
+      v = v * 1e20f;  // finite (|A|, |B| < 1e21); products reach ~1e40
+      std::memcpy(t.bytes.data() + i, &v, 4);
+    }
+    ++scaled;
+  }
+  ASSERT_EQ(scaled, 2);
+  testutil::WriteRaw(adapter_dir_ + "/adapter_model.safetensors", raw);
+  auto big = LoadAdapter("big", adapter_dir_, model_->sites(), 0);
+  ASSERT_TRUE(big.ok()) << big.status().ToString();
+  const std::string out = dir_.Path("out");
+  Status st = WriteMergedCheckpoint(model_dir_, *model_, **big, out, 1 << 30);
+  EXPECT_STATUS(st, StatusCode::kInvalidArgument, "merging adapter 'big'",
+                "merged tensor 'model.layers.1.self_attn.v_proj.weight' ([32, 64] ",
+                "is not finite at row 0, column 0", "nothing was written");
+  EXPECT_FALSE(fs::exists(out));
 }
 
 }  // namespace

@@ -180,6 +180,11 @@ std::vector<RejectCase> RejectCases() {
       {"bad_exclude_regex",
        Config({{"exclude_modules", "[q_proj"}}),
        {"exclude_modules", "invalid regular expression"}},
+      // Finite JSON numbers whose scale is not finite in f32 (every delta would be Inf).
+      {"alpha_past_float", Config({{"lora_alpha", 1e300}}),
+       {"lora_alpha 1e+300 is beyond float range", "scale would be infinite"}},
+      {"alpha_pattern_past_float", Config({{"alpha_pattern", {{"q_proj", -4e38}}}}),
+       {"alpha_pattern value for 'q_proj' -4e+38 is beyond float range"}},
       {"bad_rank_pattern_key",
        Config({{"rank_pattern", {{"q_proj(", 4}}}}),
        {"rank_pattern", "invalid regular expression", "q_proj("}},

@@ -55,6 +55,20 @@ TEST(OpenAiRequest, ParsesChatFields) {
   EXPECT_TRUE(r.chat_template_kwargs.is_object());
 }
 
+// vLLM takes `max_completion_tokens or max_tokens`: the former wins in either key order, and
+// later errors name it.
+TEST(OpenAiRequest, MaxCompletionTokensWinsOverMaxTokensInAnyOrder) {
+  for (const char* body :
+       {R"({"model":"m","messages":[{"role":"user","content":"hi"}],"max_completion_tokens":5,"max_tokens":3})",
+        R"({"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":3,"max_completion_tokens":5})"}) {
+    OpenAiRequest r;
+    ApiError err;
+    ASSERT_TRUE(ParseOpenAiRequest(body, Endpoint::kChat, &r, &err)) << err.message;
+    EXPECT_EQ(r.params.max_tokens, 5) << body;
+    EXPECT_EQ(r.max_tokens_field, "max_completion_tokens") << body;
+  }
+}
+
 TEST(OpenAiRequest, RejectsNamingTheField) {
   EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","bogus":1})").param, "bogus");
   EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","max_tokens":-1})").param, "max_tokens");

@@ -118,6 +118,19 @@ TEST(Sampler, PenaltiesFollowVllmFormulas) {
   EXPECT_EQ(Draw(p, neg, &s), 2);
 }
 
+// A valid but tiny repetition_penalty (> 0) divides a positive logit past f32's range: the
+// result stays finite (it was +inf, which the non-finite check reported as a broken model).
+TEST(Sampler, ATinyRepetitionPenaltyKeepsLogitsFinite) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.repetition_penalty = 1e-38f;
+  p.logprobs = 0;
+  Sampler s(p, {1});
+  std::vector<float> l = {3.0f, 2.0f, -1.0f};
+  const auto t = Draw(p, l, &s);
+  EXPECT_EQ(t, 1);  // 2 / 1e-38 → FLT_MAX, the largest
+}
+
 TEST(Sampler, LogprobsComeFromTheUnpenalisedDistribution) {
   SamplingParams p;
   p.temperature = 0;

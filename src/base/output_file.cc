@@ -1,0 +1,105 @@
+// CheckOutputFile / ReplaceFileAtomically: an output flag never names an input; writes are whole.
+#include "base/output_file.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+namespace loom {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+bool SameInode(const fs::path& a, const struct stat& b) {
+  struct stat st {};
+  return ::stat(a.c_str(), &st) == 0 && st.st_dev == b.st_dev && st.st_ino == b.st_ino;
+}
+
+// `path` or a folder above it is `input` (by inode: bind mounts, hard-linked files).
+bool IsOrIsUnder(const fs::path& path, const struct stat& input) {
+  for (fs::path p = path;; p = p.parent_path()) {
+    if (SameInode(p, input)) return true;
+    if (p == p.parent_path() || p.empty()) return false;
+  }
+}
+
+}  // namespace
+
+StatusOr<std::string> CheckOutputFile(const std::string& path, const std::string& flag,
+                                      const std::vector<std::pair<std::string, std::string>>& inputs) {
+  if (path.empty()) return InvalidArgument(flag + ": empty path");
+  std::error_code ec;
+  const fs::file_status st = fs::symlink_status(path, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory) {
+    return InvalidArgument(flag + " " + path + ": " + ec.message());
+  }
+  const bool exists = !ec && fs::exists(st);
+  ec.clear();
+  if (exists && fs::is_symlink(st)) {
+    return InvalidArgument(flag + " " + path + " is a symbolic link; name the file itself");
+  }
+  if (exists && !fs::is_regular_file(st)) {
+    return InvalidArgument(flag + " " + path + " exists and is not a regular file");
+  }
+  fs::path real = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  if (ec) return InvalidArgument(flag + " " + path + ": cannot resolve: " + ec.message());
+  if (real.filename().empty()) return InvalidArgument(flag + " " + path + ": names a folder, not a file");
+  struct stat parent {};
+  if (::stat(real.parent_path().c_str(), &parent) != 0 || !S_ISDIR(parent.st_mode)) {
+    return InvalidArgument(flag + " " + path + ": its folder " + real.parent_path().string() +
+                           " does not exist");
+  }
+  for (const auto& [in_flag, input] : inputs) {
+    if (input.empty()) continue;
+    struct stat in {};
+    if (::stat(input.c_str(), &in) != 0) continue;  // the input's own check reports it
+    const fs::path in_real = fs::weakly_canonical(fs::absolute(input, ec), ec);
+    ec.clear();
+    const bool clash = (exists && SameInode(real, in)) || IsOrIsUnder(real.parent_path(), in) ||
+                       real == in_real;
+    if (clash) {
+      return InvalidArgument(flag + " " + path + " is " +
+                             (S_ISDIR(in.st_mode) ? "inside " : "") + in_flag + " " + input +
+                             "; loom never writes into its inputs");
+    }
+  }
+  return real.string();
+}
+
+Status ReplaceFileAtomically(const std::string& path, const std::string& bytes, const std::string& flag) {
+  const fs::path real(path);
+  std::string name = ".";
+  name.append(real.filename().string()).append(".loom-XXXXXX");
+  std::string tmpl = (real.parent_path() / name).string();
+  const int fd = ::mkstemp(tmpl.data());
+  if (fd < 0) return Internal(flag + " " + path + ": cannot create a file beside it: " + std::strerror(errno));
+  ::fchmod(fd, 0644);
+  size_t done = 0;
+  bool ok = true;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ok = false;
+      break;
+    }
+    done += static_cast<size_t>(n);
+  }
+  const int saved = errno;
+  ok = ok && ::fsync(fd) == 0;
+  if (::close(fd) != 0) ok = false;
+  if (!ok || ::rename(tmpl.c_str(), real.c_str()) != 0) {
+    const std::string why = std::strerror(ok ? errno : saved);
+    ::unlink(tmpl.c_str());
+    return Internal(flag + " " + path + ": write failed: " + why);
+  }
+  return OkStatus();
+}
+
+}  // namespace loom

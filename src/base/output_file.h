@@ -1,0 +1,29 @@
+// Output files named by a flag (e.g. perplexity --per-token): never one of the command's inputs,
+// written whole or not at all (a temporary file beside it, renamed over it at the end).
+//
+//   ASSIGN_OR_RETURN(std::string out, CheckOutputFile(path, "--per-token",
+//                                                     {{"--model", model_dir}, {"--text", text}}));
+//   ... the work ...
+//   RETURN_IF_ERROR(ReplaceFileAtomically(out, bytes, "--per-token"));
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/status.h"
+
+namespace loom {
+
+// Checked before any work: `path` (resolved: symlinks, "." and "..") must not be, by path or by
+// inode, an input file nor lie inside an input folder; `inputs` are (flag, path) pairs, an
+// empty path skipped. `path` itself must not be a symbolic link, a folder or a special file (an
+// existing regular file is replaced, as `-o` does). Returns the resolved path to write.
+StatusOr<std::string> CheckOutputFile(const std::string& path, const std::string& flag,
+                                      const std::vector<std::pair<std::string, std::string>>& inputs);
+
+// Writes `bytes` to a new file beside `path` and renames it over `path` (after fsync): a reader
+// sees the old file or the whole new one, and a failure leaves `path` as it was.
+Status ReplaceFileAtomically(const std::string& path, const std::string& bytes, const std::string& flag);
+
+}  // namespace loom

@@ -1,0 +1,79 @@
+// CheckOutputFile / ReplaceFileAtomically: an output flag can name no input, by any spelling.
+#include "base/output_file.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace loom {
+namespace {
+
+namespace fs = std::filesystem;
+
+class OutputFile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (fs::temp_directory_path() / "loom_out_XXXXXX").string();
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    root_ = tmpl;
+    fs::create_directories(root_ / "model" / "sub");
+    Write(root_ / "model" / "model.safetensors", "weights");
+    Write(root_ / "text.txt", "text");
+  }
+  void TearDown() override { fs::remove_all(root_); }
+  static void Write(const fs::path& p, const std::string& s) { std::ofstream(p) << s; }
+  static std::string Read(const fs::path& p) {
+    std::stringstream ss;
+    ss << std::ifstream(p).rdbuf();
+    return ss.str();
+  }
+  StatusOr<std::string> Check(const fs::path& out) {
+    return CheckOutputFile(out.string(), "--out-file",
+                           {{"--model", (root_ / "model").string()}, {"--text", (root_ / "text.txt").string()},
+                            {"--lora", ""}});
+  }
+  fs::path root_;
+};
+
+TEST_F(OutputFile, AnInputByAnySpellingIsRefused) {
+  fs::create_symlink(root_ / "model", root_ / "model_link");
+  fs::create_hard_link(root_ / "text.txt", root_ / "hard.txt");
+  fs::create_symlink(root_ / "text.txt", root_ / "sym.txt");
+  const std::pair<fs::path, std::string> cases[] = {
+      {root_ / "model" / "model.safetensors", "is inside --model"},
+      {root_ / "model" / "new.json", "is inside --model"},
+      {root_ / "model" / "sub" / ".." / "x.json", "is inside --model"},
+      {root_ / "model_link" / "x.json", "is inside --model"},
+      {root_ / "text.txt", "is --text"},
+      {root_ / "hard.txt", "is --text"},
+      {root_ / "sym.txt", "is a symbolic link"},
+      {root_ / "model", "is not a regular file"},
+      {root_ / "missing" / "x.json", "does not exist"},
+  };
+  for (const auto& [path, fragment] : cases) {
+    auto r = Check(path);
+    ASSERT_FALSE(r.ok()) << path;
+    EXPECT_NE(r.status().message().find(fragment), std::string::npos) << r.status().message();
+  }
+  EXPECT_EQ(Read(root_ / "text.txt"), "text");
+  EXPECT_EQ(Read(root_ / "model" / "model.safetensors"), "weights");
+}
+
+TEST_F(OutputFile, ANewOrExistingFileElsewhereIsReplacedWhole) {
+  for (const fs::path& p : {root_ / "new.json", root_ / "old.json"}) {
+    if (p.filename() == "old.json") Write(p, "a much longer old content than the new one");
+    auto r = Check(p);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_TRUE(ReplaceFileAtomically(*r, "[1,2]\n", "--out-file").ok());
+    EXPECT_EQ(Read(p), "[1,2]\n");
+  }
+  for (const auto& e : fs::directory_iterator(root_)) {
+    EXPECT_EQ(e.path().filename().string().find(".loom-"), std::string::npos) << e.path();
+  }
+}
+
+}  // namespace
+}  // namespace loom
