@@ -25,8 +25,13 @@ struct ChatArgs {
   std::string system;
   SamplingParams params;
   int64_t seed = -1;
+  int max_model_len = 0;  // 0: the model's max_position_embeddings, at most kChatDefaultMaxLen
   bool no_check_weights = false;
 };
+
+// The default conversation length: a 128k-context model's whole window would size the KV cache
+// (f32 K and V of every layer) at tens of GiB.
+constexpr int kChatDefaultMaxLen = 32768;
 
 int Fail(const std::string& message, int code = 1) {
   std::fprintf(stderr, "error: %s\n", message.c_str());
@@ -49,8 +54,21 @@ int RunChat(ChatArgs& a) {
     if (a.model.empty()) return Fail("no --model given and the bundled demo model (models/demo) was not found", 2);
   }
   if (a.seed >= 0) a.params.seed = static_cast<uint64_t>(a.seed);
+  // The flags are checked once, before the model loads (a bad one used to be reported on every
+  // turn, and the command still exited 0).
+  if (Status st = a.params.Validate(INT32_MAX); !st.ok()) return Fail(st.message(), 2);
   auto model = Model::Load(a.model, LoadOptionsFromFlags(a.no_check_weights));
   if (!model.ok()) return Fail(model.status().message());
+  const int mpe = (*model)->config().max_position_embeddings;
+  if (a.max_model_len > mpe) {
+    return Fail("--max-model-len " + std::to_string(a.max_model_len) +
+                    " exceeds the model's max_position_embeddings " + std::to_string(mpe),
+                2);
+  }
+  const int max_model_len = a.max_model_len > 0 ? a.max_model_len : std::min(mpe, kChatDefaultMaxLen);
+  if (Status st = (*model)->CheckKvCacheTokens(max_model_len); !st.ok()) {
+    return Fail("--max-model-len " + std::to_string(max_model_len) + ": " + st.message(), 2);
+  }
   auto tok = tokenizer::Tokenizer::FromModelDir(
       a.model, *tokenizer::ParseTokenizerMode(a.tokenizer_mode));
   if (!tok.ok()) return Fail(tok.status().message());
@@ -63,9 +81,9 @@ int RunChat(ChatArgs& a) {
   auto adapters = LoadCliAdapters(**model, specs, 0, !a.no_check_weights);
   if (!adapters.ok()) return Fail(adapters.status().message());
 
-  const ModelConfig& config = (*model)->config();
   EngineOptions options;
-  options.kv_cache_tokens = config.max_position_embeddings;
+  options.kv_cache_tokens = max_model_len;
+  options.max_model_len = max_model_len;
   Engine engine(model->get(), options, tok->get());
   engine.set_emit_updates(true);
   const int slot = adapters->empty() ? -1 : engine.AddAdapter(adapters->front());
@@ -157,6 +175,9 @@ RunFn AddChatCommand(CLI::App& cmd) {
                  "one PEFT adapter: DIR, NAME=DIR, or the name of a bundled demo adapter");
   cmd.add_option("--system", a->system, "a system message starting the conversation");
   AddSamplingFlags(&cmd, &a->params, &a->seed);
+  cmd.add_option("--max-model-len", a->max_model_len,
+                 "longest conversation in tokens (default: the model's context, at most 32768)")
+      ->check(CLI::Range(1, INT32_MAX));
   AddNoCheckWeightsFlag(&cmd, &a->no_check_weights);
   return [a] { return RunChat(*a); };
 }

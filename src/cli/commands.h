@@ -24,6 +24,12 @@ RunFn AddChatCommand(CLI::App& app);
 RunFn AddQuantizeCommand(CLI::App& app);    // quantize_cli.cc
 RunFn AddPerplexityCommand(CLI::App& app);  // quantize_cli.cc
 
+// A CLI11 check: decimal digits only, at most `max` (no sign, no wrap, no saturation).
+CLI::Validator DecimalInteger(uint64_t max);
+// An error when any global quantize flag was given to a command that does not load a model to
+// serve it (quantize, merge, tokenize, detokenize), where it would be ignored silently.
+Status RejectGlobalQuantizeFlags(const std::string& command);
+
 // Sampling flags shared by commands (--temperature, --top-k, ...).
 void AddSamplingFlags(CLI::App* cmd, SamplingParams* params, int64_t* seed);
 

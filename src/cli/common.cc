@@ -10,25 +10,6 @@
 
 namespace loom::cli {
 
-void AddSamplingFlags(CLI::App* cmd, SamplingParams* p, int64_t* seed) {
-  cmd->add_option("--max-tokens", p->max_tokens, "tokens to generate")->capture_default_str();
-  cmd->add_option("--temperature", p->temperature, "0 = greedy")->capture_default_str();
-  cmd->add_option("--top-k", p->top_k, "keep the k most likely tokens (0 = off)");
-  cmd->add_option("--top-p", p->top_p, "nucleus sampling mass (1 = off)");
-  cmd->add_option("--min-p", p->min_p, "drop tokens below min_p × the top probability");
-  cmd->add_option("--repetition-penalty", p->repetition_penalty, "1 = off");
-  cmd->add_option("--presence-penalty", p->presence_penalty, "0 = off");
-  cmd->add_option("--frequency-penalty", p->frequency_penalty, "0 = off");
-  cmd->add_option("--seed", *seed, "random seed (same seed → same tokens)");
-  cmd->add_option("--logprobs", p->logprobs, "top-N log-probs per generated token");
-  cmd->add_flag("--ignore-eos", p->ignore_eos, "keep generating after end-of-sequence");
-}
-
-void AddNoCheckWeightsFlag(CLI::App* cmd, bool* no_check_weights) {
-  cmd->add_flag("--no-check-weights", *no_check_weights,
-                "skip the check that every weight is finite (no NaN/Inf) at load");
-}
-
 namespace {
 struct QuantizeFlags {
   std::string scheme = "none";
@@ -41,6 +22,56 @@ QuantizeFlags& GlobalQuantizeFlags() {
   return flags;
 }
 }  // namespace
+
+CLI::Validator DecimalInteger(uint64_t max) {
+  return CLI::Validator(
+      [max](std::string& text) -> std::string {
+        // CLI11 2.1 reads "-1" into a uint64_t as 2^64 - 1 and saturates past int64's range.
+        errno = 0;
+        char* end = nullptr;
+        const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+        if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos ||
+            errno == ERANGE || v > max) {
+          return "'" + text + "' is not an integer in [0, " + std::to_string(max) + "]";
+        }
+        (void)end;
+        return "";
+      },
+      "UINT");
+}
+
+Status RejectGlobalQuantizeFlags(const std::string& command) {
+  const QuantizeFlags& f = GlobalQuantizeFlags();
+  if (f.scheme != "none" || f.group != 128 || f.head || f.double_quant) {
+    return InvalidArgument(command + " does not take --quantize, --quantize-group-size, --quantize-head "
+                           "or --quantize-double-quant (how serve, generate and bench load a model)" +
+                           (command == "loom quantize" ? "; its own flags are --scheme, --group-size and "
+                                                         "--quantize-head, after the command"
+                                                       : ""));
+  }
+  return OkStatus();
+}
+
+void AddSamplingFlags(CLI::App* cmd, SamplingParams* p, int64_t* seed) {
+  cmd->add_option("--max-tokens", p->max_tokens, "tokens to generate")->capture_default_str();
+  cmd->add_option("--temperature", p->temperature, "0 = greedy")->capture_default_str();
+  cmd->add_option("--top-k", p->top_k, "keep the k most likely tokens (0 = off)");
+  cmd->add_option("--top-p", p->top_p, "nucleus sampling mass (1 = off)");
+  cmd->add_option("--min-p", p->min_p, "drop tokens below min_p × the top probability");
+  cmd->add_option("--repetition-penalty", p->repetition_penalty, "1 = off");
+  cmd->add_option("--presence-penalty", p->presence_penalty, "0 = off");
+  cmd->add_option("--frequency-penalty", p->frequency_penalty, "0 = off");
+  cmd->add_option("--seed", *seed, "random seed (same seed → same tokens; default: random)")
+      ->check(DecimalInteger(INT64_MAX));
+  cmd->add_option("--logprobs", p->logprobs, "top-N log-probs per generated token");
+  cmd->add_flag("--ignore-eos", p->ignore_eos, "keep generating after end-of-sequence");
+}
+
+void AddNoCheckWeightsFlag(CLI::App* cmd, bool* no_check_weights) {
+  cmd->add_flag("--no-check-weights", *no_check_weights,
+                "skip the check that every weight is finite (no NaN/Inf) at load");
+}
+
 
 void AddQuantizeFlags(CLI::App* app) {
   app->add_option("--quantize", GlobalQuantizeFlags().scheme,
@@ -77,6 +108,10 @@ bool ParseIdList(const std::string& text, std::vector<int32_t>* out, std::string
   out->clear();
   std::stringstream ss(text);
   std::string item;
+  if (!text.empty() && text.back() == ',') {  // getline drops a trailing empty item
+    *error = "'' is not a token id";
+    return false;
+  }
   while (std::getline(ss, item, ',')) {
     // strtoll, not stol: no exceptions, and "4294967297" must not wrap to 1.
     errno = 0;

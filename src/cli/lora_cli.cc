@@ -226,6 +226,10 @@ struct MergeArgs {
 };
 
 int RunMerge(const MergeArgs& a) {
+  if (Status st = RejectGlobalQuantizeFlags("loom merge"); !st.ok()) {
+    std::fprintf(stderr, "error: %s\n", st.message().c_str());
+    return 2;
+  }
   // The output rules first: nothing is loaded (or written) for an --out that would be refused.
   const std::string lora_dir = LoraFolder(a.lora);
   if (auto out = CheckMergeOutput(a.model, lora_dir, a.out); !out.ok()) {
@@ -277,7 +281,9 @@ RunFn AddMergeCommand(CLI::App& cmd) {
   cmd.add_option("--model", a->model, "Hugging Face checkpoint folder")->required();
   cmd.add_option("--lora", a->lora, "PEFT adapter folder")->required();
   cmd.add_option("--out", a->out, "output folder (a standard HF checkpoint)")->required();
-  cmd.add_option("--max-shard-size", a->max_shard_bytes, "bytes per safetensors shard")->capture_default_str();
+  cmd.add_option("--max-shard-size", a->max_shard_bytes, "bytes per safetensors shard")
+      ->capture_default_str()
+      ->check(DecimalInteger(UINT64_MAX));
   AddNoCheckWeightsFlag(&cmd, &a->no_check_weights);
   return [a] { return RunMerge(*a); };
 }

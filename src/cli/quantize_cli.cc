@@ -37,10 +37,8 @@ int RunQuantize(const QuantizeArgs& a) {
     std::fprintf(stderr, "error: --max-shard-size must be positive\n");
     return 2;
   }
-  const LoadOptions global = LoadOptionsFromFlags(false);
-  if (global.quantize != LoadOptions::Quantization::kNone) {
-    std::fprintf(stderr, "error: loom quantize takes --scheme (and --group-size, --quantize-head "
-                         "after the command), not the global --quantize\n");
+  if (Status st = RejectGlobalQuantizeFlags("loom quantize"); !st.ok()) {
+    std::fprintf(stderr, "error: %s\n", st.message().c_str());
     return 2;
   }
   auto t0 = std::chrono::steady_clock::now();
@@ -146,7 +144,9 @@ RunFn AddQuantizeCommand(CLI::App& cmd) {
       ->capture_default_str()
       ->check(CLI::IsMember({32, 128}));
   cmd.add_flag("--quantize-head", a->head, "quantize lm_head too (default: listed in ignore, kept dense)");
-  cmd.add_option("--max-shard-size", a->max_shard_bytes, "bytes per safetensors shard")->capture_default_str();
+  cmd.add_option("--max-shard-size", a->max_shard_bytes, "bytes per safetensors shard")
+      ->capture_default_str()
+      ->check(DecimalInteger(UINT64_MAX));
   AddNoCheckWeightsFlag(&cmd, &a->no_check_weights);
   return [a] { return RunQuantize(*a); };
 }

@@ -82,6 +82,14 @@ int RunServe(ServeArgs& a) {
     stop_listener();
     return Fail(model.status().message());
   }
+  // The planned KV cache must fit this machine (a failed allocation would leave it empty: a
+  // server that says ready and refuses every request).
+  if (Status kv = (*model)->CheckKvCacheTokens(plan->engine.kv_cache_tokens); !kv.ok()) {
+    stop_listener();
+    return Fail("--kv-cache-memory " + a.kv_cache_memory + " / --max-num-seqs / --max-model-len: " +
+                    kv.message(),
+                2);
+  }
   std::fprintf(stderr, "loom: model %s loaded (%.1f s, %.0f MiB of weights); kernels: %s\n",
                a.model.c_str(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),

@@ -268,6 +268,12 @@ const TensorInfo* SafetensorsStore::Find(const std::string& name) const {
   return it == tensors_.end() ? nullptr : &it->second;
 }
 
+std::vector<std::pair<const uint8_t*, size_t>> SafetensorsStore::file_bytes() const {
+  std::vector<std::pair<const uint8_t*, size_t>> out;
+  for (const auto& m : mapped_) out.emplace_back(m->data(), m->size());
+  return out;
+}
+
 StatusOr<Tensor> SafetensorsStore::Get(const std::string& name) const {
   const TensorInfo* info = Find(name);
   if (!info) return NotFound("tensor '" + name + "' not found in " + files_.front());

@@ -51,6 +51,9 @@ class SafetensorsStore {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const std::vector<std::string>& files() const { return files_; }
   uint64_t total_bytes() const { return total_bytes_; }
+  // Each file's bytes as mapped at Open (for identity hashes: the bytes the tensors come from,
+  // not a second open that a rename in between could point at another file).
+  std::vector<std::pair<const uint8_t*, size_t>> file_bytes() const;
 
  private:
   Status AddFile(const std::string& path, const std::vector<std::string>* expected);

@@ -519,10 +519,10 @@ StatusOr<std::shared_ptr<const Adapter>> ReadAdapter(const std::string& name, co
     }
   }
 
-  // Identity: the bytes of both files.
+  // Identity: the bytes of both files, the tensors' as mapped for the weights just validated (a
+  // second open could see a file renamed over it since: an identity of other weights).
   uint64_t h = HashBytes(config_text.data(), config_text.size(), 0x6c6f6f6d);
-  auto file = MappedFile::Open(tensors_path);
-  if (file.ok()) h = HashBytes((*file)->data(), (*file)->size(), h);
+  for (const auto& [bytes, size] : a->store_->file_bytes()) h = HashBytes(bytes, size, h);
   a->content_hash_ = h;
   return std::shared_ptr<const Adapter>(std::move(a));
 }

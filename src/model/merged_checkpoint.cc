@@ -27,6 +27,16 @@ namespace {
 namespace fs = std::filesystem;
 
 // Whether `path` is `dir` or below it (both resolved), compared by whole components.
+// Weights in formats loom does not write (pytorch_model.bin and its index, TF, Flax, GGUF, ...):
+// copied beside the written tensors they would be stale weights of the input model.
+bool IsOtherWeightsFile(std::string name) {
+  if (name.ends_with(".index.json")) name.resize(name.size() - 11);
+  for (const char* ext : {".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack", ".onnx", ".pkl"}) {
+    if (name.ends_with(ext)) return true;
+  }
+  return false;
+}
+
 bool IsInside(const fs::path& path, const fs::path& dir) {
   auto p = path.begin();
   for (auto d = dir.begin(); d != dir.end(); ++d, ++p) {
@@ -198,6 +208,10 @@ Status CopyCheckpointSideFiles(const std::string& model_dir, const std::string& 
     const fs::path& src = it->path();
     const std::string fname = src.filename().string();
     if (fname.find(".safetensors") != std::string::npos) continue;
+    if (IsOtherWeightsFile(fname)) {  // the unmerged/unquantized base in another format
+      std::fprintf(stderr, "note: %s: not copied (weights in another format)\n", src.c_str());
+      continue;
+    }
     const fs::file_status link_st = fs::symlink_status(src, ec);
     if (ec) return InvalidArgument(src.string() + ": " + ec.message());
     if (fs::is_symlink(link_st)) {
@@ -278,8 +292,16 @@ StatusOr<std::string> CheckMergeOutput(const std::string& model_dir,
                              input + "; " + command + " never writes into its inputs");
     }
   }
-  if (exists) {
-    const bool empty = fs::is_empty(out_dir, ec);
+  // Again on the resolved path: "missing/../full" names an existing folder that the string's own
+  // status (ENOENT through "missing") did not see.
+  const fs::file_status real_st = fs::symlink_status(out_real, ec);
+  const bool real_exists = !ec && fs::exists(real_st);
+  ec.clear();
+  if (real_exists && !fs::is_directory(real_st)) {
+    return InvalidArgument("--out " + out_dir + " exists and is not a folder");
+  }
+  if (real_exists) {
+    const bool empty = fs::is_empty(out_real, ec);
     if (ec) return InvalidArgument("--out " + out_dir + ": " + ec.message());
     if (!empty) {
       return InvalidArgument("--out " + out_dir +

@@ -2,6 +2,7 @@
 #include "ops/matmul_int8.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 #include "base/check.h"
@@ -9,6 +10,7 @@
 #include "cpu/int8_cpu.h"
 #include "ops/panel_blocks.h"
 #include "tensor/dtype.h"
+#include "tensor/finite.h"
 
 namespace loom {
 
@@ -69,15 +71,26 @@ StatusOr<std::unique_ptr<Int8Weight>> QuantizeWeightInt8(const Tensor& w, const 
   const int64_t cols = out->cols;
   const size_t row_bytes = static_cast<size_t>(cols) * DTypeSize(w.dtype);
   Int8Weight* o = out.get();
+  // A NaN/Inf weight (loaded with --no-check-weights) would quantize to ordinary-looking int8
+  // (the row max skips a NaN): refused, as int4 refuses it. The first bad row is named.
+  std::atomic<int64_t> bad_row{w.dim(0)};
   ThreadPool::Global().ParallelFor(out->panels, [&](int64_t p, int) {
     PackPanel(o, p, [&](int64_t j, int8_t* dst) {
       thread_local std::vector<float> row;
       row.resize(static_cast<size_t>(cols));
       ConvertToF32(w.dtype, static_cast<const uint8_t*>(w.data) + static_cast<size_t>(j) * row_bytes,
                    row.data(), cols);
+      if (FindNonFinite(DType::kF32, row.data(), cols) >= 0) {
+        for (int64_t seen = bad_row.load(); j < seen && !bad_row.compare_exchange_weak(seen, j);) {
+        }
+      }
       cpu::QuantizeRowsInt8(row.data(), 1, cols, dst, &o->scale[static_cast<size_t>(j)]);
     });
   });
+  if (bad_row.load() < w.dim(0)) {
+    return InvalidArgument("quantizing " + name + " to int8: row " + std::to_string(bad_row.load()) +
+                           " has a weight that is not finite");
+  }
   return out;
 }
 

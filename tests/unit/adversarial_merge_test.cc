@@ -68,6 +68,10 @@ TEST_F(AdversarialMerge, NonEmptyOutOrOutWithSymlinksIsRefused) {
   fs::create_directories(out);
   WriteBytes(out + "/model-00001-of-00002.safetensors", "stale");
   ExpectRefused(out, "is not empty");
+  // The same folder through a missing one: refused before any work, not at the final rename.
+  ExpectRefused(dir_.Path("missing") + "/../out", "is not empty");
+  WriteBytes(dir_.Path("file2"), "x");
+  ExpectRefused(dir_.Path("missing") + "/../file2", "exists and is not a folder");
   // A symlink inside --out pointing at the base model would be written through.
   const std::string out2 = dir_.Path("out2");
   fs::create_directories(out2);
@@ -83,6 +87,9 @@ TEST_F(AdversarialMerge, NewOrEmptyOutIsWrittenAndLoadsAndNoTemporaryFolderIsLef
   // A symlink in the model folder to a file outside it is not copied into the checkpoint.
   WriteBytes(dir_.Path("secret.txt"), "secret");
   fs::create_symlink(dir_.Path("secret.txt"), model_dir_ + "/notes.txt");
+  // Weights in other formats would be stale copies of the unmerged base: not copied either.
+  WriteBytes(model_dir_ + "/pytorch_model.bin", "stale");
+  WriteBytes(model_dir_ + "/pytorch_model.bin.index.json", "{}");
   const auto with_link = Snapshot(model_dir_);
   for (const std::string& out :
        {dir_.Path("new_out/nested"), dir_.Path("empty_out"), dir_.Path("slash_out") + "/"}) {
@@ -92,6 +99,9 @@ TEST_F(AdversarialMerge, NewOrEmptyOutIsWrittenAndLoadsAndNoTemporaryFolderIsLef
     EXPECT_TRUE(fs::exists(out + "/model.safetensors"));
     EXPECT_TRUE(fs::exists(out + "/config.json"));
     EXPECT_FALSE(fs::exists(out + "/notes.txt"));
+    EXPECT_FALSE(fs::exists(out + "/pytorch_model.bin"));
+    EXPECT_FALSE(fs::exists(out + "/pytorch_model.bin.index.json"));
+    EXPECT_TRUE(fs::exists(out + "/generation_config.json") || !fs::exists(model_dir_ + "/generation_config.json"));
     auto merged = Model::Load(out);
     EXPECT_TRUE(merged.ok()) << merged.status().ToString();
     for (const auto& e : fs::directory_iterator(fs::path(out).parent_path())) {

@@ -268,7 +268,20 @@ TEST_F(CtQuantizeRefusals, Cli) {
   r = RunLoom("--quantize int8 quantize --model " + kFixtures + "/models/llama_bf16 --out " +
               dir_.Path("x") + " --scheme int8");
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_TRUE(Contains(r.output, "not the global --quantize")) << r.output;
+  EXPECT_TRUE(Contains(r.output, "loom quantize does not take --quantize")) << r.output;
+  // Nor any other global quantize flag, before or after the command (it was ignored: the
+  // checkpoint said group_size 128 for --quantize-group-size 32).
+  for (const char* args : {"--quantize-head quantize", "quantize --quantize-group-size 32",
+                           "quantize --quantize-double-quant"}) {
+    r = RunLoom(std::string(args) + " --model " + kFixtures + "/models/llama_bf16 --out " + dir_.Path("x") +
+                " --scheme int4");
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.output;
+    EXPECT_TRUE(Contains(r.output, "loom quantize does not take --quantize")) << r.output;
+  }
+  r = RunLoom("--quantize int8 merge --model " + kFixtures + "/models/llama_bf16 --lora " +
+              kFixtures + "/adapters/llama_qv_r8_f32 --out " + dir_.Path("x"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(Contains(r.output, "loom merge does not take --quantize")) << r.output;
   r = RunLoom("quantize --model " + out + " --out " + dir_.Path("y") + " --scheme int8");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(Contains(r.output, "quantized already")) << r.output;

@@ -276,6 +276,17 @@ TEST(Int8Quantize, WeightErrorIsAtMostHalfAStep) {
   auto bad = QuantizeWeightInt8(Tensor{DType::kF32, {1, cpu::kMaxInt8Depth + 4}, wide.data()}, "model.x.weight");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("model.x.weight"), std::string::npos);
+  // A NaN or Inf weight (a load with --no-check-weights) is refused naming its row; a NaN was
+  // skipped by the row max and quantized like any weight.
+  for (float v : {std::nanf(""), INFINITY, -INFINITY}) {
+    std::vector<float> w(3 * 40, 0.5f);
+    w[2 * 40 + 7] = v;
+    auto q = QuantizeWeightInt8(Tensor{DType::kF32, {3, 40}, w.data()}, "model.y.weight");
+    ASSERT_FALSE(q.ok()) << v;
+    EXPECT_NE(q.status().message().find("model.y.weight to int8: row 2 has a weight that is not finite"),
+              std::string::npos)
+        << q.status().message();
+  }
 }
 
 TEST(Int8Matmul, EachRowIsTheSameAloneAndInABatch) {
