@@ -121,7 +121,11 @@ ThreadPool& ThreadPool::Global() {
     if (const char* env = std::getenv("LOOM_THREADS")) {
       char* end = nullptr;
       const long v = std::strtol(env, &end, 10);
-      if (end != env && *end == '\0' && v > 0) n = static_cast<int>(std::min<long>(v, 1 << 20));
+      if (end != env && *end == '\0' && v > 0) {
+        n = static_cast<int>(std::min<long>(v, 1 << 20));
+      } else {  // as LOOM_ISA: a value that is not used is said, not ignored silently
+        std::fprintf(stderr, "warning: LOOM_THREADS='%.40s' is not a positive integer; using all cores\n", env);
+      }
     }
     slot = std::make_unique<ThreadPool>(n);
   }

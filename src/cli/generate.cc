@@ -192,7 +192,8 @@ RunFn AddGenerateCommand(CLI::App& cmd) {
   cmd.add_flag("--merge", a->merge, "fold the --lora adapter into the weights (no LoRA path)");
   cmd.add_option("--batch", a->batch,
                  "JSON list of {prompt_tokens, adapter, max_tokens} run together as one batch");
-  cmd.add_option("--max-lora-rank", a->max_lora_rank, "reject adapters above this rank (0 = no limit)");
+  cmd.add_option("--max-lora-rank", a->max_lora_rank, "reject adapters above this rank (0 = no limit)")
+      ->check(CLI::NonNegativeNumber);
   cmd.add_option("--output", a->output, "text | json")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();

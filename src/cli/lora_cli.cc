@@ -270,7 +270,8 @@ RunFn AddInspectCommand(CLI::App& cmd) {
   auto a = std::make_shared<InspectArgs>();
   cmd.add_option("--model", a->model, "Hugging Face checkpoint folder")->required();
   cmd.add_option("--lora", a->lora, "PEFT adapter folder (NAME=DIR or DIR)");
-  cmd.add_option("--max-lora-rank", a->max_rank, "reject adapters above this rank (0 = no limit)");
+  cmd.add_option("--max-lora-rank", a->max_rank, "reject adapters above this rank (0 = no limit)")
+      ->check(CLI::NonNegativeNumber);
   cmd.add_flag("--json", a->json_out, "print JSON");
   AddNoCheckWeightsFlag(&cmd, &a->no_check_weights);
   return [a] { return RunInspect(*a); };

@@ -89,8 +89,8 @@ StatusOr<uint64_t> ParseBytes(const std::string& text, const std::string& flag) 
     return InvalidArgument(flag + ": unknown unit '" + unit + "' (B, KiB, MiB, GiB, KB, MB, GB)");
   }
   const double bytes = v * mult;
-  if (!std::isfinite(bytes) || bytes <= 0 || bytes > 1e15) {
-    return InvalidArgument(flag + ": '" + text + "' is out of range");
+  if (!std::isfinite(bytes) || bytes < 1 || bytes > 1e15) {  // 0.5 truncated to 0 bytes before
+    return InvalidArgument(flag + ": '" + text + "' is out of range (1 byte to 1e15)");
   }
   return static_cast<uint64_t>(bytes);
 }

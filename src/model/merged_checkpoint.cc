@@ -1,6 +1,7 @@
 // `loom merge` output: a standard HF checkpoint with an adapter folded in, written without touching the inputs.
 #include "model/merged_checkpoint.h"
 
+#include <fcntl.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -35,6 +36,28 @@ bool IsOtherWeightsFile(std::string name) {
     if (name.ends_with(ext)) return true;
   }
   return false;
+}
+
+// fsync of `dir` (its entries) and, with files_too, of every regular file in it: after a crash
+// or power loss --out holds the whole checkpoint or nothing, not a renamed folder of short files.
+Status SyncFolder(const fs::path& dir, bool files_too) {
+  auto sync = [](const fs::path& p, int flags) -> Status {
+    const int fd = ::open(p.c_str(), flags | O_CLOEXEC);
+    if (fd < 0) return Internal(p.string() + ": cannot open to sync: " + std::strerror(errno));
+    const int rc = ::fsync(fd);
+    const int saved = errno;
+    ::close(fd);
+    if (rc != 0) return Internal(p.string() + ": fsync failed: " + std::strerror(saved));
+    return OkStatus();
+  };
+  if (files_too) {
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+      if (it->is_regular_file(ec)) RETURN_IF_ERROR(sync(it->path(), O_RDONLY));
+    }
+    if (ec) return Internal(dir.string() + ": cannot list to sync: " + ec.message());
+  }
+  return sync(dir, O_RDONLY | O_DIRECTORY);
 }
 
 bool IsInside(const fs::path& path, const fs::path& dir) {
@@ -333,6 +356,7 @@ Status WriteCheckpointAtomically(const std::string& out_dir, const std::string& 
   const fs::path tmp(tmpl);
   ::chmod(tmp.c_str(), 0755);  // mkdtemp makes it 0700; the checkpoint is an ordinary folder
   Status st = write(tmp.string());
+  if (st.ok()) st = SyncFolder(tmp, /*files_too=*/true);
   if (st.ok()) {
     // --out was checked empty (or absent); rmdir fails, rather than deleting, if it filled since.
     if (fs::exists(fs::symlink_status(out_real, ec))) {
@@ -345,6 +369,8 @@ Status WriteCheckpointAtomically(const std::string& out_dir, const std::string& 
     if (st.ok()) {
       fs::rename(tmp, out_real, ec);
       if (ec) st = Internal("--out " + out_dir + ": rename failed: " + ec.message());
+      // The rename itself reaches the disk with its folder's entry.
+      if (st.ok()) st = SyncFolder(out_real.parent_path(), /*files_too=*/false);
     }
   }
   if (!st.ok()) fs::remove_all(tmp, ec);  // only loom's own temporary folder

@@ -60,21 +60,29 @@ bool RenderChat(const ServerContext& ctx, const OpenAiRequest& r, std::string* t
   }
   *text = std::move(rendered).value();
   if (r.continue_final_message) {
-    const json& last = r.messages.back();
-    if (!last.contains("content") || !last["content"].is_string() ||
-        last["content"].get<std::string>().empty()) {
+    // transformers' apply_chat_template(continue_final_message=True) over what the template saw
+    // (text parts joined as above): the last occurrence of the stripped content, cut after it
+    // with its trailing whitespace where the template kept it, else after the stripped text.
+    const json& last = messages.back();
+    const std::string content =
+        last.contains("content") && last["content"].is_string() ? last["content"].get<std::string>() : "";
+    const char* kSpace = " \t\n\r\v\f";
+    const size_t first = content.find_first_not_of(kSpace);
+    if (first == std::string::npos) {
       *error = BadRequest("continue_final_message",
                           "continue_final_message needs a final message with text content");
       return false;
     }
-    const std::string content = last["content"].get<std::string>();
-    const size_t at = text->rfind(content);
+    const std::string lstripped = content.substr(first);
+    const std::string stripped = content.substr(first, content.find_last_not_of(kSpace) + 1 - first);
+    const size_t at = text->rfind(stripped);
     if (at == std::string::npos) {
       *error = BadRequest("continue_final_message",
                           "the chat template does not show the final message's content verbatim");
       return false;
     }
-    text->resize(at + content.size());
+    const bool kept = text->compare(at, lstripped.size(), content) == 0;
+    text->resize(at + (kept ? lstripped.size() : stripped.size()));
   }
   return true;
 }

@@ -563,3 +563,34 @@ def test_chat_top_logprobs_zero(server):
     content = r.choices[0].logprobs.content
     assert len(content) == 3
     assert all(e.top_logprobs == [] and e.logprob <= 0 for e in content)
+
+
+def _continue_final(rendered: str, final: str) -> str:
+    # transformers' apply_chat_template(continue_final_message=True), verbatim in Python.
+    loc = rendered.rindex(final.strip())
+    if rendered[loc:loc + len(final.lstrip())] == final:
+        return rendered[:loc + len(final.lstrip())]
+    return rendered[:loc + len(final.strip())]
+
+
+@pytest.mark.parametrize("final", ["Sure, here", "Sure, here  ", " Sure", [
+    {"type": "text", "text": "Sure,"}, {"type": "text", "text": "here "}]],
+    ids=["plain", "trailing_space", "leading_space", "text_parts"])
+def test_continue_final_message(server, final):
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": final}]
+    joined = final if isinstance(final, str) else "\n".join(p["text"] for p in final)
+    rendered = f"<|user|>hi\n<|assistant|>{joined}\n"  # tiny_model's template
+    r = server.client().chat.completions.create(
+        model=BASE, messages=messages, max_tokens=2, temperature=0,
+        extra_body={"return_token_ids": True, "continue_final_message": True,
+                    "add_generation_prompt": False})
+    assert r.choices[0].prompt_token_ids == list(_continue_final(rendered, joined).encode())
+
+
+def test_continue_final_message_needs_text(server):
+    import openai
+    with pytest.raises(openai.BadRequestError) as e:
+        server.client().chat.completions.create(
+            model=BASE, messages=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "  "}],
+            max_tokens=2, extra_body={"continue_final_message": True, "add_generation_prompt": False})
+    assert "continue_final_message" in str(e.value)

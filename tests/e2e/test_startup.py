@@ -34,11 +34,13 @@ def run_serve(model_dir, *args, timeout=10, tries=1):
       "--lora", f"x={ADAPTER_FIXTURES / 'llama_mlp_r6'}"], "twice"),
     (["--max-model-len", "100000"], "max-model-len"),
     (["--max-body", "lots"], "max-body"),
+    (["--max-body", "0.5"], "max-body"),  # was 0 bytes: every request a 413
     (["--merge", "nope"], "merge"),
     (["--lora-dir", "/nonexistent/dir"], "/nonexistent/dir"),
     (["--target-step-ms", "-1"], "target-step-ms"),
     (["--target-step-ms", "nan"], "target-step-ms"),
 ], ids=["missing_dir", "wrong_base", "rank", "base_name", "twice", "max_model_len", "max_body",
+        "max_body_below_one_byte",
         "merge", "lora_dir", "target_step_negative", "target_step_nan"])
 def test_bad_start_up_exits_non_zero(llama_dir, args, needle):
     code, err = run_serve(llama_dir, *args)
