@@ -83,7 +83,7 @@ int RunPerplexity(const PerplexityArgs& a) {
   if (!tok.ok()) return fail(tok.status(), 1);
   // As transformers' tokenizer(text): special tokens added (a BOS where the model has one).
   auto ids = (*tok)->Encode(*text, /*add_special_tokens=*/true);
-  if (!ids.ok()) return fail(ids.status(), 2);
+  if (!ids.ok()) return fail(InvalidArgument("--text " + a.text + ": " + ids.status().message()), 2);
   const LoadOptions load = LoadOptionsFromFlags(a.no_check_weights);
   auto model = Model::Load(a.model, load);
   if (!model.ok()) return fail(model.status(), 1);
