@@ -35,6 +35,44 @@ TEST(AdversarialCli, MaxTokensIsValidatedBeforeTheKvCacheIsSized) {
               {"'4294967297' is not a token id"});
 }
 
+// chat checked nothing before its loop: each turn reported the bad flag and the command exited 0.
+TEST(AdversarialCli, ChatChecksItsFlagsBeforeTheConversation) {
+  ExpectFails("chat --model " + kModel + " --max-tokens 0", 2, {"max_tokens must be at least 1"});
+  ExpectFails("chat --model " + kModel + " --temperature 1000", 2, {"temperature must be in [0, 100]"});
+  ExpectFails("chat --model " + kModel + " --max-model-len 100000000", 2,
+              {"--max-model-len 100000000 exceeds the model's max_position_embeddings"});
+}
+
+// CLI11 read "-1" into an unsigned flag as 2^64 - 1 and saturated values past int64's range.
+TEST(AdversarialCli, IntegerFlagsNeitherWrapNorSaturate) {
+  for (const char* seed : {"-5", "9223372036854775808", "99999999999999999999999", "1e3"}) {
+    ExpectFails("generate --model " + kModel + " --prompt-tokens 1,2 --seed " + seed, 105,
+                {"--seed", "is not an integer in [0, 9223372036854775807]"});
+  }
+  ExpectFails("generate --model " + kModel + " --prompt-tokens 1,2, --max-tokens 2", 2, {"is not a token id"});
+  TempDir dir;
+  for (const char* size : {"-1", "-18446744073709551615"}) {
+    ExpectFails("merge --model " + kModel + " --lora " + kFixtures + "/adapters/llama_qv_r8_f32 --out " +
+                    dir.Path("o") + " --max-shard-size " + size,
+                105, {"--max-shard-size", "is not an integer"});
+  }
+  EXPECT_FALSE(fs::exists(dir.Path("o")));
+}
+
+// --per-token pointed at the model's weights overwrote them (exit 0).
+TEST(AdversarialCli, PerplexityNeverWritesIntoItsInputs) {
+  TempDir dir;
+  const std::string model = dir.Path("model");
+  CopyDir(kModel, model);
+  WriteBytes(dir.Path("text.txt"), "hello world, hello world");
+  const auto before = Snapshot(dir.path());
+  for (const std::string& out : {model + "/model.safetensors", dir.Path("text.txt"), model + "/new.json"}) {
+    ExpectFails("perplexity --model " + model + " --text " + dir.Path("text.txt") + " --per-token " + out, 2,
+                {"--per-token", "loom never writes into its inputs"});
+  }
+  EXPECT_EQ(Snapshot(dir.path()), before);
+}
+
 TEST(AdversarialCli, BatchFilesWithWrongTypesOrHugeValuesAreErrorsNamingEntryAndField) {
   TempDir dir;
   const std::string deep = std::string(200000, '[') + std::string(200000, ']');
