@@ -58,6 +58,42 @@ StatusOr<std::shared_ptr<MappedFile>> MappedFile::Open(const std::string& path) 
   return file;
 }
 
+StatusOr<std::shared_ptr<MappedFile>> MappedFile::ReadIntoMemory(const std::string& path) {
+  uint64_t size = 0;
+  ASSIGN_OR_RETURN(const int fd, OpenRegularFile(path, &size));
+  std::shared_ptr<MappedFile> file(new (std::nothrow) MappedFile());
+  if (!file) {
+    ::close(fd);
+    return ResourceExhausted(path + ": out of memory");
+  }
+  file->path_ = path;
+  file->size_ = static_cast<size_t>(size);
+  if (file->size_ == 0) {
+    ::close(fd);
+    return file;
+  }
+  void* p = ::mmap(nullptr, file->size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    ::close(fd);
+    return ResourceExhausted(path + ": cannot allocate " + std::to_string(size) + " bytes");
+  }
+  file->data_ = static_cast<const uint8_t*>(p);  // unmapped by the destructor from here on
+  size_t done = 0;
+  while (done < file->size_) {
+    const ssize_t n = ::read(fd, static_cast<uint8_t*>(p) + done, file->size_ - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string why = n < 0 ? std::strerror(errno) : "the file shrank while it was read";
+      ::close(fd);
+      return InvalidArgument(path + ": read failed: " + why);
+    }
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  ::mprotect(p, file->size_, PROT_READ);
+  return file;
+}
+
 MappedFile::~MappedFile() {
   if (data_ == nullptr) return;
   {

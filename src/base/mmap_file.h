@@ -20,6 +20,11 @@ void ReleaseMappedPages(const void* data, size_t size);
 class MappedFile {
  public:
   static StatusOr<std::shared_ptr<MappedFile>> Open(const std::string& path);
+  // The file's bytes read into private anonymous memory (read-only once filled): later changes
+  // to the file — truncated (a mapping would SIGBUS), rewritten in place by `cp` — never reach
+  // what was loaded. For files that may change while served (runtime adapters). Not a file
+  // mapping for ReleaseMappedPages.
+  static StatusOr<std::shared_ptr<MappedFile>> ReadIntoMemory(const std::string& path);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;

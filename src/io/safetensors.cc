@@ -168,8 +168,8 @@ StatusOr<std::vector<TensorInfo>> ParseSafetensors(const uint8_t* bytes, size_t 
 }
 
 Status SafetensorsStore::AddFile(const std::string& path,
-                                 const std::vector<std::string>* expected) {
-  ASSIGN_OR_RETURN(auto file, MappedFile::Open(path));
+                                 const std::vector<std::string>* expected, bool in_memory) {
+  ASSIGN_OR_RETURN(auto file, in_memory ? MappedFile::ReadIntoMemory(path) : MappedFile::Open(path));
   ASSIGN_OR_RETURN(auto infos, ParseSafetensors(file->data(), file->size(), path, &metadata_));
   std::set<std::string> here;
   for (auto& info : infos) {
@@ -208,7 +208,8 @@ Status SafetensorsStore::AddFile(const std::string& path,
 }
 
 StatusOr<std::unique_ptr<SafetensorsStore>> SafetensorsStore::Open(const std::string& path,
-                                                                   const std::string& stem) {
+                                                                   const std::string& stem,
+                                                                   bool in_memory) {
   std::unique_ptr<SafetensorsStore> store(new SafetensorsStore());
   std::string index_path;
   std::string file_path;
@@ -233,7 +234,7 @@ StatusOr<std::unique_ptr<SafetensorsStore>> SafetensorsStore::Open(const std::st
     file_path = path;
   }
   if (!file_path.empty()) {
-    RETURN_IF_ERROR(store->AddFile(file_path, nullptr));
+    RETURN_IF_ERROR(store->AddFile(file_path, nullptr, in_memory));
     return store;
   }
   ASSIGN_OR_RETURN(std::string text, ReadFileBounded(index_path, kMaxConfigFileBytes * 4));
@@ -258,7 +259,7 @@ StatusOr<std::unique_ptr<SafetensorsStore>> SafetensorsStore::Open(const std::st
   }
   fs::path dir = fs::path(index_path).parent_path();
   for (const auto& [shard, names] : by_file) {
-    RETURN_IF_ERROR(store->AddFile((dir / shard).string(), &names));
+    RETURN_IF_ERROR(store->AddFile((dir / shard).string(), &names, in_memory));
   }
   return store;
 }

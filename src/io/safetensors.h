@@ -41,8 +41,10 @@ class SafetensorsStore {
  public:
   // `path` is a .safetensors file, a *.safetensors.index.json, or a folder holding one of
   // model.safetensors / model.safetensors.index.json (or `stem` instead of "model").
+  // `in_memory`: the files are read into memory (MappedFile::ReadIntoMemory) instead of mapped.
   static StatusOr<std::unique_ptr<SafetensorsStore>> Open(const std::string& path,
-                                                          const std::string& stem = "model");
+                                                          const std::string& stem = "model",
+                                                          bool in_memory = false);
 
   const TensorInfo* Find(const std::string& name) const;
   // The tensor as a computable view; error if absent or of a dtype loom cannot use.
@@ -56,7 +58,7 @@ class SafetensorsStore {
   std::vector<std::pair<const uint8_t*, size_t>> file_bytes() const;
 
  private:
-  Status AddFile(const std::string& path, const std::vector<std::string>* expected);
+  Status AddFile(const std::string& path, const std::vector<std::string>* expected, bool in_memory);
 
   std::vector<std::shared_ptr<MappedFile>> mapped_;
   std::vector<std::unique_ptr<AlignedBuffer<uint8_t>>> copies_;  // tensors stored misaligned

@@ -115,7 +115,9 @@ StatusOr<std::shared_ptr<const Adapter>> ReadAdapter(const std::string& name, co
     Status st = ApplyPeftMoeAllLinear(sites, config_path, &a->config_);
     if (!st.ok()) return InvalidArgument(where + ": " + st.message());
   }
-  auto store = SafetensorsStore::Open(tensors_path);
+  // Read into memory, not mapped: an adapter file replaced or truncated while it is served (a
+  // `cp` over it in a --lora-dir) would SIGBUS the server or change the weights in place.
+  auto store = SafetensorsStore::Open(tensors_path, "model", /*in_memory=*/true);
   if (!store.ok()) return Status(store.status().code(), where + ": " + store.status().message());
   a->store_ = std::move(store).value();
   if (check_weights) RETURN_IF_ERROR(CheckStoreFinite(*a->store_, where + ": " + tensors_path));

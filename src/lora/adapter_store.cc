@@ -17,6 +17,22 @@ bool Inside(const fs::path& p, const fs::path& root) {
   }
   return true;
 }
+
+// The adapter's two files, when they are symbolic links, must resolve inside `root` too (the
+// folder's own check does not cover them: a link to /etc/passwd was read, and its bytes quoted
+// back in the error). `what` names the request field in the error.
+Status FilesStayInside(const fs::path& dir, const fs::path& root, const std::string& what) {
+  for (const char* file : {"adapter_config.json", "adapter_model.safetensors"}) {
+    std::error_code ec;
+    const fs::path p = dir / file;
+    if (!fs::is_symlink(fs::symlink_status(p, ec))) continue;
+    const fs::path target = fs::canonical(p, ec);
+    if (ec || !Inside(target, root)) {
+      return InvalidArgument(what + ": " + file + " is a symbolic link out of the --lora-dir root");
+    }
+  }
+  return OkStatus();
+}
 }  // namespace
 
 AdapterStore::AdapterStore(const SiteTable* sites, AdapterStoreOptions options)
@@ -112,6 +128,7 @@ StatusOr<std::string> AdapterStore::OnDemandDir(const std::string& name) const {
     fs::path c = fs::canonical(candidate, ec);
     if (ec || !Inside(c, root) || !fs::is_directory(c, ec)) continue;
     if (!fs::exists(c / "adapter_config.json", ec)) continue;
+    RETURN_IF_ERROR(FilesStayInside(c, root, "adapter '" + name + "'"));
     return c.string();
   }
   return NotFound("no adapter named '" + name + "'");
@@ -202,6 +219,8 @@ StatusOr<std::string> AdapterStore::ResolveRuntimePath(const std::string& path) 
     return InvalidArgument("lora_path: runtime loading needs --lora-dir; the server has none");
   }
   if (path.empty()) return InvalidArgument("lora_path is empty");
+  // The filesystem would read a path only up to a NUL: another folder than the one sent.
+  if (path.find('\0') != std::string::npos) return InvalidArgument("lora_path contains a NUL byte");
   for (const auto& part : fs::path(path)) {
     if (part == "..") return InvalidArgument("lora_path '" + path + "' contains '..'");
   }
@@ -222,6 +241,7 @@ StatusOr<std::string> AdapterStore::ResolveRuntimePath(const std::string& path) 
         if (!fs::is_directory(c, ec)) {
           return InvalidArgument("lora_path '" + path + "' is not a folder");
         }
+        RETURN_IF_ERROR(FilesStayInside(c, root, "lora_path '" + path + "'"));
         return c.string();
       }
     }

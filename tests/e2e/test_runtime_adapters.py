@@ -254,3 +254,52 @@ def test_concurrent_loads_of_one_name(start_server, llama_dir, lora_dir):
     assert sorted(codes) == [200] + [400] * 7, codes
     assert "race" in model_ids(srv)
     assert greedy(srv, "race", PROMPT)[2] == "length"
+
+
+def test_files_changed_under_a_served_adapter_change_nothing(start_server, llama_dir, lora_dir,
+                                                            reference):
+    # The adapter's tensors were a mapping of its file: truncating it (the first step of a `cp`
+    # over it) killed the server with SIGBUS, and rewriting it in place changed the weights
+    # under the same identity. They are read into memory now.
+    srv = start_server(llama_dir, ["--lora-dir", str(lora_dir)])
+    assert greedy(srv, "qv", PROMPT)[:2] == reference("qv", PROMPT)[:2]
+    f = lora_dir / "qv" / "adapter_model.safetensors"
+    size = f.stat().st_size
+    with open(f, "r+b") as h:
+        h.seek(size // 2)
+        h.write(b"\0" * (size - size // 2))  # the tensors' data zeroed in place
+    assert greedy(srv, "qv", PROMPT)[:2] == reference("qv", PROMPT)[:2]
+    os.truncate(f, 4096)
+    assert greedy(srv, "qv", PROMPT)[:2] == reference("qv", PROMPT)[:2]
+    assert srv.get("/health").status_code == 200
+
+
+def test_adapter_files_linked_out_of_the_root_are_refused(start_server, llama_dir, lora_dir,
+                                                          tmp_path):
+    # The folder's confinement did not cover its files: a symlinked adapter_model.safetensors was
+    # served from outside the root, and a config linked to another file was read (its bytes
+    # quoted in the error).
+    import shutil
+    srv = start_server(llama_dir, ["--lora-dir", str(lora_dir), "--allow-runtime-lora"])
+    linked = lora_dir / "linked"
+    linked.mkdir()
+    shutil.copy(lora_dir / "qv" / "adapter_config.json", linked / "adapter_config.json")
+    (linked / "adapter_model.safetensors").symlink_to(tmp_path / "outside" / "qv_copy" /
+                                                      "adapter_model.safetensors")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("root:x:0:0")
+    cfg = lora_dir / "cfglink"
+    cfg.mkdir()
+    shutil.copy(lora_dir / "qv" / "adapter_model.safetensors", cfg / "adapter_model.safetensors")
+    (cfg / "adapter_config.json").symlink_to(secret)
+    for name in ("linked", "cfglink"):
+        with pytest.raises(openai.BadRequestError) as exc:
+            srv.client().completions.create(model=name, prompt="x", max_tokens=2)
+        assert "symbolic link out of the --lora-dir root" in str(exc.value), name
+        assert "root:x" not in str(exc.value)
+        r = load(srv, name + "2", name)
+        assert r.status_code == 400 and "symbolic link out of" in r.text, r.text
+    assert "linked" not in model_ids(srv) and "cfglink2" not in model_ids(srv)
+    # A NUL in lora_path named another folder (the path up to it).
+    r = load(srv, "n", "qv\u0000zz")
+    assert r.status_code == 400 and "NUL" in r.text, r.text
