@@ -41,6 +41,11 @@ StatusOr<std::string> CheckOutputFile(const std::string& path, const std::string
   }
   const bool exists = !ec && fs::exists(st);
   ec.clear();
+  // A terminal, pipe or /dev/null (also through a link: /dev/stdout) is written as a stream:
+  // nothing of loom's inputs is there to overwrite.
+  const fs::file_status target = fs::status(path, ec);
+  ec.clear();
+  if (exists && (fs::is_character_file(target) || fs::is_fifo(target))) return path;
   if (exists && fs::is_symlink(st)) {
     return InvalidArgument(flag + " " + path + " is a symbolic link; name the file itself");
   }
@@ -72,7 +77,31 @@ StatusOr<std::string> CheckOutputFile(const std::string& path, const std::string
   return real.string();
 }
 
+namespace {
+// All of `bytes` to `fd`; errno of the failure, or 0.
+int WriteAll(int fd, const std::string& bytes) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno;
+    if (n == 0) return EIO;
+    done += static_cast<size_t>(n);
+  }
+  return 0;
+}
+}  // namespace
+
 Status ReplaceFileAtomically(const std::string& path, const std::string& bytes, const std::string& flag) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return Internal(flag + " " + path + ": cannot open: " + std::strerror(errno));
+    int err = WriteAll(fd, bytes);
+    if (::close(fd) != 0 && err == 0) err = errno;
+    if (err != 0) return Internal(flag + " " + path + ": write failed: " + std::strerror(err));
+    return OkStatus();
+  }
   const fs::path real(path);
   std::string name = ".";
   name.append(real.filename().string()).append(".loom-XXXXXX");
@@ -80,24 +109,13 @@ Status ReplaceFileAtomically(const std::string& path, const std::string& bytes, 
   const int fd = ::mkstemp(tmpl.data());
   if (fd < 0) return Internal(flag + " " + path + ": cannot create a file beside it: " + std::strerror(errno));
   ::fchmod(fd, 0644);
-  size_t done = 0;
-  bool ok = true;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      ok = false;
-      break;
-    }
-    done += static_cast<size_t>(n);
-  }
-  const int saved = errno;
-  ok = ok && ::fsync(fd) == 0;
-  if (::close(fd) != 0) ok = false;
-  if (!ok || ::rename(tmpl.c_str(), real.c_str()) != 0) {
-    const std::string why = std::strerror(ok ? errno : saved);
+  int err = WriteAll(fd, bytes);
+  if (err == 0 && ::fsync(fd) != 0) err = errno;
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err == 0 && ::rename(tmpl.c_str(), real.c_str()) != 0) err = errno;
+  if (err != 0) {
     ::unlink(tmpl.c_str());
-    return Internal(flag + " " + path + ": write failed: " + why);
+    return Internal(flag + " " + path + ": write failed: " + std::strerror(err));
   }
   return OkStatus();
 }

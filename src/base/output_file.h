@@ -18,12 +18,15 @@ namespace loom {
 // Checked before any work: `path` (resolved: symlinks, "." and "..") must not be, by path or by
 // inode, an input file nor lie inside an input folder; `inputs` are (flag, path) pairs, an
 // empty path skipped. `path` itself must not be a symbolic link, a folder or a special file (an
-// existing regular file is replaced, as `-o` does). Returns the resolved path to write.
+// existing regular file is replaced, as `-o` does), except a terminal, pipe or /dev/null (also
+// through a link, /dev/stdout), which is returned as given and written as a stream. Returns the
+// path to write.
 StatusOr<std::string> CheckOutputFile(const std::string& path, const std::string& flag,
                                       const std::vector<std::pair<std::string, std::string>>& inputs);
 
 // Writes `bytes` to a new file beside `path` and renames it over `path` (after fsync): a reader
-// sees the old file or the whole new one, and a failure leaves `path` as it was.
+// sees the old file or the whole new one, and a failure leaves `path` as it was. A terminal,
+// pipe or /dev/null is written directly.
 Status ReplaceFileAtomically(const std::string& path, const std::string& bytes, const std::string& flag);
 
 }  // namespace loom

@@ -26,8 +26,8 @@ RunFn AddPerplexityCommand(CLI::App& app);  // quantize_cli.cc
 
 // A CLI11 check: decimal digits only, at most `max` (no sign, no wrap, no saturation).
 CLI::Validator DecimalInteger(uint64_t max);
-// An error when any global quantize flag was given to a command that does not load a model to
-// serve it (quantize, merge, tokenize, detokenize), where it would be ignored silently.
+// An error when any global quantize flag was given to a command that writes a checkpoint
+// (quantize, merge), where it would be ignored silently or produce a dense checkpoint.
 Status RejectGlobalQuantizeFlags(const std::string& command);
 
 // Sampling flags shared by commands (--temperature, --top-k, ...).

@@ -157,6 +157,14 @@ int RunServe(ServeArgs& a) {
   GlobalMatmulOptions().batch_invariant = !a.no_batch_invariant;
   EngineOptions eo = plan->engine;
   AsyncEngine engine(model->get(), eo, tok.get());
+  if (eo.kv_cache_tokens > 0 && engine.engine().kv_cache().num_blocks() == 0) {
+    // The allocation failed (a cgroup or RLIMIT_AS below the machine's memory): a server that
+    // says ready and refuses every request helps no one.
+    stop_listener();
+    return Fail("--kv-cache-memory " + a.kv_cache_memory + ": the KV cache of " +
+                    std::to_string(eo.kv_cache_tokens) + " tokens could not be allocated",
+                2);
+  }
   ctx.engine = &engine;
   ctx.adapters = store.get();
   ctx.tokenizer = tok.get();

@@ -141,7 +141,8 @@ void Engine::Finish(Sequence* seq, FinishReason reason, SequenceUpdate* update) 
     update->text += seq->stop.Add(seq->detokenizer->Finish(), &matched);
     if (matched.empty()) {
       update->text += seq->stop.Flush();
-    } else if (reason == FinishReason::kLength) {
+    } else if (reason == FinishReason::kLength) {  // an EOS / stop-token finish keeps its own
+                                                   // reason: vLLM checks those first
       // The held-back tail (an unfinished UTF-8 sequence flushed as U+FFFD, a byte-fallback
       // run) completed a stop string: as vLLM, which checks stop strings before max_tokens.
       reason = FinishReason::kStop;

@@ -27,7 +27,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Whether `path` is `dir` or below it (both resolved), compared by whole components.
 // Weights in formats loom does not write (pytorch_model.bin and its index, TF, Flax, GGUF, ...):
 // copied beside the written tensors they would be stale weights of the input model.
 bool IsOtherWeightsFile(std::string name) {
@@ -60,6 +59,7 @@ Status SyncFolder(const fs::path& dir, bool files_too) {
   return sync(dir, O_RDONLY | O_DIRECTORY);
 }
 
+// Whether `path` is `dir` or below it (both resolved), compared by whole components.
 bool IsInside(const fs::path& path, const fs::path& dir) {
   auto p = path.begin();
   for (auto d = dir.begin(); d != dir.end(); ++d, ++p) {
@@ -151,7 +151,8 @@ Status WriteCheckpointInto(const std::string& model_dir, const Model& model,
                                spec.name + "' (" + ShapeString(out.shape) + " " +
                                DTypeName(out.dtype) + ") is not finite at row " +
                                std::to_string(bad / cols) + ", column " + std::to_string(bad % cols) +
-                               ": weight + delta overflows the file's dtype; nothing was written");
+                               " (weight + delta overflows the file's dtype, or the base weight "
+                               "is not finite); nothing was written");
       }
     }
     return OkStatus();
@@ -320,6 +321,10 @@ StatusOr<std::string> CheckMergeOutput(const std::string& model_dir,
   const fs::file_status real_st = fs::symlink_status(out_real, ec);
   const bool real_exists = !ec && fs::exists(real_st);
   ec.clear();
+  if (real_exists && fs::is_symlink(real_st)) {
+    return InvalidArgument("--out " + out_dir +
+                           " is a symbolic link; give a new folder or an empty real folder");
+  }
   if (real_exists && !fs::is_directory(real_st)) {
     return InvalidArgument("--out " + out_dir + " exists and is not a folder");
   }

@@ -7,6 +7,7 @@
 #include "server/connection.h"
 #include "server/generation_state.h"
 #include "server/openai_response.h"
+#include "tokenizer/jinja/utf8.h"
 
 namespace loom::server {
 
@@ -64,18 +65,16 @@ bool RenderChat(const ServerContext& ctx, const OpenAiRequest& r, std::string* t
     // (text parts joined as above): the last occurrence of the stripped content, cut after it
     // with its trailing whitespace where the template kept it, else after the stripped text.
     const json& last = messages.back();
-    const std::string content =
-        last.contains("content") && last["content"].is_string() ? last["content"].get<std::string>() : "";
-    const char* kSpace = " \t\n\r\v\f";
-    const size_t first = content.find_first_not_of(kSpace);
-    if (first == std::string::npos) {
+    if (!last.contains("content") || !last["content"].is_string()) {
       *error = BadRequest("continue_final_message",
                           "continue_final_message needs a final message with text content");
       return false;
     }
-    const std::string lstripped = content.substr(first);
-    const std::string stripped = content.substr(first, content.find_last_not_of(kSpace) + 1 - first);
-    const size_t at = text->rfind(stripped);
+    // Python's str.strip(): Unicode whitespace, as transformers strips it.
+    const std::string content = last["content"].get<std::string>();
+    const std::string lstripped = jinja::PyStrip(content, true, false, nullptr);
+    const std::string stripped = jinja::PyStrip(content, true, true, nullptr);
+    const size_t at = text->rfind(stripped);  // "" (all whitespace): the end, as Python's rindex
     if (at == std::string::npos) {
       *error = BadRequest("continue_final_message",
                           "the chat template does not show the final message's content verbatim");

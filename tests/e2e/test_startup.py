@@ -61,3 +61,20 @@ def test_start_up_error_never_hangs(llama_dir):
     args = ["--lora", f"x={ADAPTER_FIXTURES / 'llama_qv_r8_f32'}", "--max-lora-rank", "4"]
     code, err = run_serve(llama_dir, *args, timeout=5, tries=30)
     assert code == 1, err
+
+
+def test_kv_cache_that_cannot_be_allocated_stops_start_up(llama_dir):
+    # Under an address-space limit below the cache (a cgroup or ulimit smaller than the
+    # machine), the allocation failed, the cache was left empty, and the server said ready and
+    # refused every request. Now start-up ends with exit 2 naming the flag.
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+    _wait_for_binary(loom_bin())
+    p = subprocess.run([str(loom_bin()), "serve", "--model", str(llama_dir), "--port", "0",
+                        "--kv-cache-memory", "8GiB", "--max-num-seqs", "4096"],
+                       capture_output=True, timeout=30, text=True, preexec_fn=limit)
+    assert p.returncode == 2, p.stderr
+    assert "--kv-cache-memory" in p.stderr and "loom: ready" not in p.stderr, p.stderr

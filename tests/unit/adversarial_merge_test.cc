@@ -136,7 +136,7 @@ TEST_F(AdversarialMerge, AMergedWeightThatOverflowsIsAnErrorAndNothingIsWritten)
   Status st = WriteMergedCheckpoint(model_dir_, *model_, **big, out, 1 << 30);
   EXPECT_STATUS(st, StatusCode::kInvalidArgument, "merging adapter 'big'",
                 "merged tensor 'model.layers.1.self_attn.v_proj.weight' ([32, 64] ",
-                "is not finite at row 0, column 0", "nothing was written");
+                "is not finite at row 0, column 0", "overflows the file's dtype", "nothing was written");
   EXPECT_FALSE(fs::exists(out));
 }
 

@@ -75,5 +75,14 @@ TEST_F(OutputFile, ANewOrExistingFileElsewhereIsReplacedWhole) {
   }
 }
 
+TEST_F(OutputFile, AStreamIsWrittenDirectly) {
+  for (const char* dev : {"/dev/null", "/dev/stdout"}) {
+    auto r = Check(dev);
+    ASSERT_TRUE(r.ok()) << dev << ": " << r.status().ToString();
+    EXPECT_EQ(*r, dev);
+  }
+  ASSERT_TRUE(ReplaceFileAtomically("/dev/null", "[1]\n", "--out-file").ok());
+}
+
 }  // namespace
 }  // namespace loom

@@ -126,9 +126,9 @@ TEST(Sampler, ATinyRepetitionPenaltyKeepsLogitsFinite) {
   p.repetition_penalty = 1e-38f;
   p.logprobs = 0;
   Sampler s(p, {1});
-  std::vector<float> l = {3.0f, 2.0f, -1.0f};
+  std::vector<float> l = {3.0f, 4.0f, -1.0f};
   const auto t = Draw(p, l, &s);
-  EXPECT_EQ(t, 1);  // 2 / 1e-38 → FLT_MAX, the largest
+  EXPECT_EQ(t, 1);  // 4 / 1e-38 = 4e38 overflows f32 (+inf before): FLT_MAX now, the largest
 }
 
 TEST(Sampler, LogprobsComeFromTheUnpenalisedDistribution) {
