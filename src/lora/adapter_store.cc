@@ -166,9 +166,15 @@ StatusOr<std::shared_ptr<const Adapter>> AdapterStore::Acquire(const std::string
   if (dir.empty()) {
     ASSIGN_OR_RETURN(dir, OnDemandDir(name));
   }
-  ASSIGN_OR_RETURN(std::shared_ptr<const Adapter> adapter,
-                   LoadAdapter(name, dir, *sites_,
-                               options_.max_lora_rank));
+  auto loaded = LoadAdapter(name, dir, *sites_, options_.max_lora_rank);
+  if (!loaded.ok() && generation != 0 && loaded.status().code() == StatusCode::kNotFound) {
+    // A registered (listed) adapter whose folder went away after an eviction: not "no such
+    // model", which /v1/models would contradict.
+    return FailedPrecondition("adapter '" + name + "' is registered, but reloading it failed: " +
+                              loaded.status().message() + "; unload it or restore its folder");
+  }
+  if (!loaded.ok()) return loaded.status();
+  std::shared_ptr<const Adapter> adapter = std::move(loaded).value();
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(name);
   if (generation != 0 && (it == entries_.end() || it->second.generation != generation)) {

@@ -303,3 +303,21 @@ def test_adapter_files_linked_out_of_the_root_are_refused(start_server, llama_di
     # A NUL in lora_path named another folder (the path up to it).
     r = load(srv, "n", "qv\u0000zz")
     assert r.status_code == 400 and "NUL" in r.text, r.text
+
+
+def test_registered_adapter_whose_folder_vanished(start_server, llama_dir, lora_dir):
+    # Evicted, then its folder removed: still listed, so "the model does not exist" (404) was
+    # wrong; the error says the reload failed and what to do.
+    import shutil
+    srv = start_server(llama_dir, ["--lora-dir", str(lora_dir), "--allow-runtime-lora",
+                                   "--max-cpu-loras", "1"])
+    shutil.copytree(lora_dir / "qv", lora_dir / "gone")
+    assert load(srv, "g", "gone").status_code == 200
+    greedy(srv, "mlp", PROMPT)  # loads mlp on demand: g (unleased) is evicted
+    shutil.rmtree(lora_dir / "gone")
+    assert "g" in model_ids(srv)
+    with pytest.raises(openai.BadRequestError) as exc:
+        srv.client().completions.create(model="g", prompt="x", max_tokens=2)
+    assert "is registered, but reloading it failed" in str(exc.value)
+    assert exc.value.body["param"] == "model"
+    assert unload(srv, "g").status_code == 200
