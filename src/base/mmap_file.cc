@@ -32,6 +32,14 @@ std::map<uintptr_t, uintptr_t>& Mappings() {
 }  // namespace
 
 StatusOr<std::shared_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
+  return Load(path, /*in_memory=*/false);
+}
+
+StatusOr<std::shared_ptr<MappedFile>> MappedFile::ReadIntoMemory(const std::string& path) {
+  return Load(path, /*in_memory=*/true);
+}
+
+StatusOr<std::shared_ptr<MappedFile>> MappedFile::Load(const std::string& path, bool in_memory) {
   // Regular files only: a FIFO or device would block open() or mmap, or never end.
   uint64_t size = 0;
   ASSIGN_OR_RETURN(const int fd, OpenRegularFile(path, &size));
@@ -42,56 +50,37 @@ StatusOr<std::shared_ptr<MappedFile>> MappedFile::Open(const std::string& path) 
   }
   file->path_ = path;
   file->size_ = static_cast<size_t>(size);
-  if (file->size_ > 0) {
-    void* p = ::mmap(nullptr, file->size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      std::string why = std::strerror(errno);
-      ::close(fd);
-      return InvalidArgument(path + ": mmap failed: " + why);
-    }
-    file->data_ = static_cast<const uint8_t*>(p);
-    std::lock_guard<std::mutex> lock(MappingsMutex());
-    const auto begin = reinterpret_cast<uintptr_t>(p);
-    Mappings()[begin] = begin + file->size_;
-  }
+  Status st = file->size_ == 0 ? OkStatus() : in_memory ? file->ReadFrom(fd) : file->MapFrom(fd);
   ::close(fd);
+  if (!st.ok()) return st;
   return file;
 }
 
-StatusOr<std::shared_ptr<MappedFile>> MappedFile::ReadIntoMemory(const std::string& path) {
-  uint64_t size = 0;
-  ASSIGN_OR_RETURN(const int fd, OpenRegularFile(path, &size));
-  std::shared_ptr<MappedFile> file(new (std::nothrow) MappedFile());
-  if (!file) {
-    ::close(fd);
-    return ResourceExhausted(path + ": out of memory");
-  }
-  file->path_ = path;
-  file->size_ = static_cast<size_t>(size);
-  if (file->size_ == 0) {
-    ::close(fd);
-    return file;
-  }
-  void* p = ::mmap(nullptr, file->size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) {
-    ::close(fd);
-    return ResourceExhausted(path + ": cannot allocate " + std::to_string(size) + " bytes");
-  }
-  file->data_ = static_cast<const uint8_t*>(p);  // unmapped by the destructor from here on
-  size_t done = 0;
-  while (done < file->size_) {
-    const ssize_t n = ::read(fd, static_cast<uint8_t*>(p) + done, file->size_ - done);
+Status MappedFile::MapFrom(int fd) {
+  void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (p == MAP_FAILED) return InvalidArgument(path_ + ": mmap failed: " + std::strerror(errno));
+  data_ = static_cast<const uint8_t*>(p);
+  std::lock_guard<std::mutex> lock(MappingsMutex());
+  const auto begin = reinterpret_cast<uintptr_t>(p);
+  Mappings()[begin] = begin + size_;
+  return OkStatus();
+}
+
+Status MappedFile::ReadFrom(int fd) {
+  void* p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return ResourceExhausted(path_ + ": cannot allocate " + std::to_string(size_) + " bytes");
+  data_ = static_cast<const uint8_t*>(p);  // unmapped by the destructor from here on
+  for (size_t done = 0; done < size_;) {
+    const ssize_t n = ::read(fd, static_cast<uint8_t*>(p) + done, size_ - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      const std::string why = n < 0 ? std::strerror(errno) : "the file shrank while it was read";
-      ::close(fd);
-      return InvalidArgument(path + ": read failed: " + why);
+      return InvalidArgument(path_ + ": read failed: " +
+                             (n < 0 ? std::strerror(errno) : "the file shrank while it was read"));
     }
     done += static_cast<size_t>(n);
   }
-  ::close(fd);
-  ::mprotect(p, file->size_, PROT_READ);
-  return file;
+  ::mprotect(p, size_, PROT_READ);
+  return OkStatus();
 }
 
 MappedFile::~MappedFile() {

@@ -35,6 +35,10 @@ class MappedFile {
 
  private:
   MappedFile() = default;
+  // Open and ReadIntoMemory: the regular file at `path`, mapped or read (size_ > 0 for these two).
+  static StatusOr<std::shared_ptr<MappedFile>> Load(const std::string& path, bool in_memory);
+  Status MapFrom(int fd);
+  Status ReadFrom(int fd);
   std::string path_;
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;

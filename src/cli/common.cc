@@ -28,13 +28,11 @@ CLI::Validator DecimalInteger(uint64_t max) {
       [max](std::string& text) -> std::string {
         // CLI11 2.1 reads "-1" into a uint64_t as 2^64 - 1 and saturates past int64's range.
         errno = 0;
-        char* end = nullptr;
-        const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+        const unsigned long long v = std::strtoull(text.c_str(), nullptr, 10);
         if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos ||
             errno == ERANGE || v > max) {
           return "'" + text + "' is not an integer in [0, " + std::to_string(max) + "]";
         }
-        (void)end;
         return "";
       },
       "UINT");
@@ -71,7 +69,6 @@ void AddNoCheckWeightsFlag(CLI::App* cmd, bool* no_check_weights) {
   cmd->add_flag("--no-check-weights", *no_check_weights,
                 "skip the check that every weight is finite (no NaN/Inf) at load");
 }
-
 
 void AddQuantizeFlags(CLI::App* app) {
   app->add_option("--quantize", GlobalQuantizeFlags().scheme,
