@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 
@@ -30,7 +31,63 @@ Status ErrnoStatus(const std::string& path, std::string_view what, int err) {
   }
 }
 
+thread_local ConfinedOpenScope* t_confined = nullptr;
+
+// `path` relative to `root` when it is `root` itself or inside it (both canonical, absolute).
+bool RelativeInside(const std::string& path, const std::string& root, std::string* rel) {
+  if (path.compare(0, root.size(), root) != 0) return false;
+  if (path.size() == root.size()) {
+    rel->clear();
+    return true;
+  }
+  if (root != "/" && path[root.size()] != '/') return false;  // /a/bc is not inside /a/b
+  *rel = path.substr(root == "/" ? 1 : root.size() + 1);
+  return true;
+}
+
+// Opens `path` (which must resolve inside `root`) by walking its canonical form from a
+// descriptor of `root` with O_NOFOLLOW at each step; see ConfinedOpenScope.
+StatusOr<int> OpenConfined(const std::string& path, const std::string& root, std::string_view what,
+                           int flags) {
+  char* resolved = ::realpath(path.c_str(), nullptr);
+  if (resolved == nullptr) return ErrnoStatus(path, what, errno);
+  const std::string canonical(resolved);
+  std::free(resolved);
+  std::string rel;
+  if (!RelativeInside(canonical, root, &rel) || rel.empty()) {
+    return InvalidArgument(Where(path, what) + ": resolves to " + canonical + ", outside " + root);
+  }
+  int dir = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return ErrnoStatus(root, what, errno);
+  size_t start = 0;
+  while (true) {
+    const size_t slash = rel.find('/', start);
+    const bool last = slash == std::string::npos;
+    const std::string part = rel.substr(start, last ? std::string::npos : slash - start);
+    const int next = ::openat(dir, part.c_str(),
+                              last ? flags | O_NOFOLLOW
+                                   : O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    const int err = errno;
+    ::close(dir);
+    if (next < 0) {
+      if (err == ELOOP || err == ENOTDIR || err == ENOENT) {
+        return InvalidArgument(Where(path, what) + ": changed while it was opened (" + canonical +
+                               " is no longer a path without symbolic links inside " + root + ")");
+      }
+      return ErrnoStatus(path, what, err);
+    }
+    if (last) return next;
+    dir = next;
+    start = slash + 1;
+  }
+}
+
 }  // namespace
+
+ConfinedOpenScope::ConfinedOpenScope(std::string root) : outer_(t_confined), root_(std::move(root)) {
+  t_confined = this;
+}
+ConfinedOpenScope::~ConfinedOpenScope() { t_confined = outer_; }
 
 const char* FileTypeName(unsigned int st_mode) {
   if (S_ISREG(st_mode)) return "a regular file";
@@ -52,16 +109,22 @@ StatusOr<int> OpenRegularFile(const std::string& path, uint64_t* size, std::stri
                            ", not a regular file");
   }
   // O_NONBLOCK: if the path was swapped for a FIFO since stat, open still returns at once.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0) return ErrnoStatus(path, what, errno);
+  const int flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY;
+  int fd = -1;
+  if (t_confined != nullptr) {
+    ASSIGN_OR_RETURN(fd, OpenConfined(path, t_confined->root(), what, flags));
+  } else {
+    fd = ::open(path.c_str(), flags);
+    if (fd < 0) return ErrnoStatus(path, what, errno);
+  }
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
     return InvalidArgument(Where(path, what) + ": is " + FileTypeName(st.st_mode) +
                            ", not a regular file");
   }
   // Regular files ignore O_NONBLOCK for reads; clear it anyway so later reads are plain.
-  const int flags = ::fcntl(fd, F_GETFL);
-  if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  const int fl = ::fcntl(fd, F_GETFL);
+  if (fl >= 0) ::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
   *size = static_cast<uint64_t>(st.st_size);
   return fd;
 }

@@ -32,6 +32,26 @@ StatusOr<std::string> ReadFileBounded(const std::string& path, uint64_t max_byte
 // closes the descriptor. Errors as ReadFileBounded's.
 StatusOr<int> OpenRegularFile(const std::string& path, uint64_t* size, std::string_view what = "");
 
+// While alive, OpenRegularFile (so ReadFileBounded and MappedFile too) on this thread opens a
+// path only when it resolves inside the folder `root` (canonical), and opens it without a window
+// between the check and the open: the resolved path is walked from a descriptor of `root` one
+// component at a time with O_NOFOLLOW, so a folder or file on it swapped for a symbolic link
+// after resolution (a TOCTOU race by someone who can write under `root`) fails the open instead
+// of reading outside. Symbolic links that stay inside `root` still work. Scopes nest; the
+// innermost one applies. For folders whose writers are not trusted (a --lora-dir).
+class ConfinedOpenScope {
+ public:
+  explicit ConfinedOpenScope(std::string root);
+  ~ConfinedOpenScope();
+  ConfinedOpenScope(const ConfinedOpenScope&) = delete;
+  ConfinedOpenScope& operator=(const ConfinedOpenScope&) = delete;
+  const std::string& root() const { return root_; }
+
+ private:
+  ConfinedOpenScope* outer_;
+  std::string root_;
+};
+
 // For optional files: false when nothing is at `path`; true when it is a regular file (after
 // symlinks); an error when something else is there (a folder, FIFO, loop, no permission).
 StatusOr<bool> RegularFileExists(const std::string& path, std::string_view what = "");

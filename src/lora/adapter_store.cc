@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "base/file.h"
+
 namespace loom {
 
 namespace fs = std::filesystem;
@@ -55,7 +57,16 @@ bool AdapterStore::ValidName(const std::string& name) {
   return true;
 }
 
-Status AdapterStore::Register(const std::string& name, const std::string& dir) {
+StatusOr<std::shared_ptr<const Adapter>> AdapterStore::Load(const std::string& name,
+                                                             const std::string& dir,
+                                                             const std::string& root) const {
+  if (root.empty()) return LoadAdapter(name, dir, *sites_, options_.max_lora_rank);
+  ConfinedOpenScope confined(root);
+  return LoadAdapter(name, dir, *sites_, options_.max_lora_rank);
+}
+
+Status AdapterStore::Register(const std::string& name, const std::string& dir,
+                              const std::string& root) {
   if (!ValidName(name)) {
     return InvalidArgument("adapter name '" + name +
                            "' is not valid (letters, digits, '_', '.', '-'; at most 128)");
@@ -72,13 +83,12 @@ Status AdapterStore::Register(const std::string& name, const std::string& dir) {
   }
   // Load before publishing the name: a bad folder never half-registers.
   std::lock_guard<std::mutex> load_lock(load_mu_);
-  ASSIGN_OR_RETURN(std::shared_ptr<const Adapter> adapter,
-                   LoadAdapter(name, dir, *sites_,
-                               options_.max_lora_rank));
+  ASSIGN_OR_RETURN(std::shared_ptr<const Adapter> adapter, Load(name, dir, root));
   std::lock_guard<std::mutex> lock(mu_);
   if (entries_.count(name) != 0) return InvalidArgument("adapter '" + name + "' is already loaded");
   Entry& e = entries_[name];
   e.dir = dir;
+  e.root = root;
   e.generation = next_generation_++;
   e.loaded = std::move(adapter);
   lru_.push_front(name);
@@ -119,7 +129,7 @@ void AdapterStore::EvictLocked() {
   }
 }
 
-StatusOr<std::string> AdapterStore::OnDemandDir(const std::string& name) const {
+StatusOr<ConfinedDir> AdapterStore::OnDemandDir(const std::string& name) const {
   if (!ValidName(name)) return NotFound("no adapter named '" + name + "'");
   for (const auto& root : roots_) {
     std::error_code ec;
@@ -129,7 +139,7 @@ StatusOr<std::string> AdapterStore::OnDemandDir(const std::string& name) const {
     if (ec || !Inside(c, root) || !fs::is_directory(c, ec)) continue;
     if (!fs::exists(c / "adapter_config.json", ec)) continue;
     RETURN_IF_ERROR(FilesStayInside(c, root, "adapter '" + name + "'"));
-    return c.string();
+    return ConfinedDir{c.string(), root};
   }
   return NotFound("no adapter named '" + name + "'");
 }
@@ -150,6 +160,7 @@ StatusOr<std::shared_ptr<const Adapter>> AdapterStore::Acquire(const std::string
   }
   std::lock_guard<std::mutex> load_lock(load_mu_);
   std::string dir;
+  std::string root;
   uint64_t generation = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -160,13 +171,16 @@ StatusOr<std::shared_ptr<const Adapter>> AdapterStore::Acquire(const std::string
         return it->second.loaded;
       }
       dir = it->second.dir;
+      root = it->second.root;
       generation = it->second.generation;
     }
   }
   if (dir.empty()) {
-    ASSIGN_OR_RETURN(dir, OnDemandDir(name));
+    ASSIGN_OR_RETURN(ConfinedDir found, OnDemandDir(name));
+    dir = std::move(found.dir);
+    root = std::move(found.root);
   }
-  auto loaded = LoadAdapter(name, dir, *sites_, options_.max_lora_rank);
+  auto loaded = Load(name, dir, root);
   if (!loaded.ok() && generation != 0 && loaded.status().code() == StatusCode::kNotFound) {
     // A registered (listed) adapter whose folder went away after an eviction: not "no such
     // model", which /v1/models would contradict.
@@ -183,6 +197,7 @@ StatusOr<std::shared_ptr<const Adapter>> AdapterStore::Acquire(const std::string
   if (it == entries_.end()) {
     it = entries_.emplace(name, Entry{}).first;
     it->second.dir = dir;
+    it->second.root = root;
     it->second.generation = next_generation_++;
   } else if (it->second.loaded) {
     Touch(name, it->second);
@@ -220,7 +235,7 @@ std::vector<AdapterInfo> AdapterStore::List() const {
   return out;
 }
 
-StatusOr<std::string> AdapterStore::ResolveRuntimePath(const std::string& path) const {
+StatusOr<ConfinedDir> AdapterStore::ResolveRuntimePath(const std::string& path) const {
   if (roots_.empty()) {
     return InvalidArgument("lora_path: runtime loading needs --lora-dir; the server has none");
   }
@@ -248,7 +263,7 @@ StatusOr<std::string> AdapterStore::ResolveRuntimePath(const std::string& path) 
           return InvalidArgument("lora_path '" + path + "' is not a folder");
         }
         RETURN_IF_ERROR(FilesStayInside(c, root, "lora_path '" + path + "'"));
-        return c.string();
+        return ConfinedDir{c.string(), root};
       }
     }
   }

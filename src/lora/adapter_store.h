@@ -22,6 +22,12 @@ struct AdapterStoreOptions {
   std::vector<std::string> lora_dirs;  // roots for on-demand names and runtime paths
 };
 
+// A folder inside a --lora-dir root, and that root (every file of the adapter is opened inside it).
+struct ConfinedDir {
+  std::string dir;
+  std::string root;
+};
+
 struct AdapterInfo {
   std::string name;
   std::string dir;
@@ -41,8 +47,10 @@ class AdapterStore {
   AdapterStore(const SiteTable* sites, AdapterStoreOptions options);
 
   // Registers `name` → `dir` and loads it (so a bad folder fails here, whole). kInvalidArgument
-  // when the name is taken or invalid, kNotFound when the folder does not exist.
-  Status Register(const std::string& name, const std::string& dir);
+  // when the name is taken or invalid, kNotFound when the folder does not exist. `root` (a
+  // --lora-dir root, for runtime paths): the adapter's files, now and on every reload, are opened
+  // only inside it (ConfinedOpenScope), whatever is swapped under it meanwhile.
+  Status Register(const std::string& name, const std::string& dir, const std::string& root = "");
   // The adapter for `name`, loading it if needed (also on demand from a --lora-dir root when
   // the name is a sub-folder there). kNotFound for an unknown name.
   StatusOr<std::shared_ptr<const Adapter>> Acquire(const std::string& name);
@@ -53,7 +61,7 @@ class AdapterStore {
   // A runtime path (load endpoint) resolved inside one of the lora_dirs roots: symlinks
   // resolved, `..` refused, must be a directory. kInvalidArgument outside the roots,
   // kNotFound when it does not exist.
-  StatusOr<std::string> ResolveRuntimePath(const std::string& path) const;
+  StatusOr<ConfinedDir> ResolveRuntimePath(const std::string& path) const;
   // A valid adapter name: [A-Za-z0-9_][A-Za-z0-9._-]{0,127}, not "." or "..".
   static bool ValidName(const std::string& name);
 
@@ -65,14 +73,17 @@ class AdapterStore {
  private:
   struct Entry {
     std::string dir;
+    std::string root;                       // non-empty: opened only inside this --lora-dir root
     std::shared_ptr<const Adapter> loaded;  // null when not resident
     uint64_t generation = 0;                // bumps on every (re)registration
     std::list<std::string>::iterator lru;   // valid when loaded
   };
-  StatusOr<std::shared_ptr<const Adapter>> LoadLocked(const std::string& name);
+  // LoadAdapter, with every file opened inside `root` when it is not empty.
+  StatusOr<std::shared_ptr<const Adapter>> Load(const std::string& name, const std::string& dir,
+                                                const std::string& root) const;
   void Touch(const std::string& name, Entry& e);
   void EvictLocked();
-  StatusOr<std::string> OnDemandDir(const std::string& name) const;
+  StatusOr<ConfinedDir> OnDemandDir(const std::string& name) const;
 
   const SiteTable* sites_;
   AdapterStoreOptions options_;

@@ -290,7 +290,7 @@ void HttpServer::Routes() {
     }
     auto dir = ctx.adapters->ResolveRuntimePath(body["lora_path"].get<std::string>());
     if (!dir.ok()) return SendError(res, FromStatus(dir.status(), "lora_path"));
-    Status st = ctx.adapters->Register(name, *dir);
+    Status st = ctx.adapters->Register(name, dir->dir, dir->root);
     if (!st.ok()) {
       // A folder that exists but does not validate is the client's error (400), never 500.
       ApiError e = FromStatus(st, "lora_path");

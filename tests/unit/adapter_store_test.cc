@@ -88,7 +88,8 @@ TEST(AdapterStore, OnDemandAndRuntimePathsStayInsideTheRoots) {
   // Runtime paths.
   auto in = store.ResolveRuntimePath("mlp");
   ASSERT_TRUE(in.ok());
-  EXPECT_EQ(*in, fs::canonical(root / "mlp").string());
+  EXPECT_EQ(in->dir, fs::canonical(root / "mlp").string());
+  EXPECT_EQ(in->root, fs::canonical(root).string());
   EXPECT_EQ(store.ResolveRuntimePath("escape").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(store.ResolveRuntimePath(outside.string()).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(store.ResolveRuntimePath("mlp/../mlp").status().code(), StatusCode::kInvalidArgument);

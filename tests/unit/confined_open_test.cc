@@ -1,0 +1,152 @@
+// ConfinedOpenScope: files opened inside a root only, also while someone swaps folders under it
+// for symbolic links out of it (the --lora-dir TOCTOU race), and the adapter store using it.
+#include <gtest/gtest.h>
+#include <stdio.h>  // renameat2, RENAME_EXCHANGE
+#include <fcntl.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "adversarial_util.h"
+#include "base/file.h"
+#include "base/mmap_file.h"
+#include "lora/adapter_store.h"
+#include "model/model.h"
+
+namespace loom {
+namespace {
+
+using namespace loom::testing;
+
+void Write(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+TEST(ConfinedOpen, OpensInsideTheRootAndRefusesLinksOut) {
+  TempDir tmp;
+  const std::string root = fs::canonical(tmp.path()).string() + "/root";
+  fs::create_directories(root + "/sub");
+  fs::create_directories(root + "c");  // a sibling whose name starts with the root's
+  Write(root + "/sub/f", "inside");
+  Write(root + "c/f", "sibling");
+  Write(tmp.Path("outside"), "outside");
+  fs::create_symlink("../sub/f", root + "/sub/up");       // relative, stays inside
+  fs::create_symlink(root + "/sub/f", root + "/abs");     // absolute, inside
+  fs::create_symlink(tmp.Path("outside"), root + "/out");  // out of the root
+  fs::create_symlink("../rootc", root + "/sib");           // to the sibling
+  fs::create_symlink(root + "/sub", root + "/dirlink");     // a linked folder inside
+
+  ConfinedOpenScope scope(root);
+  for (const char* p : {"/sub/f", "/sub/up", "/abs", "/dirlink/f", "/sub/../sub/f"}) {
+    auto text = ReadFileBounded(root + p, 100);
+    ASSERT_TRUE(text.ok()) << p << ": " << text.status().message();
+    EXPECT_EQ(*text, "inside") << p;
+  }
+  auto mapped = MappedFile::ReadIntoMemory(root + "/abs");
+  ASSERT_TRUE(mapped.ok()) << mapped.status().message();
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(mapped.value()->data()), 6), "inside");
+  for (const std::string& p : {root + "/out", root + "/sib/f", root + "c/f", tmp.Path("outside")}) {
+    auto text = ReadFileBounded(p, 100);
+    ASSERT_FALSE(text.ok()) << p;
+    EXPECT_NE(text.status().message().find("outside " + root), std::string::npos)
+        << text.status().message();
+  }
+  EXPECT_EQ(ReadFileBounded(root + "/missing", 100).status().code(), StatusCode::kNotFound);
+  {
+    ConfinedOpenScope inner(fs::canonical(tmp.path()).string());  // the innermost scope applies
+    EXPECT_TRUE(ReadFileBounded(tmp.Path("outside"), 100).ok());
+  }
+  EXPECT_FALSE(ReadFileBounded(tmp.Path("outside"), 100).ok());
+}
+
+TEST(ConfinedOpen, NoScopeNoConfinement) {
+  TempDir tmp;
+  Write(tmp.Path("f"), "x");
+  EXPECT_TRUE(ReadFileBounded(tmp.Path("f"), 10).ok());
+}
+
+// A thread swaps root/a (a real folder) and root/b (a link out of the root) atomically, over and
+// over, while the main thread reads root/a/f: a read either gets the inside bytes or fails,
+// never the outside ones (the unconfined open read them within a few hundred tries).
+TEST(ConfinedOpen, FolderSwappedForALinkDuringTheOpenNeverReadsOutside) {
+  TempDir tmp;
+  const std::string base = fs::canonical(tmp.path()).string();
+  const std::string root = base + "/root";
+  fs::create_directories(root + "/a");
+  fs::create_directories(base + "/out");
+  Write(root + "/a/f", "inside");
+  Write(base + "/out/f", "outside");
+  fs::create_symlink(base + "/out", root + "/b");
+  std::atomic<bool> stop{false};
+  std::thread swapper([&] {
+    while (!stop.load()) {
+      ::renameat2(AT_FDCWD, (root + "/a").c_str(), AT_FDCWD, (root + "/b").c_str(), RENAME_EXCHANGE);
+    }
+  });
+  int inside = 0, refused = 0, outside = 0;
+  {
+    ConfinedOpenScope scope(root);
+    for (int i = 0; i < 3000; ++i) {
+      auto text = ReadFileBounded(root + "/a/f", 100);
+      if (!text.ok()) {
+        ++refused;
+      } else if (*text == "inside") {
+        ++inside;
+      } else {
+        ++outside;
+      }
+    }
+  }
+  stop = true;
+  swapper.join();
+  EXPECT_EQ(outside, 0) << "inside " << inside << ", refused " << refused;
+}
+
+// The store opens --lora-dir adapters through the scope. The race made deterministic: the folder
+// is swapped for a link out of the root after ResolveRuntimePath checked it and before the load,
+// and again before an evicted adapter is reloaded; neither load reads the adapter outside.
+TEST(ConfinedOpen, AdapterStoreNeverLoadsAFolderSwappedAfterItsCheck) {
+  const std::string adapters = std::string(LOOM_FIXTURES) + "/adapters/";
+  auto model = Model::Load(std::string(LOOM_FIXTURES) + "/models/llama_f32");
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  TempDir tmp;
+  const std::string base = fs::canonical(tmp.path()).string();
+  const std::string root = base + "/root";
+  fs::create_directories(root);
+  fs::copy(adapters + "llama_mlp_r6", root + "/a");
+  fs::copy(adapters + "llama_all_r4_f16", root + "/other");
+  fs::copy(adapters + "llama_qv_r8_f32", base + "/out");
+  fs::create_symlink(base + "/out", root + "/b");
+  auto swap = [&] {
+    ASSERT_EQ(::renameat2(AT_FDCWD, (root + "/a").c_str(), AT_FDCWD, (root + "/b").c_str(),
+                          RENAME_EXCHANGE), 0);
+  };
+  AdapterStoreOptions o;
+  o.lora_dirs = {root};
+  o.max_cpu_loras = 1;
+  AdapterStore store(&(*model)->sites(), o);
+
+  auto dir = store.ResolveRuntimePath("a");
+  ASSERT_TRUE(dir.ok());
+  swap();  // root/a is now a link to base/out
+  Status st = store.Register("x", dir->dir, dir->root);
+  ASSERT_FALSE(st.ok()) << "loaded the adapter outside the root";
+  EXPECT_NE(st.message().find("outside " + root), std::string::npos) << st.message();
+  swap();  // back
+
+  ASSERT_TRUE(store.Register("x", dir->dir, dir->root).ok());
+  ASSERT_TRUE(store.Register("y", root + "/other").ok());  // evicts x (max_cpu_loras 1)
+  ASSERT_EQ(store.num_evictions(), 1);
+  swap();
+  auto reloaded = store.Acquire("x");
+  EXPECT_FALSE(reloaded.ok()) << "reloaded the adapter outside the root";
+  swap();
+  reloaded = store.Acquire("x");
+  ASSERT_TRUE(reloaded.ok()) << reloaded.status().message();
+  EXPECT_EQ((*reloaded)->config().r, 6);
+}
+
+}  // namespace
+}  // namespace loom
