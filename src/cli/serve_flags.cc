@@ -30,6 +30,9 @@ void AddServeFlags(CLI::App& app, ServeArgs* a) {
   app.add_option("--max-lora-rank", a->max_lora_rank, "largest adapter rank accepted (0 = any)");
   app.add_option("--max-cpu-loras", a->max_cpu_loras,
                  "adapters kept loaded (least recently used evicted)")->capture_default_str();
+  app.add_option("--max-cpu-lora-memory", a->max_cpu_lora_memory,
+                 "memory the loaded adapters may take together, e.g. 4GiB (least recently used "
+                 "evicted; an adapter larger than this alone is refused; default: no limit)");
   app.add_option("--merge", a->merge, "serve the --lora adapter NAME folded into the base weights");
   app.add_option("--max-num-seqs", a->max_num_seqs, "sequences running at once")->capture_default_str();
   app.add_option("--max-num-batched-tokens", a->max_num_batched_tokens,
@@ -205,6 +208,9 @@ StatusOr<ServePlan> PlanServe(const ServeArgs& a) {
   plan.engine.enable_prefix_caching = !a.no_prefix_caching;
 
   plan.store.max_cpu_loras = a.max_cpu_loras;
+  if (!a.max_cpu_lora_memory.empty()) {
+    ASSIGN_OR_RETURN(plan.store.max_cpu_bytes, ParseBytes(a.max_cpu_lora_memory, "--max-cpu-lora-memory"));
+  }
   plan.store.max_lora_rank = a.max_lora_rank;
   plan.store.lora_dirs = a.lora_dirs;
 

@@ -526,6 +526,14 @@ StatusOr<std::shared_ptr<const Adapter>> ReadAdapter(const std::string& name, co
   uint64_t h = HashBytes(config_text.data(), config_text.size(), 0x6c6f6f6d);
   for (const auto& [bytes, size] : a->store_->file_bytes()) h = HashBytes(bytes, size, h);
   a->content_hash_ = h;
+  uint64_t resident = 0;
+  for (const auto& [bytes, size] : a->store_->file_bytes()) resident += size;
+  for (const auto& w : a->by_site_) {
+    if (w) resident += w->b_panels_storage.size() + (w->bias.size() + w->dora_gain.size()) * sizeof(float);
+  }
+  for (const auto& d : a->derived_storage_) resident += d->size();
+  if (a->embedding_) resident += (a->embedding_->a_t.size() + a->embedding_->b.size()) * sizeof(float);
+  a->resident_bytes_ = resident;
   return std::shared_ptr<const Adapter>(std::move(a));
 }
 

@@ -51,7 +51,10 @@ class Adapter {
   const LoraEmbedding* embedding() const { return embedding_.get(); }
   // Every adapted projection (for inspect and merge).
   std::vector<const LoraWeights*> modules() const;
-  uint64_t tensor_bytes() const { return tensor_bytes_; }
+  uint64_t tensor_bytes() const { return tensor_bytes_; }  // the A/B tensors' bytes, as in the file
+  // Memory the loaded adapter holds: its file read in, B packed into panels, f32 copies
+  // (embedding, bias, DoRA gains, per-expert cuts). What --max-cpu-lora-memory bounds.
+  uint64_t resident_bytes() const { return resident_bytes_; }
   int max_rank() const { return max_rank_; }
 
  private:
@@ -68,6 +71,7 @@ class Adapter {
   std::vector<std::unique_ptr<LoraWeights>> by_site_;  // [sites.size()], null = not adapted
   std::unique_ptr<LoraEmbedding> embedding_;
   uint64_t tensor_bytes_ = 0;
+  uint64_t resident_bytes_ = 0;
   int max_rank_ = 0;
 };
 

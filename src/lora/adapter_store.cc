@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 
 #include "base/file.h"
 
@@ -60,9 +61,18 @@ bool AdapterStore::ValidName(const std::string& name) {
 StatusOr<std::shared_ptr<const Adapter>> AdapterStore::Load(const std::string& name,
                                                              const std::string& dir,
                                                              const std::string& root) const {
-  if (root.empty()) return LoadAdapter(name, dir, *sites_, options_.max_lora_rank);
-  ConfinedOpenScope confined(root);
-  return LoadAdapter(name, dir, *sites_, options_.max_lora_rank);
+  std::optional<ConfinedOpenScope> confined;
+  if (!root.empty()) confined.emplace(root);
+  ASSIGN_OR_RETURN(std::shared_ptr<const Adapter> adapter,
+                   LoadAdapter(name, dir, *sites_, options_.max_lora_rank));
+  // One adapter above the whole bound could never be evicted back under it.
+  if (options_.max_cpu_bytes > 0 && adapter->resident_bytes() > options_.max_cpu_bytes) {
+    return ResourceExhausted("adapter '" + name + "' takes " +
+                             std::to_string(adapter->resident_bytes()) +
+                             " bytes loaded, more than the adapter memory limit of " +
+                             std::to_string(options_.max_cpu_bytes) + " (--max-cpu-lora-memory)");
+  }
+  return adapter;
 }
 
 Status AdapterStore::Register(const std::string& name, const std::string& dir,
@@ -110,7 +120,7 @@ void AdapterStore::EvictLocked() {
     uint64_t bytes = 0;
     for (const auto& n : lru_) {
       ++count;
-      bytes += entries_.at(n).loaded->tensor_bytes();
+      bytes += entries_.at(n).loaded->resident_bytes();
     }
     return (options_.max_cpu_loras > 0 && count > options_.max_cpu_loras) ||
            (options_.max_cpu_bytes > 0 && bytes > options_.max_cpu_bytes);

@@ -17,7 +17,7 @@ namespace loom {
 
 struct AdapterStoreOptions {
   int max_cpu_loras = 0;         // adapters kept loaded; 0 = no limit
-  uint64_t max_cpu_bytes = 0;    // bytes of adapter tensors kept loaded; 0 = no limit
+  uint64_t max_cpu_bytes = 0;    // Adapter::resident_bytes of those kept loaded; 0 = no limit
   int max_lora_rank = 0;         // 0 = no limit
   std::vector<std::string> lora_dirs;  // roots for on-demand names and runtime paths
 };
@@ -47,7 +47,8 @@ class AdapterStore {
   AdapterStore(const SiteTable* sites, AdapterStoreOptions options);
 
   // Registers `name` → `dir` and loads it (so a bad folder fails here, whole). kInvalidArgument
-  // when the name is taken or invalid, kNotFound when the folder does not exist. `root` (a
+  // when the name is taken or invalid, kNotFound when the folder does not exist,
+  // kResourceExhausted when the adapter alone holds more than max_cpu_bytes. `root` (a
   // --lora-dir root, for runtime paths): the adapter's files, now and on every reload, are opened
   // only inside it (ConfinedOpenScope), whatever is swapped under it meanwhile.
   Status Register(const std::string& name, const std::string& dir, const std::string& root = "");

@@ -132,3 +132,41 @@ TEST(AdapterStore, OverTheBoundWhileLeasedThenEvictedOnTheNextAcquire) {
 
 }  // namespace
 }  // namespace loom
+
+namespace loom {
+namespace {
+
+// --max-cpu-lora-memory: the store keeps the loaded adapters' resident bytes under the bound
+// (least recently used evicted first) and refuses one adapter that alone exceeds it.
+TEST(AdapterStore, BytesBoundEvictsAndRefusesAnAdapterLargerThanIt) {
+  auto a = LoadAdapter("a", kAdapters + "llama_mlp_r6", Llama().sites(), 0);
+  auto b = LoadAdapter("b", kAdapters + "llama_qv_r8_f32", Llama().sites(), 0);
+  ASSERT_TRUE(a.ok() && b.ok());
+  // Resident: at least the file read in plus B's panels (same dtype as B).
+  EXPECT_GT((*a)->resident_bytes(), (*a)->tensor_bytes());
+  AdapterStoreOptions o;
+  o.max_cpu_bytes = (*a)->resident_bytes() + (*b)->resident_bytes();  // both fit, not a third
+  AdapterStore store(&Llama().sites(), o);
+  ASSERT_GT((*a)->resident_bytes(), (*b)->resident_bytes());
+  ASSERT_TRUE(store.Register("a", kAdapters + "llama_mlp_r6").ok());
+  ASSERT_TRUE(store.Register("b", kAdapters + "llama_qv_r8_f32").ok());
+  EXPECT_EQ(store.num_resident(), 2);
+  EXPECT_EQ(store.num_evictions(), 0);
+  ASSERT_TRUE(store.Register("c", kAdapters + "llama_qv_r8_f32").ok());  // the size of b
+  EXPECT_EQ(store.num_resident(), 2);
+  EXPECT_EQ(store.num_evictions(), 1);  // a, the least recently used
+  ASSERT_TRUE(store.Acquire("a").ok());  // loaded again, evicting b (c is more recent)
+  EXPECT_EQ(store.num_resident(), 2);
+  EXPECT_EQ(store.num_evictions(), 2);
+
+  AdapterStoreOptions tiny;
+  tiny.max_cpu_bytes = (*a)->resident_bytes() - 1;
+  AdapterStore small(&Llama().sites(), tiny);
+  Status st = small.Register("a", kAdapters + "llama_mlp_r6");
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(st.message().find("--max-cpu-lora-memory"), std::string::npos) << st.message();
+  EXPECT_FALSE(small.Contains("a"));
+}
+
+}  // namespace
+}  // namespace loom
