@@ -50,7 +50,7 @@ struct RenderLimits {
   size_t max_stack_bytes = kDefaultMaxStackBytes;
   int max_value_depth = 128;       // nesting of lists / dicts a template builds
   int64_t max_steps = 20'000'000;  // evaluated expressions + loop iterations
-  // Wall-clock budget of one render, in milliseconds (0: none). Checked every 1024 steps.
+  // Wall-clock budget of one render, in milliseconds (0: none). Checked every 16 steps.
   int64_t max_render_ms = 1000;
 };
 

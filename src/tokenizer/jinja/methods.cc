@@ -88,6 +88,7 @@ StatusOr<Value> Split(Interpreter& interp, const Value& self, CallArgs& args, bo
         size_t b = i;
         while (i < cps.size() && !IsPySpace(cps[i])) ++i;
         words.push_back(cps.substr(b, i - b));
+        RETURN_IF_ERROR(interp.CheckCollectionBytes(words.size() * kValueBytes));
       }
     } else {
       size_t i = cps.size();
@@ -103,6 +104,7 @@ StatusOr<Value> Split(Interpreter& interp, const Value& self, CallArgs& args, bo
         size_t e = i;
         while (i > 0 && !IsPySpace(cps[i - 1])) --i;
         words.push_back(cps.substr(i, e - i));
+        RETURN_IF_ERROR(interp.CheckCollectionBytes(words.size() * kValueBytes));
       }
       std::reverse(words.begin(), words.end());
     }
@@ -113,31 +115,28 @@ StatusOr<Value> Split(Interpreter& interp, const Value& self, CallArgs& args, bo
   const std::string& s = self.str();
   const std::string& d = sep->str();
   if (d.empty()) return InvalidArgument("empty separator");
+  // rsplit is split of the reversed text by the reversed separator (rfind from the end finds what
+  // find from the start of the reversed text finds), so both run in linear time.
+  const std::string text = from_right ? std::string(s.rbegin(), s.rend()) : std::string();
+  const std::string rsep = from_right ? std::string(d.rbegin(), d.rend()) : std::string();
+  const std::string& hay = from_right ? text : s;
+  const std::string& needle = from_right ? rsep : d;
   std::vector<std::string> parts;
-  if (!from_right) {
-    size_t b = 0;
-    while (true) {
-      size_t p = s.find(d, b);
-      if (p == std::string::npos ||
-          (maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit)) {
-        parts.push_back(s.substr(b));
-        break;
-      }
-      parts.push_back(s.substr(b, p - b));
-      b = p + d.size();
+  size_t b = 0;
+  while (true) {
+    size_t p = FindSubstring(hay, needle, b);
+    if (p == std::string::npos ||
+        (maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit)) {
+      parts.push_back(hay.substr(b));
+      break;
     }
-  } else {
-    size_t e = s.size();
-    while (true) {
-      size_t p = e >= d.size() ? s.rfind(d, e - d.size()) : std::string::npos;
-      if (p == std::string::npos ||
-          (maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit)) {
-        parts.push_back(s.substr(0, e));
-        break;
-      }
-      parts.push_back(s.substr(p + d.size(), e - p - d.size()));
-      e = p;
-    }
+    parts.push_back(hay.substr(b, p - b));
+    b = p + needle.size();
+    // 16M empty parts of ','*16000000 took 1.7 GB before the list's size was checked.
+    RETURN_IF_ERROR(interp.CheckCollectionBytes(parts.size() * kValueBytes));
+  }
+  if (from_right) {
+    for (auto& part : parts) std::reverse(part.begin(), part.end());
     std::reverse(parts.begin(), parts.end());
   }
   RETURN_IF_ERROR(interp.Charge(static_cast<int64_t>(parts.size())));
@@ -174,7 +173,7 @@ StatusOr<std::string> PyReplace(Interpreter& interp, const std::string& s, const
   size_t b = 0;
   int64_t n = 0;
   while (count < 0 || n < count) {
-    size_t p = s.find(old, b);
+    size_t p = FindSubstring(s, old, b);
     if (p == std::string::npos) break;
     out.append(s, b, p - b);
     out += repl;
@@ -297,7 +296,7 @@ const MethodEntry kMethods[] = {
     }),
     M(kString, "find", {
       ASSIGN_OR_RETURN(std::string sub, StrArg(args, 0, "sub", "find"));
-      size_t p = self.str().find(sub);
+      size_t p = FindSubstring(self.str(), sub);
       if (p == std::string::npos) return Value::Int(-1);
       return Value::Int(static_cast<int64_t>(DecodeUtf8(self.str().substr(0, p)).size()));
     }),
@@ -305,8 +304,8 @@ const MethodEntry kMethods[] = {
       ASSIGN_OR_RETURN(std::string sub, StrArg(args, 0, "sub", "count"));
       if (sub.empty()) return Value::Int(static_cast<int64_t>(DecodeUtf8(self.str()).size()) + 1);
       int64_t n = 0;
-      for (size_t p = self.str().find(sub); p != std::string::npos;
-           p = self.str().find(sub, p + sub.size())) {
+      for (size_t p = FindSubstring(self.str(), sub); p != std::string::npos;
+           p = FindSubstring(self.str(), sub, p + sub.size())) {
         ++n;
       }
       return Value::Int(n);

@@ -181,7 +181,7 @@ StatusOr<bool> Contains(const Value& container, const Value& item) {
         return InvalidArgument("'in <string>' requires string as left operand, not " +
                                item.TypeName());
       }
-      return container.str().find(item.str()) != std::string::npos;
+      return FindSubstring(container.str(), item.str()) != std::string::npos;
     case ValueKind::kList:
       for (const Value& v : container.list()) {
         if (v.Equals(item)) return true;

@@ -1,7 +1,16 @@
 // UTF-8 decoding/encoding, Python-compatible whitespace and a small case-mapping table.
 #include "tokenizer/jinja/utf8.h"
 
+#include <string.h>  // memmem
+
 namespace loom::jinja {
+
+size_t FindSubstring(std::string_view s, std::string_view sub, size_t from) {
+  if (from > s.size()) return std::string::npos;
+  if (sub.empty()) return from;
+  const void* p = ::memmem(s.data() + from, s.size() - from, sub.data(), sub.size());
+  return p == nullptr ? std::string::npos : static_cast<size_t>(static_cast<const char*>(p) - s.data());
+}
 
 std::u32string DecodeUtf8(std::string_view s) {
   std::u32string out;

@@ -383,48 +383,66 @@ std::string Value::ToString() const {
   return "";
 }
 
-std::string Value::Repr(int depth) const {
+void Value::ReprInto(std::string* out, int depth) const {
   // A namespace can hold itself; cut the recursion like Python's reprlib does.
-  if (depth > 200) return "...";
+  if (depth > 200 || out->size() > kMaxReprBytes) {
+    *out += "...";
+    return;
+  }
   switch (kind_) {
     case ValueKind::kUndefined:
-      return "Undefined";
+      *out += "Undefined";
+      return;
     case ValueKind::kNone:
-      return "None";
+      *out += "None";
+      return;
     case ValueKind::kBool:
-      return b_ ? "True" : "False";
+      *out += b_ ? "True" : "False";
+      return;
     case ValueKind::kInt:
-      return std::to_string(i_);
+      *out += std::to_string(i_);
+      return;
     case ValueKind::kFloat:
-      return FloatRepr(f_);
+      *out += FloatRepr(f_);
+      return;
     case ValueKind::kString:
-      return StringRepr(s_);
+      *out += StringRepr(s_);
+      return;
     case ValueKind::kList: {
-      if (is_iterator() && !is_view()) return "<" + iter_type_ + " object>";
-      std::string out = is_view() ? iter_type_ + "([" : is_tuple_ ? "(" : "[";
-      for (size_t i = 0; i < list_->size(); ++i) {
-        if (i > 0) out += ", ";
-        out += (*list_)[i].Repr(depth + 1);
+      if (is_iterator() && !is_view()) {
+        *out += "<" + iter_type_ + " object>";
+        return;
       }
-      if (is_tuple_ && list_->size() == 1) out += ",";
-      return out + (is_view() ? "])" : is_tuple_ ? ")" : "]");
+      *out += is_view() ? iter_type_ + "([" : is_tuple_ ? "(" : "[";
+      for (size_t i = 0; i < list_->size(); ++i) {
+        if (i > 0) *out += ", ";
+        (*list_)[i].ReprInto(out, depth + 1);
+        if (out->size() > kMaxReprBytes) break;
+      }
+      if (is_tuple_ && list_->size() == 1) *out += ",";
+      *out += is_view() ? "])" : is_tuple_ ? ")" : "]";
+      return;
     }
     case ValueKind::kDict:
     case ValueKind::kNamespace: {
-      std::string out = "{";
+      if (kind_ == ValueKind::kNamespace) *out += "<Namespace ";
+      *out += "{";
       bool first = true;
       for (const auto& [k, v] : dict_->items()) {
-        if (!first) out += ", ";
+        if (!first) *out += ", ";
         first = false;
-        out += StringRepr(k) + ": " + v.Repr(depth + 1);
+        *out += StringRepr(k) + ": ";
+        v.ReprInto(out, depth + 1);
+        if (out->size() > kMaxReprBytes) break;
       }
-      out += "}";
-      return kind_ == ValueKind::kNamespace ? "<Namespace " + out + ">" : out;
+      *out += "}";
+      if (kind_ == ValueKind::kNamespace) *out += ">";
+      return;
     }
     case ValueKind::kFunction:
-      return fn_->Describe();
+      *out += fn_->Describe();
+      return;
   }
-  return "";
 }
 
 bool Value::Equals(const Value& other) const {

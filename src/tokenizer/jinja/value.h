@@ -133,8 +133,15 @@ class Value {
   std::string TypeName() const;
   // Python str(x): what `{{ x }}` prints. Undefined prints as "".
   std::string ToString() const;
-  // Python repr(x): how x prints inside a list or dict.
-  std::string Repr() const { return Repr(0); }
+  // Python repr(x): how x prints inside a list or dict. Cut with "..." past 200 levels (a
+  // namespace can hold itself) and past kMaxReprBytes (two self-references double the text per
+  // level: 2^200 calls otherwise); either is far above what a render may output.
+  std::string Repr() const {
+    std::string out;
+    ReprInto(&out, 0);
+    return out;
+  }
+  static constexpr size_t kMaxReprBytes = size_t{64} << 20;
   // Python `==` (1 == 1.0 == True; containers element-wise; undefined == undefined).
   bool Equals(const Value& other) const;
   // Python `<`; an error for unorderable types, named like Python's TypeError.
@@ -147,7 +154,7 @@ class Value {
                                bool sort_keys, size_t max_bytes = SIZE_MAX) const;
 
  private:
-  std::string Repr(int depth) const;
+  void ReprInto(std::string* out, int depth) const;
 
   ValueKind kind_ = ValueKind::kUndefined;
   int depth_ = 0;
