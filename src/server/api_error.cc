@@ -12,9 +12,15 @@ std::string ApiError::Body() const {
       case 400: t = "BadRequestError"; break;
       case 401: t = "AuthenticationError"; break;
       case 404: t = "NotFoundError"; break;
+      case 405: t = "MethodNotAllowed"; break;
+      case 411: t = "LengthRequired"; break;
       case 413: t = "RequestTooLargeError"; break;
+      case 414: t = "URITooLong"; break;
+      case 415: t = "UnsupportedMediaType"; break;
+      case 429: t = "RateLimitError"; break;
+      case 431: t = "RequestHeaderFieldsTooLarge"; break;
       case 503: t = "ServiceUnavailableError"; break;
-      default: t = "InternalServerError"; break;
+      default: t = http_status >= 500 ? "InternalServerError" : "BadRequestError"; break;
     }
   }
   nlohmann::json j;

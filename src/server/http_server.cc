@@ -2,8 +2,11 @@
 #include "server/http_server.h"
 
 #include <httplib.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
+#include <cctype>
 #include <chrono>
 #include <optional>
 #include <thread>
@@ -33,8 +36,22 @@ bool SameKey(const std::string& a, const std::string& b) {
 
 bool JsonContentType(const httplib::Request& req) {
   if (!req.has_header("Content-Type")) return true;
-  const std::string ct = req.get_header_value("Content-Type");
-  return ct.rfind("application/json", 0) == 0;
+  // As FastAPI (vLLM): the media type, case-insensitive, is application/json or
+  // application/*+json; parameters (charset) are ignored.
+  std::string ct = req.get_header_value("Content-Type");
+  ct = ct.substr(0, ct.find(';'));
+  while (!ct.empty() && (ct.back() == ' ' || ct.back() == '\t')) ct.pop_back();
+  for (char& c : ct) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const auto ends_with = [&](const std::string& suffix) {
+    return ct.size() >= suffix.size() && ct.compare(ct.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  return ct == "application/json" || (ct.rfind("application/", 0) == 0 && ends_with("+json"));
+}
+
+// Whether cpp-httplib reads a body for this method at all (it never does for GET, HEAD, OPTIONS:
+// their body bytes would be parsed as the next request on the connection).
+bool ReadsBody(const std::string& method) {
+  return method == "POST" || method == "PUT" || method == "PATCH" || method == "DELETE";
 }
 
 // Whether the request carries a Content-Length body (chunked ones are refused with 411).
@@ -102,8 +119,13 @@ HttpServer::HttpServer(ServerContext* ctx) : ctx_(ctx), http_(std::make_unique<h
   http_->set_write_timeout(10, 0);
   // Debian's compiled cpp-httplib listens with a backlog of 5: a burst of clients would see
   // dropped SYNs and 1 s retransmits. Keep the listening socket to raise it after bind.
+  // TCP_NODELAY (inherited by the accepted sockets on Linux): cpp-httplib writes a reply's
+  // headers and body apart, and Nagle + delayed ACK added ~40 ms to every reply after the first
+  // on a kept-alive connection (a /metrics scrape, each request of an openai client).
   http_->set_socket_options([this](socket_t sock) {
     httplib::default_socket_options(sock);
+    int one = 1;
+    ::setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     listen_fd_ = sock;
   });
   Routes();
@@ -166,6 +188,23 @@ void HttpServer::Routes() {
       return reject(ApiError{411, "chunked request bodies are not accepted; send Content-Length", "",
                              "LengthRequired"});
     }
+    // cpp-httplib reads a malformed or repeated Content-Length as 0 and a GET's body not at all:
+    // the body's bytes became the next request on the connection (a proxy reusing it would
+    // answer one client's request with another's reply). Refused, and with Connection: close
+    // (set by reject: HasBody) a proxy drops the connection instead of reusing it.
+    if (req.get_header_value_count("Content-Length") > 1) {
+      res.set_header("Connection", "close");
+      return reject(ApiError{400, "more than one Content-Length header", "", ""});
+    }
+    if (const std::string length = req.get_header_value("Content-Length");
+        req.has_header("Content-Length") &&
+        (length.empty() || length.find_first_not_of("0123456789") != std::string::npos)) {
+      res.set_header("Connection", "close");
+      return reject(ApiError{400, "Content-Length '" + length.substr(0, 32) + "' is not a number", "", ""});
+    }
+    if (!ReadsBody(req.method) && HasBody(req)) {
+      return reject(ApiError{400, "a " + req.method + " request must not have a body", "", ""});
+    }
     if (req.path.rfind("/v1/", 0) != 0 || HasBody(req)) return httplib::Server::HandlerResponse::Unhandled;
     if (std::optional<ApiError> error = AdmissionError(ctx, req)) return reject(*error);
     return httplib::Server::HandlerResponse::Unhandled;
@@ -184,6 +223,7 @@ void HttpServer::Routes() {
     if (res.status == 404) message = "no route " + req.method + " " + req.path;
     if (res.status == 413) message = "the request body is too large";
     if (res.status == 400) message = "malformed HTTP request";
+    if (res.status == 414) message = "the request URI is too long";
     res.set_content(ApiError{res.status, message, "", ""}.Body(), "application/json");
   });
   http_->set_exception_handler(
@@ -247,7 +287,10 @@ void HttpServer::Routes() {
     res.set_content(RenderMetrics(ctx.metrics, s, ctx.options.served_model_name),
                     "text/plain; version=0.0.4; charset=utf-8");
   });
-  http_->Get("/v1/models", [&ctx](const httplib::Request&, httplib::Response& res) {
+  http_->Get("/v1/models", [&ctx](const httplib::Request& req, httplib::Response& res) {
+    // The pre-routing handler admits body-less /v1 requests; checked again here so no path
+    // (a body the pre-router let through) lists the adapters without the key.
+    if (std::optional<ApiError> error = AdmissionError(ctx, req)) return SendError(res, *error);
     const int64_t created = static_cast<int64_t>(std::time(nullptr));
     json data = json::array();
     auto entry = [&](const std::string& id, const std::string& root, const json& parent) {

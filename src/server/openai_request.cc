@@ -354,6 +354,31 @@ bool ParseOpenAiRequest(const std::string& body, Endpoint endpoint, OpenAiReques
       *error = BadRequest("top_logprobs", "top_logprobs needs logprobs=true");
       return false;
     }
+    // vLLM applies chat_template_kwargs last (its kwargs dict is updated with them), so
+    // add_generation_prompt / continue_final_message there win over the top-level fields; they
+    // were silently overridden by the fixed variables before. messages / tools / documents there
+    // would clash with the request's own (transformers: a duplicate keyword): refused by name.
+    if (out->chat_template_kwargs.is_object()) {
+      json& kw = out->chat_template_kwargs;
+      for (const std::string key : {"add_generation_prompt", "continue_final_message"}) {
+        if (!kw.contains(key)) continue;
+        if (!kw[key].is_boolean()) {
+          *error = BadRequest("chat_template_kwargs", "chat_template_kwargs." + key + " must be a boolean");
+          return false;
+        }
+        (key == "add_generation_prompt" ? out->add_generation_prompt : out->continue_final_message) =
+            kw[key].get<bool>();
+        kw.erase(key);
+      }
+      for (const std::string key : {"messages", "tools", "documents"}) {
+        if (kw.contains(key)) {
+          *error = BadRequest("chat_template_kwargs", "chat_template_kwargs." + key +
+                                                          " is not accepted: send the request's '" +
+                                                          key + "' field");
+          return false;
+        }
+      }
+    }
     if (out->continue_final_message && out->add_generation_prompt) {
       *error = BadRequest("continue_final_message",
                           "continue_final_message and add_generation_prompt cannot both be true");

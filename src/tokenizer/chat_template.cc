@@ -113,6 +113,11 @@ StatusOr<std::string> ChatTemplate::Render(const nlohmann::ordered_json& message
 StatusOr<std::string> ChatTemplate::RenderUnguarded(const nlohmann::ordered_json& messages,
                                                     const ChatTemplateOptions& options) const {
   jinja::Dict context;
+  if (options.bos_token) context.Set("bos_token", jinja::Value::String(*options.bos_token));
+  if (options.eos_token) context.Set("eos_token", jinja::Value::String(*options.eos_token));
+  // Extra variables override the special tokens (transformers: {**special_tokens_map, **kwargs})
+  // but not messages, tools, documents or add_generation_prompt, set below (a server lifts or
+  // refuses those keys before; see openai_request.cc).
   if (options.extra.is_object()) {
     RETURN_IF_ERROR(tokenizer::CheckJsonValueDepth(options.extra, kMaxJsonDepth,
                                                    "chat template extra variables"));
@@ -123,8 +128,6 @@ StatusOr<std::string> ChatTemplate::RenderUnguarded(const nlohmann::ordered_json
   } else if (!options.extra.is_null()) {
     return InvalidArgument("chat template extra variables must be a JSON object");
   }
-  if (options.bos_token) context.Set("bos_token", jinja::Value::String(*options.bos_token));
-  if (options.eos_token) context.Set("eos_token", jinja::Value::String(*options.eos_token));
   ASSIGN_OR_RETURN(jinja::Value msgs, PrepareMessages(messages));
   context.Set("messages", std::move(msgs));
   ASSIGN_OR_RETURN(jinja::Value tools, RequestValue(options.tools, "chat tools"));

@@ -2,6 +2,7 @@
 stop_token_ids, max_tokens, seeds and log-probs."""
 import math
 
+import openai
 import pytest
 
 from conftest import BASE, EOS, complete
@@ -585,3 +586,29 @@ def test_continue_final_message(server, final):
         extra_body={"return_token_ids": True, "continue_final_message": True,
                     "add_generation_prompt": False})
     assert r.choices[0].prompt_token_ids == list(_continue_final(rendered, joined).encode())
+
+
+def test_chat_template_kwargs_win_over_the_top_level_fields(server):
+    # vLLM updates its template kwargs with chat_template_kwargs last: add_generation_prompt there
+    # wins. It used to be silently overridden by the top-level field's default (true).
+    messages = [{"role": "user", "content": "hi"}]
+    rendered = "<|user|>hi\n"  # tiny_model's template, without the generation prompt
+
+    def prompt_ids(**extra):
+        r = server.client().chat.completions.create(
+            model=BASE, messages=messages, max_tokens=1, temperature=0,
+            extra_body=dict(return_token_ids=True, **extra))
+        return r.choices[0].prompt_token_ids
+
+    assert prompt_ids(add_generation_prompt=False) == list(rendered.encode())
+    assert prompt_ids(chat_template_kwargs={"add_generation_prompt": False}) == list(rendered.encode())
+    assert prompt_ids(add_generation_prompt=True,
+                      chat_template_kwargs={"add_generation_prompt": False}) == list(rendered.encode())
+    assert prompt_ids() == list((rendered + "<|assistant|>").encode())
+    # Keys that would clash with the request's own are refused by name.
+    for key, value in (("messages", []), ("tools", []), ("documents", []),
+                       ("add_generation_prompt", "yes")):
+        with pytest.raises(openai.BadRequestError) as e:
+            prompt_ids(chat_template_kwargs={key: value})
+        assert e.value.body["param"] == "chat_template_kwargs", e.value.body
+        assert key in e.value.body["message"]

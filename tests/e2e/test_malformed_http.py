@@ -126,6 +126,57 @@ def test_wrong_content_type(hsrv, background):
     still_serving(hsrv)
 
 
+def test_media_type_is_case_insensitive_and_plus_json(hsrv, background):
+    # As FastAPI (vLLM): application/json in any case, parameters ignored, application/*+json.
+    body = json.dumps({"model": LONG, "prompt": "x", "max_tokens": 2}).encode()
+    for ct in ("Application/JSON", "application/json; charset=UTF-8", "application/vnd.api+json"):
+        resp = exchange(hsrv.port, post_bytes(body, ct))
+        assert status_of(resp) == 200, (ct, resp[:300])
+    for ct in ("application/jsonx", "text/json"):
+        assert status_of(exchange(hsrv.port, post_bytes(body, ct))) == 415, ct
+
+
+SMUGGLED = b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+@pytest.mark.parametrize("head", [
+    # cpp-httplib read a repeated or malformed Content-Length as 0 and a GET's body not at all:
+    # the body's bytes were then served as the next request on the connection (a proxy reusing
+    # it would send one client's reply to another).
+    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    b"Content-Length: 0\r\nContent-Length: %d\r\n\r\n" % len(SMUGGLED),
+    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    b"Content-Length: abc\r\n\r\n",
+    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    b"Content-Length: +%d\r\n\r\n" % len(SMUGGLED),
+    b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(SMUGGLED),
+    b"GET /v1/models HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(SMUGGLED),
+    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    b"Transfer-Encoding: chunked\r\n\r\n",
+], ids=["two-content-lengths", "content-length-abc", "content-length-plus", "get-health-body",
+        "get-models-body", "chunked"])
+def test_unread_body_is_refused_with_connection_close(hsrv, background, head):
+    # The refusal tells the client (and any proxy) to drop the connection, so the unread bytes
+    # are never taken as another request on a reused connection.
+    s = socket.create_connection(("127.0.0.1", hsrv.port), timeout=10)
+    try:
+        s.sendall(head)
+        time.sleep(0.2)
+        s.sendall(SMUGGLED)
+        out = b""
+        while b"\r\n\r\n" not in out:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        s.close()
+    first_head = out.partition(b"\r\n\r\n")[0].lower()
+    assert status_of(out) in (400, 411), out[:300]
+    assert b"connection: close" in first_head, out[:300]
+    still_serving(hsrv)
+
+
 def test_huge_header(hsrv, background):
     big = b"X-Big: " + b"a" * 100_000 + b"\r\n"
     body = json.dumps({"model": LONG, "prompt": "x", "max_tokens": 2}).encode()
