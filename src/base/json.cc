@@ -22,6 +22,9 @@ StatusOr<J> ParseImpl(std::string_view text, std::string_view what, JsonLimits l
                            " bytes, above the limit of " + std::to_string(limits.max_bytes));
   }
   RETURN_IF_ERROR(CheckJsonDepth(text, what, limits.max_depth));
+  if (limits.max_array_elements > 0) {
+    RETURN_IF_ERROR(CheckJsonArrayElements(text, what, limits.max_array_elements));
+  }
   try {
     J j = J::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded()) {
@@ -112,6 +115,31 @@ Status CheckJsonDepth(std::string_view text, std::string_view what, int max_dept
       }
     } else if (c == ']' || c == '}') {
       --depth;  // unbalanced text is the parser's to report
+    }
+  }
+  return OkStatus();
+}
+
+Status CheckJsonArrayElements(std::string_view text, std::string_view what, int64_t max_elements) {
+  // Per open container: -1 for an object, else the array's elements so far (1 + its commas).
+  std::vector<int64_t> open;
+  const size_t n = text.size();
+  for (size_t i = 0; i < n; ++i) {
+    const char c = text[i];
+    if (c == '"') {
+      i = SkipString(text, i);
+    } else if (c == '[') {
+      open.push_back(1);
+    } else if (c == '{') {
+      open.push_back(-1);
+    } else if (c == ']' || c == '}') {
+      if (!open.empty()) open.pop_back();
+    } else if (c == ',' && !open.empty() && open.back() >= 0) {
+      if (++open.back() > max_elements) {
+        return InvalidArgument(Prefix(what) + "a JSON array has more than " +
+                               std::to_string(max_elements) + " elements (at byte " +
+                               std::to_string(i) + ")");
+      }
     }
   }
   return OkStatus();

@@ -32,6 +32,10 @@ struct JsonLimits {
   // ParseOrderedJson only: members of one object. nlohmann's ordered map finds each key by a
   // linear search on insert, so an object with n keys costs n²/2 string compares.
   int max_object_keys = 4096;
+  // Elements of one array (0: no limit), checked on the text before any value is built: a
+  // 100 MB safetensors header of one 50M-entry shape cost 2.3 GB as a DOM, and freeing that
+  // DOM under a memory limit threw bad_alloc from a destructor (abort).
+  int64_t max_array_elements = 0;
 };
 
 // Parses `text` as one JSON document. `what` names the source in errors (a file path, "request
@@ -46,6 +50,8 @@ StatusOr<nlohmann::ordered_json> ParseOrderedJson(std::string_view text, std::st
 // The O(n) depth scan ParseJson runs first (strings skipped); exposed for tests and for callers
 // that hand text to another parser.
 Status CheckJsonDepth(std::string_view text, std::string_view what, int max_depth);
+// The O(n) scan for JsonLimits::max_array_elements (an upper bound: commas at the array's level).
+Status CheckJsonArrayElements(std::string_view text, std::string_view what, int64_t max_elements);
 
 // O(n) scan: kInvalidArgument when one object has more than `max_keys` members.
 Status CheckJsonObjectKeys(std::string_view text, std::string_view what, int max_keys);

@@ -50,10 +50,13 @@ thread_local RegexLimitScope* innermost_scope = nullptr;
 
 bool Match(const std::string& pattern, const std::string& what, pcre2_code* code,
            pcre2_match_context* limits, const std::string& text, uint32_t options) {
+  if (RegexLimitScope::Failed()) return false;
   pcre2_match_data* md = pcre2_match_data_create_from_pattern(code, nullptr);
   if (md == nullptr) return false;
+  const auto start = std::chrono::steady_clock::now();
   const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), 0,
                              options, md, limits);
+  RegexLimitScope::Spent(std::chrono::steady_clock::now() - start);
   pcre2_match_data_free(md);
   if (rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT || rc == PCRE2_ERROR_HEAPLIMIT) {
     RegexLimitScope::Record(what, pattern, text);
@@ -73,6 +76,23 @@ bool Regex::PrefixMatch(const std::string& text) const {
 }
 
 RegexLimitScope::RegexLimitScope() : outer_(innermost_scope) { innermost_scope = this; }
+
+bool RegexLimitScope::Failed() {
+  RegexLimitScope* s = innermost_scope;
+  return s != nullptr && !s->first_.empty();
+}
+
+void RegexLimitScope::Spent(std::chrono::steady_clock::duration d) {
+  RegexLimitScope* s = innermost_scope;
+  if (s == nullptr) return;
+  s->spent_ += d;
+  if (s->first_.empty() && s->spent_ > std::chrono::milliseconds(kScopeBudgetMs)) {
+    s->first_ = "regular expressions from the configuration took more than " +
+                std::to_string(kScopeBudgetMs / 1000) +
+                " s in total to match the model's names (too many patterns, or patterns close to "
+                "the step limit); simplify them";
+  }
+}
 
 RegexLimitScope::~RegexLimitScope() { innermost_scope = outer_; }
 

@@ -1,6 +1,7 @@
 // Regex (PCRE2, Python-compatible syntax for the patterns PEFT configs use): full and prefix matches.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -31,7 +32,10 @@ class Regex {
 // While alive, records the first match on this thread that hit the step limit (scopes nest: the
 // innermost records). A loader opens one around everything it matches and fails with status()
 // instead of serving a "no match" that was only a timeout (a module left unadapted, an
-// alpha_pattern left unapplied).
+// alpha_pattern left unapplied). Once a limit is hit, later matches in the scope return "no
+// match" at once (the load fails anyway: 65,536 ignore patterns each spending the full limit
+// on every projection ran for an hour), and all matches in one scope together get
+// kScopeBudgetMs of time: patterns that each stay just under the step limit are an error too.
 class RegexLimitScope {
  public:
   RegexLimitScope();
@@ -43,10 +47,17 @@ class RegexLimitScope {
   Status status() const;
   // Called by Regex on a limit hit (what: the pattern's origin).
   static void Record(const std::string& what, const std::string& pattern, const std::string& text);
+  // Whether the innermost scope has already failed (limit hit or time budget spent). False
+  // outside any scope.
+  static bool Failed();
+  // Adds the time one match took to the innermost scope's total (fails it past the budget).
+  static void Spent(std::chrono::steady_clock::duration d);
+  static constexpr int64_t kScopeBudgetMs = 5000;
 
  private:
   RegexLimitScope* outer_;
   std::string first_;  // empty: no limit hit
+  std::chrono::steady_clock::duration spent_{};  // inside matches only
 };
 
 }  // namespace loom

@@ -40,6 +40,8 @@ std::optional<DType> ComputeDType(const std::string& d) {
 }
 
 constexpr uint64_t kMaxHeaderBytes = 100ull << 20;  // same limit as the reference library
+constexpr int64_t kMaxRank = 16;                    // dimensions of one tensor (real ones: 1-5)
+constexpr size_t kMaxTensorNameBytes = 4096;
 
 }  // namespace
 
@@ -72,9 +74,13 @@ StatusOr<std::vector<TensorInfo>> ParseSafetensors(const uint8_t* bytes, size_t 
   JsonLimits limits;
   limits.max_bytes = kMaxHeaderBytes;
   limits.max_depth = 8;  // a header nests 3 levels
+  limits.max_array_elements = kMaxRank;  // shapes and data_offsets are its only arrays
   auto parsed = ParseJson(std::string_view(header, header_len), path + ": header", limits);
   if (!parsed.ok()) {
-    if (parsed.status().message().find("nested deeper") != std::string::npos) return parsed.status();
+    if (parsed.status().message().find("nested deeper") != std::string::npos ||
+        parsed.status().message().find("elements") != std::string::npos) {
+      return parsed.status();
+    }
     return InvalidArgument(path + ": header is not valid JSON");
   }
   json j = std::move(parsed).value();
@@ -96,6 +102,13 @@ StatusOr<std::vector<TensorInfo>> ParseSafetensors(const uint8_t* bytes, size_t 
         if (metadata) (*metadata)[m.key()] = m.value().get<std::string>();
       }
       continue;
+    }
+    // Names are short (HF's longest are ~100 bytes); a megabyte one made name-suffix lookups
+    // quadratic (inspect ran minutes) and would be quoted whole in errors.
+    if (name.size() > kMaxTensorNameBytes) {
+      return InvalidArgument(path + ": tensor name '" + name.substr(0, 64) + "...' is " +
+                             std::to_string(name.size()) + " bytes, above the limit of " +
+                             std::to_string(kMaxTensorNameBytes));
     }
     const std::string where = path + ": tensor '" + name + "'";
     if (!v.is_object()) return InvalidArgument(where + ": entry is not an object");

@@ -97,6 +97,22 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadO
     m->inv_freq_long_ = RopeInverseFrequencies(m->config_.rope, m->config_.head_dim, true);
     m->rope_scale_ = static_cast<float>(m->config_.rope.attention_factor);
   }
+  // Values that pass the config's own checks (> 0 in double) can still underflow in float: a
+  // rope_theta of 1e-300, a scaling factor of 1e-300 or original_max_position_embeddings 1 gave
+  // Inf/NaN frequencies, and every request failed at its first token.
+  for (const auto* freqs : {&m->inv_freq_, &m->inv_freq_local_, &m->inv_freq_long_}) {
+    for (float f : *freqs) {
+      if (!std::isfinite(f) || f < 0) {
+        return InvalidArgument(dir + "/config.json: the RoPE parameters (rope_theta, rope_scaling / "
+                               "rope_parameters) give a frequency of " + std::to_string(f) +
+                               "; check their values");
+      }
+    }
+  }
+  if (!std::isfinite(m->rope_scale_) || m->rope_scale_ <= 0) {
+    return InvalidArgument(dir + "/config.json: the RoPE attention factor is " +
+                           std::to_string(m->rope_scale_) + " (original_max_position_embeddings?)");
+  }
   m->scratch_ = std::make_unique<Scratch>();
   return m;
 }

@@ -34,8 +34,11 @@ std::string ProjectionScheme(const Linear& lin, const std::string& prequantized)
 // "q_proj.weight.quant_state.bitsandbytes__nf4"), else null.
 const Linear* ProjectionOf(const std::map<std::string, const Linear*>& projections,
                            const std::string& name) {
-  for (size_t dot = name.rfind('.'); dot != std::string::npos && dot > 0;
-       dot = name.rfind('.', dot - 1)) {
+  // The longest suffix is three parts ("weight.quant_state.bitsandbytes__nf4"): only the last
+  // four dots are tried (every dot of a name made of dots was quadratic: inspect ran minutes).
+  int tries = 0;
+  for (size_t dot = name.rfind('.'); dot != std::string::npos && dot > 0 && tries < 4;
+       dot = name.rfind('.', dot - 1), ++tries) {
     auto it = projections.find(name.substr(0, dot));
     if (it != projections.end()) return name.substr(dot + 1) == "bias" ? nullptr : it->second;
   }

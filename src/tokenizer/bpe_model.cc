@@ -1,6 +1,7 @@
 // BPE model: load from tokenizer.json and the merge loop of HF tokenizers (models/bpe).
 #include "tokenizer/bpe_model.h"
 
+#include <random>
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -23,14 +24,27 @@ uint64_t PairKey(int32_t a, int32_t b) {
 
 }  // namespace
 
+uint64_t BpeModel::MergeMap::Slot(uint64_t key) const {
+  uint64_t z = key ^ seed_;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return (z ^ (z >> 31)) & mask_;
+}
+
 void BpeModel::MergeMap::Build(const std::vector<std::pair<uint64_t, MergeValue>>& entries) {
+  try {
+    std::random_device rd;
+    seed_ = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  } catch (const std::exception&) {  // no entropy source: the address still varies per process
+    seed_ = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(this)) * 0x9E3779B97F4A7C15ull;
+  }
   size_t capacity = 16;
   while (capacity < entries.size() * 2) capacity *= 2;
   keys_.assign(capacity, ~uint64_t{0});
   values_.assign(capacity, MergeValue{0, 0});
   mask_ = capacity - 1;
   for (const auto& [key, value] : entries) {
-    uint64_t slot = (key * 0x9E3779B97F4A7C15ull) >> 20 & mask_;
+    uint64_t slot = Slot(key);
     while (keys_[slot] != ~uint64_t{0} && keys_[slot] != key) slot = (slot + 1) & mask_;
     keys_[slot] = key;
     values_[slot] = value;  // a later duplicate wins, as HF's HashMap collect does
@@ -40,7 +54,7 @@ void BpeModel::MergeMap::Build(const std::vector<std::pair<uint64_t, MergeValue>
 const BpeModel::MergeValue* BpeModel::MergeMap::Find(int32_t a, int32_t b) const {
   if (keys_.empty()) return nullptr;
   const uint64_t key = PairKey(a, b);
-  uint64_t slot = (key * 0x9E3779B97F4A7C15ull) >> 20 & mask_;
+  uint64_t slot = Slot(key);
   while (true) {
     const uint64_t k = keys_[slot];
     if (k == key) return &values_[slot];

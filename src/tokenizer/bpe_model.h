@@ -20,6 +20,11 @@ namespace loom::tokenizer {
 // Largest token id accepted anywhere (vocab, added tokens, post-processor): ids size tables, so
 // an id of 2e9 in a file must not become a 2e9-entry vector. 2^24 is 64× the largest real vocab.
 inline constexpr int32_t kMaxTokenId = (1 << 24) - 1;
+// Longest Unigram / SentencePiece piece accepted, in bytes (SentencePiece trains at most 16
+// characters by default; real vocabularies stay far below). Encoding walks the piece trie up to
+// the longest piece from every position, and converting a tokenizer.model splits every piece at
+// every point: a 200,000-byte piece made either take about a minute.
+inline constexpr size_t kMaxPieceBytes = 256;
 // A vocab's ids may leave gaps, but its largest id stays below this many times its entry count
 // (plus kVocabIdSlack): a 10-entry vocab cannot size a table for id 16M.
 inline constexpr int64_t kVocabIdSparsity = 64;
@@ -62,9 +67,15 @@ class BpeModel : public Model {
     const MergeValue* Find(int32_t a, int32_t b) const;
 
    private:
+    // The slot of `key`: splitmix64 of the key xor a per-process random seed. The multiplicative
+    // hash before (bits 20.. of key·φ) let a tokenizer.json whose ids are multiples of 2^k put
+    // every merge in one probe chain: loading 524,288 merges took 218 s instead of 5. A fixed
+    // mixing function is as attackable offline; the seed (as Rust's HashMap, which HF uses) is not.
+    uint64_t Slot(uint64_t key) const;
     std::vector<uint64_t> keys_;
     std::vector<MergeValue> values_;
     uint64_t mask_ = 0;
+    uint64_t seed_ = 0;
   };
 
   BpeModel() = default;

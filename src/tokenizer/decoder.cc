@@ -1,4 +1,5 @@
 // Decoders, each following the HF tokenizers component of the same name.
+#include "tokenizer/json_limits.h"
 #include "tokenizer/decoder.h"
 
 #include <nlohmann/json.hpp>
@@ -287,6 +288,7 @@ StatusOr<std::unique_ptr<Decoder>> ParseDecoder(const json& j) {
     if (!j.contains("decoders") || !j["decoders"].is_array()) {
       return InvalidArgument("decoder Sequence: missing array \"decoders\"");
     }
+    RETURN_IF_ERROR(CheckSequenceSize(j, "decoder"));
     std::vector<std::unique_ptr<Decoder>> parts;
     for (const auto& item : j["decoders"]) {
       ASSIGN_OR_RETURN(auto part, ParseDecoder(item));

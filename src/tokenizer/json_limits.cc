@@ -46,6 +46,24 @@ Status CheckJsonValueDepth(const nlohmann::ordered_json& j, int max_depth, std::
   return OkStatus();
 }
 
+Status CheckSequenceSize(const nlohmann::json& j, std::string_view what) {
+  std::vector<const nlohmann::json*> stack = {&j};
+  size_t objects = 0;
+  while (!stack.empty()) {
+    const nlohmann::json* v = stack.back();
+    stack.pop_back();
+    if (!v->is_structured()) continue;
+    if (v->is_object() && ++objects > kMaxSequenceComponents + 1) {  // + the Sequence itself
+      return InvalidArgument(std::string(what) + " Sequence: more than " +
+                             std::to_string(kMaxSequenceComponents) + " components");
+    }
+    for (const auto& child : *v) {
+      if (child.is_structured()) stack.push_back(&child);
+    }
+  }
+  return OkStatus();
+}
+
 StatusOr<std::string> ReadTextFile(const std::string& path) {
   // Regular files only (a FIFO would block, /dev/zero never ends), at most 256 MiB.
   return ReadFileBounded(path, kMaxRequestFileBytes);

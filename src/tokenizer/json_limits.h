@@ -29,6 +29,14 @@ StatusOr<nlohmann::ordered_json> ParseOrderedJsonText(std::string_view text,
 // most `max_depth`, else kInvalidArgument naming `what`.
 Status CheckJsonValueDepth(const nlohmann::ordered_json& j, int max_depth, std::string_view what);
 
+// Components of one normalizer / pre_tokenizer / decoder / post_processor Sequence, nested ones
+// included (each JSON object counts). Real files have fewer than 10; every component runs over
+// every request's text, so 300,000 Lowercase steps made a 24 KB prompt take 13 s.
+inline constexpr size_t kMaxSequenceComponents = 256;
+// kInvalidArgument naming `what` when `j` holds more than kMaxSequenceComponents objects
+// (iterative; stops counting at the limit).
+Status CheckSequenceSize(const nlohmann::json& j, std::string_view what);
+
 // Reads a whole file (kNotFound naming it when it cannot be opened).
 StatusOr<std::string> ReadTextFile(const std::string& path);
 

@@ -1,4 +1,5 @@
 // Normalizers, each following the HF tokenizers component of the same name.
+#include "tokenizer/json_limits.h"
 #include "tokenizer/normalizer.h"
 
 #include <nlohmann/json.hpp>
@@ -228,6 +229,7 @@ StatusOr<std::unique_ptr<Normalizer>> ParseNormalizer(const json& j) {
     if (!j.contains("normalizers") || !j["normalizers"].is_array()) {
       return InvalidArgument("normalizer Sequence: missing array \"normalizers\"");
     }
+    RETURN_IF_ERROR(CheckSequenceSize(j, "normalizer"));
     std::vector<std::unique_ptr<Normalizer>> parts;
     for (const auto& item : j["normalizers"]) {
       ASSIGN_OR_RETURN(auto part, ParseNormalizer(item));

@@ -1,5 +1,6 @@
 // Post-processors: the single-sequence form of each HF tokenizers processor (ids only; offsets,
 // type ids and pairs are not needed by loom).
+#include "tokenizer/json_limits.h"
 #include "tokenizer/post_processor.h"
 
 #include <nlohmann/json.hpp>
@@ -131,6 +132,7 @@ StatusOr<std::unique_ptr<PostProcessor>> ParsePostProcessor(const json& j) {
     if (!j.contains("processors") || !j["processors"].is_array()) {
       return InvalidArgument("post_processor Sequence: missing array \"processors\"");
     }
+    RETURN_IF_ERROR(CheckSequenceSize(j, "post_processor"));
     std::vector<std::unique_ptr<PostProcessor>> parts;
     for (const auto& item : j["processors"]) {
       ASSIGN_OR_RETURN(auto part, ParsePostProcessor(item));

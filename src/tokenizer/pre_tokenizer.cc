@@ -1,5 +1,6 @@
 // Pre-tokenizers, each following the HF tokenizers component of the same name (split semantics
 // from NormalizedString::split: matches cover the piece, the behavior decides what is kept).
+#include "tokenizer/json_limits.h"
 #include "tokenizer/pre_tokenizer.h"
 
 #include <nlohmann/json.hpp>
@@ -392,6 +393,7 @@ StatusOr<std::unique_ptr<PreTokenizer>> ParsePreTokenizer(const json& j) {
     if (!j.contains("pretokenizers") || !j["pretokenizers"].is_array()) {
       return InvalidArgument("pre_tokenizer Sequence: missing array \"pretokenizers\"");
     }
+    RETURN_IF_ERROR(CheckSequenceSize(j, "pre_tokenizer"));
     std::vector<std::unique_ptr<PreTokenizer>> parts;
     for (const auto& item : j["pretokenizers"]) {
       ASSIGN_OR_RETURN(auto part, ParsePreTokenizer(item));

@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "tokenizer/bpe_model.h"
 #include "tokenizer/unicode.h"
 
 namespace loom::tokenizer {
@@ -108,6 +109,10 @@ Status ParsePiece(std::string_view data, const std::string& what, SpPiece* p) {
     if (f.number == 1) {
       RETURN_IF_ERROR(Expect(r, f, kLengthDelimited, "piece"));
       if (!IsValidUtf8(f.data)) return r.Error("piece is not valid UTF-8");
+      if (f.data.size() > kMaxPieceBytes) {
+        return r.Error("piece of " + std::to_string(f.data.size()) + " bytes, above the limit of " +
+                       std::to_string(kMaxPieceBytes));
+      }
       p->piece.assign(f.data);
     } else if (f.number == 2) {
       RETURN_IF_ERROR(Expect(r, f, kFixed32, "score"));

@@ -45,6 +45,11 @@ StatusOr<std::unique_ptr<UnigramModel>> UnigramModel::FromJson(const json& j) {
       return InvalidArgument("model Unigram: vocab[" + std::to_string(i) + "] score is not finite");
     }
     std::string piece = item[0].get<std::string>();
+    if (piece.size() > kMaxPieceBytes) {
+      return InvalidArgument("model Unigram: vocab[" + std::to_string(i) + "] is a piece of " +
+                             std::to_string(piece.size()) + " bytes, above the limit of " +
+                             std::to_string(kMaxPieceBytes));
+    }
     const auto id = static_cast<int32_t>(i);
     m->token_to_id_[piece] = id;
     m->min_score_ = std::min(m->min_score_, score);

@@ -275,6 +275,18 @@ TEST(ConfigRejectTest, BaseConfigIsValid) {
   EXPECT_EQ(c->dtype, DType::kBF16);  // no dtype given
 }
 
+// Each generated token is compared with every EOS id: a list of millions slowed decoding 30×.
+TEST(ConfigRejectTest, EosListIsBoundedSortedAndDeduplicated) {
+  json j = BaseConfig();
+  j["eos_token_id"] = json::array();
+  for (int i = 0; i < 1025; ++i) j["eos_token_id"].push_back(7);
+  ExpectRejected(j, {"eos_token_id lists 1025 ids, more than 1024"});
+  j["eos_token_id"] = {9, 7, 9, 3};
+  auto c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int>{3, 7, 9}));
+}
+
 TEST(ConfigRejectTest, NotJson) {
   auto c = ParseModelConfig("{\"architectures\": [", "", kWhere);
   ASSERT_FALSE(c.ok());

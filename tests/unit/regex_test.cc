@@ -46,6 +46,25 @@ TEST(Regex, ARunawayMatchIsNoMatchAndRecordedInTheInnermostScope) {
   EXPECT_FALSE(outer.status().ok());
 }
 
+// After the first limit hit the scope's load fails anyway; later matches return at once instead
+// of each spending the full limit (65,536 ignore patterns × every projection ran an hour).
+TEST(Regex, AfterALimitHitLaterMatchesInTheScopeReturnAtOnce) {
+  const Regex runaway = MustCompile(kRunaway);
+  const Regex plain = MustCompile("model.*");
+  RegexLimitScope scope;
+  EXPECT_TRUE(plain.FullMatch(kName));
+  EXPECT_FALSE(runaway.FullMatch(kName));
+  ASSERT_FALSE(scope.status().ok());
+  const std::string first = scope.status().message();
+  EXPECT_FALSE(plain.FullMatch(kName));  // short-circuited: the scope has failed
+  for (int i = 0; i < 10000; ++i) EXPECT_FALSE(runaway.FullMatch(kName));  // ~27 s if each ran
+  EXPECT_EQ(scope.status().message(), first);  // the first hit is what is reported
+  {
+    RegexLimitScope inner;  // a fresh scope matches again
+    EXPECT_TRUE(plain.FullMatch(kName));
+  }
+}
+
 TEST(Regex, LongPatternsAndNamesAreClippedInTheMessage) {
   const std::string name(5000, 'a');
   RegexLimitScope scope;

@@ -284,6 +284,20 @@ TEST(SafetensorsRejectTest, HeaderNotAnObject) {
   ExpectHeaderRejected("\"text\"", {"not a JSON object"});
 }
 
+// A shape of 50M dimensions was a 2.3 GB DOM (and an abort freeing it under a memory limit);
+// a megabyte tensor name made inspect quadratic. Both refused from the header text.
+TEST(SafetensorsRejectTest, ShapeRankAndNameLengthAreBounded) {
+  std::string dims = "1";
+  for (int i = 0; i < 100000; ++i) dims += ",1";
+  ExpectHeaderRejected(R"({"w": {"dtype": "U8", "shape": [)" + dims + R"(], "data_offsets": [0, 1]}})",
+                       {"more than 16 elements"});
+  ExpectHeaderRejected(R"({"w": {"dtype": "U8", "shape": [1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1], "data_offsets": [0, 1]}})",
+                       {"more than 16 elements"});
+  const std::string long_name(5000, 'a');
+  ExpectHeaderRejected(R"({")" + long_name + R"(": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}})",
+                       {"5000 bytes, above the limit of 4096"});
+}
+
 TEST(SafetensorsRejectTest, EntryMissingDtypeShapeOrOffsets) {
   ExpectHeaderRejected(R"({"w.no_dtype": {"shape": [4], "data_offsets": [0, 16]}})",
                        {"'w.no_dtype'", "missing dtype"});

@@ -10,6 +10,7 @@
 
 #include "tokenizer/normalizer.h"
 #include "tokenizer/regex.h"
+#include "tokenizer/json_limits.h"
 #include "tokenizer/tokenizer.h"
 
 namespace loom::tokenizer {
@@ -379,6 +380,62 @@ TEST(TokenizerHardening, LongInputsEncode) {
   // One 1 MB word (no spaces) too.
   ids = (*t)->Encode(std::string(1 << 20, 'a'), false);
   ASSERT_TRUE(ids.ok()) << ids.status().message();
+}
+
+}  // namespace
+}  // namespace loom::tokenizer
+
+namespace loom::tokenizer {
+namespace {
+
+// Every component of a Sequence runs over every request's text: 300,000 Lowercase steps made a
+// 24 KB prompt take 13 s. At most kMaxSequenceComponents (nested ones included); 40 still load.
+TEST(TokenizerHardening, SequencesHaveAtMostKMaxSequenceComponents) {
+  json j = TinyByteLevel();
+  j["normalizer"] = ChainOf(40, {{"type", "Lowercase"}}, "normalizers");
+  EXPECT_TRUE(Tokenizer::FromJson(j.dump()).ok());
+  struct Case {
+    const char* field;
+    json component;
+    const char* list_key;
+  };
+  for (const Case& c : {Case{"normalizer", {{"type", "Lowercase"}}, "normalizers"},
+                        Case{"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}, "pretokenizers"},
+                        Case{"decoder", {{"type", "ByteLevel"}}, "decoders"}}) {
+    json k = TinyByteLevel();
+    k[c.field] = ChainOf(static_cast<int>(kMaxSequenceComponents) + 1, c.component, c.list_key);
+    auto t = Tokenizer::FromJson(k.dump());
+    ASSERT_FALSE(t.ok()) << c.field;
+    EXPECT_TRUE(Contains(t.status().message(), std::string(c.field) + " Sequence: more than 256"))
+        << t.status().message();
+    // Nested Sequences count together.
+    k[c.field] = ChainOf(20, ChainOf(20, c.component, c.list_key), c.list_key);
+    EXPECT_FALSE(Tokenizer::FromJson(k.dump()).ok()) << c.field;
+  }
+}
+
+// Encoding walks the piece trie up to the longest piece from every position: a 200,000-byte
+// Unigram piece made a 200 KB prompt take a minute. Pieces are at most kMaxPieceBytes.
+TEST(TokenizerHardening, UnigramPiecesAreAtMostKMaxPieceBytes) {
+  auto unigram = [](size_t piece_bytes) {
+    json vocab = json::array({json::array({"<unk>", 0.0}), json::array({"a", -1.0}),
+                              json::array({std::string(piece_bytes, 'a'), -5.0})});
+    return json{{"version", "1.0"},
+                {"added_tokens", json::array()},
+                {"normalizer", nullptr},
+                {"pre_tokenizer", nullptr},
+                {"post_processor", nullptr},
+                {"decoder", nullptr},
+                {"model", {{"type", "Unigram"}, {"unk_id", 0}, {"vocab", vocab}}}};
+  };
+  auto ok = Tokenizer::FromJson(unigram(kMaxPieceBytes).dump());
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  auto ids = (*ok)->Encode(std::string(kMaxPieceBytes, 'a'), false);
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(*ids, std::vector<int32_t>{2});
+  auto t = Tokenizer::FromJson(unigram(kMaxPieceBytes + 1).dump());
+  ASSERT_FALSE(t.ok());
+  EXPECT_TRUE(Contains(t.status().message(), "vocab[2] is a piece of 257 bytes")) << t.status().message();
 }
 
 }  // namespace
