@@ -156,6 +156,9 @@ int RunServe(ServeArgs& a) {
   // Batch invariance (default): a request's output never depends on what it is batched with.
   GlobalMatmulOptions().batch_invariant = !a.no_batch_invariant;
   EngineOptions eo = plan->engine;
+  // The store (declared before the engine, so it outlives it) trims to --max-cpu-loras / memory
+  // once the leases of finished sequences are gone, not only on the next adapter request.
+  if (store) eo.on_sequences_finished = [s = store.get()] { s->Trim(); };
   AsyncEngine engine(model->get(), eo, tok.get());
   if (eo.kv_cache_tokens > 0 && engine.engine().kv_cache().num_blocks() == 0) {
     // The allocation failed (a cgroup or RLIMIT_AS below the machine's memory): a server that

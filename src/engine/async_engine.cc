@@ -9,7 +9,7 @@ namespace loom {
 
 AsyncEngine::AsyncEngine(Model* model, const EngineOptions& options,
                          const tokenizer::Tokenizer* tokenizer)
-    : engine_(model, options, tokenizer) {
+    : engine_(model, options, tokenizer), on_sequences_finished_(options.on_sequences_finished) {
   engine_.set_emit_updates(true);
   thread_ = std::thread([this] { Loop(); });
 }
@@ -111,10 +111,12 @@ void AsyncEngine::Loop() {
     }
     stalled = false;
     if (!stopping && engine_.HasWork()) stalled = !engine_.Step();
+    bool finished = false;
     for (SequenceUpdate& u : engine_.TakeUpdates()) {
       auto it = callbacks_.find(u.id);
       if (it == callbacks_.end()) continue;
       const bool last = u.finish_reason != FinishReason::kNone;
+      finished = finished || last;
       it->second(std::move(u));
       if (last) {
         callbacks_.erase(it);
@@ -122,6 +124,7 @@ void AsyncEngine::Loop() {
       }
     }
     engine_.TakeFinished();  // results are delivered through updates
+    if (finished && on_sequences_finished_) on_sequences_finished_();
     Publish();
     if (stopping) return;
   }

@@ -57,6 +57,7 @@ class AsyncEngine {
   void Publish();
 
   Engine engine_;
+  std::function<void()> on_sequences_finished_;  // EngineOptions', engine thread only
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;

@@ -33,6 +33,10 @@ struct EngineOptions {
   // server's default); with --no-batch-invariant they already depended on arrivals. 0 = chunk
   // by max_batch_tokens alone.
   double target_step_ms = 0;
+  // Called on the engine thread (AsyncEngine) after sequences finished and their adapter leases
+  // were released, e.g. AdapterStore::Trim: a store over --max-cpu-loras because every adapter
+  // was leased gets back under it without waiting for the next request. May be empty.
+  std::function<void()> on_sequences_finished;
 };
 
 // loom serve's (and `loom bench --closed-loop`'s) default target_step_ms; docs/PERFORMANCE.md.

@@ -221,6 +221,11 @@ StatusOr<std::shared_ptr<const Adapter>> AdapterStore::Acquire(const std::string
   return adapter;
 }
 
+void AdapterStore::Trim() {
+  std::lock_guard<std::mutex> lock(mu_);
+  EvictLocked();
+}
+
 Status AdapterStore::Unregister(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(name);

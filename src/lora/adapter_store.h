@@ -55,6 +55,8 @@ class AdapterStore {
   // The adapter for `name`, loading it if needed (also on demand from a --lora-dir root when
   // the name is a sub-folder there). kNotFound for an unknown name.
   StatusOr<std::shared_ptr<const Adapter>> Acquire(const std::string& name);
+  // Evicts unleased adapters until the store is back under its bounds (after leases ended).
+  void Trim();
   // Removes the name; kNotFound when unknown.
   Status Unregister(const std::string& name);
   bool Contains(const std::string& name) const;

@@ -248,6 +248,9 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const httplib::Requ
     if (p.empty()) return SendError(res, BadRequest(prompt_field, std::string(prompt_field) + " is empty"));
   }
   if (!Submit(ctx, r, adapter, &sub, &error)) return SendError(res, error);
+  // The sequences hold their own leases now; holding this one until the response is written
+  // kept the adapter pinned past the engine's release (the store trims when sequences finish).
+  adapter.reset();
 
   ResponseMeta meta;
   meta.id = RandomId(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-");

@@ -182,6 +182,26 @@ def test_eviction_with_max_cpu_loras(start_server, llama_dir, lora_dir, referenc
     assert srv.metric("loom_adapter_evictions_total") - ev0 > evictions
 
 
+def test_store_trims_to_max_cpu_loras_once_requests_end(start_server, llama_dir, lora_dir,
+                                                        reference):
+    # 12 concurrent requests on 3 adapters with room for 1: while they run, every adapter is
+    # leased, so the store goes over its bound. Once they end it must come back to 1 by itself
+    # (it stayed at 3 until the next adapter request before).
+    srv = start_server(llama_dir, ["--lora-dir", str(lora_dir), "--max-cpu-loras", "1",
+                                   "--max-loras", "1"])
+    names = list(ADAPTERS)[:3]
+    jobs = [n for n in names for _ in range(4)]
+    with ThreadPoolExecutor(12) as pool:
+        outs = list(pool.map(lambda n: (n, greedy(srv, n, PROMPT)), jobs, timeout=120))
+    for name, got in outs:
+        assert got[:2] == reference(name, PROMPT)[:2], name
+    deadline = time.time() + 10
+    while srv.metric("loom_adapters_resident") > 1 and time.time() < deadline:
+        time.sleep(0.05)
+    assert srv.metric("loom_adapters_resident") == 1
+    assert srv.metric("vllm:num_requests_running") == 0
+
+
 def test_unload_while_queued(start_server, long_dir, lora_dir, reference):
     # --max-num-seqs 1: a long base stream runs; a request on adapter 'u' waits in the queue;
     # 'u' is unloaded meanwhile. The queued request still runs on the weights it was admitted
