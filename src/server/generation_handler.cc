@@ -122,6 +122,7 @@ bool Tokenize(const ServerContext& ctx, const OpenAiRequest& r,
 // The error's field for an engine validation failure.
 std::string ParamFor(const Status& st) {
   const std::string& m = st.message();
+  if (m.rfind("stop strings", 0) == 0) return "stop";  // a model folder without tokenizer.json
   if (m.find("max_tokens") != std::string::npos) return "max_tokens";
   if (m.find("prompt") != std::string::npos) return "prompt";
   if (m.find("stop_token_ids") != std::string::npos) return "stop_token_ids";
