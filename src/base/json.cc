@@ -120,54 +120,42 @@ Status CheckJsonDepth(std::string_view text, std::string_view what, int max_dept
   return OkStatus();
 }
 
-Status CheckJsonArrayElements(std::string_view text, std::string_view what, int64_t max_elements) {
-  // Per open container: -1 for an object, else the array's elements so far (1 + its commas).
-  std::vector<int64_t> open;
+namespace {
+// The O(n) scan behind CheckJsonArrayElements and CheckJsonObjectKeys: for each open container
+// of kind `open` ('[' or '{'), 1 (an array's first element) or 0 plus one per `sep` (',' or ':')
+// at its own level; kInvalidArgument past `max`.
+Status CheckContainerCounts(std::string_view text, std::string_view what, char open, char sep,
+                            int64_t first, int64_t max) {
+  // Per open container: -1 for the other kind, else the count so far.
+  std::vector<int64_t> stack;
   const size_t n = text.size();
   for (size_t i = 0; i < n; ++i) {
     const char c = text[i];
     if (c == '"') {
       i = SkipString(text, i);
-    } else if (c == '[') {
-      open.push_back(1);
-    } else if (c == '{') {
-      open.push_back(-1);
+    } else if (c == '[' || c == '{') {
+      stack.push_back(c == open ? first : -1);
     } else if (c == ']' || c == '}') {
-      if (!open.empty()) open.pop_back();
-    } else if (c == ',' && !open.empty() && open.back() >= 0) {
-      if (++open.back() > max_elements) {
-        return InvalidArgument(Prefix(what) + "a JSON array has more than " +
-                               std::to_string(max_elements) + " elements (at byte " +
+      if (!stack.empty()) stack.pop_back();
+    } else if (c == sep && !stack.empty() && stack.back() >= 0) {
+      if (++stack.back() > max) {
+        return InvalidArgument(Prefix(what) + (open == '[' ? "a JSON array" : "a JSON object") +
+                               " has more than " + std::to_string(max) +
+                               (open == '[' ? " elements" : " members") + " (at byte " +
                                std::to_string(i) + ")");
       }
     }
   }
   return OkStatus();
 }
+}  // namespace
+
+Status CheckJsonArrayElements(std::string_view text, std::string_view what, int64_t max_elements) {
+  return CheckContainerCounts(text, what, '[', ',', 1, max_elements);
+}
 
 Status CheckJsonObjectKeys(std::string_view text, std::string_view what, int max_keys) {
-  // Per open container: -1 for an array, else the members seen so far (one ':' per member).
-  std::vector<int> open;
-  const size_t n = text.size();
-  for (size_t i = 0; i < n; ++i) {
-    const char c = text[i];
-    if (c == '"') {
-      i = SkipString(text, i);
-    } else if (c == '{') {
-      open.push_back(0);
-    } else if (c == '[') {
-      open.push_back(-1);
-    } else if (c == ']' || c == '}') {
-      if (!open.empty()) open.pop_back();
-    } else if (c == ':' && !open.empty() && open.back() >= 0) {
-      if (++open.back() > max_keys) {
-        return InvalidArgument(Prefix(what) + "a JSON object has more than " +
-                               std::to_string(max_keys) + " members (at byte " +
-                               std::to_string(i) + ")");
-      }
-    }
-  }
-  return OkStatus();
+  return CheckContainerCounts(text, what, '{', ':', 0, max_keys);
 }
 
 StatusOr<nlohmann::json> ParseJson(std::string_view text, std::string_view what,

@@ -524,10 +524,12 @@ StatusOr<std::shared_ptr<const Adapter>> ReadAdapter(const std::string& name, co
   // Identity: the bytes of both files, the tensors' as mapped for the weights just validated (a
   // second open could see a file renamed over it since: an identity of other weights).
   uint64_t h = HashBytes(config_text.data(), config_text.size(), 0x6c6f6f6d);
-  for (const auto& [bytes, size] : a->store_->file_bytes()) h = HashBytes(bytes, size, h);
+  uint64_t resident = 0;  // resident_bytes_: the files read in, then the copies made from them
+  for (const auto& [bytes, size] : a->store_->file_bytes()) {
+    h = HashBytes(bytes, size, h);
+    resident += size;
+  }
   a->content_hash_ = h;
-  uint64_t resident = 0;
-  for (const auto& [bytes, size] : a->store_->file_bytes()) resident += size;
   for (const auto& w : a->by_site_) {
     if (w) resident += w->b_panels_storage.size() + (w->bias.size() + w->dora_gain.size()) * sizeof(float);
   }

@@ -60,6 +60,14 @@ bool HasBody(const httplib::Request& req) {
   return !length.empty() && length.find_first_not_of("0 \t") != std::string::npos;
 }
 
+// Whether a refusal may leave body bytes unread on the connection: a body, a chunked one, or a
+// Content-Length that is repeated or empty (cpp-httplib reads those as 0).
+bool BodyMayBeUnread(const httplib::Request& req) {
+  return HasBody(req) || req.has_header("Transfer-Encoding") ||
+         req.get_header_value_count("Content-Length") > 1 ||
+         (req.has_header("Content-Length") && req.get_header_value("Content-Length").empty());
+}
+
 // Auth, readiness and the body's content type for a /v1 request; nothing when it may go on.
 std::optional<ApiError> AdmissionError(const ServerContext& ctx, const httplib::Request& req) {
   if (!ctx.options.api_key.empty()) {
@@ -175,7 +183,7 @@ void HttpServer::Routes() {
     // the refusals that cannot wait, with Connection: close for the client's sake.
     auto reject = [&req, &res](const ApiError& error) {
       SendError(res, error);
-      if (HasBody(req) || req.has_header("Transfer-Encoding")) res.set_header("Connection", "close");
+      if (BodyMayBeUnread(req)) res.set_header("Connection", "close");
       return httplib::Server::HandlerResponse::Handled;
     };
     size_t header_bytes = 0;
@@ -191,15 +199,13 @@ void HttpServer::Routes() {
     // cpp-httplib reads a malformed or repeated Content-Length as 0 and a GET's body not at all:
     // the body's bytes became the next request on the connection (a proxy reusing it would
     // answer one client's request with another's reply). Refused, and with Connection: close
-    // (set by reject: HasBody) a proxy drops the connection instead of reusing it.
+    // (set by reject) a proxy drops the connection instead of reusing it.
     if (req.get_header_value_count("Content-Length") > 1) {
-      res.set_header("Connection", "close");
       return reject(ApiError{400, "more than one Content-Length header", "", ""});
     }
     if (const std::string length = req.get_header_value("Content-Length");
         req.has_header("Content-Length") &&
         (length.empty() || length.find_first_not_of("0123456789") != std::string::npos)) {
-      res.set_header("Connection", "close");
       return reject(ApiError{400, "Content-Length '" + length.substr(0, 32) + "' is not a number", "", ""});
     }
     if (!ReadsBody(req.method) && HasBody(req)) {

@@ -168,9 +168,9 @@ class Parser {
       RETURN_IF_ERROR(ExpectBlockEnd());
       RETURN_IF_ERROR(ParseBody({"elif", "else", "endif"}, &s->body, &end));
       Stmt* cur = s.get();
-      int links = 0;
+      int elifs = 0;  // each nests the next in its else branch
       while (end == "elif") {
-        if (++links > kMaxNesting) return Error("blocks nested too deeply (more than " +
+        if (++elifs > kMaxNesting) return Error("blocks nested too deeply (more than " +
                                                 std::to_string(kMaxNesting) + " elif)");
         auto elif = std::make_unique<Stmt>();
         elif->kind = StmtKind::kIf;
@@ -357,9 +357,9 @@ class Parser {
 
   StatusOr<ExprPtr> ParseCondExpr() {
     ASSIGN_OR_RETURN(ExprPtr e, ParseOr());
-    int links = 0;
+    Chain chain(this);
     while (IsName("if")) {
-      RETURN_IF_ERROR(Link(&links));
+      RETURN_IF_ERROR(chain.Link());
       int line = Cur().line;
       Next();
       ExprPtr c = Make(ExprKind::kCondExpr, line);
@@ -370,37 +370,34 @@ class Parser {
       }
       e = std::move(c);
     }
-    depth_ -= links;
     return e;
   }
 
   StatusOr<ExprPtr> ParseOr() {
     ASSIGN_OR_RETURN(ExprPtr e, ParseAnd());
-    int links = 0;
+    Chain chain(this);
     while (IsName("or")) {
-      RETURN_IF_ERROR(Link(&links));
+      RETURN_IF_ERROR(chain.Link());
       ExprPtr n = Make(ExprKind::kOr, Cur().line);
       Next();
       n->a = std::move(e);
       ASSIGN_OR_RETURN(n->b, ParseAnd());
       e = std::move(n);
     }
-    depth_ -= links;
     return e;
   }
 
   StatusOr<ExprPtr> ParseAnd() {
     ASSIGN_OR_RETURN(ExprPtr e, ParseNot());
-    int links = 0;
+    Chain chain(this);
     while (IsName("and")) {
-      RETURN_IF_ERROR(Link(&links));
+      RETURN_IF_ERROR(chain.Link());
       ExprPtr n = Make(ExprKind::kAnd, Cur().line);
       Next();
       n->a = std::move(e);
       ASSIGN_OR_RETURN(n->b, ParseNot());
       e = std::move(n);
     }
-    depth_ -= links;
     return e;
   }
 
@@ -458,59 +455,55 @@ class Parser {
 
   StatusOr<ExprPtr> ParseMath1() {
     ASSIGN_OR_RETURN(ExprPtr e, ParseConcat());
-    int links = 0;
+    Chain chain(this);
     while (IsOp("+") || IsOp("-")) {
-      RETURN_IF_ERROR(Link(&links));
+      RETURN_IF_ERROR(chain.Link());
       std::string op = Cur().value;
       int line = Cur().line;
       Next();
       ASSIGN_OR_RETURN(ExprPtr rhs, ParseConcat());
       ASSIGN_OR_RETURN(e, Binary(std::move(e), op, std::move(rhs), line));
     }
-    depth_ -= links;
     return e;
   }
 
   StatusOr<ExprPtr> ParseConcat() {
     ASSIGN_OR_RETURN(ExprPtr e, ParseMath2());
-    int links = 0;
+    Chain chain(this);
     while (IsOp("~")) {
-      RETURN_IF_ERROR(Link(&links));
+      RETURN_IF_ERROR(chain.Link());
       int line = Cur().line;
       Next();
       ASSIGN_OR_RETURN(ExprPtr rhs, ParseMath2());
       ASSIGN_OR_RETURN(e, Binary(std::move(e), "~", std::move(rhs), line));
     }
-    depth_ -= links;
     return e;
   }
 
   StatusOr<ExprPtr> ParseMath2() {
     ASSIGN_OR_RETURN(ExprPtr e, ParsePow());
-    int links = 0;
+    Chain chain(this);
     while (IsOp("*") || IsOp("/") || IsOp("//") || IsOp("%")) {
-      RETURN_IF_ERROR(Link(&links));
+      RETURN_IF_ERROR(chain.Link());
       std::string op = Cur().value;
       int line = Cur().line;
       Next();
       ASSIGN_OR_RETURN(ExprPtr rhs, ParsePow());
       ASSIGN_OR_RETURN(e, Binary(std::move(e), op, std::move(rhs), line));
     }
-    depth_ -= links;
     return e;
   }
 
   StatusOr<ExprPtr> ParsePow() {
     ASSIGN_OR_RETURN(ExprPtr e, ParseUnary(true));
-    int links = 0;
+    Chain chain(this);
     while (IsOp("**")) {
-      RETURN_IF_ERROR(Link(&links));
+      RETURN_IF_ERROR(chain.Link());
       int line = Cur().line;
       Next();
       ASSIGN_OR_RETURN(ExprPtr rhs, ParseUnary(true));
       ASSIGN_OR_RETURN(e, Binary(std::move(e), "**", std::move(rhs), line));
     }
-    depth_ -= links;
     return e;
   }
 
@@ -609,9 +602,9 @@ class Parser {
   }
 
   StatusOr<ExprPtr> ParsePostfix(ExprPtr node) {
-    int links = 0;
+    Chain chain(this);
     while (true) {
-      RETURN_IF_ERROR(Link(&links));
+      RETURN_IF_ERROR(chain.Link());
       int line = Cur().line;
       if (SkipOp(".")) {
         if (Cur().type == TokenType::kName) {
@@ -635,7 +628,6 @@ class Parser {
       } else if (IsOp("(")) {
         ASSIGN_OR_RETURN(node, ParseCall(std::move(node)));
       } else {
-        depth_ -= links;
         return node;
       }
     }
@@ -728,9 +720,9 @@ class Parser {
   }
 
   StatusOr<ExprPtr> ParseFilterExpr(ExprPtr node) {
-    int links = 0;
+    Chain chain(this);
     while (true) {
-      RETURN_IF_ERROR(Link(&links));
+      RETURN_IF_ERROR(chain.Link());
       if (SkipOp("|")) {
         ASSIGN_OR_RETURN(node, ParseFilterOrTest(ExprKind::kFilter, std::move(node)));
       } else if (IsName("is")) {
@@ -741,21 +733,33 @@ class Parser {
       } else if (IsOp("(")) {
         ASSIGN_OR_RETURN(node, ParseCall(std::move(node)));
       } else {
-        depth_ -= links;
         return node;
       }
     }
   }
 
-  // One more link of a chain (a + b + c, x.a.b, x|f|g, elif ...): each nests the tree one level
-  // deeper (left-leaning), so it counts toward the nesting limit like a parenthesis; a chain of
-  // 100,000 links otherwise built a tree whose recursive checks and destructor overflowed the
-  // stack. The caller gives the links back (depth_ -= links) when the chain ends.
-  Status Link(int* links) {
-    ++*links;
-    if (++depth_ > kMaxNesting) return Error("expression nested too deeply (a chain too long)");
-    return OkStatus();
-  }
+  // One chain being parsed (a + b + c, x.a.b, x|f|g): each link nests the tree one level deeper
+  // (left-leaning), so it counts toward the nesting limit like a parenthesis; a chain of 100,000
+  // links otherwise built a tree whose recursive checks and destructor overflowed the stack.
+  // The links are given back when the chain's parse returns.
+  class Chain {
+   public:
+    explicit Chain(Parser* parser) : parser_(parser) {}
+    ~Chain() { parser_->depth_ -= links_; }
+    Chain(const Chain&) = delete;
+    Chain& operator=(const Chain&) = delete;
+    Status Link() {
+      ++links_;
+      if (++parser_->depth_ > kMaxNesting) {
+        return parser_->Error("expression nested too deeply (a chain too long)");
+      }
+      return OkStatus();
+    }
+
+   private:
+    Parser* parser_;
+    int links_ = 0;
+  };
 
   std::vector<Token> tokens_;
   size_t pos_ = 0;
