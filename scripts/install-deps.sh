@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 # clang + libclang-rt-14-dev: the sanitized build and libFuzzer targets (scripts/run-tests.sh,
 # scripts/fuzz.sh); ccache makes their rebuilds cheap.
-PACKAGES=(build-essential cmake pkg-config nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
+PACKAGES=(build-essential cmake pkg-config nlohmann-json3-dev libcli11-dev libboost-dev
           libpcre2-dev libutf8proc-dev libgtest-dev libgmock-dev libbenchmark-dev python3 python3-venv
           clang libclang-rt-14-dev ccache)
 missing=()

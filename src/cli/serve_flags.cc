@@ -50,7 +50,14 @@ void AddServeFlags(CLI::App& app, ServeArgs* a) {
       ->envname("LOOM_API_KEY");
   app.add_flag("--allow-runtime-lora", a->allow_runtime_lora,
                "enable /v1/load_lora_adapter and /v1/unload_lora_adapter (paths under --lora-dir)");
-  app.add_option("--http-threads", a->http_threads, "connections served at once")->capture_default_str();
+  app.add_option("--http-threads", a->http_threads,
+                 "threads that parse, render templates, tokenize and load adapters (connections "
+                 "and streams hold none)")->capture_default_str();
+  app.add_option("--request-timeout", a->request_timeout_s,
+                 "seconds for a request's headers and body to arrive, and for an idle kept-alive "
+                 "connection's next request (then the connection is closed)")->capture_default_str();
+  app.add_option("--max-connections", a->max_connections,
+                 "open HTTP connections (beyond, 503 and close)")->capture_default_str();
   app.add_option("--max-waiting", a->max_waiting,
                  "queued (not yet running) sequences beyond which requests get 503")->capture_default_str();
   app.add_option("--max-body", a->max_body, "largest request body (413 above)")->capture_default_str();
@@ -138,7 +145,12 @@ StatusOr<ServePlan> PlanServe(const ServeArgs& a) {
   RETURN_IF_ERROR(positive(a.max_num_seqs, "--max-num-seqs", 4096));
   RETURN_IF_ERROR(positive(a.max_num_batched_tokens, "--max-num-batched-tokens", 1 << 16));
   RETURN_IF_ERROR(positive(a.max_loras, "--max-loras", 1024));
-  RETURN_IF_ERROR(positive(a.http_threads, "--http-threads", 4096));
+  RETURN_IF_ERROR(positive(a.http_threads, "--http-threads", 1024));
+  RETURN_IF_ERROR(positive(a.max_connections, "--max-connections", 1 << 20));
+  if (!(a.request_timeout_s >= 0.1 && a.request_timeout_s <= 3600)) {
+    return InvalidArgument("--request-timeout must be in [0.1, 3600] seconds, got " +
+                           std::to_string(a.request_timeout_s));
+  }
   RETURN_IF_ERROR(positive(a.max_waiting, "--max-waiting", 1 << 20));
   if (a.max_cpu_loras < 0) return InvalidArgument("--max-cpu-loras must be ≥ 0 (0 = no limit)");
   if (a.max_lora_rank < 0) return InvalidArgument("--max-lora-rank must be ≥ 0 (0 = any)");
@@ -223,6 +235,8 @@ StatusOr<ServePlan> PlanServe(const ServeArgs& a) {
   s.merged_adapter = a.merge;
   s.allow_runtime_lora = a.allow_runtime_lora;
   s.http_threads = a.http_threads;
+  s.max_connections = a.max_connections;
+  s.request_timeout_s = a.request_timeout_s;
   s.max_waiting = a.max_waiting;
   ASSIGN_OR_RETURN(uint64_t body, ParseBytes(a.max_body, "--max-body"));
   s.max_body_bytes = static_cast<size_t>(body);

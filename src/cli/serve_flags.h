@@ -32,7 +32,9 @@ struct ServeArgs {
   int port = 8000;
   std::string api_key;
   bool allow_runtime_lora = false;
-  int http_threads = 256;
+  int http_threads = 16;
+  int max_connections = 4096;
+  double request_timeout_s = 30;
   int max_waiting = 512;
   std::string max_body = "8MiB";
   double shutdown_timeout_s = 30;

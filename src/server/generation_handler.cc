@@ -4,7 +4,6 @@
 #include <chrono>
 #include <random>
 
-#include "server/connection.h"
 #include "server/generation_state.h"
 #include "server/openai_response.h"
 #include "tokenizer/jinja/utf8.h"
@@ -13,10 +12,12 @@ namespace loom::server {
 
 using json = nlohmann::ordered_json;
 
-void SendError(httplib::Response& res, const ApiError& error) {
-  res.status = error.http_status;
-  if (error.http_status == 503) res.set_header("Retry-After", "1");
-  res.set_content(error.Body(), "application/json");
+HttpResponse ErrorReply(const ApiError& error) {
+  HttpResponse r;
+  r.status = error.http_status;
+  if (error.http_status == 503) r.headers.emplace_back("Retry-After", "1");
+  r.body = error.Body();
+  return r;
 }
 
 namespace {
@@ -136,9 +137,15 @@ struct Submission {
 };
 
 bool Submit(ServerContext& ctx, const OpenAiRequest& r, std::shared_ptr<const Adapter> adapter,
-            Submission* sub, ApiError* error) {
+            const std::shared_ptr<Exchange>& ex, Submission* sub, ApiError* error) {
   sub->state = std::make_shared<GenerationState>();
   auto& state = *sub->state;
+  // The engine's callbacks wake the connection (a weak reference: a connection that is gone
+  // is not kept alive by its sequences). A completion only needs its last update.
+  state.wake_each_update = r.stream;
+  state.wake = [weak = std::weak_ptr<Exchange>(ex)] {
+    if (auto e = weak.lock()) e->Wake();
+  };
   const size_t num = sub->prompts.size() * static_cast<size_t>(r.n);
   state.choices.resize(num);
   state.unfinished = static_cast<int>(num);
@@ -191,17 +198,69 @@ void AbortUnfinished(ServerContext& ctx, GenerationState& state) {
   for (int64_t id : ids) ctx.engine->Abort(id);
 }
 
+// A completion's body, built once every choice has finished.
+class CompletionReply : public DeferredReply {
+ public:
+  CompletionReply(ServerContext& ctx, OpenAiRequest r, ResponseMeta meta, Submission sub)
+      : ctx_(ctx), r_(std::move(r)), meta_(std::move(meta)), sub_(std::move(sub)) {}
+
+  std::optional<HttpResponse> Poll() override {
+    GenerationState& state = *sub_.state;
+    {
+      std::lock_guard<std::mutex> lock(state.mu);
+      if (state.unfinished > 0) return std::nullopt;
+      for (auto& c : state.choices) {
+        for (const auto& u : c.pending) Accumulate(&c, u);
+        c.pending.clear();
+      }
+    }
+    for (const auto& c : state.choices) {
+      if (c.finish_reason == FinishReason::kError) {
+        return ErrorReply(ApiError{500, "generation failed: " + c.error, "", ""});
+      }
+    }
+    json body = BuildFullResponse(ctx_, r_, meta_, state, sub_.prompts);
+    HttpResponse res;
+    res.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
+    return res;
+  }
+  // The client left (as vLLM: its sequences are cancelled and their blocks freed).
+  void Abandon() override { AbortUnfinished(ctx_, *sub_.state); }
+
+ private:
+  ServerContext& ctx_;
+  OpenAiRequest r_;
+  ResponseMeta meta_;
+  Submission sub_;
+};
+
+// A streamed completion: SSE chunks as the engine delivers tokens.
+class CompletionStream : public StreamSource {
+ public:
+  CompletionStream(ServerContext& ctx, const OpenAiRequest& r, ResponseMeta meta,
+                   std::shared_ptr<GenerationState> state)
+      : ctx_(ctx), state_(state), writer_(ctx, r, std::move(meta), std::move(state)) {}
+  bool Pull(std::string* out) override { return writer_.Pump(out); }
+  void Abandon() override { AbortUnfinished(ctx_, *state_); }
+
+ private:
+  ServerContext& ctx_;
+  std::shared_ptr<GenerationState> state_;
+  StreamWriter writer_;
+};
+
 }  // namespace
 
-void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const httplib::Request& req,
-                      httplib::Response& res) {
+void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& req,
+                      const std::shared_ptr<Exchange>& ex) {
+  auto fail = [&ex](const ApiError& e) { ex->Reply(ErrorReply(e)); };
   OpenAiRequest r;
   ApiError error;
   if (!ParseOpenAiRequest(req.body, endpoint, &r, &error, ctx.options.max_json_depth)) {
-    return SendError(res, error);
+    return fail(error);
   }
   if (r.echo && r.want_logprobs) {
-    return SendError(res, BadRequest("echo", "echo with logprobs is not supported"));
+    return fail(BadRequest("echo", "echo with logprobs is not supported"));
   }
   // The adapter: the base model's name, or an adapter's (loaded now if needed, not on the
   // engine thread).
@@ -212,19 +271,19 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const httplib::Requ
                            : r.model == ctx.options.merged_adapter;
   if (!is_base) {
     if (ctx.adapters == nullptr) {
-      return SendError(res, ApiError{404, "the model '" + r.model + "' does not exist", "model", ""});
+      return fail(ApiError{404, "the model '" + r.model + "' does not exist", "model", ""});
     }
     auto lease = ctx.adapters->Acquire(r.model);
     if (!lease.ok()) {
       if (lease.status().code() == StatusCode::kNotFound) {
-        return SendError(res, ApiError{404, "the model '" + r.model + "' does not exist", "model", ""});
+        return fail(ApiError{404, "the model '" + r.model + "' does not exist", "model", ""});
       }
-      return SendError(res, FromStatus(lease.status(), "model"));
+      return fail(FromStatus(lease.status(), "model"));
     }
     adapter = std::move(lease).value();
   }
   Submission sub;
-  if (!Tokenize(ctx, r, &sub.prompts, &error)) return SendError(res, error);
+  if (!Tokenize(ctx, r, &sub.prompts, &error)) return fail(error);
   // Queue limit: sequences submitted but not running, this request's (prompts × n) included,
   // so one request of 64 prompts × n = 16 cannot carry the queue past it; a request alone in an
   // empty queue is admitted whatever its size (≤ 1024 sequences by the parser's limits). The
@@ -233,22 +292,22 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const httplib::Requ
   const int queued = ctx.engine->num_in_flight() - ctx.engine->Stats().num_running;
   const int64_t wanted = static_cast<int64_t>(sub.prompts.size()) * r.n;
   if (queued > 0 && queued + wanted > ctx.options.max_waiting) {
-    return SendError(res, ApiError{503, "the server is overloaded (" + std::to_string(queued) +
+    return fail(ApiError{503, "the server is overloaded (" + std::to_string(queued) +
                                             " sequences waiting, this request adds " +
                                             std::to_string(wanted) + "); retry later", "", ""});
   }
   const char* prompt_field = endpoint == Endpoint::kChat ? "messages" : "prompt";
   for (const auto& p : sub.prompts) {
     if (static_cast<int64_t>(p.size()) >= ctx.max_model_len) {
-      return SendError(res, BadRequest(prompt_field,
+      return fail(BadRequest(prompt_field,
                                        "this model's maximum context length is " +
                                            std::to_string(ctx.max_model_len) + " tokens; the " +
                                            prompt_field + " has " + std::to_string(p.size()) +
                                            " tokens (room is needed for at least one more)"));
     }
-    if (p.empty()) return SendError(res, BadRequest(prompt_field, std::string(prompt_field) + " is empty"));
+    if (p.empty()) return fail(BadRequest(prompt_field, std::string(prompt_field) + " is empty"));
   }
-  if (!Submit(ctx, r, adapter, &sub, &error)) return SendError(res, error);
+  if (!Submit(ctx, r, adapter, ex, &sub, &error)) return fail(error);
   // The sequences hold their own leases now; holding this one until the response is written
   // kept the adapter pinned past the engine's release (the store trims when sequences finish).
   adapter.reset();
@@ -258,52 +317,15 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const httplib::Requ
   meta.created = static_cast<int64_t>(std::time(nullptr));
   meta.model = r.model;
   meta.prompt_tokens = sub.prompt_tokens;
-
   if (!r.stream) {
-    auto& state = *sub.state;
-    // Wait, and every 100 ms check that the client is still there: one that left cancels its
-    // sequences (as vLLM) and frees their blocks.
-    const int fd = FindClientSocket(req.remote_addr, req.remote_port, req.local_port);
-    {
-      std::unique_lock<std::mutex> lock(state.mu);
-      while (!state.cv.wait_for(lock, std::chrono::milliseconds(100),
-                                [&] { return state.unfinished == 0; })) {
-        if (PeerClosed(fd)) {
-          lock.unlock();
-          AbortUnfinished(ctx, state);
-          res.status = 499;  // nginx's "client closed request"; nobody reads it
-          return;
-        }
-      }
-      for (auto& c : state.choices) {
-        for (const auto& u : c.pending) Accumulate(&c, u);
-        c.pending.clear();
-      }
-    }
-    for (const auto& c : state.choices) {
-      if (c.finish_reason == FinishReason::kError) {
-        return SendError(res, ApiError{500, "generation failed: " + c.error, "", ""});
-      }
-    }
-    json body = BuildFullResponse(ctx, r, meta, state, sub.prompts);
-    res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+    ex->Defer(std::make_shared<CompletionReply>(ctx, std::move(r), std::move(meta), std::move(sub)));
     return;
   }
-
+  HttpResponse head;
+  head.content_type = "text/event-stream";
+  head.headers.emplace_back("Cache-Control", "no-cache");
   auto state = sub.state;
-  auto writer = std::make_shared<StreamWriter>(ctx, r, meta, state);
-  writer->set_client_fd(FindClientSocket(req.remote_addr, req.remote_port, req.local_port));
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [writer, state, &ctx](size_t, httplib::DataSink& sink) {
-        const bool ok = writer->Pump(sink);
-        if (!ok) AbortUnfinished(ctx, *state);
-        return ok;
-      },
-      [state, &ctx](bool success) {
-        if (!success) AbortUnfinished(ctx, *state);
-      });
+  ex->Stream(std::move(head), std::make_shared<CompletionStream>(ctx, r, std::move(meta), std::move(state)));
 }
 
 }  // namespace loom::server

@@ -1,19 +1,22 @@
 // Generation routes: /v1/completions and /v1/chat/completions, streaming (SSE) and not.
 #pragma once
 
-#include <httplib.h>
+#include <memory>
 
+#include "server/http_exchange.h"
 #include "server/openai_request.h"
 #include "server/server_context.h"
 
 namespace loom::server {
 
 // Parses, resolves the adapter, renders/tokenizes, submits one sequence per (prompt, choice)
-// and answers (a JSON body, or an SSE stream that aborts its sequences when the client goes).
-void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const httplib::Request& req,
-                      httplib::Response& res);
+// and answers through `ex` — a JSON body once every choice has finished, or an SSE stream —
+// without waiting: the engine's callbacks wake the exchange. A client that leaves aborts the
+// request's sequences. Runs on a handler thread (the adapter may be loaded from disk).
+void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& req,
+                      const std::shared_ptr<Exchange>& ex);
 
-// Sends an ApiError as the response.
-void SendError(httplib::Response& res, const ApiError& error);
+// An ApiError as a response (503 with Retry-After).
+HttpResponse ErrorReply(const ApiError& error);
 
 }  // namespace loom::server

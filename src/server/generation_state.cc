@@ -7,7 +7,7 @@ AsyncEngine::Callback MakeChoiceCallback(std::shared_ptr<GenerationState> state,
                                          Metrics* metrics) {
   return [state = std::move(state), index, metrics](SequenceUpdate&& u) {
     const Clock::time_point now = Clock::now();
-    std::lock_guard<std::mutex> lock(state->mu);
+    std::unique_lock<std::mutex> lock(state->mu);
     ChoiceState& c = state->choices[index];
     if (u.has_token) {
       metrics->generation_tokens.fetch_add(1);
@@ -32,7 +32,9 @@ AsyncEngine::Callback MakeChoiceCallback(std::shared_ptr<GenerationState> state,
       --state->unfinished;
     }
     c.pending.push_back(std::move(u));
-    state->cv.notify_all();
+    const bool wake = state->wake_each_update || state->unfinished == 0;
+    lock.unlock();
+    if (wake && state->wake) state->wake();
   };
 }
 

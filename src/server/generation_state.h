@@ -4,6 +4,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -35,12 +36,14 @@ struct ChoiceState {
 };
 
 // Thread-safety: `mu` guards pending/finished/unfinished; the consumed fields belong to the HTTP
-// thread that serves the request.
+// I/O thread that serves the request. `wake` and `wake_each_update` are set before the first
+// sequence is submitted.
 struct GenerationState {
   std::mutex mu;
-  std::condition_variable cv;
   std::vector<ChoiceState> choices;
   int unfinished = 0;
+  std::function<void()> wake;     // tells the connection there is something to write
+  bool wake_each_update = false;  // a stream; else only when every choice has finished
   Clock::time_point start = Clock::now();
 };
 

@@ -1,19 +1,17 @@
-// HttpServer: the routes of `loom serve` on cpp-httplib — auth, limits, health, models, adapters, metrics.
+// HttpServer: the routes of `loom serve` — auth, limits, health, models, adapters, metrics.
 #pragma once
 
 #include <memory>
-#include <string>
 
+#include "server/http_exchange.h"
+#include "server/http_transport.h"
 #include "server/server_context.h"
-
-namespace httplib {
-class Server;
-}
 
 namespace loom::server {
 
-// Thread-safety: Bind/Listen/Stop from the owning thread; handlers run on httplib's pool and
-// reach the model only through ServerContext (engine on its own thread).
+// Thread-safety: Bind/Listen/Stop from the owning threads; routing runs on the transport's I/O
+// thread, generation and adapter handlers on its workers; they reach the model only through
+// ServerContext (the engine runs on its own thread).
 class HttpServer {
  public:
   explicit HttpServer(ServerContext* ctx);
@@ -21,18 +19,17 @@ class HttpServer {
 
   // Binds host:port (port 0 picks a free one). Error names the address.
   Status Bind();
-  int port() const { return port_; }
+  int port() const { return transport_->port(); }
   // Serves until Stop (blocking).
   void Listen();
+  // Closes every connection (streams still open are cut) and makes Listen return.
   void Stop();
 
  private:
-  void Routes();
+  void Route(HttpRequest req, std::shared_ptr<Exchange> ex);
 
   ServerContext* ctx_;
-  std::unique_ptr<httplib::Server> http_;
-  int port_ = 0;
-  int listen_fd_ = -1;  // the listening socket (to raise its backlog)
+  std::unique_ptr<HttpTransport> transport_;
 };
 
 }  // namespace loom::server

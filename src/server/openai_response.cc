@@ -3,7 +3,6 @@
 
 #include <chrono>
 
-#include "server/connection.h"
 
 namespace loom::server {
 
@@ -166,9 +165,10 @@ json StreamWriter::Chunk() const {
 
 json StreamWriter::Usage() const { return UsageJson(meta_.prompt_tokens, completion_tokens_); }
 
-bool StreamWriter::Write(httplib::DataSink& sink, const json& j) {
-  const std::string line = "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
-  return sink.write(line.data(), line.size());
+void StreamWriter::Write(std::string* out, const json& j) {
+  *out += "data: ";
+  *out += j.dump(-1, ' ', false, json::error_handler_t::replace);
+  *out += "\n\n";
 }
 
 json StreamWriter::ChoiceChunk(size_t index, const SequenceUpdate& u) {
@@ -197,7 +197,8 @@ json StreamWriter::ChoiceChunk(size_t index, const SequenceUpdate& u) {
   return choice;
 }
 
-bool StreamWriter::Pump(httplib::DataSink& sink) {
+bool StreamWriter::Pump(std::string* out) {
+  if (ended_) return true;
   const bool chat = request_.endpoint == Endpoint::kChat;
   if (!started_) {
     started_ = true;
@@ -208,21 +209,14 @@ bool StreamWriter::Pump(httplib::DataSink& sink) {
                                      {"delta", {{"role", "assistant"}, {"content", ""}}},
                                      {"logprobs", nullptr},
                                      {"finish_reason", nullptr}}});
-        if (!Write(sink, j)) return false;
+        Write(out, j);
       }
     }
   }
   std::vector<std::pair<size_t, SequenceUpdate>> updates;
   bool all_done = false;
   {
-    std::unique_lock<std::mutex> lock(state_->mu);
-    auto has_pending = [&] {
-      for (const auto& c : state_->choices) {
-        if (!c.pending.empty()) return true;
-      }
-      return state_->unfinished == 0;
-    };
-    state_->cv.wait_for(lock, std::chrono::milliseconds(200), has_pending);
+    std::lock_guard<std::mutex> lock(state_->mu);
     for (size_t i = 0; i < state_->choices.size(); ++i) {
       auto& c = state_->choices[i];
       while (!c.pending.empty()) {
@@ -232,7 +226,6 @@ bool StreamWriter::Pump(httplib::DataSink& sink) {
     }
     all_done = state_->unfinished == 0;
   }
-  if (updates.empty() && !all_done && PeerClosed(client_fd_)) return false;
   for (auto& [i, u] : updates) {
     ChoiceState& c = state_->choices[i];
     KeepLast(&c, u);  // a chunk needs only its own token: a stream's memory stays flat
@@ -240,7 +233,7 @@ bool StreamWriter::Pump(httplib::DataSink& sink) {
     if (u.finish_reason == FinishReason::kError) {
       json err = {{"error", {{"message", "generation failed: " + u.error},
                              {"type", "InternalServerError"}, {"param", nullptr}, {"code", 500}}}};
-      if (!Write(sink, err)) return false;
+      Write(out, err);
       continue;
     }
     // One chunk per token, as vLLM (text may be empty while a character or a possible stop
@@ -250,20 +243,19 @@ bool StreamWriter::Pump(httplib::DataSink& sink) {
     json j = Chunk();
     j["choices"] = json::array({ChoiceChunk(i, u)});
     if (request_.include_usage && request_.continuous_usage_stats) j["usage"] = Usage();
-    if (!Write(sink, j)) return false;
+    Write(out, j);
   }
   if (all_done) {
     if (request_.include_usage) {
       json j = Chunk();
       j["choices"] = json::array();
       j["usage"] = Usage();
-      if (!Write(sink, j)) return false;
+      Write(out, j);
     }
-    static const char kDone[] = "data: [DONE]\n\n";
-    if (!sink.write(kDone, sizeof(kDone) - 1)) return false;
-    sink.done();
+    *out += "data: [DONE]\n\n";
+    ended_ = true;
   }
-  return true;
+  return ended_;
 }
 
 }  // namespace loom::server

@@ -5,7 +5,6 @@
 #include <string>
 #include <vector>
 
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include "server/generation_state.h"
@@ -29,23 +28,20 @@ nlohmann::ordered_json BuildFullResponse(const ServerContext& ctx, const OpenAiR
                                          const std::vector<std::vector<int32_t>>& prompts);
 
 // Writes one request's SSE stream, chunk by chunk as the engine delivers updates.
-// Thread-safety: one HTTP thread (httplib calls the content provider sequentially).
+// Thread-safety: the connection's I/O thread only.
 class StreamWriter {
  public:
   StreamWriter(const ServerContext& ctx, const OpenAiRequest& r, ResponseMeta meta,
                std::shared_ptr<GenerationState> state);
-  // Waits briefly for updates and writes them. False when the client is gone (the caller
-  // then aborts the sequences). Calls sink.done() after the last chunk and [DONE].
-  bool Pump(httplib::DataSink& sink);
-  // The client's socket (or -1): checked while no token arrives (queued, long prefill), so a
-  // client that left is noticed before the next token would be written.
-  void set_client_fd(int fd) { client_fd_ = fd; }
+  // Appends the SSE events of the updates delivered so far to *out, without waiting; true
+  // once the last chunk and [DONE] are appended.
+  bool Pump(std::string* out);
 
  private:
   nlohmann::ordered_json Chunk() const;
   nlohmann::ordered_json ChoiceChunk(size_t index, const SequenceUpdate& u);
   nlohmann::ordered_json Usage() const;
-  bool Write(httplib::DataSink& sink, const nlohmann::ordered_json& j);
+  static void Write(std::string* out, const nlohmann::ordered_json& j);
 
   const ServerContext& ctx_;
   OpenAiRequest request_;  // a copy: the stream outlives the handler's frame
@@ -54,7 +50,7 @@ class StreamWriter {
   bool started_ = false;
   std::vector<size_t> text_offset_;  // completions logprobs text_offset per choice
   int completion_tokens_ = 0;
-  int client_fd_ = -1;
+  bool ended_ = false;
 };
 
 }  // namespace loom::server

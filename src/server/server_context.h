@@ -24,7 +24,10 @@ struct ServerOptions {
   bool allow_runtime_lora = false;    // /v1/load_lora_adapter and /v1/unload_lora_adapter
   size_t max_body_bytes = 8u << 20;   // larger bodies get 413
   int max_waiting = 512;              // sequences queued beyond the running ones → 503
-  int http_threads = 256;             // connections served at once (streams wait, not spin)
+  int http_threads = 16;              // handler threads (parse, template, tokenize, adapter load);
+                                      // connections and streams hold none
+  int max_connections = 4096;         // open connections; beyond, new ones get 503 and close
+  double request_timeout_s = 30;      // a request's arrival; an idle kept-alive connection
   int max_json_depth = 64;
 };
 

@@ -1,0 +1,68 @@
+// HTTP request, response and the Exchange a handler answers through (no transport types here).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace loom::server {
+
+// One parsed request; the body is complete (bounded by --max-body) before a handler sees it.
+struct HttpRequest {
+  std::string method;  // "GET", "POST", ...
+  std::string path;    // the target without its query string
+  std::string body;
+  int version = 11;    // 10 or 11
+  // Header fields in arrival order, names as sent (compare with CaseEqual).
+  std::vector<std::pair<std::string, std::string>> headers;
+
+  // The first value of `name` (case-insensitive), or "".
+  std::string header(const std::string& name) const;
+  bool has_header(const std::string& name) const;
+  int header_count(const std::string& name) const;
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;  // besides the framing ones
+  bool close = false;  // close the connection after this response
+};
+
+// A non-streamed reply that waits on the engine (a completion): polled on the I/O thread after
+// each Wake until it has the response.
+class DeferredReply {
+ public:
+  virtual ~DeferredReply() = default;
+  virtual std::optional<HttpResponse> Poll() = 0;
+  // The client left first (I/O thread): cancel the work.
+  virtual void Abandon() = 0;
+};
+
+// A streamed body (SSE): pulled on the I/O thread after each Wake.
+class StreamSource {
+ public:
+  virtual ~StreamSource() = default;
+  // Appends what is ready to *out; true once the body is complete (nothing more will come).
+  virtual bool Pull(std::string* out) = 0;
+  virtual void Abandon() = 0;
+};
+
+// One request's answer. Exactly one of Reply / Defer / Stream, once, from any thread; Wake from
+// any thread (an engine callback). Thread-safety: all methods are thread-safe.
+class Exchange {
+ public:
+  virtual ~Exchange() = default;
+  virtual void Reply(HttpResponse response) = 0;
+  virtual void Defer(std::shared_ptr<DeferredReply> reply) = 0;
+  // `head` gives the status and headers; its body is ignored.
+  virtual void Stream(HttpResponse head, std::shared_ptr<StreamSource> source) = 0;
+  virtual void Wake() = 0;
+};
+
+bool CaseEqual(const std::string& a, const std::string& b);
+
+}  // namespace loom::server

@@ -1,0 +1,528 @@
+// HTTP/1.1 connections on Boost.Beast/Asio: bounded parsing, deadlines, deferred replies, SSE
+// streams, disconnect detection; one I/O thread for all connections, a worker pool for handlers.
+#include "server/http_transport.h"
+
+#include <sys/resource.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <future>
+#include <unordered_map>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include "server/api_error.h"
+
+namespace loom::server {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using error_code = boost::system::error_code;
+
+namespace {
+
+std::chrono::milliseconds Millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+// The status line and header block of a response. `framing`: a Content-Length or
+// Transfer-Encoding line, or "" (the body ends when the connection closes).
+std::string Head(const HttpResponse& r, const std::string& framing, bool close, bool http10) {
+  std::string out = "HTTP/1.1 " + std::to_string(r.status) + " ";
+  out += std::string(http::obsolete_reason(static_cast<http::status>(r.status)));
+  out += "\r\n";
+  if (!r.content_type.empty()) out += "Content-Type: " + r.content_type + "\r\n";
+  for (const auto& [k, v] : r.headers) out += k + ": " + v + "\r\n";
+  out += framing;
+  if (close) {
+    out += "Connection: close\r\n";
+  } else if (http10) {
+    out += "Connection: keep-alive\r\n";
+  }
+  out += "\r\n";
+  return out;
+}
+
+HttpResponse ErrorResponse(int status, const std::string& message, const char* type = "") {
+  HttpResponse r;
+  r.status = status;
+  r.body = ApiError{status, message, "", type}.Body();
+  return r;
+}
+
+}  // namespace
+
+class Session;
+
+struct HttpTransport::Impl {
+  TransportOptions options;
+  RouteFn route;
+  asio::io_context ioc;
+  tcp::acceptor acceptor{ioc};
+  asio::steady_timer accept_backoff{ioc};
+  asio::thread_pool workers;
+  std::unordered_map<Session*, std::weak_ptr<Session>> sessions;  // I/O thread only
+  std::atomic<int> num_connections{0};
+  int port = 0;
+  bool stopped = false;
+
+  Impl(TransportOptions o, RouteFn r)
+      : options(std::move(o)), route(std::move(r)),
+        workers(static_cast<size_t>(std::max(1, options.worker_threads))) {}
+  void Accept();
+};
+
+// One connection. All state is touched on the I/O thread; the Exchange methods post there.
+class Session : public Exchange, public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket socket, HttpTransport::Impl* owner)
+      : socket_(std::move(socket)), timer_(owner->ioc), owner_(owner) {}
+
+  void Start() { ReadRequest(); }
+
+  void Reply(HttpResponse response) override {
+    asio::post(owner_->ioc, [self = shared_from_this(), r = std::move(response)]() mutable {
+      self->OnReply(std::move(r));
+    });
+  }
+  void Defer(std::shared_ptr<DeferredReply> reply) override {
+    asio::post(owner_->ioc, [self = shared_from_this(), reply = std::move(reply)]() mutable {
+      self->OnDefer(std::move(reply));
+    });
+  }
+  void Stream(HttpResponse head, std::shared_ptr<StreamSource> source) override {
+    asio::post(owner_->ioc, [self = shared_from_this(), h = std::move(head), s = std::move(source)]() mutable {
+      self->OnStream(std::move(h), std::move(s));
+    });
+  }
+  void Wake() override {
+    if (wake_posted_.exchange(true)) return;  // one pending wake is enough
+    asio::post(owner_->ioc, [self = shared_from_this()] { self->OnWake(); });
+  }
+
+  // Closes the connection; a pending reply or stream is abandoned (its work cancelled).
+  void Close() {
+    if (phase_ == Phase::kClosed) return;
+    phase_ = Phase::kClosed;
+    error_code ignored;
+    socket_.shutdown(tcp::socket::shutdown_both, ignored);
+    socket_.close(ignored);
+    timer_.cancel();
+    if (deferred_) std::exchange(deferred_, nullptr)->Abandon();
+    if (stream_) std::exchange(stream_, nullptr)->Abandon();
+    if (owner_->sessions.erase(this) > 0) owner_->num_connections.fetch_sub(1);
+  }
+
+ private:
+  enum class Phase { kReading, kHandling, kReplying, kLingering, kClosed };
+
+  // ---- reading a request ----
+  void ReadRequest() {
+    phase_ = Phase::kReading;
+    parser_.emplace();
+    parser_->header_limit(static_cast<uint32_t>(owner_->options.max_header_bytes));
+    parser_->body_limit(owner_->options.max_body_bytes);
+    // One deadline for the whole request, headers and body: a client that trickles bytes
+    // cannot hold the connection past it (the wait for a kept-alive client's next request
+    // counts too).
+    Arm(buffer_.size() > 0 ? owner_->options.request_timeout_s
+                           : std::max(owner_->options.idle_timeout_s, 0.001));
+    http::async_read_header(socket_, buffer_, *parser_,
+                            [self = shared_from_this()](error_code ec, size_t) { self->OnHeader(ec); });
+  }
+
+  void OnHeader(error_code ec) {
+    if (phase_ != Phase::kReading) return;
+    if (ec) return OnReadError(ec);
+    const auto& req = parser_->get();
+    if (beast::iequals(req[http::field::expect], "100-continue") && !parser_->is_done()) {
+      static const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+      asio::async_write(socket_, asio::buffer(kContinue, sizeof(kContinue) - 1),
+                        [self = shared_from_this()](error_code e, size_t) {
+                          if (e) return self->Close();
+                          self->ReadBody();
+                        });
+      return;
+    }
+    ReadBody();
+  }
+
+  void ReadBody() {
+    if (phase_ != Phase::kReading) return;
+    http::async_read(socket_, buffer_, *parser_,
+                     [self = shared_from_this()](error_code ec, size_t) { self->OnRequest(ec); });
+  }
+
+  void OnReadError(error_code ec) {
+    if (ec == http::error::header_limit) {
+      return Refuse(ErrorResponse(431, "request headers exceed " +
+                                           std::to_string(owner_->options.max_header_bytes) + " bytes",
+                                  "RequestHeaderFieldsTooLarge"));
+    }
+    if (ec == http::error::body_limit) {
+      return Refuse(ErrorResponse(413, "the request body is too large (more than " +
+                                           std::to_string(owner_->options.max_body_bytes) + " bytes)"));
+    }
+    // A closed, reset or timed-out connection (also mid-request): nobody to answer.
+    if (ec == http::error::end_of_stream || ec == http::error::partial_message ||
+        ec == asio::error::eof || ec == asio::error::operation_aborted ||
+        ec == asio::error::connection_reset || ec == asio::error::bad_descriptor ||
+        ec.category() != error_code(http::error::end_of_stream).category()) {
+      return Close();
+    }
+    Refuse(ErrorResponse(400, "malformed HTTP request (" + ec.message() + ")"));
+  }
+
+  // An answer after which the connection cannot be reused: unread request bytes may follow.
+  void Refuse(HttpResponse r) {
+    r.close = true;
+    linger_ = true;
+    phase_ = Phase::kHandling;
+    answered_ = false;
+    OnReply(std::move(r));
+  }
+
+  void OnRequest(error_code ec) {
+    if (phase_ != Phase::kReading) return;
+    if (ec) return OnReadError(ec);
+    Disarm();
+    http::request<http::string_body> msg = parser_->release();
+    parser_.reset();
+    HttpRequest r;
+    r.method = std::string(msg.method_string());
+    const beast::string_view target = msg.target();
+    r.path = std::string(target.substr(0, target.find('?')));
+    r.version = msg.version();
+    for (const auto& field : msg) r.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
+    r.body = std::move(msg.body());
+    keep_alive_ = msg.keep_alive();
+    http10_ = msg.version() < 11;
+    head_ = msg.method() == http::verb::head;
+    linger_ = false;
+    answered_ = false;
+    phase_ = Phase::kHandling;
+    Watch();
+    try {
+      owner_->route(std::move(r), shared_from_this());
+    } catch (const std::exception& e) {
+      OnReply(ErrorResponse(500, std::string("internal error: ") + e.what()));
+    } catch (...) {
+      OnReply(ErrorResponse(500, "internal error"));
+    }
+  }
+
+  // ---- noticing a client that leaves while its reply is prepared or streamed ----
+  void Watch() {
+    if (watching_ || phase_ == Phase::kClosed) return;
+    watching_ = true;
+    const uint64_t gen = ++watch_gen_;
+    socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this(), gen](error_code ec) {
+      if (gen != self->watch_gen_) return;  // cancelled (the next request is being read)
+      self->watching_ = false;
+      if (self->phase_ == Phase::kClosed || self->phase_ == Phase::kReading) return;
+      if (ec) return self->PeerGone();
+      char c;
+      const ssize_t n = ::recv(self->socket_.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n == 0) return self->PeerGone();  // EOF: the client closed (or half-closed) its side
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return self->Watch();
+      if (n < 0) return self->PeerGone();
+      // A pipelined request is already here: it is read after this reply; stop watching.
+    });
+  }
+
+  void StopWatch() {
+    if (!watching_) return;
+    watching_ = false;
+    ++watch_gen_;
+    error_code ignored;
+    socket_.cancel(ignored);  // only the watch is pending here (no read, no write)
+  }
+
+  void PeerGone() { Close(); }
+
+  // ---- answering ----
+  bool TakeAnswer() {
+    if (answered_) return false;  // a handler answered twice: ignore the second
+    answered_ = true;
+    return true;
+  }
+
+  void OnReply(HttpResponse r) {
+    if (!TakeAnswer() || phase_ == Phase::kClosed) return;
+    Send(std::move(r));
+  }
+
+  void Send(HttpResponse r) {
+    phase_ = Phase::kReplying;
+    close_after_ = r.close || !keep_alive_;
+    Queue(Head(r, "Content-Length: " + std::to_string(r.body.size()) + "\r\n", close_after_, http10_));
+    if (!head_) Queue(std::move(r.body));
+    complete_ = true;
+    Flush();
+  }
+
+  void OnDefer(std::shared_ptr<DeferredReply> reply) {
+    if (!TakeAnswer()) return;
+    if (phase_ == Phase::kClosed) return reply->Abandon();
+    deferred_ = std::move(reply);
+    PollDeferred();
+  }
+
+  void PollDeferred() {
+    std::optional<HttpResponse> r = deferred_->Poll();
+    if (!r.has_value()) return;
+    deferred_.reset();
+    Send(std::move(*r));
+  }
+
+  void OnStream(HttpResponse head, std::shared_ptr<StreamSource> source) {
+    if (!TakeAnswer()) return;
+    if (phase_ == Phase::kClosed) return source->Abandon();
+    phase_ = Phase::kReplying;
+    // HTTP/1.0 has no chunked encoding: the body ends when the connection closes.
+    chunked_ = !http10_;
+    close_after_ = !keep_alive_ || !chunked_;
+    Queue(Head(head, chunked_ ? "Transfer-Encoding: chunked\r\n" : "", close_after_, http10_));
+    stream_ = std::move(source);
+    PumpStream();
+  }
+
+  void PumpStream() {
+    std::string data;
+    const bool done = stream_->Pull(&data);
+    if (!data.empty()) {
+      if (chunked_) {
+        char size[24];
+        std::snprintf(size, sizeof(size), "%zx\r\n", data.size());
+        data.insert(0, size);
+        data += "\r\n";
+      }
+      Queue(std::move(data));
+    }
+    if (done) {
+      stream_.reset();
+      if (chunked_) Queue("0\r\n\r\n");
+      complete_ = true;
+    } else if (queued_bytes_ > owner_->options.max_buffered_bytes) {
+      return Close();  // the client reads slower than tokens come: dropped, its work cancelled
+    }
+    Flush();
+  }
+
+  void OnWake() {
+    wake_posted_.store(false);
+    if (phase_ == Phase::kClosed) return;
+    if (deferred_) return PollDeferred();
+    if (stream_) PumpStream();
+  }
+
+  void Queue(std::string bytes) {
+    queued_bytes_ += bytes.size();
+    out_.push_back(std::move(bytes));
+  }
+
+  void Flush() {
+    if (writing_ || phase_ == Phase::kClosed) return;
+    if (out_.empty()) {
+      if (complete_) Finish();
+      return;
+    }
+    in_flight_.assign(std::make_move_iterator(out_.begin()), std::make_move_iterator(out_.end()));
+    out_.clear();
+    queued_bytes_ = 0;
+    std::vector<asio::const_buffer> buffers;
+    buffers.reserve(in_flight_.size());
+    for (const std::string& s : in_flight_) buffers.push_back(asio::buffer(s));
+    writing_ = true;
+    Arm(owner_->options.write_timeout_s);
+    asio::async_write(socket_, buffers, [self = shared_from_this()](error_code ec, size_t) {
+      self->writing_ = false;
+      if (self->phase_ == Phase::kClosed) return;
+      self->Disarm();
+      self->in_flight_.clear();
+      if (ec) return self->PeerGone();
+      self->Flush();
+    });
+  }
+
+  // The response is written: the next request, or the end of the connection.
+  void Finish() {
+    complete_ = false;
+    if (!close_after_) {
+      StopWatch();
+      return ReadRequest();
+    }
+    if (!linger_) return Close();
+    // Unread request bytes may be on their way: closing now would reset the connection and
+    // could destroy the answer before the client reads it. Half-close, then discard what
+    // comes (bounded in time and bytes) until the client closes.
+    phase_ = Phase::kLingering;
+    StopWatch();
+    error_code ignored;
+    socket_.shutdown(tcp::socket::shutdown_send, ignored);
+    Arm(2.0);
+    Discard();
+  }
+
+  void Discard() {
+    socket_.async_read_some(asio::buffer(discard_), [self = shared_from_this()](error_code ec, size_t n) {
+      if (self->phase_ != Phase::kLingering) return;
+      self->discarded_ += n;
+      if (ec || self->discarded_ > (16u << 20)) return self->Close();
+      self->Discard();
+    });
+  }
+
+  // ---- deadlines ----
+  void Arm(double seconds) {
+    const uint64_t gen = ++timer_gen_;
+    timer_.expires_after(Millis(seconds));
+    timer_.async_wait([self = shared_from_this(), gen](error_code ec) {
+      if (ec || gen != self->timer_gen_) return;
+      self->Close();  // a request that did not arrive in time, or a client that stopped reading
+    });
+  }
+  void Disarm() {
+    ++timer_gen_;
+    timer_.cancel();
+  }
+
+  tcp::socket socket_;
+  asio::steady_timer timer_;
+  HttpTransport::Impl* owner_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  Phase phase_ = Phase::kReading;
+  bool keep_alive_ = false, http10_ = false, head_ = false;
+  bool answered_ = false;     // the handler has answered this request
+  bool close_after_ = false;  // close once the response is written
+  bool linger_ = false;       // ... after draining what the client still sends
+  bool complete_ = false;     // the response's last bytes are queued
+  bool chunked_ = false;
+  std::shared_ptr<DeferredReply> deferred_;
+  std::shared_ptr<StreamSource> stream_;
+  std::deque<std::string> out_;
+  size_t queued_bytes_ = 0;
+  std::vector<std::string> in_flight_;
+  bool writing_ = false;
+  bool watching_ = false;
+  uint64_t watch_gen_ = 0, timer_gen_ = 0;
+  std::atomic<bool> wake_posted_{false};
+  char discard_[16384];
+  size_t discarded_ = 0;
+};
+
+void HttpTransport::Impl::Accept() {
+  acceptor.async_accept([this](error_code ec, tcp::socket socket) {
+    if (!acceptor.is_open()) return;
+    if (ec) {
+      // Out of descriptors (EMFILE) or memory: retry shortly instead of spinning.
+      accept_backoff.expires_after(std::chrono::milliseconds(50));
+      accept_backoff.async_wait([this](error_code e) {
+        if (!e) Accept();
+      });
+      return;
+    }
+    if (num_connections.load() >= options.max_connections) {
+      static const char kBusy[] =
+          "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+          "Connection: close\r\nContent-Length: 0\r\n\r\n";
+      ::send(socket.native_handle(), kBusy, sizeof(kBusy) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+      error_code ignored;
+      socket.close(ignored);
+    } else {
+      error_code ignored;
+      socket.set_option(tcp::no_delay(true), ignored);  // replies are written whole; no Nagle wait
+      auto session = std::make_shared<Session>(std::move(socket), this);
+      sessions.emplace(session.get(), session);
+      num_connections.fetch_add(1);
+      session->Start();
+    }
+    Accept();
+  });
+}
+
+HttpTransport::HttpTransport(TransportOptions options, RouteFn route)
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(route))) {}
+
+HttpTransport::~HttpTransport() {
+  Stop();
+}
+
+Status HttpTransport::Bind() {
+  const TransportOptions& o = impl_->options;
+  // Each connection is a descriptor: raise the soft limit toward --max-connections (as far as
+  // the hard limit allows; past it, accept waits and retries).
+  rlimit files{};
+  if (::getrlimit(RLIMIT_NOFILE, &files) == 0) {
+    const rlim_t wanted = static_cast<rlim_t>(o.max_connections) + 256;
+    if (files.rlim_cur < wanted) {
+      files.rlim_cur = std::min(wanted, files.rlim_max);
+      ::setrlimit(RLIMIT_NOFILE, &files);
+    }
+  }
+  const std::string where = o.host + ":" + std::to_string(o.port);
+  error_code ec;
+  tcp::resolver resolver(impl_->ioc);
+  auto results = resolver.resolve(o.host, std::to_string(o.port), tcp::resolver::passive, ec);
+  if (ec || results.empty()) return Unavailable("cannot resolve " + o.host + ": " + ec.message());
+  const tcp::endpoint endpoint = results.begin()->endpoint();
+  tcp::acceptor& a = impl_->acceptor;
+  a.open(endpoint.protocol(), ec);
+  if (!ec) a.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) a.bind(endpoint, ec);
+  if (!ec) a.listen(SOMAXCONN, ec);
+  if (ec) {
+    error_code ignored;
+    a.close(ignored);
+    return Unavailable("cannot bind " + where + " (" + ec.message() +
+                       "; in use, or not an address of this machine)");
+  }
+  impl_->port = a.local_endpoint().port();
+  return OkStatus();
+}
+
+int HttpTransport::port() const { return impl_->port; }
+
+int HttpTransport::num_connections() const { return impl_->num_connections.load(); }
+
+void HttpTransport::Run() {
+  if (!impl_->acceptor.is_open()) return;
+  impl_->Accept();
+  impl_->ioc.run();
+}
+
+void HttpTransport::Stop() {
+  if (impl_->stopped) return;
+  impl_->stopped = true;
+  // Close the acceptor and every connection on the I/O thread; give it a second (Run may not
+  // have started, or have returned).
+  auto closed = std::make_shared<std::promise<void>>();
+  auto done = closed->get_future();
+  asio::post(impl_->ioc, [this, closed] {
+    error_code ignored;
+    impl_->acceptor.close(ignored);
+    impl_->accept_backoff.cancel();
+    std::vector<std::shared_ptr<Session>> open;
+    for (auto& [ptr, weak] : impl_->sessions) {
+      if (auto s = weak.lock()) open.push_back(std::move(s));
+    }
+    for (auto& s : open) s->Close();
+    closed->set_value();
+  });
+  done.wait_for(std::chrono::seconds(1));
+  impl_->ioc.stop();
+  // Handlers still running finish (they answer into the stopped loop, which drops it).
+  impl_->workers.join();
+}
+
+void HttpTransport::Post(std::function<void()> work) { asio::post(impl_->workers, std::move(work)); }
+
+}  // namespace loom::server

@@ -1,0 +1,56 @@
+// HttpTransport: HTTP/1.1 over Boost.Beast on one I/O thread — connections hold no thread.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "server/http_exchange.h"
+
+namespace loom::server {
+
+struct TransportOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;                    // 0: any free port
+  size_t max_body_bytes = 8u << 20;   // larger bodies: 413
+  size_t max_header_bytes = 64 << 10; // request line + header fields: 431 beyond
+  double request_timeout_s = 30;      // a whole request (headers and body) must arrive in this
+  double idle_timeout_s = 30;         // a kept-alive connection waiting for its next request
+  double write_timeout_s = 10;        // one write; a client that stops reading is dropped
+  size_t max_buffered_bytes = 8u << 20;  // a stream's unsent output; beyond, the client is dropped
+  int max_connections = 4096;         // beyond, new connections are closed at once
+  int worker_threads = 16;            // run handlers (Post)
+};
+
+// Called on the I/O thread for each complete request; answers through the Exchange (at once, or
+// later from a worker via Post). Must not block.
+using RouteFn = std::function<void(HttpRequest request, std::shared_ptr<Exchange> exchange)>;
+
+// Thread-safety: Bind, Run and Stop from the owning threads (Run blocks until Stop); Post from
+// any thread.
+class HttpTransport {
+ public:
+  HttpTransport(TransportOptions options, RouteFn route);
+  ~HttpTransport();
+
+  // Binds host:port and listens. Error names the address.
+  Status Bind();
+  int port() const;
+  // Serves until Stop.
+  void Run();
+  // Stops accepting, closes every connection (their deferred replies and streams are
+  // abandoned), and makes Run return.
+  void Stop();
+  // Runs `work` on a worker thread (exceptions are caught and logged by the caller's wrapper).
+  void Post(std::function<void()> work);
+  int num_connections() const;
+
+  struct Impl;  // the I/O loop, acceptor, workers and connections (http_transport.cc)
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace loom::server
