@@ -268,9 +268,10 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
     Flush();
   }
 
+  // A reply that cannot be delivered (the client left, or a second answer) is abandoned: its
+  // work is cancelled.
   void OnDefer(std::shared_ptr<DeferredReply> reply) {
-    if (!TakeAnswer()) return;
-    if (phase_ == Phase::kClosed) return reply->Abandon();
+    if (!TakeAnswer() || phase_ == Phase::kClosed) return reply->Abandon();
     deferred_ = std::move(reply);
     PollDeferred();
   }
@@ -283,8 +284,7 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
   }
 
   void OnStream(HttpResponse head, std::shared_ptr<StreamSource> source) {
-    if (!TakeAnswer()) return;
-    if (phase_ == Phase::kClosed) return source->Abandon();
+    if (!TakeAnswer() || phase_ == Phase::kClosed) return source->Abandon();
     phase_ = Phase::kReplying;
     // HTTP/1.0 has no chunked encoding: the body ends when the connection closes.
     chunked_ = !http10_;

@@ -1,0 +1,360 @@
+// HttpTransport on loopback with raw sockets: deferred replies, streams woken from other
+// threads, disconnects abandoning work, deadlines, limits, pipelining and Stop.
+#include "server/http_transport.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+namespace loom::server {
+namespace {
+
+using namespace std::chrono_literals;
+
+int Connect(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  return fd;
+}
+
+void Send(int fd, const std::string& s) {
+  ASSERT_EQ(::send(fd, s.data(), s.size(), MSG_NOSIGNAL), static_cast<ssize_t>(s.size()));
+}
+
+// Reads until `done(data)` or the peer closes or `timeout` passes.
+template <typename Done>
+std::string ReadUntil(int fd, Done done, std::chrono::milliseconds timeout = 5000ms) {
+  std::string data;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!done(data) && std::chrono::steady_clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 20) <= 0) continue;
+    char buf[65536];
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) break;
+    data.append(buf, static_cast<size_t>(n));
+  }
+  return data;
+}
+
+std::string ReadAll(int fd) {
+  return ReadUntil(fd, [](const std::string&) { return false; });
+}
+
+bool Contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// Whether the server closed `fd` within `timeout` (reads and drops what comes first).
+bool ClosedWithin(int fd, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 20) <= 0) continue;
+    char buf[4096];
+    if (::recv(fd, buf, sizeof(buf), 0) <= 0) return true;
+  }
+  return false;
+}
+
+// A reply or stream that counts how often it was abandoned; the test thread feeds it.
+struct Feed : DeferredReply, StreamSource {
+  std::mutex mu;
+  std::string pending;
+  bool finished = false;
+  std::atomic<int> abandoned{0};
+
+  std::optional<HttpResponse> Poll() override {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!finished) return std::nullopt;
+    HttpResponse r;
+    r.content_type = "text/plain";
+    r.body = pending;
+    return r;
+  }
+  bool Pull(std::string* out) override {
+    std::lock_guard<std::mutex> lock(mu);
+    *out += pending;
+    pending.clear();
+    return finished;
+  }
+  void Abandon() override { abandoned.fetch_add(1); }
+  void Add(const std::string& s, bool last) {
+    std::lock_guard<std::mutex> lock(mu);
+    pending += s;
+    finished = last;
+  }
+};
+
+// A transport on a free port whose routes the test sets: /now answers at once, /deferred and
+// /stream hand the test the exchange and a Feed.
+class TransportTest : public ::testing::Test {
+ protected:
+  void Start(TransportOptions o = {}) {
+    o.host = "127.0.0.1";
+    o.port = 0;
+    transport_ = std::make_unique<HttpTransport>(o, [this](HttpRequest req, std::shared_ptr<Exchange> ex) {
+      if (req.path == "/now") {
+        HttpResponse r;
+        r.content_type = "text/plain";
+        r.body = "now:" + req.body;
+        ex->Reply(r);
+        ex->Reply(r);  // a second answer is ignored
+        return;
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      exchange_ = ex;
+      feed_ = std::make_shared<Feed>();
+      if (req.path == "/deferred") ex->Defer(feed_);
+      if (req.path == "/stream") ex->Stream(HttpResponse{}, feed_);
+    });
+    ASSERT_TRUE(transport_->Bind().ok());
+    runner_ = std::thread([this] { transport_->Run(); });
+  }
+  void TearDown() override {
+    if (transport_) transport_->Stop();
+    if (runner_.joinable()) runner_.join();
+  }
+  // The feed of the latest /deferred or /stream request (waits for it).
+  std::shared_ptr<Feed> WaitFeed(std::shared_ptr<Feed> previous = nullptr) {
+    for (int i = 0; i < 500; ++i) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (feed_ && feed_ != previous) return feed_;
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    ADD_FAILURE() << "no request reached the route";
+    return std::make_shared<Feed>();
+  }
+  void Wake() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (exchange_) exchange_->Wake();
+  }
+  int port() const { return transport_->port(); }
+
+  std::unique_ptr<HttpTransport> transport_;
+  std::thread runner_;
+  std::mutex mu_;
+  std::shared_ptr<Exchange> exchange_;
+  std::shared_ptr<Feed> feed_;
+};
+
+const std::string kGetDeferred = "GET /deferred HTTP/1.1\r\nHost: x\r\n\r\n";
+const std::string kGetStream = "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n";
+
+TEST_F(TransportTest, DeferredReplyWakesFromAnotherThreadAndKeepsTheConnection) {
+  Start();
+  const int fd = Connect(port());
+  Send(fd, kGetDeferred);
+  auto feed = WaitFeed();
+  std::thread([&] {
+    std::this_thread::sleep_for(50ms);
+    feed->Add("done later", true);
+    Wake();
+  }).join();
+  std::string got = ReadUntil(fd, [](const std::string& d) { return Contains(d, "done later"); });
+  EXPECT_TRUE(got.rfind("HTTP/1.1 200 OK\r\n", 0) == 0) << got;
+  EXPECT_TRUE(Contains(got, "Content-Length: 10\r\n")) << got;
+  // The same connection serves the next request, and a doubled Reply sent nothing extra.
+  Send(fd, "POST /now HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc");
+  got = ReadUntil(fd, [](const std::string& d) { return Contains(d, "now:abc"); });
+  EXPECT_TRUE(Contains(got, "now:abc")) << got;
+  EXPECT_EQ(got.find("HTTP/1.1", 1), std::string::npos) << got;
+  EXPECT_EQ(feed->abandoned.load(), 0);
+  ::close(fd);
+}
+
+TEST_F(TransportTest, StreamIsChunkedAndEndsWithTheLastChunk) {
+  Start();
+  const int fd = Connect(port());
+  Send(fd, kGetStream);
+  auto feed = WaitFeed();
+  std::thread feeder([&] {
+    for (int i = 0; i < 20; ++i) {
+      feed->Add("event " + std::to_string(i) + "\n", i == 19);
+      Wake();
+      std::this_thread::sleep_for(2ms);
+    }
+  });
+  const std::string got = ReadUntil(fd, [](const std::string& d) { return Contains(d, "\r\n0\r\n\r\n"); });
+  feeder.join();
+  EXPECT_TRUE(Contains(got, "Transfer-Encoding: chunked\r\n")) << got;
+  // De-chunk the body: every event, in order.
+  std::string body;
+  size_t at = got.find("\r\n\r\n") + 4;
+  while (at < got.size()) {
+    const size_t eol = got.find("\r\n", at);
+    ASSERT_NE(eol, std::string::npos);
+    const size_t n = std::stoul(got.substr(at, eol - at), nullptr, 16);
+    if (n == 0) break;
+    body += got.substr(eol + 2, n);
+    at = eol + 2 + n + 2;
+  }
+  std::string want;
+  for (int i = 0; i < 20; ++i) want += "event " + std::to_string(i) + "\n";
+  EXPECT_EQ(body, want);
+  ::close(fd);
+}
+
+TEST_F(TransportTest, ClientThatLeavesAbandonsDeferredAndStream) {
+  Start();
+  for (const std::string& request : {kGetDeferred, kGetStream}) {
+    const int fd = Connect(port());
+    Send(fd, request);
+    std::shared_ptr<Feed> before;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      before = feed_;
+    }
+    auto feed = WaitFeed(before);
+    ::close(fd);
+    for (int i = 0; i < 300 && feed->abandoned.load() == 0; ++i) std::this_thread::sleep_for(10ms);
+    EXPECT_EQ(feed->abandoned.load(), 1) << request;
+    // Waking a closed exchange is harmless.
+    feed->Add("late", true);
+    Wake();
+  }
+  for (int i = 0; i < 300 && transport_->num_connections() > 0; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(transport_->num_connections(), 0);
+}
+
+TEST_F(TransportTest, AnswerAfterTheClientLeftIsAbandonedAtOnce) {
+  Start();
+  const int fd = Connect(port());
+  Send(fd, "GET /slow HTTP/1.1\r\n\r\n");  // the handler is still working
+  auto feed = WaitFeed();
+  ::close(fd);
+  for (int i = 0; i < 300 && transport_->num_connections() > 0; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(transport_->num_connections(), 0);
+  // It answers only now: its work (sequences, in the server) is cancelled at once.
+  exchange_->Defer(feed);
+  for (int i = 0; i < 300 && feed->abandoned.load() == 0; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(feed->abandoned.load(), 1);
+  // A second answer (a handler bug) is abandoned too, never written.
+  auto twice = std::make_shared<Feed>();
+  exchange_->Stream(HttpResponse{}, twice);
+  for (int i = 0; i < 300 && twice->abandoned.load() == 0; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(twice->abandoned.load(), 1);
+}
+
+TEST_F(TransportTest, OneDeadlineForTheWholeRequest) {
+  TransportOptions o;
+  o.request_timeout_s = 0.3;
+  o.idle_timeout_s = 0.3;
+  Start(o);
+  const int fd = Connect(port());
+  Send(fd, "GET /now HTTP/1.1\r\n");
+  bool closed = false;
+  for (int i = 0; i < 40 && !closed; ++i) {  // a header line every 50 ms: still one deadline
+    if (::send(fd, "X: y\r\n", 6, MSG_NOSIGNAL) < 0) break;
+    closed = ClosedWithin(fd, 50ms);
+  }
+  EXPECT_TRUE(closed || ClosedWithin(fd, 100ms));
+  ::close(fd);
+  // An idle kept-alive connection is closed at the deadline too.
+  const int idle = Connect(port());
+  EXPECT_TRUE(ClosedWithin(idle, 3000ms));
+  ::close(idle);
+}
+
+TEST_F(TransportTest, HeaderAndBodyLimits) {
+  TransportOptions o;
+  o.max_header_bytes = 1024;
+  o.max_body_bytes = 100;
+  Start(o);
+  int fd = Connect(port());
+  std::string many = "GET /now HTTP/1.1\r\n";
+  for (int i = 0; i < 200; ++i) many += "X-H" + std::to_string(i) + ": v\r\n";
+  Send(fd, many);  // never terminated: refused once the limit is passed
+  std::string got = ReadAll(fd);
+  EXPECT_TRUE(got.rfind("HTTP/1.1 431", 0) == 0) << got;
+  EXPECT_TRUE(Contains(got, "Connection: close")) << got;
+  ::close(fd);
+  fd = Connect(port());
+  Send(fd, "POST /now HTTP/1.1\r\nContent-Length: 101\r\n\r\n");
+  got = ReadAll(fd);
+  EXPECT_TRUE(got.rfind("HTTP/1.1 413", 0) == 0) << got;
+  ::close(fd);
+  // A chunked body is bounded as it is read.
+  fd = Connect(port());
+  Send(fd, "POST /now HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n64\r\n" + std::string(100, 'a') +
+               "\r\n1\r\nb\r\n0\r\n\r\n");
+  got = ReadAll(fd);
+  EXPECT_TRUE(got.rfind("HTTP/1.1 413", 0) == 0) << got;
+  ::close(fd);
+}
+
+TEST_F(TransportTest, FramingErrorsAre400AndClose) {
+  Start();
+  for (const std::string& bad :
+       {std::string("POST /now HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd"),
+        std::string("POST /now HTTP/1.1\r\nContent-Length: +3\r\n\r\nabc"),
+        std::string("POST /now HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"),
+        std::string("GET /now HTTP/9.9\r\n\r\n"), std::string("\x00\xff\r\n\r\n", 6)}) {
+    const int fd = Connect(port());
+    Send(fd, bad);
+    const std::string got = ReadAll(fd);
+    EXPECT_TRUE(got.rfind("HTTP/1.1 400", 0) == 0) << bad << " → " << got;
+    EXPECT_TRUE(Contains(got, "Connection: close")) << got;
+    ::close(fd);
+  }
+}
+
+TEST_F(TransportTest, PipelinedRequestsInOrder) {
+  Start();
+  const int fd = Connect(port());
+  Send(fd, "POST /now HTTP/1.1\r\nContent-Length: 1\r\n\r\n1POST /now HTTP/1.1\r\nContent-Length: 1\r\n\r\n2"
+           "GET /now HTTP/1.1\r\nConnection: close\r\n\r\n");
+  const std::string got = ReadAll(fd);
+  const size_t a = got.find("now:1"), b = got.find("now:2"), c = got.find("now:", b + 1);
+  ASSERT_NE(a, std::string::npos) << got;
+  ASSERT_NE(b, std::string::npos) << got;
+  EXPECT_LT(a, b);
+  EXPECT_NE(c, std::string::npos) << got;
+  ::close(fd);
+}
+
+TEST_F(TransportTest, StopAbandonsOpenStreamsAndReturns) {
+  Start();
+  const int fd = Connect(port());
+  Send(fd, kGetStream);
+  auto feed = WaitFeed();
+  feed->Add("first\n", false);
+  Wake();
+  ReadUntil(fd, [](const std::string& d) { return Contains(d, "first"); });
+  transport_->Stop();
+  runner_.join();
+  EXPECT_EQ(feed->abandoned.load(), 1);
+  EXPECT_TRUE(ClosedWithin(fd, 1000ms));
+  ::close(fd);
+}
+
+TEST_F(TransportTest, ConnectionsBeyondTheLimitGet503) {
+  TransportOptions o;
+  o.max_connections = 2;
+  Start(o);
+  const int a = Connect(port()), b = Connect(port());
+  std::this_thread::sleep_for(100ms);
+  const int c = Connect(port());
+  const std::string got = ReadAll(c);
+  EXPECT_TRUE(got.rfind("HTTP/1.1 503", 0) == 0) << got;
+  ::close(a);
+  ::close(b);
+  ::close(c);
+}
+
+}  // namespace
+}  // namespace loom::server
