@@ -204,11 +204,15 @@ class CompletionReply : public DeferredReply {
   CompletionReply(ServerContext& ctx, OpenAiRequest r, ResponseMeta meta, Submission sub)
       : ctx_(ctx), r_(std::move(r)), meta_(std::move(meta)), sub_(std::move(sub)) {}
 
-  std::optional<HttpResponse> Poll() override {
+  bool Ready() override {
+    std::lock_guard<std::mutex> lock(sub_.state->mu);
+    return sub_.state->unfinished == 0;
+  }
+
+  HttpResponse Build() override {
     GenerationState& state = *sub_.state;
     {
       std::lock_guard<std::mutex> lock(state.mu);
-      if (state.unfinished > 0) return std::nullopt;
       for (auto& c : state.choices) {
         for (const auto& u : c.pending) Accumulate(&c, u);
         c.pending.clear();

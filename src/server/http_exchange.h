@@ -32,12 +32,14 @@ struct HttpResponse {
   bool close = false;  // close the connection after this response
 };
 
-// A non-streamed reply that waits on the engine (a completion): polled on the I/O thread after
-// each Wake until it has the response.
+// A non-streamed reply that waits on the engine (a completion).
 class DeferredReply {
  public:
   virtual ~DeferredReply() = default;
-  virtual std::optional<HttpResponse> Poll() = 0;
+  // I/O thread, after each Wake: whether everything the response needs has arrived. Cheap.
+  virtual bool Ready() = 0;
+  // Once, after Ready, on a worker thread (a large body is not built on the I/O thread).
+  virtual HttpResponse Build() = 0;
   // The client left first (I/O thread): cancel the work.
   virtual void Abandon() = 0;
 };

@@ -73,6 +73,8 @@ struct HttpTransport::Impl {
   int port = 0;
   bool stopped = false;
 
+  void workers_post(std::function<void()> work) { asio::post(workers, std::move(work)); }
+
   Impl(TransportOptions o, RouteFn r)
       : options(std::move(o)), route(std::move(r)),
         workers(static_cast<size_t>(std::max(1, options.worker_threads))) {}
@@ -85,7 +87,12 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
   Session(tcp::socket socket, HttpTransport::Impl* owner)
       : socket_(std::move(socket)), timer_(owner->ioc), owner_(owner) {}
 
-  void Start() { ReadRequest(); }
+  // The session keeps itself alive until Close (a reply waiting on the engine has no pending
+  // operation holding it; the engine's wake holds only a weak reference).
+  void Start() {
+    self_ = shared_from_this();
+    ReadRequest();
+  }
 
   void Reply(HttpResponse response) override {
     asio::post(owner_->ioc, [self = shared_from_this(), r = std::move(response)]() mutable {
@@ -118,6 +125,8 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
     if (deferred_) std::exchange(deferred_, nullptr)->Abandon();
     if (stream_) std::exchange(stream_, nullptr)->Abandon();
     if (owner_->sessions.erase(this) > 0) owner_->num_connections.fetch_sub(1);
+    // Released later, not inside a member function of this session.
+    asio::post(owner_->ioc, [keep = std::move(self_)] {});
   }
 
  private:
@@ -142,6 +151,13 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
     if (phase_ != Phase::kReading) return;
     if (ec) return OnReadError(ec);
     const auto& req = parser_->get();
+    // Transfer-Encoding other than chunked (last) leaves the body's end unknown, and with a
+    // Content-Length the two framings disagree (RFC 9112 §6.3): the body would be read as
+    // empty and its bytes parsed as the next request. Refused in any header order.
+    if (req.count(http::field::transfer_encoding) > 0 &&
+        (!parser_->chunked() || req.count(http::field::content_length) > 0)) {
+      return Refuse(ErrorResponse(400, "Transfer-Encoding must be chunked alone (no Content-Length)"));
+    }
     if (beast::iequals(req[http::field::expect], "100-continue") && !parser_->is_done()) {
       static const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
       asio::async_write(socket_, asio::buffer(kContinue, sizeof(kContinue) - 1),
@@ -198,7 +214,13 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
     HttpRequest r;
     r.method = std::string(msg.method_string());
     const beast::string_view target = msg.target();
-    r.path = std::string(target.substr(0, target.find('?')));
+    beast::string_view path = target.substr(0, target.find('?'));
+    // The absolute form (a proxy's "GET http://host/health"): its path.
+    if (path.starts_with("http://") || path.starts_with("https://")) {
+      const size_t slash = path.find('/', path.find("//") + 2);
+      path = slash == beast::string_view::npos ? beast::string_view("/") : path.substr(slash);
+    }
+    r.path = std::string(path);
     r.version = msg.version();
     for (const auto& field : msg) r.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
     r.body = std::move(msg.body());
@@ -233,7 +255,15 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
       if (n == 0) return self->PeerGone();  // EOF: the client closed (or half-closed) its side
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return self->Watch();
       if (n < 0) return self->PeerGone();
-      // A pipelined request is already here: it is read after this reply; stop watching.
+      // A pipelined request: its bytes go to the buffer the next request is parsed from (so a
+      // later close is still seen); once that holds more than a request head, stop watching.
+      error_code e;
+      const size_t avail = self->socket_.available(e);
+      if (e || avail == 0 || self->buffer_.size() + avail > self->buffer_.max_size()) return;
+      const size_t got = self->socket_.read_some(self->buffer_.prepare(avail), e);
+      if (e) return self->PeerGone();
+      self->buffer_.commit(got);
+      self->Watch();
     });
   }
 
@@ -277,10 +307,19 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
   }
 
   void PollDeferred() {
-    std::optional<HttpResponse> r = deferred_->Poll();
-    if (!r.has_value()) return;
-    deferred_.reset();
-    Send(std::move(*r));
+    if (!deferred_->Ready()) return;
+    std::shared_ptr<DeferredReply> reply = std::move(deferred_);
+    owner_->workers_post([self = shared_from_this(), reply = std::move(reply)] {
+      HttpResponse r;
+      try {
+        r = reply->Build();
+      } catch (const std::exception& e) {
+        r = ErrorResponse(500, std::string("internal error: ") + e.what());
+      }
+      asio::post(self->owner_->ioc, [self, r = std::move(r)]() mutable {
+        if (self->phase_ != Phase::kClosed) self->Send(std::move(r));
+      });
+    });
   }
 
   void OnStream(HttpResponse head, std::shared_ptr<StreamSource> source) {
@@ -310,7 +349,7 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
       stream_.reset();
       if (chunked_) Queue("0\r\n\r\n");
       complete_ = true;
-    } else if (queued_bytes_ > owner_->options.max_buffered_bytes) {
+    } else if (queued_bytes_ + in_flight_bytes_ > owner_->options.max_buffered_bytes) {
       return Close();  // the client reads slower than tokens come: dropped, its work cancelled
     }
     Flush();
@@ -336,6 +375,7 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
     }
     in_flight_.assign(std::make_move_iterator(out_.begin()), std::make_move_iterator(out_.end()));
     out_.clear();
+    in_flight_bytes_ = queued_bytes_;
     queued_bytes_ = 0;
     std::vector<asio::const_buffer> buffers;
     buffers.reserve(in_flight_.size());
@@ -347,6 +387,7 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
       if (self->phase_ == Phase::kClosed) return;
       self->Disarm();
       self->in_flight_.clear();
+      self->in_flight_bytes_ = 0;
       if (ec) return self->PeerGone();
       self->Flush();
     });
@@ -397,7 +438,9 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
   tcp::socket socket_;
   asio::steady_timer timer_;
   HttpTransport::Impl* owner_;
-  beast::flat_buffer buffer_;
+  // Unparsed input: a request head, or a chunk's size line and extensions (bounded: Beast
+  // limits neither by itself). Body bytes move into the request as they are parsed.
+  beast::flat_buffer buffer_{owner_->options.max_header_bytes + (64u << 10)};
   std::optional<http::request_parser<http::string_body>> parser_;
   Phase phase_ = Phase::kReading;
   bool keep_alive_ = false, http10_ = false, head_ = false;
@@ -409,12 +452,14 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
   std::shared_ptr<DeferredReply> deferred_;
   std::shared_ptr<StreamSource> stream_;
   std::deque<std::string> out_;
-  size_t queued_bytes_ = 0;
+  size_t queued_bytes_ = 0;     // in out_
+  size_t in_flight_bytes_ = 0;  // in in_flight_ (being written)
   std::vector<std::string> in_flight_;
   bool writing_ = false;
   bool watching_ = false;
   uint64_t watch_gen_ = 0, timer_gen_ = 0;
   std::atomic<bool> wake_posted_{false};
+  std::shared_ptr<Session> self_;  // from Start until Close
   char discard_[16384];
   size_t discarded_ = 0;
 };
