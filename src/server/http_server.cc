@@ -223,6 +223,11 @@ void HttpServer::Route(HttpRequest req, std::shared_ptr<Exchange> ex) {
   };
   const std::string& m = req.method;
   const bool get = m == "GET" || m == "HEAD";
+  // RFC 9112 §3.2: an HTTP/1.1 request without a Host header, or with two, is a 400 (as
+  // uvicorn/h11 answer it for vLLM).
+  if (req.version >= 11 && req.header_count("Host") != 1) {
+    return refuse(ApiError{400, "an HTTP/1.1 request needs exactly one Host header", "", ""});
+  }
   // The body of a GET/HEAD/OPTIONS was read by its Content-Length, but a proxy in front may
   // not have framed it so (RFC 9110 gives it no meaning): refused, and the connection closed.
   if (!(m == "POST" || m == "PUT" || m == "PATCH" || m == "DELETE") && HasBody(req)) {

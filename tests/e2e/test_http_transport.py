@@ -262,6 +262,19 @@ def test_refusal_with_connection_close_closes(tsrv):
         s.close()
 
 
+def test_host_header_is_required_once(tsrv):
+    for head in (b"GET /health HTTP/1.1\r\n\r\n",
+                 b"GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"):
+        s = socket.create_connection(("127.0.0.1", tsrv.port), timeout=10)
+        try:
+            s.sendall(head)
+            got, body = read_response(s)
+        finally:
+            s.close()
+        assert got.startswith(b"HTTP/1.1 400"), got
+        assert "Host" in json.loads(body)["error"]["message"]
+
+
 def test_too_many_connections_get_503(long_dir):
     srv = LoomServer(long_dir, ["--max-connections", "8"]).start()
     socks = []
