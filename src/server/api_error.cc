@@ -19,6 +19,7 @@ std::string ApiError::Body() const {
       case 415: t = "UnsupportedMediaType"; break;
       case 429: t = "RateLimitError"; break;
       case 431: t = "RequestHeaderFieldsTooLarge"; break;
+      case 501: t = "NotImplemented"; break;
       case 503: t = "ServiceUnavailableError"; break;
       default: t = http_status >= 500 ? "InternalServerError" : "BadRequestError"; break;
     }

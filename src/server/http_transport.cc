@@ -151,12 +151,21 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
     if (phase_ != Phase::kReading) return;
     if (ec) return OnReadError(ec);
     const auto& req = parser_->get();
-    // Transfer-Encoding other than chunked (last) leaves the body's end unknown, and with a
-    // Content-Length the two framings disagree (RFC 9112 §6.3): the body would be read as
-    // empty and its bytes parsed as the next request. Refused in any header order.
-    if (req.count(http::field::transfer_encoding) > 0 &&
-        (!parser_->chunked() || req.count(http::field::content_length) > 0)) {
-      return Refuse(ErrorResponse(400, "Transfer-Encoding must be chunked alone (no Content-Length)"));
+    // Transfer-Encoding: only `chunked`, alone. Another coding last leaves the body's end
+    // unknown (Beast read it as empty and its bytes as the next request); one before chunked
+    // (gzip, chunked) would hand the handler encoded bytes; with a Content-Length the two
+    // framings disagree (RFC 9112 §6.3). Refused in any header order.
+    if (const size_t te = req.count(http::field::transfer_encoding); te > 0) {
+      if (req.count(http::field::content_length) > 0) {
+        return Refuse(ErrorResponse(400, "Transfer-Encoding and Content-Length together"));
+      }
+      beast::string_view coding = req[http::field::transfer_encoding];
+      while (!coding.empty() && (coding.front() == ' ' || coding.front() == '\t')) coding.remove_prefix(1);
+      while (!coding.empty() && (coding.back() == ' ' || coding.back() == '\t')) coding.remove_suffix(1);
+      if (te != 1 || !beast::iequals(coding, "chunked") || !parser_->chunked()) {
+        return Refuse(ErrorResponse(501, "Transfer-Encoding '" + std::string(coding.substr(0, 64)) +
+                                             "' is not supported (only chunked)"));
+      }
     }
     if (beast::iequals(req[http::field::expect], "100-continue") && !parser_->is_done()) {
       static const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
