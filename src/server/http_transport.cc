@@ -60,6 +60,7 @@ HttpResponse ErrorResponse(int status, const std::string& message, const char* t
 }  // namespace
 
 class Session;
+class RequestExchange;
 
 struct HttpTransport::Impl {
   TransportOptions options;
@@ -82,7 +83,7 @@ struct HttpTransport::Impl {
 };
 
 // One connection. All state is touched on the I/O thread; the Exchange methods post there.
-class Session : public Exchange, public std::enable_shared_from_this<Session> {
+class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, HttpTransport::Impl* owner)
       : socket_(std::move(socket)), timer_(owner->ioc), owner_(owner) {}
@@ -94,22 +95,24 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
     ReadRequest();
   }
 
-  void Reply(HttpResponse response) override {
-    asio::post(owner_->ioc, [self = shared_from_this(), r = std::move(response)]() mutable {
-      self->OnReply(std::move(r));
+  // From any thread, for request number `id` (an answer for an earlier request on this
+  // connection is dropped, its work abandoned).
+  void PostReply(uint64_t id, HttpResponse response) {
+    asio::post(owner_->ioc, [self = shared_from_this(), id, r = std::move(response)]() mutable {
+      self->OnReply(id, std::move(r));
     });
   }
-  void Defer(std::shared_ptr<DeferredReply> reply) override {
-    asio::post(owner_->ioc, [self = shared_from_this(), reply = std::move(reply)]() mutable {
-      self->OnDefer(std::move(reply));
+  void PostDefer(uint64_t id, std::shared_ptr<DeferredReply> reply) {
+    asio::post(owner_->ioc, [self = shared_from_this(), id, reply = std::move(reply)]() mutable {
+      self->OnDefer(id, std::move(reply));
     });
   }
-  void Stream(HttpResponse head, std::shared_ptr<StreamSource> source) override {
-    asio::post(owner_->ioc, [self = shared_from_this(), h = std::move(head), s = std::move(source)]() mutable {
-      self->OnStream(std::move(h), std::move(s));
+  void PostStream(uint64_t id, HttpResponse head, std::shared_ptr<StreamSource> source) {
+    asio::post(owner_->ioc, [self = shared_from_this(), id, h = std::move(head), s = std::move(source)]() mutable {
+      self->OnStream(id, std::move(h), std::move(s));
     });
   }
-  void Wake() override {
+  void PostWake() {
     if (wake_posted_.exchange(true)) return;  // one pending wake is enough
     asio::post(owner_->ioc, [self = shared_from_this()] { self->OnWake(); });
   }
@@ -125,6 +128,7 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
     if (deferred_) std::exchange(deferred_, nullptr)->Abandon();
     if (stream_) std::exchange(stream_, nullptr)->Abandon();
     if (owner_->sessions.erase(this) > 0) owner_->num_connections.fetch_sub(1);
+    current_.reset();
     // Released later, not inside a member function of this session.
     asio::post(owner_->ioc, [keep = std::move(self_)] {});
   }
@@ -211,7 +215,7 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
     linger_ = true;
     phase_ = Phase::kHandling;
     answered_ = false;
-    OnReply(std::move(r));
+    OnReply(++request_id_, std::move(r));  // a number of its own: no late answer takes it
   }
 
   void OnRequest(error_code ec) {
@@ -240,14 +244,19 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
     answered_ = false;
     phase_ = Phase::kHandling;
     Watch();
+    // The request's own Exchange, kept by the session while the request is current (the
+    // engine's wake holds it weakly).
+    current_ = NewExchange(++request_id_);
     try {
-      owner_->route(std::move(r), shared_from_this());
+      owner_->route(std::move(r), current_);
     } catch (const std::exception& e) {
-      OnReply(ErrorResponse(500, std::string("internal error: ") + e.what()));
+      OnReply(request_id_, ErrorResponse(500, std::string("internal error: ") + e.what()));
     } catch (...) {
-      OnReply(ErrorResponse(500, "internal error"));
+      OnReply(request_id_, ErrorResponse(500, "internal error"));
     }
   }
+
+  std::shared_ptr<Exchange> NewExchange(uint64_t id);  // after RequestExchange, below
 
   // ---- noticing a client that leaves while its reply is prepared or streamed ----
   void Watch() {
@@ -293,8 +302,8 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
     return true;
   }
 
-  void OnReply(HttpResponse r) {
-    if (!TakeAnswer() || phase_ == Phase::kClosed) return;
+  void OnReply(uint64_t id, HttpResponse r) {
+    if (id != request_id_ || !TakeAnswer() || phase_ == Phase::kClosed) return;
     Send(std::move(r));
   }
 
@@ -309,8 +318,8 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
 
   // A reply that cannot be delivered (the client left, or a second answer) is abandoned: its
   // work is cancelled.
-  void OnDefer(std::shared_ptr<DeferredReply> reply) {
-    if (!TakeAnswer() || phase_ == Phase::kClosed) return reply->Abandon();
+  void OnDefer(uint64_t id, std::shared_ptr<DeferredReply> reply) {
+    if (id != request_id_ || !TakeAnswer() || phase_ == Phase::kClosed) return reply->Abandon();
     deferred_ = std::move(reply);
     PollDeferred();
   }
@@ -331,8 +340,8 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
     });
   }
 
-  void OnStream(HttpResponse head, std::shared_ptr<StreamSource> source) {
-    if (!TakeAnswer() || phase_ == Phase::kClosed) return source->Abandon();
+  void OnStream(uint64_t id, HttpResponse head, std::shared_ptr<StreamSource> source) {
+    if (id != request_id_ || !TakeAnswer() || phase_ == Phase::kClosed) return source->Abandon();
     phase_ = Phase::kReplying;
     // HTTP/1.0 has no chunked encoding: the body ends when the connection closes.
     chunked_ = !http10_;
@@ -405,6 +414,7 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
   // The response is written: the next request, or the end of the connection.
   void Finish() {
     complete_ = false;
+    current_.reset();  // the request is answered: late wakes and answers for it go nowhere
     if (!close_after_) {
       StopWatch();
       return ReadRequest();
@@ -469,9 +479,31 @@ class Session : public Exchange, public std::enable_shared_from_this<Session> {
   uint64_t watch_gen_ = 0, timer_gen_ = 0;
   std::atomic<bool> wake_posted_{false};
   std::shared_ptr<Session> self_;  // from Start until Close
+  uint64_t request_id_ = 0;        // the current request's number on this connection
+  std::shared_ptr<Exchange> current_;
   char discard_[16384];
   size_t discarded_ = 0;
 };
+
+// What a route answers through: one request of a session.
+class RequestExchange : public Exchange {
+ public:
+  RequestExchange(std::shared_ptr<Session> session, uint64_t id) : session_(std::move(session)), id_(id) {}
+  void Reply(HttpResponse r) override { session_->PostReply(id_, std::move(r)); }
+  void Defer(std::shared_ptr<DeferredReply> reply) override { session_->PostDefer(id_, std::move(reply)); }
+  void Stream(HttpResponse head, std::shared_ptr<StreamSource> source) override {
+    session_->PostStream(id_, std::move(head), std::move(source));
+  }
+  void Wake() override { session_->PostWake(); }
+
+ private:
+  std::shared_ptr<Session> session_;
+  uint64_t id_;
+};
+
+std::shared_ptr<Exchange> Session::NewExchange(uint64_t id) {
+  return std::make_shared<RequestExchange>(shared_from_this(), id);
+}
 
 void HttpTransport::Impl::Accept() {
   acceptor.async_accept([this](error_code ec, tcp::socket socket) {

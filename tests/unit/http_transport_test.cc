@@ -219,13 +219,13 @@ TEST_F(TransportTest, StreamIsChunkedAndEndsWithTheLastChunk) {
 TEST_F(TransportTest, ClientThatLeavesAbandonsDeferredAndStream) {
   Start();
   for (const std::string& request : {kGetDeferred, kGetStream}) {
-    const int fd = Connect(port());
-    Send(fd, request);
-    std::shared_ptr<Feed> before;
+    std::shared_ptr<Feed> before;  // read before sending: the route may answer at once
     {
       std::lock_guard<std::mutex> lock(mu_);
       before = feed_;
     }
+    const int fd = Connect(port());
+    Send(fd, request);
     auto feed = WaitFeed(before);
     ::close(fd);
     for (int i = 0; i < 300 && feed->abandoned.load() == 0; ++i) std::this_thread::sleep_for(10ms);
@@ -398,6 +398,34 @@ TEST_F(TransportTest, TransferEncodingOtherThanChunkedAndHugeChunkLinesAreRefuse
     EXPECT_EQ(got.find("HTTP/1.1", 1), std::string::npos) << got;
     ::close(fd);
   }
+}
+
+// Second review: answers carried no request number, so a late answer for an earlier request on
+// the connection could be taken as the current one's.
+TEST_F(TransportTest, LateAnswerForAnEarlierRequestIsDropped) {
+  Start();
+  const int fd = Connect(port());
+  Send(fd, "GET /slow HTTP/1.1\r\n\r\n");
+  auto first = WaitFeed();
+  std::shared_ptr<Exchange> old = held_;
+  old->Reply(HttpResponse{});  // answers the first request
+  ReadUntil(fd, [](const std::string& d) { return Contains(d, "\r\n\r\n"); });
+  Send(fd, "GET /slow HTTP/1.1\r\n\r\n");  // the second: its handler is still working
+  WaitFeed(first);
+  HttpResponse stale;
+  stale.body = "stale";
+  old->Reply(stale);  // the first request's exchange, answering again: dropped
+  auto stale_stream = std::make_shared<Feed>();
+  old->Stream(HttpResponse{}, stale_stream);
+  std::this_thread::sleep_for(100ms);
+  HttpResponse fresh;
+  fresh.body = "fresh";
+  held_->Reply(fresh);
+  const std::string got = ReadUntil(fd, [](const std::string& d) { return Contains(d, "fresh"); });
+  EXPECT_TRUE(Contains(got, "fresh")) << got;
+  EXPECT_FALSE(Contains(got, "stale")) << got;
+  EXPECT_EQ(stale_stream->abandoned.load(), 1);
+  ::close(fd);
 }
 
 TEST_F(TransportTest, ChunkedInAnyCaseIsRead) {
