@@ -70,7 +70,7 @@ int RunServe(ServeArgs& a) {
   if (!bound.ok()) return Fail(bound.message());
   std::thread listener([&http] { http.Listen(); });
   std::fprintf(stderr, "loom: listening on http://%s:%d (loading %s; /health is 503 until ready)\n",
-               ctx.options.host.c_str(), http.port(), a.model.c_str());
+               ctx.options.http.host.c_str(), http.port(), a.model.c_str());
 
   auto stop_listener = [&] {
     http.Stop();
@@ -180,7 +180,7 @@ int RunServe(ServeArgs& a) {
                "loom: try: curl http://%s:%d/v1/models\n",
                ctx.options.served_model_name.c_str(), a.model.c_str(), plan->loras.size(),
                ctx.max_model_len, eo.kv_cache_tokens, eo.max_num_seqs, eo.max_loras,
-               ctx.options.host.c_str(), http.port());
+               ctx.options.http.host.c_str(), http.port());
 
   int sig = 0;
   sigwait(&signals, &sig);

@@ -227,19 +227,19 @@ StatusOr<ServePlan> PlanServe(const ServeArgs& a) {
   plan.store.lora_dirs = a.lora_dirs;
 
   auto& s = plan.server;
-  s.host = a.host;
-  s.port = a.port;
+  s.http.host = a.host;
+  s.http.port = a.port;
   s.api_key = a.api_key;
   s.served_model_name = served;
   s.model_dir = a.model;
   s.merged_adapter = a.merge;
   s.allow_runtime_lora = a.allow_runtime_lora;
-  s.http_threads = a.http_threads;
-  s.max_connections = a.max_connections;
-  s.request_timeout_s = a.request_timeout_s;
+  s.http.worker_threads = a.http_threads;
+  s.http.max_connections = a.max_connections;
+  s.http.request_timeout_s = a.request_timeout_s;
   s.max_waiting = a.max_waiting;
   ASSIGN_OR_RETURN(uint64_t body, ParseBytes(a.max_body, "--max-body"));
-  s.max_body_bytes = static_cast<size_t>(body);
+  s.http.max_body_bytes = static_cast<size_t>(body);
   return plan;
 }
 

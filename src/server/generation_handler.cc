@@ -12,14 +12,6 @@ namespace loom::server {
 
 using json = nlohmann::ordered_json;
 
-HttpResponse ErrorReply(const ApiError& error) {
-  HttpResponse r;
-  r.status = error.http_status;
-  if (error.http_status == 503) r.headers.emplace_back("Retry-After", "1");
-  r.body = error.Body();
-  return r;
-}
-
 namespace {
 
 std::string RandomId(const char* prefix) {

@@ -16,7 +16,4 @@ namespace loom::server {
 void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& req,
                       const std::shared_ptr<Exchange>& ex);
 
-// An ApiError as a response (503 with Retry-After).
-HttpResponse ErrorReply(const ApiError& error);
-
 }  // namespace loom::server

@@ -1,4 +1,4 @@
-// HttpRequest header lookups (case-insensitive names, as HTTP defines them).
+// HttpRequest header lookups (case-insensitive names, as HTTP defines them); error responses.
 #include "server/http_exchange.h"
 
 #include <cctype>
@@ -28,6 +28,14 @@ int HttpRequest::header_count(const std::string& name) const {
   int n = 0;
   for (const auto& [k, v] : headers) n += CaseEqual(k, name) ? 1 : 0;
   return n;
+}
+
+HttpResponse ErrorReply(const ApiError& error) {
+  HttpResponse r;
+  r.status = error.http_status;
+  if (error.http_status == 503) r.headers.emplace_back("Retry-After", "1");
+  r.body = error.Body();
+  return r;
 }
 
 }  // namespace loom::server

@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "server/api_error.h"
+
 namespace loom::server {
 
 // One parsed request; the body is complete (bounded by --max-body) before a handler sees it.
@@ -66,5 +68,8 @@ class Exchange {
 };
 
 bool CaseEqual(const std::string& a, const std::string& b);
+
+// An ApiError as a JSON response (503 with Retry-After).
+HttpResponse ErrorReply(const ApiError& error);
 
 }  // namespace loom::server

@@ -96,14 +96,26 @@ HttpResponse Text(std::string body, const char* content_type) {
   return r;
 }
 
-HttpResponse HandleLoad(ServerContext& ctx, const HttpRequest& req) {
+// The start of both adapter routes: runtime loading must be on (`flags` says how), and the
+// body is parsed into *body. An error response, or nothing when the route may go on.
+std::optional<HttpResponse> AdminBody(const ServerContext& ctx, const HttpRequest& req, const char* flags,
+                                      const std::vector<std::string>& required,
+                                      const std::vector<std::string>& optional, json* body) {
   if (!ctx.options.allow_runtime_lora || ctx.adapters == nullptr) {
-    return ErrorReply(ApiError{404, "runtime adapter loading is off (start with "
-                                    "--allow-runtime-lora and --lora-dir)", "", ""});
+    return ErrorReply(ApiError{404, std::string("runtime adapter loading is off (start with ") + flags + ")",
+                               "", ""});
   }
-  json body;
   ApiError error;
-  if (!ParseAdminBody(req.body, {"lora_name", "lora_path"}, {}, &body, &error)) return ErrorReply(error);
+  if (!ParseAdminBody(req.body, required, optional, body, &error)) return ErrorReply(error);
+  return std::nullopt;
+}
+
+HttpResponse HandleLoad(ServerContext& ctx, const HttpRequest& req) {
+  json body;
+  if (auto refused = AdminBody(ctx, req, "--allow-runtime-lora and --lora-dir", {"lora_name", "lora_path"}, {},
+                               &body)) {
+    return *refused;
+  }
   const std::string name = body["lora_name"].get<std::string>();
   if (name == ctx.options.served_model_name) {
     return ErrorReply(BadRequest("lora_name", "'" + name + "' is the base model's name"));
@@ -128,13 +140,10 @@ HttpResponse HandleLoad(ServerContext& ctx, const HttpRequest& req) {
 }
 
 HttpResponse HandleUnload(ServerContext& ctx, const HttpRequest& req) {
-  if (!ctx.options.allow_runtime_lora || ctx.adapters == nullptr) {
-    return ErrorReply(ApiError{404, "runtime adapter loading is off (start with "
-                                    "--allow-runtime-lora)", "", ""});
-  }
   json body;
-  ApiError error;
-  if (!ParseAdminBody(req.body, {"lora_name"}, {"lora_int_id"}, &body, &error)) return ErrorReply(error);
+  if (auto refused = AdminBody(ctx, req, "--allow-runtime-lora", {"lora_name"}, {"lora_int_id"}, &body)) {
+    return *refused;
+  }
   const std::string name = body["lora_name"].get<std::string>();
   if (!ctx.adapters->Unregister(name).ok()) {
     return ErrorReply(ApiError{404, "The lora adapter '" + name + "' cannot be found.", "lora_name", ""});
@@ -191,17 +200,8 @@ bool HasBody(const HttpRequest& req) { return !req.body.empty() || req.has_heade
 }  // namespace
 
 HttpServer::HttpServer(ServerContext* ctx) : ctx_(ctx) {
-  const ServerOptions& o = ctx_->options;
-  TransportOptions t;
-  t.host = o.host;
-  t.port = o.port;
-  t.max_body_bytes = o.max_body_bytes;
-  t.worker_threads = o.http_threads;
-  t.max_connections = o.max_connections;
-  t.request_timeout_s = o.request_timeout_s;
-  t.idle_timeout_s = o.request_timeout_s;
   transport_ = std::make_unique<HttpTransport>(
-      t, [this](HttpRequest req, std::shared_ptr<Exchange> ex) { Route(std::move(req), std::move(ex)); });
+      ctx_->options.http, [this](HttpRequest req, std::shared_ptr<Exchange> ex) { Route(std::move(req), std::move(ex)); });
 }
 
 HttpServer::~HttpServer() { Stop(); }

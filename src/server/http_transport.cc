@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <array>
 #include <deque>
 #include <future>
 #include <unordered_map>
@@ -51,10 +52,7 @@ std::string Head(const HttpResponse& r, const std::string& framing, bool close, 
 }
 
 HttpResponse ErrorResponse(int status, const std::string& message, const char* type = "") {
-  HttpResponse r;
-  r.status = status;
-  r.body = ApiError{status, message, "", type}.Body();
-  return r;
+  return ErrorReply(ApiError{status, message, "", type});
 }
 
 }  // namespace
@@ -73,6 +71,9 @@ struct HttpTransport::Impl {
   std::atomic<int> num_connections{0};
   int port = 0;
   bool stopped = false;
+  // Where lingering connections' input is read and dropped (one for all: the bytes are
+  // never looked at).
+  std::array<char, 16384> discard;
 
   void workers_post(std::function<void()> work) { asio::post(workers, std::move(work)); }
 
@@ -145,8 +146,7 @@ class Session : public std::enable_shared_from_this<Session> {
     // One deadline for the whole request, headers and body: a client that trickles bytes
     // cannot hold the connection past it (the wait for a kept-alive client's next request
     // counts too).
-    Arm(buffer_.size() > 0 ? owner_->options.request_timeout_s
-                           : std::max(owner_->options.idle_timeout_s, 0.001));
+    Arm(owner_->options.request_timeout_s);
     http::async_read_header(socket_, buffer_, *parser_,
                             [self = shared_from_this()](error_code ec, size_t) { self->OnHeader(ec); });
   }
@@ -199,10 +199,9 @@ class Session : public std::enable_shared_from_this<Session> {
       return Refuse(ErrorResponse(413, "the request body is too large (more than " +
                                            std::to_string(owner_->options.max_body_bytes) + " bytes)"));
     }
-    // A closed, reset or timed-out connection (also mid-request): nobody to answer.
+    // A closed, reset or timed-out connection (also mid-request; socket errors are not in
+    // Beast's HTTP category): nobody to answer.
     if (ec == http::error::end_of_stream || ec == http::error::partial_message ||
-        ec == asio::error::eof || ec == asio::error::operation_aborted ||
-        ec == asio::error::connection_reset || ec == asio::error::bad_descriptor ||
         ec.category() != error_code(http::error::end_of_stream).category()) {
       return Close();
     }
@@ -432,7 +431,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void Discard() {
-    socket_.async_read_some(asio::buffer(discard_), [self = shared_from_this()](error_code ec, size_t n) {
+    socket_.async_read_some(asio::buffer(owner_->discard), [self = shared_from_this()](error_code ec, size_t n) {
       if (self->phase_ != Phase::kLingering) return;
       self->discarded_ += n;
       if (ec || self->discarded_ > (16u << 20)) return self->Close();
@@ -481,7 +480,6 @@ class Session : public std::enable_shared_from_this<Session> {
   std::shared_ptr<Session> self_;  // from Start until Close
   uint64_t request_id_ = 0;        // the current request's number on this connection
   std::shared_ptr<Exchange> current_;
-  char discard_[16384];
   size_t discarded_ = 0;
 };
 

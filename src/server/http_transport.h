@@ -16,8 +16,8 @@ struct TransportOptions {
   int port = 8000;                    // 0: any free port
   size_t max_body_bytes = 8u << 20;   // larger bodies: 413
   size_t max_header_bytes = 64 << 10; // request line + header fields: 431 beyond
-  double request_timeout_s = 30;      // a whole request (headers and body) must arrive in this
-  double idle_timeout_s = 30;         // a kept-alive connection waiting for its next request
+  double request_timeout_s = 30;      // a whole request (headers and body) must arrive in this,
+                                      // counted from the previous response on a kept-alive one
   double write_timeout_s = 10;        // one write; a client that stops reading is dropped
   size_t max_buffered_bytes = 8u << 20;  // a stream's unsent output; beyond, the client is dropped
   int max_connections = 4096;         // beyond, new connections are closed at once

@@ -8,6 +8,7 @@
 
 #include "engine/async_engine.h"
 #include "lora/adapter_store.h"
+#include "server/http_transport.h"
 #include "server/metrics.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -15,19 +16,13 @@
 namespace loom::server {
 
 struct ServerOptions {
-  std::string host = "127.0.0.1";
-  int port = 8000;
+  TransportOptions http;               // address, limits, timeouts, handler threads
   std::string api_key;                // empty = no auth
   std::string served_model_name;      // the base model's name in requests
   std::string model_dir;
   std::string merged_adapter;         // --merge NAME: requests name NAME, the base is folded
   bool allow_runtime_lora = false;    // /v1/load_lora_adapter and /v1/unload_lora_adapter
-  size_t max_body_bytes = 8u << 20;   // larger bodies get 413
   int max_waiting = 512;              // sequences queued beyond the running ones → 503
-  int http_threads = 16;              // handler threads (parse, template, tokenize, adapter load);
-                                      // connections and streams hold none
-  int max_connections = 4096;         // open connections; beyond, new ones get 503 and close
-  double request_timeout_s = 30;      // a request's arrival; an idle kept-alive connection
   int max_json_depth = 64;
 };
 
