@@ -1,4 +1,4 @@
-// HTTP routes: generation, models, adapter load/unload, health, version, metrics; auth and limits.
+// HTTP routes: generation, tokenize, models, adapter load/unload, health, version, metrics; auth and limits.
 #include "server/http_server.h"
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 
 #include "base/json.h"
 #include "server/generation_handler.h"
+#include "server/tokenize_handler.h"
 
 namespace loom::server {
 
@@ -234,7 +235,8 @@ void HttpServer::Route(HttpRequest req, std::shared_ptr<Exchange> ex) {
     return refuse(ApiError{400, "a " + m + " request must not have a body", "", ""});
   }
   const std::string& p = req.path;
-  if (p == "/health" && get) return ex->Reply(HandleHealth(ctx));
+  // /ping: vLLM's alias of /health (SageMaker's probe), GET or POST.
+  if ((p == "/health" && get) || (p == "/ping" && (get || m == "POST"))) return ex->Reply(HandleHealth(ctx));
   if (p == "/version" && get) return ex->Reply(Text(json{{"version", kVersion}}.dump(), "application/json"));
   if (p == "/metrics" && get) return ex->Reply(HandleMetrics(ctx));
   if (p == "/v1/models" && get) {
@@ -243,16 +245,19 @@ void HttpServer::Route(HttpRequest req, std::shared_ptr<Exchange> ex) {
   }
   const bool generation = p == "/v1/completions" || p == "/v1/chat/completions";
   const bool admin = p == "/v1/load_lora_adapter" || p == "/v1/unload_lora_adapter";
-  if ((generation || admin) && m == "POST") {
+  const bool tokenize = p == "/tokenize" || p == "/detokenize";
+  if ((generation || admin || tokenize) && m == "POST") {
     if (std::optional<ApiError> error = AdmissionError(ctx, req)) return refuse(*error);
     if (generation && ctx.draining.load()) {
       return ex->Reply(ErrorReply(ApiError{503, "the server is shutting down", "", ""}));
     }
-    auto work = [&ctx, generation, req = std::move(req), ex]() mutable {
+    auto work = [&ctx, generation, tokenize, req = std::move(req), ex]() mutable {
       try {
         if (generation) {
           HandleGeneration(ctx, req.path == "/v1/chat/completions" ? Endpoint::kChat : Endpoint::kCompletions,
                            req, ex);
+        } else if (tokenize) {
+          ex->Reply(req.path == "/tokenize" ? HandleTokenize(ctx, req) : HandleDetokenize(ctx, req));
         } else {
           ex->Reply(req.path == "/v1/load_lora_adapter" ? HandleLoad(ctx, req) : HandleUnload(ctx, req));
         }
@@ -266,10 +271,10 @@ void HttpServer::Route(HttpRequest req, std::shared_ptr<Exchange> ex) {
     return;
   }
   const bool known = p == "/health" || p == "/version" || p == "/metrics" || p == "/v1/models" ||
-                     generation || admin;
+                     p == "/ping" || generation || admin || tokenize;
   if (known) {
     HttpResponse r = ErrorReply(ApiError{405, "method " + m + " is not allowed on " + p, "", ""});
-    r.headers.emplace_back("Allow", generation || admin ? "POST" : "GET, HEAD");
+    r.headers.emplace_back("Allow", p == "/ping" ? "GET, HEAD, POST" : generation || admin || tokenize ? "POST" : "GET, HEAD");
     return ex->Reply(std::move(r));
   }
   ex->Reply(ErrorReply(ApiError{404, "no route " + m + " " + p.substr(0, 256), "", ""}));

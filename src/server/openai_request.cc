@@ -52,16 +52,20 @@ struct Parser {
 
 using Handler = std::function<bool(Parser&, const json&, OpenAiRequest*)>;
 
-// Fields both endpoints share.
-void AddCommon(std::map<std::string, Handler>* h) {
-  auto& m = *h;
-  m["model"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+void AddModel(std::map<std::string, Handler>* h) {
+  (*h)["model"] = [](Parser& p, const json& v, OpenAiRequest* r) {
     if (!v.is_string() || v.get<std::string>().empty()) {
       return p.Fail("model", "model must be a non-empty string");
     }
     r->model = v.get<std::string>();
     return true;
   };
+}
+
+// Fields both generation endpoints share.
+void AddCommon(std::map<std::string, Handler>* h) {
+  auto& m = *h;
+  AddModel(h);
   m["n"] = [](Parser& p, const json& v, OpenAiRequest* r) {
     if (v.is_null()) return true;
     return p.Int32("n", v, 1, 16, &r->n);
@@ -201,7 +205,8 @@ void AddCompletions(std::map<std::string, Handler>* h) {
   };
 }
 
-void AddChat(std::map<std::string, Handler>* h) {
+// The fields that make a chat prompt: /v1/chat/completions and /tokenize's messages form.
+void AddChatPrompt(std::map<std::string, Handler>* h) {
   auto& m = *h;
   m["messages"] = [](Parser& p, const json& v, OpenAiRequest* r) {
     if (!v.is_array() || v.empty()) return p.Fail("messages", "messages must be a non-empty list");
@@ -232,20 +237,6 @@ void AddChat(std::map<std::string, Handler>* h) {
     r->messages = v;
     return true;
   };
-  m["max_completion_tokens"] = [](Parser& p, const json& v, OpenAiRequest* r) {
-    if (v.is_null()) return true;
-    r->max_tokens_given = true;
-    r->max_tokens_field = "max_completion_tokens";
-    return p.Int32("max_completion_tokens", v, 1, kMaxTokensLimit, &r->params.max_tokens);
-  };
-  m["logprobs"] = [](Parser& p, const json& v, OpenAiRequest* r) {
-    if (v.is_null()) return true;
-    return p.Bool("logprobs", v, &r->want_logprobs);
-  };
-  m["top_logprobs"] = [](Parser& p, const json& v, OpenAiRequest* r) {
-    if (v.is_null()) return true;
-    return p.Int32("top_logprobs", v, 0, 20, &r->logprobs);
-  };
   m["chat_template_kwargs"] = [](Parser& p, const json& v, OpenAiRequest* r) {
     if (v.is_null()) return true;
     if (!v.is_object()) return p.Fail("chat_template_kwargs", "chat_template_kwargs must be an object");
@@ -264,6 +255,25 @@ void AddChat(std::map<std::string, Handler>* h) {
     if (v.is_null() || (v.is_array() && v.empty())) return true;
     return p.Fail("tools", "tools are not supported yet");
   };
+}
+
+void AddChat(std::map<std::string, Handler>* h) {
+  auto& m = *h;
+  AddChatPrompt(h);
+  m["max_completion_tokens"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    r->max_tokens_given = true;
+    r->max_tokens_field = "max_completion_tokens";
+    return p.Int32("max_completion_tokens", v, 1, kMaxTokensLimit, &r->params.max_tokens);
+  };
+  m["logprobs"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    return p.Bool("logprobs", v, &r->want_logprobs);
+  };
+  m["top_logprobs"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    return p.Int32("top_logprobs", v, 0, 20, &r->logprobs);
+  };
   m["tool_choice"] = [](Parser& p, const json& v, OpenAiRequest*) {
     if (v.is_null() || v == "none") return true;
     return p.Fail("tool_choice", "tool_choice is not supported yet (only \"none\")");
@@ -280,13 +290,40 @@ void AddChat(std::map<std::string, Handler>* h) {
   };
 }
 
+// vLLM's /tokenize ({"prompt": text} or the chat prompt's fields) and /detokenize.
+void AddTokenize(std::map<std::string, Handler>* h) {
+  auto& m = *h;
+  AddModel(h);
+  AddChatPrompt(h);
+  m["prompt"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (!v.is_string()) return p.Fail("prompt", "prompt must be a string (send token ids to /detokenize)");
+    r->prompts.emplace_back(v.get<std::string>());
+    return true;
+  };
+  m["add_special_tokens"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    return p.Bool("add_special_tokens", v, &r->add_special_tokens);
+  };
+  m["return_token_strs"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    return p.Bool("return_token_strs", v, &r->return_token_strs);
+  };
+}
+
+void AddDetokenize(std::map<std::string, Handler>* h) {
+  AddModel(h);
+  (*h)["tokens"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    return p.TokenIds("tokens", v, &r->tokens);
+  };
+}
+
 }  // namespace
 
 bool ParseOpenAiRequest(const std::string& body, Endpoint endpoint, OpenAiRequest* out,
                         ApiError* error, int max_nesting) {
   *out = OpenAiRequest{};
   out->endpoint = endpoint;
-  out->add_special_tokens = endpoint == Endpoint::kCompletions;
+  const bool generation = endpoint == Endpoint::kCompletions || endpoint == Endpoint::kChat;
   if (endpoint == Endpoint::kCompletions) out->params.max_tokens = 16;
   JsonLimits limits;
   limits.max_bytes = body.size();  // the HTTP layer bounds it (--max-body)
@@ -301,24 +338,28 @@ bool ParseOpenAiRequest(const std::string& body, Endpoint endpoint, OpenAiReques
     *error = BadRequest("", "the request body must be a JSON object");
     return false;
   }
+  // Special tokens are added to text prompts, not to a rendered chat (as vLLM).
+  out->add_special_tokens = endpoint == Endpoint::kCompletions ||
+                            (endpoint == Endpoint::kTokenize && !j.contains("messages"));
   std::map<std::string, Handler> handlers;
-  AddCommon(&handlers);
-  if (endpoint == Endpoint::kCompletions) {
-    AddCompletions(&handlers);
-  } else {
-    AddChat(&handlers);
+  switch (endpoint) {
+    case Endpoint::kCompletions: AddCommon(&handlers); AddCompletions(&handlers); break;
+    case Endpoint::kChat: AddCommon(&handlers); AddChat(&handlers); break;
+    case Endpoint::kTokenize: AddTokenize(&handlers); break;
+    case Endpoint::kDetokenize: AddDetokenize(&handlers); break;
   }
   Parser p{j, error};
   // n first: best_of is checked against it.
-  if (j.contains("n") && !handlers["n"](p, j["n"], out)) return false;
+  if (generation && j.contains("n") && !handlers["n"](p, j["n"], out)) return false;
   // max_completion_tokens last: when both are sent it wins over max_tokens whatever the key
   // order (vLLM: max_completion_tokens or max_tokens).
   const bool completion_tokens_last = handlers.count("max_completion_tokens") > 0;
   for (auto it = j.begin(); it != j.end(); ++it) {
-    if (it.key() == "n" || (completion_tokens_last && it.key() == "max_completion_tokens")) continue;
+    if (generation && it.key() == "n") continue;
+    if (completion_tokens_last && it.key() == "max_completion_tokens") continue;
     // Sampling fields: one parser for the server and the CLI's --batch files.
     Status sampling;
-    if (ParseSamplingField(it.key(), it.value(), &out->params, &sampling)) {
+    if (generation && ParseSamplingField(it.key(), it.value(), &out->params, &sampling)) {
       if (!sampling.ok()) {
         *error = BadRequest(it.key(), sampling.message());
         return false;
@@ -337,19 +378,39 @@ bool ParseOpenAiRequest(const std::string& body, Endpoint endpoint, OpenAiReques
       !handlers["max_completion_tokens"](p, j["max_completion_tokens"], out)) {
     return false;
   }
-  if (out->model.empty()) {
+  // /tokenize and /detokenize name the base when they send no model (as vLLM).
+  if (generation && out->model.empty()) {
     *error = BadRequest("model", "model is required");
+    return false;
+  }
+  if (endpoint == Endpoint::kTokenize) {
+    if (out->has_messages() == !out->prompts.empty()) {
+      *error = out->has_messages() ? BadRequest("messages", "send either prompt or messages, not both")
+                                   : BadRequest("prompt", "prompt (text) or messages is required");
+      return false;
+    }
+    if (!out->has_messages()) {
+      for (const char* key : {"add_generation_prompt", "continue_final_message", "chat_template_kwargs", "tools"}) {
+        if (j.contains(key) && !j[key].is_null()) {
+          *error = BadRequest(key, std::string(key) + " applies to messages, not to a text prompt");
+          return false;
+        }
+      }
+    }
+  }
+  if (endpoint == Endpoint::kDetokenize && !j.contains("tokens")) {
+    *error = BadRequest("tokens", "tokens is required");
     return false;
   }
   if (endpoint == Endpoint::kCompletions && out->prompts.empty()) {
     *error = BadRequest("prompt", "prompt is required");
     return false;
   }
-  if (endpoint == Endpoint::kChat) {
-    if (out->messages.is_null()) {
-      *error = BadRequest("messages", "messages is required");
-      return false;
-    }
+  if (endpoint == Endpoint::kChat && out->messages.is_null()) {
+    *error = BadRequest("messages", "messages is required");
+    return false;
+  }
+  if (out->has_messages()) {
     if (out->logprobs > 0 && !out->want_logprobs) {
       *error = BadRequest("top_logprobs", "top_logprobs needs logprobs=true");
       return false;

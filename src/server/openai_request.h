@@ -1,4 +1,5 @@
-// OpenAI request bodies (/v1/completions, /v1/chat/completions): strict parsing and validation.
+// OpenAI request bodies (/v1/completions, /v1/chat/completions, vLLM's /tokenize and /detokenize):
+// strict parsing and validation.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +14,8 @@
 
 namespace loom::server {
 
-enum class Endpoint { kCompletions, kChat };
+// kTokenize takes vLLM's two forms: {"prompt": text} or {"messages": [...]} (the chat prompt).
+enum class Endpoint { kCompletions, kChat, kTokenize, kDetokenize };
 
 // One prompt of a completions request: text or token ids.
 using Prompt = std::variant<std::string, std::vector<int32_t>>;
@@ -22,7 +24,7 @@ using Prompt = std::variant<std::string, std::vector<int32_t>>;
 // in docs/API.md), or rejected by ParseOpenAiRequest with 400 naming it.
 struct OpenAiRequest {
   Endpoint endpoint = Endpoint::kCompletions;
-  std::string model;
+  std::string model;  // /tokenize and /detokenize: empty when not sent (the base model)
   // /v1/completions
   std::vector<Prompt> prompts;  // one or more; choices are prompt-major, n per prompt
   bool echo = false;
@@ -47,6 +49,12 @@ struct OpenAiRequest {
   bool include_stop_str_in_output = false;
   bool skip_special_tokens = true;
   bool return_token_ids = false;  // vLLM extension: token ids in choices
+  // /tokenize: the prompt in `prompts` (one string) or `messages`; /detokenize: `tokens`
+  bool return_token_strs = false;
+  std::vector<int32_t> tokens;
+
+  // The prompt is a chat rendered through the template (chat, or /tokenize's messages form).
+  bool has_messages() const { return !messages.is_null(); }
 };
 
 // Parses and validates a body. On failure fills *error (400 naming the field) and returns false.

@@ -109,6 +109,74 @@ TEST(OpenAiRequest, RejectsNamingTheField) {
                    Endpoint::kChat).param, "echo");
 }
 
+// vLLM's /tokenize: {"prompt": text} adds special tokens by default, the chat form does not;
+// model is optional (the base); only the fields of the form sent are accepted.
+TEST(OpenAiRequest, ParsesTokenizeForms) {
+  OpenAiRequest r;
+  ApiError err;
+  ASSERT_TRUE(ParseOpenAiRequest(R"({"prompt":"hi","return_token_strs":true})", Endpoint::kTokenize, &r, &err))
+      << err.message;
+  EXPECT_TRUE(r.model.empty());
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(std::get<std::string>(r.prompts[0]), "hi");
+  EXPECT_TRUE(r.add_special_tokens);
+  EXPECT_TRUE(r.return_token_strs);
+  EXPECT_FALSE(r.has_messages());
+
+  ASSERT_TRUE(ParseOpenAiRequest(R"({"model":"a","prompt":"hi","add_special_tokens":false})",
+                                 Endpoint::kTokenize, &r, &err)) << err.message;
+  EXPECT_FALSE(r.add_special_tokens);
+  EXPECT_EQ(r.model, "a");
+
+  ASSERT_TRUE(ParseOpenAiRequest(R"({"messages":[{"role":"user","content":"x"}],
+                                     "chat_template_kwargs":{"add_generation_prompt":false}})",
+                                 Endpoint::kTokenize, &r, &err)) << err.message;
+  EXPECT_TRUE(r.has_messages());
+  EXPECT_FALSE(r.add_special_tokens);
+  EXPECT_FALSE(r.add_generation_prompt);  // the kwargs win, as in the chat route
+  EXPECT_FALSE(r.return_token_strs);
+
+  ASSERT_TRUE(ParseOpenAiRequest(R"({"messages":[{"role":"assistant","content":"x"}],
+                                     "add_generation_prompt":false,"continue_final_message":true,
+                                     "add_special_tokens":true})",
+                                 Endpoint::kTokenize, &r, &err)) << err.message;
+  EXPECT_TRUE(r.continue_final_message && r.add_special_tokens);
+}
+
+TEST(OpenAiRequest, RejectsTokenizeFieldsByName) {
+  const auto tok = Endpoint::kTokenize;
+  EXPECT_EQ(Reject(R"({"model":"m"})", tok).param, "prompt");
+  EXPECT_EQ(Reject(R"({"prompt":"a","messages":[{"role":"user","content":"x"}]})", tok).param, "messages");
+  EXPECT_EQ(Reject(R"({"prompt":[1,2]})", tok).param, "prompt");
+  EXPECT_EQ(Reject(R"({"prompt":"a","add_generation_prompt":true})", tok).param, "add_generation_prompt");
+  EXPECT_EQ(Reject(R"({"prompt":"a","chat_template_kwargs":{}})", tok).param, "chat_template_kwargs");
+  EXPECT_EQ(Reject(R"({"prompt":"a","max_tokens":3})", tok).param, "max_tokens");  // not a generation
+  EXPECT_EQ(Reject(R"({"prompt":"a","temperature":0})", tok).param, "temperature");
+  EXPECT_EQ(Reject(R"({"prompt":"a","n":2})", tok).param, "n");
+  EXPECT_EQ(Reject(R"({"prompt":"a","return_token_strs":"yes"})", tok).param, "return_token_strs");
+  EXPECT_EQ(Reject(R"({"prompt":"a","model":""})", tok).param, "model");
+  EXPECT_EQ(Reject(R"({"messages":[{"role":"user","content":"x"}],"tools":[{}]})", tok).param, "tools");
+  EXPECT_EQ(Reject(R"({"messages":[{"role":"user","content":"x"}],"add_generation_prompt":true,
+                       "continue_final_message":true})", tok).param, "continue_final_message");
+  EXPECT_EQ(Reject(R"({"messages":[{"role":"user"}],"bogus":1})", tok).param, "bogus");
+}
+
+TEST(OpenAiRequest, ParsesDetokenize) {
+  OpenAiRequest r;
+  ApiError err;
+  ASSERT_TRUE(ParseOpenAiRequest(R"({"tokens":[3,0,7]})", Endpoint::kDetokenize, &r, &err)) << err.message;
+  EXPECT_EQ(r.tokens, (std::vector<int32_t>{3, 0, 7}));
+  ASSERT_TRUE(ParseOpenAiRequest(R"({"model":"m","tokens":[]})", Endpoint::kDetokenize, &r, &err));
+  EXPECT_TRUE(r.tokens.empty());
+  const auto detok = Endpoint::kDetokenize;
+  EXPECT_EQ(Reject(R"({"model":"m"})", detok).param, "tokens");
+  EXPECT_EQ(Reject(R"({"tokens":[-1]})", detok).param, "tokens");
+  EXPECT_EQ(Reject(R"({"tokens":[1.5]})", detok).param, "tokens");
+  EXPECT_EQ(Reject(R"({"tokens":"12"})", detok).param, "tokens");
+  EXPECT_EQ(Reject(R"({"tokens":[4294967296]})", detok).param, "tokens");
+  EXPECT_EQ(Reject(R"({"tokens":[1],"prompt":"a"})", detok).param, "prompt");
+}
+
 TEST(OpenAiRequest, RejectsMalformedBodies) {
   EXPECT_EQ(Reject("").http_status, 400);
   EXPECT_EQ(Reject("[1,2]").http_status, 400);

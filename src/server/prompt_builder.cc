@@ -1,0 +1,98 @@
+// Request → prompt token ids: the chat template rendered over messages, text prompts tokenized.
+#include "server/prompt_builder.h"
+
+#include "tokenizer/jinja/utf8.h"
+
+namespace loom::server {
+
+using json = nlohmann::ordered_json;
+
+bool RenderChatPrompt(const ServerContext& ctx, const OpenAiRequest& r, std::string* text, ApiError* error) {
+  if (!ctx.chat_template.has_value()) {
+    *error = BadRequest("messages", "the model folder has no chat template; use /v1/completions");
+    return false;
+  }
+  ChatTemplateOptions options;
+  options.add_generation_prompt = r.add_generation_prompt;
+  const auto& cfg = ctx.tokenizer->config();
+  if (!cfg.bos_token.empty()) options.bos_token = cfg.bos_token;
+  if (!cfg.eos_token.empty()) options.eos_token = cfg.eos_token;
+  options.extra = r.chat_template_kwargs;
+  // Text parts ([{"type": "text", "text": ...}]) become one string joined by "\n", as vLLM
+  // does for templates that expect string content.
+  nlohmann::ordered_json messages = r.messages;
+  for (auto& m : messages) {
+    if (m.contains("content") && m["content"].is_array()) {
+      std::string joined;
+      for (size_t i = 0; i < m["content"].size(); ++i) {
+        if (i > 0) joined += "\n";
+        joined += m["content"][i]["text"].get<std::string>();
+      }
+      m["content"] = joined;
+    }
+  }
+  auto rendered = ctx.chat_template->Render(messages, options);
+  if (!rendered.ok()) {
+    *error = BadRequest("messages", "chat template: " + rendered.status().message());
+    return false;
+  }
+  *text = std::move(rendered).value();
+  if (r.continue_final_message) {
+    // transformers' apply_chat_template(continue_final_message=True) over what the template saw
+    // (text parts joined as above): the last occurrence of the stripped content, cut after it
+    // with its trailing whitespace where the template kept it, else after the stripped text.
+    const json& last = messages.back();
+    if (!last.contains("content") || !last["content"].is_string()) {
+      *error = BadRequest("continue_final_message",
+                          "continue_final_message needs a final message with text content");
+      return false;
+    }
+    // Python's str.strip(): Unicode whitespace, as transformers strips it.
+    const std::string content = last["content"].get<std::string>();
+    const std::string lstripped = jinja::PyStrip(content, true, false, nullptr);
+    const std::string stripped = jinja::PyStrip(content, true, true, nullptr);
+    const size_t at = text->rfind(stripped);  // "" (all whitespace): the end, as Python's rindex
+    if (at == std::string::npos) {
+      *error = BadRequest("continue_final_message",
+                          "the chat template does not show the final message's content verbatim");
+      return false;
+    }
+    const bool kept = text->compare(at, lstripped.size(), content) == 0;
+    text->resize(at + (kept ? lstripped.size() : stripped.size()));
+  }
+  return true;
+}
+
+bool BuildPrompts(const ServerContext& ctx, const OpenAiRequest& r,
+              std::vector<std::vector<int32_t>>* prompts, ApiError* error) {
+  auto encode = [&](const std::string& text, const char* field) -> bool {
+    if (ctx.tokenizer == nullptr) {
+      *error = BadRequest(field,
+                          "the model folder has no tokenizer (tokenizer.json, tokenizer.model or "
+                          "vocab.json + merges.txt); send token ids");
+      return false;
+    }
+    auto ids = ctx.tokenizer->Encode(text, r.add_special_tokens);
+    if (!ids.ok()) {
+      *error = BadRequest(field, ids.status().message());
+      return false;
+    }
+    prompts->push_back(std::move(ids).value());
+    return true;
+  };
+  if (r.has_messages()) {
+    std::string text;
+    if (!RenderChatPrompt(ctx, r, &text, error)) return false;
+    return encode(text, "messages");
+  }
+  for (const Prompt& p : r.prompts) {
+    if (const auto* s = std::get_if<std::string>(&p)) {
+      if (!encode(*s, "prompt")) return false;
+    } else {
+      prompts->push_back(std::get<std::vector<int32_t>>(p));
+    }
+  }
+  return true;
+}
+
+}  // namespace loom::server

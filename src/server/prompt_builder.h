@@ -1,0 +1,24 @@
+// Request → prompt token ids: the chat template rendered over messages, text prompts tokenized.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "server/api_error.h"
+#include "server/openai_request.h"
+#include "server/server_context.h"
+
+namespace loom::server {
+
+// The chat prompt as vLLM builds it from r.messages: the template rendered with
+// add_generation_prompt; with continue_final_message the text after the final message's
+// content is cut off. Fails (400 naming the field) when the folder has no template or it fails.
+bool RenderChatPrompt(const ServerContext& ctx, const OpenAiRequest& r, std::string* text, ApiError* error);
+
+// Token ids of every prompt of the request: the rendered chat when it has messages, else each
+// text prompt encoded (with r.add_special_tokens) and each token-id prompt as sent.
+bool BuildPrompts(const ServerContext& ctx, const OpenAiRequest& r,
+                  std::vector<std::vector<int32_t>>* prompts, ApiError* error);
+
+}  // namespace loom::server

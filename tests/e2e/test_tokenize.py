@@ -1,0 +1,145 @@
+"""vLLM's /tokenize and /detokenize (and /ping) on the real server. The bundled demo model's
+goldens (models/demo/goldens.json, made with transformers: apply_chat_template and the
+tokenizer) are the reference for the chat form, the text form and decoding; token_strs are
+checked against the vocabulary in the model's own tokenizer.json (what transformers'
+convert_ids_to_tokens returns)."""
+import json
+
+import pytest
+import requests
+
+from conftest import BASE, FIXTURES, REPO, LoomServer, adapter_args
+
+DEMO = REPO / "models" / "demo"
+GOLDENS = json.loads((DEMO / "goldens.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def demo():
+    s = LoomServer(None, [])
+    try:
+        s.start(ready_timeout=120)
+        yield s
+    finally:
+        s.kill()
+
+
+def id_to_token(model_dir):
+    """transformers' convert_ids_to_tokens table: the model's vocab plus the added tokens."""
+    t = json.loads((model_dir / "tokenizer.json").read_text())
+    table = {i: tok for tok, i in t["model"]["vocab"].items()}
+    table.update({a["id"]: a["content"] for a in t["added_tokens"]})
+    return table
+
+
+def test_chat_form_equals_transformers(demo):
+    max_len = {m["id"]: m["max_model_len"] for m in demo.get("/v1/models").json()["data"]}["demo"]
+    for p in GOLDENS["prompts"]:
+        r = demo.post("/tokenize", {"model": "demo", "messages": p["messages"]})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body == {"count": len(p["prompt_token_ids"]), "max_model_len": max_len,
+                        "tokens": p["prompt_token_ids"], "token_strs": None}, p["messages"]
+        # An adapter's name tokenizes the same (adapters share the base's tokenizer), and
+        # model may be left out (the base, as vLLM).
+        for extra in ({"model": "shout"}, {}):
+            r = demo.post("/tokenize", {"messages": p["messages"], **extra})
+            assert r.status_code == 200 and r.json()["tokens"] == p["prompt_token_ids"], r.text
+
+
+def test_chat_form_options(demo):
+    msgs = [{"role": "user", "content": "Hello!"}, {"role": "assistant", "content": "Arr"}]
+    full = demo.post("/tokenize", {"messages": msgs[:1]}).json()["tokens"]
+    bare = demo.post("/tokenize", {"messages": msgs[:1], "add_generation_prompt": False}).json()["tokens"]
+    assert full[:len(bare)] == bare and len(full) > len(bare)  # the assistant header is the rest
+    # The kwargs win over the top-level field, as on /v1/chat/completions.
+    kw = demo.post("/tokenize", {"messages": msgs[:1], "chat_template_kwargs": {"add_generation_prompt": False}})
+    assert kw.json()["tokens"] == bare
+    # continue_final_message: the open assistant turn ends with its content, not <|im_end|>.
+    cont = demo.post("/tokenize", {"messages": msgs, "add_generation_prompt": False,
+                                   "continue_final_message": True, "return_token_strs": True}).json()
+    text = demo.post("/detokenize", {"tokens": cont["tokens"]}).json()["prompt"]
+    assert text.endswith("<|im_start|>assistant\nArr"), text
+
+
+def test_text_form_and_token_strs_equal_the_vocabulary(demo):
+    table = id_to_token(DEMO)
+    for p in GOLDENS["prompts"]:
+        # The rendered chat as text (special tokens in it are matched as tokens): the same ids.
+        r = demo.post("/tokenize", {"prompt": p["prompt_text"], "return_token_strs": True})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["tokens"] == p["prompt_token_ids"]
+        assert body["token_strs"] == [table[i] for i in body["tokens"]]
+        assert body["count"] == len(body["tokens"])
+        # This tokenizer's post-processor adds nothing: add_special_tokens changes nothing here.
+        off = demo.post("/tokenize", {"prompt": p["prompt_text"], "add_special_tokens": False}).json()
+        assert off["tokens"] == body["tokens"]
+    assert demo.post("/tokenize", {"prompt": ""}).json() == {
+        "count": 0, "max_model_len": body["max_model_len"], "tokens": [], "token_strs": None}
+
+
+def test_detokenize_equals_transformers_decode(demo):
+    for i, p in enumerate(GOLDENS["prompts"]):
+        r = demo.post("/detokenize", {"model": "demo", "tokens": p["prompt_token_ids"]})
+        assert r.status_code == 200, r.text
+        assert r.json() == {"prompt": p["prompt_text"]}  # special tokens kept, as vLLM
+        for model in GOLDENS["models"]:
+            g = GOLDENS["results"][model][i]
+            ids = g["output_token_ids"]
+            if g["finish_reason"] == "stop":
+                ids = ids[:-1]  # the golden text leaves out the EOS that ended it
+            r = demo.post("/detokenize", {"tokens": ids})
+            assert r.json()["prompt"] == g["text"], (model, p["messages"])
+    assert demo.post("/detokenize", {"tokens": []}).json() == {"prompt": ""}
+
+
+def test_refusals_name_the_field(server):
+    cases = [
+        ("/tokenize", {"model": "nope", "prompt": "a"}, 404, "model"),
+        ("/tokenize", {"model": BASE}, 400, "prompt"),
+        ("/tokenize", {"prompt": [1, 2]}, 400, "prompt"),
+        ("/tokenize", {"prompt": "a", "messages": [{"role": "user", "content": "x"}]}, 400, "messages"),
+        ("/tokenize", {"prompt": "a", "add_generation_prompt": True}, 400, "add_generation_prompt"),
+        ("/tokenize", {"prompt": "a", "max_tokens": 4}, 400, "max_tokens"),
+        ("/tokenize", {"prompt": "a", "return_token_strs": "yes"}, 400, "return_token_strs"),
+        ("/tokenize", {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]},
+         400, "tools"),
+        ("/tokenize", {"messages": [{"role": "user", "content": "x"}], "add_generation_prompt": True,
+                       "continue_final_message": True}, 400, "continue_final_message"),
+        ("/detokenize", {"model": BASE}, 400, "tokens"),
+        ("/detokenize", {"tokens": [256]}, 400, "tokens"),  # the byte-level vocabulary is 0..255
+        ("/detokenize", {"tokens": [-1]}, 400, "tokens"),
+        ("/detokenize", {"tokens": [1], "skip_special_tokens": True}, 400, "skip_special_tokens"),
+        ("/detokenize", {"model": "nope", "tokens": [1]}, 404, "model"),
+    ]
+    for path, body, status, param in cases:
+        r = server.post(path, body)
+        assert r.status_code == status, (path, body, r.text)
+        err = r.json()["error"]
+        assert err["param"] == param and err["code"] == status, (path, body, err)
+    # On the byte-level tokenizer every byte is one token, and decoding gives them back.
+    r = server.post("/tokenize", {"model": "qv", "prompt": "héllo"}).json()
+    assert r["tokens"] == list("héllo".encode()) and r["count"] == 6
+    assert server.post("/detokenize", {"tokens": r["tokens"]}).json() == {"prompt": "héllo"}
+    # Methods, and /ping as vLLM's alias of /health.
+    r = requests.get(server.url + "/tokenize", timeout=10)
+    assert r.status_code == 405 and r.headers["Allow"] == "POST"
+    assert requests.get(server.url + "/ping", timeout=10).status_code == 200
+    assert requests.post(server.url + "/ping", timeout=10).status_code == 200
+    assert requests.delete(server.url + "/ping", timeout=10).status_code == 405
+
+
+def test_api_key_and_a_folder_without_tokenizer(start_server):
+    # The key guards /tokenize and /detokenize too (they render templates at the caller's cost;
+    # vLLM leaves them open).
+    s = start_server(FIXTURES / "models" / "llama_f32", adapter_args(["qv"]), api_key="k3y")
+    for path, body in (("/tokenize", {"prompt": "a"}), ("/detokenize", {"tokens": [1]})):
+        r = requests.post(s.url + path, json=body, timeout=10)
+        assert r.status_code == 401, r.text
+        # No tokenizer in the fixture folder: a 400 naming the field, never a crash.
+        r = s.post(path, body)
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["param"] == ("prompt" if path == "/tokenize" else "tokens")
+        assert "no tokenizer" in r.json()["error"]["message"]
+    assert requests.get(s.url + "/ping", timeout=10).status_code == 200  # open, as /health
