@@ -2,6 +2,9 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "tokenizer/regex.h"
 
+#include <cstdio>
+#include <ctime>
+
 #include <pcre2.h>
 
 #include "tokenizer/unicode.h"
@@ -79,6 +82,31 @@ pcre2_match_context* ThreadMatchContext() {
   return jit.context;
 }
 
+int64_t ClockNs(clockid_t clock) {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+// This thread's open RegexBudgetScope, if any. Its CPU time is read (a system call, ~0.7 us
+// here) only once the wall clock (vDSO, ~30 ns) has passed the budget: a thread cannot have
+// used more CPU time than has elapsed.
+struct Budget {
+  bool on = false;
+  int64_t budget_ns = 0;
+  int64_t wall_start = 0;  // CLOCK_MONOTONIC
+  int64_t cpu_start = 0;   // CLOCK_THREAD_CPUTIME_ID
+  size_t text_bytes = 0;
+  uint32_t calls = 0;  // pcre2_match calls since the scope opened; clocks read every 8
+
+  bool Spent() {
+    if ((++calls & 7) != 0) return false;
+    if (ClockNs(CLOCK_MONOTONIC) - wall_start <= budget_ns) return false;
+    return ClockNs(CLOCK_THREAD_CPUTIME_ID) - cpu_start > budget_ns;
+  }
+};
+thread_local Budget budget;
+
 }  // namespace
 
 StatusOr<std::unique_ptr<Regex>> Regex::Compile(std::string_view pattern) {
@@ -109,6 +137,22 @@ StatusOr<std::unique_ptr<Regex>> Regex::Literal(std::string_view literal) {
 
 Regex::~Regex() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
 
+RegexBudgetScope::RegexBudgetScope(size_t text_bytes) {
+  if (budget.on) return;
+  owner_ = true;
+  budget.on = true;
+  const double seconds = kBaseSeconds + kSecondsPerMiB * static_cast<double>(text_bytes) / (1 << 20);
+  budget.budget_ns = static_cast<int64_t>(seconds * 1e9);
+  budget.wall_start = ClockNs(CLOCK_MONOTONIC);
+  budget.cpu_start = ClockNs(CLOCK_THREAD_CPUTIME_ID);
+  budget.text_bytes = text_bytes;
+  budget.calls = 0;
+}
+
+RegexBudgetScope::~RegexBudgetScope() {
+  if (owner_) budget.on = false;
+}
+
 Status Regex::FindAll(std::string_view s, std::vector<std::pair<size_t, size_t>>* out) const {
   auto* code = static_cast<pcre2_code*>(code_);
   pcre2_match_data* md = pcre2_match_data_create_from_pattern(code, nullptr);
@@ -118,6 +162,16 @@ Status Regex::FindAll(std::string_view s, std::vector<std::pair<size_t, size_t>>
   size_t last_match_end = static_cast<size_t>(-1);
   Status status;
   while (start <= s.size()) {
+    if (budget.on && budget.Spent()) {
+      char spent[32];
+      std::snprintf(spent, sizeof(spent), "%.1f", static_cast<double>(budget.budget_ns) / 1e9);
+      status = ResourceExhausted("regex '" + pattern_ + "' ran out of its time budget (" + spent +
+                                 " s of CPU for a " + std::to_string(budget.text_bytes) +
+                                 "-byte text) at byte " + std::to_string(start) + " of a " +
+                                 std::to_string(s.size()) +
+                                 "-byte piece: the tokenizer's pattern backtracks on every match");
+      break;
+    }
     const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), start,
                                PCRE2_NO_UTF_CHECK, md, ctx);
     if (rc == PCRE2_ERROR_NOMATCH) break;

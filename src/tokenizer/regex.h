@@ -49,6 +49,26 @@ class Regex {
   void* code_ = nullptr;  // pcre2_code_8*
 };
 
+// A CPU-time budget for every Regex::FindAll this thread runs while the scope is open (the
+// outermost scope governs; inner ones change nothing). kMatchLimit bounds one match attempt, not
+// their number: a tokenizer.json pattern that backtracks just under the limit at every position
+// took ~1.7 ms per byte (a 1 MB prompt: half an hour). Tokenizer::Encode opens one per call:
+// kBaseSeconds + kSecondsPerMiB per MiB of its text, in this thread's CPU time (so a loaded
+// machine does not shorten it); the tokenizers measured run their patterns at > 5 MB/s.
+class RegexBudgetScope {
+ public:
+  explicit RegexBudgetScope(size_t text_bytes);
+  ~RegexBudgetScope();
+  RegexBudgetScope(const RegexBudgetScope&) = delete;
+  RegexBudgetScope& operator=(const RegexBudgetScope&) = delete;
+
+  static constexpr double kBaseSeconds = 1.0;
+  static constexpr double kSecondsPerMiB = 4.0;
+
+ private:
+  bool owner_ = false;
+};
+
 // A tokenizer.json pattern: {"String": literal} or {"Regex": pattern}. Copyable (shares the
 // compiled regex); thread-safe like Regex.
 class Pattern {

@@ -13,6 +13,7 @@
 #include "base/no_throw.h"
 #include "tokenizer/convert.h"
 #include "tokenizer/json_limits.h"
+#include "tokenizer/regex.h"
 #include "tokenizer/sentencepiece_model.h"
 #include "tokenizer/unicode.h"
 
@@ -388,6 +389,7 @@ StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text,
                              " bytes; the limit is " + std::to_string(kMaxEncodeBytes));
     }
     if (!IsValidUtf8(text)) return InvalidArgument("text to encode is not valid UTF-8");
+    RegexBudgetScope regex_budget(text.size());  // file-borne patterns: bounded CPU per call
     std::vector<int32_t> ids;
     ids.reserve(text.size() / 3 + 4);
     std::vector<TextSegment> segments, inner;

@@ -357,6 +357,30 @@ TEST(TokenizerHardening, CatastrophicBacktrackingIsAnErrorNamingThePattern) {
   EXPECT_TRUE((*t)->Encode("aaab", false).ok());
 }
 
+// A pattern that backtracks just under the per-attempt match limit at every position: each
+// attempt is allowed, their number is not bounded by it. Without the CPU budget per Encode this
+// 20 KB text took ~35 s (and 1 MB half an hour) and then succeeded; now it is an error after
+// about RegexBudgetScope::kBaseSeconds of CPU, naming the pattern.
+TEST(TokenizerHardening, APatternSlowAtEveryPositionRunsOutOfItsBudget) {
+  json j = TinyByteLevel();
+  j["pre_tokenizer"] = {{"type", "Split"},
+                        {"pattern", {{"Regex", ".{0,1500}.{0,1500}Z|."}}},
+                        {"behavior", "Isolated"},
+                        {"invert", false}};
+  auto t = Tokenizer::FromJson(j.dump());
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  auto ids = (*t)->Encode(std::string(20000, 'a'), false);
+  ASSERT_FALSE(ids.ok());
+  EXPECT_EQ(ids.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Contains(ids.status().message(), "pre_tokenizer Split: regex '.{0,1500}.{0,1500}Z|.'"))
+      << ids.status().message();
+  EXPECT_TRUE(Contains(ids.status().message(), "time budget")) << ids.status().message();
+  // The budget is per call: a short text on the same tokenizer right after still encodes.
+  auto short_ids = (*t)->Encode("aaab", false);
+  ASSERT_TRUE(short_ids.ok()) << short_ids.status().message();
+  EXPECT_EQ(short_ids->size(), 4u);
+}
+
 TEST(TokenizerHardening, LongInputsEncode) {
   // 4 MB of mixed text through a Qwen-style Split regex + ByteLevel: works, no error.
   json j = TinyByteLevel();
