@@ -147,6 +147,32 @@ class Session : public std::enable_shared_from_this<Session> {
     // cannot hold the connection past it (the wait for a kept-alive client's next request
     // counts too).
     Arm(owner_->options.request_timeout_s);
+    AwaitRequestLine(0);
+  }
+
+  // RFC 9112 §2.2: empty lines before a request line are ignored (as llhttp, uvicorn's parser
+  // for vLLM, does; some clients end a body with an extra CRLF), also when they arrive on their
+  // own; Beast's parser would call them a malformed request. At most max_header_bytes of them.
+  void AwaitRequestLine(size_t skipped) {
+    const auto data = buffer_.data();
+    const char* p = static_cast<const char*>(data.data());
+    size_t k = 0;
+    while (k < data.size() && (p[k] == '\r' || p[k] == '\n')) ++k;
+    buffer_.consume(k);
+    skipped += k;
+    if (skipped > owner_->options.max_header_bytes) {
+      return Refuse(ErrorResponse(400, "malformed HTTP request (only empty lines)"));
+    }
+    if (buffer_.size() == 0) {
+      // Nothing but (perhaps) empty lines yet: read before the parser sees the first byte.
+      socket_.async_read_some(buffer_.prepare(4096), [self = shared_from_this(), skipped](error_code ec, size_t got) {
+        if (self->phase_ != Phase::kReading) return;
+        if (ec) return self->Close();  // closed, reset or timed out: nobody to answer
+        self->buffer_.commit(got);
+        self->AwaitRequestLine(skipped);
+      });
+      return;
+    }
     http::async_read_header(socket_, buffer_, *parser_,
                             [self = shared_from_this()](error_code ec, size_t) { self->OnHeader(ec); });
   }

@@ -333,6 +333,33 @@ TEST_F(TransportTest, PipelinedRequestsInOrder) {
   ::close(fd);
 }
 
+// RFC 9112 §2.2: empty lines before a request line are ignored (llhttp, vLLM's parser, does),
+// whether they come with the request, on their own, or after a body; only empty lines past the
+// header limit are a 400 and a close.
+TEST_F(TransportTest, EmptyLinesBeforeARequestAreIgnored) {
+  TransportOptions o;
+  o.max_header_bytes = 4096;
+  Start(o);
+  int fd = Connect(port());
+  Send(fd, "\r\n\nPOST /now HTTP/1.1\r\nContent-Length: 1\r\n\r\n1\r\n");
+  std::string got = ReadUntil(fd, [](const std::string& d) { return Contains(d, "now:1"); });
+  EXPECT_TRUE(Contains(got, "200 OK") && Contains(got, "now:1")) << got;
+  Send(fd, "\r\n");  // alone, then the next request in a later packet
+  std::this_thread::sleep_for(50ms);
+  Send(fd, "\r");
+  std::this_thread::sleep_for(50ms);
+  Send(fd, "\nPOST /now HTTP/1.1\r\nContent-Length: 1\r\nConnection: close\r\n\r\n2");
+  got = ReadAll(fd);
+  EXPECT_TRUE(Contains(got, "200 OK") && Contains(got, "now:2")) << got;
+  ::close(fd);
+  fd = Connect(port());
+  Send(fd, std::string(5000, '\n'));
+  got = ReadUntil(fd, [](const std::string& d) { return Contains(d, "only empty lines"); });
+  EXPECT_TRUE(Contains(got, "400 Bad Request") && Contains(got, "only empty lines")) << got;
+  EXPECT_TRUE(ClosedWithin(fd, 3000ms));
+  ::close(fd);
+}
+
 // Review finding: a request pipelined behind a deferred reply (more than Beast's first read)
 // left the session without an owner: destroyed without Close, its work never abandoned and its
 // connection never uncounted (enough of them and every new connection got 503).
