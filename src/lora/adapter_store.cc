@@ -240,6 +240,10 @@ bool AdapterStore::Contains(const std::string& name) const {
   return entries_.count(name) != 0;
 }
 
+bool AdapterStore::Knows(const std::string& name) const {
+  return Contains(name) || OnDemandDir(name).ok();
+}
+
 std::vector<AdapterInfo> AdapterStore::List() const {
   std::vector<AdapterInfo> out;
   {

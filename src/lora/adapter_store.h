@@ -60,6 +60,9 @@ class AdapterStore {
   // Removes the name; kNotFound when unknown.
   Status Unregister(const std::string& name);
   bool Contains(const std::string& name) const;
+  // Whether Acquire(name) would find the name — registered, or a --lora-dir sub-folder with an
+  // adapter_config.json — without loading anything (for routes that need no weights).
+  bool Knows(const std::string& name) const;
   std::vector<AdapterInfo> List() const;  // registered names, sorted
   // A runtime path (load endpoint) resolved inside one of the lora_dirs roots: symlinks
   // resolved, `..` refused, must be a directory. kInvalidArgument outside the roots,

@@ -217,9 +217,11 @@ void HttpServer::Stop() { transport_->Stop(); }
 // generation requests); generation and adapter loads on the workers.
 void HttpServer::Route(HttpRequest req, std::shared_ptr<Exchange> ex) {
   ServerContext& ctx = *ctx_;
+  // Framing refusals (Host, a body on GET): a proxy must not reuse the connection. Admission
+  // refusals (401, 415, 503) keep it: the transport read their body whole.
   auto refuse = [&](const ApiError& error) {
     HttpResponse r = ErrorReply(error);
-    r.close = HasBody(req);  // a proxy must not reuse a connection whose framing was odd
+    r.close = HasBody(req);
     ex->Reply(std::move(r));
   };
   const std::string& m = req.method;
@@ -240,15 +242,15 @@ void HttpServer::Route(HttpRequest req, std::shared_ptr<Exchange> ex) {
   if (p == "/version" && get) return ex->Reply(Text(json{{"version", kVersion}}.dump(), "application/json"));
   if (p == "/metrics" && get) return ex->Reply(HandleMetrics(ctx));
   if (p == "/v1/models" && get) {
-    if (std::optional<ApiError> error = AdmissionError(ctx, req)) return refuse(*error);
+    if (std::optional<ApiError> error = AdmissionError(ctx, req)) return ex->Reply(ErrorReply(*error));
     return ex->Reply(HandleModels(ctx));
   }
   const bool generation = p == "/v1/completions" || p == "/v1/chat/completions";
   const bool admin = p == "/v1/load_lora_adapter" || p == "/v1/unload_lora_adapter";
   const bool tokenize = p == "/tokenize" || p == "/detokenize";
   if ((generation || admin || tokenize) && m == "POST") {
-    if (std::optional<ApiError> error = AdmissionError(ctx, req)) return refuse(*error);
-    if (generation && ctx.draining.load()) {
+    if (std::optional<ApiError> error = AdmissionError(ctx, req)) return ex->Reply(ErrorReply(*error));
+    if ((generation || tokenize) && ctx.draining.load()) {
       return ex->Reply(ErrorReply(ApiError{503, "the server is shutting down", "", ""}));
     }
     auto work = [&ctx, generation, tokenize, req = std::move(req), ex]() mutable {

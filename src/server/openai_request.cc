@@ -53,7 +53,9 @@ struct Parser {
 using Handler = std::function<bool(Parser&, const json&, OpenAiRequest*)>;
 
 void AddModel(std::map<std::string, Handler>* h) {
+  // null is as absent: required by the generation routes, optional for /tokenize, /detokenize.
   (*h)["model"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
     if (!v.is_string() || v.get<std::string>().empty()) {
       return p.Fail("model", "model must be a non-empty string");
     }
@@ -209,6 +211,7 @@ void AddCompletions(std::map<std::string, Handler>* h) {
 void AddChatPrompt(std::map<std::string, Handler>* h) {
   auto& m = *h;
   m["messages"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;  // as absent: chat requires it, /tokenize then needs prompt
     if (!v.is_array() || v.empty()) return p.Fail("messages", "messages must be a non-empty list");
     for (size_t i = 0; i < v.size(); ++i) {
       const json& msg = v[i];
@@ -340,7 +343,7 @@ bool ParseOpenAiRequest(const std::string& body, Endpoint endpoint, OpenAiReques
   }
   // Special tokens are added to text prompts, not to a rendered chat (as vLLM).
   out->add_special_tokens = endpoint == Endpoint::kCompletions ||
-                            (endpoint == Endpoint::kTokenize && !j.contains("messages"));
+                            (endpoint == Endpoint::kTokenize && (!j.contains("messages") || j["messages"].is_null()));
   std::map<std::string, Handler> handlers;
   switch (endpoint) {
     case Endpoint::kCompletions: AddCommon(&handlers); AddCompletions(&handlers); break;

@@ -9,7 +9,9 @@ using json = nlohmann::ordered_json;
 
 bool RenderChatPrompt(const ServerContext& ctx, const OpenAiRequest& r, std::string* text, ApiError* error) {
   if (!ctx.chat_template.has_value()) {
-    *error = BadRequest("messages", "the model folder has no chat template; use /v1/completions");
+    *error = BadRequest("messages", r.endpoint == Endpoint::kTokenize
+                                        ? "the model folder has no chat template; send a text prompt"
+                                        : "the model folder has no chat template; use /v1/completions");
     return false;
   }
   ChatTemplateOptions options;
@@ -33,7 +35,8 @@ bool RenderChatPrompt(const ServerContext& ctx, const OpenAiRequest& r, std::str
   }
   auto rendered = ctx.chat_template->Render(messages, options);
   if (!rendered.ok()) {
-    *error = BadRequest("messages", "chat template: " + rendered.status().message());
+    const std::string& m = rendered.status().message();
+    *error = BadRequest("messages", m.rfind("chat template", 0) == 0 ? m : "chat template: " + m);
     return false;
   }
   *text = std::move(rendered).value();
@@ -69,7 +72,8 @@ bool BuildPrompts(const ServerContext& ctx, const OpenAiRequest& r,
     if (ctx.tokenizer == nullptr) {
       *error = BadRequest(field,
                           "the model folder has no tokenizer (tokenizer.json, tokenizer.model or "
-                          "vocab.json + merges.txt); send token ids");
+                          "vocab.json + merges.txt)" +
+                              std::string(r.endpoint == Endpoint::kCompletions ? "; send token ids" : ""));
       return false;
     }
     auto ids = ctx.tokenizer->Encode(text, r.add_special_tokens);

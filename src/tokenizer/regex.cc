@@ -98,11 +98,14 @@ struct Budget {
   int64_t cpu_start = 0;   // CLOCK_THREAD_CPUTIME_ID
   size_t text_bytes = 0;
   uint32_t calls = 0;  // pcre2_match calls since the scope opened; clocks read every 8
+  bool exhausted = false;
 
   bool Spent() {
+    if (exhausted) return true;
     if ((++calls & 7) != 0) return false;
     if (ClockNs(CLOCK_MONOTONIC) - wall_start <= budget_ns) return false;
-    return ClockNs(CLOCK_THREAD_CPUTIME_ID) - cpu_start > budget_ns;
+    exhausted = ClockNs(CLOCK_THREAD_CPUTIME_ID) - cpu_start > budget_ns;
+    return exhausted;
   }
 };
 thread_local Budget budget;
@@ -147,7 +150,10 @@ RegexBudgetScope::RegexBudgetScope(size_t text_bytes) {
   budget.cpu_start = ClockNs(CLOCK_THREAD_CPUTIME_ID);
   budget.text_bytes = text_bytes;
   budget.calls = 0;
+  budget.exhausted = false;
 }
+
+bool RegexBudgetScope::exhausted() const { return owner_ && budget.exhausted; }
 
 RegexBudgetScope::~RegexBudgetScope() {
   if (owner_) budget.on = false;
@@ -165,11 +171,11 @@ Status Regex::FindAll(std::string_view s, std::vector<std::pair<size_t, size_t>>
     if (budget.on && budget.Spent()) {
       char spent[32];
       std::snprintf(spent, sizeof(spent), "%.1f", static_cast<double>(budget.budget_ns) / 1e9);
-      status = ResourceExhausted("regex '" + pattern_ + "' ran out of its time budget (" + spent +
+      status = ResourceExhausted(std::string("the tokenizer ran out of its time budget (") + spent +
                                  " s of CPU for a " + std::to_string(budget.text_bytes) +
-                                 "-byte text) at byte " + std::to_string(start) + " of a " +
-                                 std::to_string(s.size()) +
-                                 "-byte piece: the tokenizer's pattern backtracks on every match");
+                                 "-byte text) in regex '" + pattern_ + "' at byte " +
+                                 std::to_string(start) + " of a " + std::to_string(s.size()) +
+                                 "-byte piece: a tokenizer.json pattern that backtracks on every match?");
       break;
     }
     const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), start,

@@ -52,13 +52,16 @@ class Regex {
 // A CPU-time budget for every Regex::FindAll this thread runs while the scope is open (the
 // outermost scope governs; inner ones change nothing). kMatchLimit bounds one match attempt, not
 // their number: a tokenizer.json pattern that backtracks just under the limit at every position
-// took ~1.7 ms per byte (a 1 MB prompt: half an hour). Tokenizer::Encode opens one per call:
-// kBaseSeconds + kSecondsPerMiB per MiB of its text, in this thread's CPU time (so a loaded
-// machine does not shorten it); the tokenizers measured run their patterns at > 5 MB/s.
+// took ~1.7 ms per byte (a 1 MB prompt: half an hour). Tokenizer::Encode and DecodeChecked open
+// one per call: kBaseSeconds + kSecondsPerMiB per MiB of their text, in this thread's CPU time
+// since the scope opened (so a loaded machine does not shorten it); the tokenizers measured
+// encode at ~10 MB/s. Once spent, every FindAll in the scope fails at once.
 class RegexBudgetScope {
  public:
   explicit RegexBudgetScope(size_t text_bytes);
   ~RegexBudgetScope();
+  // The budget ran out (some FindAll failed for it); false for an inner, non-owning scope.
+  bool exhausted() const;
   RegexBudgetScope(const RegexBudgetScope&) = delete;
   RegexBudgetScope& operator=(const RegexBudgetScope&) = delete;
 

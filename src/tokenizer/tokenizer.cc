@@ -4,6 +4,7 @@
 #include "tokenizer/tokenizer.h"
 
 #include <charconv>
+#include <cstdio>
 #include <filesystem>
 #include <new>
 #include <optional>
@@ -461,6 +462,25 @@ std::string Tokenizer::Decode(std::span<const int32_t> ids, bool skip_special_to
     // gets here, and an empty text is the safe answer.
     return std::string();
   }
+}
+
+StatusOr<std::string> Tokenizer::DecodeChecked(std::span<const int32_t> ids,
+                                               bool skip_special_tokens) const {
+  size_t bytes = 0;
+  for (int32_t id : ids) {
+    const std::string* token = IdToToken(id);
+    if (token != nullptr) bytes += token->size();
+  }
+  RegexBudgetScope budget(bytes);
+  std::string text = Decode(ids, skip_special_tokens);
+  if (budget.exhausted()) {
+    char seconds[32];
+    std::snprintf(seconds, sizeof(seconds), "%.1f",
+                  RegexBudgetScope::kBaseSeconds + RegexBudgetScope::kSecondsPerMiB * bytes / (1 << 20));
+    return ResourceExhausted("decoding " + std::to_string(ids.size()) + " tokens ran out of the tokenizer's time budget (" +
+                             seconds + " s of CPU): a tokenizer.json decoder pattern that backtracks on every match?");
+  }
+  return text;
 }
 
 int32_t Tokenizer::TokenToId(std::string_view token) const {

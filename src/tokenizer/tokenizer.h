@@ -89,6 +89,10 @@ class Tokenizer {
   StatusOr<std::vector<int32_t>> Encode(std::string_view text, bool add_special_tokens) const;
   // Unknown ids are skipped (as HF does); invalid byte sequences become U+FFFD.
   std::string Decode(std::span<const int32_t> ids, bool skip_special_tokens) const;
+  // Decode under a CPU-time budget for the decoder's patterns (RegexBudgetScope), for callers
+  // with request-sized id lists (/detokenize): kResourceExhausted when a tokenizer.json decoder
+  // pattern spends it, instead of a text with some replacements silently left out.
+  StatusOr<std::string> DecodeChecked(std::span<const int32_t> ids, bool skip_special_tokens) const;
 
   // -1 when absent (added tokens first, then the model vocab).
   int32_t TokenToId(std::string_view token) const;

@@ -263,6 +263,7 @@ def test_refused_request_leaves_its_connection_usable(auth_server):
                 conn.request("POST", "/v1/completions", body=big, headers=headers)
                 r = conn.getresponse()
                 assert r.status == status
+                assert r.getheader("Connection") != "close"  # the same connection goes on
                 assert json.loads(r.read())["error"]["code"] == status
                 conn.request("POST", "/v1/completions", body=good,
                              headers={"Authorization": "Bearer sekrit-key",

@@ -89,6 +89,10 @@ def test_sigterm_drains_running_streams(start_server, long_dir):
         assert s.started.wait(30), "a stream never started"
     unfinished_at_term = sum(not s.finished for s in streams)
     sigterm(srv)
+    # /tokenize and /detokenize are refused too, as /health (review finding: they were served)
+    for path, body in (("/tokenize", {"prompt": "x"}), ("/detokenize", {"tokens": [1]})):
+        r = requests.post(srv.url + path, json=body, timeout=10)
+        assert r.status_code == 503, (path, r.status_code, r.text)
     outcomes = new_request_outcomes(srv, 120)
     code = srv.terminate(timeout=30)
     for s in streams:

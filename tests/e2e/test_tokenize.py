@@ -143,3 +143,32 @@ def test_api_key_and_a_folder_without_tokenizer(start_server):
         assert r.json()["error"]["param"] == ("prompt" if path == "/tokenize" else "tokens")
         assert "no tokenizer" in r.json()["error"]["message"]
     assert requests.get(s.url + "/ping", timeout=10).status_code == 200  # open, as /health
+
+
+def test_adapter_names_are_checked_not_loaded(start_server, llama_dir, lora_dir):
+    # Review finding: an adapter's name made /tokenize load it (and evict others): tokenizing
+    # needs no weights. A name a completion could use (on demand in --lora-dir) is accepted
+    # without loading; one it could not is 404.
+    srv = start_server(llama_dir, ["--lora-dir", str(lora_dir), "--max-cpu-loras", "1"])
+    loads = srv.metric("loom_adapter_loads_total")
+    for name in ("qv", "mlp", "all", "qv", "mlp"):
+        r = srv.post("/tokenize", {"model": name, "prompt": "hi"})
+        assert r.status_code == 200 and r.json()["tokens"] == [104, 105], r.text
+        r = srv.post("/detokenize", {"model": name, "tokens": [104, 105]})
+        assert r.status_code == 200 and r.json() == {"prompt": "hi"}, r.text
+    assert srv.metric("loom_adapter_loads_total") == loads
+    for name in ("junk", "missing", "../qv"):
+        r = srv.post("/tokenize", {"model": name, "prompt": "hi"})
+        assert r.status_code == 404 and r.json()["error"]["param"] == "model", (name, r.text)
+    # null is as absent (vLLM: model and messages are Optional)
+    r = srv.post("/tokenize", {"model": None, "prompt": "hi", "messages": None})
+    assert r.status_code == 200 and r.json()["tokens"] == [104, 105], r.text
+    r = srv.post("/detokenize", {"model": None, "tokens": [104]})
+    assert r.status_code == 200 and r.json() == {"prompt": "h"}, r.text
+    # A long prompt with its token strings: every byte one token, each string its vocabulary entry.
+    text = "a\u00e9 " * 200000  # 800 KB
+    r = srv.post("/tokenize", {"prompt": text, "return_token_strs": True})
+    assert r.status_code == 200, r.text[:300]
+    body = r.json()
+    assert body["count"] == len(text.encode()) == len(body["tokens"]) == len(body["token_strs"])
+    assert body["token_strs"][:4] == ["a", "\u00c3", "\u00a9", "\u0120"]  # GPT-2's byte table
