@@ -5,12 +5,18 @@
 #include <cstring>
 
 #include "cpu/nf4_cpu.h"
+#include "tensor/tensor.h"
 
 #define LOOM_AVX2 __attribute__((target("avx2,fma")))
 
 namespace loom::cpu {
 
 namespace {
+
+// From this many rows a panel's codes are looked up once and kept as f32 (DecodedRows): the
+// lookup (~14 shuffles per 32 codes) is shared by every row instead of 4.
+constexpr int64_t kDecodeFromRows = 8;
+constexpr int kDecodedRows = 4;  // rows per DecodedTile
 
 // The code table as 4 byte planes (plane b: byte b of each f32 code, little-endian), each in
 // both 128-bit lanes: vpshufb looks 32 indices up per plane, where vpermps (0.5 per cycle on a
@@ -132,6 +138,78 @@ LOOM_AVX2 void Rows(const float* x, int64_t k, const uint8_t* wq, const float* a
   }
 }
 
+// Many rows: each panel's codes are looked up once into `codes` ([k, 16] f32, input-major),
+// then R rows at a time run on them; the fma sequence per (row, column) is Tile's.
+template <int R>
+LOOM_AVX2 inline void DecodedTile(const float* x, int64_t k, const float* codes, const float* absmax,
+                                  int64_t block, int cols, float* y, int64_t ldy) {
+  const int64_t blocks = k / block;
+  __m256 acc[R][2];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    __m256 t[R][2];
+    for (int r = 0; r < R; ++r) t[r][0] = t[r][1] = _mm256_setzero_ps();
+    for (int64_t i = b * block; i < (b + 1) * block; ++i) {
+      const __m256 w0 = _mm256_load_ps(codes + i * kNf4Panel);
+      const __m256 w1 = _mm256_load_ps(codes + i * kNf4Panel + 8);
+      for (int r = 0; r < R; ++r) {
+        const __m256 xv = _mm256_broadcast_ss(x + r * k + i);
+        t[r][0] = _mm256_fmadd_ps(w0, xv, t[r][0]);
+        t[r][1] = _mm256_fmadd_ps(w1, xv, t[r][1]);
+      }
+    }
+    const __m256 am0 = _mm256_loadu_ps(absmax + b * kNf4Panel);
+    const __m256 am1 = _mm256_loadu_ps(absmax + b * kNf4Panel + 8);
+    for (int r = 0; r < R; ++r) {
+      acc[r][0] = _mm256_fmadd_ps(t[r][0], am0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(t[r][1], am1, acc[r][1]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    float* out = y + r * ldy;
+    if (cols < kNf4Panel) {
+      alignas(32) float tmp[16];
+      _mm256_store_ps(tmp, acc[r][0]);
+      _mm256_store_ps(tmp + 8, acc[r][1]);
+      for (int c = 0; c < cols; ++c) out[c] = tmp[c];
+    } else {
+      _mm256_storeu_ps(out, acc[r][0]);
+      _mm256_storeu_ps(out + 8, acc[r][1]);
+    }
+  }
+}
+
+// False (nothing written) when the [k, 16] buffer cannot be had: the caller looks codes up per tile.
+LOOM_AVX2 bool DecodedRows(const float* x, int64_t n, int64_t k, const uint8_t* wq, const float* absmax,
+                           int64_t block, const CodePlanes& planes, int64_t j0, int64_t j1, float* y,
+                           int64_t ldy) {
+  static thread_local AlignedBuffer<float> codes;  // [k, 16]: this thread's current panel
+  if (!codes.Resize(static_cast<size_t>(k * kNf4Panel)).ok()) return false;
+  const int64_t blocks = k / block, panel_bytes = kNf4Panel * k / 2;
+  for (int64_t j = j0; j < j1; j += kNf4Panel) {
+    const int64_t p = j / kNf4Panel;
+    const int cols = static_cast<int>(j1 - j < kNf4Panel ? j1 - j : kNf4Panel);
+    for (int64_t i = 0; i < k; i += 2) {
+      __m256 w[4];
+      LookupChunk(wq + p * panel_bytes + (i / 2) * kNf4Panel, planes, w);
+      float* c = codes.data() + i * kNf4Panel;
+      _mm256_store_ps(c, w[0]);
+      _mm256_store_ps(c + 8, w[1]);
+      _mm256_store_ps(c + 16, w[2]);
+      _mm256_store_ps(c + 24, w[3]);
+    }
+    const float* am = absmax + p * blocks * kNf4Panel;
+    float* out = y + (j - j0);
+    int64_t r = 0;
+    for (; r + kDecodedRows <= n; r += kDecodedRows) {
+      DecodedTile<kDecodedRows>(x + r * k, k, codes.data(), am, block, cols, out + r * ldy, ldy);
+    }
+    for (; r + 2 <= n; r += 2) DecodedTile<2>(x + r * k, k, codes.data(), am, block, cols, out + r * ldy, ldy);
+    for (; r < n; ++r) DecodedTile<1>(x + r * k, k, codes.data(), am, block, cols, out + r * ldy, ldy);
+  }
+  return true;
+}
+
 }  // namespace
 
 void MatmulNf4Avx2(const float* x, int64_t n, int64_t k, const uint8_t* wq, const float* absmax,
@@ -143,6 +221,7 @@ void MatmulNf4Avx2(const float* x, int64_t n, int64_t k, const uint8_t* wq, cons
   // 62 → 86-103, 128 rows 63 → 99-103. One row was bound by the lookups, not by the fma chains
   // (two blocks' chains interleaved measured the same).
   const CodePlanes p = LoadCodePlanes(code);
+  if (n >= kDecodeFromRows && DecodedRows(x, n, k, wq, absmax, block, p, j0, j1, y, ldy)) return;
   int64_t r = 0;
   for (; r + 4 <= n; r += 4) Rows<4, 1>(x + r * k, k, wq, absmax, block, p, j0, j1, y + r * ldy, ldy);
   for (; r + 2 <= n; r += 2) Rows<2, 1>(x + r * k, k, wq, absmax, block, p, j0, j1, y + r * ldy, ldy);

@@ -94,7 +94,10 @@ void BM_Nf4(benchmark::State& state) {
   Report(state, n, m, k, w->bytes());
 }
 
-BENCHMARK(BM_Nf4)->ArgsProduct({{1, 2, 8, 128}, {4864}, {896}, {64}})->UseRealTime();
+BENCHMARK(BM_Nf4)
+    ->ArgsProduct({{1, 2, 4, 8, 16, 128}, {4864}, {896}, {64}})
+    ->ArgsProduct({{128}, {896}, {4864}, {64}})
+    ->UseRealTime();
 
 BENCHMARK(BM_QuantZp)->ArgsProduct({{1, 8, 128}, {4864}, {896}, {128}})->UseRealTime();
 
