@@ -52,6 +52,13 @@ struct Parser {
 
 using Handler = std::function<bool(Parser&, const json&, OpenAiRequest*)>;
 
+// A boolean field; null leaves the default.
+Handler OptionalBool(const char* field, bool OpenAiRequest::*member) {
+  return [field, member](Parser& p, const json& v, OpenAiRequest* r) {
+    return v.is_null() || p.Bool(field, v, &(r->*member));
+  };
+}
+
 void AddModel(std::map<std::string, Handler>* h) {
   // null is as absent: required by the generation routes, optional for /tokenize, /detokenize.
   (*h)["model"] = [](Parser& p, const json& v, OpenAiRequest* r) {
@@ -72,10 +79,7 @@ void AddCommon(std::map<std::string, Handler>* h) {
     if (v.is_null()) return true;
     return p.Int32("n", v, 1, 16, &r->n);
   };
-  m["stream"] = [](Parser& p, const json& v, OpenAiRequest* r) {
-    if (v.is_null()) return true;
-    return p.Bool("stream", v, &r->stream);
-  };
+  m["stream"] = OptionalBool("stream", &OpenAiRequest::stream);
   m["stream_options"] = [](Parser& p, const json& v, OpenAiRequest* r) {
     if (v.is_null()) return true;
     if (!v.is_object()) return p.Fail("stream_options", "stream_options must be an object");
@@ -122,22 +126,10 @@ void AddCommon(std::map<std::string, Handler>* h) {
     if (v.is_array() && v.size() > 256) return p.Fail("stop_token_ids", "at most 256 stop_token_ids");
     return p.TokenIds("stop_token_ids", v, &r->stop_token_ids);
   };
-  m["include_stop_str_in_output"] = [](Parser& p, const json& v, OpenAiRequest* r) {
-    if (v.is_null()) return true;
-    return p.Bool("include_stop_str_in_output", v, &r->include_stop_str_in_output);
-  };
-  m["skip_special_tokens"] = [](Parser& p, const json& v, OpenAiRequest* r) {
-    if (v.is_null()) return true;
-    return p.Bool("skip_special_tokens", v, &r->skip_special_tokens);
-  };
-  m["add_special_tokens"] = [](Parser& p, const json& v, OpenAiRequest* r) {
-    if (v.is_null()) return true;
-    return p.Bool("add_special_tokens", v, &r->add_special_tokens);
-  };
-  m["return_token_ids"] = [](Parser& p, const json& v, OpenAiRequest* r) {
-    if (v.is_null()) return true;
-    return p.Bool("return_token_ids", v, &r->return_token_ids);
-  };
+  m["include_stop_str_in_output"] = OptionalBool("include_stop_str_in_output", &OpenAiRequest::include_stop_str_in_output);
+  m["skip_special_tokens"] = OptionalBool("skip_special_tokens", &OpenAiRequest::skip_special_tokens);
+  m["add_special_tokens"] = OptionalBool("add_special_tokens", &OpenAiRequest::add_special_tokens);
+  m["return_token_ids"] = OptionalBool("return_token_ids", &OpenAiRequest::return_token_ids);
   // Accepted with no effect (docs/API.md): an end-user id for abuse monitoring.
   m["user"] = [](Parser& p, const json& v, OpenAiRequest*) {
     if (!v.is_null() && !v.is_string()) return p.Fail("user", "user must be a string");
@@ -181,10 +173,7 @@ void AddCompletions(std::map<std::string, Handler>* h) {
     }
     return true;
   };
-  m["echo"] = [](Parser& p, const json& v, OpenAiRequest* r) {
-    if (v.is_null()) return true;
-    return p.Bool("echo", v, &r->echo);
-  };
+  m["echo"] = OptionalBool("echo", &OpenAiRequest::echo);
   m["logprobs"] = [](Parser& p, const json& v, OpenAiRequest* r) {
     if (v.is_null()) return true;
     if (!p.Int32("logprobs", v, 0, 20, &r->logprobs)) return false;
@@ -246,14 +235,8 @@ void AddChatPrompt(std::map<std::string, Handler>* h) {
     r->chat_template_kwargs = v;
     return true;
   };
-  m["add_generation_prompt"] = [](Parser& p, const json& v, OpenAiRequest* r) {
-    if (v.is_null()) return true;
-    return p.Bool("add_generation_prompt", v, &r->add_generation_prompt);
-  };
-  m["continue_final_message"] = [](Parser& p, const json& v, OpenAiRequest* r) {
-    if (v.is_null()) return true;
-    return p.Bool("continue_final_message", v, &r->continue_final_message);
-  };
+  m["add_generation_prompt"] = OptionalBool("add_generation_prompt", &OpenAiRequest::add_generation_prompt);
+  m["continue_final_message"] = OptionalBool("continue_final_message", &OpenAiRequest::continue_final_message);
   m["tools"] = [](Parser& p, const json& v, OpenAiRequest*) {
     if (v.is_null() || (v.is_array() && v.empty())) return true;
     return p.Fail("tools", "tools are not supported yet");
@@ -269,10 +252,7 @@ void AddChat(std::map<std::string, Handler>* h) {
     r->max_tokens_field = "max_completion_tokens";
     return p.Int32("max_completion_tokens", v, 1, kMaxTokensLimit, &r->params.max_tokens);
   };
-  m["logprobs"] = [](Parser& p, const json& v, OpenAiRequest* r) {
-    if (v.is_null()) return true;
-    return p.Bool("logprobs", v, &r->want_logprobs);
-  };
+  m["logprobs"] = OptionalBool("logprobs", &OpenAiRequest::want_logprobs);
   m["top_logprobs"] = [](Parser& p, const json& v, OpenAiRequest* r) {
     if (v.is_null()) return true;
     return p.Int32("top_logprobs", v, 0, 20, &r->logprobs);
@@ -303,14 +283,8 @@ void AddTokenize(std::map<std::string, Handler>* h) {
     r->prompts.emplace_back(v.get<std::string>());
     return true;
   };
-  m["add_special_tokens"] = [](Parser& p, const json& v, OpenAiRequest* r) {
-    if (v.is_null()) return true;
-    return p.Bool("add_special_tokens", v, &r->add_special_tokens);
-  };
-  m["return_token_strs"] = [](Parser& p, const json& v, OpenAiRequest* r) {
-    if (v.is_null()) return true;
-    return p.Bool("return_token_strs", v, &r->return_token_strs);
-  };
+  m["add_special_tokens"] = OptionalBool("add_special_tokens", &OpenAiRequest::add_special_tokens);
+  m["return_token_strs"] = OptionalBool("return_token_strs", &OpenAiRequest::return_token_strs);
 }
 
 void AddDetokenize(std::map<std::string, Handler>* h) {

@@ -29,15 +29,26 @@ void AppendJsonString(const std::string& s, std::string* out) {
   *out += json(s).dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+// The body parsed for `endpoint` and its model checked; false with *error filled.
+bool Parse(const ServerContext& ctx, const HttpRequest& req, Endpoint endpoint, OpenAiRequest* r,
+           ApiError* error) {
+  return ParseOpenAiRequest(req.body, endpoint, r, error, ctx.options.max_json_depth) &&
+         CheckModel(ctx, r->model, error);
+}
+
+HttpResponse JsonReply(std::string body) {
+  HttpResponse reply;
+  reply.content_type = "application/json";
+  reply.body = std::move(body);
+  return reply;
+}
+
 }  // namespace
 
 HttpResponse HandleTokenize(ServerContext& ctx, const HttpRequest& req) {
   OpenAiRequest r;
   ApiError error;
-  if (!ParseOpenAiRequest(req.body, Endpoint::kTokenize, &r, &error, ctx.options.max_json_depth) ||
-      !CheckModel(ctx, r.model, &error)) {
-    return ErrorReply(error);
-  }
+  if (!Parse(ctx, req, Endpoint::kTokenize, &r, &error)) return ErrorReply(error);
   std::vector<std::vector<int32_t>> prompts;
   if (!BuildPrompts(ctx, r, &prompts, &error)) return ErrorReply(error);
   const std::vector<int32_t>& ids = prompts.at(0);  // one prompt: the parser requires it
@@ -64,19 +75,13 @@ HttpResponse HandleTokenize(ServerContext& ctx, const HttpRequest& req) {
     out += "null";
   }
   out += '}';
-  HttpResponse reply;
-  reply.content_type = "application/json";
-  reply.body = std::move(out);
-  return reply;
+  return JsonReply(std::move(out));
 }
 
 HttpResponse HandleDetokenize(ServerContext& ctx, const HttpRequest& req) {
   OpenAiRequest r;
   ApiError error;
-  if (!ParseOpenAiRequest(req.body, Endpoint::kDetokenize, &r, &error, ctx.options.max_json_depth) ||
-      !CheckModel(ctx, r.model, &error)) {
-    return ErrorReply(error);
-  }
+  if (!Parse(ctx, req, Endpoint::kDetokenize, &r, &error)) return ErrorReply(error);
   if (ctx.tokenizer == nullptr) {
     return ErrorReply(BadRequest("tokens",
                                  "the model folder has no tokenizer (tokenizer.json, tokenizer.model or "
@@ -95,10 +100,7 @@ HttpResponse HandleDetokenize(ServerContext& ctx, const HttpRequest& req) {
   std::string out = "{\"prompt\":";
   AppendJsonString(*text, &out);
   out += '}';
-  HttpResponse reply;
-  reply.content_type = "application/json";
-  reply.body = std::move(out);
-  return reply;
+  return JsonReply(std::move(out));
 }
 
 }  // namespace loom::server

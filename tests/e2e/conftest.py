@@ -23,6 +23,7 @@ import tiny_model  # noqa: E402
 
 REPO = HERE.parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
+DEMO = REPO / "models" / "demo"  # the bundled demo model (tools/demo)
 ADAPTER_FIXTURES = FIXTURES / "adapters"
 
 # Adapter names used by the tests → fixture folders (all for the base llama_f32).
@@ -230,6 +231,17 @@ def start_server():
 
     yield start
     for s in servers:
+        s.kill()
+
+
+@pytest.fixture(scope="module")
+def demo():
+    """The real server started with no --model: the bundled demo model (DEMO) and its adapters."""
+    s = LoomServer(None, [])
+    try:
+        s.start(ready_timeout=120)
+        yield s
+    finally:
         s.kill()
 
 

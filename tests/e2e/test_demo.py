@@ -9,22 +9,11 @@ import json
 
 import pytest
 
-from conftest import REPO, LoomServer
+from conftest import DEMO
 
-DEMO = REPO / "models" / "demo"
 GOLDENS = json.loads((DEMO / "goldens.json").read_text())
 MODELS = GOLDENS["models"]  # "base" first, then the adapters
 BASE = "demo"  # the served name of the base: its folder's name
-
-
-@pytest.fixture(scope="module")
-def demo():
-    s = LoomServer(None, [])
-    try:
-        s.start(ready_timeout=120)
-        yield s
-    finally:
-        s.kill()
 
 
 def served_name(model):

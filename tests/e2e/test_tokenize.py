@@ -5,23 +5,11 @@ checked against the vocabulary in the model's own tokenizer.json (what transform
 convert_ids_to_tokens returns)."""
 import json
 
-import pytest
 import requests
 
-from conftest import BASE, FIXTURES, REPO, LoomServer, adapter_args
+from conftest import BASE, DEMO, FIXTURES, adapter_args
 
-DEMO = REPO / "models" / "demo"
 GOLDENS = json.loads((DEMO / "goldens.json").read_text())
-
-
-@pytest.fixture(scope="module")
-def demo():
-    s = LoomServer(None, [])
-    try:
-        s.start(ready_timeout=120)
-        yield s
-    finally:
-        s.kill()
 
 
 def id_to_token(model_dir):

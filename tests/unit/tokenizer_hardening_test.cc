@@ -33,6 +33,13 @@ json TinyByteLevel() {
           {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array({"a b"})}}}};
 }
 
+// TinyByteLevel with one Split pre-tokenizer on `regex` (isolated matches).
+json WithSplit(const std::string& regex) {
+  json j = TinyByteLevel();
+  j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}, {"invert", false}};
+  return j;
+}
+
 bool Contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
@@ -340,12 +347,7 @@ TEST(TokenizerHardening, GrowingDecodersAreBounded) {
 }
 
 TEST(TokenizerHardening, CatastrophicBacktrackingIsAnErrorNamingThePattern) {
-  json j = TinyByteLevel();
-  j["pre_tokenizer"] = {{"type", "Split"},
-                        {"pattern", {{"Regex", "(a+)+$"}}},
-                        {"behavior", "Isolated"},
-                        {"invert", false}};
-  auto t = Tokenizer::FromJson(j.dump());
+  auto t = Tokenizer::FromJson(WithSplit("(a+)+$").dump());
   ASSERT_TRUE(t.ok()) << t.status().message();
   auto ids = (*t)->Encode(std::string(40, 'a') + "!", false);
   ASSERT_FALSE(ids.ok());
@@ -362,12 +364,7 @@ TEST(TokenizerHardening, CatastrophicBacktrackingIsAnErrorNamingThePattern) {
 // 20 KB text took ~35 s (and 1 MB half an hour) and then succeeded; now it is an error after
 // about RegexBudgetScope::kBaseSeconds of CPU, naming the pattern.
 TEST(TokenizerHardening, APatternSlowAtEveryPositionRunsOutOfItsBudget) {
-  json j = TinyByteLevel();
-  j["pre_tokenizer"] = {{"type", "Split"},
-                        {"pattern", {{"Regex", ".{0,1500}.{0,1500}Z|."}}},
-                        {"behavior", "Isolated"},
-                        {"invert", false}};
-  auto t = Tokenizer::FromJson(j.dump());
+  auto t = Tokenizer::FromJson(WithSplit(".{0,1500}.{0,1500}Z|.").dump());
   ASSERT_TRUE(t.ok()) << t.status().message();
   auto ids = (*t)->Encode(std::string(20000, 'a'), false);
   ASSERT_FALSE(ids.ok());
