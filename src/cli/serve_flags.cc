@@ -46,7 +46,8 @@ void AddServeFlags(CLI::App& app, ServeArgs* a) {
   app.add_option("--kv-cache-memory", a->kv_cache_memory, "KV cache size, e.g. 2GiB")->capture_default_str();
   app.add_option("--host", a->host, "address to listen on")->capture_default_str();
   app.add_option("--port", a->port, "port (0 = any free one)")->capture_default_str();
-  app.add_option("--api-key", a->api_key, "require Authorization: Bearer KEY on /v1 routes, /tokenize and /detokenize")
+  app.add_option("--api-key", a->api_key,
+                 "require Authorization: Bearer KEY on /v1 routes, /tokenize and /detokenize")
       ->envname("LOOM_API_KEY");
   app.add_flag("--allow-runtime-lora", a->allow_runtime_lora,
                "enable /v1/load_lora_adapter and /v1/unload_lora_adapter (paths under --lora-dir)");

@@ -141,8 +141,9 @@ LOOM_AVX2 void Rows(const float* x, int64_t k, const uint8_t* wq, const float* a
 // Many rows: each panel's codes are looked up once into `codes` ([k, 16] f32, input-major),
 // then R rows at a time run on them; the fma sequence per (row, column) is Tile's.
 template <int R>
-LOOM_AVX2 inline void DecodedTile(const float* x, int64_t k, const float* codes, const float* absmax,
-                                  int64_t block, int cols, float* y, int64_t ldy) {
+LOOM_AVX2 inline void DecodedTile(const float* x, int64_t k, const float* codes,
+                                  const float* absmax, int64_t block, int cols, float* y,
+                                  int64_t ldy) {
   const int64_t blocks = k / block;
   __m256 acc[R][2];
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
@@ -179,10 +180,11 @@ LOOM_AVX2 inline void DecodedTile(const float* x, int64_t k, const float* codes,
   }
 }
 
-// False (nothing written) when the [k, 16] buffer cannot be had: the caller looks codes up per tile.
-LOOM_AVX2 bool DecodedRows(const float* x, int64_t n, int64_t k, const uint8_t* wq, const float* absmax,
-                           int64_t block, const CodePlanes& planes, int64_t j0, int64_t j1, float* y,
-                           int64_t ldy) {
+// False (nothing written) when the [k, 16] buffer cannot be had: the caller looks codes up per
+// tile.
+LOOM_AVX2 bool DecodedRows(const float* x, int64_t n, int64_t k, const uint8_t* wq,
+                           const float* absmax, int64_t block, const CodePlanes& planes, int64_t j0,
+                           int64_t j1, float* y, int64_t ldy) {
   static thread_local AlignedBuffer<float> codes;  // [k, 16]: this thread's current panel
   if (!codes.Resize(static_cast<size_t>(k * kNf4Panel)).ok()) return false;
   const int64_t blocks = k / block, panel_bytes = kNf4Panel * k / 2;
@@ -204,8 +206,10 @@ LOOM_AVX2 bool DecodedRows(const float* x, int64_t n, int64_t k, const uint8_t* 
     for (; r + kDecodedRows <= n; r += kDecodedRows) {
       DecodedTile<kDecodedRows>(x + r * k, k, codes.data(), am, block, cols, out + r * ldy, ldy);
     }
-    for (; r + 2 <= n; r += 2) DecodedTile<2>(x + r * k, k, codes.data(), am, block, cols, out + r * ldy, ldy);
-    for (; r < n; ++r) DecodedTile<1>(x + r * k, k, codes.data(), am, block, cols, out + r * ldy, ldy);
+    for (; r + 2 <= n; r += 2)
+      DecodedTile<2>(x + r * k, k, codes.data(), am, block, cols, out + r * ldy, ldy);
+    for (; r < n; ++r)
+      DecodedTile<1>(x + r * k, k, codes.data(), am, block, cols, out + r * ldy, ldy);
   }
   return true;
 }

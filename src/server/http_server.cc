@@ -1,12 +1,12 @@
-// HTTP routes: generation, tokenize, models, adapter load/unload, health, version, metrics; auth and limits.
+// HTTP routes: generation, tokenize, models, adapter load/unload, health, version, metrics; auth
+// and limits.
 #include "server/http_server.h"
 
 #include <algorithm>
 #include <cctype>
 #include <ctime>
-#include <optional>
-
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "base/json.h"
 #include "server/generation_handler.h"
@@ -238,18 +238,21 @@ void HttpServer::Route(HttpRequest req, std::shared_ptr<Exchange> ex) {
   }
   const std::string& p = req.path;
   // /ping: vLLM's alias of /health (SageMaker's probe), GET or POST.
-  if ((p == "/health" && get) || (p == "/ping" && (get || m == "POST"))) return ex->Reply(HandleHealth(ctx));
+  if ((p == "/health" && get) || (p == "/ping" && (get || m == "POST")))
+    return ex->Reply(HandleHealth(ctx));
   if (p == "/version" && get) return ex->Reply(Text(json{{"version", kVersion}}.dump(), "application/json"));
   if (p == "/metrics" && get) return ex->Reply(HandleMetrics(ctx));
   if (p == "/v1/models" && get) {
-    if (std::optional<ApiError> error = AdmissionError(ctx, req)) return ex->Reply(ErrorReply(*error));
+    if (std::optional<ApiError> error = AdmissionError(ctx, req))
+      return ex->Reply(ErrorReply(*error));
     return ex->Reply(HandleModels(ctx));
   }
   const bool generation = p == "/v1/completions" || p == "/v1/chat/completions";
   const bool admin = p == "/v1/load_lora_adapter" || p == "/v1/unload_lora_adapter";
   const bool tokenize = p == "/tokenize" || p == "/detokenize";
   if ((generation || admin || tokenize) && m == "POST") {
-    if (std::optional<ApiError> error = AdmissionError(ctx, req)) return ex->Reply(ErrorReply(*error));
+    if (std::optional<ApiError> error = AdmissionError(ctx, req))
+      return ex->Reply(ErrorReply(*error));
     if ((generation || tokenize) && ctx.draining.load()) {
       return ex->Reply(ErrorReply(ApiError{503, "the server is shutting down", "", ""}));
     }
@@ -259,7 +262,8 @@ void HttpServer::Route(HttpRequest req, std::shared_ptr<Exchange> ex) {
           HandleGeneration(ctx, req.path == "/v1/chat/completions" ? Endpoint::kChat : Endpoint::kCompletions,
                            req, ex);
         } else if (tokenize) {
-          ex->Reply(req.path == "/tokenize" ? HandleTokenize(ctx, req) : HandleDetokenize(ctx, req));
+          ex->Reply(req.path == "/tokenize" ? HandleTokenize(ctx, req)
+                                            : HandleDetokenize(ctx, req));
         } else {
           ex->Reply(req.path == "/v1/load_lora_adapter" ? HandleLoad(ctx, req) : HandleUnload(ctx, req));
         }
@@ -276,7 +280,9 @@ void HttpServer::Route(HttpRequest req, std::shared_ptr<Exchange> ex) {
                      p == "/ping" || generation || admin || tokenize;
   if (known) {
     HttpResponse r = ErrorReply(ApiError{405, "method " + m + " is not allowed on " + p, "", ""});
-    r.headers.emplace_back("Allow", p == "/ping" ? "GET, HEAD, POST" : generation || admin || tokenize ? "POST" : "GET, HEAD");
+    r.headers.emplace_back("Allow", p == "/ping"                      ? "GET, HEAD, POST"
+                                    : generation || admin || tokenize ? "POST"
+                                                                      : "GET, HEAD");
     return ex->Reply(std::move(r));
   }
   ex->Reply(ErrorReply(ApiError{404, "no route " + m + " " + p.substr(0, 256), "", ""}));

@@ -165,12 +165,13 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     if (buffer_.size() == 0) {
       // Nothing but (perhaps) empty lines yet: read before the parser sees the first byte.
-      socket_.async_read_some(buffer_.prepare(4096), [self = shared_from_this(), skipped](error_code ec, size_t got) {
-        if (self->phase_ != Phase::kReading) return;
-        if (ec) return self->Close();  // closed, reset or timed out: nobody to answer
-        self->buffer_.commit(got);
-        self->AwaitRequestLine(skipped);
-      });
+      socket_.async_read_some(
+          buffer_.prepare(4096), [self = shared_from_this(), skipped](error_code ec, size_t got) {
+            if (self->phase_ != Phase::kReading) return;
+            if (ec) return self->Close();  // closed, reset or timed out: nobody to answer
+            self->buffer_.commit(got);
+            self->AwaitRequestLine(skipped);
+          });
       return;
     }
     http::async_read_header(socket_, buffer_, *parser_,

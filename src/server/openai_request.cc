@@ -126,8 +126,10 @@ void AddCommon(std::map<std::string, Handler>* h) {
     if (v.is_array() && v.size() > 256) return p.Fail("stop_token_ids", "at most 256 stop_token_ids");
     return p.TokenIds("stop_token_ids", v, &r->stop_token_ids);
   };
-  m["include_stop_str_in_output"] = OptionalBool("include_stop_str_in_output", &OpenAiRequest::include_stop_str_in_output);
-  m["skip_special_tokens"] = OptionalBool("skip_special_tokens", &OpenAiRequest::skip_special_tokens);
+  m["include_stop_str_in_output"] =
+      OptionalBool("include_stop_str_in_output", &OpenAiRequest::include_stop_str_in_output);
+  m["skip_special_tokens"] =
+      OptionalBool("skip_special_tokens", &OpenAiRequest::skip_special_tokens);
   m["add_special_tokens"] = OptionalBool("add_special_tokens", &OpenAiRequest::add_special_tokens);
   m["return_token_ids"] = OptionalBool("return_token_ids", &OpenAiRequest::return_token_ids);
   // Accepted with no effect (docs/API.md): an end-user id for abuse monitoring.
@@ -235,8 +237,10 @@ void AddChatPrompt(std::map<std::string, Handler>* h) {
     r->chat_template_kwargs = v;
     return true;
   };
-  m["add_generation_prompt"] = OptionalBool("add_generation_prompt", &OpenAiRequest::add_generation_prompt);
-  m["continue_final_message"] = OptionalBool("continue_final_message", &OpenAiRequest::continue_final_message);
+  m["add_generation_prompt"] =
+      OptionalBool("add_generation_prompt", &OpenAiRequest::add_generation_prompt);
+  m["continue_final_message"] =
+      OptionalBool("continue_final_message", &OpenAiRequest::continue_final_message);
   m["tools"] = [](Parser& p, const json& v, OpenAiRequest*) {
     if (v.is_null() || (v.is_array() && v.empty())) return true;
     return p.Fail("tools", "tools are not supported yet");
@@ -279,7 +283,8 @@ void AddTokenize(std::map<std::string, Handler>* h) {
   AddModel(h);
   AddChatPrompt(h);
   m["prompt"] = [](Parser& p, const json& v, OpenAiRequest* r) {
-    if (!v.is_string()) return p.Fail("prompt", "prompt must be a string (send token ids to /detokenize)");
+    if (!v.is_string())
+      return p.Fail("prompt", "prompt must be a string (send token ids to /detokenize)");
     r->prompts.emplace_back(v.get<std::string>());
     return true;
   };
@@ -316,14 +321,25 @@ bool ParseOpenAiRequest(const std::string& body, Endpoint endpoint, OpenAiReques
     return false;
   }
   // Special tokens are added to text prompts, not to a rendered chat (as vLLM).
-  out->add_special_tokens = endpoint == Endpoint::kCompletions ||
-                            (endpoint == Endpoint::kTokenize && (!j.contains("messages") || j["messages"].is_null()));
+  out->add_special_tokens =
+      endpoint == Endpoint::kCompletions ||
+      (endpoint == Endpoint::kTokenize && (!j.contains("messages") || j["messages"].is_null()));
   std::map<std::string, Handler> handlers;
   switch (endpoint) {
-    case Endpoint::kCompletions: AddCommon(&handlers); AddCompletions(&handlers); break;
-    case Endpoint::kChat: AddCommon(&handlers); AddChat(&handlers); break;
-    case Endpoint::kTokenize: AddTokenize(&handlers); break;
-    case Endpoint::kDetokenize: AddDetokenize(&handlers); break;
+    case Endpoint::kCompletions:
+      AddCommon(&handlers);
+      AddCompletions(&handlers);
+      break;
+    case Endpoint::kChat:
+      AddCommon(&handlers);
+      AddChat(&handlers);
+      break;
+    case Endpoint::kTokenize:
+      AddTokenize(&handlers);
+      break;
+    case Endpoint::kDetokenize:
+      AddDetokenize(&handlers);
+      break;
   }
   Parser p{j, error};
   // n first: best_of is checked against it.
@@ -362,12 +378,14 @@ bool ParseOpenAiRequest(const std::string& body, Endpoint endpoint, OpenAiReques
   }
   if (endpoint == Endpoint::kTokenize) {
     if (out->has_messages() == !out->prompts.empty()) {
-      *error = out->has_messages() ? BadRequest("messages", "send either prompt or messages, not both")
-                                   : BadRequest("prompt", "prompt (text) or messages is required");
+      *error = out->has_messages()
+                   ? BadRequest("messages", "send either prompt or messages, not both")
+                   : BadRequest("prompt", "prompt (text) or messages is required");
       return false;
     }
     if (!out->has_messages()) {
-      for (const char* key : {"add_generation_prompt", "continue_final_message", "chat_template_kwargs", "tools"}) {
+      for (const char* key :
+           {"add_generation_prompt", "continue_final_message", "chat_template_kwargs", "tools"}) {
         if (j.contains(key) && !j[key].is_null()) {
           *error = BadRequest(key, std::string(key) + " applies to messages, not to a text prompt");
           return false;

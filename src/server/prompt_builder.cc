@@ -7,11 +7,13 @@ namespace loom::server {
 
 using json = nlohmann::ordered_json;
 
-bool RenderChatPrompt(const ServerContext& ctx, const OpenAiRequest& r, std::string* text, ApiError* error) {
+bool RenderChatPrompt(const ServerContext& ctx, const OpenAiRequest& r, std::string* text,
+                      ApiError* error) {
   if (!ctx.chat_template.has_value()) {
-    *error = BadRequest("messages", r.endpoint == Endpoint::kTokenize
-                                        ? "the model folder has no chat template; send a text prompt"
-                                        : "the model folder has no chat template; use /v1/completions");
+    *error =
+        BadRequest("messages", r.endpoint == Endpoint::kTokenize
+                                   ? "the model folder has no chat template; send a text prompt"
+                                   : "the model folder has no chat template; use /v1/completions");
     return false;
   }
   ChatTemplateOptions options;
@@ -67,13 +69,14 @@ bool RenderChatPrompt(const ServerContext& ctx, const OpenAiRequest& r, std::str
 }
 
 bool BuildPrompts(const ServerContext& ctx, const OpenAiRequest& r,
-              std::vector<std::vector<int32_t>>* prompts, ApiError* error) {
+                  std::vector<std::vector<int32_t>>* prompts, ApiError* error) {
   auto encode = [&](const std::string& text, const char* field) -> bool {
     if (ctx.tokenizer == nullptr) {
-      *error = BadRequest(field,
-                          "the model folder has no tokenizer (tokenizer.json, tokenizer.model or "
-                          "vocab.json + merges.txt)" +
-                              std::string(r.endpoint == Endpoint::kCompletions ? "; send token ids" : ""));
+      *error = BadRequest(
+          field,
+          "the model folder has no tokenizer (tokenizer.json, tokenizer.model or "
+          "vocab.json + merges.txt)" +
+              std::string(r.endpoint == Endpoint::kCompletions ? "; send token ids" : ""));
       return false;
     }
     auto ids = ctx.tokenizer->Encode(text, r.add_special_tokens);

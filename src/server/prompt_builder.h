@@ -14,7 +14,8 @@ namespace loom::server {
 // The chat prompt as vLLM builds it from r.messages: the template rendered with
 // add_generation_prompt; with continue_final_message the text after the final message's
 // content is cut off. Fails (400 naming the field) when the folder has no template or it fails.
-bool RenderChatPrompt(const ServerContext& ctx, const OpenAiRequest& r, std::string* text, ApiError* error);
+bool RenderChatPrompt(const ServerContext& ctx, const OpenAiRequest& r, std::string* text,
+                      ApiError* error);
 
 // Token ids of every prompt of the request: the rendered chat when it has messages, else each
 // text prompt encoded (with r.add_special_tokens) and each token-id prompt as sent.

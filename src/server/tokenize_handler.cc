@@ -16,10 +16,11 @@ namespace {
 // use (registered, or on demand in --lora-dir). Only the name is checked: tokenizing needs no
 // weights, so nothing is loaded or evicted (as vLLM's tokenize routes).
 bool CheckModel(const ServerContext& ctx, const std::string& model, ApiError* error) {
-  const std::string& base =
-      ctx.options.merged_adapter.empty() ? ctx.options.served_model_name : ctx.options.merged_adapter;
+  const std::string& base = ctx.options.merged_adapter.empty() ? ctx.options.served_model_name
+                                                               : ctx.options.merged_adapter;
   if (model.empty() || model == base) return true;
-  if (ctx.options.merged_adapter.empty() && ctx.adapters != nullptr && ctx.adapters->Knows(model)) return true;
+  if (ctx.options.merged_adapter.empty() && ctx.adapters != nullptr && ctx.adapters->Knows(model))
+    return true;
   *error = ApiError{404, "the model '" + model + "' does not exist", "model", ""};
   return false;
 }
@@ -56,8 +57,8 @@ HttpResponse HandleTokenize(ServerContext& ctx, const HttpRequest& req) {
   // body at its peak (an 8 MiB prompt: ~1 GB with token_strs), per handler thread.
   std::string out;
   out.reserve(64 + ids.size() * (r.return_token_strs ? 16 : 7));
-  out += "{\"count\":" + std::to_string(ids.size()) + ",\"max_model_len\":" + std::to_string(ctx.max_model_len) +
-         ",\"tokens\":[";
+  out += "{\"count\":" + std::to_string(ids.size()) +
+         ",\"max_model_len\":" + std::to_string(ctx.max_model_len) + ",\"tokens\":[";
   for (size_t i = 0; i < ids.size(); ++i) {
     if (i > 0) out += ',';
     out += std::to_string(ids[i]);
@@ -83,16 +84,17 @@ HttpResponse HandleDetokenize(ServerContext& ctx, const HttpRequest& req) {
   ApiError error;
   if (!Parse(ctx, req, Endpoint::kDetokenize, &r, &error)) return ErrorReply(error);
   if (ctx.tokenizer == nullptr) {
-    return ErrorReply(BadRequest("tokens",
-                                 "the model folder has no tokenizer (tokenizer.json, tokenizer.model or "
-                                 "vocab.json + merges.txt)"));
+    return ErrorReply(
+        BadRequest("tokens",
+                   "the model folder has no tokenizer (tokenizer.json, tokenizer.model or "
+                   "vocab.json + merges.txt)"));
   }
   for (size_t i = 0; i < r.tokens.size(); ++i) {
     if (r.tokens[i] >= ctx.tokenizer->id_limit()) {
-      return ErrorReply(BadRequest("tokens", "tokens[" + std::to_string(i) + "] = " +
-                                                 std::to_string(r.tokens[i]) +
-                                                 " is not in the tokenizer's vocabulary (ids 0.." +
-                                                 std::to_string(ctx.tokenizer->id_limit() - 1) + ")"));
+      return ErrorReply(BadRequest(
+          "tokens", "tokens[" + std::to_string(i) + "] = " + std::to_string(r.tokens[i]) +
+                        " is not in the tokenizer's vocabulary (ids 0.." +
+                        std::to_string(ctx.tokenizer->id_limit() - 1) + ")"));
     }
   }
   auto text = ctx.tokenizer->DecodeChecked(r.tokens, /*skip_special_tokens=*/false);

@@ -2,10 +2,10 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "tokenizer/regex.h"
 
+#include <pcre2.h>
+
 #include <cstdio>
 #include <ctime>
-
-#include <pcre2.h>
 
 #include "tokenizer/unicode.h"
 
@@ -144,7 +144,8 @@ RegexBudgetScope::RegexBudgetScope(size_t text_bytes) {
   if (budget.on) return;
   owner_ = true;
   budget.on = true;
-  const double seconds = kBaseSeconds + kSecondsPerMiB * static_cast<double>(text_bytes) / (1 << 20);
+  const double seconds =
+      kBaseSeconds + kSecondsPerMiB * static_cast<double>(text_bytes) / (1 << 20);
   budget.budget_ns = static_cast<int64_t>(seconds * 1e9);
   budget.wall_start = ClockNs(CLOCK_MONOTONIC);
   budget.cpu_start = ClockNs(CLOCK_THREAD_CPUTIME_ID);
@@ -171,11 +172,11 @@ Status Regex::FindAll(std::string_view s, std::vector<std::pair<size_t, size_t>>
     if (budget.on && budget.Spent()) {
       char spent[32];
       std::snprintf(spent, sizeof(spent), "%.1f", static_cast<double>(budget.budget_ns) / 1e9);
-      status = ResourceExhausted(std::string("the tokenizer ran out of its time budget (") + spent +
-                                 " s of CPU for a " + std::to_string(budget.text_bytes) +
-                                 "-byte text) in regex '" + pattern_ + "' at byte " +
-                                 std::to_string(start) + " of a " + std::to_string(s.size()) +
-                                 "-byte piece: a tokenizer.json pattern that backtracks on every match?");
+      status = ResourceExhausted(
+          std::string("the tokenizer ran out of its time budget (") + spent + " s of CPU for a " +
+          std::to_string(budget.text_bytes) + "-byte text) in regex '" + pattern_ + "' at byte " +
+          std::to_string(start) + " of a " + std::to_string(s.size()) +
+          "-byte piece: a tokenizer.json pattern that backtracks on every match?");
       break;
     }
     const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), start,

@@ -475,10 +475,13 @@ StatusOr<std::string> Tokenizer::DecodeChecked(std::span<const int32_t> ids,
   std::string text = Decode(ids, skip_special_tokens);
   if (budget.exhausted()) {
     char seconds[32];
-    std::snprintf(seconds, sizeof(seconds), "%.1f",
-                  RegexBudgetScope::kBaseSeconds + RegexBudgetScope::kSecondsPerMiB * bytes / (1 << 20));
-    return ResourceExhausted("decoding " + std::to_string(ids.size()) + " tokens ran out of the tokenizer's time budget (" +
-                             seconds + " s of CPU): a tokenizer.json decoder pattern that backtracks on every match?");
+    std::snprintf(
+        seconds, sizeof(seconds), "%.1f",
+        RegexBudgetScope::kBaseSeconds + RegexBudgetScope::kSecondsPerMiB * bytes / (1 << 20));
+    return ResourceExhausted(
+        "decoding " + std::to_string(ids.size()) +
+        " tokens ran out of the tokenizer's time budget (" + seconds +
+        " s of CPU): a tokenizer.json decoder pattern that backtracks on every match?");
   }
   return text;
 }

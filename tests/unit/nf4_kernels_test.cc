@@ -57,7 +57,8 @@ TEST(Nf4Kernels, EveryLevelBitExactWithTheScalarReferenceAndCloseToTheExactSum) 
   for (int64_t block : {32, 64, 128}) {
     for (int64_t k : {128, 256, 384}) {
       if (k % block) continue;
-      for (int64_t n : {1, 2, 3, 4, 5, 7, 8, 9, 11, 14}) {  // AVX2: 4-, 2-, 1-row tiles; from 8 rows decoded panels
+      for (int64_t n : {1, 2, 3, 4, 5, 7, 8, 9, 11,
+                        14}) {  // AVX2: 4-, 2-, 1-row tiles; from 8 rows decoded panels
         const int64_t m = 101, panels = (m + 15) / 16, blocks = k / block;
         std::vector<uint8_t> q(static_cast<size_t>(m * k));
         for (auto& v : q) v = static_cast<uint8_t>(rng() % 16);

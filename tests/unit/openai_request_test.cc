@@ -114,7 +114,8 @@ TEST(OpenAiRequest, RejectsNamingTheField) {
 TEST(OpenAiRequest, ParsesTokenizeForms) {
   OpenAiRequest r;
   ApiError err;
-  ASSERT_TRUE(ParseOpenAiRequest(R"({"prompt":"hi","return_token_strs":true})", Endpoint::kTokenize, &r, &err))
+  ASSERT_TRUE(ParseOpenAiRequest(R"({"prompt":"hi","return_token_strs":true})", Endpoint::kTokenize,
+                                 &r, &err))
       << err.message;
   EXPECT_TRUE(r.model.empty());
   ASSERT_EQ(r.prompts.size(), 1u);
@@ -124,13 +125,15 @@ TEST(OpenAiRequest, ParsesTokenizeForms) {
   EXPECT_FALSE(r.has_messages());
 
   ASSERT_TRUE(ParseOpenAiRequest(R"({"model":"a","prompt":"hi","add_special_tokens":false})",
-                                 Endpoint::kTokenize, &r, &err)) << err.message;
+                                 Endpoint::kTokenize, &r, &err))
+      << err.message;
   EXPECT_FALSE(r.add_special_tokens);
   EXPECT_EQ(r.model, "a");
 
   ASSERT_TRUE(ParseOpenAiRequest(R"({"messages":[{"role":"user","content":"x"}],
                                      "chat_template_kwargs":{"add_generation_prompt":false}})",
-                                 Endpoint::kTokenize, &r, &err)) << err.message;
+                                 Endpoint::kTokenize, &r, &err))
+      << err.message;
   EXPECT_TRUE(r.has_messages());
   EXPECT_FALSE(r.add_special_tokens);
   EXPECT_FALSE(r.add_generation_prompt);  // the kwargs win, as in the chat route
@@ -139,32 +142,42 @@ TEST(OpenAiRequest, ParsesTokenizeForms) {
   ASSERT_TRUE(ParseOpenAiRequest(R"({"messages":[{"role":"assistant","content":"x"}],
                                      "add_generation_prompt":false,"continue_final_message":true,
                                      "add_special_tokens":true})",
-                                 Endpoint::kTokenize, &r, &err)) << err.message;
+                                 Endpoint::kTokenize, &r, &err))
+      << err.message;
   EXPECT_TRUE(r.continue_final_message && r.add_special_tokens);
 }
 
 TEST(OpenAiRequest, RejectsTokenizeFieldsByName) {
   const auto tok = Endpoint::kTokenize;
   EXPECT_EQ(Reject(R"({"model":"m"})", tok).param, "prompt");
-  EXPECT_EQ(Reject(R"({"prompt":"a","messages":[{"role":"user","content":"x"}]})", tok).param, "messages");
+  EXPECT_EQ(Reject(R"({"prompt":"a","messages":[{"role":"user","content":"x"}]})", tok).param,
+            "messages");
   EXPECT_EQ(Reject(R"({"prompt":[1,2]})", tok).param, "prompt");
-  EXPECT_EQ(Reject(R"({"prompt":"a","add_generation_prompt":true})", tok).param, "add_generation_prompt");
-  EXPECT_EQ(Reject(R"({"prompt":"a","chat_template_kwargs":{}})", tok).param, "chat_template_kwargs");
-  EXPECT_EQ(Reject(R"({"prompt":"a","max_tokens":3})", tok).param, "max_tokens");  // not a generation
+  EXPECT_EQ(Reject(R"({"prompt":"a","add_generation_prompt":true})", tok).param,
+            "add_generation_prompt");
+  EXPECT_EQ(Reject(R"({"prompt":"a","chat_template_kwargs":{}})", tok).param,
+            "chat_template_kwargs");
+  EXPECT_EQ(Reject(R"({"prompt":"a","max_tokens":3})", tok).param,
+            "max_tokens");  // not a generation
   EXPECT_EQ(Reject(R"({"prompt":"a","temperature":0})", tok).param, "temperature");
   EXPECT_EQ(Reject(R"({"prompt":"a","n":2})", tok).param, "n");
   EXPECT_EQ(Reject(R"({"prompt":"a","return_token_strs":"yes"})", tok).param, "return_token_strs");
   EXPECT_EQ(Reject(R"({"prompt":"a","model":""})", tok).param, "model");
-  EXPECT_EQ(Reject(R"({"messages":[{"role":"user","content":"x"}],"tools":[{}]})", tok).param, "tools");
+  EXPECT_EQ(Reject(R"({"messages":[{"role":"user","content":"x"}],"tools":[{}]})", tok).param,
+            "tools");
   EXPECT_EQ(Reject(R"({"messages":[{"role":"user","content":"x"}],"add_generation_prompt":true,
-                       "continue_final_message":true})", tok).param, "continue_final_message");
+                       "continue_final_message":true})",
+                   tok)
+                .param,
+            "continue_final_message");
   EXPECT_EQ(Reject(R"({"messages":[{"role":"user"}],"bogus":1})", tok).param, "bogus");
 }
 
 TEST(OpenAiRequest, ParsesDetokenize) {
   OpenAiRequest r;
   ApiError err;
-  ASSERT_TRUE(ParseOpenAiRequest(R"({"tokens":[3,0,7]})", Endpoint::kDetokenize, &r, &err)) << err.message;
+  ASSERT_TRUE(ParseOpenAiRequest(R"({"tokens":[3,0,7]})", Endpoint::kDetokenize, &r, &err))
+      << err.message;
   EXPECT_EQ(r.tokens, (std::vector<int32_t>{3, 0, 7}));
   ASSERT_TRUE(ParseOpenAiRequest(R"({"model":"m","tokens":[]})", Endpoint::kDetokenize, &r, &err));
   EXPECT_TRUE(r.tokens.empty());

@@ -36,7 +36,10 @@ json TinyByteLevel() {
 // TinyByteLevel with one Split pre-tokenizer on `regex` (isolated matches).
 json WithSplit(const std::string& regex) {
   json j = TinyByteLevel();
-  j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}, {"invert", false}};
+  j["pre_tokenizer"] = {{"type", "Split"},
+                        {"pattern", {{"Regex", regex}}},
+                        {"behavior", "Isolated"},
+                        {"invert", false}};
   return j;
 }
 
@@ -370,7 +373,8 @@ TEST(TokenizerHardening, APatternSlowAtEveryPositionRunsOutOfItsBudget) {
   ASSERT_FALSE(ids.ok());
   EXPECT_EQ(ids.status().code(), StatusCode::kResourceExhausted);
   EXPECT_TRUE(Contains(ids.status().message(), "pre_tokenizer Split: ")) << ids.status().message();
-  EXPECT_TRUE(Contains(ids.status().message(), "regex '.{0,1500}.{0,1500}Z|.'")) << ids.status().message();
+  EXPECT_TRUE(Contains(ids.status().message(), "regex '.{0,1500}.{0,1500}Z|.'"))
+      << ids.status().message();
   EXPECT_TRUE(Contains(ids.status().message(), "time budget")) << ids.status().message();
   // The budget is per call: a short text on the same tokenizer right after still encodes.
   auto short_ids = (*t)->Encode("aaab", false);
@@ -383,21 +387,27 @@ TEST(TokenizerHardening, APatternSlowAtEveryPositionRunsOutOfItsBudget) {
 // it this decode took ~14 s and succeeded.
 TEST(TokenizerHardening, ADecoderPatternSlowOnEveryTokenRunsOutOfItsBudget) {
   json j = TinyByteLevel();
-  j["added_tokens"] = json::array({{{"id", 96}, {"content", std::string(60, 'a')}, {"special", false},
-                                    {"single_word", false}, {"lstrip", false}, {"rstrip", false},
+  j["added_tokens"] = json::array({{{"id", 96},
+                                    {"content", std::string(60, 'a')},
+                                    {"special", false},
+                                    {"single_word", false},
+                                    {"lstrip", false},
+                                    {"rstrip", false},
                                     {"normalized", false}}});
-  j["decoder"] = {{"type", "Sequence"},
-                  {"decoders", json::array({{{"type", "Replace"},
-                                             {"pattern", {{"Regex", "(?:a|aa)+\\d"}}},
-                                             {"content", "x"}},
-                                            {{"type", "ByteLevel"}}})}};
+  j["decoder"] = {
+      {"type", "Sequence"},
+      {"decoders",
+       json::array(
+           {{{"type", "Replace"}, {"pattern", {{"Regex", "(?:a|aa)+\\d"}}}, {"content", "x"}},
+            {{"type", "ByteLevel"}}})}};
   auto t = Tokenizer::FromJson(j.dump());
   ASSERT_TRUE(t.ok()) << t.status().message();
   const std::vector<int32_t> ids(400, 96);
   auto text = (*t)->DecodeChecked(ids, false);
   ASSERT_FALSE(text.ok());
   EXPECT_EQ(text.status().code(), StatusCode::kResourceExhausted);
-  EXPECT_TRUE(Contains(text.status().message(), "decoding 400 tokens ran out of the tokenizer's time budget"))
+  EXPECT_TRUE(Contains(text.status().message(),
+                       "decoding 400 tokens ran out of the tokenizer's time budget"))
       << text.status().message();
   // A short list decodes, the same text as Decode.
   const std::vector<int32_t> few = {96, 0, 1};
