@@ -144,9 +144,7 @@ RegexBudgetScope::RegexBudgetScope(size_t text_bytes) {
   if (budget.on) return;
   owner_ = true;
   budget.on = true;
-  const double seconds =
-      kBaseSeconds + kSecondsPerMiB * static_cast<double>(text_bytes) / (1 << 20);
-  budget.budget_ns = static_cast<int64_t>(seconds * 1e9);
+  budget.budget_ns = static_cast<int64_t>(SecondsFor(text_bytes) * 1e9);
   budget.wall_start = ClockNs(CLOCK_MONOTONIC);
   budget.cpu_start = ClockNs(CLOCK_THREAD_CPUTIME_ID);
   budget.text_bytes = text_bytes;

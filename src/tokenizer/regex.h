@@ -67,6 +67,10 @@ class RegexBudgetScope {
 
   static constexpr double kBaseSeconds = 1.0;
   static constexpr double kSecondsPerMiB = 4.0;
+  // The budget for a text of `text_bytes`, in seconds of CPU.
+  static double SecondsFor(size_t text_bytes) {
+    return kBaseSeconds + kSecondsPerMiB * static_cast<double>(text_bytes) / (1 << 20);
+  }
 
  private:
   bool owner_ = false;

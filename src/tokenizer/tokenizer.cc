@@ -476,8 +476,7 @@ StatusOr<std::string> Tokenizer::DecodeChecked(std::span<const int32_t> ids,
   if (budget.exhausted()) {
     char seconds[32];
     std::snprintf(
-        seconds, sizeof(seconds), "%.1f",
-        RegexBudgetScope::kBaseSeconds + RegexBudgetScope::kSecondsPerMiB * bytes / (1 << 20));
+        seconds, sizeof(seconds), "%.1f", RegexBudgetScope::SecondsFor(bytes));
     return ResourceExhausted(
         "decoding " + std::to_string(ids.size()) +
         " tokens ran out of the tokenizer's time budget (" + seconds +

@@ -57,6 +57,15 @@ std::string ReadAll(int fd) {
 
 bool Contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
+// A connection that sends `raw` and reads until the server closes it (or ReadUntil's timeout).
+std::string SendAndReadAll(int port, const std::string& raw) {
+  const int fd = Connect(port);
+  Send(fd, raw);
+  std::string got = ReadAll(fd);
+  ::close(fd);
+  return got;
+}
+
 // Whether the server closed `fd` within `timeout` (reads and drops what comes first).
 bool ClosedWithin(int fd, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -310,27 +319,22 @@ TEST_F(TransportTest, FramingErrorsAre400AndClose) {
         std::string("POST /now HTTP/1.1\r\nContent-Length: +3\r\n\r\nabc"),
         std::string("POST /now HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"),
         std::string("GET /now HTTP/9.9\r\n\r\n"), std::string("\x00\xff\r\n\r\n", 6)}) {
-    const int fd = Connect(port());
-    Send(fd, bad);
-    const std::string got = ReadAll(fd);
+    const std::string got = SendAndReadAll(port(), bad);
     EXPECT_TRUE(got.rfind("HTTP/1.1 400", 0) == 0) << bad << " → " << got;
     EXPECT_TRUE(Contains(got, "Connection: close")) << got;
-    ::close(fd);
   }
 }
 
 TEST_F(TransportTest, PipelinedRequestsInOrder) {
   Start();
-  const int fd = Connect(port());
-  Send(fd, "POST /now HTTP/1.1\r\nContent-Length: 1\r\n\r\n1POST /now HTTP/1.1\r\nContent-Length: 1\r\n\r\n2"
-           "GET /now HTTP/1.1\r\nConnection: close\r\n\r\n");
-  const std::string got = ReadAll(fd);
+  const std::string got = SendAndReadAll(
+      port(), "POST /now HTTP/1.1\r\nContent-Length: 1\r\n\r\n1POST /now HTTP/1.1\r\nContent-Length: 1\r\n\r\n2"
+              "GET /now HTTP/1.1\r\nConnection: close\r\n\r\n");
   const size_t a = got.find("now:1"), b = got.find("now:2"), c = got.find("now:", b + 1);
   ASSERT_NE(a, std::string::npos) << got;
   ASSERT_NE(b, std::string::npos) << got;
   EXPECT_LT(a, b);
   EXPECT_NE(c, std::string::npos) << got;
-  ::close(fd);
 }
 
 // RFC 9112 §2.2: empty lines before a request line are ignored (llhttp, vLLM's parser, does),
@@ -456,18 +460,16 @@ TEST_F(TransportTest, LateAnswerForAnEarlierRequestIsDropped) {
 
 TEST_F(TransportTest, ChunkedInAnyCaseIsRead) {
   Start();
-  const int fd = Connect(port());
-  Send(fd, "POST /now HTTP/1.1\r\nTransfer-Encoding:  Chunked \r\nConnection: close\r\n\r\n2\r\nab\r\n0\r\n\r\n");
-  EXPECT_TRUE(Contains(ReadAll(fd), "now:ab"));
-  ::close(fd);
+  EXPECT_TRUE(Contains(SendAndReadAll(port(), "POST /now HTTP/1.1\r\nTransfer-Encoding:  Chunked \r\n"
+                                               "Connection: close\r\n\r\n2\r\nab\r\n0\r\n\r\n"),
+                       "now:ab"));
 }
 
 TEST_F(TransportTest, AbsoluteFormTargetIsRoutedByItsPath) {
   Start();
-  const int fd = Connect(port());
-  Send(fd, "POST http://example:80/now?x=1 HTTP/1.1\r\nContent-Length: 1\r\nConnection: close\r\n\r\nz");
-  EXPECT_TRUE(Contains(ReadAll(fd), "now:z"));
-  ::close(fd);
+  EXPECT_TRUE(Contains(SendAndReadAll(port(), "POST http://example:80/now?x=1 HTTP/1.1\r\nContent-Length: 1\r\n"
+                                               "Connection: close\r\n\r\nz"),
+                       "now:z"));
 }
 
 TEST_F(TransportTest, StopAbandonsOpenStreamsAndReturns) {
