@@ -189,6 +189,7 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
   }
   Submission sub;
   if (!BuildPrompts(ctx, r, &sub.prompts, &error)) return fail(error);
+  if (r.echo && !EchoTokenPromptsAsText(ctx, &r, &error)) return fail(error);
   // Queue limit: sequences submitted but not running, this request's (prompts × n) included,
   // so one request of 64 prompts × n = 16 cannot carry the queue past it; a request alone in an
   // empty queue is admitted whatever its size (≤ 1024 sequences by the parser's limits). The

@@ -117,11 +117,9 @@ json BuildFullResponse(const ServerContext& ctx, const OpenAiRequest& r, const R
     } else {
       std::string text = c.text;
       if (r.echo) {
-        const auto& p = prompts[static_cast<size_t>(c.prompt_index)];
+        // EchoTokenPromptsAsText has made every prompt text.
         const auto* s = std::get_if<std::string>(&r.prompts[static_cast<size_t>(c.prompt_index)]);
-        text = (s != nullptr ? *s
-                             : (ctx.tokenizer ? ctx.tokenizer->Decode(p, false) : std::string())) +
-               text;
+        if (s != nullptr) text = *s + text;
       }
       choice["text"] = text;
       size_t offset = 0;

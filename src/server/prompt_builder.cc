@@ -102,4 +102,24 @@ bool BuildPrompts(const ServerContext& ctx, const OpenAiRequest& r,
   return true;
 }
 
+bool EchoTokenPromptsAsText(const ServerContext& ctx, OpenAiRequest* r, ApiError* error) {
+  for (Prompt& p : r->prompts) {
+    const auto* ids = std::get_if<std::vector<int32_t>>(&p);
+    if (ids == nullptr) continue;
+    if (ctx.tokenizer == nullptr) {
+      *error = BadRequest("echo",
+                          "echo of a token-id prompt needs the model's tokenizer, and the model "
+                          "folder has none");
+      return false;
+    }
+    auto text = ctx.tokenizer->DecodeChecked(*ids, /*skip_special_tokens=*/false);
+    if (!text.ok()) {
+      *error = BadRequest("prompt", text.status().message());
+      return false;
+    }
+    p = std::move(text).value();
+  }
+  return true;
+}
+
 }  // namespace loom::server

@@ -22,4 +22,9 @@ bool RenderChatPrompt(const ServerContext& ctx, const OpenAiRequest& r, std::str
 bool BuildPrompts(const ServerContext& ctx, const OpenAiRequest& r,
                   std::vector<std::vector<int32_t>>* prompts, ApiError* error);
 
+// With echo: each token-id prompt of r is replaced by its text (the tokenizer's decode, special
+// tokens kept, as vLLM echoes it) before any work is queued, so the answer can show it. Fails
+// (400 naming `prompt`) when the model has no tokenizer or the decode runs out of its budget.
+bool EchoTokenPromptsAsText(const ServerContext& ctx, OpenAiRequest* r, ApiError* error);
+
 }  // namespace loom::server

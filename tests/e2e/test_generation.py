@@ -504,6 +504,17 @@ def test_echo(server):
     assert r.choices[0].text == "Echo me" + plain.choices[0].text
 
 
+def test_echo_of_token_id_prompts(server):
+    # A token-id prompt is echoed as its text (the tokenizer's decode), one per choice.
+    prompts = [list("Echo me".encode()), list("and me".encode())]
+    r = complete(server, BASE, prompts, max_tokens=4, echo=True,
+                 extra_body={"ignore_eos": True})
+    assert len(r.choices) == 2
+    for c, text in zip(r.choices, ["Echo me", "and me"]):
+        plain = complete(server, BASE, text, max_tokens=4, extra_body={"ignore_eos": True})
+        assert c.text == text + plain.choices[0].text
+
+
 def test_empty_prompt_is_400(server):
     r = server.post("/v1/completions", {"model": BASE, "prompt": "", "max_tokens": 2})
     assert r.status_code == 400, r.text

@@ -131,6 +131,12 @@ def test_api_key_and_a_folder_without_tokenizer(start_server):
         assert r.json()["error"]["param"] == ("prompt" if path == "/tokenize" else "tokens")
         assert "no tokenizer" in r.json()["error"]["message"]
     assert requests.get(s.url + "/ping", timeout=10).status_code == 200  # open, as /health
+    # echo of a token-id prompt without a tokenizer: a 400 before any work (it answered an
+    # empty echo before), while the same request without echo is served.
+    body = {"model": "llama_f32", "prompt": [5, 6, 7], "max_tokens": 2}
+    r = s.post("/v1/completions", dict(body, echo=True))
+    assert r.status_code == 400 and r.json()["error"]["param"] == "echo", r.text
+    assert s.post("/v1/completions", body).status_code == 200
 
 
 def test_adapter_names_are_checked_not_loaded(start_server, llama_dir, lora_dir):
