@@ -107,7 +107,7 @@ void Engine::AddValidated(GenerationRequest request, int64_t id) {
   if (request.adapter == nullptr && request.adapter_slot >= 0) {
     request.adapter = registered_[static_cast<size_t>(request.adapter_slot)];
   }
-  seq->adapter_key = request.adapter ? request.adapter->content_hash() | 1 : 0;
+  seq->adapter_key = request.adapter ? request.adapter->cache_identity() : 0;
   if (tokenizer_ != nullptr && (request.detokenize || !request.stop.empty())) {
     seq->detokenizer =
         std::make_unique<tokenizer::StreamingDetokenizer>(tokenizer_, request.skip_special_tokens);

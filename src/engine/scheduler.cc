@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "base/siphash.h"
 #include "lora/adapter.h"
 
 namespace loom {
@@ -90,7 +91,7 @@ void Scheduler::Admit(int* budget, StepPlan* plan) {
         previous = BlockKey(*seq, b, previous);
         keys.push_back(previous);
       }
-      matched = cache_->MatchPrefix(keys, &seq->block_table);
+      matched = cache_->MatchPrefix(keys, seq->tokens.data(), &seq->block_table);
       keys.resize(static_cast<size_t>(matched));
       seq->block_keys = std::move(keys);
       seq->num_computed = matched * kKvBlockSize;
@@ -183,13 +184,18 @@ StepPlan Scheduler::Schedule() {
 }
 
 uint64_t Scheduler::BlockKey(const Sequence& seq, size_t index, uint64_t previous) const {
-  const int32_t* tokens = seq.tokens.data() + index * kKvBlockSize;
-  uint64_t seed = previous * 0x9E3779B97F4A7C15ull ^ seq.adapter_key;
+  // Keyed with the process's secret key: clients choose the tokens, and with a public hash
+  // they could compute a block whose key is another prompt's and have their KV served to it
+  // (review finding: 2^23 work against the earlier unkeyed hash; vLLM's CVE-2025-25183).
   // Longrope: blocks computed with the long factors are other blocks.
   const int switch_len = options_.rope_switch_length;
-  if (switch_len > 0 && seq.tokens.size() > static_cast<size_t>(switch_len))
-    seed ^= 0xC2B2AE3D27D4EB4Full;
-  return HashBytes(tokens, sizeof(int32_t) * kKvBlockSize, seed) | 1;  // never 0
+  const uint64_t head[3] = {
+      previous, seq.adapter_key,
+      uint64_t{switch_len > 0 && seq.tokens.size() > static_cast<size_t>(switch_len)}};
+  SipHasher h(ProcessSipKey());
+  h.Update(head, sizeof(head));
+  h.Update(seq.tokens.data() + index * kKvBlockSize, sizeof(int32_t) * kKvBlockSize);
+  return h.Final() | 1;  // never 0
 }
 
 void Scheduler::PublishBlocks(Sequence* seq) {
@@ -198,7 +204,7 @@ void Scheduler::PublishBlocks(Sequence* seq) {
   while (seq->block_keys.size() < full) {
     const size_t b = seq->block_keys.size();
     const uint64_t key = BlockKey(*seq, b, b == 0 ? 0 : seq->block_keys.back());
-    cache_->Publish(seq->block_table[b], key);
+    cache_->Publish(seq->block_table[b], key, seq->tokens.data() + b * kKvBlockSize);
     seq->block_keys.push_back(key);
   }
 }

@@ -19,7 +19,7 @@ struct Sequence {
   int64_t arrival = 0;  // admission order: first come, first served; youngest preempted first
   GenerationRequest request;
   GenerationResult result;
-  uint64_t adapter_key = 0;  // the adapter's content hash; 0 = base model
+  uint64_t adapter_key = 0;  // the adapter's cache_identity(); 0 = base model
   int adapter_slot = -1;     // index into this step's adapter list (set by the engine)
   std::unique_ptr<Sampler> sampler;
   std::vector<int32_t> tokens;       // prompt then generated

@@ -9,8 +9,9 @@
 
 #include "base/file.h"
 #include "base/mmap_file.h"
-#include "tensor/lora_panels.h"
+#include "base/siphash.h"
 #include "lora/peft_moe.h"
+#include "tensor/lora_panels.h"
 
 namespace loom {
 
@@ -524,12 +525,23 @@ StatusOr<std::shared_ptr<const Adapter>> ReadAdapter(const std::string& name, co
   // Identity: the bytes of both files, the tensors' as mapped for the weights just validated (a
   // second open could see a file renamed over it since: an identity of other weights).
   uint64_t h = HashBytes(config_text.data(), config_text.size(), 0x6c6f6f6d);
+  // The engine's identity (prefix-cache keys, distinct adapters per step) is keyed with the
+  // process's secret: HashBytes is public and weak, so adapter files with equal content_hash
+  // could be made; equal cache identities cannot.
+  SipHasher keyed(ProcessSipKey());
+  const uint64_t config_size = config_text.size();
+  keyed.Update(&config_size, sizeof(config_size));
+  keyed.Update(config_text.data(), config_text.size());
   uint64_t resident = 0;  // resident_bytes_: the files read in, then the copies made from them
   for (const auto& [bytes, size] : a->store_->file_bytes()) {
     h = HashBytes(bytes, size, h);
+    const uint64_t file_size = size;
+    keyed.Update(&file_size, sizeof(file_size));
+    keyed.Update(bytes, size);
     resident += size;
   }
   a->content_hash_ = h;
+  a->cache_identity_ = keyed.Final() | 1;  // never 0 (0 is the base model)
   for (const auto& w : a->by_site_) {
     if (w) resident += w->b_panels_storage.size() + (w->bias.size() + w->dora_gain.size()) * sizeof(float);
   }

@@ -42,6 +42,9 @@ class Adapter {
   const std::string& name() const { return name_; }
   const std::string& dir() const { return dir_; }
   uint64_t content_hash() const { return content_hash_; }  // identity: hash of the files' bytes
+  // The same files under this process's secret key (SipHash; never 0): what the engine keys
+  // cached prefixes and per-step adapter slots by. Same bytes, same identity, in this process.
+  uint64_t cache_identity() const { return cache_identity_; }
   const LoraConfig& config() const { return config_; }
   // The weights for site `site` of the model's SiteTable (Linear::site), or null.
   const LoraWeights* Find(int site) const {
@@ -63,6 +66,7 @@ class Adapter {
   std::string name_;
   std::string dir_;
   uint64_t content_hash_ = 0;
+  uint64_t cache_identity_ = 0;
   LoraConfig config_;
   std::unique_ptr<SafetensorsStore> store_;  // owns the mmap the A/B views point into
   // Per-expert A/B cut from PEFT's fused expert LoRA (target_parameters), by derived name.

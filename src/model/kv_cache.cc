@@ -1,6 +1,8 @@
 // KvCache storage, block free list with reference counts, and the prefix-cache index.
 #include "model/kv_cache.h"
 
+#include <cstring>
+
 namespace loom {
 
 KvCache::KvCache(int num_layers, int num_kv_heads, int head_dim, int num_blocks)
@@ -49,6 +51,7 @@ StatusOr<std::unique_ptr<KvCache>> KvCache::Create(int num_layers, int num_kv_he
   cache->refs_.assign(static_cast<size_t>(num_blocks), 0);
   cache->stamps_.assign(static_cast<size_t>(num_blocks), 0);
   cache->keys_.assign(static_cast<size_t>(num_blocks), 0);
+  cache->block_tokens_.assign(static_cast<size_t>(num_blocks) * kKvBlockSize, 0);
   for (int b = 0; b < num_blocks; ++b) cache->free_.emplace_back(b, 0);
   cache->num_free_ = num_blocks;
   return cache;
@@ -110,13 +113,19 @@ void KvCache::Release(std::vector<int32_t>* table) {
   }
 }
 
-int KvCache::MatchPrefix(const std::vector<uint64_t>& keys, std::vector<int32_t>* table) {
+int KvCache::MatchPrefix(const std::vector<uint64_t>& keys, const int32_t* tokens,
+                         std::vector<int32_t>* table) {
   int matched = 0;
   for (uint64_t key : keys) {
     auto it = cached_.find(key);
     if (it == cached_.end()) break;
     const int32_t b = it->second;
     const size_t i = static_cast<size_t>(b);
+    // A key that collides with another block's (found by chance or made) is a miss.
+    if (std::memcmp(&block_tokens_[i * kKvBlockSize], tokens + size_t(matched) * kKvBlockSize,
+                    sizeof(int32_t) * kKvBlockSize) != 0) {
+      break;
+    }
     if (refs_[i]++ == 0) {  // leaves the free list (its entry there goes stale)
       ++stamps_[i];
       --num_free_;
@@ -127,11 +136,12 @@ int KvCache::MatchPrefix(const std::vector<uint64_t>& keys, std::vector<int32_t>
   return matched;
 }
 
-void KvCache::Publish(int32_t block, uint64_t key) {
+void KvCache::Publish(int32_t block, uint64_t key, const int32_t* tokens) {
   if (key == 0 || cached_.count(key) != 0) return;
   const size_t i = static_cast<size_t>(block);
   if (keys_[i] != 0) return;
   keys_[i] = key;
+  std::memcpy(&block_tokens_[i * kKvBlockSize], tokens, sizeof(int32_t) * kKvBlockSize);
   cached_.emplace(key, block);
 }
 

@@ -40,13 +40,18 @@ class KvCache {
   // (least recently released first).
   void Release(std::vector<int32_t>* table);
 
-  // Prefix cache. A full block's key is a hash of (adapter identity, previous block's key, its
-  // 16 tokens), so a hit means the same adapter saw the same tokens at the same positions.
+  // Prefix cache. A full block's key is a keyed hash (SipHash, the process's secret key) of
+  // (adapter identity, previous block's key, its 16 tokens), so a hit means the same adapter
+  // saw the same tokens at the same positions; clients cannot compute colliding keys, and a hit
+  // is taken only when the block's stored tokens equal the asked ones as well.
   // Appends to `table` the cached blocks of the longest prefix of `keys` found; returns how
-  // many. The blocks are shared (reference counted) and never written again.
-  int MatchPrefix(const std::vector<uint64_t>& keys, std::vector<int32_t>* table);
-  // Indexes a full block under `key` (no-op when the key is already indexed).
-  void Publish(int32_t block, uint64_t key);
+  // many. `tokens` holds 16 tokens per key (block i: tokens[16 i, 16 i + 16)). The blocks are
+  // shared (reference counted) and never written again.
+  int MatchPrefix(const std::vector<uint64_t>& keys, const int32_t* tokens,
+                  std::vector<int32_t>* table);
+  // Indexes a full block under `key` with its 16 tokens (no-op when the key is already
+  // indexed).
+  void Publish(int32_t block, uint64_t key, const int32_t* tokens);
   int num_cached_blocks() const { return static_cast<int>(cached_.size()); }
 
   static int BlocksFor(int num_tokens) { return (num_tokens + kKvBlockSize - 1) / kKvBlockSize; }
@@ -68,6 +73,7 @@ class KvCache {
   std::vector<int32_t> refs_;          // [num_blocks] tables holding the block
   std::vector<uint32_t> stamps_;       // [num_blocks] bumps when the block leaves the free list
   std::vector<uint64_t> keys_;         // [num_blocks] prefix key, 0 = none
+  std::vector<int32_t> block_tokens_;  // [num_blocks, 16] the tokens of an indexed block
   std::unordered_map<uint64_t, int32_t> cached_;  // prefix key → block
   int32_t TakeFree();
 };

@@ -312,6 +312,27 @@ TEST(Scheduler, PrefixCacheHitsOnlyWithinTheSameAdapterIdentity) {
   EXPECT_EQ(engine.scheduler().prefix_hits(), 64);
 }
 
+TEST(Scheduler, APrefixKeyThatCollidesIsAMiss) {
+  // Review finding: blocks were found by their 64-bit key alone, and the key was a public hash
+  // whose collisions a client could compute (2^23 work): a prompt made to collide with another
+  // prompt's first block had its KV served to that prompt. Keys are now keyed (SipHash under
+  // the process's secret) and a hit needs the stored tokens to match as well.
+  auto cache = std::move(KvCache::Create(1, 1, 8, 8)).value();
+  std::vector<int32_t> owner;
+  ASSERT_TRUE(cache->Reserve(&owner, kKvBlockSize));
+  const std::vector<int32_t> victim = Prompt(3, kKvBlockSize), forged = Prompt(4, kKvBlockSize);
+  ASSERT_NE(victim, forged);
+  const uint64_t key = 0x1234567890abcdefull;
+  cache->Publish(owner[0], key, forged.data());  // the forged block, under the victim's key
+  std::vector<int32_t> table;
+  EXPECT_EQ(cache->MatchPrefix({key}, victim.data(), &table), 0);
+  EXPECT_TRUE(table.empty());
+  EXPECT_EQ(cache->MatchPrefix({key}, forged.data(), &table), 1);  // its own tokens: a hit
+  EXPECT_EQ(table, owner);
+  cache->Release(&table);
+  cache->Release(&owner);
+}
+
 TEST(Scheduler, AbortFreesBlocksAndEmitsAnUpdate) {
   Fixture& f = Llama();
   Engine engine(f.model.get(), EngineOptions{});
