@@ -50,32 +50,44 @@ bool Submit(ServerContext& ctx, const OpenAiRequest& r, std::shared_ptr<const Ad
   const size_t num = sub->prompts.size() * static_cast<size_t>(r.n);
   state.choices.resize(num);
   state.unfinished = static_cast<int>(num);
+  auto make = [&](size_t p, int j) {
+    GenerationRequest g;
+    g.prompt = sub->prompts[p];
+    g.adapter = adapter;
+    g.params = r.params;
+    if (r.params.seed.has_value()) g.params.seed = *r.params.seed + static_cast<uint64_t>(j);
+    if (!r.max_tokens_given && r.endpoint == Endpoint::kChat) {
+      g.params.max_tokens = std::max(1, ctx.max_model_len - static_cast<int>(g.prompt.size()));
+    }
+    g.params.logprobs = r.want_logprobs ? std::max(1, r.logprobs) : 0;
+    g.stop = r.stop;
+    g.stop_token_ids = r.stop_token_ids;
+    g.include_stop_str_in_output = r.include_stop_str_in_output;
+    g.skip_special_tokens = r.skip_special_tokens;
+    g.detokenize = ctx.tokenizer != nullptr;
+    return g;
+  };
+  auto refuse = [&](const Status& st) {
+    const std::string param = ParamFor(st);
+    *error = FromStatus(st, param == "max_tokens" ? r.max_tokens_field : param);
+    return false;
+  };
+  // Every prompt is validated before any is queued: a later prompt's refusal must not leave
+  // the earlier ones' sequences run (and counted as aborted requests). The n copies of a prompt
+  // differ only in their seed.
+  for (size_t p = 0; p < sub->prompts.size(); ++p) {
+    if (Status st = ctx.engine->engine().Validate(make(p, 0)); !st.ok()) return refuse(st);
+  }
   std::vector<int64_t> submitted;
   for (size_t p = 0; p < sub->prompts.size(); ++p) {
     sub->prompt_tokens += static_cast<int>(sub->prompts[p].size());
     for (int j = 0; j < r.n; ++j) {
       const size_t index = p * static_cast<size_t>(r.n) + static_cast<size_t>(j);
-      GenerationRequest g;
-      g.prompt = sub->prompts[p];
-      g.adapter = adapter;
-      g.params = r.params;
-      if (r.params.seed.has_value()) g.params.seed = *r.params.seed + static_cast<uint64_t>(j);
-      if (!r.max_tokens_given && r.endpoint == Endpoint::kChat) {
-        g.params.max_tokens = std::max(1, ctx.max_model_len - static_cast<int>(g.prompt.size()));
-      }
-      g.params.logprobs = r.want_logprobs ? std::max(1, r.logprobs) : 0;
-      g.stop = r.stop;
-      g.stop_token_ids = r.stop_token_ids;
-      g.include_stop_str_in_output = r.include_stop_str_in_output;
-      g.skip_special_tokens = r.skip_special_tokens;
-      g.detokenize = ctx.tokenizer != nullptr;
       state.choices[index].prompt_index = static_cast<int>(p);
-      auto id = ctx.engine->Submit(std::move(g), MakeChoiceCallback(sub->state, index, &ctx.metrics));
-      if (!id.ok()) {
+      auto id = ctx.engine->Submit(make(p, j), MakeChoiceCallback(sub->state, index, &ctx.metrics));
+      if (!id.ok()) {  // only "shutting down" is left to fail here
         for (int64_t s : submitted) ctx.engine->Abort(s);
-        const std::string param = ParamFor(id.status());
-        *error = FromStatus(id.status(), param == "max_tokens" ? r.max_tokens_field : param);
-        return false;
+        return refuse(id.status());
       }
       {
         std::lock_guard<std::mutex> lock(state.mu);

@@ -5,7 +5,7 @@ import math
 import openai
 import pytest
 
-from conftest import BASE, EOS, complete
+from conftest import BASE, EOS, MAX_MODEL_LEN, complete
 
 PROMPTS = ["Hello world", "The quick brown fox", "Once upon a time, in a land", "0123456789 abc"]
 
@@ -513,6 +513,19 @@ def test_echo_of_token_id_prompts(server):
     for c, text in zip(r.choices, ["Echo me", "and me"]):
         plain = complete(server, BASE, text, max_tokens=4, extra_body={"ignore_eos": True})
         assert c.text == text + plain.choices[0].text
+
+
+def test_a_refused_prompt_list_runs_nothing(server):
+    # Review finding: prompts were validated as they were queued, so when the second of two
+    # prompts was refused (400) the first one's n sequences had run and counted as aborted.
+    aborts = server.metric("vllm:request_success_total", finished_reason="abort")
+    e2e = server.metric("vllm:e2e_request_latency_seconds_count")
+    long = [(3 + i) % 250 for i in range(MAX_MODEL_LEN - 4)]  # fits, not with 20 new tokens
+    r = server.post("/v1/completions", {"model": BASE, "prompt": ["Hi", long], "n": 4,
+                                        "max_tokens": 20})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens", r.text
+    assert server.metric("vllm:request_success_total", finished_reason="abort") == aborts
+    assert server.metric("vllm:e2e_request_latency_seconds_count") == e2e
 
 
 def test_empty_prompt_is_400(server):
