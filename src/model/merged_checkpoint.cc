@@ -217,14 +217,45 @@ Status WriteCheckpointShards(const std::string& out_dir, const std::vector<Tenso
   return OkStatus();
 }
 
+namespace {
+
+// Files loom reads from a model folder: a checkpoint without them would not serve the same way,
+// so one that cannot be copied is an error, not a warning.
+bool IsFileLoomReads(const std::string& name) {
+  static const char* const kNames[] = {
+      "config.json",      "generation_config.json", "tokenizer.json",
+      "tokenizer_config.json", "tokenizer.model",  "vocab.json",
+      "merges.txt",       "chat_template.jinja",    "chat_template.json",
+      "special_tokens_map.json", "added_tokens.json",
+  };
+  for (const char* n : kNames) {
+    if (name == n) return true;
+  }
+  return false;
+}
+
+// A Hugging Face hub cache snapshot (.../models--org--name/snapshots/REV) holds its files as
+// links to ../../blobs/SHA: that blobs folder (resolved), else empty.
+fs::path HubBlobsFolder(const fs::path& model_real) {
+  if (model_real.parent_path().filename() != "snapshots") return {};
+  std::error_code ec;
+  const fs::path blobs = fs::canonical(model_real.parent_path().parent_path() / "blobs", ec);
+  if (ec || !fs::is_directory(blobs, ec)) return {};
+  return blobs;
+}
+
+}  // namespace
+
 Status CopyCheckpointSideFiles(const std::string& model_dir, const std::string& out_dir) {
   const fs::path dir(out_dir);
   // Everything else in the model folder (config, tokenizer, generation config) is copied as the
   // bytes it names. A symbolic link is followed only when its target stays inside the model
-  // folder: a link to /etc/... in a downloaded model must not end up in a checkpoint.
+  // folder, or inside the blobs of the hub cache repository the folder is a snapshot of: a link
+  // to /etc/... in a downloaded model must not end up in a checkpoint.
   std::error_code ec;
   const fs::path model_real = fs::canonical(model_dir, ec);
   if (ec) return InvalidArgument(model_dir + ": cannot resolve: " + ec.message());
+  const fs::path hub_blobs = HubBlobsFolder(model_real);
   fs::directory_iterator it(model_dir, ec);
   if (ec) return InvalidArgument(model_dir + ": cannot list: " + ec.message());
   for (; it != fs::directory_iterator(); it.increment(ec)) {
@@ -241,12 +272,25 @@ Status CopyCheckpointSideFiles(const std::string& model_dir, const std::string& 
     if (fs::is_symlink(link_st)) {
       const fs::path target = fs::canonical(src, ec);
       if (ec) {
+        if (IsFileLoomReads(fname)) {
+          return InvalidArgument(src.string() + ": a broken symbolic link (" + ec.message() +
+                                 "); the checkpoint would lack it; nothing was written");
+        }
         std::fprintf(stderr, "warning: %s: not copied (a broken symbolic link: %s)\n",
                      src.c_str(), ec.message().c_str());
         ec.clear();
         continue;
       }
-      if (!IsInside(target, model_real)) {
+      if (!IsInside(target, model_real) && (hub_blobs.empty() || !IsInside(target, hub_blobs))) {
+        // Review finding: config.json skipped here left a merged checkpoint that does not load,
+        // and the merge exited 0.
+        if (IsFileLoomReads(fname)) {
+          return InvalidArgument(
+              src.string() + " is a symbolic link to " + target.string() +
+              ", outside the model folder (and not a hub cache blob): it is not copied into a "
+              "checkpoint, which would then lack it; copy the folder with its files (cp -rL) "
+              "and use the copy; nothing was written");
+        }
         std::fprintf(stderr,
                      "warning: %s: not copied (a symbolic link to %s, outside the model folder)\n",
                      src.c_str(), target.c_str());

@@ -113,6 +113,41 @@ TEST_F(AdversarialMerge, NewOrEmptyOutIsWrittenAndLoadsAndNoTemporaryFolderIsLef
   (void)inputs_before;
 }
 
+// Review finding: in a Hugging Face hub cache snapshot every file is a link to ../../blobs/SHA;
+// the merge skipped them all as links out of the folder, config.json included, and exited 0
+// with a checkpoint that does not load. Links into the snapshot's own blobs are copied; a file
+// loom reads that links anywhere else is an error (it was a warning), and nothing is written.
+TEST_F(AdversarialMerge, AHubCacheSnapshotIsCopiedWholeAndALinkOutIsAnError) {
+  const fs::path repo = dir_.Path("hub/models--org--tiny");
+  const fs::path snap = repo / "snapshots" / "0123abc";
+  fs::create_directories(repo / "blobs");
+  fs::create_directories(snap);
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(model_dir_)) {
+    const std::string blob = "blob" + std::to_string(n++);
+    fs::copy_file(e.path(), repo / "blobs" / blob);
+    fs::create_symlink("../../blobs/" + blob, snap / e.path().filename());
+  }
+  auto hub_model = Model::Load(snap.string());
+  ASSERT_TRUE(hub_model.ok()) << hub_model.status().ToString();
+  const std::string out = dir_.Path("hub_merged");
+  Status st = WriteMergedCheckpoint(snap.string(), **hub_model, *adapter_, out, 1 << 30);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  for (const auto& e : fs::directory_iterator(model_dir_)) {
+    EXPECT_TRUE(fs::is_regular_file(fs::path(out) / e.path().filename())) << e.path();
+  }
+  EXPECT_TRUE(Model::Load(out).ok());
+
+  // config.json a link to a file outside both the folder and the blobs: refused by name.
+  WriteBytes(dir_.Path("elsewhere.json"), ReadBytes(model_dir_ + "/config.json"));
+  fs::remove(model_dir_ + "/config.json");
+  fs::create_symlink(dir_.Path("elsewhere.json"), model_dir_ + "/config.json");
+  const std::string out2 = dir_.Path("out2");
+  st = WriteMergedCheckpoint(model_dir_, *model_, *adapter_, out2, 1 << 30);
+  EXPECT_STATUS(st, StatusCode::kInvalidArgument, "config.json is a symbolic link", "cp -rL");
+  EXPECT_FALSE(fs::exists(out2));
+}
+
 // Finite adapter tensors whose product overflows f32: the merged weight would hold Inf, which
 // loom itself refuses to load. The merge fails naming the tensor and writes nothing.
 TEST_F(AdversarialMerge, AMergedWeightThatOverflowsIsAnErrorAndNothingIsWritten) {
