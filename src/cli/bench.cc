@@ -55,7 +55,15 @@ Status ValidateBenchArgs(const Model& model, const BenchArgs& a) {
 struct Figures {
   double prefill_tps = 0;  // prompt tokens / s
   double decode_tps = 0;   // generated tokens / s, all sequences together
+  std::string error;       // a sequence ended in an error (e.g. non-finite logits): no figures
 };
+
+// False (after printing the error) when a measurement's sequences did not all run through.
+bool Measured(const Figures& f) {
+  if (f.error.empty()) return true;
+  std::fprintf(stderr, "error: bench: %s\n", f.error.c_str());
+  return false;
+}
 
 // One measurement: `batch` sequences, each prefilled (as one step) then decoded together.
 // Sequence b uses adapters[b % size] (none = base).
@@ -88,6 +96,11 @@ Figures Measure(Model* model, const BenchArgs& a, int batch, uint64_t seed,
   }
   auto t2 = Clock::now();
   Figures f;
+  // Review finding: a sequence that failed at its first step (NaN weights) still gave a figure
+  // (50,000,000 tok/s).
+  for (const GenerationResult& r : engine.TakeFinished()) {
+    if (r.finish_reason == FinishReason::kError && f.error.empty()) f.error = r.error;
+  }
   f.prefill_tps = batch * a.prompt_len / std::chrono::duration<double>(t1 - t0).count();
   f.decode_tps = batch * (a.gen_tokens - 1) / std::chrono::duration<double>(t2 - t1).count();
   return f;
@@ -118,15 +131,17 @@ int RunLoraBench(Model* model, const BenchArgs& a) {
   }
   std::sort(load_ms.begin(), load_ms.end());
   auto merged = Model::Load(a.model, LoadOptionsFromFlags(a.no_check_weights));
-  if (!merged.ok() || !(*merged)->MergeAdapter(*adapters[0]).ok()) {
-    std::fprintf(stderr, "error: cannot build the merged model\n");
+  Status merge_status = merged.ok() ? (*merged)->MergeAdapter(*adapters[0]) : merged.status();
+  if (!merge_status.ok()) {
+    std::fprintf(stderr, "error: cannot build the merged model: %s\n",
+                 merge_status.message().c_str());
     return 1;
   }
   const int wide = std::max(8, static_cast<int>(adapters.size()));
   struct Row { const char* name; Figures best; };
   Row rows[] = {{"base, batch 1", {}}, {"adapter unmerged, batch 1", {}}, {"adapter merged, batch 1", {}},
                 {"base, batch 8", {}}, {"8 different adapters, batch 8", {}}};
-  Measure(model, a, 1, 0, {adapters[0]});  // warm-up
+  if (!Measured(Measure(model, a, 1, 0, {adapters[0]}))) return 1;  // warm-up
   // Decode ratios within each repeat (adapter ÷ base, measured seconds apart): on a VM whose
   // speed drifts by ±15 % over minutes, their median is steadier than a ratio of two bests.
   std::vector<double> one_ratio, wide_ratio;
@@ -135,6 +150,9 @@ int RunLoraBench(Model* model, const BenchArgs& a) {
     Figures f[5] = {Measure(model, a, 1, seed), Measure(model, a, 1, seed, {adapters[0]}),
                     Measure(merged->get(), a, 1, seed), Measure(model, a, wide, seed),
                     Measure(model, a, wide, seed, adapters)};
+    for (const Figures& x : f) {
+      if (!Measured(x)) return 1;
+    }
     for (int i = 0; i < 5; ++i) {
       rows[i].best.prefill_tps = std::max(rows[i].best.prefill_tps, f[i].prefill_tps);
       rows[i].best.decode_tps = std::max(rows[i].best.decode_tps, f[i].decode_tps);
@@ -204,13 +222,14 @@ int RunBench(const BenchArgs& a) {
   }
   if (a.closed.clients > 0) return RunClosedLoop(model->get(), a);
   if (!a.loras.empty()) return RunLoraBench(model->get(), a);
-  Measure(model->get(), a, 1, 0);  // warm the page cache and the pool
+  if (!Measured(Measure(model->get(), a, 1, 0))) return 1;  // warm the page cache and the pool
   nlohmann::json out = nlohmann::json::array();
   std::printf("%-8s %14s %14s\n", "batch", "prefill tok/s", "decode tok/s");
   for (int batch : a.batches) {
     Figures best;
     for (int r = 0; r < a.repeats; ++r) {
       Figures f = Measure(model->get(), a, batch, static_cast<uint64_t>(r + 1));
+      if (!Measured(f)) return 1;
       best.prefill_tps = std::max(best.prefill_tps, f.prefill_tps);
       best.decode_tps = std::max(best.decode_tps, f.decode_tps);
     }

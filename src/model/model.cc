@@ -19,6 +19,7 @@
 #include "ops/attention.h"
 #include "ops/basic_ops.h"
 #include "ops/rope.h"
+#include "tensor/finite.h"
 
 namespace loom {
 
@@ -232,6 +233,18 @@ Status Model::MergeAdapter(const Adapter& adapter) {
     void* merged = own(lin->weight);
     if (merged == nullptr) return ResourceExhausted("merging " + lw->module_path + ": " + alloc_error.message());
     MergeLinearWeight(lin->weight, *lw, merged);
+    // Review finding: a sum past the dtype's range (f16 tops out at 65504) was served, and
+    // every request then failed on NaN logits while the server said ready. `loom merge`
+    // refuses the same weights.
+    if (const int64_t bad = FindNonFinite(lin->weight.dtype, merged, lin->weight.numel());
+        bad >= 0) {
+      return InvalidArgument(
+          "--merge '" + adapter.name() + "': the merged weight of " + lw->module_path + " (" +
+          ShapeString(lin->weight.shape) + " " + DTypeName(lin->weight.dtype) +
+          ") is not finite at row " + std::to_string(bad / lin->in_features()) + ", column " +
+          std::to_string(bad % lin->in_features()) +
+          " (weight + delta overflows the dtype, or the base weight is not finite)");
+    }
     lin->weight.data = merged;  // lm_head of a tied model now has its own copy
     sites_.SetWeight(site, lin->weight);
     if (lin->int8) {  // quantized base: the merged weight is quantized again
@@ -246,6 +259,13 @@ Status Model::MergeAdapter(const Adapter& adapter) {
     if (!lw->bias.empty()) {  // lora_bias: scale·b_B joins the base bias (zero if none)
       lin->bias.resize(static_cast<size_t>(lin->out_features()), 0.0f);
       for (size_t j = 0; j < lin->bias.size(); ++j) lin->bias[j] += lw->scale * lw->bias[j];
+      if (const int64_t bad =
+              FindNonFinite(DType::kF32, lin->bias.data(), static_cast<int64_t>(lin->bias.size()));
+          bad >= 0) {
+        return InvalidArgument("--merge '" + adapter.name() + "': the merged bias of " +
+                               lw->module_path + " is not finite at " + std::to_string(bad) +
+                               " (bias + scale · lora_B bias overflows f32)");
+      }
     }
   }
   if (dequantized > 0) {

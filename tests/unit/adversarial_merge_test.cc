@@ -173,6 +173,13 @@ TEST_F(AdversarialMerge, AMergedWeightThatOverflowsIsAnErrorAndNothingIsWritten)
                 "merged tensor 'model.layers.1.self_attn.v_proj.weight' ([32, 64] ",
                 "is not finite at row 0, column 0", "overflows the file's dtype", "nothing was written");
   EXPECT_FALSE(fs::exists(out));
+  // --merge at load (generate, serve, bench) refuses the same weights. Review finding: it
+  // served them, and every request then failed on NaN logits while the server said ready.
+  auto fresh = Model::Load(model_dir_);
+  ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
+  EXPECT_STATUS((*fresh)->MergeAdapter(**big), StatusCode::kInvalidArgument, "--merge 'big'",
+                "merged weight of model.layers.1.self_attn.v_proj ([32, 64] ",
+                "is not finite at row 0, column 0", "overflows the dtype");
 }
 
 }  // namespace

@@ -42,6 +42,22 @@ void PoisonTensor(const std::string& file, const std::string& name, int64_t inde
   FAIL() << name << " not in " << file;
 }
 
+// Review finding: with --no-check-weights a NaN weight made every sequence end at its first
+// step, and `loom bench` still printed figures (50,000,000 tok/s) and exited 0.
+TEST(AdversarialWeights, BenchFailsWhenItsSequencesFail) {
+  TempDir dir;
+  const std::string model = dir.Path("m");
+  CopyDir(kFixtures + "/models/llama_f32", model);
+  PoisonTensor(model + "/model.safetensors", "model.layers.1.mlp.up_proj.weight", 37,
+               std::nanf(""));
+  const RunResult r = RunLoom("bench --model " + model +
+                              " --no-check-weights --prompt-len 8 --gen-tokens 4 --batch 1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(Contains(r.output, "error: bench:")) << r.output;
+  EXPECT_TRUE(Contains(r.output, "NaN")) << r.output;
+  EXPECT_FALSE(Contains(r.output, "decode tok/s\n1 ")) << r.output;
+}
+
 TEST(AdversarialWeights, NonFiniteModelWeightIsRefusedNamingTensorAndIndex) {
   for (const std::string fixture : {"llama_f32", "llama_bf16", "qwen2_bf16"}) {
     for (float bad : {std::nanf(""), INFINITY, -INFINITY}) {
