@@ -130,6 +130,7 @@ StatusOr<std::shared_ptr<const Adapter>> ReadAdapter(const std::string& name, co
   // Group the file's tensors by module path.
   std::map<std::string, ModuleTensors> by_module;
   std::string adapter_key_name;  // embedded PEFT adapter name, e.g. "default"
+  std::string first_lora_tensor;  // the tensor that set adapter_key_name (or its absence)
   std::vector<std::pair<std::string, std::string>> base_copies;  // (tensor, module path)
   for (const std::string& tensor : a->store_->names()) {
     std::string key = tensor;
@@ -156,16 +157,40 @@ StatusOr<std::shared_ptr<const Adapter>> ReadAdapter(const std::string& name, co
     std::string module;
     for (size_t i = 0; i < at; ++i) module += (i ? "." : "") + parts[i];
     std::vector<std::string> rest(parts.begin() + static_cast<long>(at) + 1, parts.end());
-    // Optional embedded adapter name before weight/bias: lora_A.default.weight.
+    std::string part = parts[at];
+    // Optional embedded adapter name: before weight/bias (lora_A.default.weight), or last for
+    // the parts PEFT keeps in a ParameterDict (lora_embedding_A.default). Review finding: any
+    // word was taken for a name, so ...lora_A.foo loaded as lora_A and ...lora_A.weight_extra
+    // was reported as a duplicate of ...lora_A.weight.
+    std::string name_here;
     if (!rest.empty() && rest.front() != "weight" && rest.front() != "bias") {
-      if (!adapter_key_name.empty() && adapter_key_name != rest.front()) {
-        return InvalidArgument(where + ": tensors name two adapters ('" + adapter_key_name +
-                               "' and '" + rest.front() + "'); save one adapter per folder");
+      const bool parameter_dict = part == "lora_embedding_A" || part == "lora_embedding_B" ||
+                                  part == "lora_magnitude_vector";
+      if (rest.size() == 1 && !parameter_dict) {
+        return InvalidArgument(where + ": tensor " + tensor + " has an unexpected name (" + part +
+                               " is followed by weight or bias, or by an adapter name and "
+                               "then weight or bias)");
       }
-      adapter_key_name = rest.front();
+      name_here = rest.front();
       rest.erase(rest.begin());
     }
-    std::string part = parts[at];
+    // One naming for the whole file: a tensor named for another adapter, or named where the
+    // others are not, is not part of this adapter (PEFT would not load it as such).
+    if (first_lora_tensor.empty()) {
+      first_lora_tensor = tensor;
+      adapter_key_name = name_here;
+    } else if (name_here != adapter_key_name) {
+      if (!name_here.empty() && !adapter_key_name.empty()) {
+        return InvalidArgument(where + ": tensors name two adapters ('" + adapter_key_name +
+                               "' and '" + name_here + "'); save one adapter per folder");
+      }
+      auto describe = [](const std::string& t, const std::string& n) {
+        return t + (n.empty() ? " (no adapter name)" : " (adapter name '" + n + "')");
+      };
+      return InvalidArgument(where + ": tensors " + describe(first_lora_tensor, adapter_key_name) +
+                             " and " + describe(tensor, name_here) +
+                             " are named differently; save one adapter per folder");
+    }
     if (rest.size() == 1 && rest[0] == "bias") {
       part += ".bias";
     } else if (!(rest.empty() || (rest.size() == 1 && rest[0] == "weight"))) {

@@ -140,14 +140,42 @@ TEST_F(CorruptAdapterTest, EmbeddingLoraOnALinearProjection) {
 }
 
 TEST_F(CorruptAdapterTest, SameWeightTwice) {
+  // The same weight with and without an embedded adapter name: two namings in one file.
   draft_.Add(Key(0, "q_proj", "lora_A.default.weight"), {8, 64});
-  ExpectRejected({"tensors " + Key(0, "q_proj", "lora_A.default.weight") + " and " +
-                  Key(0, "q_proj", "lora_A.weight") + " are the same weight"});
+  ExpectRejected({Key(0, "q_proj", "lora_A.default.weight") + " (adapter name 'default')",
+                  "(no adapter name)", "are named differently; save one adapter per folder"});
+  // Both named alike (one without PEFT's base_model.model. prefix): the same weight twice.
+  CorruptAdapterTest::SetUp();
+  const std::string full = Key(0, "q_proj", "lora_A.weight");
+  const std::string bare = full.substr(std::strlen("base_model.model."));
+  draft_.Add(bare, {8, 64});
+  ExpectRejected({" and ", "are the same weight"});
 }
 
 TEST_F(CorruptAdapterTest, UnexpectedTensorNameAfterTheLoraPart) {
   draft_.Add(Key(0, "q_proj", "lora_A.weight.extra"), {8, 64});
   ExpectRejected({"tensor " + Key(0, "q_proj", "lora_A.weight.extra") + " has an unexpected name"});
+}
+
+// Review findings: a word after lora_A / lora_B was taken for an embedded adapter name, so
+// ...lora_A.foo loaded as lora_A, and ...lora_A.weight_extra was called a duplicate of
+// ...lora_A.weight; a single tensor named for another adapter was loaded with the others.
+TEST_F(CorruptAdapterTest, AWordAfterTheLoraPartIsNotAnAdapterName) {
+  for (const char* tail : {"lora_A.foo", "lora_A.weight_extra", "lora_B.weights"}) {
+    SCOPED_TRACE(tail);
+    CorruptAdapterTest::SetUp();
+    draft_.Add(Key(1, "k_proj", tail), {8, 64});
+    ExpectRejected({"tensor " + Key(1, "k_proj", tail) + " has an unexpected name",
+                    "followed by weight or bias"});
+  }
+}
+
+TEST_F(CorruptAdapterTest, OneTensorNamedForAnotherAdapter) {
+  for (auto& t : draft_.tensors) {
+    const size_t at = t.name.find(".layers.1.self_attn.v_proj.lora_A.weight");
+    if (at != std::string::npos) t.name.replace(t.name.size() - 7, 7, ".other.weight");
+  }
+  ExpectRejected({"(adapter name 'other')", "(no adapter name)", "are named differently"});
 }
 
 TEST_F(CorruptAdapterTest, ZeroTensors) {
