@@ -2,6 +2,7 @@
 #include "lora/adapter.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -35,6 +36,47 @@ uint64_t HashBytes(const void* data, size_t size, uint64_t seed) {
   for (; i < size; ++i) out = (out ^ p[i]) * kMul;
   out ^= out >> 32;
   return out * kMul;
+}
+
+namespace {
+
+// Every element ±0 (f32, bf16 or f16 bits; other dtypes are not all-zero here).
+bool AllZero(const Tensor& t) {
+  const int64_t n = t.numel();
+  if (t.dtype == DType::kF32) {
+    const auto* p = static_cast<const uint32_t*>(t.data);
+    for (int64_t i = 0; i < n; ++i) {
+      if ((p[i] & 0x7fffffffu) != 0) return false;
+    }
+    return true;
+  }
+  if (t.dtype == DType::kBF16 || t.dtype == DType::kF16) {
+    const auto* p = static_cast<const uint16_t*>(t.data);
+    for (int64_t i = 0; i < n; ++i) {
+      if ((p[i] & 0x7fffu) != 0) return false;
+    }
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool ChangesNothing(const Adapter& adapter) {
+  for (const LoraWeights* w : adapter.modules()) {
+    if (!w->dora_gain.empty()) return false;  // DoRA's magnitude rescales even with B = 0
+    for (float b : w->bias) {
+      if (b != 0) return false;
+    }
+    if (w->scale != 0 && !AllZero(w->b)) return false;
+  }
+  if (const LoraEmbedding* e = adapter.embedding()) {
+    if (e->scale == 0) return true;
+    for (float b : e->b) {
+      if (b != 0) return false;
+    }
+  }
+  return true;
 }
 
 std::vector<const LoraWeights*> Adapter::modules() const {
@@ -573,6 +615,14 @@ StatusOr<std::shared_ptr<const Adapter>> ReadAdapter(const std::string& name, co
   for (const auto& d : a->derived_storage_) resident += d->size();
   if (a->embedding_) resident += (a->embedding_->a_t.size() + a->embedding_->b.size()) * sizeof(float);
   a->resident_bytes_ = resident;
+  if (ChangesNothing(*a)) {
+    // PEFT serves such an adapter too (an untrained one has B = 0), so it loads; but it is
+    // said, as it is rarely what was meant.
+    std::fprintf(stderr,
+                 "warning: adapter '%s' (%s): every adapted module has scale 0 or an all-zero "
+                 "lora_B, so the adapter changes nothing (saved before training?)\n",
+                 name.c_str(), dir.c_str());
+  }
   return std::shared_ptr<const Adapter>(std::move(a));
 }
 

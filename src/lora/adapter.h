@@ -79,6 +79,10 @@ class Adapter {
   int max_rank_ = 0;
 };
 
+// True when applying the adapter changes no output: every module's scale is 0 or its lora_B
+// (and lora_B bias) all zero, and no DoRA magnitude. LoadAdapter warns on stderr for such.
+bool ChangesNothing(const Adapter& adapter);
+
 // Loads and validates DIR/adapter_config.json + DIR/adapter_model.safetensors against the base
 // model's projections `sites` (Model::sites()): every tensor consumed, every A with its B, shapes
 // and ranks checked, at least one module attached. `max_rank` 0 = no limit. `check_weights`: every tensor is scanned for

@@ -136,6 +136,10 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
     c.r = r.get<int>();
   }
   c.lora_alpha = 8.0;  // PEFT default when absent; a string or a non-finite value is an error
+  if (j.contains("lora_alpha") && get("lora_alpha").is_null()) {
+    // PEFT passes None through and fails dividing it by r; it is not the default.
+    return InvalidArgument(where + ": lora_alpha is null; it must be a number");
+  }
   RETURN_IF_ERROR(GetOptionalFloat(j, "lora_alpha", where, &c.lora_alpha));
   RETURN_IF_ERROR(CheckAlphaFitsFloat(c.lora_alpha, "lora_alpha", where));
   for (const char* key : {"use_rslora", "use_dora", "lora_bias"}) {
@@ -190,6 +194,10 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
     if (!IsNullOrEmpty(v)) return InvalidArgument(where + ": " + u.why + " (" + u.key + " = " + JsonToString(v, -1, 80) + ")");
   }
   const json bias = get("bias");
+  if (!bias.is_null() && !bias.is_string()) {
+    return InvalidArgument(where + ": bias must be \"none\", \"all\" or \"lora_only\", got " +
+                           JsonToString(bias, -1, 80));
+  }
   if (bias.is_string() && bias != "none") {
     return InvalidArgument(where + ": bias '" + bias.get<std::string>() +
                            "' is not supported yet: it trains base-model biases per adapter "
@@ -239,8 +247,16 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
   if (lp.is_string() && !lp.get<std::string>().empty()) c.layers_pattern.push_back(lp.get<std::string>());
   if (lp.is_array()) {
     for (const auto& p : lp) {
-      if (p.is_string()) c.layers_pattern.push_back(p.get<std::string>());
+      // Review finding: entries other than strings were dropped, and [5] became no filter.
+      if (!p.is_string()) {
+        return InvalidArgument(where + ": layers_pattern entries must be strings, got " +
+                               JsonToString(p, -1, 80));
+      }
+      c.layers_pattern.push_back(p.get<std::string>());
     }
+  } else if (!lp.is_null() && !lp.is_string()) {
+    return InvalidArgument(where + ": layers_pattern must be a string or a list of strings, got " +
+                           JsonToString(lp, -1, 80));
   }
   auto get_ordered = [&](const char* key) -> nlohmann::ordered_json {
     auto it = j.find(key);

@@ -467,6 +467,43 @@ TEST(AdapterFormsTest, F32F16Bf16FilesOfOneAdapterGiveTheSameLogits) {
 // ---------------------------------------------------------------------------------------
 // Identity: the hash of the files' bytes.
 
+// Review finding: an adapter whose every lora_B is zero, or whose lora_alpha is 0, loaded
+// without a word. PEFT serves it too (an untrained adapter), so it loads, with a warning.
+TEST(AdapterNoEffectTest, ZeroBOrZeroAlphaIsSaid) {
+  Model& model = FixtureModel("llama_f32");
+  TempDir tmp;
+  const Draft fixture = ReadDraft(kAdapters + "llama_qv_r8_f32");
+  WriteDraft(fixture, tmp.File("trained"));
+  auto trained = Load(tmp.File("trained"), model);
+  ASSERT_TRUE(trained.ok()) << trained.status().ToString();
+  EXPECT_FALSE(ChangesNothing(**trained));
+
+  Draft zero_b = fixture;
+  for (auto& t : zero_b.tensors) {
+    if (Contains(t.name, "lora_B")) std::fill(t.values.begin(), t.values.end(), -0.0f);
+  }
+  WriteDraft(zero_b, tmp.File("zero_b"));
+  auto a = Load(tmp.File("zero_b"), model);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_TRUE(ChangesNothing(**a));
+
+  Draft one_b = zero_b;  // one non-zero element is an effect
+  for (auto& t : one_b.tensors) {
+    if (Contains(t.name, "layers.1.self_attn.v_proj.lora_B")) t.values[5] = 1e-30f;
+  }
+  WriteDraft(one_b, tmp.File("one_b"));
+  auto b = Load(tmp.File("one_b"), model);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_FALSE(ChangesNothing(**b));
+
+  Draft zero_alpha = fixture;
+  zero_alpha.config["lora_alpha"] = 0;
+  WriteDraft(zero_alpha, tmp.File("zero_alpha"));
+  auto c = Load(tmp.File("zero_alpha"), model);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(ChangesNothing(**c));
+}
+
 TEST(AdapterHashTest, SameBytesSameHashAnyChangeANewOne) {
   Model& model = FixtureModel("llama_f32");
   TempDir tmp;
