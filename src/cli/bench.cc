@@ -270,7 +270,8 @@ RunFn AddBenchCommand(CLI::App& cmd) {
                "measure the batch-invariant kernels loom serve uses by default");
   cmd.add_option("--closed-loop", a->closed.clients,
                  "run the serving workload on the engine alone: C clients, each with one request "
-                 "in flight (adapters given by --lora round-robin); no HTTP");
+                 "in flight (adapters given by --lora round-robin); no HTTP")
+      ->check(CLI::PositiveNumber);
   cmd.add_option("--requests", a->closed.requests, "--closed-loop: requests in all")->capture_default_str();
   cmd.add_option("--max-num-seqs", a->closed.max_num_seqs, "--closed-loop: sequences running at once")
       ->capture_default_str();

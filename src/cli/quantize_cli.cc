@@ -37,6 +37,10 @@ int RunQuantize(const QuantizeArgs& a) {
     std::fprintf(stderr, "error: --max-shard-size must be positive\n");
     return 2;
   }
+  if (a.group != 128 && a.scheme != "int4") {
+    std::fprintf(stderr, "error: --group-size %d applies to --scheme int4 only\n", a.group);
+    return 2;
+  }
   if (Status st = RejectGlobalQuantizeFlags("loom quantize"); !st.ok()) {
     std::fprintf(stderr, "error: %s\n", st.message().c_str());
     return 2;

@@ -144,7 +144,8 @@ RunFn AddTokenizeCommand(CLI::App& cmd) {
   cmd.add_flag("--no-special-tokens", a->no_special,
                "do not add special tokens (BOS ...); the default adds them like HF encode");
   cmd.add_option("--bench", a->bench,
-                 "encode N times (no special tokens) and print timing JSON instead of ids");
+                 "encode N times (no special tokens) and print timing JSON instead of ids")
+      ->check(CLI::PositiveNumber);
   return [a] { return RunTokenize(*a); };
 }
 

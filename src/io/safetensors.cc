@@ -248,8 +248,10 @@ StatusOr<std::unique_ptr<SafetensorsStore>> SafetensorsStore::Open(const std::st
   }
   if (!file_path.empty()) {
     RETURN_IF_ERROR(store->AddFile(file_path, nullptr, in_memory));
+    store->source_ = file_path;
     return store;
   }
+  store->source_ = index_path;
   ASSIGN_OR_RETURN(std::string text, ReadFileBounded(index_path, kMaxConfigFileBytes * 4));
   ASSIGN_OR_RETURN(json j, ParseJson(text, index_path));
   if (!j.is_object()) return InvalidArgument(index_path + ": not a valid JSON object");
@@ -290,7 +292,7 @@ std::vector<std::pair<const uint8_t*, size_t>> SafetensorsStore::file_bytes() co
 
 StatusOr<Tensor> SafetensorsStore::Get(const std::string& name) const {
   const TensorInfo* info = Find(name);
-  if (!info) return NotFound("tensor '" + name + "' not found in " + files_.front());
+  if (!info) return NotFound("tensor '" + name + "' not found in " + source_);
   if (!info->dtype) {
     return InvalidArgument(info->file + ": tensor '" + name + "' has dtype " + info->dtype_name +
                            "; loom computes with F32, F16 and BF16 tensors only");

@@ -52,6 +52,9 @@ class SafetensorsStore {
   const std::vector<std::string>& names() const { return names_; }  // by file, then by name
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const std::vector<std::string>& files() const { return files_; }
+  // What lists the tensors: the index file of a sharded checkpoint, else the one file (errors
+  // about a tensor that is absent name this).
+  const std::string& source() const { return source_; }
   uint64_t total_bytes() const { return total_bytes_; }
   // Each file's bytes as mapped at Open (for identity hashes: the bytes the tensors come from,
   // not a second open that a rename in between could point at another file).
@@ -63,6 +66,7 @@ class SafetensorsStore {
   std::vector<std::shared_ptr<MappedFile>> mapped_;
   std::vector<std::unique_ptr<AlignedBuffer<uint8_t>>> copies_;  // tensors stored misaligned
   std::vector<std::string> files_;
+  std::string source_;
   std::unordered_map<std::string, TensorInfo> tensors_;
   std::vector<std::string> names_;
   std::map<std::string, std::string> metadata_;

@@ -16,8 +16,8 @@ Status LoadBnb8Linear(const SafetensorsStore& store, const BnbConfig& config, in
   const std::string w = lin->name + ".weight";
   const TensorInfo* scb_info = store.Find(lin->name + ".SCB");
   if (!scb_info) {
-    return InvalidArgument("checkpoint " + store.files().front() + ": missing tensor '" +
-                           lin->name + ".SCB' (the row scales of a bitsandbytes 8-bit weight)");
+    return InvalidArgument("checkpoint " + store.source() + ": missing tensor '" + lin->name +
+                           ".SCB' (the row scales of a bitsandbytes 8-bit weight)");
   }
   if (config.Skipped(lin->name)) {
     return InvalidArgument(scb_info->file + ": tensor '" + scb_info->name + "' quantizes " +

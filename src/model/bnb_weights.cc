@@ -138,7 +138,7 @@ Status LoadBnbLinear(const SafetensorsStore& store, const BnbConfig& config, int
   }
   const TensorInfo* qst = store.Find(w + ".quant_state.bitsandbytes__" + type);
   if (!qst) {
-    return InvalidArgument("checkpoint " + store.files().front() + ": missing tensor '" + w +
+    return InvalidArgument("checkpoint " + store.source() + ": missing tensor '" + w +
                            ".quant_state.bitsandbytes__" + type +
                            "' (the packed quant_state of a bitsandbytes 4-bit weight)");
   }

@@ -296,6 +296,9 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& config_json,
   RETURN_IF_ERROR(arch->configure(j, where, &c));
   RETURN_IF_ERROR(CheckRopeDims(c, where));
 
+  // The file whose eos_token_id is used names an out-of-vocabulary one (review finding: one
+  // from generation_config.json was reported against config.json).
+  std::string eos_where = where;
   if (!generation_config_json.empty()) {
     const std::string gwhere = where + " (generation_config.json)";
     ASSIGN_OR_RETURN(json g, ParseJson(generation_config_json, gwhere));
@@ -303,11 +306,13 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& config_json,
       return InvalidArgument(where + ": generation_config.json is not a valid JSON object");
     }
     RETURN_IF_ERROR(ReadInt(g, "bos_token_id", &c.bos_token_id, false, gwhere));
+    const std::vector<int> before = c.eos_token_ids;
     RETURN_IF_ERROR(ReadEos(g, gwhere, &c.eos_token_ids));
+    if (c.eos_token_ids != before) eos_where = gwhere;
   }
   for (int id : c.eos_token_ids) {
     if (id < 0 || id >= c.vocab_size) {
-      return InvalidArgument(where + ": eos_token_id " + std::to_string(id) +
+      return InvalidArgument(eos_where + ": eos_token_id " + std::to_string(id) +
                              " is outside the vocabulary");
     }
   }

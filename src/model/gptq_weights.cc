@@ -120,8 +120,9 @@ StatusOr<GptqCodes> UnpackGptqLinear(const SafetensorsStore& store, const GptqCo
   c.group_of.resize(static_cast<size_t>(in));
   const TensorInfo* gi = store.Find(name + ".g_idx");
   if (!gi && quant.desc_act) {
-    return InvalidArgument("checkpoint " + store.files().front() + ": missing tensor '" + name +
-                           ".g_idx' ([" + std::to_string(in) + "]) required by desc_act true (" + scheme + ")");
+    return InvalidArgument("checkpoint " + store.source() + ": missing tensor '" + name +
+                           ".g_idx' ([" + std::to_string(in) + "]) required by desc_act true (" +
+                           scheme + ")");
   }
   if (gi) {
     ASSIGN_OR_RETURN(gi, NeedTensor(store, name + ".g_idx", {"I32", "I64"}, {in}, scheme, consumed));

@@ -389,8 +389,23 @@ Status WriteCheckpointAtomically(const std::string& out_dir, const std::string& 
                                  const std::function<Status(const std::string& tmp)>& write) {
   const fs::path out_real(out_real_str);
   std::error_code ec;
+  // The folders above --out this creates, innermost first: removed again on failure (review
+  // finding: a failed merge left deep2/x/y behind while saying nothing was written).
+  std::vector<fs::path> created;
+  for (fs::path p = out_real.parent_path(); !p.empty() && !fs::exists(fs::symlink_status(p, ec));
+       p = p.parent_path()) {
+    created.push_back(p);
+    if (p == p.parent_path()) break;
+  }
+  ec.clear();
+  auto remove_created = [&] {
+    for (const fs::path& p : created) ::rmdir(p.c_str());  // only if still empty
+  };
   fs::create_directories(out_real.parent_path(), ec);
-  if (ec) return InvalidArgument(out_real.parent_path().string() + ": cannot create: " + ec.message());
+  if (ec) {
+    remove_created();
+    return InvalidArgument(out_real.parent_path().string() + ": cannot create: " + ec.message());
+  }
   // Everything goes into a fresh sibling folder, renamed to --out at the end: a failure leaves
   // no half-written checkpoint, and no file of --out is ever opened for writing.
   std::string tag = command;  // "loom merge" → ".NAME.loom-merge-XXXXXX"
@@ -399,8 +414,10 @@ Status WriteCheckpointAtomically(const std::string& out_dir, const std::string& 
   name.append(out_real.filename().string()).append(".").append(tag).append("-XXXXXX");
   std::string tmpl = (out_real.parent_path() / name).string();
   if (::mkdtemp(tmpl.data()) == nullptr) {
-    return InvalidArgument(out_real.parent_path().string() + ": cannot create a temporary folder: " +
-                           std::strerror(errno));
+    const int err = errno;
+    remove_created();
+    return InvalidArgument(out_real.parent_path().string() +
+                           ": cannot create a temporary folder: " + std::strerror(err));
   }
   const fs::path tmp(tmpl);
   ::chmod(tmp.c_str(), 0755);  // mkdtemp makes it 0700; the checkpoint is an ordinary folder
@@ -422,7 +439,10 @@ Status WriteCheckpointAtomically(const std::string& out_dir, const std::string& 
       if (st.ok()) st = SyncFolder(out_real.parent_path(), /*files_too=*/false);
     }
   }
-  if (!st.ok()) fs::remove_all(tmp, ec);  // only loom's own temporary folder
+  if (!st.ok()) {
+    fs::remove_all(tmp, ec);  // only loom's own temporary folder
+    remove_created();
+  }
   return st;
 }
 

@@ -40,6 +40,8 @@ struct Model::Scratch {
 Model::~Model() = default;
 
 StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadOptions& options) {
+  // Review finding: "" was read as /config.json (the root folder's).
+  if (dir.empty()) return InvalidArgument("the model folder path is empty (--model \"\")");
   std::unique_ptr<Model> m(new Model());
   m->dir_ = dir;
   ASSIGN_OR_RETURN(m->config_, LoadModelConfig(dir));
@@ -65,6 +67,14 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadO
   if (options.quantize_double_quant && options.quantize != LoadOptions::Quantization::kNf4 &&
       options.quantize != LoadOptions::Quantization::kFp4) {
     return InvalidArgument("--quantize-double-quant applies to --quantize nf4 or fp4 only");
+  }
+  // Review finding: these were accepted and did nothing.
+  if (options.quantize_head && options.quantize == LoadOptions::Quantization::kNone) {
+    return InvalidArgument("--quantize-head applies with --quantize int8|int4|nf4|fp4 only");
+  }
+  if (options.quantize_group != 128 && options.quantize != LoadOptions::Quantization::kInt4) {
+    return InvalidArgument("--quantize-group-size " + std::to_string(options.quantize_group) +
+                           " applies to --quantize int4 only");
   }
   if (!m->prequantized_.empty() && options.quantize != LoadOptions::Quantization::kNone) {
     return InvalidArgument(dir + ": --quantize on a pre-quantized (" + m->prequantized_ + ") "

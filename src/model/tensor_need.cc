@@ -11,8 +11,8 @@ StatusOr<const TensorInfo*> NeedTensor(const SafetensorsStore& store, const std:
                                        std::set<std::string>* consumed) {
   const TensorInfo* t = store.Find(name);
   if (!t) {
-    return InvalidArgument("checkpoint " + store.files().front() + ": missing tensor '" + name +
-                           "' (" + ShapeString(shape) + ") required by " + scheme);
+    return InvalidArgument("checkpoint " + store.source() + ": missing tensor '" + name + "' (" +
+                           ShapeString(shape) + ") required by " + scheme);
   }
   bool dtype_ok = false;
   std::string want;

@@ -219,9 +219,9 @@ Status LoadWeights(const ModelConfig& config, const SafetensorsStore& store, Mod
     const TensorInfo* info = store.Find(slot.name);
     if (!info) {
       if (slot.required) {
-        return InvalidArgument("checkpoint " + store.files().front() + ": missing tensor '" +
-                               slot.name + "' with shape " + ShapeString(slot.shape) +
-                               " required by " + config.architecture);
+        return InvalidArgument("checkpoint " + store.source() + ": missing tensor '" + slot.name +
+                               "' with shape " + ShapeString(slot.shape) + " required by " +
+                               config.architecture);
       }
       continue;
     }

@@ -150,6 +150,24 @@ TEST(AdversarialCli, BenchRefusesSizesItWouldMakeFiguresUpFrom) {
               {"exceeds the maximum context length"});
 }
 
+// Review findings: flags that were accepted and then did nothing.
+TEST(AdversarialCli, FlagsThatWouldDoNothingAreRefused) {
+  const std::string tok = kFixtures + "/tokenizers/TinyLlama-1.1B-Chat-v1.0";
+  ExpectFails("tokenize --model " + tok + " --text hi --bench 0", 105, {"--bench"});
+  ExpectFails("tokenize --model " + tok + " --text hi --bench -1", 105, {"--bench"});
+  ExpectFails("bench --model " + kModel + " --closed-loop 0", 105, {"--closed-loop"});
+  ExpectFails("--quantize-head generate --model " + kModel + " --prompt-tokens 1,2", 1,
+              {"--quantize-head applies with --quantize"});
+  ExpectFails("--quantize int8 --quantize-group-size 32 generate --model " + kModel +
+                  " --prompt-tokens 1,2",
+              1, {"--quantize-group-size 32 applies to --quantize int4 only"});
+  TempDir dir;
+  ExpectFails(
+      "quantize --model " + kModel + " --scheme int8 --group-size 32 --out " + dir.Path("q"), 2,
+      {"--group-size 32 applies to --scheme int4 only"});
+  EXPECT_FALSE(fs::exists(dir.Path("q")));
+}
+
 TEST(AdversarialCli, TokenizeFileMustBeARegularFile) {
   TempDir dir;
   const std::string model = dir.Path("m");

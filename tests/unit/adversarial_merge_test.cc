@@ -167,12 +167,13 @@ TEST_F(AdversarialMerge, AMergedWeightThatOverflowsIsAnErrorAndNothingIsWritten)
   testutil::WriteRaw(adapter_dir_ + "/adapter_model.safetensors", raw);
   auto big = LoadAdapter("big", adapter_dir_, model_->sites(), 0);
   ASSERT_TRUE(big.ok()) << big.status().ToString();
-  const std::string out = dir_.Path("out");
+  const std::string out = dir_.Path("deep/x/y/out");  // the folders above it are new too
   Status st = WriteMergedCheckpoint(model_dir_, *model_, **big, out, 1 << 30);
   EXPECT_STATUS(st, StatusCode::kInvalidArgument, "merging adapter 'big'",
                 "merged tensor 'model.layers.1.self_attn.v_proj.weight' ([32, 64] ",
                 "is not finite at row 0, column 0", "overflows the file's dtype", "nothing was written");
   EXPECT_FALSE(fs::exists(out));
+  EXPECT_FALSE(fs::exists(dir_.Path("deep")));  // review finding: deep/x/y was left behind
   // --merge at load (generate, serve, bench) refuses the same weights. Review finding: it
   // served them, and every request then failed on NaN logits while the server said ready.
   auto fresh = Model::Load(model_dir_);

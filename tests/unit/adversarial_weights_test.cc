@@ -11,6 +11,7 @@
 #include "adversarial_util.h"
 #include "base/json.h"
 #include "base/mmap_file.h"
+#include "checkpoint_edit_util.h"
 #include "io/safetensors.h"
 #include "lora/adapter.h"
 #include "model/kv_cache.h"
@@ -56,6 +57,27 @@ TEST(AdversarialWeights, BenchFailsWhenItsSequencesFail) {
   EXPECT_TRUE(Contains(r.output, "error: bench:")) << r.output;
   EXPECT_TRUE(Contains(r.output, "NaN")) << r.output;
   EXPECT_FALSE(Contains(r.output, "decode tok/s\n1 ")) << r.output;
+}
+
+// Review findings: a tensor missing from a sharded checkpoint's index was reported against
+// the first shard (which never listed it); an empty --model read the root's config.json.
+TEST(AdversarialWeights, AMissingTensorNamesTheIndexAndAnEmptyPathIsRefused) {
+  TempDir dir;
+  const std::string model = dir.Path("m");
+  CopyDir(kFixtures + "/models/mistral_f32", model);
+  const std::string index = model + "/model.safetensors.index.json";
+  auto j = nlohmann::json::parse(ReadBytes(index));
+  ASSERT_EQ(j["weight_map"].erase("lm_head.weight"), 1u);
+  WriteBytes(index, j.dump());
+  const std::string shard = model + "/model-00002-of-00002.safetensors";
+  testutil::RawFile raw = testutil::ReadRaw(shard);
+  ASSERT_EQ(raw.erase("lm_head.weight"), 1u);
+  testutil::WriteRaw(shard, raw);
+  auto m = Model::Load(model);
+  EXPECT_STATUS(m.status(), StatusCode::kInvalidArgument,
+                "checkpoint " + index + ": missing tensor 'lm_head.weight'");
+  EXPECT_STATUS(Model::Load("").status(), StatusCode::kInvalidArgument,
+                "the model folder path is empty");
 }
 
 TEST(AdversarialWeights, NonFiniteModelWeightIsRefusedNamingTensorAndIndex) {

@@ -517,7 +517,7 @@ TEST(ConfigRejectTest, EosOutsideVocabulary) {
   ExpectRejected(j, {"eos_token_id", "4294967303"});
   // From generation_config.json too.
   j = BaseConfig();
-  ExpectRejected(j, {"eos_token_id 999 is outside the vocabulary"},
+  ExpectRejected(j, {"(generation_config.json): eos_token_id 999 is outside the vocabulary"},
                  R"({"eos_token_id": [7, 999]})");
   ExpectRejected(j, {"generation_config.json"}, "not json");
 }
