@@ -143,7 +143,8 @@ void AddCommon(std::map<std::string, Handler>* h) {
     return p.Fail("logit_bias", "logit_bias is not supported");
   };
   m["min_tokens"] = [](Parser& p, const json& v, OpenAiRequest*) {
-    if (v.is_null() || (v.is_number_integer() && v.get<int64_t>() == 0)) return true;
+    // 0 or 0.0 (an integral float, as the other integer fields accept it).
+    if (v.is_null() || (v.is_number() && v.get<double>() == 0)) return true;
     return p.Fail("min_tokens", "min_tokens is not supported (only 0)");
   };
 }
@@ -441,8 +442,10 @@ bool ParseOpenAiRequest(const std::string& body, Endpoint endpoint, OpenAiReques
       return false;
     }
   }
-  if (!out->stream && (out->include_usage || out->continuous_usage_stats) &&
-      j.contains("stream_options") && !j["stream_options"].is_null()) {
+  // As vLLM: any non-empty stream_options without stream=true is refused (even
+  // {"include_usage": false}).
+  if (!out->stream && j.contains("stream_options") && j["stream_options"].is_object() &&
+      !j["stream_options"].empty()) {
     *error = BadRequest("stream_options", "stream_options needs stream=true");
     return false;
   }

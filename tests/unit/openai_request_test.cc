@@ -92,6 +92,19 @@ TEST(OpenAiRequest, RejectsNamingTheField) {
   EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","suffix":"s"})").param, "suffix");
   EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","stream_options":{"x":1}})").param,
             "stream_options.x");
+  // As vLLM: stream_options without stream=true, even asking for nothing (review finding).
+  EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","stream_options":{"include_usage":false}})").param,
+            "stream_options");
+  {
+    OpenAiRequest r;
+    ApiError err;
+    EXPECT_TRUE(ParseOpenAiRequest(R"({"model":"m","prompt":"x","stream_options":{}})",
+                                   Endpoint::kCompletions, &r, &err));
+    // min_tokens 0 as an integral float, as the other integer fields (review finding).
+    EXPECT_TRUE(ParseOpenAiRequest(R"({"model":"m","prompt":"x","min_tokens":0.0})",
+                                   Endpoint::kCompletions, &r, &err));
+  }
+  EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","min_tokens":0.5})").param, "min_tokens");
   EXPECT_EQ(Reject(R"({"prompt":"x"})").param, "model");
   EXPECT_EQ(Reject(R"({"model":"m"})").param, "prompt");
   EXPECT_EQ(Reject(R"({"model":"m","messages":[]})", Endpoint::kChat).param, "messages");
