@@ -1,9 +1,11 @@
 // SipHash-2-4 (the reference algorithm, little-endian words) and the process key.
 #include "base/siphash.h"
 
+#include <sys/random.h>
+
 #include <chrono>
+#include <cstdio>
 #include <cstring>
-#include <random>
 
 namespace loom {
 
@@ -79,17 +81,19 @@ uint64_t SipHash24(const SipKey& key, const void* data, size_t size) {
 const SipKey& ProcessSipKey() {
   static const SipKey key = [] {
     SipKey k;
-    try {
-      std::random_device rd;
-      k.k0 = (static_cast<uint64_t>(rd()) << 32) ^ rd();
-      k.k1 = (static_cast<uint64_t>(rd()) << 32) ^ rd();
-    } catch (...) {
-      // No entropy source: the clock and an address (ASLR) — weaker, never a failure.
-      const auto t = static_cast<uint64_t>(
-          std::chrono::high_resolution_clock::now().time_since_epoch().count());
-      k.k0 = t * 0x9E3779B97F4A7C15ull ^ reinterpret_cast<uintptr_t>(&k);
-      k.k1 = SipHash24(k, &t, sizeof(t));
+    uint64_t words[2];
+    if (::getrandom(words, sizeof(words), 0) == static_cast<ssize_t>(sizeof(words))) {
+      k.k0 = words[0];
+      k.k1 = words[1];
+      return k;
     }
+    // No entropy from the kernel: the clock and an address (ASLR), said — weaker, never a
+    // failure.
+    std::fprintf(stderr, "warning: getrandom failed; prefix-cache keys use a weaker key\n");
+    const auto t =
+        static_cast<uint64_t>(std::chrono::high_resolution_clock::now().time_since_epoch().count());
+    k.k0 = t * 0x9E3779B97F4A7C15ull ^ reinterpret_cast<uintptr_t>(&k);
+    k.k1 = SipHash24(k, &t, sizeof(t));
     return k;
   }();
   return key;

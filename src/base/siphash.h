@@ -27,7 +27,7 @@ class SipHasher {
 
 uint64_t SipHash24(const SipKey& key, const void* data, size_t size);
 
-// This process's key: 128 random bits drawn once (getrandom through std::random_device), so
+// This process's key: 128 random bits drawn once (getrandom(2); a warning if it fails), so
 // nobody outside the process can compute colliding inputs for it in advance.
 const SipKey& ProcessSipKey();
 

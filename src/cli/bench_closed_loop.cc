@@ -110,6 +110,11 @@ int RunClosedLoopBench(Model* model, const ClosedLoopArgs& a,
       last[u.id] = t;
     }
     for (const GenerationResult& r : engine.TakeFinished()) {
+      if (r.finish_reason == FinishReason::kError) {  // no figures from failed sequences
+        std::fprintf(stderr, "error: bench: request %lld: %s\n", static_cast<long long>(r.id),
+                     r.error.c_str());
+        return 1;
+      }
       out_tokens += static_cast<int64_t>(r.generated.size());
       e2e.push_back(t - submitted[r.id]);
       if (next < a.requests) {

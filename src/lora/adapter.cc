@@ -65,10 +65,11 @@ bool AllZero(const Tensor& t) {
 bool ChangesNothing(const Adapter& adapter) {
   for (const LoraWeights* w : adapter.modules()) {
     if (!w->dora_gain.empty()) return false;  // DoRA's magnitude rescales even with B = 0
+    if (w->scale == 0) continue;              // B and its bias are both scaled
     for (float b : w->bias) {
       if (b != 0) return false;
     }
-    if (w->scale != 0 && !AllZero(w->b)) return false;
+    if (!AllZero(w->b)) return false;
   }
   if (const LoraEmbedding* e = adapter.embedding()) {
     if (e->scale == 0) return true;

@@ -43,7 +43,8 @@ class Adapter {
   const std::string& dir() const { return dir_; }
   uint64_t content_hash() const { return content_hash_; }  // identity: hash of the files' bytes
   // The same files under this process's secret key (SipHash; never 0): what the engine keys
-  // cached prefixes and per-step adapter slots by. Same bytes, same identity, in this process.
+  // cached prefixes by, and counts distinct adapters per step (--max-loras) by. Same bytes,
+  // same identity, in this process.
   uint64_t cache_identity() const { return cache_identity_; }
   const LoraConfig& config() const { return config_; }
   // The weights for site `site` of the model's SiteTable (Linear::site), or null.

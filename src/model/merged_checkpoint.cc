@@ -235,13 +235,22 @@ bool IsFileLoomReads(const std::string& name) {
 }
 
 // A Hugging Face hub cache snapshot (.../models--org--name/snapshots/REV) holds its files as
-// links to ../../blobs/SHA: that blobs folder (resolved), else empty.
+// links to ../../blobs/SHA: that blobs folder, else empty. Only a real folder (not a link:
+// review finding, a `blobs -> /` shipped in a download made every link "a blob") of a folder
+// named as the hub names repositories; a blob is a file directly in it (see IsHubBlob).
 fs::path HubBlobsFolder(const fs::path& model_real) {
+  const fs::path repo = model_real.parent_path().parent_path();
   if (model_real.parent_path().filename() != "snapshots") return {};
+  const std::string repo_name = repo.filename().string();
+  if (repo_name.rfind("models--", 0) != 0) return {};
   std::error_code ec;
-  const fs::path blobs = fs::canonical(model_real.parent_path().parent_path() / "blobs", ec);
-  if (ec || !fs::is_directory(blobs, ec)) return {};
+  const fs::path blobs = repo / "blobs";
+  if (!fs::is_directory(fs::symlink_status(blobs, ec))) return {};  // a link is not followed
   return blobs;
+}
+
+bool IsHubBlob(const fs::path& target, const fs::path& hub_blobs) {
+  return !hub_blobs.empty() && target.parent_path() == hub_blobs;
 }
 
 }  // namespace
@@ -281,7 +290,7 @@ Status CopyCheckpointSideFiles(const std::string& model_dir, const std::string& 
         ec.clear();
         continue;
       }
-      if (!IsInside(target, model_real) && (hub_blobs.empty() || !IsInside(target, hub_blobs))) {
+      if (!IsInside(target, model_real) && !IsHubBlob(target, hub_blobs)) {
         // Review finding: config.json skipped here left a merged checkpoint that does not load,
         // and the merge exited 0.
         if (IsFileLoomReads(fname)) {

@@ -288,6 +288,15 @@ Status Model::MergeAdapter(const Adapter& adapter) {
     void* merged = own(weights_.embed);
     if (merged == nullptr) return ResourceExhausted("merging the embedding: " + alloc_error.message());
     MergeEmbedding(weights_.embed, *e, merged);
+    if (const int64_t bad = FindNonFinite(weights_.embed.dtype, merged, weights_.embed.numel());
+        bad >= 0) {
+      const int64_t dim = weights_.embed.dim(1);
+      return InvalidArgument("--merge '" + adapter.name() + "': the merged embedding (" +
+                             ShapeString(weights_.embed.shape) + " " +
+                             DTypeName(weights_.embed.dtype) + ") is not finite at token " +
+                             std::to_string(bad / dim) + ", column " + std::to_string(bad % dim) +
+                             " (weight + delta overflows the dtype)");
+    }
     weights_.embed.data = merged;  // a tied lm_head keeps the base table
     sites_.SetEmbedding(sites_.embedding_path(), weights_.embed);
   }

@@ -201,7 +201,6 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
   }
   Submission sub;
   if (!BuildPrompts(ctx, r, &sub.prompts, &error)) return fail(error);
-  if (r.echo && !EchoTokenPromptsAsText(ctx, &r, &error)) return fail(error);
   // Queue limit: sequences submitted but not running, this request's (prompts × n) included,
   // so one request of 64 prompts × n = 16 cannot carry the queue past it; a request alone in an
   // empty queue is admitted whatever its size (≤ 1024 sequences by the parser's limits). The
@@ -225,6 +224,8 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
     }
     if (p.empty()) return fail(BadRequest(prompt_field, std::string(prompt_field) + " is empty"));
   }
+  // After the cheap refusals (queue, lengths): the decode may take the tokenizer's budget.
+  if (r.echo && !EchoTokenPromptsAsText(ctx, &r, &error)) return fail(error);
   if (!Submit(ctx, r, adapter, ex, &sub, &error)) return fail(error);
   // The sequences hold their own leases now; holding this one until the response is written
   // kept the adapter pinned past the engine's release (the store trims when sequences finish).

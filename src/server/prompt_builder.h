@@ -24,7 +24,8 @@ bool BuildPrompts(const ServerContext& ctx, const OpenAiRequest& r,
 
 // With echo: each token-id prompt of r is replaced by its text (the tokenizer's decode, special
 // tokens kept, as vLLM echoes it) before any work is queued, so the answer can show it. Fails
-// (400 naming `prompt`) when the model has no tokenizer or the decode runs out of its budget.
+// with 400 naming `echo` when the model has no tokenizer, `prompt` when the decode runs out of
+// the tokenizer's time budget.
 bool EchoTokenPromptsAsText(const ServerContext& ctx, OpenAiRequest* r, ApiError* error);
 
 }  // namespace loom::server

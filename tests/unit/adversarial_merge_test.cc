@@ -138,6 +138,25 @@ TEST_F(AdversarialMerge, AHubCacheSnapshotIsCopiedWholeAndALinkOutIsAnError) {
   }
   EXPECT_TRUE(Model::Load(out).ok());
 
+  // A blobs folder that is itself a link (a download shipping `blobs -> /`) is not a hub cache:
+  // review finding, every link then counted as a blob and any file was copied.
+  const fs::path evil = dir_.Path("hub2/models--org--evil");
+  const fs::path evil_snap = evil / "snapshots" / "main";
+  fs::create_directories(evil_snap);
+  fs::create_directories(dir_.Path("outside"));
+  fs::create_symlink(dir_.Path("outside"), evil / "blobs");
+  for (const auto& e : fs::directory_iterator(model_dir_))
+    fs::copy_file(e.path(), evil_snap / e.path().filename());
+  WriteBytes(dir_.Path("outside/secret.txt"), "SECRET");
+  fs::create_symlink(dir_.Path("outside/secret.txt"), evil_snap / "notes.txt");
+  const std::string out_evil = dir_.Path("evil_merged");
+  st = WriteMergedCheckpoint(evil_snap.string(), **hub_model, *adapter_, out_evil, 1 << 30);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_FALSE(fs::exists(out_evil + "/notes.txt"));  // skipped with a warning, as any link out
+  fs::create_symlink(dir_.Path("outside/secret.txt"), evil_snap / "special_tokens_map.json");
+  st = WriteMergedCheckpoint(evil_snap.string(), **hub_model, *adapter_, dir_.Path("e2"), 1 << 30);
+  EXPECT_STATUS(st, StatusCode::kInvalidArgument, "special_tokens_map.json is a symbolic link");
+
   // config.json a link to a file outside both the folder and the blobs: refused by name.
   WriteBytes(dir_.Path("elsewhere.json"), ReadBytes(model_dir_ + "/config.json"));
   fs::remove(model_dir_ + "/config.json");
@@ -181,6 +200,31 @@ TEST_F(AdversarialMerge, AMergedWeightThatOverflowsIsAnErrorAndNothingIsWritten)
   EXPECT_STATUS((*fresh)->MergeAdapter(**big), StatusCode::kInvalidArgument, "--merge 'big'",
                 "merged weight of model.layers.1.self_attn.v_proj ([32, 64] ",
                 "is not finite at row 0, column 0", "overflows the dtype");
+
+  // The same for an embedding LoRA (review finding: the merged table was not checked).
+  const std::string embed_dir = dir_.Path("embed");
+  CopyDir(kFixtures + "/adapters/llama_embed", embed_dir);
+  testutil::RawFile eraw = testutil::ReadRaw(embed_dir + "/adapter_model.safetensors");
+  int escaled = 0;
+  for (auto& [name, t] : eraw) {
+    if (t.dtype != "F32" || !Contains(name, "lora_embedding_")) continue;
+    for (size_t i = 0; i + 4 <= t.bytes.size(); i += 4) {
+      float v;
+      std::memcpy(&v, t.bytes.data() + i, 4);
+      v = v * 1e20f + (v == 0 ? 1e20f : 0);  // finite; products reach ~1e40
+      std::memcpy(t.bytes.data() + i, &v, 4);
+    }
+    ++escaled;
+  }
+  ASSERT_EQ(escaled, 2);
+  testutil::WriteRaw(embed_dir + "/adapter_model.safetensors", eraw);
+  auto big_embed = LoadAdapter("big_embed", embed_dir, (*fresh)->sites(), 0);
+  ASSERT_TRUE(big_embed.ok()) << big_embed.status().ToString();
+  auto fresh2 = Model::Load(model_dir_);
+  ASSERT_TRUE(fresh2.ok()) << fresh2.status().ToString();
+  EXPECT_STATUS((*fresh2)->MergeAdapter(**big_embed), StatusCode::kInvalidArgument,
+                "--merge 'big_embed'", "the merged embedding ([256, 64] ",
+                "is not finite at token");
 }
 
 }  // namespace
