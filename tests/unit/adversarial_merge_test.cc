@@ -167,23 +167,30 @@ TEST_F(AdversarialMerge, AHubCacheSnapshotIsCopiedWholeAndALinkOutIsAnError) {
   EXPECT_FALSE(fs::exists(out2));
 }
 
-// Finite adapter tensors whose product overflows f32: the merged weight would hold Inf, which
-// loom itself refuses to load. The merge fails naming the tensor and writes nothing.
-TEST_F(AdversarialMerge, AMergedWeightThatOverflowsIsAnErrorAndNothingIsWritten) {
-  testutil::RawFile raw = testutil::ReadRaw(adapter_dir_ + "/adapter_model.safetensors");
+// Scales the adapter's F32 tensors whose name holds `fragment` by 1e20 (a zero becomes 1e20):
+// still finite (|A|, |B| < 1e21), but their products reach ~1e40. Returns how many.
+int ScaleToOverflow(const std::string& adapter_dir, const std::string& fragment) {
+  const std::string file = adapter_dir + "/adapter_model.safetensors";
+  testutil::RawFile raw = testutil::ReadRaw(file);
   int scaled = 0;
   for (auto& [name, t] : raw) {
-    if (t.dtype != "F32" || !Contains(name, "layers.1.self_attn.v_proj.lora_")) continue;
+    if (t.dtype != "F32" || !Contains(name, fragment)) continue;
     for (size_t i = 0; i + 4 <= t.bytes.size(); i += 4) {
       float v;
       std::memcpy(&v, t.bytes.data() + i, 4);
-      v = v * 1e20f;  // finite (|A|, |B| < 1e21); products reach ~1e40
+      v = v == 0 ? 1e20f : v * 1e20f;
       std::memcpy(t.bytes.data() + i, &v, 4);
     }
     ++scaled;
   }
-  ASSERT_EQ(scaled, 2);
-  testutil::WriteRaw(adapter_dir_ + "/adapter_model.safetensors", raw);
+  testutil::WriteRaw(file, raw);
+  return scaled;
+}
+
+// Finite adapter tensors whose product overflows f32: the merged weight would hold Inf, which
+// loom itself refuses to load. The merge fails naming the tensor and writes nothing.
+TEST_F(AdversarialMerge, AMergedWeightThatOverflowsIsAnErrorAndNothingIsWritten) {
+  ASSERT_EQ(ScaleToOverflow(adapter_dir_, "layers.1.self_attn.v_proj.lora_"), 2);
   auto big = LoadAdapter("big", adapter_dir_, model_->sites(), 0);
   ASSERT_TRUE(big.ok()) << big.status().ToString();
   const std::string out = dir_.Path("deep/x/y/out");  // the folders above it are new too
@@ -204,20 +211,7 @@ TEST_F(AdversarialMerge, AMergedWeightThatOverflowsIsAnErrorAndNothingIsWritten)
   // The same for an embedding LoRA (review finding: the merged table was not checked).
   const std::string embed_dir = dir_.Path("embed");
   CopyDir(kFixtures + "/adapters/llama_embed", embed_dir);
-  testutil::RawFile eraw = testutil::ReadRaw(embed_dir + "/adapter_model.safetensors");
-  int escaled = 0;
-  for (auto& [name, t] : eraw) {
-    if (t.dtype != "F32" || !Contains(name, "lora_embedding_")) continue;
-    for (size_t i = 0; i + 4 <= t.bytes.size(); i += 4) {
-      float v;
-      std::memcpy(&v, t.bytes.data() + i, 4);
-      v = v * 1e20f + (v == 0 ? 1e20f : 0);  // finite; products reach ~1e40
-      std::memcpy(t.bytes.data() + i, &v, 4);
-    }
-    ++escaled;
-  }
-  ASSERT_EQ(escaled, 2);
-  testutil::WriteRaw(embed_dir + "/adapter_model.safetensors", eraw);
+  ASSERT_EQ(ScaleToOverflow(embed_dir, "lora_embedding_"), 2);
   auto big_embed = LoadAdapter("big_embed", embed_dir, (*fresh)->sites(), 0);
   ASSERT_TRUE(big_embed.ok()) << big_embed.status().ToString();
   auto fresh2 = Model::Load(model_dir_);
