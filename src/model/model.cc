@@ -221,6 +221,19 @@ Status Model::MergeAdapter(const Adapter& adapter) {
     owned_.push_back(std::move(buf));
     return owned_.back()->data();
   };
+  // A merged table or weight [rows, cols] past its dtype's range: refused, as `loom merge`
+  // refuses it (review finding: it was served, and every request then failed on NaN logits
+  // while the server said ready).
+  auto check_finite = [&](const std::string& what, const Tensor& like, const void* data,
+                          const char* row_word, const char* why) -> Status {
+    const int64_t bad = FindNonFinite(like.dtype, data, like.numel());
+    if (bad < 0) return OkStatus();
+    const int64_t cols = like.dim(1);
+    return InvalidArgument("--merge '" + adapter.name() + "': the merged " + what + " (" +
+                           ShapeString(like.shape) + " " + DTypeName(like.dtype) +
+                           ") is not finite at " + row_word + " " + std::to_string(bad / cols) +
+                           ", column " + std::to_string(bad % cols) + " (" + why + ")");
+  };
   int dequantized = 0;
   for (const LoraWeights* lw : adapter.modules()) {
     const int site = sites_.Find(lw->module_path);
@@ -243,18 +256,9 @@ Status Model::MergeAdapter(const Adapter& adapter) {
     void* merged = own(lin->weight);
     if (merged == nullptr) return ResourceExhausted("merging " + lw->module_path + ": " + alloc_error.message());
     MergeLinearWeight(lin->weight, *lw, merged);
-    // Review finding: a sum past the dtype's range (f16 tops out at 65504) was served, and
-    // every request then failed on NaN logits while the server said ready. `loom merge`
-    // refuses the same weights.
-    if (const int64_t bad = FindNonFinite(lin->weight.dtype, merged, lin->weight.numel());
-        bad >= 0) {
-      return InvalidArgument(
-          "--merge '" + adapter.name() + "': the merged weight of " + lw->module_path + " (" +
-          ShapeString(lin->weight.shape) + " " + DTypeName(lin->weight.dtype) +
-          ") is not finite at row " + std::to_string(bad / lin->in_features()) + ", column " +
-          std::to_string(bad % lin->in_features()) +
-          " (weight + delta overflows the dtype, or the base weight is not finite)");
-    }
+    RETURN_IF_ERROR(check_finite("weight of " + lw->module_path, lin->weight, merged, "row",
+                                 "weight + delta overflows the dtype, or the base weight is not "
+                                 "finite"));
     lin->weight.data = merged;  // lm_head of a tied model now has its own copy
     sites_.SetWeight(site, lin->weight);
     if (lin->int8) {  // quantized base: the merged weight is quantized again
@@ -288,15 +292,8 @@ Status Model::MergeAdapter(const Adapter& adapter) {
     void* merged = own(weights_.embed);
     if (merged == nullptr) return ResourceExhausted("merging the embedding: " + alloc_error.message());
     MergeEmbedding(weights_.embed, *e, merged);
-    if (const int64_t bad = FindNonFinite(weights_.embed.dtype, merged, weights_.embed.numel());
-        bad >= 0) {
-      const int64_t dim = weights_.embed.dim(1);
-      return InvalidArgument("--merge '" + adapter.name() + "': the merged embedding (" +
-                             ShapeString(weights_.embed.shape) + " " +
-                             DTypeName(weights_.embed.dtype) + ") is not finite at token " +
-                             std::to_string(bad / dim) + ", column " + std::to_string(bad % dim) +
-                             " (weight + delta overflows the dtype)");
-    }
+    RETURN_IF_ERROR(check_finite("embedding", weights_.embed, merged, "token",
+                                 "weight + delta overflows the dtype"));
     weights_.embed.data = merged;  // a tied lm_head keeps the base table
     sites_.SetEmbedding(sites_.embedding_path(), weights_.embed);
   }
