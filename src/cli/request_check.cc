@@ -60,10 +60,12 @@ StatusOr<std::vector<BatchEntry>> ParseBatchRequests(std::string_view text, cons
           if (!st.ok()) return InvalidArgument(at + ": " + st.message());
         }
       } else {
-        return InvalidArgument(at + ": unknown field '" + key +
-                               "' (known: prompt_tokens, adapter, logprobs and the sampling fields "
-                               "max_tokens, temperature, top_p, top_k, min_p, presence_penalty, "
-                               "frequency_penalty, repetition_penalty, seed, ignore_eos)");
+        return InvalidArgument(
+            at + ": unknown field '" + key +
+            "' (known: prompt_tokens, adapter, logprobs and the sampling fields "
+            "max_tokens, temperature, top_p, top_k, min_p, presence_penalty, "
+            "frequency_penalty, repetition_penalty, seed, ignore_eos, min_tokens, "
+            "logit_bias)");
       }
     }
     RETURN_IF_ERROR(GetIntList(e, "prompt_tokens", at, &r.prompt, 0, config.vocab_size - 1));

@@ -103,7 +103,13 @@ void Engine::AddValidated(GenerationRequest request, int64_t id) {
   seq->result.id = id;
   seq->result.prompt = request.prompt;
   seq->tokens = request.prompt;
-  seq->sampler = std::make_unique<Sampler>(request.params, request.prompt);
+  std::vector<int32_t> stop_tokens;  // what min_tokens holds back
+  if (request.params.min_tokens > 0) {
+    stop_tokens = model_->config().eos_token_ids;
+    stop_tokens.insert(stop_tokens.end(), request.stop_token_ids.begin(),
+                       request.stop_token_ids.end());
+  }
+  seq->sampler = std::make_unique<Sampler>(request.params, request.prompt, std::move(stop_tokens));
   if (request.adapter == nullptr && request.adapter_slot >= 0) {
     request.adapter = registered_[static_cast<size_t>(request.adapter_slot)];
   }
@@ -133,12 +139,17 @@ bool Engine::Abort(int64_t id) {
 
 const Adapter* Engine::AdapterOf(const Sequence& seq) const { return seq.request.adapter.get(); }
 
+// Stop strings count once more than min_tokens tokens are out (vLLM: len(output) > min_tokens).
+bool Engine::PastMinTokens(const Sequence& seq) {
+  return static_cast<int64_t>(seq.result.generated.size()) > seq.request.params.min_tokens;
+}
+
 void Engine::Finish(Sequence* seq, FinishReason reason, SequenceUpdate* update) {
   // Whatever the detokenizer and the stop checker still hold is final text, unless a stop
   // string ended the sequence (then nothing after it is returned).
   if (seq->detokenizer != nullptr && seq->result.stop_reason.empty()) {
     std::string matched;
-    update->text += seq->stop.Add(seq->detokenizer->Finish(), &matched);
+    update->text += seq->stop.Add(seq->detokenizer->Finish(), &matched, PastMinTokens(*seq));
     if (matched.empty()) {
       update->text += seq->stop.Flush();
     } else if (reason == FinishReason::kLength) {  // an EOS / stop-token finish keeps its own
@@ -213,7 +224,7 @@ void Engine::ApplyDrawn(Sequence* seq, Drawn drawn) {
     // unless include_stop_str_in_output.
     std::string matched;
     if (!stop_token || seq->request.include_stop_str_in_output) {
-      update.text = seq->stop.Add(seq->detokenizer->Add(token), &matched);
+      update.text = seq->stop.Add(seq->detokenizer->Add(token), &matched, PastMinTokens(*seq));
     }
     if (!matched.empty() && reason == FinishReason::kNone) {
       reason = FinishReason::kStop;

@@ -1,8 +1,10 @@
 // Typed request-field values and the sampling fields, shared by the server and the CLI.
 #include "engine/request_fields.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 
 namespace loom {
 
@@ -75,6 +77,40 @@ Status JsonBool(const std::string& field, const json& v, bool* out) {
   return OkStatus();
 }
 
+namespace {
+
+// OpenAI's {"token id": bias}: keys are decimal token ids, values numbers, clamped to
+// [-100, 100] as vLLM does; a token given twice keeps its last bias (as Python's dict).
+// Whether each id is in the vocabulary is SamplingParams::Validate's (it knows the size).
+Status ParseLogitBias(const json& v, std::vector<std::pair<int32_t, float>>* out) {
+  if (!v.is_object()) {
+    return InvalidArgument("logit_bias must be an object of token id → bias, got " +
+                           std::string(v.type_name()));
+  }
+  std::map<int32_t, float> bias;
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    const std::string& key = it.key();
+    const bool digits =
+        !key.empty() && key.size() <= 10 &&
+        std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const int64_t id = digits ? std::stoll(key) : -1;
+    if (!digits || id > std::numeric_limits<int32_t>::max()) {
+      return InvalidArgument("logit_bias keys must be token ids (decimal digits), got '" +
+                             key.substr(0, 32) + "'");
+    }
+    const json& b = it.value();
+    if (!b.is_number() || !std::isfinite(b.get<double>())) {
+      return InvalidArgument("logit_bias[\"" + key + "\"] must be a number, got " +
+                             std::string(b.type_name()));
+    }
+    bias[static_cast<int32_t>(id)] = static_cast<float>(std::clamp(b.get<double>(), -100.0, 100.0));
+  }
+  out->assign(bias.begin(), bias.end());
+  return OkStatus();
+}
+
+}  // namespace
+
 bool ParseSamplingField(const std::string& key, const json& v, SamplingParams* p, Status* status) {
   constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
   Status st;
@@ -103,6 +139,10 @@ bool ParseSamplingField(const std::string& key, const json& v, SamplingParams* p
     }
   } else if (key == "ignore_eos") {
     if (!v.is_null()) st = JsonBool(key, v, &p->ignore_eos);
+  } else if (key == "min_tokens") {
+    if (!v.is_null()) st = JsonInt32(key, v, 0, kMaxTokensLimit, &p->min_tokens);
+  } else if (key == "logit_bias") {
+    if (!v.is_null()) st = ParseLogitBias(v, &p->logit_bias);
   } else {
     return false;
   }

@@ -1,4 +1,5 @@
-// Sampler: vLLM's order — penalties, temperature, top-k, top-p, min-p, then a seeded draw.
+// Sampler: vLLM's order — logit_bias, min_tokens, penalties, temperature, top-k/p, min-p, a seeded
+// draw.
 #include "engine/sampler.h"
 
 #include <algorithm>
@@ -41,12 +42,42 @@ Status SamplingParams::Validate(int vocab_size) const {
     return InvalidArgument("logprobs must be in [0, 20], got " + std::to_string(logprobs));
   }
   if (logprobs > vocab_size) return InvalidArgument("logprobs exceeds the vocabulary size");
+  if (min_tokens < 0 || min_tokens > max_tokens) {
+    return InvalidArgument("min_tokens must be in [0, max_tokens = " + std::to_string(max_tokens) +
+                           "], got " + std::to_string(min_tokens));
+  }
+  for (const auto& [token, bias] : logit_bias) {
+    if (token < 0 || token >= vocab_size) {
+      return InvalidArgument("logit_bias: token id " + std::to_string(token) +
+                             " is outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
+    }
+    if (!(bias >= -100 && bias <= 100)) {
+      return InvalidArgument("logit_bias: the bias of token " + std::to_string(token) +
+                             " must be in [-100, 100]");
+    }
+  }
   return OkStatus();
 }
 
-Sampler::Sampler(const SamplingParams& params, const std::vector<int32_t>& prompt)
-    : params_(params), prompt_(prompt) {
+Sampler::Sampler(const SamplingParams& params, const std::vector<int32_t>& prompt,
+                 std::vector<int32_t> stop_tokens)
+    : params_(params), prompt_(prompt), stop_tokens_(std::move(stop_tokens)) {
   rng_.seed(params.seed ? *params.seed : std::random_device{}());
+}
+
+void Sampler::ApplyBiasAndMinTokens(float* logits, int vocab, int64_t step) const {
+  constexpr float kMax = std::numeric_limits<float>::max();
+  for (const auto& [t, bias] : params_.logit_bias) {
+    if (t < 0 || t >= vocab) continue;  // Validate refuses these; never index outside the row
+    float& l = logits[t];
+    // A finite logit stays finite (the non-finite check blames the model's weights).
+    l = std::isfinite(l) ? std::clamp(l + bias, -kMax, kMax) : l + bias;
+  }
+  if (step < params_.min_tokens) {
+    for (int32_t t : stop_tokens_) {
+      if (t >= 0 && t < vocab && !std::isnan(logits[t])) logits[t] = -INFINITY;
+    }
+  }
 }
 
 void Sampler::Accept(int32_t token) { ++output_counts_[token]; }
@@ -272,6 +303,7 @@ StatusOr<int32_t> Sampler::Sample(float* logits, int vocab, TokenLogprob* chosen
     return InvalidArgument("sampling step " + std::to_string(step) + ": empty logits row");
   }
   if (params_.logprobs > 0) raw_.assign(logits, logits + vocab);
+  ApplyBiasAndMinTokens(logits, vocab, step);
   ApplyPenalties(logits, vocab);
   // Every later stage (max, exp, sort, the draw) is defined only when some logit is a number
   // below +inf: NaN compares false with everything, +inf gives inf − inf = NaN. Penalties map

@@ -6,6 +6,7 @@
 #include <random>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -24,6 +25,12 @@ struct SamplingParams {
   std::optional<uint64_t> seed;
   int logprobs = 0;               // top-N log-probs per step (0 = none)
   bool ignore_eos = false;
+  // Added to the token's logit before the penalties (vLLM's order), greedy included; sorted by
+  // token, one entry per token, each in [-100, 100]. Log-probs stay those of the raw logits.
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  // The first min_tokens tokens are never a stop token (EOS, stop_token_ids: their logits are
+  // -inf, ignore_eos or not, as vLLM) and never end a stop string. ≤ max_tokens.
+  int min_tokens = 0;
 
   // Range checks; the message names the field and the limit.
   Status Validate(int vocab_size) const;
@@ -37,7 +44,10 @@ struct TokenLogprob {
 // Per-sequence sampling state. Thread-safety: one sequence, one thread at a time.
 class Sampler {
  public:
-  Sampler(const SamplingParams& params, const std::vector<int32_t>& prompt);
+  // `stop_tokens`: what min_tokens holds back (the model's EOS ids and the request's
+  // stop_token_ids); ids outside the row are ignored.
+  Sampler(const SamplingParams& params, const std::vector<int32_t>& prompt,
+          std::vector<int32_t> stop_tokens = {});
 
   // Picks the next token from logits [vocab] (modified in place). When params.logprobs > 0,
   // also fills `chosen` and `top` from the unmodified distribution (log_softmax of logits).
@@ -51,6 +61,8 @@ class Sampler {
   static bool IsGreedy(const SamplingParams& p) { return p.temperature < 1e-5f; }
 
  private:
+  // logit_bias, then min_tokens' mask (step = tokens sampled before this one).
+  void ApplyBiasAndMinTokens(float* logits, int vocab, int64_t step) const;
   void ApplyPenalties(float* logits, int vocab);
   // Temperature, top-k, top-p, min-p, draw; best = the row's first maximum (from the scan).
   int32_t Draw(const float* logits, int vocab, int64_t best);
@@ -62,6 +74,7 @@ class Sampler {
   std::vector<float> raw_;  // [vocab] logits before penalties, for logprobs
   std::vector<uint8_t> seen_;  // [vocab] scratch for the repetition penalty
   std::vector<int32_t> prompt_;
+  std::vector<int32_t> stop_tokens_;  // min_tokens' mask
   std::vector<float> probs_;     // [vocab] exp(logit/T − max), scratch
   std::vector<int32_t> order_;  // [vocab] candidate token ids, scratch
   std::vector<int32_t> tail_;   // top-p's crossing bucket, scratch

@@ -13,19 +13,23 @@ StopChecker::StopChecker(std::vector<std::string> stops, bool include_stop)
   for (const auto& s : stops_) max_stop_ = std::max(max_stop_, s.size());
 }
 
-std::string StopChecker::Add(const std::string& delta, std::string* matched) {
+std::string StopChecker::Add(const std::string& delta, std::string* matched, bool check) {
   matched->clear();
   if (stops_.empty()) {
     text_ += delta;
     return delta;
   }
+  const size_t before = pending_.size();
   pending_ += delta;
-  // Earliest complete stop string in pending (a stop can only start in pending: everything
-  // released before was checked not to be a stop prefix).
+  // Earliest complete stop string in pending that ends in `delta` (a stop can only start in
+  // pending: everything released before was checked not to be a stop prefix; one that ended
+  // before `delta` was either matched then or completed while unchecked).
   size_t best = std::string::npos;
   const std::string* best_stop = nullptr;
   for (const auto& s : stops_) {
-    const size_t at = pending_.find(s);
+    if (!check) break;
+    const size_t from = before >= s.size() ? before - s.size() + 1 : 0;
+    const size_t at = pending_.find(s, from);
     if (at != std::string::npos && (best == std::string::npos || at < best)) {
       best = at;
       best_stop = &s;

@@ -14,8 +14,11 @@ class StopChecker {
   StopChecker(std::vector<std::string> stops, bool include_stop);
 
   // Appends `delta` to the text. Returns the text that is now final (safe to send). Sets
-  // *matched to the stop string when one completed (the sequence must then finish).
-  std::string Add(const std::string& delta, std::string* matched);
+  // *matched to the stop string when one completed (the sequence must then finish): one that
+  // ends inside `delta`. With `check` false (a token within min_tokens, as vLLM) nothing is
+  // matched, and what could start a stop string is still held back: a stop string that begins
+  // there and ends in a later checked delta is found.
+  std::string Add(const std::string& delta, std::string* matched, bool check = true);
   // The held-back remainder, at the end of a sequence that did not stop on a string.
   std::string Flush();
   const std::string& text() const { return text_; }  // everything final so far

@@ -25,6 +25,8 @@ std::string RandomId(const char* prefix) {
 std::string ParamFor(const Status& st) {
   const std::string& m = st.message();
   if (m.rfind("stop strings", 0) == 0) return "stop";  // a model folder without tokenizer.json
+  if (m.rfind("min_tokens", 0) == 0) return "min_tokens";  // names max_tokens too
+  if (m.rfind("logit_bias", 0) == 0) return "logit_bias";
   if (m.find("max_tokens") != std::string::npos) return "max_tokens";
   if (m.find("prompt") != std::string::npos) return "prompt";
   if (m.find("stop_token_ids") != std::string::npos) return "stop_token_ids";

@@ -137,16 +137,6 @@ void AddCommon(std::map<std::string, Handler>* h) {
     if (!v.is_null() && !v.is_string()) return p.Fail("user", "user must be a string");
     return true;
   };
-  // Rejected unless they ask for nothing.
-  m["logit_bias"] = [](Parser& p, const json& v, OpenAiRequest*) {
-    if (v.is_null() || (v.is_object() && v.empty())) return true;
-    return p.Fail("logit_bias", "logit_bias is not supported");
-  };
-  m["min_tokens"] = [](Parser& p, const json& v, OpenAiRequest*) {
-    // 0 or 0.0 (an integral float, as the other integer fields accept it).
-    if (v.is_null() || (v.is_number() && v.get<double>() == 0)) return true;
-    return p.Fail("min_tokens", "min_tokens is not supported (only 0)");
-  };
 }
 
 void AddCompletions(std::map<std::string, Handler>* h) {

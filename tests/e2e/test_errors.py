@@ -66,7 +66,12 @@ COMPLETION_CASES = [
     ("model", "", "model"),
     ("model", 3, "model"),
     ("bogus_field", 1, "bogus_field"),
-    ("logit_bias", {"5": 10}, "logit_bias"),
+    ("logit_bias", {"300": 10}, "logit_bias"),  # outside the 256-token vocabulary
+    ("logit_bias", {"x": 10}, "logit_bias"),
+    ("logit_bias", {"5": "up"}, "logit_bias"),
+    ("logit_bias", [5], "logit_bias"),
+    ("min_tokens", 3, "min_tokens"),  # above max_tokens 2
+    ("min_tokens", -1, "min_tokens"),
     ("suffix", "x", "suffix"),
 ]
 CHAT_CASES = [
@@ -84,6 +89,8 @@ CHAT_CASES = [
     ("tools", [{"type": "function", "function": {"name": "f"}}], "tools"),
     ("response_format", {"type": "json_object"}, "response_format"),
     ("unknown_thing", True, "unknown_thing"),
+    ("logit_bias", {"256": 1}, "logit_bias"),
+    ("min_tokens", 3, "min_tokens"),
 ]
 
 

@@ -459,6 +459,89 @@ def test_penalties_are_honoured(server, field, value):
     assert changed, f"{field}={value} never changed the output"
 
 
+# ---- logit_bias and min_tokens (vLLM's semantics) -----------------------------------------------
+
+def test_logit_bias_moves_greedy_and_leaves_logprobs_raw(server):
+    prompt = PROMPTS[0]
+    plain = complete(server, BASE, prompt, max_tokens=6, logprobs=2,
+                     extra_body={"ignore_eos": True}).choices[0]
+    first = plain.token_ids[0]
+    # -100 on the greedy first token: the first token is then the raw runner-up, and its
+    # reported log-prob is the raw one (the unbiased run's second entry).
+    r = complete(server, BASE, prompt, max_tokens=1, logprobs=2,
+                 logit_bias={str(first): -100}, extra_body={"ignore_eos": True}).choices[0]
+    runner_up, runner_up_lp = sorted(plain.logprobs.top_logprobs[0].items(),
+                                     key=lambda kv: -kv[1])[1]
+    assert r.token_ids[0] != first
+    assert r.logprobs.tokens[0] == runner_up, (r.logprobs.tokens, plain.logprobs.top_logprobs[0])
+    assert r.logprobs.token_logprobs[0] == pytest.approx(runner_up_lp, abs=1e-6)
+    assert r.logprobs.top_logprobs[0] == pytest.approx(plain.logprobs.top_logprobs[0], abs=1e-6), \
+        "top log-probs are those of the raw logits"
+    # +100 on one token makes it every greedy token; the chat route takes the same field.
+    z = ord("Z")
+    r = complete(server, BASE, prompt, max_tokens=8, logit_bias={str(z): 100},
+                 extra_body={"ignore_eos": True}).choices[0]
+    assert r.token_ids == [z] * 8 and r.text == "Z" * 8
+    c = server.client().chat.completions.create(
+        model=BASE, messages=[{"role": "user", "content": prompt}], max_tokens=5, temperature=0,
+        logit_bias={str(z): 100}, extra_body={"ignore_eos": True})
+    assert c.choices[0].message.content == "Z" * 5
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["full", "stream"])
+def test_min_tokens_holds_back_eos(server, stream):
+    # EOS favoured by +100: without min_tokens it is the first token; with min_tokens 3 it is the
+    # fourth, the first three being the greedy tokens with EOS masked (ignore_eos is off).
+    bias = {str(EOS): 100}
+    r = complete(server, BASE, PROMPTS[1], max_tokens=10, logit_bias=bias).choices[0]
+    assert r.token_ids == [EOS] and r.finish_reason == "stop"
+    masked = complete(server, BASE, PROMPTS[1], max_tokens=3,
+                      logit_bias={str(EOS): -100}).choices[0]
+    if stream:
+        ids, text, finish = [], "", None
+        for ch in server.client().completions.create(
+                model=BASE, prompt=PROMPTS[1], max_tokens=10, temperature=0, logit_bias=bias,
+                stream=True, extra_body={"min_tokens": 3, "return_token_ids": True}):
+            for x in ch.choices:
+                ids += x.token_ids or []
+                text += x.text
+                finish = x.finish_reason or finish
+    else:
+        c = complete(server, BASE, PROMPTS[1], max_tokens=10, logit_bias=bias,
+                     extra_body={"min_tokens": 3}).choices[0]
+        ids, text, finish = c.token_ids, c.text, c.finish_reason
+    assert ids == masked.token_ids + [EOS], (ids, masked.token_ids)
+    assert finish == "stop"
+    assert text == masked.text
+
+
+def test_min_tokens_holds_back_stop_token_ids_and_strings(server):
+    prompt = PROMPTS[1]
+    full = _greedy_long(server, prompt, 32)
+    ids = full.token_ids
+    # A printable token first at index j ≥ 1 that occurs again at k > j.
+    j, k = next((j, k) for j in range(1, len(ids)) for k in range(j + 1, len(ids))
+                if printable(ids[j]) and ids[j] not in ids[:j] and ids[k] == ids[j])
+    # As a stop string: checked only from token j + 2 on with min_tokens j + 1, so the text
+    # runs to its second occurrence.
+    stop = chr(ids[j])
+    r = complete(server, BASE, prompt, max_tokens=32, stop=[stop],
+                 extra_body={"ignore_eos": True, "min_tokens": j + 1}).choices[0]
+    assert r.finish_reason == "stop" and r.stop_reason == stop
+    assert r.text == bytes(ids[:k]).decode("utf-8", "replace"), (r.text, ids[:k + 1])
+    # As a stop token: masked for the first j + 1 tokens, so token j is the raw runner-up there.
+    plain = complete(server, BASE, prompt, max_tokens=j + 1, logprobs=2,
+                     extra_body={"ignore_eos": True}).choices[0]
+    runner_up = sorted(plain.logprobs.top_logprobs[j].items(), key=lambda kv: -kv[1])[1][0]
+    r = complete(server, BASE, prompt, max_tokens=32, logprobs=1,
+                 extra_body={"ignore_eos": True, "min_tokens": j + 1,
+                             "stop_token_ids": [ids[j]]}).choices[0]
+    assert r.token_ids[:j] == ids[:j]
+    assert r.logprobs.tokens[j] == runner_up
+    assert ids[j] not in r.token_ids[:j + 1]
+    assert r.finish_reason == "length" or r.token_ids[-1] == ids[j]
+
+
 def test_user_field_accepted(server):
     r = complete(server, BASE, "x", max_tokens=2, user="someone")
     assert r.usage.completion_tokens >= 1

@@ -87,7 +87,12 @@ TEST(OpenAiRequest, RejectsNamingTheField) {
   EXPECT_EQ(Reject(R"({"model":"m","prompt":[1,4294967297]})").param, "prompt");
   EXPECT_EQ(Reject(R"({"model":"m","prompt":[1,-2]})").param, "prompt");
   EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","stream":"yes"})").param, "stream");
-  EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","logit_bias":{"5":1}})").param, "logit_bias");
+  for (const char* bad : {R"([1])", R"({"x":1})", R"({"-1":1})", R"({" 5":1})", R"({"5":"1"})",
+                          R"({"5":null})", R"({"99999999999":1})", R"({"":1})", R"("5")"}) {
+    EXPECT_EQ(Reject(std::string(R"({"model":"m","prompt":"x","logit_bias":)") + bad + "}").param,
+              "logit_bias")
+        << bad;
+  }
   EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","best_of":3})").param, "best_of");
   EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","suffix":"s"})").param, "suffix");
   EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","stream_options":{"x":1}})").param,
@@ -105,6 +110,21 @@ TEST(OpenAiRequest, RejectsNamingTheField) {
                                    Endpoint::kCompletions, &r, &err));
   }
   EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","min_tokens":0.5})").param, "min_tokens");
+  EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","min_tokens":-1})").param, "min_tokens");
+  {
+    // logit_bias: token ids as strings, biases clamped to [-100, 100] (as vLLM), a repeated
+    // token keeps its last bias, sorted by token; min_tokens an integer.
+    OpenAiRequest r;
+    ApiError err;
+    ASSERT_TRUE(ParseOpenAiRequest(
+        R"({"model":"m","messages":[{"role":"user","content":"x"}],"min_tokens":4,)"
+        R"("logit_bias":{"7":-250,"3":0.5,"7":12,"0":1e3}})",
+        Endpoint::kChat, &r, &err))
+        << err.message;
+    EXPECT_EQ(r.params.min_tokens, 4);
+    const std::vector<std::pair<int32_t, float>> want = {{0, 100.0f}, {3, 0.5f}, {7, 12.0f}};
+    EXPECT_EQ(r.params.logit_bias, want);
+  }
   EXPECT_EQ(Reject(R"({"prompt":"x"})").param, "model");
   EXPECT_EQ(Reject(R"({"model":"m"})").param, "prompt");
   EXPECT_EQ(Reject(R"({"model":"m","messages":[]})", Endpoint::kChat).param, "messages");

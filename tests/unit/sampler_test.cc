@@ -1,13 +1,14 @@
 // Sampler: greedy, seeds, top-k/top-p/min-p filtering, penalties, sampling frequencies, validation.
+#include "engine/sampler.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <random>
-
-#include "engine/sampler.h"
 
 namespace loom {
 namespace {
@@ -154,6 +155,78 @@ TEST(Sampler, LogprobsComeFromTheUnpenalisedDistribution) {
   EXPECT_NEAR(chosen.logprob, 1.0 - std::log(z), 1e-5);
 }
 
+// logit_bias moves the greedy choice and comes before the penalties (vLLM's order); the
+// log-probs stay those of the raw logits.
+TEST(Sampler, LogitBiasComesBeforePenaltiesAndLeavesLogprobsRaw) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.logprobs = 2;
+  p.logit_bias = {{2, 3.0f}};
+  const std::vector<float> l = {1.0f, 2.0f, 0.5f, -3.0f};
+  Sampler s(p, {});
+  std::vector<float> work = l;
+  TokenLogprob chosen{};
+  std::vector<TokenLogprob> top;
+  auto t = s.Sample(work.data(), 4, &chosen, &top);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(*t, 2);  // 0.5 + 3 = 3.5 > 2.0
+  double z = 0;
+  for (float v : l) z += std::exp(double(v));
+  EXPECT_NEAR(chosen.logprob, 0.5 - std::log(z), 1e-5);
+  ASSERT_EQ(top.size(), 2u);
+  EXPECT_EQ(top[0].token, 1);  // the raw ranking, not the biased one
+  // Before the repetition penalty: token 0 (in the prompt) 1 + 1 = 2, / 2 = 1.0 < token 1's
+  // 1.2; the other order (1 / 2 + 1 = 1.5) would pick token 0.
+  SamplingParams q;
+  q.temperature = 0;
+  q.repetition_penalty = 2.0f;
+  q.logit_bias = {{0, 1.0f}};
+  Sampler r(q, {0});
+  EXPECT_EQ(Draw(q, {1.0f, 1.2f, -1.0f}, &r), 1);
+  // -100 removes the maximum; a bias never turns a finite logit into +inf.
+  SamplingParams b;
+  b.temperature = 0;
+  b.logit_bias = {{0, -100.0f}, {2, 100.0f}};
+  Sampler u(b, {});
+  EXPECT_EQ(Draw(b, {50.0f, 1.0f, std::numeric_limits<float>::max()}, &u), 2);
+}
+
+// min_tokens: the stop tokens (EOS and stop_token_ids, handed in by the engine) cannot be drawn
+// for the first min_tokens steps, whatever the sampling mode; then they can. Log-probs are raw.
+TEST(Sampler, MinTokensHoldsBackStopTokensForTheFirstSteps) {
+  for (float temperature : {0.0f, 1.0f}) {
+    SamplingParams p;
+    p.temperature = temperature;
+    p.seed = 3;
+    p.min_tokens = 3;
+    p.logprobs = 1;
+    Sampler s(p, {}, {1, 3});
+    const std::vector<float> l = {-2.0f, 30.0f, -1.0f, 29.0f};  // 1 and 3 take all the mass
+    for (int step = 0; step < 5; ++step) {
+      std::vector<float> work = l;
+      TokenLogprob chosen{};
+      std::vector<TokenLogprob> top;
+      auto t = s.Sample(work.data(), 4, &chosen, &top);
+      ASSERT_TRUE(t.ok()) << t.status().ToString();
+      if (step < 3) {
+        EXPECT_TRUE(*t == 0 || *t == 2) << "step " << step << " drew stop token " << *t;
+      } else if (temperature == 0) {
+        EXPECT_EQ(*t, 1) << "step " << step;
+      }
+      ASSERT_EQ(top.size(), 1u);
+      EXPECT_EQ(top[0].token, 1);
+      s.Accept(*t);
+    }
+  }
+  // A row with only stop tokens left is an error, not a stop token.
+  SamplingParams p;
+  p.temperature = 0;
+  p.min_tokens = 1;
+  Sampler s(p, {}, {0, 1});
+  std::vector<float> l = {1.0f, 2.0f};
+  EXPECT_FALSE(s.Sample(l.data(), 2, nullptr, nullptr).ok());
+}
+
 // The top-n list against a partial_sort of every index (larger first, equal logits in token
 // order), with many ties, −inf entries and n up to 20; log-probs against a double log-softmax.
 TEST(Sampler, TopLogprobsAreTheLargestInTokenOrderOnTies) {
@@ -202,6 +275,20 @@ TEST(Sampler, ValidateNamesTheField) {
       {[](SamplingParams& p) { p.presence_penalty = 3; }, "presence_penalty"},
       {[](SamplingParams& p) { p.frequency_penalty = -3; }, "frequency_penalty"},
       {[](SamplingParams& p) { p.logprobs = 21; }, "logprobs"},
+      {[](SamplingParams& p) { p.min_tokens = 17; }, "min_tokens"},  // > max_tokens 16
+      {[](SamplingParams& p) { p.min_tokens = -1; }, "min_tokens"},
+      {[](SamplingParams& p) {
+         p.logit_bias = {{100, 1.0f}};
+       },
+       "logit_bias"},
+      {[](SamplingParams& p) {
+         p.logit_bias = {{-1, 1.0f}};
+       },
+       "logit_bias"},
+      {[](SamplingParams& p) {
+         p.logit_bias = {{3, 101.0f}};
+       },
+       "logit_bias"},
   };
   EXPECT_TRUE(SamplingParams{}.Validate(100).ok());
   for (const auto& c : cases) {

@@ -48,6 +48,25 @@ TEST(StopChecker, FlushReleasesAHeldPrefix) {
   EXPECT_EQ(c.text(), "go ST");
 }
 
+// min_tokens (check = false): a stop string inside the unchecked text is not matched, and one
+// completed there is not matched later either (vLLM searches only what ends in the new text);
+// one that starts there and ends in a checked piece is, and cuts the held-back text.
+TEST(StopChecker, UncheckedPiecesMatchNothingButStillHoldBack) {
+  StopChecker c({"ab", "abc"}, false);
+  std::string m;
+  EXPECT_EQ(c.Add("x ab y", &m, false), "x ab y");
+  EXPECT_EQ(m, "");
+  EXPECT_EQ(c.Add("ab", &m, false), "");  // "ab" could start "abc": held
+  EXPECT_EQ(m, "");
+  EXPECT_EQ(c.Add("d", &m, true), "abd");  // "ab" completed while unchecked: not a match now
+  EXPECT_EQ(m, "");
+  StopChecker d({"STOP"}, false);
+  EXPECT_EQ(d.Add("go ST", &m, false), "go ");
+  EXPECT_EQ(d.Add("OP and on", &m, true), "");
+  EXPECT_EQ(m, "STOP");
+  EXPECT_EQ(d.text(), "go ");
+}
+
 TEST(StopChecker, NoStopsPassesThrough) {
   StopChecker c;
   std::string m;
