@@ -2,10 +2,10 @@
 #include "base/json.h"
 
 #include <algorithm>
-#include <vector>
-
 #include <cmath>
+#include <cstdio>
 #include <new>
+#include <vector>
 
 namespace loom {
 
@@ -13,6 +13,23 @@ namespace {
 
 std::string Prefix(std::string_view what) {
   return what.empty() ? std::string("JSON: ") : std::string(what) + ": ";
+}
+
+// nlohmann's parse errors quote the bytes last read verbatim ("last read: '...'"): a file's
+// invalid UTF-8 or control bytes would reach logs and error bodies as they are. Bytes outside
+// printable ASCII become \xNN.
+std::string PrintableAscii(std::string_view s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\x%02x", c);
+      out += buf;
+    }
+  }
+  return out;
 }
 
 template <typename J>
@@ -33,7 +50,7 @@ StatusOr<J> ParseImpl(std::string_view text, std::string_view what, JsonLimits l
       try {
         (void)J::parse(text.begin(), text.end());
       } catch (const nlohmann::json::exception& e) {
-        why = std::string("not valid JSON (") + e.what() + ")";
+        why = "not valid JSON (" + PrintableAscii(e.what()) + ")";
       }
       return InvalidArgument(Prefix(what) + why);
     }

@@ -231,10 +231,17 @@ StatusOr<std::unique_ptr<SafetensorsStore>> SafetensorsStore::Open(const std::st
     const std::string index = path + "/" + stem + ".safetensors.index.json";
     const std::string single = path + "/" + stem + ".safetensors";
     ASSIGN_OR_RETURN(const bool has_index, RegularFileExists(index));
+    ASSIGN_OR_RETURN(const bool has_single, RegularFileExists(single));
+    if (has_index && has_single) {
+      // transformers reads the single file, vLLM the index's shards: the same folder would
+      // serve different weights depending on the reader.
+      return InvalidArgument(path + ": has both " + stem + ".safetensors and " + stem +
+                             ".safetensors.index.json; transformers reads the first and vLLM the "
+                             "second, so which weights are meant is ambiguous: remove one");
+    }
     if (has_index) {
       index_path = index;
     } else {
-      ASSIGN_OR_RETURN(const bool has_single, RegularFileExists(single));
       if (!has_single) {
         return NotFound(path + ": no " + stem + ".safetensors or " + stem +
                         ".safetensors.index.json");

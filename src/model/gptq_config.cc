@@ -90,6 +90,14 @@ Status ParseGptq(const json& qc, const std::string& what, GptqConfig* c) {
   RETURN_IF_ERROR(GetBool(qc, what, "lm_head", &c->lm_head));
   // checkpoint_format (transformers, gptqmodel) or format (gptqmodel's own config):
   // "gptq" = v1 (zero points stored minus one), "gptq_v2" = as they are.
+  // Both given and different: which one a reader takes depends on key order (gptqmodel maps
+  // both to one field), and v1 against v2 shifts every zero point by one: refused.
+  if (Has(qc, "checkpoint_format") && Has(qc, "format") &&
+      qc["checkpoint_format"] != qc["format"]) {
+    return InvalidArgument(what + ": checkpoint_format is " + Show(qc["checkpoint_format"]) +
+                           " but format is " + Show(qc["format"]) +
+                           "; they must agree (v1 and v2 read zero points differently)");
+  }
   for (const char* key : {"checkpoint_format", "format"}) {
     if (!Has(qc, key)) continue;
     const json& f = qc[key];

@@ -51,9 +51,17 @@ TEST(GptqConfig, ParsesAndRejectsByName) {
       {[](json& q) { q["bits"] = 3; }, false, "bits is 3"},
       {[](json& q) { q["group_size"] = 48; }, false, "group_size is 48"},
       // 2^64 − 1 read as an int64 is −1 (per channel): refused as the number it is.
-      {[](json& q) { q["group_size"] = 18446744073709551615ULL; }, false, "group_size is 18446744073709551615"},
-      {[](json& q) { q["checkpoint_format"] = "marlin"; }, false, "checkpoint_format is \"marlin\""},
-      {[](json& q) { q["dynamic"] = {{"x", 1}}; }, false, "dynamic is"},
+      {[](json& q) { q["group_size"] = 18446744073709551615ULL; }, false,
+       "group_size is 18446744073709551615"},
+      {[](json& q) { q["checkpoint_format"] = "marlin"; }, false,
+       "checkpoint_format is \"marlin\""},
+      // The two names disagreeing: v1 against v2 moves every zero point by one (review finding).
+      {[](json& q) { q["format"] = "gptq_v2"; }, false,
+       "checkpoint_format is \"gptq\" but format is \"gptq_v2\"; they must agree"},
+      {[](json& q) {
+         q["dynamic"] = {{"x", 1}};
+       },
+       false, "dynamic is"},
       {[](json& q) { q["shiny"] = 1; }, false, "field 'shiny' (1) is not one loom knows"},
       {[](json& q) { q["pack_dtype"] = "int16"; }, false, "pack_dtype is \"int16\""},
       {[](json& q) { q["version"] = "gemv"; }, true, "version is \"gemv\""},

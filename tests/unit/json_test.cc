@@ -56,6 +56,10 @@ TEST(ParseJson, SizeLimitAndSyntaxErrorsAreStatuses) {
   EXPECT_STATUS(ParseJson("", "empty").status(), StatusCode::kInvalidArgument, "not valid JSON");
   EXPECT_STATUS(ParseJson("\"\xff\"", "utf8").status(), StatusCode::kInvalidArgument,
                 "not valid JSON");
+  // nlohmann's message quotes the bytes last read; they come back as printable ASCII.
+  const Status bytes = ParseJson("{\"k\": tr\xc3\xa9\xff}", "q.json").status();
+  EXPECT_STATUS(bytes, StatusCode::kInvalidArgument, "q.json", "not valid JSON", "\\xc3");
+  for (unsigned char c : bytes.message()) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << bytes.message();
   EXPECT_FALSE(ParseJson("[1] [2]", "two").ok());
 }
 

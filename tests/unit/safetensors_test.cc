@@ -547,6 +547,18 @@ TEST(SafetensorsShardTest, FolderWithoutCheckpointAndOtherStem) {
   ASSERT_TRUE(adapter.ok()) << adapter.status().ToString();
   EXPECT_NE((*adapter)->Find("lora_A.weight"), nullptr);
 
+  // Both a single file and an index: transformers and vLLM would read different ones.
+  WriteShard(dir.File("model.safetensors"), {"a.weight"}, 4);
+  WriteShard(dir.File("model-00001-of-00001.safetensors"), {"a.weight"}, 4);
+  WriteIndex(dir.File("model.safetensors.index.json"),
+             {{"a.weight", "model-00001-of-00001.safetensors"}});
+  auto both = SafetensorsStore::Open(dir.path());
+  ASSERT_FALSE(both.ok());
+  EXPECT_TRUE(Contains(both.status().message(),
+                       "both model.safetensors and "
+                       "model.safetensors.index.json"))
+      << both.status().message();
+
   auto missing = SafetensorsStore::Open(dir.File("nope.safetensors"));
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
