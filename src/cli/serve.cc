@@ -189,12 +189,21 @@ int RunServe(ServeArgs& a) {
   ctx.draining = true;
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::duration<double>(a.shutdown_timeout_s);
-  while (engine.num_in_flight() > 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  // Requests accepted before the signal finish: those still in a handler (an adapter loading,
+  // a prompt being tokenized) as well as those in the engine, and their answers are written
+  // out. Only counting the engine's sequences dropped the former with a reset connection.
+  auto wait_while = [](auto busy, auto until) {
+    while (busy() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  };
+  wait_while([&] { return engine.num_in_flight() > 0 || http.num_unanswered() > 0; }, deadline);
   const int aborted = engine.num_in_flight();
   engine.Stop();  // aborts what is left: their streams end with finish_reason "abort"
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let streams write their end
+  // Their last chunks and bodies (and the 503s of handlers that submit now) are written, for
+  // at most 2 s more: a client that does not read is not waited for.
+  wait_while([&] { return http.num_unanswered() > 0; },
+             std::chrono::steady_clock::now() + std::chrono::seconds(2));
   stop_listener();
   std::fprintf(stderr, "loom: stopped (%d sequence(s) aborted at the deadline)\n", aborted);
   return 0;

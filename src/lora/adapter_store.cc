@@ -1,4 +1,5 @@
-// AdapterStore: registration, on-demand loading outside the table lock, LRU eviction of unleased adapters.
+// AdapterStore: registration, on-demand loading (one per name) outside the table lock, LRU
+// eviction.
 #include "lora/adapter_store.h"
 
 #include <algorithm>
@@ -61,6 +62,7 @@ bool AdapterStore::ValidName(const std::string& name) {
 StatusOr<std::shared_ptr<const Adapter>> AdapterStore::Load(const std::string& name,
                                                              const std::string& dir,
                                                              const std::string& root) const {
+  if (options_.on_load) options_.on_load(name);
   std::optional<ConfinedOpenScope> confined;
   if (!root.empty()) confined.emplace(root);
   ASSIGN_OR_RETURN(std::shared_ptr<const Adapter> adapter,
@@ -100,11 +102,7 @@ Status AdapterStore::Register(const std::string& name, const std::string& dir,
   e.dir = dir;
   e.root = root;
   e.generation = next_generation_++;
-  e.loaded = std::move(adapter);
-  lru_.push_front(name);
-  e.lru = lru_.begin();
-  ++loads_;
-  EvictLocked();
+  Publish(name, e, std::move(adapter));
   return OkStatus();
 }
 
@@ -115,15 +113,11 @@ void AdapterStore::Touch(const std::string& name, Entry& e) {
 }
 
 void AdapterStore::EvictLocked() {
+  // The running totals: a scan of the list per victim was quadratic, on the engine thread.
   auto over = [&] {
-    int count = 0;
-    uint64_t bytes = 0;
-    for (const auto& n : lru_) {
-      ++count;
-      bytes += entries_.at(n).loaded->resident_bytes();
-    }
-    return (options_.max_cpu_loras > 0 && count > options_.max_cpu_loras) ||
-           (options_.max_cpu_bytes > 0 && bytes > options_.max_cpu_bytes);
+    return (options_.max_cpu_loras > 0 &&
+            lru_.size() > static_cast<size_t>(options_.max_cpu_loras)) ||
+           (options_.max_cpu_bytes > 0 && resident_bytes_ > options_.max_cpu_bytes);
   };
   // Oldest first; an adapter some sequence holds (use_count > 1) is pinned. The most recent
   // one (just loaded or acquired) is never evicted, so the store may exceed its bound while
@@ -133,6 +127,7 @@ void AdapterStore::EvictLocked() {
     if (it == lru_.begin()) break;
     Entry& e = entries_.at(*it);
     if (e.loaded.use_count() > 1) continue;
+    resident_bytes_ -= e.loaded->resident_bytes();
     e.loaded.reset();
     it = lru_.erase(it);
     ++evictions_;
@@ -155,8 +150,12 @@ StatusOr<ConfinedDir> AdapterStore::OnDemandDir(const std::string& name) const {
 }
 
 StatusOr<std::shared_ptr<const Adapter>> AdapterStore::Acquire(const std::string& name) {
+  std::shared_ptr<Flight> flight;
+  std::string dir;
+  std::string root;
+  uint64_t generation = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     auto it = entries_.find(name);
     if (it != entries_.end() && it->second.loaded) {
       Touch(name, it->second);
@@ -167,30 +166,55 @@ StatusOr<std::shared_ptr<const Adapter>> AdapterStore::Acquire(const std::string
       return lease;
     }
     if (it == entries_.end() && roots_.empty()) return NotFound("no adapter named '" + name + "'");
-  }
-  std::lock_guard<std::mutex> load_lock(load_mu_);
-  std::string dir;
-  std::string root;
-  uint64_t generation = 0;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = entries_.find(name);
+    // One load per name: requests that name an adapter being loaded wait for that load and
+    // share its result, success or error (16 requests for a slow or failing adapter each ran
+    // the whole load again, one after another, holding 16 handler threads for seconds).
+    if (auto f = flights_.find(name); f != flights_.end()) {
+      std::shared_ptr<Flight> theirs = f->second;
+      flight_done_.wait(lock, [&] { return theirs->done; });
+      if (!theirs->result.ok()) return theirs->result.status();
+      auto e = entries_.find(name);
+      if (e != entries_.end() && e->second.loaded == *theirs->result) Touch(name, e->second);
+      return theirs->result;
+    }
+    flight = std::make_shared<Flight>();
+    flights_[name] = flight;
     if (it != entries_.end()) {
-      if (it->second.loaded) {  // loaded by another thread meanwhile
-        Touch(name, it->second);
-        return it->second.loaded;
-      }
       dir = it->second.dir;
       root = it->second.root;
       generation = it->second.generation;
     }
   }
-  if (dir.empty()) {
+  StatusOr<std::shared_ptr<const Adapter>> result = Internal("adapter '" + name + "': load failed");
+  try {
+    result = LoadAndPublish(name, dir, root, generation);
+  } catch (const std::exception& e) {  // never leave the waiters waiting
+    result = Internal("adapter '" + name + "': load failed: " + e.what());
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    flight->result = result;
+    flight->done = true;
+    flights_.erase(name);
+  }
+  flight_done_.notify_all();
+  return result;
+}
+
+StatusOr<std::shared_ptr<const Adapter>> AdapterStore::LoadAndPublish(const std::string& name,
+                                                                      std::string dir,
+                                                                      std::string root,
+                                                                      uint64_t generation) {
+  if (dir.empty()) {  // an unknown name is answered without waiting for other loads
     ASSIGN_OR_RETURN(ConfinedDir found, OnDemandDir(name));
     dir = std::move(found.dir);
     root = std::move(found.root);
   }
-  auto loaded = Load(name, dir, root);
+  StatusOr<std::shared_ptr<const Adapter>> loaded = Internal("");
+  {
+    std::lock_guard<std::mutex> load_lock(load_mu_);  // one load at a time (memory, CPU)
+    loaded = Load(name, dir, root);
+  }
   if (!loaded.ok() && generation != 0 && loaded.status().code() == StatusCode::kNotFound) {
     // A registered (listed) adapter whose folder went away after an eviction: not "no such
     // model", which /v1/models would contradict.
@@ -213,12 +237,18 @@ StatusOr<std::shared_ptr<const Adapter>> AdapterStore::Acquire(const std::string
     Touch(name, it->second);
     return it->second.loaded;
   }
-  it->second.loaded = adapter;
+  Publish(name, it->second, std::move(adapter));
+  return it->second.loaded;
+}
+
+void AdapterStore::Publish(const std::string& name, Entry& e,
+                           std::shared_ptr<const Adapter> adapter) {
+  resident_bytes_ += adapter->resident_bytes();
+  e.loaded = std::move(adapter);
   lru_.push_front(name);
-  it->second.lru = lru_.begin();
+  e.lru = lru_.begin();
   ++loads_;
   EvictLocked();
-  return adapter;
 }
 
 void AdapterStore::Trim() {
@@ -230,7 +260,10 @@ Status AdapterStore::Unregister(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(name);
   if (it == entries_.end()) return NotFound("adapter '" + name + "' is not loaded");
-  if (it->second.loaded) lru_.erase(it->second.lru);
+  if (it->second.loaded) {
+    lru_.erase(it->second.lru);
+    resident_bytes_ -= it->second.loaded->resident_bytes();
+  }
   entries_.erase(it);
   return OkStatus();
 }

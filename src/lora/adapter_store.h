@@ -1,7 +1,9 @@
 // AdapterStore: adapter names → folders and loaded adapters; an LRU of loaded ones with leases.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -20,6 +22,8 @@ struct AdapterStoreOptions {
   uint64_t max_cpu_bytes = 0;    // Adapter::resident_bytes of those kept loaded; 0 = no limit
   int max_lora_rank = 0;         // 0 = no limit
   std::vector<std::string> lora_dirs;  // roots for on-demand names and runtime paths
+  // Called on the loading thread before each load from disk (an observer: tests, logging).
+  std::function<void(const std::string& name)> on_load;
 };
 
 // A folder inside a --lora-dir root, and that root (every file of the adapter is opened inside it).
@@ -40,7 +44,8 @@ struct AdapterInfo {
 // again from its folder when next named. Unregister removes the name at once; sequences that
 // hold a lease finish on those weights.
 // Thread-safety: every method may be called from any thread. Loading (file reads, validation)
-// happens on the calling thread, never under the table lock, one load at a time.
+// happens on the calling thread, never under the table lock, one load at a time; callers that
+// name an adapter already being loaded wait for that load and share its result.
 class AdapterStore {
  public:
   // `sites`: the served model's projections (Model::sites()); outlives the store.
@@ -84,6 +89,16 @@ class AdapterStore {
     uint64_t generation = 0;                // bumps on every (re)registration
     std::list<std::string>::iterator lru;   // valid when loaded
   };
+  // One load in progress for a name; later requests for it wait on flight_done_ and share it.
+  struct Flight {
+    bool done = false;
+    StatusOr<std::shared_ptr<const Adapter>> result = Internal("not loaded yet");
+  };
+  // Acquire's loader: finds the folder (on demand), loads it (one load at a time), publishes.
+  StatusOr<std::shared_ptr<const Adapter>> LoadAndPublish(const std::string& name, std::string dir,
+                                                          std::string root, uint64_t generation);
+  // Makes `adapter` the resident one of `e` (the most recent), then evicts to the bounds.
+  void Publish(const std::string& name, Entry& e, std::shared_ptr<const Adapter> adapter);
   // LoadAdapter, with every file opened inside `root` when it is not empty.
   StatusOr<std::shared_ptr<const Adapter>> Load(const std::string& name, const std::string& dir,
                                                 const std::string& root) const;
@@ -98,6 +113,9 @@ class AdapterStore {
   std::mutex load_mu_;              // one load at a time
   std::unordered_map<std::string, Entry> entries_;
   std::list<std::string> lru_;      // loaded names, most recent first
+  uint64_t resident_bytes_ = 0;     // Adapter::resident_bytes of the loaded ones
+  std::unordered_map<std::string, std::shared_ptr<Flight>> flights_;  // under mu_
+  std::condition_variable flight_done_;                               // with mu_
   uint64_t next_generation_ = 1;
   int64_t loads_ = 0;
   int64_t evictions_ = 0;

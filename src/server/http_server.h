@@ -20,6 +20,7 @@ class HttpServer {
   // Binds host:port (port 0 picks a free one). Error names the address.
   Status Bind();
   int port() const { return transport_->port(); }
+  int num_unanswered() const { return transport_->num_unanswered(); }
   // Serves until Stop (blocking).
   void Listen();
   // Closes every connection (streams still open are cut) and makes Listen return.

@@ -69,6 +69,7 @@ struct HttpTransport::Impl {
   asio::thread_pool workers;
   std::unordered_map<Session*, std::weak_ptr<Session>> sessions;  // I/O thread only
   std::atomic<int> num_connections{0};
+  std::atomic<int> num_unanswered{0};  // sessions between a request read and its answer written
   int port = 0;
   bool stopped = false;
   // Where lingering connections' input is read and dropped (one for all: the bytes are
@@ -129,6 +130,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (deferred_) std::exchange(deferred_, nullptr)->Abandon();
     if (stream_) std::exchange(stream_, nullptr)->Abandon();
     if (owner_->sessions.erase(this) > 0) owner_->num_connections.fetch_sub(1);
+    SetUnanswered(false);
     current_.reset();
     // Released later, not inside a member function of this session.
     asio::post(owner_->ioc, [keep = std::move(self_)] {});
@@ -240,6 +242,7 @@ class Session : public std::enable_shared_from_this<Session> {
     r.close = true;
     linger_ = true;
     phase_ = Phase::kHandling;
+    SetUnanswered(true);
     answered_ = false;
     OnReply(++request_id_, std::move(r));  // a number of its own: no late answer takes it
   }
@@ -269,6 +272,7 @@ class Session : public std::enable_shared_from_this<Session> {
     linger_ = false;
     answered_ = false;
     phase_ = Phase::kHandling;
+    SetUnanswered(true);
     Watch();
     // The request's own Exchange, kept by the session while the request is current (the
     // engine's wake holds it weakly).
@@ -322,6 +326,12 @@ class Session : public std::enable_shared_from_this<Session> {
   void PeerGone() { Close(); }
 
   // ---- answering ----
+  void SetUnanswered(bool on) {
+    if (on == unanswered_) return;
+    unanswered_ = on;
+    owner_->num_unanswered.fetch_add(on ? 1 : -1);
+  }
+
   bool TakeAnswer() {
     if (answered_) return false;  // a handler answered twice: ignore the second
     answered_ = true;
@@ -440,6 +450,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // The response is written: the next request, or the end of the connection.
   void Finish() {
     complete_ = false;
+    SetUnanswered(false);
     current_.reset();  // the request is answered: late wakes and answers for it go nowhere
     if (!close_after_) {
       StopWatch();
@@ -492,6 +503,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool answered_ = false;     // the handler has answered this request
   bool close_after_ = false;  // close once the response is written
   bool linger_ = false;       // ... after draining what the client still sends
+  bool unanswered_ = false;   // counted in owner_->num_unanswered
   bool complete_ = false;     // the response's last bytes are queued
   bool chunked_ = false;
   std::shared_ptr<DeferredReply> deferred_;
@@ -603,6 +615,8 @@ Status HttpTransport::Bind() {
 int HttpTransport::port() const { return impl_->port; }
 
 int HttpTransport::num_connections() const { return impl_->num_connections.load(); }
+
+int HttpTransport::num_unanswered() const { return impl_->num_unanswered.load(); }
 
 void HttpTransport::Run() {
   if (!impl_->acceptor.is_open()) return;

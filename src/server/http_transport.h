@@ -46,6 +46,9 @@ class HttpTransport {
   // Runs `work` on a worker thread (exceptions are caught and logged by the caller's wrapper).
   void Post(std::function<void()> work);
   int num_connections() const;
+  // Requests read and not yet answered in full: being handled, waiting on the engine, or
+  // their response (a stream included) still being written. SIGTERM's drain waits on it.
+  int num_unanswered() const;
 
   struct Impl;  // the I/O loop, acceptor, workers and connections (http_transport.cc)
 

@@ -1,10 +1,14 @@
 // AdapterStore: LRU eviction bounded by max_cpu_loras, leases pin, unload while leased, on-demand
 // loading from --lora-dir, runtime paths confined to the roots.
+#include "lora/adapter_store.h"
+
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
-#include "lora/adapter_store.h"
 #include "model/model.h"
 
 namespace loom {
@@ -96,6 +100,46 @@ TEST(AdapterStore, OnDemandAndRuntimePathsStayInsideTheRoots) {
   EXPECT_EQ(store.ResolveRuntimePath("missing").status().code(), StatusCode::kNotFound);
   fs::remove_all(root);
   fs::remove_all(outside);
+}
+
+// Requests naming an adapter that is being loaded wait for that one load and share its result,
+// success or error (each ran the whole load again, one after another). The first load is held
+// for 300 ms so that every thread is inside Acquire while it runs.
+TEST(AdapterStore, ConcurrentAcquiresOfOneNameShareOneLoad) {
+  const fs::path root = fs::temp_directory_path() / "loom_store_flight";
+  fs::remove_all(root);
+  fs::create_directories(root / "bad");
+  fs::copy(kAdapters + "llama_mlp_r6", root / "mlp", fs::copy_options::recursive);
+  fs::copy(kAdapters + "llama_mlp_r6", root / "bad", fs::copy_options::recursive);
+  fs::remove(root / "bad" / "adapter_model.safetensors");
+  std::atomic<int> loads{0};
+  AdapterStoreOptions o;
+  o.lora_dirs = {root.string()};
+  o.on_load = [&](const std::string&) {
+    if (loads.fetch_add(1) == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  };
+  for (const char* name : {"mlp", "bad"}) {
+    loads = 0;
+    AdapterStore store(&Llama().sites(), o);
+    constexpr int kThreads = 8;
+    std::vector<StatusOr<std::shared_ptr<const Adapter>>> got(kThreads, Internal("not run"));
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kThreads; ++i) {
+      threads.emplace_back([&, i] { got[static_cast<size_t>(i)] = store.Acquire(name); });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(loads.load(), 1) << name;
+    for (const auto& g : got) {
+      EXPECT_EQ(g.ok(), got[0].ok()) << name;
+      if (g.ok()) {
+        EXPECT_EQ(g->get(), got[0]->get());
+      } else {
+        EXPECT_EQ(g.status().message(), got[0].status().message());
+      }
+    }
+    EXPECT_EQ(got[0].ok(), std::string(name) == "mlp") << got[0].status().ToString();
+  }
+  fs::remove_all(root);
 }
 
 TEST(AdapterStore, RuntimeLoadingNeedsRoots) {
