@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <set>
 
 namespace loom {
@@ -110,21 +111,45 @@ void AsyncEngine::Loop() {
       for (int64_t id : ids) engine_.Abort(id);
     }
     stalled = false;
-    if (!stopping && engine_.HasWork()) stalled = !engine_.Step();
+    if (!stopping && engine_.HasWork()) {
+      // An exception here (an allocation that failed mid-step) would end the process through
+      // std::terminate. The step's sequences may be half-advanced: every sequence is aborted
+      // (its blocks freed, its client told), and the engine goes on with new requests.
+      try {
+        stalled = !engine_.Step();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "loom: engine step failed (%s); aborting %zu running sequence(s)\n",
+                     e.what(), callbacks_.size());
+        std::vector<int64_t> ids;
+        for (const auto& [id, cb] : callbacks_) ids.push_back(id);
+        for (int64_t id : ids) engine_.Abort(id);
+      }
+    }
     bool finished = false;
     for (SequenceUpdate& u : engine_.TakeUpdates()) {
       auto it = callbacks_.find(u.id);
       if (it == callbacks_.end()) continue;
       const bool last = u.finish_reason != FinishReason::kNone;
       finished = finished || last;
-      it->second(std::move(u));
+      try {
+        it->second(std::move(u));
+      } catch (const std::exception& e) {  // one client's callback must not end the others
+        std::fprintf(stderr, "loom: sequence %lld: delivering an update failed: %s\n",
+                     static_cast<long long>(it->first), e.what());
+      }
       if (last) {
         callbacks_.erase(it);
         --in_flight_;
       }
     }
     engine_.TakeFinished();  // results are delivered through updates
-    if (finished && on_sequences_finished_) on_sequences_finished_();
+    if (finished && on_sequences_finished_) {
+      try {
+        on_sequences_finished_();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "loom: after finished sequences: %s\n", e.what());
+      }
+    }
     Publish();
     if (stopping) return;
   }

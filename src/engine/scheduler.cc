@@ -105,10 +105,13 @@ void Scheduler::Admit(int* budget, StepPlan* plan) {
       seq->num_computed = 0;
       break;
     }
-    if (options_.enable_prefix_caching && !seq->request.return_prompt_logits) {
+    // New requests only, as vLLM's counters: a preempted sequence's readmission would count
+    // its generated tokens and its own blocks as prompt hits.
+    if (options_.enable_prefix_caching && !seq->request.return_prompt_logits &&
+        seq->num_preemptions == 0) {
       prefix_queries_ += static_cast<int64_t>(seq->tokens.size());
       prefix_hits_ += static_cast<int64_t>(matched) * kKvBlockSize;
-      if (seq->num_preemptions == 0) seq->result.num_cached_prompt_tokens = matched * kKvBlockSize;
+      seq->result.num_cached_prompt_tokens = matched * kKvBlockSize;
     }
     const int count = std::min(seq->remaining(), *budget);
     if (!cache_->Reserve(&seq->block_table, seq->num_computed + count)) break;
@@ -116,7 +119,11 @@ void Scheduler::Admit(int* budget, StepPlan* plan) {
     plan->rows.emplace_back(seq, count);
     if (seq->adapter_key != 0) adapters.insert(seq->adapter_key);
     seq->waited_steps = 0;
-    running_.push_back(std::move(*it));
+    // running_ stays in arrival order (a request may pass a blocked head, a preempted one comes
+    // back): its tail is the youngest, the one preemption takes.
+    auto pos = std::find_if(running_.begin(), running_.end(),
+                            [&](const auto& r) { return r->arrival > seq->arrival; });
+    running_.insert(pos, std::move(*it));
     it = waiting_.erase(it);
   }
 }

@@ -40,9 +40,11 @@ struct Submission {
 };
 
 bool Submit(ServerContext& ctx, const OpenAiRequest& r, std::shared_ptr<const Adapter> adapter,
-            const std::shared_ptr<Exchange>& ex, Submission* sub, ApiError* error) {
+            const std::shared_ptr<Exchange>& ex, Clock::time_point received, Submission* sub,
+            ApiError* error) {
   sub->state = std::make_shared<GenerationState>();
   auto& state = *sub->state;
+  state.start = received;
   // The engine's callbacks wake the connection (a weak reference: a connection that is gone
   // is not kept alive by its sequences). A completion only needs its last update.
   state.wake_each_update = r.stream;
@@ -207,9 +209,16 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
   // so one request of 64 prompts × n = 16 cannot carry the queue past it; a request alone in an
   // empty queue is admitted whatever its size (≤ 1024 sequences by the parser's limits). The
   // engine's last snapshot may lag a step behind: the bound is approximate by a few sequences,
-  // never unbounded.
-  const int queued = ctx.engine->num_in_flight() - ctx.engine->Stats().num_running;
+  // never unbounded. This request's are reserved from the check until Submit has handed them to
+  // the engine (num_in_flight): handlers checking at once see each other's.
   const int64_t wanted = static_cast<int64_t>(sub.prompts.size()) * r.n;
+  const int64_t others = ctx.admitting.fetch_add(wanted);
+  struct Unreserve {
+    std::atomic<int64_t>& admitting;
+    int64_t n;
+    ~Unreserve() { admitting.fetch_sub(n); }
+  } unreserve{ctx.admitting, wanted};
+  const int64_t queued = ctx.engine->num_in_flight() - ctx.engine->Stats().num_running + others;
   if (queued > 0 && queued + wanted > ctx.options.max_waiting) {
     return fail(ApiError{503, "the server is overloaded (" + std::to_string(queued) +
                                             " sequences waiting, this request adds " +
@@ -228,7 +237,7 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
   }
   // After the cheap refusals (queue, lengths): the decode may take the tokenizer's budget.
   if (r.echo && !EchoTokenPromptsAsText(ctx, &r, &error)) return fail(error);
-  if (!Submit(ctx, r, adapter, ex, &sub, &error)) return fail(error);
+  if (!Submit(ctx, r, adapter, ex, req.received, &sub, &error)) return fail(error);
   // The sequences hold their own leases now; holding this one until the response is written
   // kept the adapter pinned past the engine's release (the store trims when sequences finish).
   adapter.reset();

@@ -1,6 +1,7 @@
 // HTTP request, response and the Exchange a handler answers through (no transport types here).
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -19,6 +20,9 @@ struct HttpRequest {
   int version = 11;    // 10 or 11
   // Header fields in arrival order, names as sent (compare with CaseEqual).
   std::vector<std::pair<std::string, std::string>> headers;
+  // When the request was read whole: the latency metrics count from here (a wait for the
+  // handler pool or an adapter load is part of the time to first token).
+  std::chrono::steady_clock::time_point received = std::chrono::steady_clock::now();
 
   // The first value of `name` (case-insensitive), or "".
   std::string header(const std::string& name) const;

@@ -32,6 +32,9 @@ struct ServerContext {
   ServerOptions options;
   std::atomic<bool> ready{false};     // model loaded: /health 200, /v1 routes served
   std::atomic<bool> draining{false};  // SIGTERM: new generation requests get 503
+  // Sequences that handlers have passed through the --max-waiting check and not yet handed to
+  // the engine: counted as waiting, so handlers checking at once cannot each pass it.
+  std::atomic<int64_t> admitting{0};
   AsyncEngine* engine = nullptr;
   AdapterStore* adapters = nullptr;   // null with --merge
   const tokenizer::Tokenizer* tokenizer = nullptr;  // null when the folder has none

@@ -155,6 +155,22 @@ TEST(Scheduler, PreemptionAndResumeGiveTheSameTokens) {
   EXPECT_EQ(engine.kv_cache().num_free_blocks(), engine.kv_cache().num_blocks());
 }
 
+// The prefix-cache counters count each request's prompt once, as vLLM's: a preempted
+// sequence's readmission (its generated tokens, its own blocks) is not a query or a hit.
+TEST(Scheduler, PrefixCounterCountsPromptsOnceThroughPreemption) {
+  BatchInvariant invariant;
+  Fixture& f = Llama();
+  EngineOptions o;
+  o.kv_cache_tokens = 96;
+  Engine engine(f.model.get(), o);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(engine.Add(Greedy(Prompt(i, 20), 30)).ok());
+  auto results = engine.RunToCompletion();
+  ASSERT_EQ(results.size(), 4u);
+  EXPECT_GT(engine.scheduler().num_preemptions(), 0);
+  EXPECT_EQ(engine.scheduler().prefix_queries(), 4 * 20);
+  EXPECT_EQ(engine.scheduler().prefix_hits(), 0);  // four different prompts
+}
+
 // A sequence with `prompt_len` prompt tokens for a bare scheduler.
 std::unique_ptr<Sequence> Bare(int64_t id, int prompt_len) {
   auto seq = std::make_unique<Sequence>();
@@ -350,6 +366,61 @@ TEST(Scheduler, AbortFreesBlocksAndEmitsAnUpdate) {
   engine.RunToCompletion();
   EXPECT_EQ(engine.kv_cache().num_free_blocks(), engine.kv_cache().num_blocks());
   (void)b;
+}
+
+}  // namespace
+}  // namespace loom
+
+namespace loom {
+namespace {
+
+// The running list stays in arrival order when a request passes a head blocked by max_loras
+// and when a preempted sequence comes back, so preemption takes the youngest (review finding:
+// an older sequence was preempted, and lost its whole prefix, while a younger one ran on).
+TEST(Scheduler, RunningStaysInArrivalOrderSoPreemptionTakesTheYoungest) {
+  auto kv = KvCache::Create(1, 1, 8, 12);
+  ASSERT_TRUE(kv.ok());
+  SchedulerOptions o;
+  o.max_batch_tokens = 16;
+  o.max_loras = 2;
+  o.enable_prefix_caching = false;
+  Scheduler s(kv->get(), o);
+  auto make = [](int64_t id, int max_tokens, uint64_t adapter) {
+    auto q = std::make_unique<Sequence>();
+    q->id = id;
+    q->request.prompt.assign(8, static_cast<int32_t>(5 + id));
+    q->tokens = q->request.prompt;
+    q->request.params.max_tokens = max_tokens;
+    q->adapter_key = adapter;
+    return q;
+  };
+  s.Enqueue(make(0, 10, 33));
+  s.Enqueue(make(1, 10, 11));
+  s.Enqueue(make(2, 100, 22));  // blocked behind max_loras 2 while 33 and 11 run
+  s.Enqueue(make(3, 100, 11));  // passes it (its adapter is running)
+  int preemptions = 0;
+  for (int step = 0; step < 2000 && s.HasWork(); ++step) {
+    StepPlan p = s.Schedule();
+    std::vector<Sequence*> done;
+    for (auto& [q, n] : p.rows) {
+      q->num_computed += n;
+      if (q->remaining() == 0) {
+        q->tokens.push_back(7);
+        q->result.generated.push_back(7);
+        if (static_cast<int>(q->result.generated.size()) >= q->request.params.max_tokens) {
+          done.push_back(q);
+        }
+      }
+    }
+    preemptions += static_cast<int>(p.preempted.size());
+    const auto& running = s.running();
+    for (size_t i = 1; i < running.size(); ++i) {
+      ASSERT_LT(running[i - 1]->arrival, running[i]->arrival) << "step " << step;
+    }
+    for (Sequence* q : done) s.Retire(q);
+  }
+  EXPECT_FALSE(s.HasWork());
+  EXPECT_GT(preemptions, 0);  // the cache was too small: the order mattered
 }
 
 }  // namespace
