@@ -365,8 +365,11 @@ Status WriteSafetensorsStreaming(const std::string& path, const std::vector<Tens
     out.write(reinterpret_cast<const char*>(buf.data()), static_cast<std::streamsize>(buf.size()));
   }
   out.close();
-  if (!out) return Internal(path + ": write failed (disk full?)");
   std::error_code ec;
+  if (!out) {
+    fs::remove(tmp, ec);  // a partial file is not left behind
+    return Internal(path + ": write failed (disk full?)");
+  }
   fs::rename(tmp, path, ec);
   if (ec) return Internal(path + ": rename failed: " + ec.message());
   return OkStatus();

@@ -421,6 +421,20 @@ Status WriteCheckpointAtomically(const std::string& out_dir, const std::string& 
   std::replace(tag.begin(), tag.end(), ' ', '-');
   std::string name = ".";
   name.append(out_real.filename().string()).append(".").append(tag).append("-XXXXXX");
+  // A run that was killed (SIGKILL, the OOM killer) left its folder, possibly gigabytes: said,
+  // not removed (another run may be writing it now).
+  const std::string stale_prefix = name.substr(0, name.size() - 6);
+  for (fs::directory_iterator it(out_real.parent_path(), ec), end; !ec && it != end;
+       it.increment(ec)) {
+    const std::string entry = it->path().filename().string();
+    if (entry.size() == name.size() && entry.rfind(stale_prefix, 0) == 0) {
+      std::fprintf(stderr,
+                   "loom: warning: %s is left from an interrupted %s into the same --out (or one "
+                   "running now); remove it if none is\n",
+                   it->path().c_str(), command.c_str());
+    }
+  }
+  ec.clear();
   std::string tmpl = (out_real.parent_path() / name).string();
   if (::mkdtemp(tmpl.data()) == nullptr) {
     const int err = errno;

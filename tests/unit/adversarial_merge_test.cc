@@ -113,6 +113,23 @@ TEST_F(AdversarialMerge, NewOrEmptyOutIsWrittenAndLoadsAndNoTemporaryFolderIsLef
   (void)inputs_before;
 }
 
+// A killed run's temporary folder beside --out is named in a warning, and left alone (another
+// run may be writing it); the new run writes its own.
+TEST_F(AdversarialMerge, AStaleTemporaryFolderIsNamedNotRemoved) {
+  const std::string out = dir_.Path("stale_out");
+  const std::string stale = dir_.Path(".stale_out.loom-merge-AbC123");
+  fs::create_directories(stale);
+  WriteBytes(stale + "/model.safetensors", "partial");
+  ::testing::internal::CaptureStderr();
+  Status st = WriteMergedCheckpoint(model_dir_, *model_, *adapter_, out, 1 << 30);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_TRUE(Contains(err, stale)) << err;
+  EXPECT_TRUE(Contains(err, "interrupted loom merge")) << err;
+  EXPECT_TRUE(fs::exists(stale + "/model.safetensors"));
+  EXPECT_TRUE(Model::Load(out).ok());
+}
+
 // Review finding: in a Hugging Face hub cache snapshot every file is a link to ../../blobs/SHA;
 // the merge skipped them all as links out of the folder, config.json included, and exited 0
 // with a checkpoint that does not load. Links into the snapshot's own blobs are copied; a file
