@@ -15,9 +15,8 @@ std::string Prefix(std::string_view what) {
   return what.empty() ? std::string("JSON: ") : std::string(what) + ": ";
 }
 
-// nlohmann's parse errors quote the bytes last read verbatim ("last read: '...'"): a file's
-// invalid UTF-8 or control bytes would reach logs and error bodies as they are. Bytes outside
-// printable ASCII become \xNN.
+}  // namespace
+
 std::string PrintableAscii(std::string_view s) {
   std::string out;
   for (unsigned char c : s) {
@@ -31,6 +30,8 @@ std::string PrintableAscii(std::string_view s) {
   }
   return out;
 }
+
+namespace {
 
 template <typename J>
 StatusOr<J> ParseImpl(std::string_view text, std::string_view what, JsonLimits limits) {
@@ -50,6 +51,7 @@ StatusOr<J> ParseImpl(std::string_view text, std::string_view what, JsonLimits l
       try {
         (void)J::parse(text.begin(), text.end());
       } catch (const nlohmann::json::exception& e) {
+        // nlohmann's text quotes the bytes last read ("last read: '...'") verbatim.
         why = "not valid JSON (" + PrintableAscii(e.what()) + ")";
       }
       return InvalidArgument(Prefix(what) + why);

@@ -58,6 +58,9 @@ Status CheckJsonObjectKeys(std::string_view text, std::string_view what, int max
 
 // dump() that never throws: invalid UTF-8 in strings is replaced by U+FFFD. `max_chars` > 0
 // cuts the result (with "...") for use inside error messages.
+// `s` with every byte outside printable ASCII as \xNN: file or request bytes quoted in a
+// message (invalid UTF-8 and control bytes never reach logs or error bodies as they are).
+std::string PrintableAscii(std::string_view s);
 std::string JsonToString(const nlohmann::json& j, int indent = -1, size_t max_chars = 0);
 std::string JsonToString(const nlohmann::ordered_json& j, int indent = -1, size_t max_chars = 0);
 

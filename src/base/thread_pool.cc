@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <utility>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -67,7 +68,15 @@ void ThreadPool::RunTasks(int thread_index) {
   for (;;) {
     int64_t task = next_task_.fetch_add(1, std::memory_order_relaxed);
     if (task >= num_tasks_) break;
-    (*fn_)(task, thread_index);
+    try {
+      (*fn_)(task, thread_index);
+    } catch (...) {
+      // Uncaught on a worker it would be std::terminate; unwinding the caller out of
+      // ParallelFor while workers still ran fn_ would be worse. Skip the rest, keep the first.
+      std::lock_guard<std::mutex> lock(error_mu_);
+      if (!error_) error_ = std::current_exception();
+      next_task_.store(num_tasks_, std::memory_order_relaxed);
+    }
   }
 }
 
@@ -111,6 +120,12 @@ void ThreadPool::ParallelFor(int64_t num_tasks, const std::function<void(int64_t
   cv_.notify_all();
   RunTasks(0);
   while (pending_workers_.load(std::memory_order_acquire) != 0) LOOM_PAUSE();
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lock(error_mu_);
+    error = std::exchange(error_, nullptr);
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 ThreadPool& ThreadPool::Global() {

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -55,6 +56,10 @@ class ThreadPool {
   std::atomic<bool> stop_{false};
   int64_t num_tasks_ = 0;
   const std::function<void(int64_t, int)>* fn_ = nullptr;
+  // The first exception a task threw in this ParallelFor (workers included): the remaining
+  // tasks are skipped, the workers finish, and ParallelFor rethrows it on its caller's thread.
+  std::mutex error_mu_;
+  std::exception_ptr error_;
 };
 
 }  // namespace loom

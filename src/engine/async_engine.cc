@@ -81,6 +81,12 @@ void AsyncEngine::Publish() {
   stats_ = std::move(s);
 }
 
+void AsyncEngine::AbortAll() {
+  std::vector<int64_t> ids;
+  for (const auto& [id, cb] : callbacks_) ids.push_back(id);
+  for (int64_t id : ids) engine_.Abort(id);
+}
+
 void AsyncEngine::Loop() {
   bool stopping = false;
   bool stalled = false;  // work exists but none could be scheduled: wait for a change
@@ -105,24 +111,20 @@ void AsyncEngine::Loop() {
     }
     for (auto& [request, id] : inbox) engine_.AddValidated(std::move(request), id);
     for (int64_t id : aborts) engine_.Abort(id);
-    if (stopping) {
-      std::vector<int64_t> ids;
-      for (const auto& [id, cb] : callbacks_) ids.push_back(id);
-      for (int64_t id : ids) engine_.Abort(id);
-    }
+    if (stopping) AbortAll();
     stalled = false;
     if (!stopping && engine_.HasWork()) {
-      // An exception here (an allocation that failed mid-step) would end the process through
-      // std::terminate. The step's sequences may be half-advanced: every sequence is aborted
-      // (its blocks freed, its client told), and the engine goes on with new requests.
+      // An exception here (an allocation that failed mid-step, on this thread or in a pool
+      // task: ThreadPool::ParallelFor rethrows it here once its workers are done) would end the
+      // process through std::terminate. The step's sequences may be half-advanced: every
+      // sequence in flight is aborted (its blocks freed, its client told), and the engine goes
+      // on with new requests.
       try {
         stalled = !engine_.Step();
       } catch (const std::exception& e) {
-        std::fprintf(stderr, "loom: engine step failed (%s); aborting %zu running sequence(s)\n",
+        std::fprintf(stderr, "loom: engine step failed (%s); aborting all %zu sequence(s)\n",
                      e.what(), callbacks_.size());
-        std::vector<int64_t> ids;
-        for (const auto& [id, cb] : callbacks_) ids.push_back(id);
-        for (int64_t id : ids) engine_.Abort(id);
+        AbortAll();
       }
     }
     bool finished = false;

@@ -54,6 +54,7 @@ class AsyncEngine {
 
  private:
   void Loop();
+  void AbortAll();  // every sequence in flight (engine thread)
   void Publish();
 
   Engine engine_;

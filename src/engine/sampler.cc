@@ -66,12 +66,10 @@ Sampler::Sampler(const SamplingParams& params, const std::vector<int32_t>& promp
 }
 
 void Sampler::ApplyBiasAndMinTokens(float* logits, int vocab, int64_t step) const {
-  constexpr float kMax = std::numeric_limits<float>::max();
+  // |bias| ≤ 100 (Validate): a finite logit stays finite (FLT_MAX + 100 rounds to FLT_MAX).
   for (const auto& [t, bias] : params_.logit_bias) {
     if (t < 0 || t >= vocab) continue;  // Validate refuses these; never index outside the row
-    float& l = logits[t];
-    // A finite logit stays finite (the non-finite check blames the model's weights).
-    l = std::isfinite(l) ? std::clamp(l + bias, -kMax, kMax) : l + bias;
+    logits[t] += bias;
   }
   if (step < params_.min_tokens) {
     for (int32_t t : stop_tokens_) {

@@ -1,4 +1,5 @@
-// Sampler: turns one row of logits into a token (penalties, temperature, top-k/p, min-p, seed).
+// Sampler: one row of logits → a token (logit_bias, min_tokens, penalties, temperature, top-k/p,
+// min-p, seed).
 #pragma once
 
 #include <cstdint>

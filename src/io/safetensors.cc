@@ -233,13 +233,25 @@ StatusOr<std::unique_ptr<SafetensorsStore>> SafetensorsStore::Open(const std::st
     ASSIGN_OR_RETURN(const bool has_index, RegularFileExists(index));
     ASSIGN_OR_RETURN(const bool has_single, RegularFileExists(single));
     if (has_index && has_single) {
-      // transformers reads the single file, vLLM the index's shards: the same folder would
-      // serve different weights depending on the reader.
-      return InvalidArgument(path + ": has both " + stem + ".safetensors and " + stem +
-                             ".safetensors.index.json; transformers reads the first and vLLM the "
-                             "second, so which weights are meant is ambiguous: remove one");
+      // transformers reads the single file, vLLM the index's shards: unless the index names
+      // only that file (mlx-lm writes one even for a single shard), the same folder would serve
+      // different weights depending on the reader.
+      ASSIGN_OR_RETURN(std::string text, ReadFileBounded(index, kMaxConfigFileBytes * 4));
+      ASSIGN_OR_RETURN(json j, ParseJson(text, index));
+      const auto wm = j.is_object() ? j.find("weight_map") : j.end();
+      const bool only_single =
+          wm != j.end() && wm->is_object() && !wm->empty() &&
+          std::all_of(wm->begin(), wm->end(), [&](const json& f) {
+            return f.is_string() && f.get<std::string>() == stem + ".safetensors";
+          });
+      if (!only_single) {
+        return InvalidArgument(path + ": has both " + stem + ".safetensors and " + stem +
+                               ".safetensors.index.json naming other shards; transformers reads "
+                               "the first and vLLM the second, so which weights are meant is "
+                               "ambiguous: remove one");
+      }
     }
-    if (has_index) {
+    if (has_index && !has_single) {
       index_path = index;
     } else {
       if (!has_single) {
@@ -371,7 +383,11 @@ Status WriteSafetensorsStreaming(const std::string& path, const std::vector<Tens
     return Internal(path + ": write failed (disk full?)");
   }
   fs::rename(tmp, path, ec);
-  if (ec) return Internal(path + ": rename failed: " + ec.message());
+  if (ec) {
+    const std::string why = ec.message();
+    fs::remove(tmp, ec);
+    return Internal(path + ": rename failed: " + why);
+  }
   return OkStatus();
 }
 

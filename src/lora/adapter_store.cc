@@ -156,22 +156,29 @@ StatusOr<std::shared_ptr<const Adapter>> AdapterStore::Acquire(const std::string
   uint64_t generation = 0;
   {
     std::unique_lock<std::mutex> lock(mu_);
-    auto it = entries_.find(name);
-    if (it != entries_.end() && it->second.loaded) {
-      Touch(name, it->second);
-      std::shared_ptr<const Adapter> lease = it->second.loaded;
-      // Over the bound because adapters were leased when others loaded: back to it now that
-      // some may be free (the one just acquired is the most recent, never a victim).
-      EvictLocked();
-      return lease;
-    }
-    if (it == entries_.end() && roots_.empty()) return NotFound("no adapter named '" + name + "'");
-    // One load per name: requests that name an adapter being loaded wait for that load and
-    // share its result, success or error (16 requests for a slow or failing adapter each ran
-    // the whole load again, one after another, holding 16 handler threads for seconds).
-    if (auto f = flights_.find(name); f != flights_.end()) {
+    for (;;) {
+      auto it = entries_.find(name);
+      if (it != entries_.end() && it->second.loaded) {
+        Touch(name, it->second);
+        std::shared_ptr<const Adapter> lease = it->second.loaded;
+        // Over the bound because adapters were leased when others loaded: back to it now that
+        // some may be free (the one just acquired is the most recent, never a victim).
+        EvictLocked();
+        return lease;
+      }
+      if (it == entries_.end() && roots_.empty()) {
+        return NotFound("no adapter named '" + name + "'");
+      }
+      // One load per name: requests that name an adapter being loaded wait for that load and
+      // share its result, success or error (16 requests for a slow or failing adapter each ran
+      // the whole load again, one after another, holding 16 handler threads for seconds).
+      auto f = flights_.find(name);
+      if (f == flights_.end()) break;
       std::shared_ptr<Flight> theirs = f->second;
       flight_done_.wait(lock, [&] { return theirs->done; });
+      // That load's name was unloaded meanwhile: its result is not this request's (the name
+      // may be a --lora-dir sub-folder now): look again.
+      if (theirs->superseded) continue;
       if (!theirs->result.ok()) return theirs->result.status();
       auto e = entries_.find(name);
       if (e != entries_.end() && e->second.loaded == *theirs->result) Touch(name, e->second);
@@ -179,25 +186,32 @@ StatusOr<std::shared_ptr<const Adapter>> AdapterStore::Acquire(const std::string
     }
     flight = std::make_shared<Flight>();
     flights_[name] = flight;
+    auto it = entries_.find(name);
     if (it != entries_.end()) {
       dir = it->second.dir;
       root = it->second.root;
       generation = it->second.generation;
     }
   }
-  StatusOr<std::shared_ptr<const Adapter>> result = Internal("adapter '" + name + "': load failed");
-  try {
-    result = LoadAndPublish(name, dir, root, generation);
-  } catch (const std::exception& e) {  // never leave the waiters waiting
-    result = Internal("adapter '" + name + "': load failed: " + e.what());
-  }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    flight->result = result;
-    flight->done = true;
-    flights_.erase(name);
-  }
-  flight_done_.notify_all();
+  // Whatever happens (an error, an exception of any type), the flight ends and its waiters wake.
+  struct Land {
+    AdapterStore* store;
+    const std::string& name;
+    Flight& flight;
+    ~Land() {
+      {
+        std::lock_guard<std::mutex> lock(store->mu_);
+        flight.done = true;
+        store->flights_.erase(name);
+      }
+      store->flight_done_.notify_all();
+    }
+  } land{this, name, *flight};
+  StatusOr<std::shared_ptr<const Adapter>> result = LoadAndPublish(name, dir, root, generation);
+  std::lock_guard<std::mutex> lock(mu_);
+  flight->result = result;
+  flight->superseded =
+      !result.ok() && result.status().code() == StatusCode::kNotFound && generation != 0;
   return result;
 }
 

@@ -92,7 +92,8 @@ class AdapterStore {
   // One load in progress for a name; later requests for it wait on flight_done_ and share it.
   struct Flight {
     bool done = false;
-    StatusOr<std::shared_ptr<const Adapter>> result = Internal("not loaded yet");
+    bool superseded = false;  // the name was unloaded while it loaded: waiters look again
+    StatusOr<std::shared_ptr<const Adapter>> result = Internal("the load ended without a result");
   };
   // Acquire's loader: finds the folder (on demand), loads it (one load at a time), publishes.
   StatusOr<std::shared_ptr<const Adapter>> LoadAndPublish(const std::string& name, std::string dir,

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <random>
+#include <utility>
 
 #include "server/generation_state.h"
 #include "server/openai_response.h"
@@ -216,7 +217,8 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
   struct Unreserve {
     std::atomic<int64_t>& admitting;
     int64_t n;
-    ~Unreserve() { admitting.fetch_sub(n); }
+    void Release() { admitting.fetch_sub(std::exchange(n, 0)); }
+    ~Unreserve() { Release(); }
   } unreserve{ctx.admitting, wanted};
   const int64_t queued = ctx.engine->num_in_flight() - ctx.engine->Stats().num_running + others;
   if (queued > 0 && queued + wanted > ctx.options.max_waiting) {
@@ -237,7 +239,9 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
   }
   // After the cheap refusals (queue, lengths): the decode may take the tokenizer's budget.
   if (r.echo && !EchoTokenPromptsAsText(ctx, &r, &error)) return fail(error);
-  if (!Submit(ctx, r, adapter, ex, req.received, &sub, &error)) return fail(error);
+  const bool submitted = Submit(ctx, r, adapter, ex, req.received, &sub, &error);
+  unreserve.Release();  // in num_in_flight now (or refused): not counted twice
+  if (!submitted) return fail(error);
   // The sequences hold their own leases now; holding this one until the response is written
   // kept the adapter pinned past the engine's release (the store trims when sequences finish).
   adapter.reset();

@@ -558,6 +558,11 @@ TEST(SafetensorsShardTest, FolderWithoutCheckpointAndOtherStem) {
                        "both model.safetensors and "
                        "model.safetensors.index.json"))
       << both.status().message();
+  // An index that names only model.safetensors (mlx-lm writes one) is the same weights.
+  WriteIndex(dir.File("model.safetensors.index.json"), {{"a.weight", "model.safetensors"}});
+  auto same = SafetensorsStore::Open(dir.path());
+  ASSERT_TRUE(same.ok()) << same.status().ToString();
+  EXPECT_NE((*same)->Find("a.weight"), nullptr);
 
   auto missing = SafetensorsStore::Open(dir.File("nope.safetensors"));
   ASSERT_FALSE(missing.ok());

@@ -1,12 +1,13 @@
 // ThreadPool: concurrent ParallelFor callers (engine thread + an adapter loading on an HTTP
 // thread) each run every one of their tasks exactly once, and never hang.
+#include "base/thread_pool.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <stdexcept>
 #include <thread>
 #include <vector>
-
-#include "base/thread_pool.h"
 
 namespace loom {
 namespace {
@@ -33,6 +34,24 @@ TEST(ThreadPool, ConcurrentCallersEachRunAllTheirTasksOnce) {
     EXPECT_EQ(a[static_cast<size_t>(t)].load(), kRounds);
     EXPECT_EQ(b[static_cast<size_t>(t)].load(), kRounds);
     EXPECT_EQ(c[static_cast<size_t>(t)].load(), kRounds);
+  }
+}
+
+// A task that throws, on a worker or on the caller's thread: ParallelFor waits for the workers
+// and rethrows it to its caller (it was std::terminate on a worker), and the pool runs the
+// next job whole.
+TEST(ThreadPool, AnExceptionInATaskReachesTheCallerAndThePoolGoesOn) {
+  ThreadPool pool(2);
+  for (int round = 0; round < 50; ++round) {
+    const int64_t bad = round % 8;
+    EXPECT_THROW(pool.ParallelFor(8,
+                                  [&](int64_t t, int) {
+                                    if (t == bad) throw std::runtime_error("task failed");
+                                  }),
+                 std::runtime_error);
+    std::vector<std::atomic<int>> counts(32);
+    pool.ParallelFor(32, [&](int64_t t, int) { counts[static_cast<size_t>(t)]++; });
+    for (const auto& c : counts) EXPECT_EQ(c.load(), 1);
   }
 }
 
