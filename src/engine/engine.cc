@@ -3,10 +3,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <map>
 #include <cstdio>
+#include <map>
 
 #include "base/thread_pool.h"
+#include "ops/basic_ops.h"
 
 namespace loom {
 
@@ -75,6 +76,11 @@ Status Engine::Validate(const GenerationRequest& request) const {
     return FailedPrecondition("stop strings and text output need the model folder's tokenizer.json");
   }
   RETURN_IF_ERROR(request.params.Validate(c.vocab_size));
+  if (request.prompt_logprobs < -1 || request.prompt_logprobs > 20 ||
+      request.prompt_logprobs > c.vocab_size) {
+    return InvalidArgument("prompt_logprobs must be in [0, 20], got " +
+                           std::to_string(request.prompt_logprobs));
+  }
   const int64_t total = static_cast<int64_t>(request.prompt.size()) + request.params.max_tokens;
   if (total > max_model_len_) {
     return InvalidArgument("prompt (" + std::to_string(request.prompt.size()) + " tokens) + max_tokens (" +
@@ -172,6 +178,10 @@ Engine::Drawn Engine::DrawRow(Sequence* seq, float* row) {
     seq->result.step_logits.insert(seq->result.step_logits.end(), row, row + vocab);
   }
   Drawn d;
+  if (!seq->prompt_logprobs_error.empty()) {
+    d.token = InvalidArgument(seq->prompt_logprobs_error);
+    return d;
+  }
   d.token = seq->sampler->Sample(row, vocab, &d.chosen, &d.top);
   return d;
 }
@@ -200,6 +210,12 @@ void Engine::ApplyDrawn(Sequence* seq, Drawn drawn) {
   seq->result.generated.push_back(token);
   update.has_token = true;
   update.token = token;
+  if (seq->request.prompt_logprobs >= 0 && !seq->prompt_logprobs_sent) {
+    seq->prompt_logprobs_sent = true;
+    update.prompt_logprobs = seq->result.prompt_logprobs;
+    update.prompt_ranks = seq->result.prompt_ranks;
+    update.prompt_top_logprobs = seq->result.prompt_top_logprobs;
+  }
   if (seq->request.params.logprobs > 0) {
     seq->result.logprobs.push_back(chosen);
     seq->result.top_logprobs.push_back(top);
@@ -287,9 +303,13 @@ bool Engine::Step() {
       const bool samples = completes && i == count - 1;
       const bool keep_prompt = s->request.return_prompt_logits && pos < prompt_len &&
                                s->num_preemptions == 0 && s->result.generated.empty();
-      if (samples || keep_prompt) {
+      // Positions before the last prompt token predict the next one; a recomputation after a
+      // preemption skips those already scored.
+      const bool prompt_logprob = s->request.prompt_logprobs >= 0 && pos + 1 < prompt_len &&
+                                  pos >= static_cast<int>(s->result.prompt_logprobs.size());
+      if (samples || keep_prompt || prompt_logprob) {
         batch_.logit_rows.push_back(first_row + i);
-        logit_owners_.push_back({s, samples, keep_prompt ? pos : -1});
+        logit_owners_.push_back({s, samples, keep_prompt ? pos : -1, prompt_logprob});
       }
     }
   }
@@ -318,6 +338,7 @@ bool Engine::Step() {
     }
     if (owner.samples) sample_rows_.push_back(i);
   }
+  ComputePromptLogprobs();
   drawn_.resize(sample_rows_.size());
   auto draw = [&](int64_t k, int) {
     const size_t i = sample_rows_[static_cast<size_t>(k)];
@@ -346,7 +367,73 @@ bool Engine::Step() {
     finished_.push_back(std::move(owned->result));
   }
   if (options_.target_step_ms > 0) UpdateStepBudget(start, step_rows);
+  // A prompt_logprobs chunk needs a logits row per prompt row (512 × a 152k vocabulary is
+  // 311 MB): not kept past its step; decode steps' (a row per running sequence) are.
+  const size_t keep_rows = static_cast<size_t>(std::max(64, options_.max_num_seqs));
+  if (logits_.capacity() > keep_rows * vocab) std::vector<float>().swap(logits_);
   return true;
+}
+
+void Engine::ComputePromptLogprobs() {
+  const size_t vocab = static_cast<size_t>(model_->config().vocab_size);
+  std::vector<size_t> rows;       // into logit_owners_
+  std::vector<size_t> positions;  // the prompt position of each (a sequence's rows are
+                                  // consecutive, in position order)
+  for (size_t i = 0; i < logit_owners_.size(); ++i) {
+    if (!logit_owners_[i].prompt_logprob) continue;
+    const Sequence* s = logit_owners_[i].seq;
+    const bool same = !rows.empty() && logit_owners_[rows.back()].seq == s;
+    positions.push_back(same ? positions.back() + 1 : s->result.prompt_logprobs.size());
+    rows.push_back(i);
+  }
+  if (rows.empty()) return;
+  struct Scored {
+    TokenLogprob chosen{};
+    int32_t rank = 0;
+    std::vector<TokenLogprob> top;
+    std::string error;
+  };
+  std::vector<Scored> scored(rows.size());
+  // Each row is an independent O(vocab) pass (~0.3 ms at 152k): over the pool.
+  auto score = [&](int64_t k, int) {
+    const size_t i = rows[static_cast<size_t>(k)];
+    const Sequence* s = logit_owners_[i].seq;
+    const float* row = logits_.data() + i * vocab;
+    const size_t pos = positions[static_cast<size_t>(k)];
+    Scored& out = scored[static_cast<size_t>(k)];
+    int64_t best = -1, bad = -1;
+    ScanLogitsRow(row, static_cast<int64_t>(vocab), &best, &bad);
+    if (bad >= 0 || best < 0) {
+      out.error = "prompt position " + std::to_string(pos) + ": " +
+                  (bad >= 0 ? "logit of token " + std::to_string(bad) + " is not finite"
+                            : std::string("every logit is -inf")) +
+                  " (non-finite model output; check the weights)";
+      return;
+    }
+    const int32_t next = s->request.prompt[pos + 1];
+    ComputeLogprobs(row, static_cast<int>(vocab), next, s->request.prompt_logprobs, &out.chosen,
+                    &out.top);
+    const float mine = row[next];
+    int32_t above = 0;
+    for (size_t t = 0; t < vocab; ++t) above += row[t] > mine;
+    out.rank = above + 1;
+  };
+  if (rows.size() > 1) {
+    ThreadPool::Global().ParallelFor(static_cast<int64_t>(rows.size()), score);
+  } else {
+    score(0, 0);
+  }
+  for (size_t k = 0; k < rows.size(); ++k) {
+    Sequence* s = logit_owners_[rows[k]].seq;
+    // A non-finite row fails the sequence at its next draw; the entry keeps the positions
+    // lined up meanwhile.
+    if (!scored[k].error.empty() && s->prompt_logprobs_error.empty()) {
+      s->prompt_logprobs_error = scored[k].error;
+    }
+    s->result.prompt_logprobs.push_back(scored[k].chosen);
+    s->result.prompt_ranks.push_back(scored[k].rank);
+    s->result.prompt_top_logprobs.push_back(std::move(scored[k].top));
+  }
 }
 
 void Engine::UpdateStepBudget(std::chrono::steady_clock::time_point start, int rows) {

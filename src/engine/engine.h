@@ -125,7 +125,10 @@ class Engine {
     Sequence* seq;
     bool samples;      // last row of the prompt or a decode row: a token comes from it
     int prompt_index;  // ≥ 0: a prompt position whose logits the request keeps
+    bool prompt_logprob = false;  // the row gives the log-prob of the next prompt token
   };
+  // Prompt log-probs of this step's rows, computed over the pool, appended in position order.
+  void ComputePromptLogprobs();
   std::vector<RowOwner> logit_owners_;
   std::vector<size_t> sample_rows_;  // indices into logit_owners_ that sample this step
   std::vector<Drawn> drawn_;         // their results

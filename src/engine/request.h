@@ -24,6 +24,10 @@ struct GenerationRequest {
   bool include_stop_str_in_output = false;
   bool detokenize = false;               // produce text (stream deltas) with the engine's tokenizer
   bool skip_special_tokens = true;
+  // ≥ 0: the log-prob of every prompt token after the first (given the tokens before it) and
+  // the top `prompt_logprobs` alternatives there (vLLM's prompt_logprobs; echo + logprobs).
+  // Such a request does not use the prefix cache (cached positions compute no logits).
+  int prompt_logprobs = -1;
   bool return_prompt_logits = false;  // keep the logits of every prompt position (tests)
   bool return_step_logits = false;    // keep the logits of every generated step (tests)
 };
@@ -42,6 +46,11 @@ struct GenerationResult {
   std::string text;         // decoded output (when request.detokenize or stop strings)
   std::vector<TokenLogprob> logprobs;                   // [generated] chosen token
   std::vector<std::vector<TokenLogprob>> top_logprobs;  // [generated][N]
+  // request.prompt_logprobs ≥ 0: [prompt_len - 1] for prompt tokens 1.. (the raw log_softmax
+  // at the position before each), its rank in the vocabulary (1 = most likely), and the top list.
+  std::vector<TokenLogprob> prompt_logprobs;
+  std::vector<int32_t> prompt_ranks;
+  std::vector<std::vector<TokenLogprob>> prompt_top_logprobs;
   std::vector<float> prompt_logits;  // [prompt_len, vocab] when requested
   std::vector<float> step_logits;    // [generated, vocab] when requested
   int num_cached_prompt_tokens = 0;  // prompt positions served from the prefix cache
@@ -55,6 +64,10 @@ struct SequenceUpdate {
   TokenLogprob logprob{};           // when params.logprobs > 0
   std::vector<TokenLogprob> top;    // [params.logprobs]
   std::string text;                 // newly final text (after stop-string hold-back)
+  // With the first token: GenerationResult's prompt_logprobs, prompt_ranks, prompt_top_logprobs.
+  std::vector<TokenLogprob> prompt_logprobs;
+  std::vector<int32_t> prompt_ranks;
+  std::vector<std::vector<TokenLogprob>> prompt_top_logprobs;
   FinishReason finish_reason = FinishReason::kNone;  // kNone while running
   std::string stop_reason;   // the stop string that ended it
   int32_t stop_token = -1;   // the stop token id that ended it

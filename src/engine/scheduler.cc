@@ -11,6 +11,11 @@ namespace loom {
 Scheduler::Scheduler(KvCache* cache, const SchedulerOptions& options)
     : cache_(cache), options_(options) {}
 
+// A request that needs every prompt position's logits computes them all.
+bool Scheduler::UsesPrefixCache(const Sequence& seq) {
+  return !seq.request.return_prompt_logits && seq.request.prompt_logprobs < 0;
+}
+
 void Scheduler::Enqueue(std::unique_ptr<Sequence> seq) {
   seq->arrival = next_arrival_++;
   waiting_.push_back(std::move(seq));
@@ -82,8 +87,7 @@ void Scheduler::Admit(int* budget, StepPlan* plan) {
     }
     // Cached prefix blocks first (at least one token is left to compute: it gives the logits).
     int matched = 0;
-    if (options_.enable_prefix_caching && seq->block_table.empty() &&
-        !seq->request.return_prompt_logits) {
+    if (options_.enable_prefix_caching && seq->block_table.empty() && UsesPrefixCache(*seq)) {
       const size_t full = (seq->tokens.size() - 1) / kKvBlockSize;
       std::vector<uint64_t> keys;
       uint64_t previous = 0;
@@ -107,8 +111,7 @@ void Scheduler::Admit(int* budget, StepPlan* plan) {
     }
     // New requests only, as vLLM's counters: a preempted sequence's readmission would count
     // its generated tokens and its own blocks as prompt hits.
-    if (options_.enable_prefix_caching && !seq->request.return_prompt_logits &&
-        seq->num_preemptions == 0) {
+    if (options_.enable_prefix_caching && UsesPrefixCache(*seq) && seq->num_preemptions == 0) {
       prefix_queries_ += static_cast<int64_t>(seq->tokens.size());
       prefix_hits_ += static_cast<int64_t>(matched) * kKvBlockSize;
       seq->result.num_cached_prompt_tokens = matched * kKvBlockSize;

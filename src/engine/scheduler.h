@@ -80,6 +80,7 @@ class Scheduler {
  private:
   bool Grow(Sequence* seq, int positions, StepPlan* plan);
   void Preempt(Sequence* victim, StepPlan* plan);
+  static bool UsesPrefixCache(const Sequence& seq);
   void Admit(int* budget, StepPlan* plan);
   std::set<uint64_t> RunningAdapters() const;
   // Prefill rows allowed in a step that decodes `decode_rows` rows (rows_while_decoding).

@@ -31,6 +31,8 @@ struct Sequence {
   int waited_steps = 0;  // steps spent at the head of the queue without admission
   std::unique_ptr<tokenizer::StreamingDetokenizer> detokenizer;  // when text is wanted
   StopChecker stop;
+  std::string prompt_logprobs_error;  // a prompt row's logits were not finite: fails the sequence
+  bool prompt_logprobs_sent = false;  // in an update already
 
   int remaining() const { return static_cast<int>(tokens.size()) - num_computed; }
 };

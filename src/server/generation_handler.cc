@@ -65,6 +65,10 @@ bool Submit(ServerContext& ctx, const OpenAiRequest& r, std::shared_ptr<const Ad
       g.params.max_tokens = std::max(1, ctx.max_model_len - static_cast<int>(g.prompt.size()));
     }
     g.params.logprobs = r.want_logprobs ? std::max(1, r.logprobs) : 0;
+    // echo with logprobs scores the prompt too (what lm-evaluation-harness's loglikelihood
+    // sends); prompt_logprobs asks for it directly.
+    g.prompt_logprobs = r.prompt_logprobs;
+    if (r.echo && r.want_logprobs) g.prompt_logprobs = std::max(g.prompt_logprobs, r.logprobs);
     g.stop = r.stop;
     g.stop_token_ids = r.stop_token_ids;
     g.include_stop_str_in_output = r.include_stop_str_in_output;
@@ -180,9 +184,6 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
   ApiError error;
   if (!ParseOpenAiRequest(req.body, endpoint, &r, &error, ctx.options.max_json_depth)) {
     return fail(error);
-  }
-  if (r.echo && r.want_logprobs) {
-    return fail(BadRequest("echo", "echo with logprobs is not supported"));
   }
   // The adapter: the base model's name, or an adapter's (loaded now if needed, not on the
   // engine thread).

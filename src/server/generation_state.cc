@@ -50,6 +50,11 @@ void TakeFinish(ChoiceState* c, const SequenceUpdate& u) {
 
 void Accumulate(ChoiceState* c, const SequenceUpdate& u) {
   c->text += u.text;
+  if (!u.prompt_logprobs.empty()) {
+    c->prompt_logprobs = u.prompt_logprobs;
+    c->prompt_ranks = u.prompt_ranks;
+    c->prompt_top = u.prompt_top_logprobs;
+  }
   if (u.has_token) {
     c->token_ids.push_back(u.token);
     c->logprobs.push_back(u.logprob);

@@ -29,6 +29,10 @@ struct ChoiceState {
   std::vector<int32_t> token_ids;
   std::vector<TokenLogprob> logprobs;
   std::vector<std::vector<TokenLogprob>> top;
+  // prompt_logprobs / echo with logprobs: prompt tokens 1.. (from the first token's update)
+  std::vector<TokenLogprob> prompt_logprobs;
+  std::vector<int32_t> prompt_ranks;
+  std::vector<std::vector<TokenLogprob>> prompt_top;
   FinishReason finish_reason = FinishReason::kNone;
   std::string stop_reason;
   int32_t stop_token = -1;

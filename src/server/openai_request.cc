@@ -132,6 +132,9 @@ void AddCommon(std::map<std::string, Handler>* h) {
       OptionalBool("skip_special_tokens", &OpenAiRequest::skip_special_tokens);
   m["add_special_tokens"] = OptionalBool("add_special_tokens", &OpenAiRequest::add_special_tokens);
   m["return_token_ids"] = OptionalBool("return_token_ids", &OpenAiRequest::return_token_ids);
+  m["prompt_logprobs"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    return v.is_null() || p.Int32("prompt_logprobs", v, 0, 20, &r->prompt_logprobs);
+  };
   // Accepted with no effect (docs/API.md): an end-user id for abuse monitoring.
   m["user"] = [](Parser& p, const json& v, OpenAiRequest*) {
     if (!v.is_null() && !v.is_string()) return p.Fail("user", "user must be a string");
@@ -441,6 +444,10 @@ bool ParseOpenAiRequest(const std::string& body, Endpoint endpoint, OpenAiReques
   }
   if (out->echo && endpoint == Endpoint::kCompletions && out->stream) {
     *error = BadRequest("echo", "echo with stream=true is not supported");
+    return false;
+  }
+  if (out->prompt_logprobs >= 0 && out->stream) {
+    *error = BadRequest("prompt_logprobs", "prompt_logprobs with stream=true is not supported");
     return false;
   }
   return true;

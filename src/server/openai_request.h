@@ -43,6 +43,7 @@ struct OpenAiRequest {
   bool include_usage = false;
   bool continuous_usage_stats = false;
   int logprobs = 0;          // top-N alternatives per token
+  int prompt_logprobs = -1;  // vLLM's prompt_logprobs: ≥ 0 = each prompt token's log-prob + top-N
   bool want_logprobs = false;  // logprobs requested at all (chat: logprobs=true)
   std::vector<std::string> stop;
   std::vector<int32_t> stop_token_ids;

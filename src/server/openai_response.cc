@@ -89,6 +89,63 @@ json CompletionLogprobs(const ServerContext& ctx, const OpenAiRequest& r,
           {"text_offset", offsets}};
 }
 
+// echo with logprobs: the prompt's entries in the completions shape, its first token's null
+// (nothing predicts it), as vLLM and OpenAI's legacy API; offsets count from 0.
+void AddPromptCompletionLogprobs(const ServerContext& ctx, const OpenAiRequest& r,
+                                 const std::vector<int32_t>& prompt, const ChoiceState& c,
+                                 json* logprobs, size_t* offset) {
+  json tokens = json::array(), token_lps = json::array(), top_lps = json::array(),
+       offsets = json::array();
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    const std::string tok = TokenText(ctx, prompt[i]);
+    tokens.push_back(tok);
+    offsets.push_back(*offset);
+    *offset += tok.size();
+    if (i == 0 || i - 1 >= c.prompt_logprobs.size()) {
+      token_lps.push_back(nullptr);
+      top_lps.push_back(nullptr);
+      continue;
+    }
+    token_lps.push_back(c.prompt_logprobs[i - 1].logprob);
+    json top = json::object();
+    const auto& alts = c.prompt_top[i - 1];
+    for (int k = 0; k < r.logprobs && k < static_cast<int>(alts.size()); ++k) {
+      top[TokenText(ctx, alts[static_cast<size_t>(k)].token)] =
+          alts[static_cast<size_t>(k)].logprob;
+    }
+    top_lps.push_back(top);
+  }
+  (*logprobs)["tokens"] = std::move(tokens);
+  (*logprobs)["token_logprobs"] = std::move(token_lps);
+  (*logprobs)["top_logprobs"] = std::move(top_lps);
+  (*logprobs)["text_offset"] = std::move(offsets);
+}
+
+// vLLM's prompt_logprobs: [null, {"id": {logprob, rank, decoded_token}}, ...], each entry the
+// prompt token itself (its rank in the vocabulary) and the top-N (ranks 1..N).
+json VllmPromptLogprobs(const ServerContext& ctx, const std::vector<int32_t>& prompt,
+                        const ChoiceState& c) {
+  json out = json::array();
+  out.push_back(nullptr);
+  for (size_t i = 1; i < prompt.size() && i - 1 < c.prompt_logprobs.size(); ++i) {
+    json entry = json::object();
+    const int32_t id = prompt[i];
+    entry[std::to_string(id)] = {{"logprob", c.prompt_logprobs[i - 1].logprob},
+                                 {"rank", c.prompt_ranks[i - 1]},
+                                 {"decoded_token", TokenText(ctx, id)}};
+    const auto& alts = c.prompt_top[i - 1];
+    for (size_t k = 0; k < alts.size(); ++k) {
+      const std::string key = std::to_string(alts[k].token);
+      if (entry.contains(key)) continue;
+      entry[key] = {{"logprob", alts[k].logprob},
+                    {"rank", static_cast<int64_t>(k) + 1},
+                    {"decoded_token", TokenText(ctx, alts[k].token)}};
+    }
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
 json UsageJson(int prompt, int completion) {
   return {{"prompt_tokens", prompt},
           {"total_tokens", prompt + completion},
@@ -123,10 +180,23 @@ json BuildFullResponse(const ServerContext& ctx, const OpenAiRequest& r, const R
       }
       choice["text"] = text;
       size_t offset = 0;
-      choice["logprobs"] = r.want_logprobs
-                               ? CompletionLogprobs(ctx, r, c.token_ids, c.logprobs, c.top, 0,
-                                                    c.token_ids.size(), &offset)
-                               : json(nullptr);
+      const auto& prompt = prompts[static_cast<size_t>(c.prompt_index)];
+      if (r.want_logprobs) {
+        json echoed;
+        if (r.echo) AddPromptCompletionLogprobs(ctx, r, prompt, c, &echoed, &offset);
+        json generated = CompletionLogprobs(ctx, r, c.token_ids, c.logprobs, c.top, 0,
+                                            c.token_ids.size(), &offset);
+        if (r.echo) {
+          for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
+            for (auto& v : generated[key]) echoed[key].push_back(std::move(v));
+          }
+          generated = std::move(echoed);
+        }
+        choice["logprobs"] = std::move(generated);
+      } else {
+        choice["logprobs"] = nullptr;
+      }
+      if (r.prompt_logprobs >= 0) choice["prompt_logprobs"] = VllmPromptLogprobs(ctx, prompt, c);
     }
     choice["finish_reason"] = FinishField(c.finish_reason);
     choice["stop_reason"] = StopReason(c.stop_reason, c.stop_token);
@@ -143,6 +213,10 @@ json BuildFullResponse(const ServerContext& ctx, const OpenAiRequest& r, const R
   body["model"] = meta.model;
   body["choices"] = std::move(choices);
   body["usage"] = UsageJson(meta.prompt_tokens, completion_tokens);
+  // vLLM gives a chat's prompt log-probs once, beside the choices (every choice has its prompt).
+  if (chat && r.prompt_logprobs >= 0 && !state.choices.empty()) {
+    body["prompt_logprobs"] = VllmPromptLogprobs(ctx, prompts.at(0), state.choices[0]);
+  }
   return body;
 }
 

@@ -71,6 +71,8 @@ COMPLETION_CASES = [
     ("logit_bias", {"5": "up"}, "logit_bias"),
     ("logit_bias", [5], "logit_bias"),
     ("min_tokens", 3, "min_tokens"),  # above max_tokens 2
+    ("prompt_logprobs", 21, "prompt_logprobs"),
+    ("prompt_logprobs", "all", "prompt_logprobs"),
     ("min_tokens", -1, "min_tokens"),
     ("suffix", "x", "suffix"),
 ]

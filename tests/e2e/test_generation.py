@@ -542,6 +542,67 @@ def test_min_tokens_holds_back_stop_token_ids_and_strings(server):
     assert r.finish_reason == "length" or r.token_ids[-1] == ids[j]
 
 
+# ---- prompt log-probs: echo + logprobs (lm-evaluation-harness) and vLLM's prompt_logprobs -------
+
+def test_echo_with_logprobs_scores_the_prompt_as_generation_scored_it(server):
+    # What lm-evaluation-harness's loglikelihood sends: token-id prompts, echo, logprobs=1,
+    # max_tokens=1. The prompt is P + G, G being P's greedy continuation: the echoed log-probs
+    # of G's tokens are the ones the generation reported for them.
+    p = list(PROMPTS[2].encode())
+    gen = complete(server, BASE, p, max_tokens=6, logprobs=1,
+                   extra_body={"ignore_eos": True}).choices[0]
+    g = gen.token_ids
+    r = server.client().completions.create(model=BASE, prompt=[p + g, p], max_tokens=1,
+                                           logprobs=1, echo=True, temperature=0, seed=1234)
+    scored, short = sorted(r.choices, key=lambda c: c.index)
+    lp = scored.logprobs
+    assert len(lp.tokens) == len(p) + len(g) + 1 == len(lp.token_logprobs) == len(lp.top_logprobs)
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    assert lp.tokens[:len(p)] == [chr(t) for t in p]
+    assert lp.tokens[len(p):len(p) + len(g)] == gen.logprobs.tokens
+    assert lp.text_offset[0] == 0 and all(
+        b - a == len(t.encode()) for a, b, t in zip(lp.text_offset, lp.text_offset[1:], lp.tokens))
+    echoed = lp.token_logprobs[len(p):len(p) + len(g)]
+    assert echoed == pytest.approx(gen.logprobs.token_logprobs, abs=1e-5), (echoed, gen.logprobs)
+    # Greedy tokens are each their position's most likely: lm-eval's is_greedy holds.
+    for tok, top in zip(echoed, lp.top_logprobs[len(p):len(p) + len(g)]):
+        assert tok == pytest.approx(max(top.values()), abs=1e-6)
+    assert all(v is not None and v <= 0 for v in lp.token_logprobs[1:])
+    # The text starts with the prompt; a prompt's own scores do not depend on what follows it.
+    assert scored.text.startswith(PROMPTS[2])
+    assert short.logprobs.token_logprobs[1:len(p)] == lp.token_logprobs[1:len(p)]
+
+
+def test_prompt_logprobs_in_vllms_shape(server):
+    prompt = "Hello world"
+    ids = list(prompt.encode())
+    echo = complete(server, BASE, prompt, max_tokens=1, logprobs=2, echo=True).choices[0]
+    r = server.post("/v1/completions", {"model": BASE, "prompt": prompt, "max_tokens": 1,
+                                        "temperature": 0, "prompt_logprobs": 2})
+    assert r.status_code == 200, r.text
+    plp = r.json()["choices"][0]["prompt_logprobs"]
+    assert len(plp) == len(ids) and plp[0] is None
+    for i in range(1, len(ids)):
+        entry = plp[i]
+        mine = entry[str(ids[i])]
+        assert mine["logprob"] == pytest.approx(echo.logprobs.token_logprobs[i], abs=1e-6)
+        assert mine["decoded_token"] == chr(ids[i])
+        ranked = sorted(entry.values(), key=lambda e: e["rank"])
+        assert ranked[0]["rank"] == 1 and len(entry) in (2, 3)
+        assert ranked[0]["logprob"] >= mine["logprob"]
+        assert mine["rank"] == 1 + sum(e["logprob"] > mine["logprob"] for e in entry.values()) \
+            or mine["rank"] > 2
+    # Chat: once, beside the choices, for the rendered prompt.
+    c = server.post("/v1/chat/completions", {"model": BASE, "max_tokens": 1, "prompt_logprobs": 0,
+                                             "messages": [{"role": "user", "content": "Hi"}]})
+    assert c.status_code == 200, c.text
+    body = c.json()
+    rendered = chat_prompt_bytes("Hi")
+    assert len(body["prompt_logprobs"]) == len(rendered) and body["prompt_logprobs"][0] is None
+    assert all(len(e) == 1 and str(t) in e
+               for t, e in zip(rendered[1:], body["prompt_logprobs"][1:]))
+
+
 def test_user_field_accepted(server):
     r = complete(server, BASE, "x", max_tokens=2, user="someone")
     assert r.usage.completion_tokens >= 1

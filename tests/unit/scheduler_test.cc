@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
+#include <numeric>
 #include <set>
 
 #include "engine/engine.h"
@@ -169,6 +171,82 @@ TEST(Scheduler, PrefixCounterCountsPromptsOnceThroughPreemption) {
   EXPECT_GT(engine.scheduler().num_preemptions(), 0);
   EXPECT_EQ(engine.scheduler().prefix_queries(), 4 * 20);
   EXPECT_EQ(engine.scheduler().prefix_hits(), 0);  // four different prompts
+}
+
+// prompt_logprobs: each prompt token's log-prob, rank and top list are those of the log_softmax
+// of the position before it (return_prompt_logits' rows, golden-tested against transformers),
+// and bit-identical when the prompt is prefilled in 32-row chunks beside other requests with a
+// cache small enough to preempt. A request for them computes every position: the same prompt's
+// blocks, cached by an earlier request, are not used.
+TEST(Scheduler, PromptLogprobsAreTheLogSoftmaxOfTheLogitsBefore) {
+  BatchInvariant invariant;
+  Fixture& f = Llama();
+  const int vocab = f.model->config().vocab_size;
+  const std::vector<int32_t> prompt = Prompt(7, 40);
+  GenerationRequest logits_req = Greedy(prompt, 3, f.adapters[1]);
+  logits_req.return_prompt_logits = true;
+  const GenerationResult with_logits = Alone(logits_req);
+  GenerationRequest req = Greedy(prompt, 3, f.adapters[1]);
+  req.prompt_logprobs = 3;
+  const GenerationResult alone = Alone(req);
+  ASSERT_EQ(alone.prompt_logprobs.size(), prompt.size() - 1);
+  ASSERT_EQ(alone.prompt_ranks.size(), prompt.size() - 1);
+  ASSERT_EQ(alone.prompt_top_logprobs.size(), prompt.size() - 1);
+  EXPECT_EQ(alone.generated, with_logits.generated);
+  for (size_t i = 1; i < prompt.size(); ++i) {
+    const float* row = with_logits.prompt_logits.data() + (i - 1) * static_cast<size_t>(vocab);
+    double mx = row[0];
+    for (int t = 0; t < vocab; ++t) mx = std::max(mx, double(row[t]));
+    double z = 0;
+    for (int t = 0; t < vocab; ++t) z += std::exp(double(row[t]) - mx);
+    const double lse = mx + std::log(z);
+    const int32_t tok = prompt[i];
+    EXPECT_EQ(alone.prompt_logprobs[i - 1].token, tok);
+    EXPECT_NEAR(alone.prompt_logprobs[i - 1].logprob, row[tok] - lse, 1e-5) << "position " << i;
+    int above = 0;
+    for (int t = 0; t < vocab; ++t) above += row[t] > row[tok];
+    EXPECT_EQ(alone.prompt_ranks[i - 1], above + 1) << "position " << i;
+    std::vector<int32_t> order(static_cast<size_t>(vocab));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t a, int32_t b) { return row[a] > row[b]; });
+    const auto& top = alone.prompt_top_logprobs[i - 1];
+    ASSERT_EQ(top.size(), 3u);
+    for (size_t k = 0; k < 3; ++k) {
+      EXPECT_EQ(top[k].token, order[k]) << "position " << i;
+      EXPECT_NEAR(top[k].logprob, row[order[k]] - lse, 1e-5);
+    }
+  }
+  // Mixed, chunked, preempted; the same prompt cached first by a request without them.
+  EngineOptions o;
+  o.kv_cache_tokens = 96;
+  o.max_batch_tokens = 32;
+  Engine engine(f.model.get(), o);
+  ASSERT_TRUE(engine.Add(Greedy(prompt, 2, f.adapters[1])).ok());
+  engine.RunToCompletion();
+  const int64_t hits_before = engine.scheduler().prefix_hits();
+  const int64_t id = *engine.Add(req);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(
+        engine.Add(Greedy(Prompt(20 + i, 30), 12, f.adapters[static_cast<size_t>(i)])).ok());
+  }
+  std::vector<GenerationResult> results = engine.RunToCompletion();
+  EXPECT_GT(engine.scheduler().num_preemptions(), 0);
+  EXPECT_EQ(engine.scheduler().prefix_hits(), hits_before) << "the prompt came from the cache";
+  auto mixed =
+      std::find_if(results.begin(), results.end(), [&](const auto& r) { return r.id == id; });
+  ASSERT_NE(mixed, results.end());
+  EXPECT_EQ(mixed->generated, alone.generated);
+  ASSERT_EQ(mixed->prompt_logprobs.size(), alone.prompt_logprobs.size());
+  for (size_t i = 0; i < alone.prompt_logprobs.size(); ++i) {
+    EXPECT_EQ(mixed->prompt_logprobs[i].logprob, alone.prompt_logprobs[i].logprob) << i;
+    EXPECT_EQ(mixed->prompt_ranks[i], alone.prompt_ranks[i]) << i;
+    ASSERT_EQ(mixed->prompt_top_logprobs[i].size(), 3u);
+    for (size_t k = 0; k < 3; ++k) {
+      EXPECT_EQ(mixed->prompt_top_logprobs[i][k].token, alone.prompt_top_logprobs[i][k].token);
+      EXPECT_EQ(mixed->prompt_top_logprobs[i][k].logprob, alone.prompt_top_logprobs[i][k].logprob);
+    }
+  }
 }
 
 // A sequence with `prompt_len` prompt tokens for a bare scheduler.
