@@ -23,6 +23,13 @@ const char* FinishReasonName(FinishReason r) {
 }
 
 namespace {
+// Prompt-scoring rows per step: their logits (rows × vocabulary floats) within 128 MiB (441
+// rows at a 152k vocabulary; a 512-row chunk took 311 MB, and 8192 rows 5 GB), at least 16.
+int PromptLogprobRows(const Model& model) {
+  const int64_t vocab = std::max(1, model.config().vocab_size);
+  return static_cast<int>(std::clamp<int64_t>((int64_t{128} << 20) / (vocab * 4), 16, 1 << 30));
+}
+
 SchedulerOptions ToSchedulerOptions(const EngineOptions& o, const Model& model) {
   SchedulerOptions s;
   s.rope_switch_length = model.rope_switch_length();
@@ -30,6 +37,7 @@ SchedulerOptions ToSchedulerOptions(const EngineOptions& o, const Model& model) 
   s.max_num_seqs = o.max_num_seqs;
   s.max_loras = o.max_loras;
   s.enable_prefix_caching = o.enable_prefix_caching;
+  s.max_prompt_logprob_rows = PromptLogprobRows(model);
   return s;
 }
 }  // namespace
@@ -367,9 +375,10 @@ bool Engine::Step() {
     finished_.push_back(std::move(owned->result));
   }
   if (options_.target_step_ms > 0) UpdateStepBudget(start, step_rows);
-  // A prompt_logprobs chunk needs a logits row per prompt row (512 × a 152k vocabulary is
-  // 311 MB): not kept past its step; decode steps' (a row per running sequence) are.
-  const size_t keep_rows = static_cast<size_t>(std::max(64, options_.max_num_seqs));
+  // Logit rows: one per running sequence, and prompt-scoring chunks (≤ 128 MiB, the
+  // scheduler's cap); more (a test's return_prompt_logits chunk) is not kept past its step.
+  const size_t keep_rows =
+      static_cast<size_t>(std::max({64, options_.max_num_seqs, PromptLogprobRows(*model_)}));
   if (logits_.capacity() > keep_rows * vocab) std::vector<float>().swap(logits_);
   return true;
 }

@@ -16,6 +16,14 @@ bool Scheduler::UsesPrefixCache(const Sequence& seq) {
   return !seq.request.return_prompt_logits && seq.request.prompt_logprobs < 0;
 }
 
+int Scheduler::ChunkRows(const Sequence& seq, int budget) const {
+  int rows = std::min(seq.remaining(), budget);
+  const bool scoring = seq.request.prompt_logprobs >= 0 &&
+                       seq.result.prompt_logprobs.size() + 1 < seq.request.prompt.size();
+  if (scoring) rows = std::min(rows, options_.max_prompt_logprob_rows);
+  return rows;
+}
+
 void Scheduler::Enqueue(std::unique_ptr<Sequence> seq) {
   seq->arrival = next_arrival_++;
   waiting_.push_back(std::move(seq));
@@ -116,7 +124,7 @@ void Scheduler::Admit(int* budget, StepPlan* plan) {
       prefix_hits_ += static_cast<int64_t>(matched) * kKvBlockSize;
       seq->result.num_cached_prompt_tokens = matched * kKvBlockSize;
     }
-    const int count = std::min(seq->remaining(), *budget);
+    const int count = ChunkRows(*seq, *budget);
     if (!cache_->Reserve(&seq->block_table, seq->num_computed + count)) break;
     *budget -= count;
     plan->rows.emplace_back(seq, count);
@@ -169,7 +177,7 @@ StepPlan Scheduler::Schedule() {
                       [&](const auto& r) { return r.first == s; })) {
         continue;
       }
-      const int count = std::min(s->remaining(), budget);
+      const int count = ChunkRows(*s, budget);
       if (count <= 0) continue;
       const size_t before = running_.size();
       if (!Grow(s, s->num_computed + count, &plan)) {

@@ -22,6 +22,9 @@ struct SchedulerOptions {
   // until it fits, so no request starves.
   int max_head_wait_steps = 32;
   bool enable_prefix_caching = true;
+  // Rows per step of a sequence still scoring its prompt (prompt_logprobs): each needs a
+  // logits row of the whole vocabulary. The engine sets it from the vocabulary's size.
+  int max_prompt_logprob_rows = 1 << 30;
   // While any running sequence decodes, a step's prefill rows (chunks and admissions) are at
   // most max(min_prefill_chunk, rows_while_decoding - decode rows, backlog / prefill_drain_steps)
   // where backlog = tokens not yet computed of the running sequences that prefill and of as
@@ -81,6 +84,8 @@ class Scheduler {
   bool Grow(Sequence* seq, int positions, StepPlan* plan);
   void Preempt(Sequence* victim, StepPlan* plan);
   static bool UsesPrefixCache(const Sequence& seq);
+  // The rows `seq` may compute this step, `budget` allowing.
+  int ChunkRows(const Sequence& seq, int budget) const;
   void Admit(int* budget, StepPlan* plan);
   std::set<uint64_t> RunningAdapters() const;
   // Prefill rows allowed in a step that decodes `decode_rows` rows (rows_while_decoding).

@@ -28,6 +28,7 @@ std::string ParamFor(const Status& st) {
   if (m.rfind("stop strings", 0) == 0) return "stop";  // a model folder without tokenizer.json
   if (m.rfind("min_tokens", 0) == 0) return "min_tokens";  // names max_tokens too
   if (m.rfind("logit_bias", 0) == 0) return "logit_bias";
+  if (m.rfind("prompt_logprobs", 0) == 0) return "prompt_logprobs";
   if (m.find("max_tokens") != std::string::npos) return "max_tokens";
   if (m.find("prompt") != std::string::npos) return "prompt";
   if (m.find("stop_token_ids") != std::string::npos) return "stop_token_ids";

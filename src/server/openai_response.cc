@@ -123,8 +123,8 @@ void AddPromptCompletionLogprobs(const ServerContext& ctx, const OpenAiRequest& 
 
 // vLLM's prompt_logprobs: [null, {"id": {logprob, rank, decoded_token}}, ...], each entry the
 // prompt token itself (its rank in the vocabulary) and the top-N (ranks 1..N).
-json VllmPromptLogprobs(const ServerContext& ctx, const std::vector<int32_t>& prompt,
-                        const ChoiceState& c) {
+json VllmPromptLogprobs(const ServerContext& ctx, const OpenAiRequest& r,
+                        const std::vector<int32_t>& prompt, const ChoiceState& c) {
   json out = json::array();
   out.push_back(nullptr);
   for (size_t i = 1; i < prompt.size() && i - 1 < c.prompt_logprobs.size(); ++i) {
@@ -134,7 +134,8 @@ json VllmPromptLogprobs(const ServerContext& ctx, const std::vector<int32_t>& pr
                                  {"rank", c.prompt_ranks[i - 1]},
                                  {"decoded_token", TokenText(ctx, id)}};
     const auto& alts = c.prompt_top[i - 1];
-    for (size_t k = 0; k < alts.size(); ++k) {
+    // The engine scored max(prompt_logprobs, logprobs) alternatives when echo asked for more.
+    for (size_t k = 0; k < alts.size() && k < static_cast<size_t>(r.prompt_logprobs); ++k) {
       const std::string key = std::to_string(alts[k].token);
       if (entry.contains(key)) continue;
       entry[key] = {{"logprob", alts[k].logprob},
@@ -196,7 +197,7 @@ json BuildFullResponse(const ServerContext& ctx, const OpenAiRequest& r, const R
       } else {
         choice["logprobs"] = nullptr;
       }
-      if (r.prompt_logprobs >= 0) choice["prompt_logprobs"] = VllmPromptLogprobs(ctx, prompt, c);
+      if (r.prompt_logprobs >= 0) choice["prompt_logprobs"] = VllmPromptLogprobs(ctx, r, prompt, c);
     }
     choice["finish_reason"] = FinishField(c.finish_reason);
     choice["stop_reason"] = StopReason(c.stop_reason, c.stop_token);
@@ -215,7 +216,7 @@ json BuildFullResponse(const ServerContext& ctx, const OpenAiRequest& r, const R
   body["usage"] = UsageJson(meta.prompt_tokens, completion_tokens);
   // vLLM gives a chat's prompt log-probs once, beside the choices (every choice has its prompt).
   if (chat && r.prompt_logprobs >= 0 && !state.choices.empty()) {
-    body["prompt_logprobs"] = VllmPromptLogprobs(ctx, prompts.at(0), state.choices[0]);
+    body["prompt_logprobs"] = VllmPromptLogprobs(ctx, r, prompts.at(0), state.choices[0]);
   }
   return body;
 }

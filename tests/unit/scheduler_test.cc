@@ -217,21 +217,30 @@ TEST(Scheduler, PromptLogprobsAreTheLogSoftmaxOfTheLogitsBefore) {
       EXPECT_NEAR(top[k].logprob, row[order[k]] - lse, 1e-5);
     }
   }
-  // Mixed, chunked, preempted; the same prompt cached first by a request without them.
+  // Mixed, chunked, preempted; the same prompt cached first by a request without them. It
+  // arrives last (preemption takes the youngest) into a cache too small for all four.
   EngineOptions o;
-  o.kv_cache_tokens = 96;
-  o.max_batch_tokens = 32;
+  o.kv_cache_tokens = 160;
+  o.max_batch_tokens = 8;
   Engine engine(f.model.get(), o);
   ASSERT_TRUE(engine.Add(Greedy(prompt, 2, f.adapters[1])).ok());
   engine.RunToCompletion();
   const int64_t hits_before = engine.scheduler().prefix_hits();
-  const int64_t id = *engine.Add(req);
   for (int i = 0; i < 3; ++i) {
     ASSERT_TRUE(
-        engine.Add(Greedy(Prompt(20 + i, 30), 12, f.adapters[static_cast<size_t>(i)])).ok());
+        engine.Add(Greedy(Prompt(20 + i, 20), 40, f.adapters[static_cast<size_t>(i)])).ok());
   }
-  std::vector<GenerationResult> results = engine.RunToCompletion();
-  EXPECT_GT(engine.scheduler().num_preemptions(), 0);
+  const int64_t id = *engine.Add(req);
+  std::vector<GenerationResult> results;
+  bool preempted = false;
+  while (engine.HasWork()) {
+    engine.Step();
+    for (const auto& w : engine.scheduler().waiting()) {
+      preempted |= w->id == id && w->num_preemptions > 0;
+    }
+    for (auto& r : engine.TakeFinished()) results.push_back(std::move(r));
+  }
+  EXPECT_TRUE(preempted) << "the scoring request was never preempted";
   EXPECT_EQ(engine.scheduler().prefix_hits(), hits_before) << "the prompt came from the cache";
   auto mixed =
       std::find_if(results.begin(), results.end(), [&](const auto& r) { return r.id == id; });
@@ -499,6 +508,38 @@ TEST(Scheduler, RunningStaysInArrivalOrderSoPreemptionTakesTheYoungest) {
   }
   EXPECT_FALSE(s.HasWork());
   EXPECT_GT(preemptions, 0);  // the cache was too small: the order mattered
+}
+
+}  // namespace
+}  // namespace loom
+
+namespace loom {
+namespace {
+
+// A sequence still scoring its prompt gets at most max_prompt_logprob_rows rows a step (each
+// needs a whole-vocabulary logits row: 512 of 152k took 311 MB); one that does not is unaffected.
+TEST(Scheduler, PromptScoringChunksAreCapped) {
+  auto kv = KvCache::Create(1, 1, 8, 64);
+  ASSERT_TRUE(kv.ok());
+  SchedulerOptions o;
+  o.max_batch_tokens = 512;
+  o.max_prompt_logprob_rows = 8;
+  Scheduler s(kv->get(), o);
+  auto make = [](int64_t id, int prompt_logprobs) {
+    auto q = std::make_unique<Sequence>();
+    q->id = id;
+    q->request.prompt.assign(40, static_cast<int32_t>(5 + id));
+    q->tokens = q->request.prompt;
+    q->request.params.max_tokens = 4;
+    q->request.prompt_logprobs = prompt_logprobs;
+    return q;
+  };
+  s.Enqueue(make(0, 2));
+  s.Enqueue(make(1, -1));
+  StepPlan p = s.Schedule();
+  ASSERT_EQ(p.rows.size(), 2u);
+  EXPECT_EQ(p.rows[0].second, 8);
+  EXPECT_EQ(p.rows[1].second, 40);
 }
 
 }  // namespace
