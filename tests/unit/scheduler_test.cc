@@ -455,11 +455,18 @@ TEST(Scheduler, AbortFreesBlocksAndEmitsAnUpdate) {
   (void)b;
 }
 
-}  // namespace
-}  // namespace loom
-
-namespace loom {
-namespace {
+// A bare scheduler's sequence: a `prompt_len`-token prompt.
+std::unique_ptr<Sequence> Seq(int64_t id, int prompt_len, int max_tokens, uint64_t adapter = 0,
+                              int prompt_logprobs = -1) {
+  auto q = std::make_unique<Sequence>();
+  q->id = id;
+  q->request.prompt.assign(static_cast<size_t>(prompt_len), static_cast<int32_t>(5 + id));
+  q->tokens = q->request.prompt;
+  q->request.params.max_tokens = max_tokens;
+  q->request.prompt_logprobs = prompt_logprobs;
+  q->adapter_key = adapter;
+  return q;
+}
 
 // The running list stays in arrival order when a request passes a head blocked by max_loras
 // and when a preempted sequence comes back, so preemption takes the youngest (review finding:
@@ -472,19 +479,10 @@ TEST(Scheduler, RunningStaysInArrivalOrderSoPreemptionTakesTheYoungest) {
   o.max_loras = 2;
   o.enable_prefix_caching = false;
   Scheduler s(kv->get(), o);
-  auto make = [](int64_t id, int max_tokens, uint64_t adapter) {
-    auto q = std::make_unique<Sequence>();
-    q->id = id;
-    q->request.prompt.assign(8, static_cast<int32_t>(5 + id));
-    q->tokens = q->request.prompt;
-    q->request.params.max_tokens = max_tokens;
-    q->adapter_key = adapter;
-    return q;
-  };
-  s.Enqueue(make(0, 10, 33));
-  s.Enqueue(make(1, 10, 11));
-  s.Enqueue(make(2, 100, 22));  // blocked behind max_loras 2 while 33 and 11 run
-  s.Enqueue(make(3, 100, 11));  // passes it (its adapter is running)
+  s.Enqueue(Seq(0, 8, 10, 33));
+  s.Enqueue(Seq(1, 8, 10, 11));
+  s.Enqueue(Seq(2, 8, 100, 22));  // blocked behind max_loras 2 while 33 and 11 run
+  s.Enqueue(Seq(3, 8, 100, 11));  // passes it (its adapter is running)
   int preemptions = 0;
   for (int step = 0; step < 2000 && s.HasWork(); ++step) {
     StepPlan p = s.Schedule();
@@ -510,12 +508,6 @@ TEST(Scheduler, RunningStaysInArrivalOrderSoPreemptionTakesTheYoungest) {
   EXPECT_GT(preemptions, 0);  // the cache was too small: the order mattered
 }
 
-}  // namespace
-}  // namespace loom
-
-namespace loom {
-namespace {
-
 // A sequence still scoring its prompt gets at most max_prompt_logprob_rows rows a step (each
 // needs a whole-vocabulary logits row: 512 of 152k took 311 MB); one that does not is unaffected.
 TEST(Scheduler, PromptScoringChunksAreCapped) {
@@ -525,17 +517,8 @@ TEST(Scheduler, PromptScoringChunksAreCapped) {
   o.max_batch_tokens = 512;
   o.max_prompt_logprob_rows = 8;
   Scheduler s(kv->get(), o);
-  auto make = [](int64_t id, int prompt_logprobs) {
-    auto q = std::make_unique<Sequence>();
-    q->id = id;
-    q->request.prompt.assign(40, static_cast<int32_t>(5 + id));
-    q->tokens = q->request.prompt;
-    q->request.params.max_tokens = 4;
-    q->request.prompt_logprobs = prompt_logprobs;
-    return q;
-  };
-  s.Enqueue(make(0, 2));
-  s.Enqueue(make(1, -1));
+  s.Enqueue(Seq(0, 40, 4, 0, /*prompt_logprobs=*/2));
+  s.Enqueue(Seq(1, 40, 4));
   StepPlan p = s.Schedule();
   ASSERT_EQ(p.rows.size(), 2u);
   EXPECT_EQ(p.rows[0].second, 8);
