@@ -1,8 +1,8 @@
 // Response and SSE chunk bodies in OpenAI's (and vLLM's) shapes, with usage and log-probs.
 #include "server/openai_response.h"
 
+#include <algorithm>
 #include <chrono>
-
 
 namespace loom::server {
 
@@ -89,36 +89,38 @@ json CompletionLogprobs(const ServerContext& ctx, const OpenAiRequest& r,
           {"text_offset", offsets}};
 }
 
-// echo with logprobs: the prompt's entries in the completions shape, its first token's null
-// (nothing predicts it), as vLLM and OpenAI's legacy API; offsets count from 0.
-void AddPromptCompletionLogprobs(const ServerContext& ctx, const OpenAiRequest& r,
-                                 const std::vector<int32_t>& prompt, const ChoiceState& c,
-                                 json* logprobs, size_t* offset) {
-  json tokens = json::array(), token_lps = json::array(), top_lps = json::array(),
-       offsets = json::array();
-  for (size_t i = 0; i < prompt.size(); ++i) {
-    const std::string tok = TokenText(ctx, prompt[i]);
-    tokens.push_back(tok);
-    offsets.push_back(*offset);
-    *offset += tok.size();
-    if (i == 0 || i - 1 >= c.prompt_logprobs.size()) {
-      token_lps.push_back(nullptr);
-      top_lps.push_back(nullptr);
-      continue;
-    }
-    token_lps.push_back(c.prompt_logprobs[i - 1].logprob);
-    json top = json::object();
-    const auto& alts = c.prompt_top[i - 1];
-    for (int k = 0; k < r.logprobs && k < static_cast<int>(alts.size()); ++k) {
-      top[TokenText(ctx, alts[static_cast<size_t>(k)].token)] =
-          alts[static_cast<size_t>(k)].logprob;
-    }
-    top_lps.push_back(top);
+// Appends each list of a completions log-probs object to *into's.
+void AppendLogprobs(json* into, json from) {
+  for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
+    if (!into->contains(key)) (*into)[key] = json::array();
+    for (auto& v : from[key]) (*into)[key].push_back(std::move(v));
   }
-  (*logprobs)["tokens"] = std::move(tokens);
-  (*logprobs)["token_logprobs"] = std::move(token_lps);
-  (*logprobs)["top_logprobs"] = std::move(top_lps);
-  (*logprobs)["text_offset"] = std::move(offsets);
+}
+
+// echo with logprobs: the prompt's entries in the completions shape, as vLLM and OpenAI's
+// legacy API; offsets count from 0. Null log-probs where nothing scored the token: the first
+// (nothing predicts it), and any after a sequence that failed before scoring its prompt.
+json PromptCompletionLogprobs(const ServerContext& ctx, const OpenAiRequest& r,
+                              const std::vector<int32_t>& prompt, const ChoiceState& c,
+                              size_t* offset) {
+  const size_t scored = std::min(c.prompt_logprobs.size(), prompt.size() - 1);
+  json out = json::object();
+  auto unscored = [&](size_t from, size_t to) {
+    for (size_t i = from; i < to; ++i) {
+      const std::string tok = TokenText(ctx, prompt[i]);
+      AppendLogprobs(&out, {{"tokens", json::array({tok})},
+                            {"token_logprobs", json::array({nullptr})},
+                            {"top_logprobs", json::array({nullptr})},
+                            {"text_offset", json::array({*offset})}});
+      *offset += tok.size();
+    }
+  };
+  unscored(0, 1);
+  const std::vector<int32_t> predicted(prompt.begin() + 1, prompt.end());  // [i] ↔ entry i
+  AppendLogprobs(&out, CompletionLogprobs(ctx, r, predicted, c.prompt_logprobs, c.prompt_top, 0,
+                                          scored, offset));
+  unscored(1 + scored, prompt.size());
+  return out;
 }
 
 // vLLM's prompt_logprobs: [null, {"id": {logprob, rank, decoded_token}}, ...], each entry the
@@ -183,17 +185,10 @@ json BuildFullResponse(const ServerContext& ctx, const OpenAiRequest& r, const R
       size_t offset = 0;
       const auto& prompt = prompts[static_cast<size_t>(c.prompt_index)];
       if (r.want_logprobs) {
-        json echoed;
-        if (r.echo) AddPromptCompletionLogprobs(ctx, r, prompt, c, &echoed, &offset);
-        json generated = CompletionLogprobs(ctx, r, c.token_ids, c.logprobs, c.top, 0,
-                                            c.token_ids.size(), &offset);
-        if (r.echo) {
-          for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
-            for (auto& v : generated[key]) echoed[key].push_back(std::move(v));
-          }
-          generated = std::move(echoed);
-        }
-        choice["logprobs"] = std::move(generated);
+        json lps = r.echo ? PromptCompletionLogprobs(ctx, r, prompt, c, &offset) : json::object();
+        AppendLogprobs(&lps, CompletionLogprobs(ctx, r, c.token_ids, c.logprobs, c.top, 0,
+                                                c.token_ids.size(), &offset));
+        choice["logprobs"] = std::move(lps);
       } else {
         choice["logprobs"] = nullptr;
       }
