@@ -65,7 +65,7 @@ StatusOr<std::vector<BatchEntry>> ParseBatchRequests(std::string_view text, cons
             "' (known: prompt_tokens, adapter, logprobs and the sampling fields "
             "max_tokens, temperature, top_p, top_k, min_p, presence_penalty, "
             "frequency_penalty, repetition_penalty, seed, ignore_eos, min_tokens, "
-            "logit_bias)");
+            "logit_bias, allowed_token_ids)");
       }
     }
     RETURN_IF_ERROR(GetIntList(e, "prompt_tokens", at, &r.prompt, 0, config.vocab_size - 1));

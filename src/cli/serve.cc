@@ -173,6 +173,13 @@ int RunServe(ServeArgs& a) {
   ctx.tokenizer = tok.get();
   ctx.max_model_len = engine.max_model_len();
   ctx.max_loras = eo.max_loras;
+  if (!ctx.options.generation_defaults.empty()) {
+    // vLLM prints the same notice: these change what a request without them samples.
+    std::fprintf(stderr,
+                 "loom: requests that set none use the model's recommended sampling: %s "
+                 "(--generation-config vllm turns this off)\n",
+                 ctx.options.generation_defaults.Describe().c_str());
+  }
   ctx.ready = true;
   std::fprintf(stderr,
                "loom: ready — model '%s' (%s), %zu adapter(s), max_model_len %d, KV cache %d "

@@ -30,6 +30,13 @@ void AddServeFlags(CLI::App& app, ServeArgs* a) {
   app.add_option("--max-lora-rank", a->max_lora_rank, "largest adapter rank accepted (0 = any)");
   app.add_option("--max-cpu-loras", a->max_cpu_loras,
                  "adapters kept loaded (least recently used evicted)")->capture_default_str();
+  app.add_option("--generation-config", a->generation_config,
+                 "sampling defaults for requests that set none: auto (the model folder's "
+                 "generation_config.json, as vLLM), vllm (none), or a folder holding one")
+      ->capture_default_str();
+  app.add_option("--override-generation-config", a->override_generation_config,
+                 "JSON object laid over those defaults (temperature, top_p, top_k, min_p, "
+                 "repetition_penalty, max_new_tokens: the last caps every request)");
   app.add_option("--max-cpu-lora-memory", a->max_cpu_lora_memory,
                  "memory the loaded adapters may take together, e.g. 4GiB (least recently used "
                  "evicted; an adapter larger than this alone is refused; default: no limit)");
@@ -49,6 +56,10 @@ void AddServeFlags(CLI::App& app, ServeArgs* a) {
   app.add_option("--api-key", a->api_key,
                  "require Authorization: Bearer KEY on /v1 routes, /tokenize and /detokenize")
       ->envname("LOOM_API_KEY");
+  // vLLM serves adapters only with --enable-lora; loom always does. Accepted so a vLLM command
+  // line runs unchanged.
+  app.add_flag("--enable-lora", a->enable_lora,
+               "accepted for vLLM's command lines: adapters are always enabled");
   app.add_flag("--allow-runtime-lora", a->allow_runtime_lora,
                "enable /v1/load_lora_adapter and /v1/unload_lora_adapter (paths under --lora-dir)");
   app.add_option("--http-threads", a->http_threads,
@@ -235,6 +246,8 @@ StatusOr<ServePlan> PlanServe(const ServeArgs& a) {
   s.model_dir = a.model;
   s.merged_adapter = a.merge;
   s.allow_runtime_lora = a.allow_runtime_lora;
+  ASSIGN_OR_RETURN(s.generation_defaults, LoadGenerationDefaults(a.generation_config, a.model,
+                                                                 a.override_generation_config));
   s.http.worker_threads = a.http_threads;
   s.http.max_connections = a.max_connections;
   s.http.request_timeout_s = a.request_timeout_s;

@@ -32,6 +32,7 @@ struct ServeArgs {
   int port = 8000;
   std::string api_key;
   bool allow_runtime_lora = false;
+  bool enable_lora = false;  // vLLM's --enable-lora: accepted, changes nothing
   int http_threads = 16;
   int max_connections = 4096;
   double request_timeout_s = 30;
@@ -40,6 +41,8 @@ struct ServeArgs {
   double shutdown_timeout_s = 30;
   bool no_prefix_caching = false;
   bool no_batch_invariant = false;
+  std::string generation_config = "auto";  // --generation-config: auto | vllm | DIR
+  std::string override_generation_config;  // --override-generation-config JSON
 };
 
 struct ServePlan {

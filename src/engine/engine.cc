@@ -84,6 +84,28 @@ Status Engine::Validate(const GenerationRequest& request) const {
     return FailedPrecondition("stop strings and text output need the model folder's tokenizer.json");
   }
   RETURN_IF_ERROR(request.params.Validate(c.vocab_size));
+  if (const auto& allowed = request.params.allowed_token_ids; allowed.has_value()) {
+    // A token that min_tokens holds back at the first step, or a one-token bad word, is never
+    // drawable there: if that leaves no allowed token, say so now (the step would fail with
+    // "every logit is -inf").
+    auto barred = [&](int32_t t) {
+      auto in = [t](const std::vector<int32_t>& v) {
+        return std::find(v.begin(), v.end(), t) != v.end();
+      };
+      if (request.params.min_tokens > 0 && (in(c.eos_token_ids) || in(request.stop_token_ids))) {
+        return true;
+      }
+      for (const auto& w : request.params.bad_words_token_ids) {
+        if (w.size() == 1 && w[0] == t) return true;
+      }
+      return false;
+    };
+    if (std::all_of(allowed->begin(), allowed->end(), barred)) {
+      return InvalidArgument(
+          "allowed_token_ids: every allowed token is barred at the first step (min_tokens holds "
+          "back EOS and stop_token_ids; a one-token bad word is never drawn)");
+    }
+  }
   if (request.prompt_logprobs < -1 || request.prompt_logprobs > 20 ||
       request.prompt_logprobs > c.vocab_size) {
     return InvalidArgument("prompt_logprobs must be in [0, 20], got " +
@@ -91,9 +113,15 @@ Status Engine::Validate(const GenerationRequest& request) const {
   }
   const int64_t total = static_cast<int64_t>(request.prompt.size()) + request.params.max_tokens;
   if (total > max_model_len_) {
-    return InvalidArgument("prompt (" + std::to_string(request.prompt.size()) + " tokens) + max_tokens (" +
-                           std::to_string(request.params.max_tokens) +
-                           ") exceeds the maximum context length " + std::to_string(max_model_len_));
+    // vLLM's words: clients (LiteLLM's context-window fallbacks among them) match on "This
+    // model's maximum context length is".
+    const std::string m = std::to_string(request.params.max_tokens);
+    const std::string len = std::to_string(max_model_len_);
+    const std::string in = std::to_string(request.prompt.size());
+    return InvalidArgument("'max_tokens' or 'max_completion_tokens' is too large: " + m +
+                           ". This model's maximum context length is " + len +
+                           " tokens and your request has " + in + " input tokens (" + m + " > " +
+                           len + " - " + in + ")");
   }
   if (KvCache::BlocksFor(static_cast<int>(total)) > cache_->num_blocks()) {
     return ResourceExhausted("prompt + max_tokens (" + std::to_string(total) +

@@ -111,6 +111,29 @@ Status ParseLogitBias(const json& v, std::vector<std::pair<int32_t, float>>* out
   return OkStatus();
 }
 
+// vLLM's allowed_token_ids: a non-empty list of token ids, kept sorted and unique. Whether each
+// is in the vocabulary is SamplingParams::Validate's.
+Status ParseAllowedTokenIds(const json& v, std::optional<std::vector<int32_t>>* out) {
+  if (!v.is_array() || v.empty()) {
+    return InvalidArgument("allowed_token_ids must be a non-empty list of token ids");
+  }
+  std::vector<int32_t> ids;
+  ids.reserve(v.size());
+  for (const auto& x : v) {
+    if (!x.is_number_integer()) {
+      return InvalidArgument("allowed_token_ids must be a list of integer token ids, got " +
+                             std::string(x.type_name()));
+    }
+    int id = 0;
+    RETURN_IF_ERROR(JsonInt32("allowed_token_ids", x, 0, std::numeric_limits<int32_t>::max(), &id));
+    ids.push_back(id);
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  *out = std::move(ids);
+  return OkStatus();
+}
+
 }  // namespace
 
 bool ParseSamplingField(const std::string& key, const json& v, SamplingParams* p, Status* status) {
@@ -145,6 +168,8 @@ bool ParseSamplingField(const std::string& key, const json& v, SamplingParams* p
     if (!v.is_null()) st = JsonInt32(key, v, 0, kMaxTokensLimit, &p->min_tokens);
   } else if (key == "logit_bias") {
     if (!v.is_null()) st = ParseLogitBias(v, &p->logit_bias);
+  } else if (key == "allowed_token_ids") {
+    if (!v.is_null()) st = ParseAllowedTokenIds(v, &p->allowed_token_ids);
   } else {
     return false;
   }

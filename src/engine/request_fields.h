@@ -25,7 +25,8 @@ Status JsonNumber(const std::string& field, const nlohmann::ordered_json& v, dou
 Status JsonBool(const std::string& field, const nlohmann::ordered_json& v, bool* out);
 
 // If `key` is a sampling field (max_tokens, temperature, top_p, top_k, min_p, presence_penalty,
-// frequency_penalty, repetition_penalty, seed, ignore_eos, min_tokens, logit_bias), parses `v` into
+// frequency_penalty, repetition_penalty, seed, ignore_eos, min_tokens, logit_bias,
+// allowed_token_ids), parses `v` into
 // *params (null leaves the default) and returns true with *status set (OK or kInvalidArgument
 // naming the field); otherwise returns false and leaves both alone. Ranges are the OpenAI / vLLM
 // ones.

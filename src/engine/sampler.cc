@@ -1,5 +1,5 @@
-// Sampler: vLLM's order — logit_bias, min_tokens, penalties, temperature, top-k/p, min-p, a seeded
-// draw.
+// Sampler: vLLM's order — allowed_token_ids, bad_words, logit_bias, min_tokens, penalties,
+// temperature, top-k/p, min-p, a seeded draw.
 #include "engine/sampler.h"
 
 #include <algorithm>
@@ -46,6 +46,26 @@ Status SamplingParams::Validate(int vocab_size) const {
     return InvalidArgument("min_tokens must be in [0, max_tokens = " + std::to_string(max_tokens) +
                            "], got " + std::to_string(min_tokens));
   }
+  if (allowed_token_ids.has_value()) {
+    if (allowed_token_ids->empty()) return InvalidArgument("allowed_token_ids must not be empty");
+    for (int32_t t : *allowed_token_ids) {
+      if (t < 0 || t >= vocab_size) {
+        return InvalidArgument("allowed_token_ids: token id " + std::to_string(t) +
+                               " is outside the vocabulary [0, " + std::to_string(vocab_size) +
+                               ")");
+      }
+    }
+  }
+  for (const auto& word : bad_words_token_ids) {
+    if (word.empty()) return InvalidArgument("bad_words: a word encodes to no tokens");
+    for (int32_t t : word) {
+      if (t < 0 || t >= vocab_size) {
+        return InvalidArgument("bad_words: token id " + std::to_string(t) +
+                               " is outside the vocabulary [0, " + std::to_string(vocab_size) +
+                               ")");
+      }
+    }
+  }
   for (const auto& [token, bias] : logit_bias) {
     if (token < 0 || token >= vocab_size) {
       return InvalidArgument("logit_bias: token id " + std::to_string(token) +
@@ -65,7 +85,27 @@ Sampler::Sampler(const SamplingParams& params, const std::vector<int32_t>& promp
   rng_.seed(params.seed ? *params.seed : std::random_device{}());
 }
 
-void Sampler::ApplyBiasAndMinTokens(float* logits, int vocab, int64_t step) const {
+void Sampler::ApplyMasksAndBias(float* logits, int vocab, int64_t step) {
+  if (params_.allowed_token_ids.has_value()) {
+    const std::vector<int32_t>& allowed = *params_.allowed_token_ids;
+    kept_.clear();
+    for (int32_t t : allowed) kept_.push_back(t >= 0 && t < vocab ? logits[t] : -INFINITY);
+    std::fill(logits, logits + vocab, -INFINITY);
+    for (size_t i = 0; i < allowed.size(); ++i) {
+      if (allowed[i] >= 0 && allowed[i] < vocab) logits[allowed[i]] = kept_[i];
+    }
+  }
+  // A word's last token is barred while the output ends with the rest of the word (vLLM's
+  // _apply_bad_words_single_batch; a one-token word is barred always).
+  for (const auto& word : params_.bad_words_token_ids) {
+    if (word.empty() || word.size() > output_.size() + 1) continue;
+    const size_t prefix = word.size() - 1;
+    if (std::equal(word.begin(), word.begin() + static_cast<long>(prefix),
+                   output_.end() - static_cast<long>(prefix))) {
+      const int32_t last = word.back();
+      if (last >= 0 && last < vocab && !std::isnan(logits[last])) logits[last] = -INFINITY;
+    }
+  }
   // |bias| ≤ 100 (Validate): a finite logit stays finite (FLT_MAX + 100 rounds to FLT_MAX).
   for (const auto& [t, bias] : params_.logit_bias) {
     if (t < 0 || t >= vocab) continue;  // Validate refuses these; never index outside the row
@@ -78,7 +118,10 @@ void Sampler::ApplyBiasAndMinTokens(float* logits, int vocab, int64_t step) cons
   }
 }
 
-void Sampler::Accept(int32_t token) { ++output_counts_[token]; }
+void Sampler::Accept(int32_t token) {
+  ++output_counts_[token];
+  if (!params_.bad_words_token_ids.empty()) output_.push_back(token);
+}
 
 void Sampler::ApplyPenalties(float* logits, int vocab) {
   if (params_.repetition_penalty != 1.0f) {
@@ -301,7 +344,7 @@ StatusOr<int32_t> Sampler::Sample(float* logits, int vocab, TokenLogprob* chosen
     return InvalidArgument("sampling step " + std::to_string(step) + ": empty logits row");
   }
   if (params_.logprobs > 0) raw_.assign(logits, logits + vocab);
-  ApplyBiasAndMinTokens(logits, vocab, step);
+  ApplyMasksAndBias(logits, vocab, step);
   ApplyPenalties(logits, vocab);
   // Every later stage (max, exp, sort, the draw) is defined only when some logit is a number
   // below +inf: NaN compares false with everything, +inf gives inf − inf = NaN. Penalties map

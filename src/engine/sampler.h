@@ -1,5 +1,5 @@
-// Sampler: one row of logits → a token (logit_bias, min_tokens, penalties, temperature, top-k/p,
-// min-p, seed).
+// Sampler: one row of logits → a token (allowed_token_ids, bad_words, logit_bias, min_tokens,
+// penalties, temperature, top-k/p, min-p, seed).
 #pragma once
 
 #include <cstdint>
@@ -32,6 +32,12 @@ struct SamplingParams {
   // The first min_tokens tokens are never a stop token (EOS, stop_token_ids: their logits are
   // -inf, ignore_eos or not, as vLLM) and never end a stop string. ≤ max_tokens.
   int min_tokens = 0;
+  // vLLM's allowed_token_ids: when set, every other token's logit is -inf (greedy included);
+  // sorted, unique, non-empty, inside the vocabulary. Log-probs stay those of the raw logits.
+  std::optional<std::vector<int32_t>> allowed_token_ids;
+  // vLLM's bad_words as token sequences (the server encodes the words): a sequence's last token
+  // is -inf while the generated tokens (not the prompt) end with the rest of it.
+  std::vector<std::vector<int32_t>> bad_words_token_ids;
 
   // Range checks; the message names the field and the limit.
   Status Validate(int vocab_size) const;
@@ -62,8 +68,9 @@ class Sampler {
   static bool IsGreedy(const SamplingParams& p) { return p.temperature < 1e-5f; }
 
  private:
-  // logit_bias, then min_tokens' mask (step = tokens sampled before this one).
-  void ApplyBiasAndMinTokens(float* logits, int vocab, int64_t step) const;
+  // vLLM v1's order: allowed_token_ids' mask, bad_words', logit_bias, then min_tokens' mask
+  // (step = tokens sampled before this one).
+  void ApplyMasksAndBias(float* logits, int vocab, int64_t step);
   void ApplyPenalties(float* logits, int vocab);
   // Temperature, top-k, top-p, min-p, draw; best = the row's first maximum (from the scan).
   int32_t Draw(const float* logits, int vocab, int64_t best);
@@ -72,6 +79,8 @@ class Sampler {
   int64_t step_ = 0;  // tokens sampled so far (named in errors)
   std::mt19937_64 rng_;
   std::unordered_map<int32_t, int> output_counts_;
+  std::vector<int32_t> output_;  // generated tokens in order, when bad_words needs them
+  std::vector<float> kept_;      // allowed_token_ids' logits, scratch
   std::vector<float> raw_;  // [vocab] logits before penalties, for logprobs
   std::vector<uint8_t> seen_;  // [vocab] scratch for the repetition penalty
   std::vector<int32_t> prompt_;

@@ -78,7 +78,7 @@ StatusOr<std::shared_ptr<const Adapter>> AdapterStore::Load(const std::string& n
 }
 
 Status AdapterStore::Register(const std::string& name, const std::string& dir,
-                              const std::string& root) {
+                              const std::string& root, bool replace) {
   if (!ValidName(name)) {
     return InvalidArgument("adapter name '" + name +
                            "' is not valid (letters, digits, '_', '.', '-'; at most 128)");
@@ -89,15 +89,25 @@ Status AdapterStore::Register(const std::string& name, const std::string& dir,
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (entries_.count(name) != 0) {
+    if (!replace && entries_.count(name) != 0) {
       return InvalidArgument("adapter '" + name + "' is already loaded");
     }
   }
-  // Load before publishing the name: a bad folder never half-registers.
+  // Load before publishing the name: a bad folder never half-registers, and a replacement that
+  // fails leaves the old adapter serving.
   std::lock_guard<std::mutex> load_lock(load_mu_);
   ASSIGN_OR_RETURN(std::shared_ptr<const Adapter> adapter, Load(name, dir, root));
   std::lock_guard<std::mutex> lock(mu_);
-  if (entries_.count(name) != 0) return InvalidArgument("adapter '" + name + "' is already loaded");
+  if (auto old = entries_.find(name); old != entries_.end()) {
+    if (!replace) return InvalidArgument("adapter '" + name + "' is already loaded");
+    // The old entry goes as Unregister takes it; its new generation supersedes any load of the
+    // old folder still in flight.
+    if (old->second.loaded) {
+      lru_.erase(old->second.lru);
+      resident_bytes_ -= old->second.loaded->resident_bytes();
+    }
+    entries_.erase(old);
+  }
   Entry& e = entries_[name];
   e.dir = dir;
   e.root = root;
@@ -150,6 +160,17 @@ StatusOr<ConfinedDir> AdapterStore::OnDemandDir(const std::string& name) const {
 }
 
 StatusOr<std::shared_ptr<const Adapter>> AdapterStore::Acquire(const std::string& name) {
+  // A load superseded by an unload or a replacement is not this request's answer: look again
+  // (bounded: each retry follows another client's unload or replacement of the same name).
+  for (int attempt = 0;; ++attempt) {
+    bool superseded = false;
+    auto result = AcquireOnce(name, &superseded);
+    if (!superseded || attempt == 3) return result;
+  }
+}
+
+StatusOr<std::shared_ptr<const Adapter>> AdapterStore::AcquireOnce(const std::string& name,
+                                                                   bool* superseded) {
   std::shared_ptr<Flight> flight;
   std::string dir;
   std::string root;
@@ -212,6 +233,7 @@ StatusOr<std::shared_ptr<const Adapter>> AdapterStore::Acquire(const std::string
   flight->result = result;
   flight->superseded =
       !result.ok() && result.status().code() == StatusCode::kNotFound && generation != 0;
+  *superseded = flight->superseded;
   return result;
 }
 
@@ -240,7 +262,7 @@ StatusOr<std::shared_ptr<const Adapter>> AdapterStore::LoadAndPublish(const std:
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(name);
   if (generation != 0 && (it == entries_.end() || it->second.generation != generation)) {
-    return NotFound("adapter '" + name + "' was unloaded while it loaded");
+    return NotFound("adapter '" + name + "' was unloaded or replaced while it loaded");
   }
   if (it == entries_.end()) {
     it = entries_.emplace(name, Entry{}).first;

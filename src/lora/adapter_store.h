@@ -55,8 +55,11 @@ class AdapterStore {
   // when the name is taken or invalid, kNotFound when the folder does not exist,
   // kResourceExhausted when the adapter alone holds more than max_cpu_bytes. `root` (a
   // --lora-dir root, for runtime paths): the adapter's files, now and on every reload, are opened
-  // only inside it (ConfinedOpenScope), whatever is swapped under it meanwhile.
-  Status Register(const std::string& name, const std::string& dir, const std::string& root = "");
+  // only inside it (ConfinedOpenScope), whatever is swapped under it meanwhile. With `replace`
+  // (vLLM's load_inplace) a taken name is given the new folder's adapter once it has loaded (a
+  // new identity; sequences holding the old one finish on it; a failed load keeps the old one).
+  Status Register(const std::string& name, const std::string& dir, const std::string& root = "",
+                  bool replace = false);
   // The adapter for `name`, loading it if needed (also on demand from a --lora-dir root when
   // the name is a sub-folder there). kNotFound for an unknown name.
   StatusOr<std::shared_ptr<const Adapter>> Acquire(const std::string& name);
@@ -95,6 +98,9 @@ class AdapterStore {
     bool superseded = false;  // the name was unloaded while it loaded: waiters look again
     StatusOr<std::shared_ptr<const Adapter>> result = Internal("the load ended without a result");
   };
+  // One Acquire attempt; *superseded when the name was unloaded or replaced while this attempt
+  // loaded it (Acquire then looks again).
+  StatusOr<std::shared_ptr<const Adapter>> AcquireOnce(const std::string& name, bool* superseded);
   // Acquire's loader: finds the folder (on demand), loads it (one load at a time), publishes.
   StatusOr<std::shared_ptr<const Adapter>> LoadAndPublish(const std::string& name, std::string dir,
                                                           std::string root, uint64_t generation);

@@ -1,6 +1,7 @@
 // /v1/completions and /v1/chat/completions: request → prompts → sequences → JSON body or SSE stream.
 #include "server/generation_handler.h"
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 #include <utility>
@@ -29,6 +30,8 @@ std::string ParamFor(const Status& st) {
   if (m.rfind("min_tokens", 0) == 0) return "min_tokens";  // names max_tokens too
   if (m.rfind("logit_bias", 0) == 0) return "logit_bias";
   if (m.rfind("prompt_logprobs", 0) == 0) return "prompt_logprobs";
+  if (m.rfind("allowed_token_ids", 0) == 0) return "allowed_token_ids";
+  if (m.rfind("bad_words", 0) == 0) return "bad_words";
   if (m.find("max_tokens") != std::string::npos) return "max_tokens";
   if (m.find("prompt") != std::string::npos) return "prompt";
   if (m.find("stop_token_ids") != std::string::npos) return "stop_token_ids";
@@ -62,8 +65,16 @@ bool Submit(ServerContext& ctx, const OpenAiRequest& r, std::shared_ptr<const Ad
     g.adapter = adapter;
     g.params = r.params;
     if (r.params.seed.has_value()) g.params.seed = *r.params.seed + static_cast<uint64_t>(j);
+    // vLLM's get_max_tokens: chat without max_tokens fills the context, or stops at the
+    // model's recommended max_new_tokens; --override-generation-config's caps every request.
+    const GenerationDefaults& defaults = ctx.options.generation_defaults;
     if (!r.max_tokens_given && r.endpoint == Endpoint::kChat) {
       g.params.max_tokens = std::max(1, ctx.max_model_len - static_cast<int>(g.prompt.size()));
+      if (defaults.max_tokens)
+        g.params.max_tokens = std::min(g.params.max_tokens, *defaults.max_tokens);
+    }
+    if (defaults.max_tokens_cap) {
+      g.params.max_tokens = std::min(g.params.max_tokens, *defaults.max_tokens_cap);
     }
     g.params.logprobs = r.want_logprobs ? std::max(1, r.logprobs) : 0;
     // echo with logprobs scores the prompt too (what lm-evaluation-harness's loglikelihood
@@ -186,6 +197,13 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
   if (!ParseOpenAiRequest(req.body, endpoint, &r, &error, ctx.options.max_json_depth)) {
     return fail(error);
   }
+  // The model's recommended sampling where the request set none (vLLM's generation config).
+  ctx.options.generation_defaults.Apply(
+      [&r](const char* field) {
+        return std::find(r.sampling_given.begin(), r.sampling_given.end(), field) !=
+               r.sampling_given.end();
+      },
+      &r.params);
   // The adapter: the base model's name, or an adapter's (loaded now if needed, not on the
   // engine thread).
   std::shared_ptr<const Adapter> adapter;
@@ -208,6 +226,8 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
   }
   Submission sub;
   if (!BuildPrompts(ctx, r, &sub.prompts, &error)) return fail(error);
+  if (!TruncatePrompts(ctx, &r, &sub.prompts, &error)) return fail(error);
+  if (!EncodeBadWords(ctx, &r, &error)) return fail(error);
   // Queue limit: sequences submitted but not running, this request's (prompts × n) included,
   // so one request of 64 prompts × n = 16 cannot carry the queue past it; a request alone in an
   // empty queue is admitted whatever its size (≤ 1024 sequences by the parser's limits). The
@@ -249,7 +269,14 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
   adapter.reset();
 
   ResponseMeta meta;
-  meta.id = RandomId(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-");
+  // vLLM names a response after the client's X-Request-Id (gateways trace by it); kept only
+  // when it is 1..128 visible ASCII characters, else a random one.
+  const char* id_prefix = endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-";
+  const std::string client_id = req.header("X-Request-Id");
+  const bool usable_id = !client_id.empty() && client_id.size() <= 128 &&
+                         std::all_of(client_id.begin(), client_id.end(),
+                                     [](char ch) { return ch > 0x20 && ch < 0x7F; });
+  meta.id = usable_id ? id_prefix + client_id : RandomId(id_prefix);
   meta.created = static_cast<int64_t>(std::time(nullptr));
   meta.model = r.model;
   meta.prompt_tokens = sub.prompt_tokens;
@@ -261,6 +288,7 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
   head.content_type = "text/event-stream";
   head.headers.emplace_back("Cache-Control", "no-cache");
   auto state = sub.state;
+  if (r.return_token_ids) state->prompt_ids = std::move(sub.prompts);
   ex->Stream(std::move(head), std::make_shared<CompletionStream>(ctx, r, std::move(meta), std::move(state)));
 }
 

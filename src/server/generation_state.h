@@ -49,6 +49,9 @@ struct GenerationState {
   std::function<void()> wake;     // tells the connection there is something to write
   bool wake_each_update = false;  // a stream; else only when every choice has finished
   Clock::time_point start = Clock::now();
+  // A stream with return_token_ids: each prompt's ids (set before the stream starts, then read
+  // only by its writer), sent with each choice's first chunk as vLLM does.
+  std::vector<std::vector<int32_t>> prompt_ids;
 };
 
 // The engine callback of choice `index`: records metrics and queues the update.

@@ -113,20 +113,34 @@ std::optional<HttpResponse> AdminBody(const ServerContext& ctx, const HttpReques
 
 HttpResponse HandleLoad(ServerContext& ctx, const HttpRequest& req) {
   json body;
-  if (auto refused = AdminBody(ctx, req, "--allow-runtime-lora and --lora-dir", {"lora_name", "lora_path"}, {},
-                               &body)) {
+  // base_model_name: vLLM accepts it and changes nothing (the Gateway API Inference Extension's
+  // LoRA syncer always sends it); load_inplace: replace an adapter of that name (vLLM's).
+  if (auto refused =
+          AdminBody(ctx, req, "--allow-runtime-lora and --lora-dir", {"lora_name", "lora_path"},
+                    {"base_model_name", "load_inplace"}, &body)) {
     return *refused;
+  }
+  if (body.contains("base_model_name") && !body["base_model_name"].is_null() &&
+      !body["base_model_name"].is_string()) {
+    return ErrorReply(BadRequest("base_model_name", "base_model_name must be a string"));
+  }
+  bool inplace = false;
+  if (body.contains("load_inplace") && !body["load_inplace"].is_null()) {
+    if (!body["load_inplace"].is_boolean()) {
+      return ErrorReply(BadRequest("load_inplace", "load_inplace must be a boolean"));
+    }
+    inplace = body["load_inplace"].get<bool>();
   }
   const std::string name = body["lora_name"].get<std::string>();
   if (name == ctx.options.served_model_name) {
     return ErrorReply(BadRequest("lora_name", "'" + name + "' is the base model's name"));
   }
-  if (ctx.adapters->Contains(name)) {
+  if (!inplace && ctx.adapters->Contains(name)) {
     return ErrorReply(BadRequest("lora_name", "The lora adapter '" + name + "' has already been loaded."));
   }
   auto dir = ctx.adapters->ResolveRuntimePath(body["lora_path"].get<std::string>());
   if (!dir.ok()) return ErrorReply(FromStatus(dir.status(), "lora_path"));
-  Status st = ctx.adapters->Register(name, dir->dir, dir->root);
+  Status st = ctx.adapters->Register(name, dir->dir, dir->root, /*replace=*/inplace);
   if (!st.ok()) {
     // A folder that exists but does not validate is the client's error (400), never 500.
     ApiError e = FromStatus(st, "lora_path");

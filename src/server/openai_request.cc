@@ -1,13 +1,14 @@
 // Strict OpenAI request parsing: every key is dispatched to a handler; an unknown key is a 400.
 #include "server/openai_request.h"
 
-#include "base/json.h"
-#include "engine/request_fields.h"
-
 #include <cmath>
 #include <functional>
 #include <limits>
 #include <map>
+
+#include "base/json.h"
+#include "engine/request_fields.h"
+#include "tokenizer/jinja/utf8.h"
 
 namespace loom::server {
 
@@ -83,8 +84,12 @@ void AddCommon(std::map<std::string, Handler>* h) {
   m["stream_options"] = [](Parser& p, const json& v, OpenAiRequest* r) {
     if (v.is_null()) return true;
     if (!v.is_object()) return p.Fail("stream_options", "stream_options must be an object");
+    // vLLM's StreamOptions: include_usage defaults to true once the object is sent (so
+    // {"continuous_usage_stats": true} alone reports usage); null is false.
+    r->include_usage = true;
     for (auto it = v.begin(); it != v.end(); ++it) {
       if (it.key() == "include_usage") {
+        r->include_usage = false;
         if (!it.value().is_null() &&
             !p.Bool("stream_options.include_usage", it.value(), &r->include_usage)) {
           return false;
@@ -134,6 +139,33 @@ void AddCommon(std::map<std::string, Handler>* h) {
   m["return_token_ids"] = OptionalBool("return_token_ids", &OpenAiRequest::return_token_ids);
   m["prompt_logprobs"] = [](Parser& p, const json& v, OpenAiRequest* r) {
     return v.is_null() || p.Int32("prompt_logprobs", v, 0, 20, &r->prompt_logprobs);
+  };
+  m["bad_words"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    if (!v.is_array()) return p.Fail("bad_words", "bad_words must be a list of strings");
+    if (v.size() > 64) return p.Fail("bad_words", "at most 64 bad_words");
+    for (const auto& w : v) {
+      if (!w.is_string()) return p.Fail("bad_words", "bad_words must be a list of strings");
+      const std::string s = w.get<std::string>();
+      if (s.size() > 256) return p.Fail("bad_words", "bad_words are limited to 256 bytes each");
+      // vLLM encodes each word with its leading whitespace stripped (Python's str.lstrip): a
+      // blank one has no tokens.
+      if (jinja::PyStrip(s, true, false, nullptr).empty()) {
+        return p.Fail("bad_words", "bad_words must not be empty or whitespace");
+      }
+      r->bad_words.push_back(s);
+    }
+    return true;
+  };
+  m["truncate_prompt_tokens"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    if (!p.Int32("truncate_prompt_tokens", v, -1, kMaxTokensLimit, &r->truncate_prompt_tokens)) {
+      return false;
+    }
+    if (r->truncate_prompt_tokens == 0) {
+      return p.Fail("truncate_prompt_tokens", "truncate_prompt_tokens must be -1 or at least 1");
+    }
+    return true;
   };
   // Accepted with no effect (docs/API.md): an end-user id for abuse monitoring.
   m["user"] = [](Parser& p, const json& v, OpenAiRequest*) {
@@ -352,6 +384,7 @@ bool ParseOpenAiRequest(const std::string& body, Endpoint endpoint, OpenAiReques
         return false;
       }
       if (it.key() == "max_tokens" && !it.value().is_null()) out->max_tokens_given = true;
+      if (!it.value().is_null()) out->sampling_given.push_back(it.key());
       continue;
     }
     auto h = handlers.find(it.key());

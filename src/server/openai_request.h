@@ -36,6 +36,7 @@ struct OpenAiRequest {
   bool add_special_tokens = true;  // completions: true; chat: false (as vLLM)
   // Both
   SamplingParams params;
+  std::vector<std::string> sampling_given;  // sampling fields the body set (not null)
   bool max_tokens_given = false;  // else chat fills the context; completions use 16
   std::string max_tokens_field = "max_tokens";  // or "max_completion_tokens": errors name it
   int n = 1;
@@ -50,6 +51,12 @@ struct OpenAiRequest {
   bool include_stop_str_in_output = false;
   bool skip_special_tokens = true;
   bool return_token_ids = false;  // vLLM extension: token ids in choices
+  // vLLM's bad_words: each encoded (BuildPrompts' neighbour EncodeBadWords) into
+  // params.bad_words_token_ids.
+  std::vector<std::string> bad_words;
+  // vLLM's truncate_prompt_tokens: 0 = off; -1 = the model's context; k ≥ 1 keeps each prompt's
+  // last k tokens.
+  int truncate_prompt_tokens = 0;
   // /tokenize: the prompt in `prompts` (one string) or `messages`; /detokenize: `tokens`
   bool return_token_strs = false;
   std::vector<int32_t> tokens;

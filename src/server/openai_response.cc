@@ -27,6 +27,14 @@ std::string TokenText(const ServerContext& ctx, int32_t id) {
   return ctx.tokenizer->Decode(std::span<const int32_t>(one, 1), /*skip_special_tokens=*/false);
 }
 
+// text_offset counts characters, as OpenAI's legacy API and vLLM (Python's len of the token's
+// text): UTF-8 lead bytes, not continuation bytes.
+size_t Chars(const std::string& s) {
+  size_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
 json Bytes(const std::string& s) {
   json b = json::array();
   for (unsigned char c : s) b.push_back(static_cast<int>(c));
@@ -38,6 +46,15 @@ json StopReason(const std::string& text, int32_t token) {
   if (!text.empty()) return text;
   if (token >= 0) return token;
   return nullptr;
+}
+
+// vLLM's get_chat_request_role: "assistant", or without add_generation_prompt the role of the
+// last message (the one the model continues).
+std::string ResponseRole(const OpenAiRequest& r) {
+  if (r.add_generation_prompt || !r.messages.is_array() || r.messages.empty()) return "assistant";
+  const auto& last = r.messages.back();
+  return last.contains("role") && last["role"].is_string() ? last["role"].get<std::string>()
+                                                           : "assistant";
 }
 
 json FinishField(FinishReason r) {
@@ -76,14 +93,18 @@ json CompletionLogprobs(const ServerContext& ctx, const OpenAiRequest& r,
     const std::string tok = TokenText(ctx, ids[i]);
     tokens.push_back(tok);
     token_lps.push_back(lps[i].logprob);
+    // OpenAI's legacy contract, as vLLM: the chosen token first, then the top N other than it
+    // (up to N + 1 entries; logprobs 0 gives the chosen token alone). Keys are decoded text, so
+    // two ids that decode alike share one key, the later value kept (a Python dict's rule).
     json top = json::object();
+    top[tok] = lps[i].logprob;
     for (int k = 0; k < r.logprobs && k < static_cast<int>(tops[i].size()); ++k) {
-      top[TokenText(ctx, tops[i][static_cast<size_t>(k)].token)] =
-          tops[i][static_cast<size_t>(k)].logprob;
+      const TokenLogprob& alt = tops[i][static_cast<size_t>(k)];
+      if (alt.token != ids[i]) top[TokenText(ctx, alt.token)] = alt.logprob;
     }
     top_lps.push_back(top);
     offsets.push_back(*offset);
-    *offset += tok.size();
+    *offset += Chars(tok);
   }
   return {{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", top_lps},
           {"text_offset", offsets}};
@@ -112,7 +133,7 @@ json PromptCompletionLogprobs(const ServerContext& ctx, const OpenAiRequest& r,
                             {"token_logprobs", json::array({nullptr})},
                             {"top_logprobs", json::array({nullptr})},
                             {"text_offset", json::array({*offset})}});
-      *offset += tok.size();
+      *offset += Chars(tok);
     }
   };
   unscored(0, 1);
@@ -169,7 +190,7 @@ json BuildFullResponse(const ServerContext& ctx, const OpenAiRequest& r, const R
     json choice;
     choice["index"] = i;
     if (chat) {
-      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      choice["message"] = {{"role", ResponseRole(r)}, {"content", c.text}};
       choice["logprobs"] = r.want_logprobs
                                ? ChatLogprobs(ctx, r, c.token_ids, c.logprobs, c.top, 0,
                                               c.token_ids.size())
@@ -213,6 +234,9 @@ json BuildFullResponse(const ServerContext& ctx, const OpenAiRequest& r, const R
   if (chat && r.prompt_logprobs >= 0 && !state.choices.empty()) {
     body["prompt_logprobs"] = VllmPromptLogprobs(ctx, r, prompts.at(0), state.choices[0]);
   }
+  // vLLM's chat response carries the prompt's ids beside the choices (loom's choices keep them
+  // too).
+  if (chat && r.return_token_ids && !prompts.empty()) body["prompt_token_ids"] = prompts[0];
   return body;
 }
 
@@ -220,6 +244,7 @@ StreamWriter::StreamWriter(const ServerContext& ctx, const OpenAiRequest& r, Res
                            std::shared_ptr<GenerationState> state)
     : ctx_(ctx), request_(r), meta_(std::move(meta)), state_(std::move(state)) {
   text_offset_.assign(state_->choices.size(), 0);
+  first_sent_.assign(state_->choices.size(), false);
 }
 
 json StreamWriter::Chunk() const {
@@ -261,7 +286,14 @@ json StreamWriter::ChoiceChunk(size_t index, const SequenceUpdate& u) {
   choice["stop_reason"] = StopReason(u.stop_reason, u.stop_token);
   if (request_.return_token_ids) {
     choice["token_ids"] = u.has_token ? json::array({u.token}) : json::array();
+    // vLLM's completions stream: the prompt's ids in each choice's first chunk.
+    const auto p = static_cast<size_t>(c.prompt_index);
+    if (request_.endpoint != Endpoint::kChat && !first_sent_[index] &&
+        p < state_->prompt_ids.size()) {
+      choice["prompt_token_ids"] = state_->prompt_ids[p];
+    }
   }
+  first_sent_[index] = true;
   return choice;
 }
 
@@ -274,9 +306,16 @@ bool StreamWriter::Pump(std::string* out) {
       for (size_t i = 0; i < state_->choices.size(); ++i) {
         json j = Chunk();
         j["choices"] = json::array({{{"index", i},
-                                     {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                     {"delta", {{"role", ResponseRole(request_)}, {"content", ""}}},
                                      {"logprobs", nullptr},
                                      {"finish_reason", nullptr}}});
+        // vLLM's chat stream: the prompt's ids beside the role chunk's choices.
+        if (request_.return_token_ids && !state_->prompt_ids.empty()) {
+          j["prompt_token_ids"] = state_->prompt_ids[0];
+        }
+        if (request_.include_usage && request_.continuous_usage_stats) {
+          j["usage"] = UsageJson(meta_.prompt_tokens, 0);  // chat has one prompt
+        }
         Write(out, j);
       }
     }
@@ -310,7 +349,10 @@ bool StreamWriter::Pump(std::string* out) {
     if (!worth) continue;
     json j = Chunk();
     j["choices"] = json::array({ChoiceChunk(i, u)});
-    if (request_.include_usage && request_.continuous_usage_stats) j["usage"] = Usage();
+    // vLLM's continuous usage: this choice's prompt and the tokens it has generated so far.
+    if (request_.include_usage && request_.continuous_usage_stats) {
+      j["usage"] = UsageJson(u.prompt_tokens, u.generated_tokens);
+    }
     Write(out, j);
   }
   if (all_done) {

@@ -49,6 +49,7 @@ class StreamWriter {
   std::shared_ptr<GenerationState> state_;
   bool started_ = false;
   std::vector<size_t> text_offset_;  // completions logprobs text_offset per choice
+  std::vector<bool> first_sent_;     // completions: the choice's first chunk is out
   int completion_tokens_ = 0;
   bool ended_ = false;
 };

@@ -102,6 +102,57 @@ bool BuildPrompts(const ServerContext& ctx, const OpenAiRequest& r,
   return true;
 }
 
+bool TruncatePrompts(const ServerContext& ctx, OpenAiRequest* r,
+                     std::vector<std::vector<int32_t>>* prompts, ApiError* error) {
+  if (r->truncate_prompt_tokens == 0) return true;
+  const int64_t k = r->truncate_prompt_tokens < 0 ? ctx.max_model_len : r->truncate_prompt_tokens;
+  if (k > ctx.max_model_len) {
+    *error = BadRequest(
+        "truncate_prompt_tokens",
+        "truncate_prompt_tokens value (" + std::to_string(k) + ") is greater than max_model_len (" +
+            std::to_string(ctx.max_model_len) + "). Please, select a smaller truncation size.");
+    return false;
+  }
+  for (size_t i = 0; i < prompts->size(); ++i) {
+    std::vector<int32_t>& ids = (*prompts)[i];
+    if (static_cast<int64_t>(ids.size()) <= k) continue;
+    ids.erase(ids.begin(), ids.end() - k);  // the last k (vLLM truncates on the left)
+    if (r->echo && i < r->prompts.size()) r->prompts[i] = ids;
+  }
+  return true;
+}
+
+bool EncodeBadWords(const ServerContext& ctx, OpenAiRequest* r, ApiError* error) {
+  if (r->bad_words.empty()) return true;
+  if (ctx.tokenizer == nullptr) {
+    *error = BadRequest("bad_words",
+                        "bad_words needs the model's tokenizer, and the model "
+                        "folder has none");
+    return false;
+  }
+  auto& out = r->params.bad_words_token_ids;
+  for (const std::string& word : r->bad_words) {
+    const std::string stripped = jinja::PyStrip(word, true, false, nullptr);
+    for (const bool space : {false, true}) {
+      auto ids = ctx.tokenizer->Encode(space ? " " + stripped : stripped,
+                                       /*add_special_tokens=*/false);
+      if (!ids.ok()) {
+        *error = BadRequest("bad_words", ids.status().message());
+        return false;
+      }
+      if (ids->empty()) {
+        *error = BadRequest("bad_words", "bad_words: a word encodes to no tokens");
+        return false;
+      }
+      const std::vector<int32_t>& plain = space ? out.back() : *ids;
+      if (!space || ((*ids)[0] != plain[0] && ids->size() == plain.size())) {
+        out.push_back(std::move(ids).value());
+      }
+    }
+  }
+  return true;
+}
+
 bool EchoTokenPromptsAsText(const ServerContext& ctx, OpenAiRequest* r, ApiError* error) {
   for (Prompt& p : r->prompts) {
     const auto* ids = std::get_if<std::vector<int32_t>>(&p);

@@ -22,6 +22,18 @@ bool RenderChatPrompt(const ServerContext& ctx, const OpenAiRequest& r, std::str
 bool BuildPrompts(const ServerContext& ctx, const OpenAiRequest& r,
                   std::vector<std::vector<int32_t>>* prompts, ApiError* error);
 
+// vLLM's truncate_prompt_tokens (k, or -1 for the context length): each prompt longer than k
+// keeps its last k tokens; with echo, a cut text prompt becomes its kept ids (echoed as their
+// decoded text). k above the context length is a 400 naming the field, as vLLM.
+bool TruncatePrompts(const ServerContext& ctx, OpenAiRequest* r,
+                     std::vector<std::vector<int32_t>>* prompts, ApiError* error);
+
+// vLLM's bad_words → r->params.bad_words_token_ids: each word, leading whitespace stripped,
+// encoded without special tokens, and again after one space when that gives a different first
+// token and as many tokens (SamplingParams.update_from_tokenizer). 400 naming `bad_words` when
+// the model has no tokenizer.
+bool EncodeBadWords(const ServerContext& ctx, OpenAiRequest* r, ApiError* error);
+
 // With echo: each token-id prompt of r is replaced by its text (the tokenizer's decode, special
 // tokens kept, as vLLM echoes it) before any work is queued, so the answer can show it. Fails
 // with 400 naming `echo` when the model has no tokenizer, `prompt` when the decode runs out of

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "engine/async_engine.h"
+#include "engine/generation_defaults.h"
 #include "lora/adapter_store.h"
 #include "server/http_transport.h"
 #include "server/metrics.h"
@@ -24,6 +25,9 @@ struct ServerOptions {
   bool allow_runtime_lora = false;    // /v1/load_lora_adapter and /v1/unload_lora_adapter
   int max_waiting = 512;              // sequences queued beyond the running ones → 503
   int max_json_depth = 64;
+  // --generation-config / --override-generation-config: what a request that sets no
+  // temperature, top_p, ... or max_tokens runs with (vLLM's default_sampling_params).
+  GenerationDefaults generation_defaults;
 };
 
 // Thread-safety: the pointers are set once before `ready` becomes true; everything they point

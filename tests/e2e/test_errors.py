@@ -165,7 +165,8 @@ def test_prompt_plus_max_tokens_over_context_is_400(server):
     assert r.status_code == 400, r.text
     e = error_of(r)
     assert e["param"] == "max_tokens", e
-    assert str(MAX_MODEL_LEN) in e["message"]
+    # vLLM's wording, which clients match (LiteLLM: "this model's maximum context length is").
+    assert f"This model's maximum context length is {MAX_MODEL_LEN} tokens" in e["message"], e
     # A prompt that just fits with its tokens works.
     r = server.post("/v1/completions", {"model": BASE, "prompt": "x" * 500, "max_tokens": 12,
                                         "ignore_eos": True})

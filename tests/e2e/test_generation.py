@@ -52,6 +52,20 @@ def test_completion_prompt_as_token_ids(server):
     assert a.token_ids == b.token_ids and a.text == b.text
 
 
+def test_response_id_follows_x_request_id(server):
+    # vLLM: cmpl-/chatcmpl- + the client's X-Request-Id; an unusable one gets a random id.
+    c = server.client()
+    r = c.completions.create(model=BASE, prompt="x", max_tokens=1,
+                             extra_headers={"X-Request-Id": "trace-42"})
+    assert r.id == "cmpl-trace-42"
+    r = c.chat.completions.create(model=BASE, messages=[{"role": "user", "content": "x"}],
+                                  max_tokens=1, extra_headers={"X-Request-Id": "trace-43"})
+    assert r.id == "chatcmpl-trace-43"
+    r = c.completions.create(model=BASE, prompt="x", max_tokens=1,
+                             extra_headers={"X-Request-Id": "has space"})
+    assert r.id.startswith("cmpl-") and "space" not in r.id
+
+
 def test_completion_greedy_is_deterministic(server):
     a = complete(server, BASE, PROMPTS[2], max_tokens=20, extra_body={"ignore_eos": True})
     b = complete(server, BASE, PROMPTS[2], max_tokens=20, extra_body={"ignore_eos": True})
@@ -67,6 +81,9 @@ def test_completion_stream_equals_non_stream(server):
             extra_body={"ignore_eos": True, "return_token_ids": True})
         text, ids, finish, usage, n_usage_chunks = "", [], None, None, 0
         chunks = list(stream)
+        # vLLM: the prompt's ids in the choice's first chunk only.
+        firsts = [getattr(c, "prompt_token_ids", None) for ch in chunks for c in ch.choices]
+        assert firsts[0] == list(prompt.encode()) and not any(firsts[1:]), firsts[:3]
         for i, ch in enumerate(chunks):
             assert ch.object == "text_completion"
             if ch.usage is not None:
@@ -361,11 +378,18 @@ def test_chat_stream_equals_non_stream(server):
     msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}]
     full = server.client().chat.completions.create(model=BASE, messages=msgs, max_tokens=16,
                                                    temperature=0,
-                                                   extra_body={"ignore_eos": True})
+                                                   extra_body={"ignore_eos": True,
+                                                               "return_token_ids": True})
+    # vLLM puts a chat's prompt ids beside the choices (loom also in each choice).
+    assert full.prompt_token_ids == full.choices[0].prompt_token_ids
     chunks = list(server.client().chat.completions.create(
         model=BASE, messages=msgs, max_tokens=16, temperature=0, stream=True,
-        stream_options={"include_usage": True}, extra_body={"ignore_eos": True}))
+        stream_options={"include_usage": True},
+        extra_body={"ignore_eos": True, "return_token_ids": True}))
     assert chunks[0].choices[0].delta.role == "assistant"
+    # vLLM: the prompt's ids beside the role chunk's choices, on no other chunk.
+    ids = [getattr(c, "prompt_token_ids", None) for c in chunks]
+    assert ids[0] == full.prompt_token_ids and not any(ids[1:]), ids[:2]
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
     assert text == full.choices[0].message.content
@@ -457,6 +481,25 @@ def test_penalties_are_honoured(server, field, value):
             changed = True
             break
     assert changed, f"{field}={value} never changed the output"
+
+
+def test_completion_top_logprobs_lead_with_the_sampled_token(server):
+    # OpenAI's legacy contract, as vLLM: each position's top_logprobs holds the sampled token
+    # first, then the N most likely others: up to N + 1 entries; logprobs=0 gives the sampled
+    # token alone. Sampled at temperature 5, some tokens are not among the top 1.
+    for n in (0, 1):
+        r = complete(server, BASE, PROMPTS[1], max_tokens=48, logprobs=n, temperature=5.0,
+                     seed=7, extra_body={"ignore_eos": True}).choices[0]
+        lp = r.logprobs
+        sizes = []
+        for i, (tok_id, chosen, top) in enumerate(zip(r.token_ids, lp.token_logprobs,
+                                                      lp.top_logprobs)):
+            assert next(iter(top)) == lp.tokens[i], (i, top)
+            assert 1 <= len(top) <= n + 1
+            if printable(tok_id):  # one id per key: the value is the sampled token's
+                assert top[lp.tokens[i]] == pytest.approx(chosen, abs=1e-6)
+            sizes.append(len(top))
+        assert set(sizes) == {1} if n == 0 else 2 in sizes, sizes
 
 
 # ---- logit_bias and min_tokens (vLLM's semantics) -----------------------------------------------
@@ -561,7 +604,7 @@ def test_echo_with_logprobs_scores_the_prompt_as_generation_scored_it(server):
     assert lp.tokens[:len(p)] == [chr(t) for t in p]
     assert lp.tokens[len(p):len(p) + len(g)] == gen.logprobs.tokens
     assert lp.text_offset[0] == 0 and all(
-        b - a == len(t.encode()) for a, b, t in zip(lp.text_offset, lp.text_offset[1:], lp.tokens))
+        b - a == len(t) for a, b, t in zip(lp.text_offset, lp.text_offset[1:], lp.tokens))
     echoed = lp.token_logprobs[len(p):len(p) + len(g)]
     assert echoed == pytest.approx(gen.logprobs.token_logprobs, abs=1e-5), (echoed, gen.logprobs)
     # Greedy tokens are each their position's most likely: lm-eval's is_greedy holds.
@@ -653,6 +696,17 @@ def test_echo(server):
     assert r.choices[0].text == "Echo me" + plain.choices[0].text
 
 
+def test_text_offset_counts_characters(server):
+    # OpenAI's legacy text_offset (and vLLM's): characters of the token strings, not bytes. Each
+    # byte of "é" is a token whose text is one replacement character.
+    r = complete(server, BASE, "h\u00e9llo \u00e9", max_tokens=3, echo=True, logprobs=0,
+                 extra_body={"ignore_eos": True}).choices[0]
+    lp = r.logprobs
+    assert "\ufffd" in lp.tokens
+    assert lp.text_offset[0] == 0 and all(
+        b - a == len(t) for a, b, t in zip(lp.text_offset, lp.text_offset[1:], lp.tokens)), lp
+
+
 def test_echo_of_token_id_prompts(server):
     # A token-id prompt is echoed as its text (the tokenizer's decode), one per choice.
     prompts = [list("Echo me".encode()), list("and me".encode())]
@@ -729,6 +783,18 @@ def test_continuous_usage_stats(server):
     counts = [c.usage.completion_tokens for c in with_choices]
     assert counts == sorted(counts) and counts[-1] == 4
     assert all(c.usage.prompt_tokens == 3 for c in chunks)
+    # Per choice and per prompt, as vLLM; stream_options sent without include_usage means true.
+    chunks = list(server.client().completions.create(
+        model=BASE, prompt=["abc", "defgh"], max_tokens=3, n=2, temperature=1.0, seed=1,
+        stream=True, stream_options={"continuous_usage_stats": True},
+        extra_body={"ignore_eos": True}))
+    seen = {}
+    for c in chunks:
+        for ch in c.choices:
+            seen.setdefault(ch.index, []).append(c.usage.completion_tokens)
+            assert c.usage.prompt_tokens == (3 if ch.index < 2 else 5), (ch.index, c.usage)
+    assert sorted(seen) == [0, 1, 2, 3] and all(v == [1, 2, 3] for v in seen.values()), seen
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 12
 
 
 def test_chat_top_logprobs_zero(server):
@@ -760,6 +826,20 @@ def test_continue_final_message(server, final):
         extra_body={"return_token_ids": True, "continue_final_message": True,
                     "add_generation_prompt": False})
     assert r.choices[0].prompt_token_ids == list(_continue_final(rendered, joined).encode())
+    assert r.choices[0].message.role == "assistant"
+
+
+def test_role_without_a_generation_prompt_is_the_last_messages(server):
+    # vLLM's get_chat_request_role: without add_generation_prompt the answer continues the last
+    # message, and carries its role (streamed too).
+    messages = [{"role": "user", "content": "hi"}]
+    r = server.client().chat.completions.create(
+        model=BASE, messages=messages, max_tokens=2, extra_body={"add_generation_prompt": False})
+    assert r.choices[0].message.role == "user"
+    chunks = list(server.client().chat.completions.create(
+        model=BASE, messages=messages, max_tokens=2, stream=True,
+        extra_body={"add_generation_prompt": False}))
+    assert chunks[0].choices[0].delta.role == "user"
 
 
 def test_chat_template_kwargs_win_over_the_top_level_fields(server):

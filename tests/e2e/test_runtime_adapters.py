@@ -253,6 +253,32 @@ def test_reload_with_changed_files_is_a_new_adapter(start_server, llama_dir, lor
     assert greedy(srv, BASE, long_prompt)[:2] == reference(BASE, long_prompt)[:2]
 
 
+def test_load_inplace_and_the_gateway_syncers_body(start_server, llama_dir, lora_dir, reference):
+    # The Gateway API Inference Extension's LoRA syncer sends base_model_name (vLLM ignores it);
+    # load_inplace replaces the adapter under a name (vLLM's), prefixes cached with the old
+    # weights never serve the new ones, and a replacement that does not validate keeps the old.
+    srv = start_server(llama_dir, ["--lora-dir", str(lora_dir), "--allow-runtime-lora"])
+    long_prompt = "A prompt long enough to fill several KV blocks of sixteen tokens each. " * 2
+    r = srv.post("/v1/load_lora_adapter", {"lora_name": "g", "lora_path": str(lora_dir / "qv"),
+                                           "base_model_name": "meta-llama/Llama-3.1-8B"})
+    assert r.status_code == 200, r.text
+    assert greedy(srv, "g", long_prompt)[:2] == reference("qv", long_prompt)[:2]
+    assert load(srv, "g", lora_dir / "all").status_code == 400  # taken, without load_inplace
+    r = srv.post("/v1/load_lora_adapter", {"lora_name": "g", "lora_path": str(lora_dir / "all"),
+                                           "load_inplace": True})
+    assert r.status_code == 200, r.text
+    assert greedy(srv, "g", long_prompt)[:2] == reference("all", long_prompt)[:2]
+    r = srv.post("/v1/load_lora_adapter", {"lora_name": "g", "lora_path": str(lora_dir / "broken"),
+                                           "load_inplace": True})
+    assert r.status_code == 400, r.text
+    assert greedy(srv, "g", long_prompt)[:2] == reference("all", long_prompt)[:2]
+    for body, param in (({"load_inplace": "yes"}, "load_inplace"),
+                        ({"base_model_name": 3}, "base_model_name")):
+        r = srv.post("/v1/load_lora_adapter", {"lora_name": "h", "lora_path": str(lora_dir / "qv"),
+                                               **body})
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+
+
 def test_prefix_cache_not_shared_across_adapters(start_server, llama_dir, reference):
     # The same long prompt on the base, then on each adapter, on one server: each answer equals
     # the one from a server that saw only that model (the shared `reference` server).

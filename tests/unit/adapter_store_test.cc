@@ -70,6 +70,30 @@ TEST(AdapterStore, RejectsBadNamesDuplicatesAndBadFoldersWhole) {
   EXPECT_NE(dup.message().find("already loaded"), std::string::npos);
 }
 
+// vLLM's load_inplace: the name gets the new folder's adapter (a new identity) once it has
+// loaded; a lease on the old one keeps its weights; a replacement that fails keeps the old one.
+TEST(AdapterStore, ReplaceGivesTheNameANewIdentityAndAFailedOneKeepsTheOld) {
+  AdapterStore store(&Llama().sites(), {});
+  ASSERT_TRUE(store.Register("a", kAdapters + "llama_qv_r8_f32").ok());
+  auto old_lease = store.Acquire("a");
+  ASSERT_TRUE(old_lease.ok());
+  ASSERT_TRUE(store.Register("a", kAdapters + "llama_mlp_r6", "", /*replace=*/true).ok());
+  auto now = store.Acquire("a");
+  ASSERT_TRUE(now.ok());
+  EXPECT_NE((*now)->cache_identity(), (*old_lease)->cache_identity());
+  EXPECT_GT((*old_lease)->tensor_bytes(), 0u);
+  EXPECT_EQ(store.List().size(), 1u);
+  EXPECT_EQ(store.num_resident(), 1);  // the old one left the table (its lease keeps it alive)
+  // A qwen3 adapter does not fit: refused, and "a" still serves the mlp adapter.
+  EXPECT_FALSE(store.Register("a", kAdapters + "qwen3_dora", "", /*replace=*/true).ok());
+  auto kept = store.Acquire("a");
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ((*kept)->cache_identity(), (*now)->cache_identity());
+  // Without replace the name stays taken; replace of a free name is a plain load.
+  EXPECT_FALSE(store.Register("a", kAdapters + "llama_qv_r8_f32").ok());
+  EXPECT_TRUE(store.Register("b", kAdapters + "llama_qv_r8_f32", "", /*replace=*/true).ok());
+}
+
 TEST(AdapterStore, OnDemandAndRuntimePathsStayInsideTheRoots) {
   const fs::path root = fs::temp_directory_path() / "loom_store_root";
   const fs::path outside = fs::temp_directory_path() / "loom_store_outside";

@@ -37,7 +37,11 @@ TEST(Engine, RejectsBadRequestsNamingTheProblem) {
   EXPECT_NE(oov.status().message().find("256"), std::string::npos);
   auto too_long = engine.Add(Greedy({5, 6}, 600));
   ASSERT_FALSE(too_long.ok());
-  EXPECT_NE(too_long.status().message().find("maximum context length 512"), std::string::npos);
+  EXPECT_NE(too_long.status().message().find(
+                "This model's maximum context length is 512 tokens and your request has 2 input "
+                "tokens (600 > 512 - 2)"),
+            std::string::npos)
+      << too_long.status().message();
   auto cache = engine.Add(Greedy({5, 6}, 100));
   ASSERT_FALSE(cache.ok());
   EXPECT_EQ(cache.status().code(), StatusCode::kResourceExhausted);

@@ -1,7 +1,9 @@
 // OpenAI request parsing: every field honoured, accepted without effect, or rejected by name.
+#include "server/openai_request.h"
+
 #include <gtest/gtest.h>
 
-#include "server/openai_request.h"
+#include <tuple>
 
 namespace loom::server {
 namespace {
@@ -105,6 +107,19 @@ TEST(OpenAiRequest, RejectsNamingTheField) {
     ApiError err;
     EXPECT_TRUE(ParseOpenAiRequest(R"({"model":"m","prompt":"x","stream_options":{}})",
                                    Endpoint::kCompletions, &r, &err));
+    // vLLM's StreamOptions: include_usage is true once the object is sent, null is false.
+    for (const auto& [opts, usage, continuous] : std::vector<std::tuple<std::string, bool, bool>>{
+             {"{}", true, false},
+             {R"({"continuous_usage_stats":true})", true, true},
+             {R"({"include_usage":false,"continuous_usage_stats":true})", false, true},
+             {R"({"include_usage":null})", false, false}}) {
+      ASSERT_TRUE(ParseOpenAiRequest(
+          R"({"model":"m","prompt":"x","stream":true,"stream_options":)" + opts + "}",
+          Endpoint::kCompletions, &r, &err))
+          << opts;
+      EXPECT_EQ(r.include_usage, usage) << opts;
+      EXPECT_EQ(r.continuous_usage_stats, continuous) << opts;
+    }
     // min_tokens 0 as an integral float, as the other integer fields (review finding).
     EXPECT_TRUE(ParseOpenAiRequest(R"({"model":"m","prompt":"x","min_tokens":0.0})",
                                    Endpoint::kCompletions, &r, &err));
@@ -124,6 +139,38 @@ TEST(OpenAiRequest, RejectsNamingTheField) {
     EXPECT_EQ(r.params.min_tokens, 4);
     const std::vector<std::pair<int32_t, float>> want = {{0, 100.0f}, {3, 0.5f}, {7, 12.0f}};
     EXPECT_EQ(r.params.logit_bias, want);
+  }
+  {
+    // vLLM's allowed_token_ids (sorted, unique), bad_words (kept as sent: the handler encodes
+    // them) and truncate_prompt_tokens (-1 or ≥ 1).
+    OpenAiRequest r;
+    ApiError err;
+    ASSERT_TRUE(ParseOpenAiRequest(
+        R"({"model":"m","prompt":"x","allowed_token_ids":[9,2,9,0],"bad_words":[" a b","c"],)"
+        R"("truncate_prompt_tokens":-1})",
+        Endpoint::kCompletions, &r, &err))
+        << err.message;
+    EXPECT_EQ(r.params.allowed_token_ids, (std::vector<int32_t>{0, 2, 9}));
+    EXPECT_EQ(r.bad_words, (std::vector<std::string>{" a b", "c"}));
+    EXPECT_EQ(r.truncate_prompt_tokens, -1);
+  }
+  for (const char* bad : {"[]", "[-1]", "[1.5]", R"(["1"])", "[4294967297]", "7", "{}"}) {
+    EXPECT_EQ(
+        Reject(std::string(R"({"model":"m","prompt":"x","allowed_token_ids":)") + bad + "}").param,
+        "allowed_token_ids")
+        << bad;
+  }
+  for (const char* bad : {R"("x")", "[1]", R"([""])", R"([" \t"])", R"(["\u3000"])", "{}"}) {
+    EXPECT_EQ(Reject(std::string(R"({"model":"m","prompt":"x","bad_words":)") + bad + "}").param,
+              "bad_words")
+        << bad;
+  }
+  for (const char* bad : {"0", "-2", "1.5", R"("4")", "true"}) {
+    EXPECT_EQ(
+        Reject(std::string(R"({"model":"m","prompt":"x","truncate_prompt_tokens":)") + bad + "}")
+            .param,
+        "truncate_prompt_tokens")
+        << bad;
   }
   EXPECT_EQ(Reject(R"({"prompt":"x"})").param, "model");
   EXPECT_EQ(Reject(R"({"model":"m"})").param, "prompt");

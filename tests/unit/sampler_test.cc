@@ -227,6 +227,69 @@ TEST(Sampler, MinTokensHoldsBackStopTokensForTheFirstSteps) {
   EXPECT_FALSE(s.Sample(l.data(), 2, nullptr, nullptr).ok());
 }
 
+// allowed_token_ids: only those tokens are drawn, greedy or not, whatever the bias or the
+// penalties do to the others; log-probs stay those of the raw row (vLLM's raw_logprobs).
+TEST(Sampler, AllowedTokenIdsMaskEveryOtherTokenAndLeaveLogprobsRaw) {
+  const std::vector<float> l = Logits(5003, 9);
+  const int best = static_cast<int>(std::max_element(l.begin(), l.end()) - l.begin());
+  const std::vector<int32_t> allowed = {7, 4000, 4001, 5002};
+  for (float temperature : {0.0f, 1.0f, 3.0f}) {
+    SamplingParams p;
+    p.temperature = temperature;
+    p.seed = 11;
+    p.logprobs = 2;
+    p.allowed_token_ids = allowed;
+    p.logit_bias = {{static_cast<int32_t>(best), 50.0f}};  // a bias does not lift the mask
+    Sampler s(p, {});
+    std::map<int32_t, int> seen;
+    for (int i = 0; i < 400; ++i) {
+      std::vector<float> work = l;
+      TokenLogprob chosen{};
+      std::vector<TokenLogprob> top;
+      auto t = s.Sample(work.data(), 5003, &chosen, &top);
+      ASSERT_TRUE(t.ok()) << t.status().ToString();
+      ASSERT_TRUE(std::binary_search(allowed.begin(), allowed.end(), *t)) << *t;
+      ++seen[*t];
+      TokenLogprob raw{};
+      std::vector<TokenLogprob> raw_top;
+      ComputeLogprobs(l.data(), 5003, *t, 2, &raw, &raw_top);
+      EXPECT_EQ(chosen.logprob, raw.logprob);
+      ASSERT_EQ(top.size(), 2u);
+      EXPECT_EQ(top[0].token, best);  // the raw row's, not the masked one's
+      if (temperature == 0) {
+        int32_t want = allowed[0];
+        for (int32_t a : allowed) want = l[a] > l[want] ? a : want;
+        EXPECT_EQ(*t, want);
+      }
+    }
+    if (temperature == 3.0f) EXPECT_EQ(seen.size(), allowed.size());  // all of them, nothing else
+  }
+}
+
+// bad_words' token sequences (vLLM's _apply_bad_words_single_batch): a one-token word is never
+// drawn; a longer word's last token is barred only right after the rest of it was generated,
+// and the prompt does not count.
+TEST(Sampler, BadWordsBarTheLastTokenAfterTheRestWasGenerated) {
+  const std::vector<float> l = {0.0f, 5.0f, 4.0f, 3.0f, 2.0f};  // greedy order 1, 2, 3, 4, 0
+  SamplingParams p;
+  p.temperature = 0;
+  p.bad_words_token_ids = {{1}, {3, 2}, {4, 3, 2}};
+  Sampler s(p, /*prompt=*/{3});
+  auto next = [&] {
+    std::vector<float> work = l;
+    auto t = s.Sample(work.data(), 5, nullptr, nullptr);
+    EXPECT_TRUE(t.ok());
+    return t.ok() ? *t : -1;
+  };
+  EXPECT_EQ(next(), 2);  // 1 barred; the prompt's 3 does not start "3 2"
+  s.Accept(3);           // as if 3 were drawn: "3 2" completes next
+  EXPECT_EQ(next(), 3);
+  s.Accept(4);
+  EXPECT_EQ(next(), 2);  // after 4 alone neither word is one token from done
+  s.Accept(3);           // "4 3" then 2 would complete "4 3 2", "3" then 2 would complete "3 2"
+  EXPECT_EQ(next(), 3);
+}
+
 // The top-n list against a partial_sort of every index (larger first, equal logits in token
 // order), with many ties, −inf entries and n up to 20; log-probs against a double log-softmax.
 TEST(Sampler, TopLogprobsAreTheLargestInTokenOrderOnTies) {
@@ -289,6 +352,17 @@ TEST(Sampler, ValidateNamesTheField) {
          p.logit_bias = {{3, 101.0f}};
        },
        "logit_bias"},
+      {[](SamplingParams& p) { p.allowed_token_ids = std::vector<int32_t>{}; },
+       "allowed_token_ids"},
+      {[](SamplingParams& p) {
+         p.allowed_token_ids = std::vector<int32_t>{3, 100};
+       },
+       "allowed_token_ids"},
+      {[](SamplingParams& p) {
+         p.bad_words_token_ids = {{5, -1}};
+       },
+       "bad_words"},
+      {[](SamplingParams& p) { p.bad_words_token_ids = {{}}; }, "bad_words"},
   };
   EXPECT_TRUE(SamplingParams{}.Validate(100).ok());
   for (const auto& c : cases) {

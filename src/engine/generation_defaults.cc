@@ -1,0 +1,123 @@
+// LoadGenerationDefaults: generation_config.json's recommended sampling, as vLLM reads it.
+#include "engine/generation_defaults.h"
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "base/file.h"
+#include "base/json.h"
+#include "engine/request_fields.h"
+
+namespace loom {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// transformers 4.x GenerationConfig() values of the fields vLLM reads (min_p and max_new_tokens
+// default to None: any value differs).
+bool IsHfDefault(const std::string& key, const json& v) {
+  if (!v.is_number()) return false;
+  const double x = v.get<double>();
+  if (key == "temperature" || key == "top_p" || key == "repetition_penalty") return x == 1.0;
+  if (key == "top_k") return x == 50.0;
+  return false;
+}
+
+constexpr const char* kFields[] = {"temperature",        "top_p",         "top_k", "min_p",
+                                   "repetition_penalty", "max_new_tokens"};
+
+// Reads the fields of `obj` into *d (skipping HF defaults when `diff_only`); `where` names the
+// source in errors. *max_new_tokens gets that field when present.
+Status ReadFields(const json& obj, bool diff_only, const std::string& where, GenerationDefaults* d,
+                  std::optional<int>* max_new_tokens) {
+  for (const char* key : kFields) {
+    auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) continue;
+    if (diff_only && IsHfDefault(key, *it)) continue;
+    const std::string k = key;
+    auto fail = [&](const Status& st) { return InvalidArgument(where + ": " + st.message()); };
+    if (k == "max_new_tokens") {
+      int n = 0;
+      if (Status st = JsonInt32(k, *it, 1, kMaxTokensLimit, &n); !st.ok()) return fail(st);
+      *max_new_tokens = n;
+      continue;
+    }
+    SamplingParams p;  // the request parser's ranges and messages
+    Status st;
+    ParseSamplingField(k, *it, &p, &st);
+    if (!st.ok()) return fail(st);
+    if (k == "temperature") d->temperature = p.temperature;
+    if (k == "top_p") d->top_p = p.top_p;
+    if (k == "top_k") d->top_k = p.top_k;
+    if (k == "min_p") d->min_p = p.min_p;
+    if (k == "repetition_penalty") d->repetition_penalty = p.repetition_penalty;
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+std::string GenerationDefaults::Describe() const {
+  std::string out;
+  auto add = [&](const char* name, const std::string& v) {
+    out += (out.empty() ? "" : ", ") + std::string(name) + "=" + v;
+  };
+  auto num = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return std::string(buf);
+  };
+  if (temperature) add("temperature", num(*temperature));
+  if (top_p) add("top_p", num(*top_p));
+  if (top_k) add("top_k", std::to_string(*top_k));
+  if (min_p) add("min_p", num(*min_p));
+  if (repetition_penalty) add("repetition_penalty", num(*repetition_penalty));
+  if (max_tokens) add("max_tokens", std::to_string(*max_tokens));
+  if (max_tokens_cap) add("max_tokens cap", std::to_string(*max_tokens_cap));
+  return out;
+}
+
+StatusOr<GenerationDefaults> LoadGenerationDefaults(const std::string& mode,
+                                                    const std::string& model_dir,
+                                                    const std::string& override_json) {
+  GenerationDefaults d;
+  if (mode.empty()) return InvalidArgument("--generation-config must be auto, vllm or a folder");
+  if (mode != "vllm") {
+    const bool folder = mode != "auto";
+    const std::string path = (folder ? mode : model_dir) + "/generation_config.json";
+    ASSIGN_OR_RETURN(const bool exists, RegularFileExists(path));
+    if (folder && !exists) {
+      return InvalidArgument("--generation-config " + mode + ": no generation_config.json there");
+    }
+    if (exists) {
+      ASSIGN_OR_RETURN(std::string text, ReadFileBounded(path, kMaxConfigFileBytes));
+      ASSIGN_OR_RETURN(json g, ParseOrderedJson(text, path));
+      if (!g.is_object()) return InvalidArgument(path + ": not a JSON object");
+      std::optional<int> max_new;
+      RETURN_IF_ERROR(ReadFields(g, /*diff_only=*/true, path, &d, &max_new));
+      d.max_tokens = max_new;
+      if (folder) d.max_tokens_cap = max_new;
+    }
+  }
+  if (!override_json.empty()) {
+    const std::string where = "--override-generation-config";
+    ASSIGN_OR_RETURN(json o, ParseOrderedJson(override_json, where));
+    if (!o.is_object()) return InvalidArgument(where + ": must be a JSON object");
+    for (auto it = o.begin(); it != o.end(); ++it) {
+      bool known = false;
+      for (const char* k : kFields) known = known || it.key() == k;
+      if (!known) {
+        return InvalidArgument(where + ": unknown field '" +
+                               PrintableAscii(std::string_view(it.key()).substr(0, 40)) +
+                               "' (known: temperature, top_p, top_k, min_p, repetition_penalty, "
+                               "max_new_tokens)");
+      }
+    }
+    std::optional<int> max_new;
+    RETURN_IF_ERROR(ReadFields(o, /*diff_only=*/false, where, &d, &max_new));
+    if (max_new) d.max_tokens_cap = max_new;
+  }
+  return d;
+}
+
+}  // namespace loom
