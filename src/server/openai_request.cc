@@ -367,6 +367,12 @@ bool ParseOpenAiRequest(const std::string& body, Endpoint endpoint, OpenAiReques
       AddDetokenize(&handlers);
       break;
   }
+  // max_tokens 0 asks for the echoed prompt alone (checked against echo below): one token runs.
+  if (endpoint == Endpoint::kCompletions && j.contains("max_tokens") &&
+      j["max_tokens"].is_number() && j["max_tokens"].get<double>() == 0) {
+    j["max_tokens"] = 1;
+    out->echo_only = true;
+  }
   Parser p{j, error};
   // n first: best_of is checked against it.
   if (generation && j.contains("n") && !handlers["n"](p, j["n"], out)) return false;
@@ -473,6 +479,10 @@ bool ParseOpenAiRequest(const std::string& body, Endpoint endpoint, OpenAiReques
   if (!out->stream && j.contains("stream_options") && j["stream_options"].is_object() &&
       !j["stream_options"].empty()) {
     *error = BadRequest("stream_options", "stream_options needs stream=true");
+    return false;
+  }
+  if (out->echo_only && !out->echo) {
+    *error = BadRequest("max_tokens", "max_tokens must be at least 1 (0 only with echo)");
     return false;
   }
   if (out->echo && endpoint == Endpoint::kCompletions && out->stream) {

@@ -28,6 +28,9 @@ struct OpenAiRequest {
   // /v1/completions
   std::vector<Prompt> prompts;  // one or more; choices are prompt-major, n per prompt
   bool echo = false;
+  // max_tokens 0 with echo (OpenAI's legacy prompt scoring; vLLM's echo_without_generation):
+  // one token runs (params.max_tokens 1) and the answer holds the prompt alone.
+  bool echo_only = false;
   // /v1/chat/completions
   nlohmann::ordered_json messages;               // a non-empty list of message objects
   nlohmann::ordered_json chat_template_kwargs;   // an object or null

@@ -184,9 +184,12 @@ json BuildFullResponse(const ServerContext& ctx, const OpenAiRequest& r, const R
   const bool chat = r.endpoint == Endpoint::kChat;
   json choices = json::array();
   int completion_tokens = 0;
+  // echo with max_tokens 0 (vLLM's echo_without_generation): one token ran and is dropped.
+  static const ChoiceState kNothing;
   for (size_t i = 0; i < state.choices.size(); ++i) {
     const ChoiceState& c = state.choices[i];
-    completion_tokens += static_cast<int>(c.token_ids.size());
+    const ChoiceState& gen = r.echo_only ? kNothing : c;  // what the choice generated
+    completion_tokens += static_cast<int>(gen.token_ids.size());
     json choice;
     choice["index"] = i;
     if (chat) {
@@ -196,7 +199,7 @@ json BuildFullResponse(const ServerContext& ctx, const OpenAiRequest& r, const R
                                               c.token_ids.size())
                                : json(nullptr);
     } else {
-      std::string text = c.text;
+      std::string text = gen.text;
       if (r.echo) {
         // EchoTokenPromptsAsText has made every prompt text.
         const auto* s = std::get_if<std::string>(&r.prompts[static_cast<size_t>(c.prompt_index)]);
@@ -207,8 +210,8 @@ json BuildFullResponse(const ServerContext& ctx, const OpenAiRequest& r, const R
       const auto& prompt = prompts[static_cast<size_t>(c.prompt_index)];
       if (r.want_logprobs) {
         json lps = r.echo ? PromptCompletionLogprobs(ctx, r, prompt, c, &offset) : json::object();
-        AppendLogprobs(&lps, CompletionLogprobs(ctx, r, c.token_ids, c.logprobs, c.top, 0,
-                                                c.token_ids.size(), &offset));
+        AppendLogprobs(&lps, CompletionLogprobs(ctx, r, gen.token_ids, gen.logprobs, gen.top, 0,
+                                                gen.token_ids.size(), &offset));
         choice["logprobs"] = std::move(lps);
       } else {
         choice["logprobs"] = nullptr;
@@ -218,7 +221,7 @@ json BuildFullResponse(const ServerContext& ctx, const OpenAiRequest& r, const R
     choice["finish_reason"] = FinishField(c.finish_reason);
     choice["stop_reason"] = StopReason(c.stop_reason, c.stop_token);
     if (r.return_token_ids) {
-      choice["token_ids"] = c.token_ids;
+      choice["token_ids"] = gen.token_ids;
       choice["prompt_token_ids"] = prompts[static_cast<size_t>(c.prompt_index)];
     }
     choices.push_back(std::move(choice));

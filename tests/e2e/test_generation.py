@@ -696,6 +696,19 @@ def test_echo(server):
     assert r.choices[0].text == "Echo me" + plain.choices[0].text
 
 
+def test_echo_with_max_tokens_zero_scores_the_prompt_alone(server):
+    # OpenAI's legacy prompt scoring (HELM sends it; vLLM's echo_without_generation): the answer
+    # is the prompt, its log-probs are the prompt's, nothing generated is counted.
+    p = PROMPTS[3]
+    only = complete(server, BASE, p, max_tokens=0, echo=True, logprobs=1)
+    one = complete(server, BASE, p, max_tokens=1, echo=True, logprobs=1)
+    c, d = only.choices[0], one.choices[0]
+    assert c.text == p and c.token_ids == [] and only.usage.completion_tokens == 0
+    assert c.logprobs.tokens == d.logprobs.tokens[:-1] == [chr(b) for b in p.encode()]
+    assert c.logprobs.token_logprobs == d.logprobs.token_logprobs[:-1]
+    assert c.logprobs.token_logprobs[0] is None and all(v <= 0 for v in c.logprobs.token_logprobs[1:])
+
+
 def test_text_offset_counts_characters(server):
     # OpenAI's legacy text_offset (and vLLM's): characters of the token strings, not bytes. Each
     # byte of "é" is a token whose text is one replacement character.

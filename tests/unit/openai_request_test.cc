@@ -172,6 +172,24 @@ TEST(OpenAiRequest, RejectsNamingTheField) {
         "truncate_prompt_tokens")
         << bad;
   }
+  {
+    // max_tokens 0 with echo: the prompt alone (one token runs); without echo it is refused.
+    OpenAiRequest r;
+    ApiError err;
+    ASSERT_TRUE(ParseOpenAiRequest(R"({"model":"m","max_tokens":0,"prompt":"x","echo":true})",
+                                   Endpoint::kCompletions, &r, &err))
+        << err.message;
+    EXPECT_TRUE(r.echo_only);
+    EXPECT_EQ(r.params.max_tokens, 1);
+  }
+  EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","max_tokens":0})").param, "max_tokens");
+  EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","max_tokens":0,"echo":false})").param,
+            "max_tokens");
+  EXPECT_EQ(Reject(R"({"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":0,)"
+                   R"("echo":true})",
+                   Endpoint::kChat)
+                .param,
+            "max_tokens");
   EXPECT_EQ(Reject(R"({"prompt":"x"})").param, "model");
   EXPECT_EQ(Reject(R"({"model":"m"})").param, "prompt");
   EXPECT_EQ(Reject(R"({"model":"m","messages":[]})", Endpoint::kChat).param, "messages");
