@@ -114,6 +114,10 @@ int RunServe(ServeArgs& a) {
     stop_listener();
     return Fail(has_tokenizer.status().message());
   }
+  if (!*has_tokenizer && !plan->chat_template.empty()) {
+    stop_listener();
+    return Fail("--chat-template needs the model folder's tokenizer, and " + a.model + " has none");
+  }
   if (*has_tokenizer) {
     auto loaded = tokenizer::Tokenizer::FromModelDir(
         a.model, *tokenizer::ParseTokenizerMode(a.tokenizer_mode));
@@ -122,12 +126,21 @@ int RunServe(ServeArgs& a) {
       return Fail(loaded.status().message());
     }
     tok = std::move(loaded).value();
-    auto source = LoadChatTemplate(a.model, "", false);
+    // --chat-template replaces the folder's; a folder template that exists but cannot be read
+    // stops the server (it was silently dropped, and chat requests then got 400s).
+    StatusOr<std::string> source =
+        plan->chat_template.empty() ? LoadChatTemplate(a.model, "", false) : plan->chat_template;
+    if (!source.ok() && source.status().code() != StatusCode::kNotFound) {
+      stop_listener();
+      return Fail("chat template of " + a.model + ": " + source.status().message());
+    }
     if (source.ok()) {
       auto parsed = ChatTemplate::Parse(*source);
       if (!parsed.ok()) {
         stop_listener();
-        return Fail("chat template of " + a.model + ": " + parsed.status().message());
+        const std::string from =
+            plan->chat_template.empty() ? "chat template of " + a.model : "--chat-template";
+        return Fail(from + ": " + parsed.status().message());
       }
       ctx.chat_template = std::move(parsed).value();
     }

@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "base/file.h"
+#include "base/json.h"
 #include "model/config.h"
 
 namespace loom::cli {
@@ -37,6 +39,9 @@ void AddServeFlags(CLI::App& app, ServeArgs* a) {
   app.add_option("--override-generation-config", a->override_generation_config,
                  "JSON object laid over those defaults (temperature, top_p, top_k, min_p, "
                  "repetition_penalty, max_new_tokens: the last caps every request)");
+  app.add_option("--chat-template", a->chat_template,
+                 "a Jinja chat template (a file, or the template itself) used instead of the "
+                 "model folder's");
   app.add_option("--max-cpu-lora-memory", a->max_cpu_lora_memory,
                  "memory the loaded adapters may take together, e.g. 4GiB (least recently used "
                  "evicted; an adapter larger than this alone is refused; default: no limit)");
@@ -81,6 +86,20 @@ void AddServeFlags(CLI::App& app, ServeArgs* a) {
                "with what runs beside it");
   app.add_option("--shutdown-timeout", a->shutdown_timeout_s,
                  "seconds SIGTERM waits for running requests before aborting them")->capture_default_str();
+}
+
+StatusOr<std::string> ChatTemplateFromFlag(const std::string& value) {
+  // A long inline template is no path at all (stat: ENAMETOOLONG): not an error then.
+  auto is_file = RegularFileExists(value, "--chat-template");
+  if (is_file.ok() && *is_file)
+    return ReadFileBounded(value, kMaxConfigFileBytes, "--chat-template");
+  if (value.find_first_of("{}\n") != std::string::npos) {
+    if (value.size() > kMaxConfigFileBytes) return InvalidArgument("--chat-template: too long");
+    return value;
+  }
+  if (!is_file.ok()) return is_file.status();
+  return InvalidArgument("--chat-template " + PrintableAscii(value.substr(0, 200)) +
+                         ": looks like a file path, but there is no such file");
 }
 
 StatusOr<uint64_t> ParseBytes(const std::string& text, const std::string& flag) {
@@ -246,6 +265,9 @@ StatusOr<ServePlan> PlanServe(const ServeArgs& a) {
   s.model_dir = a.model;
   s.merged_adapter = a.merge;
   s.allow_runtime_lora = a.allow_runtime_lora;
+  if (!a.chat_template.empty()) {
+    ASSIGN_OR_RETURN(plan.chat_template, ChatTemplateFromFlag(a.chat_template));
+  }
   ASSIGN_OR_RETURN(s.generation_defaults, LoadGenerationDefaults(a.generation_config, a.model,
                                                                  a.override_generation_config));
   s.http.worker_threads = a.http_threads;

@@ -43,6 +43,7 @@ struct ServeArgs {
   bool no_batch_invariant = false;
   std::string generation_config = "auto";  // --generation-config: auto | vllm | DIR
   std::string override_generation_config;  // --override-generation-config JSON
+  std::string chat_template;               // --chat-template FILE or an inline template
 };
 
 struct ServePlan {
@@ -51,11 +52,16 @@ struct ServePlan {
   server::ServerOptions server;
   std::vector<std::pair<std::string, std::string>> loras;  // name, dir
   std::string merge;
+  std::string chat_template;  // --chat-template's source (replaces the model folder's); "" = none
 };
 
 void AddServeFlags(CLI::App& app, ServeArgs* args);
 // Checks the flags and sizes the KV cache from the model's config; errors name the flag.
 StatusOr<ServePlan> PlanServe(const ServeArgs& args);
+// vLLM's --chat-template: the file at `value`, or, when no such file exists and `value` holds
+// one of '{', '}' or a newline, `value` itself as the template. Anything else (a path that
+// cannot be read) is an error naming the flag.
+StatusOr<std::string> ChatTemplateFromFlag(const std::string& value);
 // "2GiB", "512MiB", "1e9" → bytes.
 StatusOr<uint64_t> ParseBytes(const std::string& text, const std::string& flag);
 
