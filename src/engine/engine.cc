@@ -84,7 +84,7 @@ Status Engine::Validate(const GenerationRequest& request) const {
     return FailedPrecondition("stop strings and text output need the model folder's tokenizer.json");
   }
   RETURN_IF_ERROR(request.params.Validate(c.vocab_size));
-  if (const auto& allowed = request.params.allowed_token_ids; allowed.has_value()) {
+  if (const auto& allowed = request.params.allowed_token_ids; allowed != nullptr) {
     // A token that min_tokens holds back at the first step, or a one-token bad word, is never
     // drawable there: if that leaves no allowed token, say so now (the step would fail with
     // "every logit is -inf").
@@ -229,6 +229,16 @@ void Engine::ApplyDrawn(Sequence* seq, Drawn drawn) {
   const StatusOr<int32_t>& sampled = drawn.token;
   TokenLogprob chosen = drawn.chosen;
   std::vector<TokenLogprob> top = std::move(drawn.top);
+  if (!sampled.ok() && sampled.status().code() == StatusCode::kFailedPrecondition) {
+    // The request's constraints left nothing to draw (allowed_token_ids with bad_words or
+    // min_tokens): the sequence ends as if it had drawn EOS, with what it has (vLLM would draw
+    // from a row of -inf; a 500 would blame the server).
+    update.prompt_tokens = static_cast<int>(seq->request.prompt.size());
+    update.generated_tokens = static_cast<int>(seq->result.generated.size());
+    Finish(seq, FinishReason::kStop, &update);
+    if (emit_updates_) updates_.push_back(std::move(update));
+    return;
+  }
   if (!sampled.ok()) {
     // Non-finite logits (a broken model or adapter): the sequence ends here without a token,
     // with the reason; other sequences in the step are unaffected.

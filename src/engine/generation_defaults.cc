@@ -27,12 +27,26 @@ constexpr const char* kFields[] = {"temperature",        "top_p",         "top_k
                                    "repetition_penalty", "max_new_tokens"};
 
 // Reads the fields of `obj` into *d (skipping HF defaults when `diff_only`); `where` names the
-// source in errors. *max_new_tokens gets that field when present.
+// source in errors. *max_new_tokens gets that field when present. A null removes the field's
+// value (vLLM updates its dict with the override, then drops the None values).
 Status ReadFields(const json& obj, bool diff_only, const std::string& where, GenerationDefaults* d,
                   std::optional<int>* max_new_tokens) {
   for (const char* key : kFields) {
     auto it = obj.find(key);
-    if (it == obj.end() || it->is_null()) continue;
+    if (it == obj.end()) continue;
+    if (it->is_null()) {
+      const std::string k = key;
+      if (k == "temperature") d->temperature.reset();
+      if (k == "top_p") d->top_p.reset();
+      if (k == "top_k") d->top_k.reset();
+      if (k == "min_p") d->min_p.reset();
+      if (k == "repetition_penalty") d->repetition_penalty.reset();
+      if (k == "max_new_tokens") {
+        d->max_tokens.reset();
+        d->max_tokens_cap.reset();
+      }
+      continue;
+    }
     if (diff_only && IsHfDefault(key, *it)) continue;
     const std::string k = key;
     auto fail = [&](const Status& st) { return InvalidArgument(where + ": " + st.message()); };
@@ -115,7 +129,10 @@ StatusOr<GenerationDefaults> LoadGenerationDefaults(const std::string& mode,
     }
     std::optional<int> max_new;
     RETURN_IF_ERROR(ReadFields(o, /*diff_only=*/false, where, &d, &max_new));
-    if (max_new) d.max_tokens_cap = max_new;
+    if (max_new) {  // the chat default and every request's cap (vLLM's override_max_tokens)
+      d.max_tokens = max_new;
+      d.max_tokens_cap = max_new;
+    }
   }
   return d;
 }

@@ -45,8 +45,9 @@ struct GenerationDefaults {
 // Of the file, the fields vLLM takes (temperature, top_p, top_k, min_p, repetition_penalty,
 // max_new_tokens) count only where they differ from transformers' GenerationConfig defaults
 // (GenerationConfig.to_diff_dict: temperature 1.0, top_p 1.0, top_k 50, repetition_penalty 1.0
-// are no-ops); `override_json` (a JSON object of those fields, or "") is laid over them as given,
-// and its max_new_tokens caps requests. Every value is range-checked as a request's would be;
+// are no-ops); `override_json` (a JSON object of those fields, or "") is laid over them as given
+// (a null removes the file's value), and its max_new_tokens is both chat's default length and
+// every request's cap. Every value is range-checked as a request's would be;
 // errors name the file or flag and the field.
 StatusOr<GenerationDefaults> LoadGenerationDefaults(const std::string& mode,
                                                     const std::string& model_dir,

@@ -113,24 +113,20 @@ Status ParseLogitBias(const json& v, std::vector<std::pair<int32_t, float>>* out
 
 // vLLM's allowed_token_ids: a non-empty list of token ids, kept sorted and unique. Whether each
 // is in the vocabulary is SamplingParams::Validate's.
-Status ParseAllowedTokenIds(const json& v, std::optional<std::vector<int32_t>>* out) {
+Status ParseAllowedTokenIds(const json& v, std::shared_ptr<const std::vector<int32_t>>* out) {
   if (!v.is_array() || v.empty()) {
     return InvalidArgument("allowed_token_ids must be a non-empty list of token ids");
   }
   std::vector<int32_t> ids;
   ids.reserve(v.size());
   for (const auto& x : v) {
-    if (!x.is_number_integer()) {
-      return InvalidArgument("allowed_token_ids must be a list of integer token ids, got " +
-                             std::string(x.type_name()));
-    }
-    int id = 0;
+    int id = 0;  // an integral float too, as the other integer fields
     RETURN_IF_ERROR(JsonInt32("allowed_token_ids", x, 0, std::numeric_limits<int32_t>::max(), &id));
     ids.push_back(id);
   }
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-  *out = std::move(ids);
+  *out = std::make_shared<const std::vector<int32_t>>(std::move(ids));
   return OkStatus();
 }
 

@@ -46,7 +46,7 @@ Status SamplingParams::Validate(int vocab_size) const {
     return InvalidArgument("min_tokens must be in [0, max_tokens = " + std::to_string(max_tokens) +
                            "], got " + std::to_string(min_tokens));
   }
-  if (allowed_token_ids.has_value()) {
+  if (allowed_token_ids != nullptr) {
     if (allowed_token_ids->empty()) return InvalidArgument("allowed_token_ids must not be empty");
     for (int32_t t : *allowed_token_ids) {
       if (t < 0 || t >= vocab_size) {
@@ -86,14 +86,15 @@ Sampler::Sampler(const SamplingParams& params, const std::vector<int32_t>& promp
 }
 
 void Sampler::ApplyMasksAndBias(float* logits, int vocab, int64_t step) {
-  if (params_.allowed_token_ids.has_value()) {
-    const std::vector<int32_t>& allowed = *params_.allowed_token_ids;
-    kept_.clear();
-    for (int32_t t : allowed) kept_.push_back(t >= 0 && t < vocab ? logits[t] : -INFINITY);
-    std::fill(logits, logits + vocab, -INFINITY);
-    for (size_t i = 0; i < allowed.size(); ++i) {
-      if (allowed[i] >= 0 && allowed[i] < vocab) logits[allowed[i]] = kept_[i];
+  if (params_.allowed_token_ids != nullptr) {
+    // The list is sorted and unique: -inf into each gap between allowed ids (no scratch).
+    int32_t next = 0;  // the first id not yet masked or kept
+    for (int32_t t : *params_.allowed_token_ids) {
+      if (t < next || t >= vocab) continue;
+      std::fill(logits + next, logits + t, -INFINITY);
+      next = t + 1;
     }
+    std::fill(logits + next, logits + vocab, -INFINITY);
   }
   // A word's last token is barred while the output ends with the rest of the word (vLLM's
   // _apply_bad_words_single_batch; a one-token word is barred always).
@@ -343,7 +344,10 @@ StatusOr<int32_t> Sampler::Sample(float* logits, int vocab, TokenLogprob* chosen
   if (vocab <= 0) {
     return InvalidArgument("sampling step " + std::to_string(step) + ": empty logits row");
   }
-  if (params_.logprobs > 0) raw_.assign(logits, logits + vocab);
+  // The raw row is kept for log-probs, and under masks to tell the model's -inf row from one
+  // the request's constraints emptied.
+  const bool constrained = params_.Constrains(step);
+  if (params_.logprobs > 0 || constrained) raw_.assign(logits, logits + vocab);
   ApplyMasksAndBias(logits, vocab, step);
   ApplyPenalties(logits, vocab);
   // Every later stage (max, exp, sort, the draw) is defined only when some logit is a number
@@ -360,6 +364,13 @@ StatusOr<int32_t> Sampler::Sample(float* logits, int vocab, TokenLogprob* chosen
                            " (non-finite model output; check the weights)");
   }
   if (best < 0) {
+    int64_t raw_best = -1, raw_bad = -1;
+    if (constrained) ScanLogitsRow(raw_.data(), vocab, &raw_best, &raw_bad);
+    if (raw_best >= 0) {
+      return FailedPrecondition("sampling step " + std::to_string(step) +
+                                ": allowed_token_ids, bad_words and min_tokens leave no token "
+                                "to draw");
+    }
     return InvalidArgument("sampling step " + std::to_string(step) +
                            ": every logit is -inf, no token can be drawn");
   }

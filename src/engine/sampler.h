@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
@@ -26,6 +27,10 @@ struct SamplingParams {
   std::optional<uint64_t> seed;
   int logprobs = 0;               // top-N log-probs per step (0 = none)
   bool ignore_eos = false;
+  // Whether allowed_token_ids, bad_words or min_tokens may mask tokens at `step`.
+  bool Constrains(int64_t step) const {
+    return allowed_token_ids != nullptr || !bad_words_token_ids.empty() || step < min_tokens;
+  }
   // Added to the token's logit before the penalties (vLLM's order), greedy included; sorted by
   // token, one entry per token, each in [-100, 100]. Log-probs stay those of the raw logits.
   std::vector<std::pair<int32_t, float>> logit_bias;
@@ -34,7 +39,9 @@ struct SamplingParams {
   int min_tokens = 0;
   // vLLM's allowed_token_ids: when set, every other token's logit is -inf (greedy included);
   // sorted, unique, non-empty, inside the vocabulary. Log-probs stay those of the raw logits.
-  std::optional<std::vector<int32_t>> allowed_token_ids;
+  // Shared: a request's n × prompts sequences (and their samplers) hold one copy, whatever its
+  // length (up to the vocabulary).
+  std::shared_ptr<const std::vector<int32_t>> allowed_token_ids;
   // vLLM's bad_words as token sequences (the server encodes the words): a sequence's last token
   // is -inf while the generated tokens (not the prompt) end with the rest of it.
   std::vector<std::vector<int32_t>> bad_words_token_ids;
@@ -59,7 +66,9 @@ class Sampler {
   // Picks the next token from logits [vocab] (modified in place). When params.logprobs > 0,
   // also fills `chosen` and `top` from the unmodified distribution (log_softmax of logits).
   // Defined for any floats: a NaN or +inf logit, or a row that is all -inf, is
-  // kInvalidArgument naming the step ("sampling step 3: logit of token 17 is NaN ...").
+  // kInvalidArgument naming the step ("sampling step 3: logit of token 17 is NaN ..."). A row
+  // the model left drawable but the request's constraints (allowed_token_ids, bad_words,
+  // min_tokens) did not is kFailedPrecondition: the engine ends the sequence there ("stop").
   StatusOr<int32_t> Sample(float* logits, int vocab, TokenLogprob* chosen,
                            std::vector<TokenLogprob>* top);
   // Records a generated token (for the penalties).
@@ -80,7 +89,6 @@ class Sampler {
   std::mt19937_64 rng_;
   std::unordered_map<int32_t, int> output_counts_;
   std::vector<int32_t> output_;  // generated tokens in order, when bad_words needs them
-  std::vector<float> kept_;      // allowed_token_ids' logits, scratch
   std::vector<float> raw_;  // [vocab] logits before penalties, for logprobs
   std::vector<uint8_t> seen_;  // [vocab] scratch for the repetition penalty
   std::vector<int32_t> prompt_;

@@ -251,11 +251,14 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
   const char* prompt_field = endpoint == Endpoint::kChat ? "messages" : "prompt";
   for (const auto& p : sub.prompts) {
     if (static_cast<int64_t>(p.size()) >= ctx.max_model_len) {
+      // vLLM's words, which clients match case-sensitively (LiteLLM's context-window check).
       return fail(BadRequest(prompt_field,
-                                       "this model's maximum context length is " +
-                                           std::to_string(ctx.max_model_len) + " tokens; the " +
-                                           prompt_field + " has " + std::to_string(p.size()) +
-                                           " tokens (room is needed for at least one more)"));
+                             "This model's maximum context length is " +
+                                 std::to_string(ctx.max_model_len) +
+                                 " tokens. However, your request has " + std::to_string(p.size()) +
+                                 " input tokens (room is needed for at least one more). Please "
+                                 "reduce the length of the input " +
+                                 (endpoint == Endpoint::kChat ? "messages." : "prompt.")));
     }
     if (p.empty()) return fail(BadRequest(prompt_field, std::string(prompt_field) + " is empty"));
   }

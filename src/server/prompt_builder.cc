@@ -1,6 +1,9 @@
 // Request → prompt token ids: the chat template rendered over messages, text prompts tokenized.
 #include "server/prompt_builder.h"
 
+#include <algorithm>
+#include <optional>
+
 #include "tokenizer/jinja/utf8.h"
 
 namespace loom::server {
@@ -113,9 +116,38 @@ bool TruncatePrompts(const ServerContext& ctx, OpenAiRequest* r,
             std::to_string(ctx.max_model_len) + "). Please, select a smaller truncation size.");
     return false;
   }
+  // What the tokenizer adds around a text prompt (BOS, say), found by encoding "" once.
+  std::optional<std::vector<int32_t>> specials;
   for (size_t i = 0; i < prompts->size(); ++i) {
     std::vector<int32_t>& ids = (*prompts)[i];
     if (static_cast<int64_t>(ids.size()) <= k) continue;
+    const bool text = i < r->prompts.size() && std::holds_alternative<std::string>(r->prompts[i]);
+    if (text && r->add_special_tokens && ctx.tokenizer != nullptr) {
+      // vLLM encodes with truncation=True, max_length=k, truncating on the left: transformers
+      // keeps the special tokens and cuts the text to k minus their count ([BOS] + the last
+      // k - 1 text tokens for Llama), so the model still sees its BOS.
+      if (!specials) {
+        auto e = ctx.tokenizer->Encode("", /*add_special_tokens=*/true);
+        specials = e.ok() ? std::move(e).value() : std::vector<int32_t>{};
+      }
+      const std::vector<int32_t>& sp = *specials;
+      size_t pre = 0;
+      while (pre < sp.size() && pre < ids.size() && ids[pre] == sp[pre]) ++pre;
+      const size_t post = sp.size() - pre;
+      if (!sp.empty() && static_cast<int64_t>(sp.size()) < k && pre + post <= ids.size() &&
+          std::equal(sp.begin() + static_cast<long>(pre), sp.end(),
+                     ids.end() - static_cast<long>(post))) {
+        const size_t keep = static_cast<size_t>(k) - sp.size();
+        std::vector<int32_t> content(ids.end() - static_cast<long>(post + keep),
+                                     ids.end() - static_cast<long>(post));
+        if (r->echo) r->prompts[i] = content;  // echoed as its text, without the specials
+        std::vector<int32_t> cut(ids.begin(), ids.begin() + static_cast<long>(pre));
+        cut.insert(cut.end(), content.begin(), content.end());
+        cut.insert(cut.end(), ids.end() - static_cast<long>(post), ids.end());
+        ids = std::move(cut);
+        continue;
+      }
+    }
     ids.erase(ids.begin(), ids.end() - k);  // the last k (vLLM truncates on the left)
     if (r->echo && i < r->prompts.size()) r->prompts[i] = ids;
   }

@@ -153,7 +153,7 @@ def test_prompt_longer_than_context_is_400(server):
         r = server.post(path, body)
         assert r.status_code == 400, r.text
         e = error_of(r)
-        assert str(MAX_MODEL_LEN) in e["message"], e
+        assert f"This model's maximum context length is {MAX_MODEL_LEN} tokens" in e["message"], e
         if e["param"] != param:
             problems.append(f"{path} {sorted(body)}: the prompt alone is over the context, param "
                             f"should be {param!r}, got {e['param']!r} ({e['message']})")
@@ -165,7 +165,7 @@ def test_prompt_plus_max_tokens_over_context_is_400(server):
     assert r.status_code == 400, r.text
     e = error_of(r)
     assert e["param"] == "max_tokens", e
-    # vLLM's wording, which clients match (LiteLLM: "this model's maximum context length is").
+    # vLLM's wording, which clients match ("This model's maximum context length is").
     assert f"This model's maximum context length is {MAX_MODEL_LEN} tokens" in e["message"], e
     # A prompt that just fits with its tokens works.
     r = server.post("/v1/completions", {"model": BASE, "prompt": "x" * 500, "max_tokens": 12,

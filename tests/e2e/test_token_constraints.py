@@ -43,6 +43,17 @@ def test_allowed_token_ids_pick_the_best_allowed_token_and_keep_raw_logprobs(ser
         seed=3, extra_body={"ignore_eos": True, "allowed_token_ids": allowed,
                             "return_token_ids": True}).choices[0]
     assert len(c.token_ids) == 32 and set(c.token_ids) <= set(allowed), c.token_ids
+    # Constraints that leave nothing to draw after the first token end the sequence ("stop"),
+    # with what it has: no 500 (review finding).
+    a = ord("A")
+    r = complete(server, BASE, "x", max_tokens=5,
+                 extra_body={"allowed_token_ids": [a], "bad_words": ["AA"], "ignore_eos": True})
+    assert r.choices[0].token_ids == [a] and r.choices[0].finish_reason == "stop", r.choices[0]
+    chunks = list(server.client().completions.create(
+        model=BASE, prompt="x", max_tokens=5, stream=True,
+        extra_body={"allowed_token_ids": [a], "bad_words": ["AA"], "ignore_eos": True}))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == "A"
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
     for extra in ({"allowed_token_ids": []}, {"allowed_token_ids": [-1]},
                   {"allowed_token_ids": [256]}, {"allowed_token_ids": ["a"]},
                   # Nothing left to draw at the first step: refused up front, not a 500 later.

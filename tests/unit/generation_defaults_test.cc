@@ -59,8 +59,13 @@ TEST(GenerationDefaults, TransformersDefaultsAreNoOpsAndAFolderCaps) {
   ASSERT_TRUE(o.ok()) << o.status().ToString();
   EXPECT_FLOAT_EQ(*o->temperature, 1.0f);
   EXPECT_EQ(*o->top_k, 50);
-  EXPECT_EQ(*o->max_tokens, 256);
+  EXPECT_EQ(*o->max_tokens, 64) << "the override's max_new_tokens is chat's default too";
   EXPECT_EQ(*o->max_tokens_cap, 64);
+  // A null in the override removes the file's value (vLLM drops None after the update).
+  auto n = LoadGenerationDefaults("auto", t.path(), R"({"top_p": null, "max_new_tokens": null})");
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_FALSE(n->top_p || n->max_tokens || n->max_tokens_cap);
+  EXPECT_FLOAT_EQ(*n->min_p, 0.05f);
 }
 
 TEST(GenerationDefaults, BadValuesNameTheSourceAndTheField) {

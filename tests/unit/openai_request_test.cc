@@ -150,9 +150,15 @@ TEST(OpenAiRequest, RejectsNamingTheField) {
         R"("truncate_prompt_tokens":-1})",
         Endpoint::kCompletions, &r, &err))
         << err.message;
-    EXPECT_EQ(r.params.allowed_token_ids, (std::vector<int32_t>{0, 2, 9}));
+    ASSERT_NE(r.params.allowed_token_ids, nullptr);
+    EXPECT_EQ(*r.params.allowed_token_ids, (std::vector<int32_t>{0, 2, 9}));
     EXPECT_EQ(r.bad_words, (std::vector<std::string>{" a b", "c"}));
     EXPECT_EQ(r.truncate_prompt_tokens, -1);
+    // Integral floats as the other integer fields (review finding).
+    ASSERT_TRUE(ParseOpenAiRequest(R"({"model":"m","prompt":"x","allowed_token_ids":[65.0]})",
+                                   Endpoint::kCompletions, &r, &err))
+        << err.message;
+    EXPECT_EQ(*r.params.allowed_token_ids, (std::vector<int32_t>{65}));
   }
   for (const char* bad : {"[]", "[-1]", "[1.5]", R"(["1"])", "[4294967297]", "7", "{}"}) {
     EXPECT_EQ(

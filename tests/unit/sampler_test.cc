@@ -238,7 +238,7 @@ TEST(Sampler, AllowedTokenIdsMaskEveryOtherTokenAndLeaveLogprobsRaw) {
     p.temperature = temperature;
     p.seed = 11;
     p.logprobs = 2;
-    p.allowed_token_ids = allowed;
+    p.allowed_token_ids = std::make_shared<const std::vector<int32_t>>(allowed);
     p.logit_bias = {{static_cast<int32_t>(best), 50.0f}};  // a bias does not lift the mask
     Sampler s(p, {});
     std::map<int32_t, int> seen;
@@ -288,6 +288,30 @@ TEST(Sampler, BadWordsBarTheLastTokenAfterTheRestWasGenerated) {
   EXPECT_EQ(next(), 2);  // after 4 alone neither word is one token from done
   s.Accept(3);           // "4 3" then 2 would complete "4 3 2", "3" then 2 would complete "3 2"
   EXPECT_EQ(next(), 3);
+}
+
+// When the request's constraints leave nothing to draw the sampler says so apart from a broken
+// row (kFailedPrecondition: the engine ends the sequence with "stop"); a row the model made all
+// -inf stays an error of the model.
+TEST(Sampler, ConstraintsThatLeaveNothingAreNotTheModelsError) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.allowed_token_ids = std::make_shared<const std::vector<int32_t>>(std::vector<int32_t>{1});
+  p.bad_words_token_ids = {{1, 1}};
+  Sampler s(p, {});
+  std::vector<float> l = {3.0f, 1.0f, 2.0f};
+  auto first = s.Sample(l.data(), 3, nullptr, nullptr);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(*first, 1);
+  s.Accept(1);
+  l = {3.0f, 1.0f, 2.0f};
+  auto second = s.Sample(l.data(), 3, nullptr, nullptr);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition) << second.status().ToString();
+  Sampler t(p, {});
+  std::vector<float> dead(3, -INFINITY);
+  EXPECT_EQ(t.Sample(dead.data(), 3, nullptr, nullptr).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 // The top-n list against a partial_sort of every index (larger first, equal logits in token
@@ -352,10 +376,13 @@ TEST(Sampler, ValidateNamesTheField) {
          p.logit_bias = {{3, 101.0f}};
        },
        "logit_bias"},
-      {[](SamplingParams& p) { p.allowed_token_ids = std::vector<int32_t>{}; },
+      {[](SamplingParams& p) {
+         p.allowed_token_ids = std::make_shared<const std::vector<int32_t>>();
+       },
        "allowed_token_ids"},
       {[](SamplingParams& p) {
-         p.allowed_token_ids = std::vector<int32_t>{3, 100};
+         p.allowed_token_ids =
+             std::make_shared<const std::vector<int32_t>>(std::vector<int32_t>{3, 100});
        },
        "allowed_token_ids"},
       {[](SamplingParams& p) {
