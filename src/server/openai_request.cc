@@ -496,4 +496,14 @@ bool ParseOpenAiRequest(const std::string& body, Endpoint endpoint, OpenAiReques
   return true;
 }
 
+bool CheckLogitBiasBudget(const OpenAiRequest& r, int64_t sequences, ApiError* error) {
+  const auto entries = static_cast<int64_t>(r.params.logit_bias.size());
+  if (entries * sequences <= kMaxLogitBiasEntries) return true;
+  *error = BadRequest("logit_bias", "logit_bias has " + std::to_string(entries) + " entries for " +
+                                        std::to_string(sequences) + " sequences; at most " +
+                                        std::to_string(kMaxLogitBiasEntries) +
+                                        " entries × sequences per request");
+  return false;
+}
+
 }  // namespace loom::server

@@ -68,6 +68,12 @@ struct OpenAiRequest {
   bool has_messages() const { return !messages.is_null(); }
 };
 
+// Each sequence holds its own logit_bias (in its request and its sampler): a vocabulary-sized
+// map times 64 prompts × n = 16 would pin gigabytes. More than kMaxLogitBiasEntries entries ×
+// `sequences` is a 400 naming logit_bias.
+inline constexpr int64_t kMaxLogitBiasEntries = int64_t{1} << 22;
+bool CheckLogitBiasBudget(const OpenAiRequest& r, int64_t sequences, ApiError* error);
+
 // Parses and validates a body. On failure fills *error (400 naming the field) and returns false.
 // `max_nesting` bounds the JSON depth (checked before parsing).
 bool ParseOpenAiRequest(const std::string& body, Endpoint endpoint, OpenAiRequest* out,

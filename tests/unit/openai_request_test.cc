@@ -196,6 +196,16 @@ TEST(OpenAiRequest, RejectsNamingTheField) {
                    Endpoint::kChat)
                 .param,
             "max_tokens");
+  {
+    // logit_bias entries × sequences is bounded per request (each sequence holds a copy).
+    OpenAiRequest r;
+    ApiError err;
+    r.params.logit_bias.assign(150000, {1, 1.0f});
+    EXPECT_TRUE(CheckLogitBiasBudget(r, 16, &err));
+    EXPECT_FALSE(CheckLogitBiasBudget(r, 1024, &err));
+    EXPECT_EQ(err.param, "logit_bias");
+    EXPECT_NE(err.message.find("1024 sequences"), std::string::npos) << err.message;
+  }
   EXPECT_EQ(Reject(R"({"prompt":"x"})").param, "model");
   EXPECT_EQ(Reject(R"({"model":"m"})").param, "prompt");
   EXPECT_EQ(Reject(R"({"model":"m","messages":[]})", Endpoint::kChat).param, "messages");
