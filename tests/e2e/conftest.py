@@ -258,6 +258,18 @@ def server(llama_dir):
 
 # ---- request helpers ----------------------------------------------------------------------------
 
+PROMPTS = ["Hello world", "The quick brown fox", "Once upon a time, in a land", "0123456789 abc"]
+
+
+def chat_prompt_bytes(content: str) -> bytes:
+    """tiny_model's chat template with add_generation_prompt."""
+    return f"<|user|>{content}\n<|assistant|>".encode()
+
+
+def printable(tok: int) -> bool:
+    return 0x20 <= tok <= 0x7E
+
+
 def complete(srv, model, prompt, max_tokens=16, **kw):
     """Greedy (unless told) non-streaming completion through the openai client; returns the
     first choice plus the response."""

@@ -1,0 +1,189 @@
+"""Log-probs through the official openai client: chat and completions (greedy, streamed, the
+sampled token leading completions' top_logprobs, text_offset in characters), and the prompt's:
+echo with logprobs (lm-evaluation-harness), echo with max_tokens 0 (HELM), vLLM's prompt_logprobs."""
+import math
+
+import pytest
+
+from conftest import BASE, PROMPTS, chat_prompt_bytes, complete, printable
+
+
+def test_completion_logprobs_greedy_consistent(server):
+    r = complete(server, BASE, "Hello world", max_tokens=12, logprobs=3,
+                 extra_body={"ignore_eos": True})
+    c = r.choices[0]
+    lp = c.logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 12
+    assert len(lp.text_offset) == 12
+    for i, (tok_id, chosen, top) in enumerate(zip(c.token_ids, lp.token_logprobs, lp.top_logprobs)):
+        assert chosen <= 0 and math.isfinite(chosen)
+        assert 1 <= len(top) <= 3
+        assert all(v <= 0 for v in top.values())
+        # Greedy: the chosen token is the most likely one.
+        assert chosen == pytest.approx(max(top.values()), abs=1e-6) or chosen >= max(top.values()), \
+            (i, chosen, top)
+        if printable(tok_id):
+            assert lp.tokens[i] == chr(tok_id)
+            assert top.get(chr(tok_id)) == pytest.approx(chosen, abs=1e-6), (i, chosen, top)
+    assert lp.text_offset == sorted(lp.text_offset) and lp.text_offset[0] == 0
+
+
+def test_chat_logprobs_greedy_consistent(server):
+    r = server.client().chat.completions.create(
+        model=BASE, messages=[{"role": "user", "content": "Say something"}], max_tokens=10,
+        temperature=0, logprobs=True, top_logprobs=4, extra_body={"ignore_eos": True})
+    content = r.choices[0].logprobs.content
+    assert len(content) == 10 == r.usage.completion_tokens
+    for e in content:
+        assert len(e.top_logprobs) == 4
+        tops = [t.logprob for t in e.top_logprobs]
+        assert tops == sorted(tops, reverse=True)
+        assert e.logprob == tops[0], "greedy: the chosen token is the top-1"
+        assert e.token == e.top_logprobs[0].token
+        assert bytes(e.bytes) == e.token.encode()
+        assert sum(math.exp(t) for t in tops) <= 1.0 + 1e-5
+
+
+def test_logprobs_stream_equal_non_stream(server):
+    kw = dict(model=BASE, prompt="The quick", max_tokens=10, temperature=0, logprobs=2,
+              extra_body={"ignore_eos": True})
+    full = server.client().completions.create(**kw).choices[0].logprobs
+    lps = []
+    for ch in server.client().completions.create(stream=True, **kw):
+        for c in ch.choices:
+            if c.logprobs:
+                lps += c.logprobs.token_logprobs
+    assert lps == full.token_logprobs
+
+
+def test_completion_top_logprobs_lead_with_the_sampled_token(server):
+    # OpenAI's legacy contract, as vLLM: each position's top_logprobs holds the sampled token
+    # first, then the N most likely others: up to N + 1 entries; logprobs=0 gives the sampled
+    # token alone. Sampled at temperature 5, some tokens are not among the top 1.
+    for n in (0, 1):
+        r = complete(server, BASE, PROMPTS[1], max_tokens=48, logprobs=n, temperature=5.0,
+                     seed=7, extra_body={"ignore_eos": True}).choices[0]
+        lp = r.logprobs
+        sizes = []
+        for i, (tok_id, chosen, top) in enumerate(zip(r.token_ids, lp.token_logprobs,
+                                                      lp.top_logprobs)):
+            assert next(iter(top)) == lp.tokens[i], (i, top)
+            assert 1 <= len(top) <= n + 1
+            if printable(tok_id):  # one id per key: the value is the sampled token's
+                assert top[lp.tokens[i]] == pytest.approx(chosen, abs=1e-6)
+            sizes.append(len(top))
+        assert set(sizes) == {1} if n == 0 else 2 in sizes, sizes
+
+
+def test_echo_with_logprobs_scores_the_prompt_as_generation_scored_it(server):
+    # What lm-evaluation-harness's loglikelihood sends: token-id prompts, echo, logprobs=1,
+    # max_tokens=1. The prompt is P + G, G being P's greedy continuation: the echoed log-probs
+    # of G's tokens are the ones the generation reported for them.
+    p = list(PROMPTS[2].encode())
+    gen = complete(server, BASE, p, max_tokens=6, logprobs=1,
+                   extra_body={"ignore_eos": True}).choices[0]
+    g = gen.token_ids
+    r = server.client().completions.create(model=BASE, prompt=[p + g, p], max_tokens=1,
+                                           logprobs=1, echo=True, temperature=0, seed=1234)
+    scored, short = sorted(r.choices, key=lambda c: c.index)
+    lp = scored.logprobs
+    assert len(lp.tokens) == len(p) + len(g) + 1 == len(lp.token_logprobs) == len(lp.top_logprobs)
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    assert lp.tokens[:len(p)] == [chr(t) for t in p]
+    assert lp.tokens[len(p):len(p) + len(g)] == gen.logprobs.tokens
+    assert lp.text_offset[0] == 0 and all(
+        b - a == len(t) for a, b, t in zip(lp.text_offset, lp.text_offset[1:], lp.tokens))
+    echoed = lp.token_logprobs[len(p):len(p) + len(g)]
+    assert echoed == pytest.approx(gen.logprobs.token_logprobs, abs=1e-5), (echoed, gen.logprobs)
+    # Greedy tokens are each their position's most likely: lm-eval's is_greedy holds.
+    for tok, top in zip(echoed, lp.top_logprobs[len(p):len(p) + len(g)]):
+        assert tok == pytest.approx(max(top.values()), abs=1e-6)
+    assert all(v is not None and v <= 0 for v in lp.token_logprobs[1:])
+    # The text starts with the prompt; a prompt's own scores do not depend on what follows it.
+    assert scored.text.startswith(PROMPTS[2])
+    assert short.logprobs.token_logprobs[1:len(p)] == lp.token_logprobs[1:len(p)]
+
+
+def test_prompt_logprobs_in_vllms_shape(server):
+    prompt = "Hello world"
+    ids = list(prompt.encode())
+    echo = complete(server, BASE, prompt, max_tokens=1, logprobs=2, echo=True).choices[0]
+    r = server.post("/v1/completions", {"model": BASE, "prompt": prompt, "max_tokens": 1,
+                                        "temperature": 0, "prompt_logprobs": 2})
+    assert r.status_code == 200, r.text
+    plp = r.json()["choices"][0]["prompt_logprobs"]
+    assert len(plp) == len(ids) and plp[0] is None
+    for i in range(1, len(ids)):
+        entry = plp[i]
+        mine = entry[str(ids[i])]
+        assert mine["logprob"] == pytest.approx(echo.logprobs.token_logprobs[i], abs=1e-6)
+        assert mine["decoded_token"] == chr(ids[i])
+        # The top 2 have ranks 1 and 2 (the token among them or not), the token its own rank.
+        others = {k: e for k, e in entry.items() if k != str(ids[i])}
+        assert len(entry) in (2, 3)
+        if len(entry) == 2:  # the token is one of the top 2
+            assert sorted(e["rank"] for e in entry.values()) == [1, 2]
+        else:
+            assert sorted(e["rank"] for e in others.values()) == [1, 2] and mine["rank"] > 2
+        best = min(entry.values(), key=lambda e: e["rank"])
+        assert all(best["logprob"] >= e["logprob"] for e in entry.values())
+    # Chat: once, beside the choices, for the rendered prompt.
+    c = server.post("/v1/chat/completions", {"model": BASE, "max_tokens": 1, "prompt_logprobs": 0,
+                                             "messages": [{"role": "user", "content": "Hi"}]})
+    assert c.status_code == 200, c.text
+    body = c.json()
+    rendered = chat_prompt_bytes("Hi")
+    assert len(body["prompt_logprobs"]) == len(rendered) and body["prompt_logprobs"][0] is None
+    assert all(len(e) == 1 and str(t) in e
+               for t, e in zip(rendered[1:], body["prompt_logprobs"][1:]))
+
+
+def test_echo(server):
+    r = complete(server, BASE, "Echo me", max_tokens=4, echo=True,
+                 extra_body={"ignore_eos": True})
+    plain = complete(server, BASE, "Echo me", max_tokens=4, extra_body={"ignore_eos": True})
+    assert r.choices[0].text == "Echo me" + plain.choices[0].text
+
+
+def test_echo_with_max_tokens_zero_scores_the_prompt_alone(server):
+    # OpenAI's legacy prompt scoring (HELM sends it; vLLM's echo_without_generation): the answer
+    # is the prompt, its log-probs are the prompt's, nothing generated is counted.
+    p = PROMPTS[3]
+    only = complete(server, BASE, p, max_tokens=0, echo=True, logprobs=1)
+    one = complete(server, BASE, p, max_tokens=1, echo=True, logprobs=1)
+    c, d = only.choices[0], one.choices[0]
+    assert c.text == p and c.token_ids == [] and only.usage.completion_tokens == 0
+    assert c.logprobs.tokens == d.logprobs.tokens[:-1] == [chr(b) for b in p.encode()]
+    assert c.logprobs.token_logprobs == d.logprobs.token_logprobs[:-1]
+    assert c.logprobs.token_logprobs[0] is None and all(v <= 0 for v in c.logprobs.token_logprobs[1:])
+
+
+def test_text_offset_counts_characters(server):
+    # OpenAI's legacy text_offset (and vLLM's): characters of the token strings, not bytes. Each
+    # byte of "é" is a token whose text is one replacement character.
+    r = complete(server, BASE, "h\u00e9llo \u00e9", max_tokens=3, echo=True, logprobs=0,
+                 extra_body={"ignore_eos": True}).choices[0]
+    lp = r.logprobs
+    assert "\ufffd" in lp.tokens
+    assert lp.text_offset[0] == 0 and all(
+        b - a == len(t) for a, b, t in zip(lp.text_offset, lp.text_offset[1:], lp.tokens)), lp
+
+
+def test_echo_of_token_id_prompts(server):
+    # A token-id prompt is echoed as its text (the tokenizer's decode), one per choice.
+    prompts = [list("Echo me".encode()), list("and me".encode())]
+    r = complete(server, BASE, prompts, max_tokens=4, echo=True,
+                 extra_body={"ignore_eos": True})
+    assert len(r.choices) == 2
+    for c, text in zip(r.choices, ["Echo me", "and me"]):
+        plain = complete(server, BASE, text, max_tokens=4, extra_body={"ignore_eos": True})
+        assert c.text == text + plain.choices[0].text
+
+
+def test_chat_top_logprobs_zero(server):
+    r = server.client().chat.completions.create(
+        model=BASE, messages=[{"role": "user", "content": "x"}], max_tokens=3, temperature=0,
+        logprobs=True, top_logprobs=0, extra_body={"ignore_eos": True})
+    content = r.choices[0].logprobs.content
+    assert len(content) == 3
+    assert all(e.top_logprobs == [] and e.logprob <= 0 for e in content)
