@@ -26,6 +26,20 @@ bool IsHfDefault(const std::string& key, const json& v) {
 constexpr const char* kFields[] = {"temperature",        "top_p",         "top_k", "min_p",
                                    "repetition_penalty", "max_new_tokens"};
 
+// The float fields, each a default of ours and the SamplingParams member it fills.
+struct FloatField {
+  const char* name;
+  std::optional<float> GenerationDefaults::*mine;
+  float SamplingParams::*theirs;
+};
+constexpr FloatField kFloatFields[] = {
+    {"temperature", &GenerationDefaults::temperature, &SamplingParams::temperature},
+    {"top_p", &GenerationDefaults::top_p, &SamplingParams::top_p},
+    {"min_p", &GenerationDefaults::min_p, &SamplingParams::min_p},
+    {"repetition_penalty", &GenerationDefaults::repetition_penalty,
+     &SamplingParams::repetition_penalty},
+};
+
 // Reads the fields of `obj` into *d (skipping HF defaults when `diff_only`); `where` names the
 // source in errors. *max_new_tokens gets that field when present. A null removes the field's
 // value (vLLM updates its dict with the override, then drops the None values).
@@ -34,13 +48,12 @@ Status ReadFields(const json& obj, bool diff_only, const std::string& where, Gen
   for (const char* key : kFields) {
     auto it = obj.find(key);
     if (it == obj.end()) continue;
+    const std::string k = key;
     if (it->is_null()) {
-      const std::string k = key;
-      if (k == "temperature") d->temperature.reset();
-      if (k == "top_p") d->top_p.reset();
+      for (const FloatField& f : kFloatFields) {
+        if (k == f.name) (d->*f.mine).reset();
+      }
       if (k == "top_k") d->top_k.reset();
-      if (k == "min_p") d->min_p.reset();
-      if (k == "repetition_penalty") d->repetition_penalty.reset();
       if (k == "max_new_tokens") {
         d->max_tokens.reset();
         d->max_tokens_cap.reset();
@@ -48,7 +61,6 @@ Status ReadFields(const json& obj, bool diff_only, const std::string& where, Gen
       continue;
     }
     if (diff_only && IsHfDefault(key, *it)) continue;
-    const std::string k = key;
     auto fail = [&](const Status& st) { return InvalidArgument(where + ": " + st.message()); };
     if (k == "max_new_tokens") {
       int n = 0;
@@ -60,16 +72,23 @@ Status ReadFields(const json& obj, bool diff_only, const std::string& where, Gen
     Status st;
     ParseSamplingField(k, *it, &p, &st);
     if (!st.ok()) return fail(st);
-    if (k == "temperature") d->temperature = p.temperature;
-    if (k == "top_p") d->top_p = p.top_p;
+    for (const FloatField& f : kFloatFields) {
+      if (k == f.name) d->*f.mine = p.*f.theirs;
+    }
     if (k == "top_k") d->top_k = p.top_k;
-    if (k == "min_p") d->min_p = p.min_p;
-    if (k == "repetition_penalty") d->repetition_penalty = p.repetition_penalty;
   }
   return OkStatus();
 }
 
 }  // namespace
+
+void GenerationDefaults::Apply(const std::function<bool(const char* field)>& given,
+                               SamplingParams* params) const {
+  for (const FloatField& f : kFloatFields) {
+    if ((this->*f.mine) && !given(f.name)) params->*f.theirs = *(this->*f.mine);
+  }
+  if (top_k && !given("top_k")) params->top_k = *top_k;
+}
 
 std::string GenerationDefaults::Describe() const {
   std::string out;
@@ -81,11 +100,10 @@ std::string GenerationDefaults::Describe() const {
     std::snprintf(buf, sizeof buf, "%g", v);
     return std::string(buf);
   };
-  if (temperature) add("temperature", num(*temperature));
-  if (top_p) add("top_p", num(*top_p));
+  for (const FloatField& f : kFloatFields) {
+    if (this->*f.mine) add(f.name, num(*(this->*f.mine)));
+  }
   if (top_k) add("top_k", std::to_string(*top_k));
-  if (min_p) add("min_p", num(*min_p));
-  if (repetition_penalty) add("repetition_penalty", num(*repetition_penalty));
   if (max_tokens) add("max_tokens", std::to_string(*max_tokens));
   if (max_tokens_cap) add("max_tokens cap", std::to_string(*max_tokens_cap));
   return out;

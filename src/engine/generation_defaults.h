@@ -2,6 +2,7 @@
 // `--generation-config` / `--override-generation-config` apply them to requests that set none.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -26,16 +27,7 @@ struct GenerationDefaults {
   std::string Describe() const;
   // Fills each sampling field of *params that `given` (a field name → whether the request set
   // it) says the request did not set. max_tokens is the caller's (it depends on the endpoint).
-  template <typename Given>
-  void Apply(const Given& given, SamplingParams* params) const {
-    if (temperature && !given("temperature")) params->temperature = *temperature;
-    if (top_p && !given("top_p")) params->top_p = *top_p;
-    if (min_p && !given("min_p")) params->min_p = *min_p;
-    if (repetition_penalty && !given("repetition_penalty")) {
-      params->repetition_penalty = *repetition_penalty;
-    }
-    if (top_k && !given("top_k")) params->top_k = *top_k;
-  }
+  void Apply(const std::function<bool(const char* field)>& given, SamplingParams* params) const;
 };
 
 // vLLM's semantics. `mode`:
