@@ -197,6 +197,11 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
   if (!ParseOpenAiRequest(req.body, endpoint, &r, &error, ctx.options.max_json_depth)) {
     return fail(error);
   }
+  // No model names the base (as vLLM): its served name, or with --merge the adapter's.
+  if (r.model.empty()) {
+    r.model = ctx.options.merged_adapter.empty() ? ctx.options.served_model_name
+                                                 : ctx.options.merged_adapter;
+  }
   // The model's recommended sampling where the request set none (vLLM's generation config).
   ctx.options.generation_defaults.Apply(
       [&r](const char* field) {

@@ -61,7 +61,8 @@ Handler OptionalBool(const char* field, bool OpenAiRequest::*member) {
 }
 
 void AddModel(std::map<std::string, Handler>* h) {
-  // null is as absent: required by the generation routes, optional for /tokenize, /detokenize.
+  // null is as absent: a request without a model names the base (as vLLM, whose `model` is
+  // optional on every route; OpenAI's API requires it).
   (*h)["model"] = [](Parser& p, const json& v, OpenAiRequest* r) {
     if (v.is_null()) return true;
     if (!v.is_string() || v.get<std::string>().empty()) {
@@ -402,11 +403,6 @@ bool ParseOpenAiRequest(const std::string& body, Endpoint endpoint, OpenAiReques
   }
   if (completion_tokens_last && j.contains("max_completion_tokens") &&
       !handlers["max_completion_tokens"](p, j["max_completion_tokens"], out)) {
-    return false;
-  }
-  // /tokenize and /detokenize name the base when they send no model (as vLLM).
-  if (generation && out->model.empty()) {
-    *error = BadRequest("model", "model is required");
     return false;
   }
   if (endpoint == Endpoint::kTokenize) {

@@ -57,6 +57,9 @@ def test_served_model_name_and_max_model_len(start_server, llama_dir, reference)
     assert srv.metric("vllm:num_requests_running", model_name="my-base") == 0
 
 
+GREEDY = {"temperature": 0, "ignore_eos": True, "return_token_ids": True}
+
+
 def test_merged_adapter(start_server, llama_dir, reference):
     srv = start_server(llama_dir, adapter_args(["qv"]) + ["--merge", "qv"])
     ids = [m["id"] for m in srv.get("/v1/models").json()["data"]]
@@ -69,6 +72,26 @@ def test_merged_adapter(start_server, llama_dir, reference):
     r = srv.post("/v1/completions", {"model": BASE, "prompt": "Hello", "max_tokens": 4})
     assert r.status_code == 404, (
         f"model={BASE!r} is not in /v1/models {ids} but got {r.status_code}: {r.text[:200]}")
+    # A request without a model gets what is served, under its name (vLLM's first served name).
+    r = srv.post("/v1/completions", {"prompt": "Hello", "max_tokens": 4, **GREEDY})
+    assert r.status_code == 200, r.text
+    assert r.json()["model"] == "qv"
+    assert r.json()["choices"][0]["token_ids"] == greedy(srv, "qv", "Hello", max_tokens=4)[0]
+
+
+def test_request_without_model_is_the_base(server):
+    # vLLM's `model` is optional: absent or null names the base. OpenAI's client always sends it,
+    # so this is the raw HTTP form gateways and curl users send.
+    want = greedy(server, BASE, "Hello", max_tokens=6)[0]
+    for body in ({"prompt": "Hello"}, {"prompt": "Hello", "model": None}):
+        r = server.post("/v1/completions", {**body, "max_tokens": 6, **GREEDY})
+        assert r.status_code == 200, r.text
+        assert r.json()["model"] == BASE and r.json()["choices"][0]["token_ids"] == want
+    r = server.post("/v1/chat/completions",
+                    {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})
+    assert r.status_code == 200 and r.json()["model"] == BASE, r.text
+    r = server.post("/v1/completions", {"prompt": "Hello", "model": ""})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "model", r.text
 
 
 def test_version_and_health(server):

@@ -206,7 +206,17 @@ TEST(OpenAiRequest, RejectsNamingTheField) {
     EXPECT_EQ(err.param, "logit_bias");
     EXPECT_NE(err.message.find("1024 sequences"), std::string::npos) << err.message;
   }
-  EXPECT_EQ(Reject(R"({"prompt":"x"})").param, "model");
+  EXPECT_EQ(Reject(R"({"model":"","prompt":"x"})").param, "model");
+  EXPECT_EQ(Reject(R"({"model":7,"prompt":"x"})").param, "model");
+  {
+    // No model (or null) is the base, as vLLM: the handler fills in the served name.
+    OpenAiRequest r;
+    ApiError err;
+    ASSERT_TRUE(
+        ParseOpenAiRequest(R"({"prompt":"x","model":null})", Endpoint::kCompletions, &r, &err))
+        << err.message;
+    EXPECT_TRUE(r.model.empty());
+  }
   EXPECT_EQ(Reject(R"({"model":"m"})").param, "prompt");
   EXPECT_EQ(Reject(R"({"model":"m","messages":[]})", Endpoint::kChat).param, "messages");
   EXPECT_EQ(Reject(R"({"model":"m","messages":[{"content":"x"}]})", Endpoint::kChat).param,
