@@ -297,7 +297,7 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
   head.content_type = "text/event-stream";
   head.headers.emplace_back("Cache-Control", "no-cache");
   auto state = sub.state;
-  if (r.return_token_ids) state->prompt_ids = std::move(sub.prompts);
+  if (r.return_token_ids || r.echo) state->prompt_ids = std::move(sub.prompts);
   ex->Stream(std::move(head), std::make_shared<CompletionStream>(ctx, r, std::move(meta), std::move(state)));
 }
 

@@ -46,15 +46,18 @@ void TakeFinish(ChoiceState* c, const SequenceUpdate& u) {
   c->stop_token = u.stop_token;
   c->error = u.error;
 }
+
+void TakePromptLogprobs(ChoiceState* c, const SequenceUpdate& u) {
+  if (u.prompt_logprobs.empty()) return;
+  c->prompt_logprobs = u.prompt_logprobs;
+  c->prompt_ranks = u.prompt_ranks;
+  c->prompt_top = u.prompt_top_logprobs;
+}
 }  // namespace
 
 void Accumulate(ChoiceState* c, const SequenceUpdate& u) {
   c->text += u.text;
-  if (!u.prompt_logprobs.empty()) {
-    c->prompt_logprobs = u.prompt_logprobs;
-    c->prompt_ranks = u.prompt_ranks;
-    c->prompt_top = u.prompt_top_logprobs;
-  }
+  TakePromptLogprobs(c, u);
   if (u.has_token) {
     c->token_ids.push_back(u.token);
     c->logprobs.push_back(u.logprob);
@@ -64,6 +67,7 @@ void Accumulate(ChoiceState* c, const SequenceUpdate& u) {
 }
 
 void KeepLast(ChoiceState* c, const SequenceUpdate& u) {
+  TakePromptLogprobs(c, u);  // an echoed stream sends them with the choice's first chunk
   if (u.has_token) {
     c->token_ids.assign(1, u.token);
     c->logprobs.assign(1, u.logprob);

@@ -49,8 +49,8 @@ struct GenerationState {
   std::function<void()> wake;     // tells the connection there is something to write
   bool wake_each_update = false;  // a stream; else only when every choice has finished
   Clock::time_point start = Clock::now();
-  // A stream with return_token_ids: each prompt's ids (set before the stream starts, then read
-  // only by its writer), sent with each choice's first chunk as vLLM does.
+  // A stream with return_token_ids or echo: each prompt's ids (set before the stream starts,
+  // then read only by its writer), sent or echoed with each choice's first chunk as vLLM does.
   std::vector<std::vector<int32_t>> prompt_ids;
 };
 
@@ -61,7 +61,8 @@ AsyncEngine::Callback MakeChoiceCallback(std::shared_ptr<GenerationState> state,
 // Moves a consumed update into the choice's accumulated fields.
 void Accumulate(ChoiceState* choice, const SequenceUpdate& u);
 // The same for a stream, which writes each token as it comes: keeps only the update's own token,
-// log-prob and alternatives (index 0), and the finish fields; the text is not kept.
+// log-prob and alternatives (index 0), the prompt's log-probs (sent once, for echo) and the
+// finish fields; the text is not kept.
 void KeepLast(ChoiceState* choice, const SequenceUpdate& u);
 
 }  // namespace loom::server

@@ -481,10 +481,6 @@ bool ParseOpenAiRequest(const std::string& body, Endpoint endpoint, OpenAiReques
     *error = BadRequest("max_tokens", "max_tokens must be at least 1 (0 only with echo)");
     return false;
   }
-  if (out->echo && endpoint == Endpoint::kCompletions && out->stream) {
-    *error = BadRequest("echo", "echo with stream=true is not supported");
-    return false;
-  }
   if (out->prompt_logprobs >= 0 && out->stream) {
     *error = BadRequest("prompt_logprobs", "prompt_logprobs with stream=true is not supported");
     return false;

@@ -280,15 +280,33 @@ json StreamWriter::ChoiceChunk(size_t index, const SequenceUpdate& u) {
     choice["logprobs"] =
         has_lp ? ChatLogprobs(ctx_, request_, c.token_ids, c.logprobs, c.top, n - 1, n) : json(nullptr);
   } else {
-    choice["text"] = u.text;
-    choice["logprobs"] = has_lp ? CompletionLogprobs(ctx_, request_, c.token_ids, c.logprobs, c.top,
-                                                     n - 1, n, &text_offset_[index])
-                                : json(nullptr);
+    // echo: the choice's first chunk leads with its prompt (text, and with logprobs the prompt's
+    // entries), as vLLM's stream; with max_tokens 0 the prompt alone (its one token is dropped).
+    const bool echo_now = request_.echo && !first_sent_[index];
+    const bool gen = !request_.echo_only && u.has_token;
+    std::string text = request_.echo_only ? std::string() : u.text;
+    const auto p = static_cast<size_t>(c.prompt_index);
+    if (echo_now) {
+      if (const auto* s = std::get_if<std::string>(&request_.prompts[p])) text = *s + text;
+    }
+    choice["text"] = std::move(text);
+    json lps = nullptr;
+    if (request_.want_logprobs && (echo_now || gen)) {
+      lps = echo_now ? PromptCompletionLogprobs(ctx_, request_, state_->prompt_ids.at(p), c,
+                                                &text_offset_[index])
+                     : json::object();
+      if (gen) {
+        AppendLogprobs(&lps, CompletionLogprobs(ctx_, request_, c.token_ids, c.logprobs, c.top,
+                                                n - 1, n, &text_offset_[index]));
+      }
+    }
+    choice["logprobs"] = std::move(lps);
   }
   choice["finish_reason"] = FinishField(u.finish_reason);
   choice["stop_reason"] = StopReason(u.stop_reason, u.stop_token);
   if (request_.return_token_ids) {
-    choice["token_ids"] = u.has_token ? json::array({u.token}) : json::array();
+    const bool dropped = request_.echo_only;  // the one token echo without generation ran
+    choice["token_ids"] = u.has_token && !dropped ? json::array({u.token}) : json::array();
     // vLLM's completions stream: the prompt's ids in each choice's first chunk.
     const auto p = static_cast<size_t>(c.prompt_index);
     if (request_.endpoint != Endpoint::kChat && !first_sent_[index] &&
@@ -339,7 +357,7 @@ bool StreamWriter::Pump(std::string* out) {
   for (auto& [i, u] : updates) {
     ChoiceState& c = state_->choices[i];
     KeepLast(&c, u);  // a chunk needs only its own token: a stream's memory stays flat
-    if (u.has_token) ++completion_tokens_;
+    if (u.has_token && !request_.echo_only) ++completion_tokens_;
     if (u.finish_reason == FinishReason::kError) {
       json err = {{"error", {{"message", "generation failed: " + u.error},
                              {"type", "InternalServerError"}, {"param", nullptr}, {"code", 500}}}};
@@ -354,7 +372,7 @@ bool StreamWriter::Pump(std::string* out) {
     j["choices"] = json::array({ChoiceChunk(i, u)});
     // vLLM's continuous usage: this choice's prompt and the tokens it has generated so far.
     if (request_.include_usage && request_.continuous_usage_stats) {
-      j["usage"] = UsageJson(u.prompt_tokens, u.generated_tokens);
+      j["usage"] = UsageJson(u.prompt_tokens, request_.echo_only ? 0 : u.generated_tokens);
     }
     Write(out, j);
   }

@@ -158,6 +158,52 @@ def test_echo_with_max_tokens_zero_scores_the_prompt_alone(server):
     assert c.logprobs.token_logprobs[0] is None and all(v <= 0 for v in c.logprobs.token_logprobs[1:])
 
 
+def _streamed(server, **kw):
+    """A streamed completion folded back into one choice per index: text, token ids, the
+    completions log-probs lists concatenated, finish reasons, the final usage."""
+    chunks = list(server.client().completions.create(
+        model=BASE, stream=True, temperature=0, stream_options={"include_usage": True}, **kw))
+    out, usage = {}, None
+    for ch in chunks:
+        if ch.usage is not None:
+            usage = ch.usage
+        for c in ch.choices:
+            o = out.setdefault(c.index, {"text": "", "ids": [], "finish": None,
+                                         "lp": {"tokens": [], "token_logprobs": [],
+                                                "top_logprobs": [], "text_offset": []}})
+            o["text"] += c.text
+            o["ids"] += getattr(c, "token_ids", None) or []
+            o["finish"] = c.finish_reason or o["finish"]
+            if c.logprobs is not None:
+                for key in o["lp"]:
+                    o["lp"][key] += getattr(c.logprobs, key)
+    return out, usage
+
+
+@pytest.mark.parametrize("max_tokens", [0, 1, 5])
+def test_echo_streamed_equals_echo_in_one_body(server, max_tokens):
+    # vLLM streams echo: each choice's first chunk leads with the prompt (and its log-probs),
+    # so the folded stream is the non-streamed body, text, log-probs, offsets and usage alike.
+    kw = dict(prompt=[PROMPTS[1], list(PROMPTS[0].encode())], max_tokens=max_tokens, echo=True,
+              logprobs=2, n=2, extra_body={"ignore_eos": True, "return_token_ids": True})
+    full = server.client().completions.create(model=BASE, temperature=0, **kw)
+    got, usage = _streamed(server, **kw)
+    assert sorted(got) == [c.index for c in sorted(full.choices, key=lambda c: c.index)] == \
+        [0, 1, 2, 3]
+    for c in full.choices:
+        g = got[c.index]
+        assert g["text"] == c.text and g["ids"] == c.token_ids, (c.index, g["text"], c.text)
+        assert g["finish"] == c.finish_reason
+        for key in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
+            assert g["lp"][key] == getattr(c.logprobs, key), (c.index, key)
+    assert usage.completion_tokens == full.usage.completion_tokens == 4 * max_tokens
+    assert usage.prompt_tokens == full.usage.prompt_tokens
+    # Without logprobs too: the prompt's text leads.
+    got, _ = _streamed(server, prompt=PROMPTS[2], max_tokens=max_tokens, echo=True)
+    assert got[0]["text"].startswith(PROMPTS[2])
+    assert len(got[0]["text"].encode("utf-8", "replace")) >= len(PROMPTS[2].encode())
+
+
 def test_text_offset_counts_characters(server):
     # OpenAI's legacy text_offset (and vLLM's): characters of the token strings, not bytes. Each
     # byte of "é" is a token whose text is one replacement character.
