@@ -271,7 +271,7 @@ RunFn AddBenchCommand(CLI::App& cmd) {
   cmd.add_option("--closed-loop", a->closed.clients,
                  "run the serving workload on the engine alone: C clients, each with one request "
                  "in flight (adapters given by --lora round-robin); no HTTP")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, INT32_MAX));
   cmd.add_option("--requests", a->closed.requests, "--closed-loop: requests in all")->capture_default_str();
   cmd.add_option("--max-num-seqs", a->closed.max_num_seqs, "--closed-loop: sequences running at once")
       ->capture_default_str();

@@ -187,13 +187,15 @@ RunFn AddGenerateCommand(CLI::App& cmd) {
                  "prompt text, encoded with the folder's tokenizer (special tokens added)");
   cmd.add_option("--prompt-tokens", a->prompt_tokens, "prompt as token ids: 1,2,3");
   cmd.add_option("--chat", a->chat,
-                 "JSON messages list rendered with the model's chat template (generation prompt added)");
+                 "file holding a JSON messages list, rendered with the model's chat template "
+                 "(generation prompt added)");
   cmd.add_option("--lora", a->loras, "PEFT adapter: DIR or NAME=DIR (repeat with --batch)");
   cmd.add_flag("--merge", a->merge, "fold the --lora adapter into the weights (no LoRA path)");
   cmd.add_option("--batch", a->batch,
                  "JSON list of {prompt_tokens, adapter, max_tokens} run together as one batch");
-  cmd.add_option("--max-lora-rank", a->max_lora_rank, "reject adapters above this rank (0 = no limit)")
-      ->check(CLI::NonNegativeNumber);
+  cmd.add_option("--max-lora-rank", a->max_lora_rank,
+                 "reject adapters above this rank (0 = no limit)")
+      ->check(CLI::Range(0, INT32_MAX));
   cmd.add_option("--output", a->output, "text | json")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();

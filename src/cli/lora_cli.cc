@@ -271,7 +271,7 @@ RunFn AddInspectCommand(CLI::App& cmd) {
   cmd.add_option("--model", a->model, "Hugging Face checkpoint folder")->required();
   cmd.add_option("--lora", a->lora, "PEFT adapter folder (NAME=DIR or DIR)");
   cmd.add_option("--max-lora-rank", a->max_rank, "reject adapters above this rank (0 = no limit)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, INT32_MAX));
   cmd.add_flag("--json", a->json_out, "print JSON");
   AddNoCheckWeightsFlag(&cmd, &a->no_check_weights);
   return [a] { return RunInspect(*a); };

@@ -3,11 +3,37 @@
 #include <exception>
 #include <map>
 #include <new>
+#include <set>
+#include <string>
 
 #include "base/thread_pool.h"
 #include "cli/commands.h"
 #include "cli/lora_cli.h"
 #include "ops/matmul.h"
+
+namespace {
+
+// The first option of `app` or its parsed subcommands given an empty value ("--port ''", an
+// unset shell variable), or "". CLI11 reads "" as 0 for a number (--port '' bound a random
+// port, --temperature '' sampled greedily), and an empty path or name fell back to its default
+// without a word (serve --model '' served the bundled demo). Texts that may be empty are exempt.
+std::string EmptyValueOption(const CLI::App& app) {
+  static const std::set<std::string> kMayBeEmpty = {"--api-key", "--system", "--prompt", "--text"};
+  for (const CLI::Option* opt : app.get_options()) {
+    if (opt->count() == 0 || opt->get_type_size_min() == 0) continue;  // absent, or a flag
+    const std::string name = opt->get_name();
+    if (kMayBeEmpty.count(name) != 0) continue;
+    for (const std::string& v : opt->results()) {
+      if (v.empty()) return name;
+    }
+  }
+  for (const CLI::App* sub : app.get_subcommands()) {
+    if (std::string name = EmptyValueOption(*sub); !name.empty()) return name;
+  }
+  return "";
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"loom: serve many LoRA adapters on one base model"};
@@ -16,7 +42,7 @@ int main(int argc, char** argv) {
   int threads = 0;
   app.add_option("--threads", threads,
                  "compute threads (default: all cores, or LOOM_THREADS; capped to the cores)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, INT32_MAX));
   bool exact_bf16 = false;
   app.add_flag("--exact-bf16", exact_bf16,
                "matmuls on bf16 weights keep the activations exact: a hi+lo bf16 pair on AMX "
@@ -51,6 +77,10 @@ int main(int argc, char** argv) {
   auto* perplexity = app.add_subcommand("perplexity", "token-level perplexity of a text file (with --quantize and --lora as at serving)");
   runs[perplexity] = loom::cli::AddPerplexityCommand(*perplexity);
   CLI11_PARSE(app, argc, argv);
+  if (const std::string empty = EmptyValueOption(app); !empty.empty()) {
+    std::fprintf(stderr, "error: %s was given an empty value\n", empty.c_str());
+    return 2;
+  }
   if (threads > 0) loom::ThreadPool::SetGlobalThreads(threads);
   if (fast_bf16 && exact_bf16) {
     std::fprintf(stderr, "error: --fast-bf16 (deprecated) contradicts --exact-bf16\n");

@@ -69,8 +69,14 @@ int RunServe(ServeArgs& a) {
   Status bound = http.Bind();
   if (!bound.ok()) return Fail(bound.message());
   std::thread listener([&http] { http.Listen(); });
+  if (a.api_key_given && ctx.options.api_key.empty()) {
+    std::fprintf(stderr, "loom: warning: --api-key is empty: authentication is off\n");
+  }
+  // An IPv6 address goes in brackets in a URL (http://[::1]:8000).
+  const std::string& h = ctx.options.http.host;
+  const std::string url_host = h.find(':') != std::string::npos ? "[" + h + "]" : h;
   std::fprintf(stderr, "loom: listening on http://%s:%d (loading %s; /health is 503 until ready)\n",
-               ctx.options.http.host.c_str(), http.port(), a.model.c_str());
+               url_host.c_str(), http.port(), a.model.c_str());
 
   auto stop_listener = [&] {
     http.Stop();
@@ -200,7 +206,7 @@ int RunServe(ServeArgs& a) {
                "loom: try: curl http://%s:%d/v1/models\n",
                ctx.options.served_model_name.c_str(), a.model.c_str(), plan->loras.size(),
                ctx.max_model_len, eo.kv_cache_tokens, eo.max_num_seqs, eo.max_loras,
-               ctx.options.http.host.c_str(), http.port());
+               url_host.c_str(), http.port());
 
   int sig = 0;
   sigwait(&signals, &sig);
@@ -234,7 +240,11 @@ int RunServe(ServeArgs& a) {
 RunFn AddServeCommand(CLI::App& app) {
   auto args = std::make_shared<ServeArgs>();
   AddServeFlags(app, args.get());
-  return [args] { return RunServe(*args); };
+  const CLI::Option* key = app.get_option("--api-key");
+  return [args, key] {
+    args->api_key_given = key->count() > 0;
+    return RunServe(*args);
+  };
 }
 
 }  // namespace loom::cli

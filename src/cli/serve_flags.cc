@@ -1,6 +1,7 @@
 // `loom serve` flags: registration, validation and sizing (KV cache from --kv-cache-memory).
 #include "cli/serve_flags.h"
 
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -105,6 +106,11 @@ StatusOr<std::string> ChatTemplateFromFlag(const std::string& value) {
 StatusOr<uint64_t> ParseBytes(const std::string& text, const std::string& flag) {
   size_t used = 0;
   double v = 0;
+  // Decimal only: stod would read "0x10" as 16 bytes and "inf" or "nan" as numbers.
+  if (text.empty() || !(std::isdigit(static_cast<unsigned char>(text[0])) || text[0] == '.') ||
+      text.find_first_of("xXpP") != std::string::npos) {
+    return InvalidArgument(flag + ": '" + text + "' is not a size (e.g. 2GiB, 512MiB)");
+  }
   try {
     v = std::stod(text, &used);
   } catch (const std::exception&) {
@@ -275,6 +281,11 @@ StatusOr<ServePlan> PlanServe(const ServeArgs& a) {
   s.http.request_timeout_s = a.request_timeout_s;
   s.max_waiting = a.max_waiting;
   ASSIGN_OR_RETURN(uint64_t body, ParseBytes(a.max_body, "--max-body"));
+  // A JSON body past a few GiB is no request; a bound keeps the product of it and the
+  // connection count an operator's deliberate choice.
+  if (body > (uint64_t{4} << 30)) {
+    return InvalidArgument("--max-body: '" + a.max_body + "' is above the largest accepted, 4GiB");
+  }
   s.http.max_body_bytes = static_cast<size_t>(body);
   return plan;
 }

@@ -31,6 +31,7 @@ struct ServeArgs {
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string api_key;
+  bool api_key_given = false;  // --api-key was on the command line (an empty one: auth off)
   bool allow_runtime_lora = false;
   bool enable_lora = false;  // vLLM's --enable-lora: accepted, changes nothing
   int http_threads = 16;

@@ -138,14 +138,15 @@ RunFn AddTokenizeCommand(CLI::App& cmd) {
       ->check(CLI::IsMember({"auto", "tokenizers"}));
   cmd.add_option("--text", a->text, "text to encode");
   cmd.add_option("--file", a->file, "file whose contents to encode");
-  cmd.add_option("--chat", a->chat, "JSON messages list rendered with the model's chat template");
+  cmd.add_option("--chat", a->chat,
+                 "file holding a JSON messages list, rendered with the model's chat template");
   cmd.add_flag("--add-generation-prompt", a->add_generation_prompt,
                "end the rendered chat with the assistant turn's opening");
   cmd.add_flag("--no-special-tokens", a->no_special,
                "do not add special tokens (BOS ...); the default adds them like HF encode");
   cmd.add_option("--bench", a->bench,
                  "encode N times (no special tokens) and print timing JSON instead of ids")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, INT32_MAX));
   return [a] { return RunTokenize(*a); };
 }
 

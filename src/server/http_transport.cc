@@ -5,19 +5,19 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 
+#include <array>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <array>
 #include <deque>
 #include <future>
 #include <unordered_map>
 
-#include <boost/asio.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-
 #include "server/api_error.h"
+#include "server/http_body.h"
 
 namespace loom::server {
 
@@ -251,7 +251,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (phase_ != Phase::kReading) return;
     if (ec) return OnReadError(ec);
     Disarm();
-    http::request<http::string_body> msg = parser_->release();
+    http::request<GrowingStringBody> msg = parser_->release();
     parser_.reset();
     HttpRequest r;
     r.method = std::string(msg.method_string());
@@ -497,7 +497,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // Unparsed input: a request head, or a chunk's size line and extensions (bounded: Beast
   // limits neither by itself). Body bytes move into the request as they are parsed.
   beast::flat_buffer buffer_{owner_->options.max_header_bytes + (64u << 10)};
-  std::optional<http::request_parser<http::string_body>> parser_;
+  std::optional<http::request_parser<GrowingStringBody>> parser_;
   Phase phase_ = Phase::kReading;
   bool keep_alive_ = false, http10_ = false, head_ = false;
   bool answered_ = false;     // the handler has answered this request
@@ -621,7 +621,19 @@ int HttpTransport::num_unanswered() const { return impl_->num_unanswered.load();
 void HttpTransport::Run() {
   if (!impl_->acceptor.is_open()) return;
   impl_->Accept();
-  impl_->ioc.run();
+  // No exception may end the I/O thread (and with it every connection): one a completion
+  // handler lets through (an allocation that failed, say) drops that handler's connection, is
+  // reported, and the loop goes on.
+  for (;;) {
+    try {
+      impl_->ioc.run();
+      return;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "loom: HTTP I/O error, connection dropped: %s\n", e.what());
+    } catch (...) {
+      std::fprintf(stderr, "loom: HTTP I/O error, connection dropped\n");
+    }
+  }
 }
 
 void HttpTransport::Stop() {

@@ -39,14 +39,37 @@ def run_serve(model_dir, *args, timeout=10, tries=1):
     (["--lora-dir", "/nonexistent/dir"], "/nonexistent/dir"),
     (["--target-step-ms", "-1"], "target-step-ms"),
     (["--target-step-ms", "nan"], "target-step-ms"),
+    # One request declaring a body past RAM aborted the server (bad_alloc on the I/O thread).
+    (["--max-body", "999GB"], "max-body"),
+    (["--kv-cache-memory", "0x10"], "kv-cache-memory"),  # read as hex: 16 bytes
+    # An empty value (an unset shell variable) was 0 or a default without a word.
+    (["--max-model-len", ""], "--max-model-len"),
+    (["--served-model-name", ""], "--served-model-name"),
 ], ids=["missing_dir", "wrong_base", "rank", "base_name", "twice", "max_model_len", "max_body",
         "max_body_below_one_byte",
-        "merge", "lora_dir", "target_step_negative", "target_step_nan"])
+        "merge", "lora_dir", "target_step_negative", "target_step_nan", "max_body_past_4gib",
+        "size_in_hex", "empty_max_model_len", "empty_served_name"])
 def test_bad_start_up_exits_non_zero(llama_dir, args, needle):
     code, err = run_serve(llama_dir, *args)
     assert code not in (0, None) and code > 0, f"exit {code} (a signal?):\n{err}"
     assert needle in err, err
     assert "error" in err.lower()
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--port", ""], "--port"),  # bound a random port
+    (["--model", ""], "--model"),  # served the bundled demo model
+    (["--host", ""], "--host"),  # listened on every interface
+    (["--max-num-seqs", ""], "--max-num-seqs"),
+], ids=["port", "model", "host", "max_num_seqs"])
+def test_an_empty_flag_value_is_an_error_naming_it(llama_dir, args, needle):
+    _wait_for_binary(loom_bin())
+    base = {"--model": str(llama_dir), "--port": "0"}
+    for k in args[::2]:
+        base.pop(k, None)
+    cmd = [str(loom_bin()), "serve", *[x for kv in base.items() for x in kv], *args]
+    p = subprocess.run(cmd, capture_output=True, timeout=10, text=True)
+    assert p.returncode == 2 and needle in p.stderr and "empty value" in p.stderr, p.stderr
 
 
 def test_missing_model_dir(tmp_path):
