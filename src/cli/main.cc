@@ -16,9 +16,10 @@ namespace {
 // The first option of `app` or its parsed subcommands given an empty value ("--port ''", an
 // unset shell variable), or "". CLI11 reads "" as 0 for a number (--port '' bound a random
 // port, --temperature '' sampled greedily), and an empty path or name fell back to its default
-// without a word (serve --model '' served the bundled demo). Texts that may be empty are exempt.
+// without a word (serve --model '' served the bundled demo). Exempt: an empty --api-key (no
+// authentication, as vLLM; serve says so) and chat's --system (no system message).
 std::string EmptyValueOption(const CLI::App& app) {
-  static const std::set<std::string> kMayBeEmpty = {"--api-key", "--system", "--prompt", "--text"};
+  static const std::set<std::string> kMayBeEmpty = {"--api-key", "--system"};
   for (const CLI::Option* opt : app.get_options()) {
     if (opt->count() == 0 || opt->get_type_size_min() == 0) continue;  // absent, or a flag
     const std::string name = opt->get_name();

@@ -2,6 +2,7 @@
 // declared Content-Length up front.
 #pragma once
 
+#include <algorithm>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/optional.hpp>
@@ -23,8 +24,9 @@ struct GrowingStringBody : boost::beast::http::string_body {
     template <bool isRequest, class Fields>
     reader(boost::beast::http::header<isRequest, Fields>&, value_type& body) : body_(body) {}
 
-    void init(const boost::optional<std::uint64_t>&, boost::beast::error_code& ec) {
+    void init(const boost::optional<std::uint64_t>& length, boost::beast::error_code& ec) {
       body_.clear();
+      declared_ = length ? *length : 0;
       ec = {};
     }
 
@@ -32,6 +34,19 @@ struct GrowingStringBody : boost::beast::http::string_body {
     std::size_t put(const ConstBufferSequence& buffers, boost::beast::error_code& ec) {
       std::size_t n = 0;
       try {
+        // Doubling, but never past a declared Content-Length (string's own doubling left a
+        // body's capacity at up to twice its size).
+        const std::size_t want = body_.size() + boost::beast::buffer_bytes(buffers);
+        if (want > body_.capacity()) {
+          std::size_t cap = std::max(want, 2 * body_.capacity());
+          if (declared_ >= want && cap > declared_) cap = static_cast<std::size_t>(declared_);
+          // Into a fresh string: libstdc++'s reserve itself grows to at least twice the old
+          // capacity, past the declared length.
+          value_type grown;
+          grown.reserve(cap);
+          grown.append(body_);
+          body_.swap(grown);
+        }
         for (const auto b : boost::beast::buffers_range_ref(buffers)) {
           body_.append(static_cast<const char*>(b.data()), b.size());
           n += b.size();
@@ -48,6 +63,7 @@ struct GrowingStringBody : boost::beast::http::string_body {
 
    private:
     value_type& body_;
+    std::uint64_t declared_ = 0;  // Content-Length, or 0 (chunked)
   };
 };
 

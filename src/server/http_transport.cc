@@ -101,22 +101,39 @@ class Session : public std::enable_shared_from_this<Session> {
   // connection is dropped, its work abandoned).
   void PostReply(uint64_t id, HttpResponse response) {
     asio::post(owner_->ioc, [self = shared_from_this(), id, r = std::move(response)]() mutable {
-      self->OnReply(id, std::move(r));
+      self->Safely([&] { self->OnReply(id, std::move(r)); });
     });
   }
   void PostDefer(uint64_t id, std::shared_ptr<DeferredReply> reply) {
     asio::post(owner_->ioc, [self = shared_from_this(), id, reply = std::move(reply)]() mutable {
-      self->OnDefer(id, std::move(reply));
+      self->Safely([&] { self->OnDefer(id, std::move(reply)); });
     });
   }
   void PostStream(uint64_t id, HttpResponse head, std::shared_ptr<StreamSource> source) {
-    asio::post(owner_->ioc, [self = shared_from_this(), id, h = std::move(head), s = std::move(source)]() mutable {
-      self->OnStream(id, std::move(h), std::move(s));
+    asio::post(owner_->ioc, [self = shared_from_this(), id, h = std::move(head),
+                             s = std::move(source)]() mutable {
+      self->Safely([&] { self->OnStream(id, std::move(h), std::move(s)); });
     });
   }
   void PostWake() {
     if (wake_posted_.exchange(true)) return;  // one pending wake is enough
-    asio::post(owner_->ioc, [self = shared_from_this()] { self->OnWake(); });
+    asio::post(owner_->ioc, [self = shared_from_this()] { self->Safely([&] { self->OnWake(); }); });
+  }
+
+  // Runs one completion's work for this connection. An exception (an allocation that failed)
+  // closes the connection, which releases its slot, its watch and any work it started, instead
+  // of leaving the I/O loop with the session half-done and held open by itself.
+  template <class F>
+  void Safely(F&& work) {
+    try {
+      work();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "loom: HTTP connection closed after an error: %s\n", e.what());
+      Close();
+    } catch (...) {
+      std::fprintf(stderr, "loom: HTTP connection closed after an error\n");
+      Close();
+    }
   }
 
   // Closes the connection; a pending reply or stream is abandoned (its work cancelled).
@@ -169,15 +186,19 @@ class Session : public std::enable_shared_from_this<Session> {
       // Nothing but (perhaps) empty lines yet: read before the parser sees the first byte.
       socket_.async_read_some(
           buffer_.prepare(4096), [self = shared_from_this(), skipped](error_code ec, size_t got) {
-            if (self->phase_ != Phase::kReading) return;
-            if (ec) return self->Close();  // closed, reset or timed out: nobody to answer
-            self->buffer_.commit(got);
-            self->AwaitRequestLine(skipped);
+            self->Safely([&] {
+              if (self->phase_ != Phase::kReading) return;
+              if (ec) return self->Close();  // closed, reset or timed out: nobody to answer
+              self->buffer_.commit(got);
+              self->AwaitRequestLine(skipped);
+            });
           });
       return;
     }
     http::async_read_header(socket_, buffer_, *parser_,
-                            [self = shared_from_this()](error_code ec, size_t) { self->OnHeader(ec); });
+                            [self = shared_from_this()](error_code ec, size_t) {
+                              self->Safely([&] { self->OnHeader(ec); });
+                            });
   }
 
   void OnHeader(error_code ec) {
@@ -204,8 +225,10 @@ class Session : public std::enable_shared_from_this<Session> {
       static const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
       asio::async_write(socket_, asio::buffer(kContinue, sizeof(kContinue) - 1),
                         [self = shared_from_this()](error_code e, size_t) {
-                          if (e) return self->Close();
-                          self->ReadBody();
+                          self->Safely([&] {
+                            if (e) return self->Close();
+                            self->ReadBody();
+                          });
                         });
       return;
     }
@@ -215,7 +238,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void ReadBody() {
     if (phase_ != Phase::kReading) return;
     http::async_read(socket_, buffer_, *parser_,
-                     [self = shared_from_this()](error_code ec, size_t) { self->OnRequest(ec); });
+                     [self = shared_from_this()](error_code ec, size_t) {
+                       self->Safely([&] { self->OnRequest(ec); });
+                     });
   }
 
   void OnReadError(error_code ec) {
@@ -294,24 +319,27 @@ class Session : public std::enable_shared_from_this<Session> {
     watching_ = true;
     const uint64_t gen = ++watch_gen_;
     socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this(), gen](error_code ec) {
-      if (gen != self->watch_gen_) return;  // cancelled (the next request is being read)
-      self->watching_ = false;
-      if (self->phase_ == Phase::kClosed || self->phase_ == Phase::kReading) return;
-      if (ec) return self->PeerGone();
-      char c;
-      const ssize_t n = ::recv(self->socket_.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
-      if (n == 0) return self->PeerGone();  // EOF: the client closed (or half-closed) its side
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return self->Watch();
-      if (n < 0) return self->PeerGone();
-      // A pipelined request: its bytes go to the buffer the next request is parsed from (so a
-      // later close is still seen); once that holds more than a request head, stop watching.
-      error_code e;
-      const size_t avail = self->socket_.available(e);
-      if (e || avail == 0 || self->buffer_.size() + avail > self->buffer_.max_size()) return;
-      const size_t got = self->socket_.read_some(self->buffer_.prepare(avail), e);
-      if (e) return self->PeerGone();
-      self->buffer_.commit(got);
-      self->Watch();
+      self->Safely([&] {
+        if (gen != self->watch_gen_) return;  // cancelled (the next request is being read)
+        self->watching_ = false;
+        if (self->phase_ == Phase::kClosed || self->phase_ == Phase::kReading) return;
+        if (ec) return self->PeerGone();
+        char c;
+        const ssize_t n = ::recv(self->socket_.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (n == 0) return self->PeerGone();  // EOF: the client closed (or half-closed) its side
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+          return self->Watch();
+        if (n < 0) return self->PeerGone();
+        // A pipelined request: its bytes go to the buffer the next request is parsed from (so a
+        // later close is still seen); once that holds more than a request head, stop watching.
+        error_code e;
+        const size_t avail = self->socket_.available(e);
+        if (e || avail == 0 || self->buffer_.size() + avail > self->buffer_.max_size()) return;
+        const size_t got = self->socket_.read_some(self->buffer_.prepare(avail), e);
+        if (e) return self->PeerGone();
+        self->buffer_.commit(got);
+        self->Watch();
+      });
     });
   }
 
@@ -371,7 +399,9 @@ class Session : public std::enable_shared_from_this<Session> {
         r = ErrorResponse(500, std::string("internal error: ") + e.what());
       }
       asio::post(self->owner_->ioc, [self, r = std::move(r)]() mutable {
-        if (self->phase_ != Phase::kClosed) self->Send(std::move(r));
+        self->Safely([&] {
+          if (self->phase_ != Phase::kClosed) self->Send(std::move(r));
+        });
       });
     });
   }
@@ -437,13 +467,15 @@ class Session : public std::enable_shared_from_this<Session> {
     writing_ = true;
     Arm(owner_->options.write_timeout_s);
     asio::async_write(socket_, buffers, [self = shared_from_this()](error_code ec, size_t) {
-      self->writing_ = false;
-      if (self->phase_ == Phase::kClosed) return;
-      self->Disarm();
-      self->in_flight_.clear();
-      self->in_flight_bytes_ = 0;
-      if (ec) return self->PeerGone();
-      self->Flush();
+      self->Safely([&] {
+        self->writing_ = false;
+        if (self->phase_ == Phase::kClosed) return;
+        self->Disarm();
+        self->in_flight_.clear();
+        self->in_flight_bytes_ = 0;
+        if (ec) return self->PeerGone();
+        self->Flush();
+      });
     });
   }
 
@@ -469,12 +501,15 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void Discard() {
-    socket_.async_read_some(asio::buffer(owner_->discard), [self = shared_from_this()](error_code ec, size_t n) {
-      if (self->phase_ != Phase::kLingering) return;
-      self->discarded_ += n;
-      if (ec || self->discarded_ > (16u << 20)) return self->Close();
-      self->Discard();
-    });
+    socket_.async_read_some(asio::buffer(owner_->discard),
+                            [self = shared_from_this()](error_code ec, size_t n) {
+                              self->Safely([&] {
+                                if (self->phase_ != Phase::kLingering) return;
+                                self->discarded_ += n;
+                                if (ec || self->discarded_ > (16u << 20)) return self->Close();
+                                self->Discard();
+                              });
+                            });
   }
 
   // ---- deadlines ----
@@ -563,10 +598,14 @@ void HttpTransport::Impl::Accept() {
     } else {
       error_code ignored;
       socket.set_option(tcp::no_delay(true), ignored);  // replies are written whole; no Nagle wait
-      auto session = std::make_shared<Session>(std::move(socket), this);
-      sessions.emplace(session.get(), session);
-      num_connections.fetch_add(1);
-      session->Start();
+      try {
+        auto session = std::make_shared<Session>(std::move(socket), this);
+        sessions.emplace(session.get(), session);
+        num_connections.fetch_add(1);
+        session->Start();
+      } catch (const std::exception& e) {  // out of memory: this connection is dropped, not the
+        std::fprintf(stderr, "loom: HTTP connection refused: %s\n", e.what());  // listener
+      }
     }
     Accept();
   });
@@ -621,9 +660,9 @@ int HttpTransport::num_unanswered() const { return impl_->num_unanswered.load();
 void HttpTransport::Run() {
   if (!impl_->acceptor.is_open()) return;
   impl_->Accept();
-  // No exception may end the I/O thread (and with it every connection): one a completion
-  // handler lets through (an allocation that failed, say) drops that handler's connection, is
-  // reported, and the loop goes on.
+  // No exception may end the I/O thread (and with it every connection). Connections' handlers
+  // close their own connection on one (Session::Safely) and the listener re-arms; anything
+  // that still gets here is reported and the loop goes on.
   for (;;) {
     try {
       impl_->ioc.run();

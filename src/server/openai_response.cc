@@ -301,6 +301,11 @@ json StreamWriter::ChoiceChunk(size_t index, const SequenceUpdate& u) {
       }
     }
     choice["logprobs"] = std::move(lps);
+    if (echo_now) {  // sent: a stream's memory stays flat
+      std::vector<TokenLogprob>().swap(c.prompt_logprobs);
+      std::vector<int32_t>().swap(c.prompt_ranks);
+      std::vector<std::vector<TokenLogprob>>().swap(c.prompt_top);
+    }
   }
   choice["finish_reason"] = FinishField(u.finish_reason);
   choice["stop_reason"] = StopReason(u.stop_reason, u.stop_token);
