@@ -1,6 +1,7 @@
 // `loom serve` flags: registration, validation and sizing (KV cache from --kv-cache-memory).
 #include "cli/serve_flags.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <filesystem>
@@ -22,8 +23,9 @@ void AddServeFlags(CLI::App& app, ServeArgs* a) {
                  "how the tokenizer is built: auto (as transformers 5's AutoTokenizer) or "
                  "tokenizers (tokenizer.json exactly as the tokenizers library reads it)")
       ->check(CLI::IsMember({"auto", "tokenizers"}));
-  app.add_option("--served-model-name", a->served_model_name,
-                 "the base model's name in requests (default: the folder's name)");
+  app.add_option("--served-model-name", a->served_model_names,
+                 "the base model's name in requests (default: the folder's name); several names "
+                 "(vLLM's form) are all accepted, the first is the one metrics carry");
   app.add_option("--lora", a->loras,
                  "adapter NAME=DIR, or vLLM's JSON {\"name\",\"path\",\"base_model_name\"} (repeatable)");
   app.add_option("--lora-dir", a->lora_dirs,
@@ -206,11 +208,23 @@ StatusOr<ServePlan> PlanServe(const ServeArgs& a) {
     }
     plan.loras.push_back(std::move(named));
   }
-  std::string served = a.served_model_name;
-  if (served.empty()) served = fs::path(a.model).lexically_normal().filename().string();
-  if (served.empty()) served = fs::path(a.model).lexically_normal().parent_path().filename().string();
+  std::vector<std::string> served = a.served_model_names;
+  if (served.empty()) {
+    std::string name = fs::path(a.model).lexically_normal().filename().string();
+    if (name.empty()) name = fs::path(a.model).lexically_normal().parent_path().filename().string();
+    served.push_back(name);
+  }
+  for (size_t i = 0; i < served.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (served[i] == served[j]) {
+        return InvalidArgument("--served-model-name: '" + served[i] + "' given twice");
+      }
+    }
+  }
   for (const auto& [n, d] : plan.loras) {
-    if (n == served) return InvalidArgument("--lora: adapter name '" + n + "' is the base model's name");
+    if (std::find(served.begin(), served.end(), n) != served.end()) {
+      return InvalidArgument("--lora: adapter name '" + n + "' is the base model's name");
+    }
   }
   if (!a.merge.empty()) {
     if (plan.loras.size() != 1 || plan.loras.front().first != a.merge) {
@@ -267,7 +281,8 @@ StatusOr<ServePlan> PlanServe(const ServeArgs& a) {
   s.http.host = a.host;
   s.http.port = a.port;
   s.api_key = a.api_key;
-  s.served_model_name = served;
+  s.served_model_name = served.front();
+  s.served_model_names = served;
   s.model_dir = a.model;
   s.merged_adapter = a.merge;
   s.allow_runtime_lora = a.allow_runtime_lora;

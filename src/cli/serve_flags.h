@@ -15,7 +15,7 @@ namespace loom::cli {
 struct ServeArgs {
   std::string model;
   std::string tokenizer_mode = "auto";  // --tokenizer-mode
-  std::string served_model_name;
+  std::vector<std::string> served_model_names;  // --served-model-name a [b ...]
   std::vector<std::string> loras;      // NAME=DIR or {"name","path","base_model_name"}
   std::vector<std::string> lora_dirs;
   int max_loras = 8;

@@ -213,9 +213,8 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
   // engine thread).
   std::shared_ptr<const Adapter> adapter;
   // With --merge NAME the weights are the merged adapter's: only NAME may be asked for.
-  const bool is_base = ctx.options.merged_adapter.empty()
-                           ? r.model == ctx.options.served_model_name
-                           : r.model == ctx.options.merged_adapter;
+  const bool is_base = ctx.options.merged_adapter.empty() ? ctx.options.IsBaseName(r.model)
+                                                          : r.model == ctx.options.merged_adapter;
   if (!is_base) {
     if (ctx.adapters == nullptr) {
       return fail(ApiError{404, "the model '" + r.model + "' does not exist", "model", ""});

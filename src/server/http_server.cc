@@ -132,7 +132,7 @@ HttpResponse HandleLoad(ServerContext& ctx, const HttpRequest& req) {
     inplace = body["load_inplace"].get<bool>();
   }
   const std::string name = body["lora_name"].get<std::string>();
-  if (name == ctx.options.served_model_name) {
+  if (ctx.options.IsBaseName(name)) {
     return ErrorReply(BadRequest("lora_name", "'" + name + "' is the base model's name"));
   }
   if (!inplace && ctx.adapters->Contains(name)) {
@@ -178,7 +178,9 @@ HttpResponse HandleModels(const ServerContext& ctx) {
   if (!ctx.options.merged_adapter.empty()) {
     data.push_back(entry(ctx.options.merged_adapter, ctx.options.model_dir, nullptr));
   } else {
-    data.push_back(entry(base, ctx.options.model_dir, nullptr));
+    for (const std::string& name : ctx.options.served_model_names) {
+      data.push_back(entry(name, ctx.options.model_dir, nullptr));
+    }
   }
   if (ctx.adapters != nullptr) {
     for (const auto& a : ctx.adapters->List()) data.push_back(entry(a.name, a.dir, base));

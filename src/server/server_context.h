@@ -1,10 +1,12 @@
 // ServerContext: what the HTTP handlers share — engine, adapter store, tokenizer, template, metrics.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/async_engine.h"
 #include "engine/generation_defaults.h"
@@ -19,7 +21,14 @@ namespace loom::server {
 struct ServerOptions {
   TransportOptions http;               // address, limits, timeouts, handler threads
   std::string api_key;                // empty = no auth
-  std::string served_model_name;      // the base model's name in requests
+  std::string served_model_name;      // the base model's name in responses' metrics, parents
+  // Every name a request may give the base (vLLM's --served-model-name a b: the first is
+  // served_model_name); each is listed in /v1/models and echoed back by a response.
+  std::vector<std::string> served_model_names;
+  bool IsBaseName(const std::string& name) const {
+    return std::find(served_model_names.begin(), served_model_names.end(), name) !=
+           served_model_names.end();
+  }
   std::string model_dir;
   std::string merged_adapter;         // --merge NAME: requests name NAME, the base is folded
   bool allow_runtime_lora = false;    // /v1/load_lora_adapter and /v1/unload_lora_adapter

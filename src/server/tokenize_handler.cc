@@ -19,6 +19,7 @@ bool CheckModel(const ServerContext& ctx, const std::string& model, ApiError* er
   const std::string& base = ctx.options.merged_adapter.empty() ? ctx.options.served_model_name
                                                                : ctx.options.merged_adapter;
   if (model.empty() || model == base) return true;
+  if (ctx.options.merged_adapter.empty() && ctx.options.IsBaseName(model)) return true;
   if (ctx.options.merged_adapter.empty() && ctx.adapters != nullptr && ctx.adapters->Knows(model))
     return true;
   *error = ApiError{404, "the model '" + model + "' does not exist", "model", ""};

@@ -57,6 +57,27 @@ def test_served_model_name_and_max_model_len(start_server, llama_dir, reference)
     assert srv.metric("vllm:num_requests_running", model_name="my-base") == 0
 
 
+def test_several_served_model_names(start_server, llama_dir, reference):
+    # vLLM's `--served-model-name a b`: every name serves the base and is listed; a response
+    # echoes the name asked for; the first is the adapters' parent and the metrics' label.
+    srv = start_server(llama_dir, ["--served-model-name", "base-a", "base-b"]
+                       + adapter_args(["qv"]))
+    data = srv.get("/v1/models").json()["data"]
+    assert [m["id"] for m in data] == ["base-a", "base-b", "qv"]
+    assert data[0]["parent"] is None and data[1]["parent"] is None
+    assert data[2]["parent"] == "base-a"
+    want = reference(BASE, "Hello")[0]
+    for name in ("base-a", "base-b"):
+        r = srv.client().completions.create(model=name, prompt="Hello", max_tokens=24,
+                                            temperature=0, extra_body={"return_token_ids": True,
+                                                                       "ignore_eos": True})
+        assert r.model == name and r.choices[0].token_ids == want
+    assert srv.post("/tokenize", {"model": "base-b", "prompt": "x"}).status_code == 200
+    with pytest.raises(openai.NotFoundError):
+        srv.client().completions.create(model=BASE, prompt="x", max_tokens=1)
+    assert srv.metric("vllm:num_requests_running", model_name="base-a") == 0
+
+
 GREEDY = {"temperature": 0, "ignore_eos": True, "return_token_ids": True}
 
 

@@ -45,10 +45,14 @@ def run_serve(model_dir, *args, timeout=10, tries=1):
     # An empty value (an unset shell variable) was 0 or a default without a word.
     (["--max-model-len", ""], "--max-model-len"),
     (["--served-model-name", ""], "--served-model-name"),
+    (["--served-model-name", "a", "a"], "given twice"),
+    (["--served-model-name", "a", "llama", "--lora", f"llama={ADAPTER_FIXTURES / 'llama_qv_r8_f32'}"],
+     "base model's name"),
 ], ids=["missing_dir", "wrong_base", "rank", "base_name", "twice", "max_model_len", "max_body",
         "max_body_below_one_byte",
         "merge", "lora_dir", "target_step_negative", "target_step_nan", "max_body_past_4gib",
-        "size_in_hex", "empty_max_model_len", "empty_served_name"])
+        "size_in_hex", "empty_max_model_len", "empty_served_name", "served_name_twice",
+        "adapter_named_as_a_served_name"])
 def test_bad_start_up_exits_non_zero(llama_dir, args, needle):
     code, err = run_serve(llama_dir, *args)
     assert code not in (0, None) and code > 0, f"exit {code} (a signal?):\n{err}"
