@@ -19,9 +19,10 @@ ctest --test-dir build --output-on-failure -j"$jobs" --timeout 600
 # End to end: loom serve on loopback, the openai client, prometheus_client's parser.
 bash scripts/run-e2e.sh
 
-# Sanitized unit tests (golden excluded: slow under ASan, and the Release run checked them).
+# Sanitized unit tests (golden excluded: slow under ASan, and the Release run checked them):
+# only what they need is built (loom_unit_tests: the unit tests, the corpus runners, the CLI).
 cmake --preset asan "${launcher[@]}" >/dev/null
-cmake --build build-asan -j"$jobs"
+cmake --build build-asan -j"$jobs" --target loom_unit_tests
 # Memory errors, undefined behaviour and leaks (LeakSanitizer on).
 ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j"$jobs" --timeout 900 -L unit
