@@ -204,7 +204,7 @@ int RunServe(ServeArgs& a) {
                "loom: ready — model '%s' (%s), %zu adapter(s), max_model_len %d, KV cache %d "
                "tokens, max_num_seqs %d, max_loras %d\n"
                "loom: try: curl http://%s:%d/v1/models\n",
-               ctx.options.served_model_name.c_str(), a.model.c_str(), plan->loras.size(),
+               ctx.options.served_model_name().c_str(), a.model.c_str(), plan->loras.size(),
                ctx.max_model_len, eo.kv_cache_tokens, eo.max_num_seqs, eo.max_loras,
                url_host.c_str(), http.port());
 

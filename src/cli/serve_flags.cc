@@ -281,7 +281,6 @@ StatusOr<ServePlan> PlanServe(const ServeArgs& a) {
   s.http.host = a.host;
   s.http.port = a.port;
   s.api_key = a.api_key;
-  s.served_model_name = served.front();
   s.served_model_names = served;
   s.model_dir = a.model;
   s.merged_adapter = a.merge;

@@ -197,11 +197,7 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
   if (!ParseOpenAiRequest(req.body, endpoint, &r, &error, ctx.options.max_json_depth)) {
     return fail(error);
   }
-  // No model names the base (as vLLM): its served name, or with --merge the adapter's.
-  if (r.model.empty()) {
-    r.model = ctx.options.merged_adapter.empty() ? ctx.options.served_model_name
-                                                 : ctx.options.merged_adapter;
-  }
+  if (r.model.empty()) r.model = ctx.options.DefaultModel();  // no model: the base (as vLLM)
   // The model's recommended sampling where the request set none (vLLM's generation config).
   ctx.options.generation_defaults.Apply(
       [&r](const char* field) {
@@ -212,10 +208,7 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
   // The adapter: the base model's name, or an adapter's (loaded now if needed, not on the
   // engine thread).
   std::shared_ptr<const Adapter> adapter;
-  // With --merge NAME the weights are the merged adapter's: only NAME may be asked for.
-  const bool is_base = ctx.options.merged_adapter.empty() ? ctx.options.IsBaseName(r.model)
-                                                          : r.model == ctx.options.merged_adapter;
-  if (!is_base) {
+  if (!ctx.options.NamesBase(r.model)) {
     if (ctx.adapters == nullptr) {
       return fail(ApiError{404, "the model '" + r.model + "' does not exist", "model", ""});
     }

@@ -132,7 +132,7 @@ HttpResponse HandleLoad(ServerContext& ctx, const HttpRequest& req) {
     inplace = body["load_inplace"].get<bool>();
   }
   const std::string name = body["lora_name"].get<std::string>();
-  if (ctx.options.IsBaseName(name)) {
+  if (ctx.options.NamesBase(name)) {  // runtime loading is off with --merge: a served name
     return ErrorReply(BadRequest("lora_name", "'" + name + "' is the base model's name"));
   }
   if (!inplace && ctx.adapters->Contains(name)) {
@@ -174,7 +174,7 @@ HttpResponse HandleModels(const ServerContext& ctx) {
                 {"owned_by", "loom"}, {"root", root},     {"parent", parent},
                 {"max_model_len", ctx.max_model_len}};
   };
-  const std::string& base = ctx.options.served_model_name;
+  const std::string& base = ctx.options.served_model_name();
   if (!ctx.options.merged_adapter.empty()) {
     data.push_back(entry(ctx.options.merged_adapter, ctx.options.model_dir, nullptr));
   } else {
@@ -200,7 +200,7 @@ HttpResponse HandleMetrics(const ServerContext& ctx) {
       s.adapters_resident = ctx.adapters->num_resident();
     }
   }
-  return Text(RenderMetrics(ctx.metrics, s, ctx.options.served_model_name),
+  return Text(RenderMetrics(ctx.metrics, s, ctx.options.served_model_name()),
               "text/plain; version=0.0.4; charset=utf-8");
 }
 

@@ -21,16 +21,24 @@ namespace loom::server {
 struct ServerOptions {
   TransportOptions http;               // address, limits, timeouts, handler threads
   std::string api_key;                // empty = no auth
-  std::string served_model_name;      // the base model's name in responses' metrics, parents
-  // Every name a request may give the base (vLLM's --served-model-name a b: the first is
-  // served_model_name); each is listed in /v1/models and echoed back by a response.
+  // Every name a request may give the base (vLLM's --served-model-name a b), at least one; each
+  // is listed in /v1/models and echoed back by a response.
   std::vector<std::string> served_model_names;
-  bool IsBaseName(const std::string& name) const {
+  std::string model_dir;
+  std::string merged_adapter;  // --merge NAME: requests name NAME, the base is folded
+  // The base's first name: the metrics' model_name, the adapters' parent.
+  const std::string& served_model_name() const { return served_model_names.front(); }
+  // Whether a request naming `name` runs on the served weights without an adapter: a served
+  // name, or with --merge only the merged adapter's (the base is not served then).
+  bool NamesBase(const std::string& name) const {
+    if (!merged_adapter.empty()) return name == merged_adapter;
     return std::find(served_model_names.begin(), served_model_names.end(), name) !=
            served_model_names.end();
   }
-  std::string model_dir;
-  std::string merged_adapter;         // --merge NAME: requests name NAME, the base is folded
+  // What a request that names no model gets (as vLLM): the first served name, or the merged one.
+  const std::string& DefaultModel() const {
+    return merged_adapter.empty() ? served_model_name() : merged_adapter;
+  }
   bool allow_runtime_lora = false;    // /v1/load_lora_adapter and /v1/unload_lora_adapter
   int max_waiting = 512;              // sequences queued beyond the running ones → 503
   int max_json_depth = 64;

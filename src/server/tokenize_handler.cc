@@ -16,10 +16,7 @@ namespace {
 // use (registered, or on demand in --lora-dir). Only the name is checked: tokenizing needs no
 // weights, so nothing is loaded or evicted (as vLLM's tokenize routes).
 bool CheckModel(const ServerContext& ctx, const std::string& model, ApiError* error) {
-  const std::string& base = ctx.options.merged_adapter.empty() ? ctx.options.served_model_name
-                                                               : ctx.options.merged_adapter;
-  if (model.empty() || model == base) return true;
-  if (ctx.options.merged_adapter.empty() && ctx.options.IsBaseName(model)) return true;
+  if (model.empty() || ctx.options.NamesBase(model)) return true;
   if (ctx.options.merged_adapter.empty() && ctx.adapters != nullptr && ctx.adapters->Knows(model))
     return true;
   *error = ApiError{404, "the model '" + model + "' does not exist", "model", ""};
