@@ -82,6 +82,11 @@ bool BuildPrompts(const ServerContext& ctx, const OpenAiRequest& r,
               std::string(r.endpoint == Endpoint::kCompletions ? "; send token ids" : ""));
       return false;
     }
+    const EncodeGate::Pass pass = ctx.encode_gate.Enter(text.size());
+    if (!pass.ok()) {
+      *error = ApiError{503, "the server is tokenizing other large prompts; retry later", "", ""};
+      return false;
+    }
     auto ids = ctx.tokenizer->Encode(text, r.add_special_tokens);
     if (!ids.ok()) {
       *error = BadRequest(field, ids.status().message());

@@ -11,6 +11,7 @@
 #include "engine/async_engine.h"
 #include "engine/generation_defaults.h"
 #include "lora/adapter_store.h"
+#include "server/encode_gate.h"
 #include "server/http_transport.h"
 #include "server/metrics.h"
 #include "tokenizer/chat_template.h"
@@ -63,6 +64,8 @@ struct ServerContext {
   int max_model_len = 0;
   int max_loras = 0;
   Metrics metrics;
+  // Large prompts are tokenized one at a time (mutable: handlers get a const context).
+  mutable EncodeGate encode_gate;
 };
 
 }  // namespace loom::server

@@ -4,6 +4,8 @@ tokenizer) are the reference for the chat form, the text form and decoding; toke
 checked against the vocabulary in the model's own tokenizer.json (what transformers'
 convert_ids_to_tokens returns)."""
 import json
+import random
+from concurrent.futures import ThreadPoolExecutor
 
 import requests
 
@@ -166,3 +168,27 @@ def test_adapter_names_are_checked_not_loaded(start_server, llama_dir, lora_dir)
     body = r.json()
     assert body["count"] == len(text.encode()) == len(body["tokens"]) == len(body["token_strs"])
     assert body["token_strs"][:4] == ["a", "\u00c3", "\u00a9", "\u0120"]  # GPT-2's byte table
+
+
+def test_large_prompts_are_tokenized_one_at_a_time(demo):
+    # Texts of 256 KiB and more are tokenized one at a time with at most 3 waiting (EncodeGate);
+    # beyond that a 503 with Retry-After. Six sent at once: each answer is the same 200 or that
+    # 503, at least one is a 200, and a small request meanwhile is answered.
+    rng = random.Random(7)
+    words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(1, 12)))
+             for _ in range(2000)]
+    text = " ".join(rng.choice(words) for _ in range(60000))[: 300 << 10]
+    assert len(text) >= 256 << 10
+    with ThreadPoolExecutor(7) as pool:
+        big = [pool.submit(demo.post, "/tokenize", {"prompt": text}, timeout=120) for _ in range(6)]
+        small = demo.post("/tokenize", {"prompt": "Hello there"})
+        assert small.status_code == 200, small.text
+        answers = [f.result() for f in big]
+    ok = [r for r in answers if r.status_code == 200]
+    assert ok, [r.text for r in answers]
+    assert all(r.json() == ok[0].json() for r in ok)
+    assert ok[0].json()["count"] > len(text) // 8
+    for r in answers:
+        if r.status_code != 200:
+            assert r.status_code == 503 and r.headers.get("Retry-After") == "1", r.text
+            assert "large prompts" in r.json()["error"]["message"]
