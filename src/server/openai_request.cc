@@ -297,6 +297,49 @@ void AddChat(std::map<std::string, Handler>* h) {
     if (!v.is_null() && !v.is_boolean()) return p.Fail("parallel_tool_calls", "must be a boolean");
     return true;
   };
+  // OpenAI fields with no meaning for a self-hosted server, accepted with no effect
+  // (docs/API.md): storing the completion, its tags, the service tier, the prompt-cache key
+  // (loom caches prefixes by itself) and the end-user id.
+  m["store"] = [](Parser& p, const json& v, OpenAiRequest*) {
+    if (!v.is_null() && !v.is_boolean()) return p.Fail("store", "store must be a boolean");
+    return true;
+  };
+  m["metadata"] = [](Parser& p, const json& v, OpenAiRequest*) {
+    if (v.is_null()) return true;
+    if (!v.is_object()) return p.Fail("metadata", "metadata must be an object of strings");
+    for (const auto& [key, value] : v.items()) {
+      if (!value.is_string()) return p.Fail("metadata", "metadata must be an object of strings");
+    }
+    return true;
+  };
+  for (const char* field : {"service_tier", "prompt_cache_key", "safety_identifier"}) {
+    m[field] = [field](Parser& p, const json& v, OpenAiRequest*) {
+      if (!v.is_null() && !v.is_string())
+        return p.Fail(field, std::string(field) + " must be a string");
+      return true;
+    };
+  }
+  // OpenAI capabilities loom does not have: null (as SDKs send an unset field) or the value
+  // that asks for nothing is accepted, anything else is a 400 naming the field.
+  m["functions"] = [](Parser& p, const json& v, OpenAiRequest*) {
+    if (v.is_null() || (v.is_array() && v.empty())) return true;
+    return p.Fail("functions", "functions are not supported yet");
+  };
+  m["function_call"] = [](Parser& p, const json& v, OpenAiRequest*) {
+    if (v.is_null() || v == "none") return true;
+    return p.Fail("function_call", "function_call is not supported yet (only \"none\")");
+  };
+  m["modalities"] = [](Parser& p, const json& v, OpenAiRequest*) {
+    if (v.is_null() || v == json::array({"text"})) return true;
+    return p.Fail("modalities", "only the text modality is supported ([\"text\"])");
+  };
+  for (const char* field :
+       {"audio", "prediction", "web_search_options", "reasoning_effort", "verbosity"}) {
+    m[field] = [field](Parser& p, const json& v, OpenAiRequest*) {
+      if (v.is_null()) return true;
+      return p.Fail(field, std::string(field) + " is not supported");
+    };
+  }
   m["response_format"] = [](Parser& p, const json& v, OpenAiRequest*) {
     if (v.is_null()) return true;
     if (v.is_object() && v.size() == 1 && v.contains("type") && v["type"] == "text") return true;

@@ -176,6 +176,13 @@ json UsageJson(int prompt, int completion) {
           {"completion_tokens", completion}};
 }
 
+// A whole (non-streamed) response's usage: vLLM's UsageInfo with every field, as it dumps it.
+json FullUsageJson(int prompt, int completion) {
+  json u = UsageJson(prompt, completion);
+  u["prompt_tokens_details"] = nullptr;
+  return u;
+}
+
 }  // namespace
 
 json BuildFullResponse(const ServerContext& ctx, const OpenAiRequest& r, const ResponseMeta& meta,
@@ -193,7 +200,12 @@ json BuildFullResponse(const ServerContext& ctx, const OpenAiRequest& r, const R
     json choice;
     choice["index"] = i;
     if (chat) {
-      choice["message"] = {{"role", ResponseRole(r)}, {"content", c.text}};
+      // vLLM's ChatMessage, every field as it dumps them (null or empty where loom has none):
+      // clients written against vLLM read message.tool_calls as a list.
+      choice["message"] = {
+          {"role", ResponseRole(r)},     {"content", c.text},    {"refusal", nullptr},
+          {"annotations", nullptr},      {"audio", nullptr},     {"function_call", nullptr},
+          {"tool_calls", json::array()}, {"reasoning", nullptr}, {"reasoning_content", nullptr}};
       choice["logprobs"] = r.want_logprobs
                                ? ChatLogprobs(ctx, r, c.token_ids, c.logprobs, c.top, 0,
                                               c.token_ids.size())
@@ -216,13 +228,20 @@ json BuildFullResponse(const ServerContext& ctx, const OpenAiRequest& r, const R
       } else {
         choice["logprobs"] = nullptr;
       }
-      if (r.prompt_logprobs >= 0) choice["prompt_logprobs"] = VllmPromptLogprobs(ctx, r, prompt, c);
     }
     choice["finish_reason"] = FinishField(c.finish_reason);
     choice["stop_reason"] = StopReason(c.stop_reason, c.stop_token);
-    if (r.return_token_ids) {
-      choice["token_ids"] = gen.token_ids;
-      choice["prompt_token_ids"] = prompts[static_cast<size_t>(c.prompt_index)];
+    // vLLM's optional choice fields, null unless asked for (its responses always carry them).
+    choice["token_ids"] = r.return_token_ids ? json(gen.token_ids) : json(nullptr);
+    if (!chat) {
+      const auto& prompt = prompts[static_cast<size_t>(c.prompt_index)];
+      choice["prompt_logprobs"] =
+          r.prompt_logprobs >= 0 ? VllmPromptLogprobs(ctx, r, prompt, c) : json(nullptr);
+    }
+    // loom's chat choices carry their prompt's ids too (vLLM's only beside the choices).
+    if (!chat || r.return_token_ids) {
+      choice["prompt_token_ids"] =
+          r.return_token_ids ? json(prompts[static_cast<size_t>(c.prompt_index)]) : json(nullptr);
     }
     choices.push_back(std::move(choice));
   }
@@ -232,14 +251,20 @@ json BuildFullResponse(const ServerContext& ctx, const OpenAiRequest& r, const R
   body["created"] = meta.created;
   body["model"] = meta.model;
   body["choices"] = std::move(choices);
-  body["usage"] = UsageJson(meta.prompt_tokens, completion_tokens);
-  // vLLM gives a chat's prompt log-probs once, beside the choices (every choice has its prompt).
-  if (chat && r.prompt_logprobs >= 0 && !state.choices.empty()) {
-    body["prompt_logprobs"] = VllmPromptLogprobs(ctx, r, prompts.at(0), state.choices[0]);
+  // Fields of vLLM's responses that loom has no value for: null, as vLLM dumps them.
+  body["service_tier"] = nullptr;
+  body["system_fingerprint"] = nullptr;
+  body["usage"] = FullUsageJson(meta.prompt_tokens, completion_tokens);
+  if (chat) {
+    // vLLM gives a chat's prompt log-probs and ids once, beside the choices (every choice has
+    // its prompt).
+    const bool lps = r.prompt_logprobs >= 0 && !state.choices.empty();
+    body["prompt_logprobs"] =
+        lps ? VllmPromptLogprobs(ctx, r, prompts.at(0), state.choices[0]) : json(nullptr);
+    body["prompt_token_ids"] =
+        r.return_token_ids && !prompts.empty() ? json(prompts[0]) : json(nullptr);
   }
-  // vLLM's chat response carries the prompt's ids beside the choices (loom's choices keep them
-  // too).
-  if (chat && r.return_token_ids && !prompts.empty()) body["prompt_token_ids"] = prompts[0];
+  body["kv_transfer_params"] = nullptr;
   return body;
 }
 

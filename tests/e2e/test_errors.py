@@ -93,6 +93,18 @@ CHAT_CASES = [
     ("unknown_thing", True, "unknown_thing"),
     ("logit_bias", {"256": 1}, "logit_bias"),
     ("min_tokens", 3, "min_tokens"),
+    # OpenAI capabilities loom lacks: anything but null (or the value asking for nothing) is 400.
+    ("functions", [{"name": "f", "parameters": {}}], "functions"),
+    ("function_call", "auto", "function_call"),
+    ("modalities", ["text", "audio"], "modalities"),
+    ("audio", {"voice": "alloy", "format": "wav"}, "audio"),
+    ("prediction", {"type": "content", "content": "x"}, "prediction"),
+    ("web_search_options", {}, "web_search_options"),
+    ("reasoning_effort", "low", "reasoning_effort"),
+    ("verbosity", "low", "verbosity"),
+    ("store", "yes", "store"),
+    ("metadata", {"k": 1}, "metadata"),
+    ("service_tier", 3, "service_tier"),
 ]
 
 

@@ -510,6 +510,58 @@ def test_user_field_accepted(server):
     assert r.usage.completion_tokens >= 1
 
 
+def test_openai_fields_without_effect_are_accepted(server):
+    # What SDKs and agent frameworks send that means nothing to a self-hosted server (stored
+    # completions, tags, tier, cache key, end-user ids) or asks for nothing (null, text only):
+    # accepted, and the answer is the one without them (greedy).
+    msgs = [{"role": "user", "content": "Hi there"}]
+    plain = server.client().chat.completions.create(model=BASE, messages=msgs, max_tokens=6,
+                                                    temperature=0)
+    extra = server.client().chat.completions.create(
+        model=BASE, messages=msgs, max_tokens=6, temperature=0, store=True,
+        metadata={"team": "a"}, service_tier="auto", user="u1", modalities=["text"],
+        extra_body={"prompt_cache_key": "k", "safety_identifier": "s", "functions": None,
+                    "function_call": "none", "audio": None, "prediction": None,
+                    "web_search_options": None, "reasoning_effort": None, "verbosity": None})
+    assert extra.choices[0].message.content == plain.choices[0].message.content
+
+
+def test_full_responses_carry_vllms_null_fields(server):
+    # vLLM dumps every field of its response models, null where unset; clients written against
+    # it read them (message.tool_calls as a list, choice.token_ids, kv_transfer_params ...).
+    import requests
+    chat = requests.post(server.url + "/v1/chat/completions", json={
+        "model": BASE, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3},
+        timeout=60).json()
+    assert list(chat) == ["id", "object", "created", "model", "choices", "service_tier",
+                          "system_fingerprint", "usage", "prompt_logprobs", "prompt_token_ids",
+                          "kv_transfer_params"], chat
+    assert all(chat[k] is None for k in ("service_tier", "system_fingerprint", "prompt_logprobs",
+                                         "prompt_token_ids", "kv_transfer_params"))
+    assert chat["usage"]["prompt_tokens_details"] is None
+    c = chat["choices"][0]
+    assert list(c) == ["index", "message", "logprobs", "finish_reason", "stop_reason", "token_ids"]
+    assert c["token_ids"] is None
+    m = c["message"]
+    assert m["tool_calls"] == [] and m["role"] == "assistant" and isinstance(m["content"], str)
+    assert all(m[k] is None for k in ("refusal", "annotations", "audio", "function_call",
+                                      "reasoning", "reasoning_content"))
+    comp = requests.post(server.url + "/v1/completions", json={
+        "model": BASE, "prompt": "Hi", "max_tokens": 3}, timeout=60).json()
+    assert list(comp) == ["id", "object", "created", "model", "choices", "service_tier",
+                          "system_fingerprint", "usage", "kv_transfer_params"], comp
+    c = comp["choices"][0]
+    assert list(c) == ["index", "text", "logprobs", "finish_reason", "stop_reason", "token_ids",
+                       "prompt_logprobs", "prompt_token_ids"]
+    assert c["token_ids"] is None and c["prompt_logprobs"] is None and c["prompt_token_ids"] is None
+    # Asked for, they carry their values (the prompt's ids are its bytes for this tokenizer).
+    asked = requests.post(server.url + "/v1/completions", json={
+        "model": BASE, "prompt": "Hi", "max_tokens": 3, "return_token_ids": True,
+        "prompt_logprobs": 1}, timeout=60).json()["choices"][0]
+    assert asked["prompt_token_ids"] == list(b"Hi") and len(asked["token_ids"]) >= 1
+    assert asked["prompt_logprobs"][0] is None and len(asked["prompt_logprobs"]) == 2
+
+
 def test_content_type_with_charset(server):
     import requests
     r = requests.post(server.url + "/v1/completions",
