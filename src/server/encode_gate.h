@@ -12,7 +12,8 @@ namespace loom::server {
 // once would hold every handler thread and both cores for a minute, and several GB, while small
 // requests waited for a thread. Texts of at least `large_bytes` go through this gate one at a
 // time; at most `max_waiting` wait for it, and a text beyond that is refused (503, retry later),
-// so most handler threads stay free for everything else. Smaller texts never wait.
+// so most handler threads stay free for everything else. Smaller texts never wait. Close() (the
+// drain deadline) refuses the waiting ones and every later large text.
 //
 // Thread-safety: Enter/Leave from any thread.
 class EncodeGate {
@@ -32,24 +33,37 @@ class EncodeGate {
       if (gate_ != nullptr) gate_->Leave();
     }
     bool ok() const { return ok_; }
+    bool closed() const { return closed_; }  // refused because the gate was closed
 
    private:
     friend class EncodeGate;
-    Pass(EncodeGate* gate, bool ok) : gate_(gate), ok_(ok) {}
+    Pass(EncodeGate* gate, bool ok, bool closed = false) : gate_(gate), ok_(ok), closed_(closed) {}
     EncodeGate* gate_;  // set while this pass holds the gate
     bool ok_;
+    bool closed_;
   };
 
   // Blocks while another large text is being tokenized (if few enough wait).
   Pass Enter(size_t text_bytes) {
     if (text_bytes < large_bytes_) return Pass(nullptr, true);
     std::unique_lock<std::mutex> lock(mu_);
+    if (closed_) return Pass(nullptr, false, true);
     if (busy_ && waiting_ >= max_waiting_) return Pass(nullptr, false);
     ++waiting_;
-    cv_.wait(lock, [this] { return !busy_; });
+    cv_.wait(lock, [this] { return !busy_ || closed_; });
     --waiting_;
+    if (closed_) return Pass(nullptr, false, true);
     busy_ = true;
     return Pass(this, true);
+  }
+
+  // Refuses the texts waiting now and every large one after (the text being tokenized goes on).
+  void Close() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      closed_ = true;
+    }
+    cv_.notify_all();
   }
 
   // How many wait now (for tests).
@@ -72,6 +86,7 @@ class EncodeGate {
   std::mutex mu_;
   std::condition_variable cv_;
   bool busy_ = false;
+  bool closed_ = false;
   int waiting_ = 0;
 };
 

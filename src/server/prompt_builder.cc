@@ -84,7 +84,10 @@ bool BuildPrompts(const ServerContext& ctx, const OpenAiRequest& r,
     }
     const EncodeGate::Pass pass = ctx.encode_gate.Enter(text.size());
     if (!pass.ok()) {
-      *error = ApiError{503, "the server is tokenizing other large prompts; retry later", "", ""};
+      *error =
+          pass.closed()
+              ? ApiError{503, "the server is shutting down", "", ""}
+              : ApiError{503, "the server is tokenizing other large prompts; retry later", "", ""};
       return false;
     }
     auto ids = ctx.tokenizer->Encode(text, r.add_special_tokens);

@@ -8,6 +8,8 @@ import time
 
 import requests
 
+from conftest import DEMO
+
 LONG = "llama_long"
 
 
@@ -215,3 +217,36 @@ def test_sigterm_answers_requests_still_in_a_handler(start_server, long_dir, tmp
     code = srv.terminate(timeout=30)
     assert all(results.get(n) == (200, "length") for n in names), results
     assert code == 0, srv.log()
+
+
+def test_sigterm_keeps_its_deadline_while_long_prompts_are_tokenized(start_server):
+    # Four 24 MiB one-word prompts: tokenizing each takes seconds (one at a time, three wait at
+    # the gate). The process kept tokenizing them after the deadline and exited 22-25 s after
+    # SIGTERM with --shutdown-timeout 1 (chaos sweep finding). Now the waiting ones are refused
+    # at the deadline and the process exits after the 2 s grace whatever a handler is doing.
+    srv = start_server(DEMO, ["--shutdown-timeout", "1", "--max-body", "64MiB"])
+    body = json.dumps({"prompt": "a" * (24 << 20), "max_tokens": 1}).encode()
+    outcomes = []
+
+    def ask():
+        try:
+            r = requests.post(srv.url + "/v1/completions", data=body, timeout=120,
+                              headers={"Content-Type": "application/json"})
+            outcomes.append(r.status_code)
+        except requests.RequestException as e:
+            outcomes.append(type(e).__name__)
+
+    threads = [threading.Thread(target=ask, daemon=True) for _ in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(2.0)  # the bodies are read, one prompt is being tokenized, three wait
+    t0 = time.monotonic()
+    sigterm(srv)
+    code = srv.terminate(timeout=60)
+    elapsed = time.monotonic() - t0
+    for t in threads:
+        t.join(30)
+    assert code == 0, srv.log()
+    assert elapsed < 12, f"exit took {elapsed:.1f}s with --shutdown-timeout 1:\n{srv.log()}"
+    assert 200 not in outcomes and len(outcomes) == 4, outcomes
+    assert 503 in outcomes, (outcomes, srv.log())  # the waiting ones: "shutting down"
