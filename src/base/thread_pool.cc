@@ -58,47 +58,95 @@ ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_.store(true);
-    generation_.fetch_add(1);
   }
   cv_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::RunTasks(int thread_index) {
+bool ThreadPool::RunTasks(int thread_index) {
+  bool ran = false;
+  uint64_t c = claim_.load(std::memory_order_acquire);
   for (;;) {
-    int64_t task = next_task_.fetch_add(1, std::memory_order_relaxed);
-    if (task >= num_tasks_) break;
+    const uint64_t index = c & kIndexMask;
+    const uint64_t count = (c >> kIndexBits) & kIndexMask;
+    if (index >= count) return ran;
+    // Success means the job is still the current one and task `index` was unclaimed: the job
+    // cannot end (nor fn_ change) before this task counts as done.
+    if (!claim_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel,
+                                      std::memory_order_acquire)) {
+      continue;
+    }
+    ran = true;
+    int64_t finished = 1;
     try {
-      (*fn_)(task, thread_index);
+      (*fn_)(first_ + static_cast<int64_t>(index), thread_index);
     } catch (...) {
       // Uncaught on a worker it would be std::terminate; unwinding the caller out of
-      // ParallelFor while workers still ran fn_ would be worse. Skip the rest, keep the first.
-      std::lock_guard<std::mutex> lock(error_mu_);
-      if (!error_) error_ = std::current_exception();
-      next_task_.store(num_tasks_, std::memory_order_relaxed);
+      // ParallelFor while workers still ran fn_ would be worse. Skip the rest (counted as done),
+      // keep the first exception.
+      {
+        std::lock_guard<std::mutex> lock(error_mu_);
+        if (!error_) error_ = std::current_exception();
+      }
+      uint64_t cur = claim_.load(std::memory_order_acquire);
+      while ((cur >> (2 * kIndexBits)) == (c >> (2 * kIndexBits))) {  // still this job
+        const uint64_t i = cur & kIndexMask, n = (cur >> kIndexBits) & kIndexMask;
+        if (i >= n) break;
+        if (claim_.compare_exchange_weak(cur, cur - i + n, std::memory_order_acq_rel,
+                                         std::memory_order_acquire)) {
+          finished += static_cast<int64_t>(n - i);
+          break;
+        }
+      }
     }
+    done_.fetch_add(finished, std::memory_order_release);
+    c = claim_.load(std::memory_order_acquire);
   }
 }
 
 void ThreadPool::WorkerLoop(int thread_index) {
-  uint64_t seen = 0;
   for (;;) {
-    // Spin first: the next job of a decode step usually arrives within microseconds.
-    uint64_t gen = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; gen == seen && spin < 20000; ++spin) {
+    // Spin first: the next job of a decode step usually arrives within microseconds. A job is
+    // found by its claim word; the generation only wakes sleepers.
+    bool found = false;
+    for (int spin = 0; spin < 20000; ++spin) {
+      if (stop_.load(std::memory_order_acquire)) return;
+      const uint64_t c = claim_.load(std::memory_order_acquire);
+      if ((c & kIndexMask) < ((c >> kIndexBits) & kIndexMask)) {
+        found = true;
+        break;
+      }
       LOOM_PAUSE();
-      gen = generation_.load(std::memory_order_acquire);
     }
-    if (gen == seen) {
+    if (!found) {
+      // Jobs are published under mu_, so checking under it loses no wake-up.
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
-      gen = generation_.load(std::memory_order_acquire);
+      cv_.wait(lock, [&] {
+        const uint64_t c = claim_.load(std::memory_order_acquire);
+        return stop_.load() || (c & kIndexMask) < ((c >> kIndexBits) & kIndexMask);
+      });
     }
-    seen = gen;
     if (stop_.load()) return;
     RunTasks(thread_index);
-    pending_workers_.fetch_sub(1, std::memory_order_acq_rel);
   }
+}
+
+void ThreadPool::RunJob(int64_t first, int64_t num_tasks,
+                        const std::function<void(int64_t, int)>& fn) {
+  fn_ = &fn;
+  first_ = first;
+  done_.store(0, std::memory_order_relaxed);
+  job_ = (job_ + 1) & ((uint64_t{1} << (64 - 2 * kIndexBits)) - 1);
+  const uint64_t word =
+      (job_ << (2 * kIndexBits)) | (static_cast<uint64_t>(num_tasks) << kIndexBits);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    claim_.store(word, std::memory_order_release);  // publishes fn_, first_ and done_ = 0
+  }
+  cv_.notify_all();
+  RunTasks(0);
+  // Only tasks some worker claimed are waited for (each a few microseconds in a decode step).
+  while (done_.load(std::memory_order_acquire) < num_tasks) LOOM_PAUSE();
 }
 
 void ThreadPool::ParallelFor(int64_t num_tasks, const std::function<void(int64_t, int)>& fn) {
@@ -109,17 +157,12 @@ void ThreadPool::ParallelFor(int64_t num_tasks, const std::function<void(int64_t
     for (int64_t t = 0; t < num_tasks; ++t) fn(t, 0);
     return;
   }
-  fn_ = &fn;
-  num_tasks_ = num_tasks;
-  next_task_.store(0, std::memory_order_relaxed);
-  pending_workers_.store(num_threads_ - 1, std::memory_order_relaxed);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    generation_.fetch_add(1, std::memory_order_acq_rel);
+  // Jobs of at most kMaxJobTasks tasks (the claim word's index field), one after another.
+  for (int64_t first = 0; first < num_tasks; first += kMaxJobTasks) {
+    RunJob(first, std::min(kMaxJobTasks, num_tasks - first), fn);
+    std::lock_guard<std::mutex> lock(error_mu_);
+    if (error_) break;
   }
-  cv_.notify_all();
-  RunTasks(0);
-  while (pending_workers_.load(std::memory_order_acquire) != 0) LOOM_PAUSE();
   std::exception_ptr error;
   {
     std::lock_guard<std::mutex> lock(error_mu_);

@@ -18,7 +18,9 @@ namespace loom {
 // workers. Task functions must keep per-thread scratch in thread_local storage: the thread
 // index passed to them is 0 for an inline caller too.
 // Workers spin briefly between jobs (a decode step issues hundreds of short jobs; a
-// condition-variable wake-up per job would cost several percent), then sleep.
+// condition-variable wake-up per job would cost several percent), then sleep. A job ends when
+// its tasks are done, not when every worker has checked in: a worker the OS keeps off its core
+// (another busy process, handler threads tokenizing) and that claimed nothing is not waited for.
 class ThreadPool {
  public:
   // num_threads includes the calling thread; 0 = hardware concurrency. More than the hardware
@@ -43,18 +45,26 @@ class ThreadPool {
 
  private:
   void WorkerLoop(int thread_index);
-  void RunTasks(int thread_index);
+  // Claims and runs tasks of the current job until none is left; true if it ran any.
+  bool RunTasks(int thread_index);
+  // The claim word: job number (24 bits), task count (20 bits), next task index (20 bits). A
+  // worker claims task i of job j only by a compare-and-swap on the whole word, so it can
+  // never run a task of a job that has ended, whatever it read before.
+  static constexpr int kIndexBits = 20;
+  static constexpr uint64_t kIndexMask = (uint64_t{1} << kIndexBits) - 1;
+  static constexpr int64_t kMaxJobTasks = static_cast<int64_t>(kIndexMask);
+  void RunJob(int64_t first, int64_t num_tasks, const std::function<void(int64_t, int)>& fn);
 
   int num_threads_;
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::mutex run_mu_;  // held by the caller that owns the workers for one ParallelFor
   std::condition_variable cv_;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_workers_{0};
-  std::atomic<int64_t> next_task_{0};
+  std::atomic<uint64_t> claim_{0};  // see kIndexBits
+  std::atomic<int64_t> done_{0};    // tasks of the current job finished (or skipped)
   std::atomic<bool> stop_{false};
-  int64_t num_tasks_ = 0;
+  uint64_t job_ = 0;   // the caller's job counter (24 bits used)
+  int64_t first_ = 0;  // the current job's first task index in the call
   const std::function<void(int64_t, int)>* fn_ = nullptr;
   // The first exception a task threw in this ParallelFor (workers included): the remaining
   // tasks are skipped, the workers finish, and ParallelFor rethrows it on its caller's thread.

@@ -20,7 +20,7 @@ PROMPTS = [
     "Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor incididunt "
     "ut labore et dolore magna aliqua. Ut enim ad minim veniam, quis nostrud exercitation.",
 ]
-MAX_TOKENS = 24
+MAX_TOKENS = 160  # long enough that 16 clients overlap: the tiny model decodes a token in microseconds
 SEEDED = [(m, PROMPTS[1], 11) for m in MODELS] + [(m, PROMPTS[2], 5) for m in (BASE, "all")]
 
 

@@ -55,5 +55,31 @@ TEST(ThreadPool, AnExceptionInATaskReachesTheCallerAndThePoolGoesOn) {
   }
 }
 
+// Many tiny jobs back to back (a decode step's pattern): every task runs exactly once, though
+// a job may end while a worker is still looking at the one before (the claim word's job
+// number keeps it off the new one's tasks until it reads the new word).
+TEST(ThreadPool, ManyTinyJobsEachRunEveryTaskOnce) {
+  ThreadPool pool(2);
+  std::vector<int> counts(3);
+  for (int job = 0; job < 100000; ++job) {
+    const int64_t n = 2 + job % 2;
+    pool.ParallelFor(n, [&](int64_t t, int) { counts[static_cast<size_t>(t)]++; });
+  }
+  EXPECT_EQ(counts[0], 100000);
+  EXPECT_EQ(counts[1], 100000);
+  EXPECT_EQ(counts[2], 50000);
+}
+
+// More tasks than one job's claim word holds (2^20 - 1): run as consecutive jobs, each task once.
+TEST(ThreadPool, MoreTasksThanOneJobHolds) {
+  ThreadPool pool(2);
+  const int64_t n = 2500000;
+  std::vector<std::atomic<uint8_t>> seen(static_cast<size_t>(n));
+  pool.ParallelFor(n, [&](int64_t t, int) { seen[static_cast<size_t>(t)]++; });
+  int64_t once = 0;
+  for (const auto& s : seen) once += s.load() == 1;
+  EXPECT_EQ(once, n);
+}
+
 }  // namespace
 }  // namespace loom
