@@ -65,6 +65,7 @@ int RunServe(ServeArgs& a) {
 
   server::ServerContext ctx;
   ctx.options = plan->server;
+  ctx.encode_gate.SetHandlerThreads(ctx.options.http.worker_threads);
   server::HttpServer http(&ctx);
   Status bound = http.Bind();
   if (!bound.ok()) return Fail(bound.message());

@@ -1,6 +1,7 @@
 // EncodeGate: at most one large text is tokenized at a time, and only a few wait for it.
 #pragma once
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstddef>
 #include <mutex>
@@ -24,10 +25,17 @@ class EncodeGate {
   explicit EncodeGate(size_t large_bytes = kLargeBytes, int max_waiting = kMaxWaiting)
       : large_bytes_(large_bytes), max_waiting_(max_waiting) {}
 
+  // Fewer waiting where there are few handler threads (a quarter of them at most hold the
+  // gate), set before the server takes requests.
+  void SetHandlerThreads(int threads) {
+    std::lock_guard<std::mutex> lock(mu_);
+    max_waiting_ = std::max(0, std::min(kMaxWaiting, threads / 4 - 1));
+  }
+
   // Holds the gate while alive when the text is large; ok() is false when it was refused.
   class Pass {
    public:
-    Pass(Pass&& o) noexcept : gate_(o.gate_), ok_(o.ok_) { o.gate_ = nullptr; }
+    Pass(Pass&& o) noexcept : gate_(o.gate_), ok_(o.ok_), closed_(o.closed_) { o.gate_ = nullptr; }
     Pass& operator=(Pass&&) = delete;
     ~Pass() {
       if (gate_ != nullptr) gate_->Leave();
@@ -43,7 +51,8 @@ class EncodeGate {
     bool closed_;
   };
 
-  // Blocks while another large text is being tokenized (if few enough wait).
+  // Blocks while another large text is being tokenized (if few enough wait). `text_bytes` is
+  // the whole request's text: a list of prompts each under the size passes as one.
   Pass Enter(size_t text_bytes) {
     if (text_bytes < large_bytes_) return Pass(nullptr, true);
     std::unique_lock<std::mutex> lock(mu_);
@@ -82,7 +91,7 @@ class EncodeGate {
   }
 
   const size_t large_bytes_;
-  const int max_waiting_;
+  int max_waiting_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool busy_ = false;

@@ -306,13 +306,44 @@ void AddChat(std::map<std::string, Handler>* h) {
   };
   m["metadata"] = [](Parser& p, const json& v, OpenAiRequest*) {
     if (v.is_null()) return true;
-    if (!v.is_object()) return p.Fail("metadata", "metadata must be an object of strings");
+    // OpenAI's limits: at most 16 pairs, keys of at most 64 characters, values of 512.
+    if (!v.is_object() || v.size() > 16) {
+      return p.Fail("metadata", "metadata must be an object of at most 16 strings");
+    }
     for (const auto& [key, value] : v.items()) {
-      if (!value.is_string()) return p.Fail("metadata", "metadata must be an object of strings");
+      if (!value.is_string() || key.size() > 64 ||
+          value.get_ref<const std::string&>().size() > 512) {
+        return p.Fail("metadata",
+                      "metadata values must be strings of at most 512 characters, keys of 64");
+      }
     }
     return true;
   };
-  for (const char* field : {"service_tier", "prompt_cache_key", "safety_identifier"}) {
+  m["service_tier"] = [](Parser& p, const json& v, OpenAiRequest*) {
+    if (v.is_null()) return true;
+    for (const char* tier : {"auto", "default", "flex", "scale", "priority"}) {
+      if (v == tier) return true;
+    }
+    return p.Fail("service_tier",
+                  "service_tier must be one of auto, default, flex, scale, priority");
+  };
+  // Reasoning effort and verbosity: vLLM accepts them and a model without reasoning ignores
+  // them; so does loom (no model it serves reasons).
+  m["reasoning_effort"] = [](Parser& p, const json& v, OpenAiRequest*) {
+    if (v.is_null()) return true;
+    for (const char* e : {"minimal", "low", "medium", "high"}) {
+      if (v == e) return true;
+    }
+    return p.Fail("reasoning_effort", "reasoning_effort must be minimal, low, medium or high");
+  };
+  m["verbosity"] = [](Parser& p, const json& v, OpenAiRequest*) {
+    if (v.is_null()) return true;
+    for (const char* e : {"low", "medium", "high"}) {
+      if (v == e) return true;
+    }
+    return p.Fail("verbosity", "verbosity must be low, medium or high");
+  };
+  for (const char* field : {"prompt_cache_key", "safety_identifier"}) {
     m[field] = [field](Parser& p, const json& v, OpenAiRequest*) {
       if (!v.is_null() && !v.is_string())
         return p.Fail(field, std::string(field) + " must be a string");
@@ -333,8 +364,7 @@ void AddChat(std::map<std::string, Handler>* h) {
     if (v.is_null() || v == json::array({"text"})) return true;
     return p.Fail("modalities", "only the text modality is supported ([\"text\"])");
   };
-  for (const char* field :
-       {"audio", "prediction", "web_search_options", "reasoning_effort", "verbosity"}) {
+  for (const char* field : {"audio", "prediction", "web_search_options"}) {
     m[field] = [field](Parser& p, const json& v, OpenAiRequest*) {
       if (v.is_null()) return true;
       return p.Fail(field, std::string(field) + " is not supported");

@@ -82,14 +82,6 @@ bool BuildPrompts(const ServerContext& ctx, const OpenAiRequest& r,
               std::string(r.endpoint == Endpoint::kCompletions ? "; send token ids" : ""));
       return false;
     }
-    const EncodeGate::Pass pass = ctx.encode_gate.Enter(text.size());
-    if (!pass.ok()) {
-      *error =
-          pass.closed()
-              ? ApiError{503, "the server is shutting down", "", ""}
-              : ApiError{503, "the server is tokenizing other large prompts; retry later", "", ""};
-      return false;
-    }
     auto ids = ctx.tokenizer->Encode(text, r.add_special_tokens);
     if (!ids.ok()) {
       *error = BadRequest(field, ids.status().message());
@@ -98,11 +90,31 @@ bool BuildPrompts(const ServerContext& ctx, const OpenAiRequest& r,
     prompts->push_back(std::move(ids).value());
     return true;
   };
+  // Large texts are tokenized one at a time (EncodeGate), counted over the whole request: 31
+  // prompts of 255 KiB each passed one by one under the threshold.
+  auto enter = [&](size_t bytes) -> std::optional<EncodeGate::Pass> {
+    EncodeGate::Pass pass = ctx.encode_gate.Enter(bytes);
+    if (!pass.ok()) {
+      *error =
+          pass.closed()
+              ? ApiError{503, "the server is shutting down", "", ""}
+              : ApiError{503, "the server is tokenizing other large prompts; retry later", "", ""};
+      return std::nullopt;
+    }
+    return pass;
+  };
   if (r.has_messages()) {
     std::string text;
     if (!RenderChatPrompt(ctx, r, &text, error)) return false;
-    return encode(text, "messages");
+    const auto pass = enter(text.size());
+    return pass.has_value() && encode(text, "messages");
   }
+  size_t total = 0;
+  for (const Prompt& p : r.prompts) {
+    if (const auto* s = std::get_if<std::string>(&p)) total += s->size();
+  }
+  const auto pass = enter(total);
+  if (!pass.has_value()) return false;
   for (const Prompt& p : r.prompts) {
     if (const auto* s = std::get_if<std::string>(&p)) {
       if (!encode(*s, "prompt")) return false;

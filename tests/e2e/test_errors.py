@@ -100,11 +100,14 @@ CHAT_CASES = [
     ("audio", {"voice": "alloy", "format": "wav"}, "audio"),
     ("prediction", {"type": "content", "content": "x"}, "prediction"),
     ("web_search_options", {}, "web_search_options"),
-    ("reasoning_effort", "low", "reasoning_effort"),
-    ("verbosity", "low", "verbosity"),
+    ("reasoning_effort", "extreme", "reasoning_effort"),
+    ("verbosity", "loud", "verbosity"),
     ("store", "yes", "store"),
     ("metadata", {"k": 1}, "metadata"),
+    ("metadata", {"k": "v" * 513}, "metadata"),
+    ("metadata", {f"k{i}": "v" for i in range(17)}, "metadata"),
     ("service_tier", 3, "service_tier"),
+    ("service_tier", "bogus", "service_tier"),
 ]
 
 

@@ -522,7 +522,7 @@ def test_openai_fields_without_effect_are_accepted(server):
         metadata={"team": "a"}, service_tier="auto", user="u1", modalities=["text"],
         extra_body={"prompt_cache_key": "k", "safety_identifier": "s", "functions": None,
                     "function_call": "none", "audio": None, "prediction": None,
-                    "web_search_options": None, "reasoning_effort": None, "verbosity": None})
+                    "web_search_options": None, "reasoning_effort": "low", "verbosity": "medium"})
     assert extra.choices[0].message.content == plain.choices[0].message.content
 
 

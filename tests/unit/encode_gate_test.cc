@@ -34,7 +34,10 @@ TEST(EncodeGate, OneLargeAtATimeAFewWaitTheRestAreRefused) {
         ++done;
       });
     }
-    while (gate.waiting() < 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    for (int i = 0; gate.waiting() < 3; ++i) {
+      ASSERT_LT(i, 10000) << "the large texts did not wait for the one being tokenized";
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     // A fourth is refused at once; a small text passes without waiting.
     EXPECT_FALSE(gate.Enter(5000).ok());
     EXPECT_TRUE(gate.Enter(99).ok());
@@ -47,6 +50,42 @@ TEST(EncodeGate, OneLargeAtATimeAFewWaitTheRestAreRefused) {
   // Free again: a large text passes, and a refused pass released nothing it did not hold.
   EXPECT_TRUE(gate.Enter(100).ok());
   EXPECT_TRUE(gate.Enter(100).ok());
+}
+
+TEST(EncodeGate, CloseRefusesTheWaitingAndLaterLargeTextsNotTheHolder) {
+  EncodeGate gate(/*large_bytes=*/100, /*max_waiting=*/3);
+  std::atomic<int> refused_closed{0};
+  std::vector<std::thread> waiters;
+  const EncodeGate::Pass held = gate.Enter(100);
+  ASSERT_TRUE(held.ok());
+  for (int i = 0; i < 2; ++i) {
+    waiters.emplace_back([&] {
+      const EncodeGate::Pass p = gate.Enter(1000);
+      if (!p.ok() && p.closed()) ++refused_closed;
+    });
+  }
+  for (int i = 0; gate.waiting() < 2; ++i) {
+    ASSERT_LT(i, 10000) << "the large texts did not wait";
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  gate.Close();
+  for (std::thread& t : waiters) t.join();
+  EXPECT_EQ(refused_closed.load(), 2);  // woken and refused, though the holder still holds it
+  EXPECT_TRUE(held.ok());
+  const EncodeGate::Pass later = gate.Enter(100);
+  EXPECT_FALSE(later.ok());
+  EXPECT_TRUE(later.closed());
+  EXPECT_TRUE(gate.Enter(99).ok());  // small texts never wait, closed or not
+}
+
+TEST(EncodeGate, FewHandlerThreadsFewWaiting) {
+  EncodeGate gate(/*large_bytes=*/100);
+  gate.SetHandlerThreads(4);  // a quarter of 4 threads hold it: the one tokenizing, none waiting
+  const EncodeGate::Pass held = gate.Enter(100);
+  ASSERT_TRUE(held.ok());
+  const EncodeGate::Pass refused = gate.Enter(100);
+  EXPECT_FALSE(refused.ok());
+  EXPECT_FALSE(refused.closed());
 }
 
 }  // namespace
