@@ -49,7 +49,9 @@ class ThreadPool {
   bool RunTasks(int thread_index);
   // The claim word: job number (24 bits), task count (20 bits), next task index (20 bits). A
   // worker claims task i of job j only by a compare-and-swap on the whole word, so it can
-  // never run a task of a job that has ended, whatever it read before.
+  // never run a task of a job that has ended, whatever it read before (job numbers wrap at
+  // 2^24: a worker would have to stall between its load and its swap for 16 M jobs, minutes of
+  // the engine running without it, and then meet the same count and index).
   static constexpr int kIndexBits = 20;
   static constexpr uint64_t kIndexMask = (uint64_t{1} << kIndexBits) - 1;
   static constexpr int64_t kMaxJobTasks = static_cast<int64_t>(kIndexMask);
