@@ -63,20 +63,18 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-bool ThreadPool::RunTasks(int thread_index) {
-  bool ran = false;
+void ThreadPool::RunTasks(int thread_index) {
   uint64_t c = claim_.load(std::memory_order_acquire);
   for (;;) {
     const uint64_t index = c & kIndexMask;
     const uint64_t count = (c >> kIndexBits) & kIndexMask;
-    if (index >= count) return ran;
+    if (index >= count) return;
     // Success means the job is still the current one and task `index` was unclaimed: the job
     // cannot end (nor fn_ change) before this task counts as done.
     if (!claim_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel,
                                       std::memory_order_acquire)) {
       continue;
     }
-    ran = true;
     int64_t finished = 1;
     try {
       (*fn_)(first_ + static_cast<int64_t>(index), thread_index);

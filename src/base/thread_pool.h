@@ -45,8 +45,8 @@ class ThreadPool {
 
  private:
   void WorkerLoop(int thread_index);
-  // Claims and runs tasks of the current job until none is left; true if it ran any.
-  bool RunTasks(int thread_index);
+  // Claims and runs tasks of the current job until none is left.
+  void RunTasks(int thread_index);
   // The claim word: job number (24 bits), task count (20 bits), next task index (20 bits). A
   // worker claims task i of job j only by a compare-and-swap on the whole word, so it can
   // never run a task of a job that has ended, whatever it read before (job numbers wrap at

@@ -53,6 +53,18 @@ struct Parser {
 
 using Handler = std::function<bool(Parser&, const json&, OpenAiRequest*)>;
 
+// A field accepted without effect when null or one of `values`; anything else fails with
+// `message`.
+Handler NullOrOneOf(const char* field, std::vector<std::string> values, const char* message) {
+  return [field, values = std::move(values), message](Parser& p, const json& v, OpenAiRequest*) {
+    if (v.is_null()) return true;
+    for (const std::string& value : values) {
+      if (v == value) return true;
+    }
+    return p.Fail(field, message);
+  };
+}
+
 // A boolean field; null leaves the default.
 Handler OptionalBool(const char* field, bool OpenAiRequest::*member) {
   return [field, member](Parser& p, const json& v, OpenAiRequest* r) {
@@ -319,30 +331,15 @@ void AddChat(std::map<std::string, Handler>* h) {
     }
     return true;
   };
-  m["service_tier"] = [](Parser& p, const json& v, OpenAiRequest*) {
-    if (v.is_null()) return true;
-    for (const char* tier : {"auto", "default", "flex", "scale", "priority"}) {
-      if (v == tier) return true;
-    }
-    return p.Fail("service_tier",
+  m["service_tier"] =
+      NullOrOneOf("service_tier", {"auto", "default", "flex", "scale", "priority"},
                   "service_tier must be one of auto, default, flex, scale, priority");
-  };
   // Reasoning effort and verbosity: vLLM accepts them and a model without reasoning ignores
   // them; so does loom (no model it serves reasons).
-  m["reasoning_effort"] = [](Parser& p, const json& v, OpenAiRequest*) {
-    if (v.is_null()) return true;
-    for (const char* e : {"minimal", "low", "medium", "high"}) {
-      if (v == e) return true;
-    }
-    return p.Fail("reasoning_effort", "reasoning_effort must be minimal, low, medium or high");
-  };
-  m["verbosity"] = [](Parser& p, const json& v, OpenAiRequest*) {
-    if (v.is_null()) return true;
-    for (const char* e : {"low", "medium", "high"}) {
-      if (v == e) return true;
-    }
-    return p.Fail("verbosity", "verbosity must be low, medium or high");
-  };
+  m["reasoning_effort"] = NullOrOneOf("reasoning_effort", {"minimal", "low", "medium", "high"},
+                                      "reasoning_effort must be minimal, low, medium or high");
+  m["verbosity"] =
+      NullOrOneOf("verbosity", {"low", "medium", "high"}, "verbosity must be low, medium or high");
   for (const char* field : {"prompt_cache_key", "safety_identifier"}) {
     m[field] = [field](Parser& p, const json& v, OpenAiRequest*) {
       if (!v.is_null() && !v.is_string())

@@ -11,6 +11,14 @@
 namespace loom::server {
 namespace {
 
+// Waits (at most 10 s) until `n` large texts wait at the gate.
+void WaitUntilWaiting(EncodeGate& gate, int n) {
+  for (int i = 0; gate.waiting() < n; ++i) {
+    ASSERT_LT(i, 10000) << "the large texts did not wait for the one being tokenized";
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 TEST(EncodeGate, OneLargeAtATimeAFewWaitTheRestAreRefused) {
   EncodeGate gate(/*large_bytes=*/100, /*max_waiting=*/3);
   std::atomic<int> inside{0};
@@ -34,10 +42,7 @@ TEST(EncodeGate, OneLargeAtATimeAFewWaitTheRestAreRefused) {
         ++done;
       });
     }
-    for (int i = 0; gate.waiting() < 3; ++i) {
-      ASSERT_LT(i, 10000) << "the large texts did not wait for the one being tokenized";
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    ASSERT_NO_FATAL_FAILURE(WaitUntilWaiting(gate, 3));
     // A fourth is refused at once; a small text passes without waiting.
     EXPECT_FALSE(gate.Enter(5000).ok());
     EXPECT_TRUE(gate.Enter(99).ok());
@@ -64,10 +69,7 @@ TEST(EncodeGate, CloseRefusesTheWaitingAndLaterLargeTextsNotTheHolder) {
       if (!p.ok() && p.closed()) ++refused_closed;
     });
   }
-  for (int i = 0; gate.waiting() < 2; ++i) {
-    ASSERT_LT(i, 10000) << "the large texts did not wait";
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  ASSERT_NO_FATAL_FAILURE(WaitUntilWaiting(gate, 2));
   gate.Close();
   for (std::thread& t : waiters) t.join();
   EXPECT_EQ(refused_closed.load(), 2);  // woken and refused, though the holder still holds it
