@@ -75,10 +75,15 @@ class EncodeGate {
     cv_.notify_all();
   }
 
-  // How many wait now (for tests).
+  // How many wait now (/metrics, tests).
   int waiting() {
     std::lock_guard<std::mutex> lock(mu_);
     return waiting_;
+  }
+  // Whether a large text is being tokenized now (/metrics).
+  bool busy() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return busy_;
   }
 
  private:

@@ -200,6 +200,8 @@ HttpResponse HandleMetrics(const ServerContext& ctx) {
       s.adapters_resident = ctx.adapters->num_resident();
     }
   }
+  s.large_prompts_tokenizing = ctx.encode_gate.busy() ? 1 : 0;
+  s.large_prompts_waiting = ctx.encode_gate.waiting();
   return Text(RenderMetrics(ctx.metrics, s, ctx.options.served_model_name()),
               "text/plain; version=0.0.4; charset=utf-8");
 }

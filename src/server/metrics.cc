@@ -137,6 +137,11 @@ std::string RenderMetrics(const Metrics& m, const MetricsSnapshot& s, const std:
   counter("loom_adapter_evictions", "Loaded adapters evicted by the LRU (max-cpu-loras).",
           s.adapter_evictions);
   gauge("loom_adapters_resident", "Adapters loaded in memory now.", s.adapters_resident);
+  gauge("loom_large_prompts_tokenizing",
+        "Requests of 256 KiB or more of text being tokenized now (one at a time).",
+        s.large_prompts_tokenizing);
+  gauge("loom_large_prompts_waiting",
+        "Requests of 256 KiB or more of text waiting to be tokenized.", s.large_prompts_waiting);
   return out;
 }
 

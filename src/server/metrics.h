@@ -50,6 +50,8 @@ struct MetricsSnapshot {
   int64_t adapter_loads = 0;
   int64_t adapter_evictions = 0;
   int adapters_resident = 0;
+  int large_prompts_tokenizing = 0;  // EncodeGate: 0 or 1
+  int large_prompts_waiting = 0;
 };
 
 // Prometheus text exposition (version 0.0.4); every series carries model_name.
