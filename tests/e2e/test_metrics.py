@@ -12,7 +12,8 @@ from conftest import LoomServer, adapter_args, wait_until
 LONG = "llama_long"  # served name of the long-context copy (its folder's name)
 
 GAUGES = ["vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-          "vllm:lora_requests_info", "loom_adapters_resident"]
+          "vllm:lora_requests_info", "loom_adapters_resident", "loom_large_prompts_tokenizing",
+          "loom_large_prompts_waiting"]
 COUNTERS = ["vllm:prompt_tokens", "vllm:generation_tokens", "vllm:request_success",
             "loom_adapter_loads", "loom_adapter_evictions"]
 HISTOGRAMS = ["vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
