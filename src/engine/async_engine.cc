@@ -64,6 +64,7 @@ void AsyncEngine::Publish() {
       kv.num_blocks() == 0 ? 0 : 1.0 - static_cast<double>(kv.num_free_blocks()) / kv.num_blocks();
   s.num_preemptions = sched.num_preemptions();
   s.steps = engine_.steps();
+  s.step_counts = engine_.step_counts();
   s.prefix_queries = sched.prefix_queries();
   s.prefix_hits = sched.prefix_hits();
   std::set<std::string> running, waiting;

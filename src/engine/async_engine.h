@@ -22,6 +22,7 @@ struct EngineStats {
   double kv_cache_usage = 0;  // fraction of KV blocks in use, 0..1
   int64_t num_preemptions = 0;
   int64_t steps = 0;
+  StepCounts step_counts;      // steps by token rows, sequences and distinct adapters
   int64_t prefix_queries = 0;  // prompt tokens looked up in the prefix cache
   int64_t prefix_hits = 0;     // of those, found
   std::vector<std::string> running_adapters;  // adapter names, deduplicated, sorted

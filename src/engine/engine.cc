@@ -364,6 +364,9 @@ bool Engine::Step() {
   model_->Forward(batch_, cache_.get(), logits_.data(),
                   step_adapters_.empty() ? nullptr : &step_adapters_);
   ++steps_;
+  step_counts_.tokens.Observe(step_rows);
+  step_counts_.sequences.Observe(static_cast<double>(plan.rows.size()));
+  step_counts_.adapters.Observe(static_cast<double>(step_adapters_.size()));
   for (auto& [s, count] : plan.rows) {
     s->num_computed += count;
     scheduler_.PublishBlocks(s);

@@ -11,6 +11,7 @@
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
+#include "engine/step_counts.h"
 #include "lora/adapter.h"
 #include "model/batch.h"
 #include "model/kv_cache.h"
@@ -81,6 +82,8 @@ class Engine {
   const Scheduler& scheduler() const { return scheduler_; }
   const Model& model() const { return *model_; }
   int64_t steps() const { return steps_; }
+  // Steps by their token rows, sequences and distinct adapters.
+  const StepCounts& step_counts() const { return step_counts_; }
   // Measured milliseconds per row of a step (moving average over steps of ≥ 16 rows); 0 until
   // one ran. Only kept when target_step_ms is set.
   double ms_per_row() const { return ms_per_row_; }
@@ -113,6 +116,7 @@ class Engine {
   Scheduler scheduler_;
   int64_t next_id_ = 0;
   int64_t steps_ = 0;
+  StepCounts step_counts_;
   double ms_per_row_ = 0;
   bool emit_updates_ = false;
   std::vector<GenerationResult> finished_;

@@ -59,21 +59,31 @@ void Histogram::Observe(double v) {
   std::lock_guard<std::mutex> lock(mu_);
   ++counts_[i];
   sum_ += v;
-  ++count_;
 }
+
+namespace {
+// "# TYPE" line and the _bucket/_sum/_count samples; counts: per bucket (not cumulative), one
+// more than bounds (the last: +Inf).
+template <typename Count>
+void RenderHistogram(const std::string& name, const std::string& help, const std::string& labels,
+                     const std::vector<double>& bounds, const std::vector<Count>& counts,
+                     double sum, std::string* out) {
+  Family(out, name, "histogram", help);
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i <= bounds.size() && i < counts.size(); ++i) {
+    cumulative += static_cast<uint64_t>(counts[i]);
+    const std::string le = i < bounds.size() ? BucketLabel(bounds[i]) : "+Inf";
+    *out += name + "_bucket{" + labels + ",le=\"" + le + "\"} " + std::to_string(cumulative) + "\n";
+  }
+  *out += name + "_sum{" + labels + "} " + Num(sum) + "\n";
+  *out += name + "_count{" + labels + "} " + std::to_string(cumulative) + "\n";
+}
+}  // namespace
 
 void Histogram::Render(const std::string& name, const std::string& help, const std::string& labels,
                        std::string* out) const {
-  Family(out, name, "histogram", help);
   std::lock_guard<std::mutex> lock(mu_);
-  uint64_t cumulative = 0;
-  for (size_t i = 0; i <= bounds_.size(); ++i) {
-    cumulative += counts_[i];
-    const std::string le = i < bounds_.size() ? BucketLabel(bounds_[i]) : "+Inf";
-    *out += name + "_bucket{" + labels + ",le=\"" + le + "\"} " + std::to_string(cumulative) + "\n";
-  }
-  *out += name + "_sum{" + labels + "} " + Num(sum_) + "\n";
-  *out += name + "_count{" + labels + "} " + std::to_string(count_) + "\n";
+  RenderHistogram(name, help, labels, bounds_, counts_, sum_, out);
 }
 
 // Buckets as vLLM's v1 PrometheusStatLogger.
@@ -137,6 +147,13 @@ std::string RenderMetrics(const Metrics& m, const MetricsSnapshot& s, const std:
   counter("loom_adapter_evictions", "Loaded adapters evicted by the LRU (max-cpu-loras).",
           s.adapter_evictions);
   gauge("loom_adapters_resident", "Adapters loaded in memory now.", s.adapters_resident);
+  const StepCounts& sc = s.engine.step_counts;
+  RenderHistogram("loom_step_tokens", "Engine steps by the token rows they computed.", ml,
+                  sc.tokens.bounds, sc.tokens.counts, sc.tokens.sum, &out);
+  RenderHistogram("loom_step_sequences", "Engine steps by the sequences they advanced.", ml,
+                  sc.sequences.bounds, sc.sequences.counts, sc.sequences.sum, &out);
+  RenderHistogram("loom_step_adapters", "Engine steps by the distinct adapters they applied.", ml,
+                  sc.adapters.bounds, sc.adapters.counts, sc.adapters.sum, &out);
   gauge("loom_large_prompts_tokenizing",
         "Requests of 256 KiB or more of text being tokenized now (one at a time).",
         s.large_prompts_tokenizing);

@@ -27,7 +27,6 @@ class Histogram {
   mutable std::mutex mu_;
   std::vector<uint64_t> counts_;  // per bucket (not cumulative); last = +Inf
   double sum_ = 0;
-  uint64_t count_ = 0;
 };
 
 // Everything /metrics shows that the HTTP layer counts; engine and adapter gauges are read

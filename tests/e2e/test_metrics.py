@@ -17,7 +17,8 @@ GAUGES = ["vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cac
 COUNTERS = ["vllm:prompt_tokens", "vllm:generation_tokens", "vllm:request_success",
             "loom_adapter_loads", "loom_adapter_evictions"]
 HISTOGRAMS = ["vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
-              "vllm:e2e_request_latency_seconds"]
+              "vllm:e2e_request_latency_seconds", "loom_step_tokens", "loom_step_sequences",
+              "loom_step_adapters"]
 # vLLM v1's PrometheusStatLogger buckets.
 VLLM_BUCKETS = {
     "vllm:time_to_first_token_seconds": [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25,
