@@ -281,6 +281,24 @@ def complete(srv, model, prompt, max_tokens=16, **kw):
     return r
 
 
+def tokens_in(srv, model, seconds, lo, hi):
+    """How many greedy tokens one request of `model` generates in about `seconds` here, within
+    [lo, hi]: measured on a 256-token request alone. Sizes requests that must still be running
+    at some later point whatever the machine's speed (later tokens cost more, attending to more
+    positions, so the estimate errs long)."""
+    t = time.monotonic()
+    r = requests.post(srv.url + "/v1/completions", headers=srv.headers(), timeout=120,
+                      json={"model": model, "prompt": "Rate", "max_tokens": 256,
+                            "ignore_eos": True, "temperature": 0})
+    assert r.status_code == 200, r.text
+    rate = 256 / max(time.monotonic() - t, 1e-3)
+    return int(min(hi, max(lo, seconds * rate)))
+
+
+def running_requests(srv):
+    return srv.metric("vllm:num_requests_running")
+
+
 def wait_until(pred, timeout=10.0, interval=0.05, what="condition"):
     deadline = time.monotonic() + timeout
     last = None

@@ -10,7 +10,7 @@ import time
 import pytest
 import requests
 
-from conftest import DEMO
+from conftest import DEMO, running_requests, tokens_in, wait_until
 
 LONG = "llama_long"
 
@@ -87,11 +87,15 @@ def new_request_outcomes(srv, until_exit_s):
 
 def test_sigterm_drains_running_streams(start_server, long_dir):
     srv = start_server(long_dir, ["--shutdown-timeout", "120"])
-    streams = [Stream(srv, f"Stream number {i} says", 1000) for i in range(3)]
+    # Streams of ~2 s each here alone (three share the steps): still running at SIGTERM and
+    # during the checks after it, on any machine. 1000 tokens took ~0.3 s on a Zen 1 core.
+    n = tokens_in(srv, LONG, 2, 1000, 4000)
+    streams = [Stream(srv, f"Stream number {i} says", n) for i in range(3)]
     for s in streams:
         s.start()
     for s in streams:
         assert s.started.wait(30), "a stream never started"
+    wait_until(lambda: running_requests(srv) == 3, 30, 0.01, "three streams running")
     unfinished_at_term = sum(not s.finished for s in streams)
     sigterm(srv)
     # /tokenize and /detokenize are refused too, as /health (review finding: they were served)
@@ -107,7 +111,7 @@ def test_sigterm_drains_running_streams(start_server, long_dir):
     assert 503 in outcomes, f"no 503 while draining (outcomes: {outcomes[:10]})"
     for s in streams:
         assert s.error is None, s.error
-        assert s.finish == "length" and s.tokens == 1000 and s.done, \
+        assert s.finish == "length" and s.tokens == n and s.done, \
             (s.finish, s.tokens, s.done)
     assert code == 0, srv.log()
 
