@@ -88,7 +88,7 @@ def new_request_outcomes(srv, until_exit_s):
 def test_sigterm_drains_running_streams(start_server, long_dir):
     srv = start_server(long_dir, ["--shutdown-timeout", "120"])
     # Streams of ~2 s each here alone (three share the steps): still running at SIGTERM and
-    # during the checks after it, on any machine. 1000 tokens took ~0.3 s on a Zen 1 core.
+    # during the checks after it, on any machine (1000 tokens alone took under 0.5 s on Zen 1).
     n = tokens_in(srv, LONG, 2, 1000, 4000)
     streams = [Stream(srv, f"Stream number {i} says", n) for i in range(3)]
     for s in streams:
