@@ -5,11 +5,12 @@ checked against the vocabulary in the model's own tokenizer.json (what transform
 convert_ids_to_tokens returns)."""
 import json
 import random
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import requests
 
-from conftest import BASE, DEMO, FIXTURES, adapter_args
+from conftest import BASE, DEMO, FIXTURES, adapter_args, wait_until
 
 GOLDENS = json.loads((DEMO / "goldens.json").read_text())
 
@@ -170,32 +171,64 @@ def test_adapter_names_are_checked_not_loaded(start_server, llama_dir, lora_dir)
     assert body["token_strs"][:4] == ["a", "\u00c3", "\u00a9", "\u0120"]  # GPT-2's byte table
 
 
-def test_large_prompts_are_tokenized_one_at_a_time(demo):
+def _gate(srv, name):
+    return srv.metric(f"loom_large_prompts_{name}")
+
+
+def test_large_prompts_are_tokenized_one_at_a_time(start_server):
     # Texts of 256 KiB and more (a request's prompts counted together) are tokenized one at a
-    # time with at most 3 waiting (EncodeGate); beyond that a 503 with Retry-After. Six sent at
-    # once, each a 1 MiB word (~1 s to tokenize): two at least are refused, the others answer
-    # alike, and a small request meanwhile is answered. Then the same as lists of five 210 KiB
-    # words, each under the threshold (a list used to pass piece by piece).
+    # time with at most 3 waiting (EncodeGate); beyond that a 503 with Retry-After. While one
+    # long word is being tokenized, three large requests wait, two more are refused, and a small
+    # request is answered at once; then the same with lists of 210 KiB words, each under the
+    # threshold (a list used to pass piece by piece). The states are read off /metrics, and the
+    # long word is sized from this machine's speed, so no step depends on how fast it runs.
+    srv = start_server(DEMO, ["--max-body", "32MiB"])
     rng = random.Random(7)
-    word = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(1 << 20))
-    pieces = [word[i * (210 << 10):(i + 1) * (210 << 10)] for i in range(5)]
-    for path, body, good in (("/tokenize", {"prompt": word}, 200),
-                             ("/v1/completions", {"prompt": pieces, "max_tokens": 1}, 400)):
-        with ThreadPoolExecutor(7) as pool:
-            big = [pool.submit(demo.post, path, body, timeout=120) for _ in range(6)]
-            small = demo.post("/tokenize", {"prompt": "Hello there"})
-            assert small.status_code == 200, small.text
-            answers = [f.result() for f in big]
-        codes = [r.status_code for r in answers]
-        assert set(codes) <= {good, 503} and good in codes and 503 in codes, \
-            (path, codes, [r.text[:200] for r in answers])
-        done = [r.json() for r in answers if r.status_code == good]
-        assert all(d == done[0] for d in done)
-        if good == 200:
-            assert done[0]["count"] > len(word) // 8
-        else:  # tokenized, then too long for the context: the 400 names the prompt
-            assert done[0]["error"]["param"] == "prompt", done[0]
+    letters = bytes(ord("a") + i % 26 for i in range(256))
+
+    def word(size):
+        return rng.randbytes(size).translate(letters).decode()
+
+    def post(path, body):
+        return requests.post(srv.url + path, json=body, timeout=120)
+
+    t = time.monotonic()  # a 1 MiB word: ~0.2 s on a Zen 1 core
+    r = post("/v1/completions", {"prompt": word(1 << 20), "max_tokens": 1})
+    rate = (1 << 20) / (time.monotonic() - t)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt", r.text
+    size = int(min(24 << 20, max(1 << 20, 2 * rate)))  # ~2 s of tokenizing
+    piece = 210 << 10
+    variants = [  # (the long request, a large one, what the large ones answer)
+        ({"prompt": word(size), "max_tokens": 1}, ("/tokenize", lambda: {"prompt": word(300 << 10)}),
+         200),
+        ({"prompt": [word(piece) for _ in range(size // piece)], "max_tokens": 1},
+         ("/v1/completions", lambda: {"prompt": [word(piece), word(piece)], "max_tokens": 1}), 400),
+    ]
+    for long_body, (path, large), good in variants:
+        with ThreadPoolExecutor(4) as pool:
+            first = pool.submit(post, "/v1/completions", long_body)
+            wait_until(lambda: _gate(srv, "tokenizing") == 1, 60, 0.005, "the long one tokenized")
+            waiting = []
+            for k in range(3):
+                waiting.append(pool.submit(post, path, large()))
+                wait_until(lambda: _gate(srv, "waiting") == k + 1, 30, 0.005, f"{k + 1} waiting")
+            refused = [post(path, large()) for _ in range(2)]
+            small = post("/tokenize", {"prompt": "Hello there"})
+            still = _gate(srv, "tokenizing") == 1 and _gate(srv, "waiting") == 3
+            answers = [f.result() for f in waiting]
+            long_answer = first.result()
+        assert still, "the long prompt was tokenized before the checks ended: nothing was tested"
+        for r in refused:
+            assert r.status_code == 503 and r.headers.get("Retry-After") == "1", r.text
+            assert "large prompts" in r.json()["error"]["message"]
+        assert small.status_code == 200 and small.json()["tokens"], small.text
+        # tokenized, then too long for the context: the 400 names the prompt
+        assert long_answer.status_code == 400, long_answer.text[:300]
+        assert long_answer.json()["error"]["param"] == "prompt"
         for r in answers:
-            if r.status_code == 503:
-                assert r.headers.get("Retry-After") == "1", r.text
-                assert "large prompts" in r.json()["error"]["message"]
+            assert r.status_code == good, (path, r.status_code, r.text[:300])
+            if good == 200:
+                assert r.json()["count"] > (300 << 10) // 8
+            else:
+                assert r.json()["error"]["param"] == "prompt", r.text
+        assert _gate(srv, "waiting") == 0 and _gate(srv, "tokenizing") == 0
