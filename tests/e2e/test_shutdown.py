@@ -156,8 +156,8 @@ def test_sigterm_with_idle_keepalive_connection_exits_promptly(start_server, lon
     elapsed = time.monotonic() - t0
     session.close()
     assert code == 0
-    assert elapsed < 3, f"an idle server took {elapsed:.1f}s to exit after SIGTERM (an idle " \
-        f"keep-alive connection held it)"
+    assert elapsed < 10, f"an idle server took {elapsed:.1f}s to exit after SIGTERM (an idle " \
+        f"keep-alive connection held it until --request-timeout, 30 s)"
 
 
 def write_big_adapter(d, rank):
