@@ -3,7 +3,6 @@ do not starve others, hundreds of open streams hold no threads, request deadline
 streams, chunked uploads, Expect: 100-continue, pipelining, refusals that really close."""
 import http.client
 import json
-import os
 import socket
 import time
 

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import openai
 import pytest
 
-from conftest import ADAPTERS, BASE, greedy
+from conftest import ADAPTERS, BASE, greedy, wait_until
 
 PROMPT = "The quick brown fox jumps"
 
@@ -105,9 +105,11 @@ def test_load_unload_endpoints(start_server, llama_dir, lora_dir, reference, tmp
     assert greedy(srv, "a2", PROMPT)[:2] == reference("all", PROMPT)[:2]
 
 
-def test_load_unload_while_streaming(start_server, llama_dir, lora_dir, reference):
-    srv = start_server(llama_dir, ["--lora-dir", str(lora_dir), "--allow-runtime-lora",
-                                   "--lora", f"qv={lora_dir / 'qv'}"])
+def test_load_unload_while_streaming(start_server, long_dir, lora_dir, reference):
+    # The long-context copy of the same weights, under the base's name: its streams can run for
+    # seconds, so "unloaded while a stream on it runs" holds whatever the machine's speed.
+    srv = start_server(long_dir, ["--lora-dir", str(lora_dir), "--allow-runtime-lora",
+                                  "--lora", f"qv={lora_dir / 'qv'}", "--served-model-name", BASE])
     refs = {m: reference(m, PROMPT, 64) for m in ("qv", "mlp", BASE, "all", "embed")}
     stop = threading.Event()
     failures, done = [], []
@@ -135,19 +137,28 @@ def test_load_unload_while_streaming(start_server, llama_dir, lora_dir, referenc
             r = load(srv, name, "all")
             assert r.status_code == 200, r.text
             assert greedy(srv, name, PROMPT, 64)[:2] == refs["all"][:2]
-            # Unload while a stream on it is running: the stream finishes on its weights.
-            kw = dict(model=name, prompt=PROMPT, max_tokens=64, temperature=0, stream=True,
+            # Unload while a stream on it is running (15000 tokens: seconds): the stream goes on
+            # with its weights; its first 64 tokens are the solo run's.
+            kw = dict(model=name, prompt=PROMPT, max_tokens=15000, temperature=0, stream=True,
                       extra_body={"return_token_ids": True, "ignore_eos": True})
             stream = srv.client().completions.create(**kw)
             it = iter(stream)
-            first = next(it)
+            ids = []
+            while not ids:
+                ids += next(it).choices[0].token_ids or []
             r = unload(srv, name)
             assert r.status_code == 200, r.text
-            ids = list(first.choices[0].token_ids or []) if first.choices else []
+            running = srv.metrics()["vllm:lora_requests_info"].samples[0].labels
+            assert name in running["running_lora_adapters"].split(","), \
+                f"the stream on {name} was not running after the unload: {running}"
             for ch in it:
                 for c in ch.choices:
                     ids += c.token_ids or []
-            assert ids == refs["all"][0], "a stream changed output when its adapter was unloaded"
+                if len(ids) >= 64:
+                    break
+            stream.close()
+            assert ids[:64] == refs["all"][0], \
+                "a stream changed output when its adapter was unloaded"
             with pytest.raises(openai.NotFoundError):
                 srv.client().completions.create(model=name, prompt="x", max_tokens=1)
     finally:
@@ -156,7 +167,8 @@ def test_load_unload_while_streaming(start_server, llama_dir, lora_dir, referenc
             t.join(60)
     assert not failures, f"{len(failures)} traffic requests failed: {failures[:10]}"
     assert len(done) >= 8, f"too little traffic ran alongside ({len(done)} requests)"
-    assert srv.metric("vllm:num_requests_running") == 0
+    # The closed streams' sequences are aborted as the engine gets to them.
+    wait_until(lambda: srv.metric("vllm:num_requests_running") == 0, 30, what="nothing running")
 
 
 def test_eviction_with_max_cpu_loras(start_server, llama_dir, lora_dir, reference):
@@ -182,24 +194,33 @@ def test_eviction_with_max_cpu_loras(start_server, llama_dir, lora_dir, referenc
     assert srv.metric("loom_adapter_evictions_total") - ev0 > evictions
 
 
-def test_store_trims_to_max_cpu_loras_once_requests_end(start_server, llama_dir, lora_dir,
+def test_store_trims_to_max_cpu_loras_once_requests_end(start_server, long_dir, lora_dir,
                                                         reference):
-    # 12 concurrent requests on 3 adapters with room for 1: while they run, every adapter is
-    # leased, so the store goes over its bound. Once they end it must come back to 1 by itself
-    # (it stayed at 3 until the next adapter request before).
-    srv = start_server(llama_dir, ["--lora-dir", str(lora_dir), "--max-cpu-loras", "1",
-                                   "--max-loras", "1"])
+    # 12 requests on 3 adapters with room for 1, queued behind a long base stream
+    # (--max-num-seqs 1): each holds its adapter's lease while it waits, so the store goes over
+    # its bound (seen in /metrics). Once they end it must come back to 1 by itself (it stayed at
+    # 3 until the next adapter request before). long_dir: the same weights, a long context.
+    import requests
+    srv = start_server(long_dir, ["--lora-dir", str(lora_dir), "--max-cpu-loras", "1",
+                                  "--max-loras", "1", "--max-num-seqs", "1",
+                                  "--served-model-name", BASE])
+    blocker = requests.post(srv.url + "/v1/completions", stream=True, timeout=60,
+                            json={"model": BASE, "prompt": "block", "max_tokens": 15000,
+                                  "ignore_eos": True, "stream": True})
+    lines = blocker.iter_lines()
+    next(lines)
     names = list(ADAPTERS)[:3]
     jobs = [n for n in names for _ in range(4)]
     with ThreadPoolExecutor(12) as pool:
-        outs = list(pool.map(lambda n: (n, greedy(srv, n, PROMPT)), jobs, timeout=120))
+        futures = [(n, pool.submit(greedy, srv, n, PROMPT)) for n in jobs]
+        wait_until(lambda: srv.metric("loom_adapters_resident") == 3, 30, 0.01,
+                   "three adapters leased by queued requests")
+        blocker.close()
+        outs = [(n, f.result(timeout=120)) for n, f in futures]
     for name, got in outs:
         assert got[:2] == reference(name, PROMPT)[:2], name
-    deadline = time.time() + 10
-    while srv.metric("loom_adapters_resident") > 1 and time.time() < deadline:
-        time.sleep(0.05)
-    assert srv.metric("loom_adapters_resident") == 1
-    assert srv.metric("vllm:num_requests_running") == 0
+    wait_until(lambda: srv.metric("loom_adapters_resident") == 1, 10, what="the store trimmed")
+    wait_until(lambda: srv.metric("vllm:num_requests_running") == 0, 30, what="nothing running")
 
 
 def test_unload_while_queued(start_server, long_dir, lora_dir, reference):
