@@ -9,7 +9,7 @@ import time
 import pytest
 import requests
 
-from conftest import LoomServer, greedy
+from conftest import LoomServer, greedy, wait_until
 
 LONG = "llama_long"
 
@@ -133,27 +133,41 @@ def test_trickled_headers_meet_one_deadline(tsrv):
 
 
 def test_hundreds_of_streams_hold_no_threads(tsrv):
-    # 300 streams open at once (16 run, the rest wait in the queue): the server's thread count
-    # stays that of its pools, and every stream equals its solo run.
+    # 300 streams open at once, queued behind 16 long ones (--max-num-seqs 16): the server's
+    # thread count stays that of its pools, and every stream equals its solo run once the long
+    # ones are closed. The long ones make "open at once" hold on any machine (300 streams of 8
+    # tokens could all end before the count).
     prompt = "Many streams, one prompt"
     solo = greedy(tsrv, LONG, prompt, 8)[0]
     body = completion_body(prompt, 8, stream=True)
-    conns = []
+    conns, blockers = [], []
     try:
+        for i in range(16):
+            b = requests.post(tsrv.url + "/v1/completions", stream=True, timeout=60,
+                              json={"model": LONG, "prompt": f"block {i}", "max_tokens": 15000,
+                                    "ignore_eos": True, "stream": True})
+            lines = b.iter_lines()  # kept: a dropped generator closes the connection
+            next(lines)
+            blockers.append((b, lines))
         for _ in range(300):
             c = http.client.HTTPConnection("127.0.0.1", tsrv.port, timeout=120)
             c.request("POST", "/v1/completions", body=body,
                       headers={"Content-Type": "application/json"})
             conns.append(c)
-        time.sleep(0.5)
+        wait_until(lambda: tsrv.metric("vllm:num_requests_waiting") == 300, 30, 0.02,
+                   "the 300 streams queued")
         threads = threads_of(tsrv)
-        assert threads < 64, f"{threads} threads with 300 streams open"
+        assert threads < 64, f"{threads} threads with 316 streams open"
+        for b, _ in blockers:
+            b.close()
         for c in conns:
             r = c.getresponse()
             assert r.status == 200
             assert r.getheader("Transfer-Encoding") == "chunked"
             assert sse_token_ids(r.read().decode()) == solo
     finally:
+        for b, _ in blockers:
+            b.close()
         for c in conns:
             c.close()
 
