@@ -51,6 +51,26 @@ void ExpectInvariant(const Case& c) {
   for (const auto& r : reqs) ASSERT_TRUE(together.Add(r).ok());
   auto results = together.RunToCompletion();
   ASSERT_EQ(results.size(), reqs.size());
+  // The step histograms /metrics shows: every step counted once, every row once (a sequence
+  // computes its prompt and each generated token but the last), adapters mixed in some step
+  // and never more than there are.
+  const StepCounts& sc = together.step_counts();
+  int64_t rows = 0, steps = 0;
+  for (const auto& got : results) {
+    rows += static_cast<int64_t>(reqs[static_cast<size_t>(got.id)].prompt.size() +
+                                 got.generated.size()) -
+            1;
+  }
+  for (int64_t n : sc.sequences.counts) steps += n;
+  EXPECT_EQ(steps, together.steps());
+  EXPECT_EQ(sc.tokens.sum, static_cast<double>(rows));
+  ASSERT_EQ(sc.adapters.bounds[c.adapters.size()], static_cast<double>(c.adapters.size()));
+  int64_t mixed_steps = 0, too_many = 0;
+  for (size_t b = 2; b < sc.adapters.counts.size(); ++b) {
+    (b <= c.adapters.size() ? mixed_steps : too_many) += sc.adapters.counts[b];
+  }
+  EXPECT_EQ(too_many, 0);
+  if (c.adapters.size() >= 2) EXPECT_GT(mixed_steps, 0);
   for (const auto& got : results) {
     Engine alone(model->get(), EngineOptions{});
     ASSERT_TRUE(alone.Add(reqs[static_cast<size_t>(got.id)]).ok());
