@@ -295,6 +295,19 @@ def tokens_in(srv, model, seconds, lo, hi):
     return int(min(hi, max(lo, seconds * rate)))
 
 
+def step_buckets(srv, family):
+    """The cumulative bucket counts of a loom_step_* histogram: {upper bound: steps}."""
+    text = requests.get(srv.url + "/metrics", timeout=10).text
+    return {float(s.labels["le"]): s.value for f in text_string_to_metric_families(text)
+            for s in f.samples if s.name == family + "_bucket"}
+
+
+def steps_above(buckets, bound, before=None):
+    """Steps whose value was above `bound` (a bucket's upper bound), since `before` if given."""
+    n = buckets[float("inf")] - buckets[float(bound)]
+    return n - (steps_above(before, bound) if before else 0)
+
+
 def running_requests(srv):
     return srv.metric("vllm:num_requests_running")
 

@@ -5,10 +5,8 @@ import random
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-import requests
-from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import ADAPTERS, BASE, LoomServer, adapter_args
+from conftest import ADAPTERS, BASE, LoomServer, adapter_args, step_buckets, steps_above
 
 MODELS = [BASE] + list(ADAPTERS)
 PROMPTS = [
@@ -43,18 +41,6 @@ def run_one(srv, model, prompt, seed=None, stream=False):
             if c.finish_reason:
                 finish = c.finish_reason
     return ids, lps, finish
-
-
-def step_buckets(srv, family):
-    """The cumulative bucket counts of a loom_step_* histogram: {upper bound: steps}."""
-    text = requests.get(srv.url + "/metrics", timeout=10).text
-    return {float(s.labels["le"]): s.value for f in text_string_to_metric_families(text)
-            for s in f.samples if s.name == family + "_bucket"}
-
-
-def steps_above(buckets, bound):
-    """Steps whose value was above `bound` (a bucket's upper bound)."""
-    return buckets[float("inf")] - buckets[float(bound)]
 
 
 @pytest.fixture(scope="module", params=[8, 2], ids=["max_loras8", "max_loras2"])

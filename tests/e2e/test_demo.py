@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from conftest import DEMO
+from conftest import DEMO, step_buckets, steps_above
 
 GOLDENS = json.loads((DEMO / "goldens.json").read_text())
 MODELS = GOLDENS["models"]  # "base" first, then the adapters
@@ -74,8 +74,11 @@ def test_adapter_effects_are_visible(demo):
 def test_base_and_adapters_in_one_concurrent_batch_answer_as_alone(demo):
     max_new = GOLDENS["generation"]["max_new_tokens"]
     jobs = [(m, i) for i in range(len(GOLDENS["prompts"])) for m in MODELS]
+    before = step_buckets(demo, "loom_step_adapters")
     with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
         futures = {job: pool.submit(chat, demo, job[0], GOLDENS["prompts"][job[1]]["messages"],
                                     max_new) for job in jobs}
         for (m, i), f in futures.items():
             assert f.result()[0] == golden(m, i)["output_token_ids"], (m, i)
+    mixed = steps_above(step_buckets(demo, "loom_step_adapters"), 1, before)
+    assert mixed > 0, "no step ran two adapters together: nothing mixed was tested"

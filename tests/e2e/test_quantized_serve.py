@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from conftest import REPO, LoomServer
+from conftest import REPO, LoomServer, step_buckets, steps_above
 
 DEMO = REPO / "models" / "demo"
 GOLDENS = json.loads((DEMO / "goldens.json").read_text())
@@ -54,6 +54,9 @@ def test_adapter_effects_survive_quantization(server):
 def test_mixed_adapters_in_one_batch_equal_each_alone(server):
     jobs = [(m, PROMPTS[i % len(PROMPTS)]) for i, m in enumerate(["demo", "shout", "pirate", "facts"] * 2)]
     alone = [answer(server, m, msgs) for m, msgs in jobs]
+    before = step_buckets(server, "loom_step_adapters")
     with concurrent.futures.ThreadPoolExecutor(len(jobs)) as ex:
         together = list(ex.map(lambda j: answer(server, *j), jobs))
     assert together == alone
+    mixed = steps_above(step_buckets(server, "loom_step_adapters"), 1, before)
+    assert mixed > 0, "no step ran two adapters together: nothing mixed was tested"
