@@ -128,6 +128,9 @@ void AsyncEngine::Loop() {
         AbortAll();
       }
     }
+    // The snapshot first: a client woken by its last update then reads /metrics with its
+    // sequence's last step counted.
+    Publish();
     bool finished = false;
     for (SequenceUpdate& u : engine_.TakeUpdates()) {
       auto it = callbacks_.find(u.id);
@@ -153,7 +156,6 @@ void AsyncEngine::Loop() {
         std::fprintf(stderr, "loom: after finished sequences: %s\n", e.what());
       }
     }
-    Publish();
     if (stopping) return;
   }
 }

@@ -196,7 +196,9 @@ StatusOr<std::shared_ptr<const Adapter>> AdapterStore::AcquireOnce(const std::st
       auto f = flights_.find(name);
       if (f == flights_.end()) break;
       std::shared_ptr<Flight> theirs = f->second;
+      ++waiting_for_flights_;
       flight_done_.wait(lock, [&] { return theirs->done; });
+      --waiting_for_flights_;
       // That load's name was unloaded meanwhile: its result is not this request's (the name
       // may be a --lora-dir sub-folder now): look again.
       if (theirs->superseded) continue;
@@ -362,6 +364,10 @@ StatusOr<ConfinedDir> AdapterStore::ResolveRuntimePath(const std::string& path) 
 int64_t AdapterStore::num_loads() const {
   std::lock_guard<std::mutex> lock(mu_);
   return loads_;
+}
+int AdapterStore::num_waiting_for_loads() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return waiting_for_flights_;
 }
 int64_t AdapterStore::num_evictions() const {
   std::lock_guard<std::mutex> lock(mu_);

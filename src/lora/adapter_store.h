@@ -80,6 +80,8 @@ class AdapterStore {
   static bool ValidName(const std::string& name);
 
   int64_t num_loads() const;
+  // Requests waiting now for another request's load of the same name (to share its result).
+  int num_waiting_for_loads() const;
   int64_t num_evictions() const;
   int num_resident() const;
   int max_cpu_loras() const { return options_.max_cpu_loras; }
@@ -123,6 +125,7 @@ class AdapterStore {
   uint64_t resident_bytes_ = 0;     // Adapter::resident_bytes of the loaded ones
   std::unordered_map<std::string, std::shared_ptr<Flight>> flights_;  // under mu_
   std::condition_variable flight_done_;                               // with mu_
+  int waiting_for_flights_ = 0;                                       // under mu_
   uint64_t next_generation_ = 1;
   int64_t loads_ = 0;
   int64_t evictions_ = 0;

@@ -62,17 +62,17 @@ void Histogram::Observe(double v) {
 }
 
 namespace {
-// "# TYPE" line and the _bucket/_sum/_count samples; counts: per bucket (not cumulative), one
-// more than bounds (the last: +Inf).
+// "# TYPE" line and the _bucket/_sum/_count samples; counts: per bucket (not cumulative),
+// num_bounds + 1 of them (the last: +Inf).
 template <typename Count>
 void RenderHistogram(const std::string& name, const std::string& help, const std::string& labels,
-                     const std::vector<double>& bounds, const std::vector<Count>& counts,
-                     double sum, std::string* out) {
+                     const double* bounds, size_t num_bounds, const Count* counts, double sum,
+                     std::string* out) {
   Family(out, name, "histogram", help);
   uint64_t cumulative = 0;
-  for (size_t i = 0; i <= bounds.size() && i < counts.size(); ++i) {
+  for (size_t i = 0; i <= num_bounds; ++i) {
     cumulative += static_cast<uint64_t>(counts[i]);
-    const std::string le = i < bounds.size() ? BucketLabel(bounds[i]) : "+Inf";
+    const std::string le = i < num_bounds ? BucketLabel(bounds[i]) : "+Inf";
     *out += name + "_bucket{" + labels + ",le=\"" + le + "\"} " + std::to_string(cumulative) + "\n";
   }
   *out += name + "_sum{" + labels + "} " + Num(sum) + "\n";
@@ -83,7 +83,7 @@ void RenderHistogram(const std::string& name, const std::string& help, const std
 void Histogram::Render(const std::string& name, const std::string& help, const std::string& labels,
                        std::string* out) const {
   std::lock_guard<std::mutex> lock(mu_);
-  RenderHistogram(name, help, labels, bounds_, counts_, sum_, out);
+  RenderHistogram(name, help, labels, bounds_.data(), bounds_.size(), counts_.data(), sum_, out);
 }
 
 // Buckets as vLLM's v1 PrometheusStatLogger.
@@ -147,13 +147,13 @@ std::string RenderMetrics(const Metrics& m, const MetricsSnapshot& s, const std:
   counter("loom_adapter_evictions", "Loaded adapters evicted by the LRU (max-cpu-loras).",
           s.adapter_evictions);
   gauge("loom_adapters_resident", "Adapters loaded in memory now.", s.adapters_resident);
+  auto steps = [&](const std::string& name, const std::string& help, const auto& h) {
+    RenderHistogram(name, help, ml, h.bounds.data(), h.kBounds, h.counts.data(), h.sum, &out);
+  };
   const StepCounts& sc = s.engine.step_counts;
-  RenderHistogram("loom_step_tokens", "Engine steps by the token rows they computed.", ml,
-                  sc.tokens.bounds, sc.tokens.counts, sc.tokens.sum, &out);
-  RenderHistogram("loom_step_sequences", "Engine steps by the sequences they advanced.", ml,
-                  sc.sequences.bounds, sc.sequences.counts, sc.sequences.sum, &out);
-  RenderHistogram("loom_step_adapters", "Engine steps by the distinct adapters they applied.", ml,
-                  sc.adapters.bounds, sc.adapters.counts, sc.adapters.sum, &out);
+  steps("loom_step_tokens", "Engine steps by the token rows they computed.", sc.tokens);
+  steps("loom_step_sequences", "Engine steps by the sequences they advanced.", sc.sequences);
+  steps("loom_step_adapters", "Engine steps by the distinct adapters they applied.", sc.adapters);
   gauge("loom_large_prompts_tokenizing",
         "Requests of 256 KiB or more of text being tokenized now (one at a time).",
         s.large_prompts_tokenizing);

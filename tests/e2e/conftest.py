@@ -295,6 +295,34 @@ def tokens_in(srv, model, seconds, lo, hi):
     return int(min(hi, max(lo, seconds * rate)))
 
 
+class Blocker:
+    """A long greedy stream (15000 tokens: seconds on the long-context copy) that holds an engine
+    slot until closed. Its chunks are read on a daemon thread: a client that stops reading is
+    dropped by the server's write timeout (10 s) once the socket buffers fill."""
+
+    def __init__(self, srv, model, prompt="block"):
+        self.response = requests.post(
+            srv.url + "/v1/completions", stream=True, timeout=60, headers=srv.headers(),
+            json={"model": model, "prompt": prompt, "max_tokens": 15000, "ignore_eos": True,
+                  "stream": True})
+        assert self.response.status_code == 200, self.response.text
+        self.lines = self.response.iter_lines()
+        next(self.lines)  # running
+        self.thread = threading.Thread(target=self._drain, daemon=True)
+        self.thread.start()
+
+    def _drain(self):
+        try:
+            for _ in self.lines:
+                pass
+        except Exception:  # noqa: BLE001 — closed by the test
+            pass
+
+    def close(self):
+        self.response.close()
+        self.thread.join(10)
+
+
 def step_buckets(srv, family):
     """The cumulative bucket counts of a loom_step_* histogram: {upper bound: steps}."""
     text = requests.get(srv.url + "/metrics", timeout=10).text

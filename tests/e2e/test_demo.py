@@ -75,10 +75,12 @@ def test_base_and_adapters_in_one_concurrent_batch_answer_as_alone(demo):
     max_new = GOLDENS["generation"]["max_new_tokens"]
     jobs = [(m, i) for i in range(len(GOLDENS["prompts"])) for m in MODELS]
     before = step_buckets(demo, "loom_step_adapters")
-    with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
-        futures = {job: pool.submit(chat, demo, job[0], GOLDENS["prompts"][job[1]]["messages"],
-                                    max_new) for job in jobs}
-        for (m, i), f in futures.items():
-            assert f.result()[0] == golden(m, i)["output_token_ids"], (m, i)
-    mixed = steps_above(step_buckets(demo, "loom_step_adapters"), 1, before)
-    assert mixed > 0, "no step ran two adapters together: nothing mixed was tested"
+    for _ in range(5):  # until some step ran two adapters together (the first round, here)
+        with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
+            futures = {job: pool.submit(chat, demo, job[0], GOLDENS["prompts"][job[1]]["messages"],
+                                        max_new) for job in jobs}
+            for (m, i), f in futures.items():
+                assert f.result()[0] == golden(m, i)["output_token_ids"], (m, i)
+        if steps_above(step_buckets(demo, "loom_step_adapters"), 1, before) > 0:
+            return
+    pytest.fail("in 5 rounds no step ran two adapters together: nothing mixed was tested")

@@ -9,7 +9,7 @@ import time
 import pytest
 import requests
 
-from conftest import LoomServer, greedy, wait_until
+from conftest import Blocker, LoomServer, greedy, wait_until
 
 LONG = "llama_long"
 
@@ -143,12 +143,7 @@ def test_hundreds_of_streams_hold_no_threads(tsrv):
     conns, blockers = [], []
     try:
         for i in range(16):
-            b = requests.post(tsrv.url + "/v1/completions", stream=True, timeout=60,
-                              json={"model": LONG, "prompt": f"block {i}", "max_tokens": 15000,
-                                    "ignore_eos": True, "stream": True})
-            lines = b.iter_lines()  # kept: a dropped generator closes the connection
-            next(lines)
-            blockers.append((b, lines))
+            blockers.append(Blocker(tsrv, LONG, f"block {i}"))
         for _ in range(300):
             c = http.client.HTTPConnection("127.0.0.1", tsrv.port, timeout=120)
             c.request("POST", "/v1/completions", body=body,
@@ -158,7 +153,7 @@ def test_hundreds_of_streams_hold_no_threads(tsrv):
                    "the 300 streams queued")
         threads = threads_of(tsrv)
         assert threads < 64, f"{threads} threads with 316 streams open"
-        for b, _ in blockers:
+        for b in blockers:
             b.close()
         for c in conns:
             r = c.getresponse()
@@ -166,7 +161,7 @@ def test_hundreds_of_streams_hold_no_threads(tsrv):
             assert r.getheader("Transfer-Encoding") == "chunked"
             assert sse_token_ids(r.read().decode()) == solo
     finally:
-        for b, _ in blockers:
+        for b in blockers:
             b.close()
         for c in conns:
             c.close()

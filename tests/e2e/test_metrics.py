@@ -118,6 +118,42 @@ def test_histograms_have_vllm_buckets(msrv):
         assert count == [values[-1]] and len(sums) == 1
 
 
+def test_step_histograms_and_gate_gauges(msrv):
+    # Engine steps by rows, sequences and adapters: cumulative buckets, _count equal to +Inf, and
+    # a request of n generated tokens adds at least n steps (one per token) and its rows to
+    # loom_step_tokens_sum; the encode gate's gauges read 0 with no large prompt in flight.
+    def hist(name):
+        text = requests.get(msrv.url + "/metrics", timeout=10).text
+        samples = [s for f in text_string_to_metric_families(text) for s in f.samples]
+        buckets = [(s.labels["le"], s.value) for s in samples if s.name == name + "_bucket"]
+        count = [s.value for s in samples if s.name == name + "_count"]
+        total = [s.value for s in samples if s.name == name + "_sum"]
+        values = [v for _, v in buckets]
+        assert buckets[-1][0] == "+Inf" and values == sorted(values), (name, buckets)
+        assert count == [values[-1]] and len(total) == 1, name
+        return values[-1], total[0]
+
+    wait_until(lambda: msrv.metric("vllm:num_requests_running") == 0
+               and msrv.metric("vllm:num_requests_waiting") == 0, 30, what="an idle engine")
+    before = {n: hist(n) for n in ("loom_step_tokens", "loom_step_sequences",
+                                   "loom_step_adapters")}
+    prompt = "Counting steps"
+    r = msrv.client().completions.create(model="qv", prompt=prompt, max_tokens=9,
+                                         extra_body={"ignore_eos": True})
+    assert r.usage.completion_tokens == 9
+    after = {n: hist(n) for n in before}
+    steps = after["loom_step_sequences"][0] - before["loom_step_sequences"][0]
+    assert steps >= 9, steps
+    assert after["loom_step_adapters"][0] - before["loom_step_adapters"][0] == steps
+    assert after["loom_step_adapters"][1] - before["loom_step_adapters"][1] >= steps  # 'qv' in each
+    rows = after["loom_step_tokens"][1] - before["loom_step_tokens"][1]
+    # every prompt row and each generated token but the last (a prompt under one 16-token KV
+    # block: nothing comes from the prefix cache)
+    assert r.usage.prompt_tokens < 16 and rows == r.usage.prompt_tokens + 8, rows
+    assert msrv.metric("loom_large_prompts_tokenizing") == 0
+    assert msrv.metric("loom_large_prompts_waiting") == 0
+
+
 def test_histogram_le_labels_as_vllm_writes_them(msrv):
     # prometheus_client (vLLM) writes le="0.005", not le="0.0050000000000000001"; dashboards and
     # recording rules that select a bucket by its le string depend on it.

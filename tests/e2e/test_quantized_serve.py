@@ -55,8 +55,10 @@ def test_mixed_adapters_in_one_batch_equal_each_alone(server):
     jobs = [(m, PROMPTS[i % len(PROMPTS)]) for i, m in enumerate(["demo", "shout", "pirate", "facts"] * 2)]
     alone = [answer(server, m, msgs) for m, msgs in jobs]
     before = step_buckets(server, "loom_step_adapters")
-    with concurrent.futures.ThreadPoolExecutor(len(jobs)) as ex:
-        together = list(ex.map(lambda j: answer(server, *j), jobs))
-    assert together == alone
-    mixed = steps_above(step_buckets(server, "loom_step_adapters"), 1, before)
-    assert mixed > 0, "no step ran two adapters together: nothing mixed was tested"
+    for _ in range(5):  # until some step ran two adapters together (the first round, here)
+        with concurrent.futures.ThreadPoolExecutor(len(jobs)) as ex:
+            together = list(ex.map(lambda j: answer(server, *j), jobs))
+        assert together == alone
+        if steps_above(step_buckets(server, "loom_step_adapters"), 1, before) > 0:
+            return
+    pytest.fail("in 5 rounds no step ran two adapters together: nothing mixed was tested")

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import openai
 import pytest
 
-from conftest import ADAPTERS, BASE, greedy, wait_until
+from conftest import ADAPTERS, BASE, Blocker, greedy, wait_until
 
 PROMPT = "The quick brown fox jumps"
 
@@ -109,8 +109,13 @@ def test_load_unload_while_streaming(start_server, long_dir, lora_dir, reference
     # The long-context copy of the same weights, under the base's name: its streams can run for
     # seconds, so "unloaded while a stream on it runs" holds whatever the machine's speed.
     srv = start_server(long_dir, ["--lora-dir", str(lora_dir), "--allow-runtime-lora",
-                                  "--lora", f"qv={lora_dir / 'qv'}", "--served-model-name", BASE])
+                                  "--lora", f"qv={lora_dir / 'qv'}", "--served-model-name", BASE,
+                                  "--max-num-seqs", "8"])
     refs = {m: reference(m, PROMPT, 64) for m in ("qv", "mlp", BASE, "all", "embed")}
+    # 1000 tokens of 'all' alone, under a name never unloaded: what an unloaded stream must go on
+    # producing (most of them after the unload, whatever the machine's speed).
+    assert load(srv, "keep", "all").status_code == 200
+    keep = greedy(srv, "keep", PROMPT, 1000)[0]
     stop = threading.Event()
     failures, done = [], []
 
@@ -138,7 +143,7 @@ def test_load_unload_while_streaming(start_server, long_dir, lora_dir, reference
             assert r.status_code == 200, r.text
             assert greedy(srv, name, PROMPT, 64)[:2] == refs["all"][:2]
             # Unload while a stream on it is running (15000 tokens: seconds): the stream goes on
-            # with its weights; its first 64 tokens are the solo run's.
+            # with its weights, its first 1000 tokens those of 'all' alone.
             kw = dict(model=name, prompt=PROMPT, max_tokens=15000, temperature=0, stream=True,
                       extra_body={"return_token_ids": True, "ignore_eos": True})
             stream = srv.client().completions.create(**kw)
@@ -154,10 +159,10 @@ def test_load_unload_while_streaming(start_server, long_dir, lora_dir, reference
             for ch in it:
                 for c in ch.choices:
                     ids += c.token_ids or []
-                if len(ids) >= 64:
+                if len(ids) >= 1000:
                     break
             stream.close()
-            assert ids[:64] == refs["all"][0], \
+            assert ids[:64] == refs["all"][0] and ids[:1000] == keep, \
                 "a stream changed output when its adapter was unloaded"
             with pytest.raises(openai.NotFoundError):
                 srv.client().completions.create(model=name, prompt="x", max_tokens=1)
@@ -200,15 +205,10 @@ def test_store_trims_to_max_cpu_loras_once_requests_end(start_server, long_dir, 
     # (--max-num-seqs 1): each holds its adapter's lease while it waits, so the store goes over
     # its bound (seen in /metrics). Once they end it must come back to 1 by itself (it stayed at
     # 3 until the next adapter request before). long_dir: the same weights, a long context.
-    import requests
     srv = start_server(long_dir, ["--lora-dir", str(lora_dir), "--max-cpu-loras", "1",
                                   "--max-loras", "1", "--max-num-seqs", "1",
                                   "--served-model-name", BASE])
-    blocker = requests.post(srv.url + "/v1/completions", stream=True, timeout=60,
-                            json={"model": BASE, "prompt": "block", "max_tokens": 15000,
-                                  "ignore_eos": True, "stream": True})
-    lines = blocker.iter_lines()
-    next(lines)
+    blocker = Blocker(srv, BASE)
     names = list(ADAPTERS)[:3]
     jobs = [n for n in names for _ in range(4)]
     with ThreadPoolExecutor(12) as pool:
@@ -227,16 +227,11 @@ def test_unload_while_queued(start_server, long_dir, lora_dir, reference):
     # --max-num-seqs 1: a long base stream runs; a request on adapter 'u' waits in the queue;
     # 'u' is unloaded meanwhile. The queued request still runs on the weights it was admitted
     # with once the stream is closed.
-    import requests
     # long_dir: the same weights with a long context, so the blocker runs for seconds.
     srv = start_server(long_dir, ["--lora-dir", str(lora_dir), "--allow-runtime-lora",
                                   "--max-num-seqs", "1"])
     assert load(srv, "u", "mlp").status_code == 200
-    blocker = requests.post(srv.url + "/v1/completions", stream=True, timeout=60,
-                            json={"model": "llama_long", "prompt": "block", "max_tokens": 15000,
-                                  "ignore_eos": True, "stream": True})
-    lines = blocker.iter_lines()
-    next(lines)
+    blocker = Blocker(srv, "llama_long")
     result = {}
 
     def queued():
