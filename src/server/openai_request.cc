@@ -1,6 +1,7 @@
 // Strict OpenAI request parsing: every key is dispatched to a handler; an unknown key is a 400.
 #include "server/openai_request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -53,16 +54,25 @@ struct Parser {
 
 using Handler = std::function<bool(Parser&, const json&, OpenAiRequest*)>;
 
-// A field accepted without effect when null or one of `values`; anything else fails with
-// `message`.
-Handler NullOrOneOf(const char* field, std::vector<std::string> values, const char* message) {
-  return [field, values = std::move(values), message](Parser& p, const json& v, OpenAiRequest*) {
-    if (v.is_null()) return true;
-    for (const std::string& value : values) {
-      if (v == value) return true;
-    }
-    return p.Fail(field, message);
+// A field accepted without effect when null or when `ok` holds for it; anything else fails
+// with `message` (a 400 naming the field).
+Handler NoEffect(std::string field, std::function<bool(const json&)> ok, std::string message) {
+  return [field = std::move(field), ok = std::move(ok), message = std::move(message)](
+             Parser& p, const json& v, OpenAiRequest*) {
+    return v.is_null() || ok(v) || p.Fail(field, message);
   };
+}
+bool IsString(const json& v) { return v.is_string(); }
+bool IsBool(const json& v) { return v.is_boolean(); }
+bool Never(const json&) { return false; }
+// Null or one of `values`.
+Handler NullOrOneOf(const char* field, std::vector<std::string> values, const char* message) {
+  return NoEffect(
+      field,
+      [values = std::move(values)](const json& v) {
+        return std::find(values.begin(), values.end(), v) != values.end();
+      },
+      message);
 }
 
 // A boolean field; null leaves the default.
@@ -181,10 +191,7 @@ void AddCommon(std::map<std::string, Handler>* h) {
     return true;
   };
   // Accepted with no effect (docs/API.md): an end-user id for abuse monitoring.
-  m["user"] = [](Parser& p, const json& v, OpenAiRequest*) {
-    if (!v.is_null() && !v.is_string()) return p.Fail("user", "user must be a string");
-    return true;
-  };
+  m["user"] = NoEffect("user", IsString, "user must be a string");
 }
 
 void AddCompletions(std::map<std::string, Handler>* h) {
@@ -300,22 +307,14 @@ void AddChat(std::map<std::string, Handler>* h) {
     if (v.is_null()) return true;
     return p.Int32("top_logprobs", v, 0, 20, &r->logprobs);
   };
-  m["tool_choice"] = [](Parser& p, const json& v, OpenAiRequest*) {
-    if (v.is_null() || v == "none") return true;
-    return p.Fail("tool_choice", "tool_choice is not supported yet (only \"none\")");
-  };
-  m["parallel_tool_calls"] = [](Parser& p, const json& v, OpenAiRequest*) {
-    // No effect without tools, which are rejected.
-    if (!v.is_null() && !v.is_boolean()) return p.Fail("parallel_tool_calls", "must be a boolean");
-    return true;
-  };
+  m["tool_choice"] =
+      NullOrOneOf("tool_choice", {"none"}, "tool_choice is not supported yet (only \"none\")");
+  // No effect without tools, which are rejected.
+  m["parallel_tool_calls"] = NoEffect("parallel_tool_calls", IsBool, "must be a boolean");
   // OpenAI fields with no meaning for a self-hosted server, accepted with no effect
   // (docs/API.md): storing the completion, its tags, the service tier, the prompt-cache key
   // (loom caches prefixes by itself) and the end-user id.
-  m["store"] = [](Parser& p, const json& v, OpenAiRequest*) {
-    if (!v.is_null() && !v.is_boolean()) return p.Fail("store", "store must be a boolean");
-    return true;
-  };
+  m["store"] = NoEffect("store", IsBool, "store must be a boolean");
   m["metadata"] = [](Parser& p, const json& v, OpenAiRequest*) {
     if (v.is_null()) return true;
     // OpenAI's limits: at most 16 pairs, keys of at most 64 characters, values of 512.
@@ -341,31 +340,20 @@ void AddChat(std::map<std::string, Handler>* h) {
   m["verbosity"] =
       NullOrOneOf("verbosity", {"low", "medium", "high"}, "verbosity must be low, medium or high");
   for (const char* field : {"prompt_cache_key", "safety_identifier"}) {
-    m[field] = [field](Parser& p, const json& v, OpenAiRequest*) {
-      if (!v.is_null() && !v.is_string())
-        return p.Fail(field, std::string(field) + " must be a string");
-      return true;
-    };
+    m[field] = NoEffect(field, IsString, std::string(field) + " must be a string");
   }
   // OpenAI capabilities loom does not have: null (as SDKs send an unset field) or the value
   // that asks for nothing is accepted, anything else is a 400 naming the field.
-  m["functions"] = [](Parser& p, const json& v, OpenAiRequest*) {
-    if (v.is_null() || (v.is_array() && v.empty())) return true;
-    return p.Fail("functions", "functions are not supported yet");
-  };
-  m["function_call"] = [](Parser& p, const json& v, OpenAiRequest*) {
-    if (v.is_null() || v == "none") return true;
-    return p.Fail("function_call", "function_call is not supported yet (only \"none\")");
-  };
-  m["modalities"] = [](Parser& p, const json& v, OpenAiRequest*) {
-    if (v.is_null() || v == json::array({"text"})) return true;
-    return p.Fail("modalities", "only the text modality is supported ([\"text\"])");
-  };
+  m["functions"] = NoEffect(
+      "functions", [](const json& v) { return v.is_array() && v.empty(); },
+      "functions are not supported yet");
+  m["function_call"] =
+      NullOrOneOf("function_call", {"none"}, "function_call is not supported yet (only \"none\")");
+  m["modalities"] = NoEffect(
+      "modalities", [](const json& v) { return v == json::array({"text"}); },
+      "only the text modality is supported ([\"text\"])");
   for (const char* field : {"audio", "prediction", "web_search_options"}) {
-    m[field] = [field](Parser& p, const json& v, OpenAiRequest*) {
-      if (v.is_null()) return true;
-      return p.Fail(field, std::string(field) + " is not supported");
-    };
+    m[field] = NoEffect(field, Never, std::string(field) + " is not supported");
   }
   m["response_format"] = [](Parser& p, const json& v, OpenAiRequest*) {
     if (v.is_null()) return true;
