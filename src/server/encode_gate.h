@@ -2,8 +2,12 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
 #include <mutex>
 
 namespace loom::server {
@@ -14,7 +18,9 @@ namespace loom::server {
 // requests waited for a thread. Texts of at least `large_bytes` go through this gate one at a
 // time; at most `max_waiting` wait for it, and a text beyond that is refused (503, retry later),
 // so most handler threads stay free for everything else. Smaller texts never wait. Close() (the
-// drain deadline) refuses the waiting ones and every later large text.
+// drain deadline) refuses the waiting ones and every later large text. The waiting enter in the
+// order they came, and one whose client leaves gives up its place (it would otherwise hold a
+// handler thread, and then both cores, for a text nobody reads).
 //
 // Thread-safety: Enter/Leave from any thread.
 class EncodeGate {
@@ -35,35 +41,58 @@ class EncodeGate {
   // Holds the gate while alive when the text is large; ok() is false when it was refused.
   class Pass {
    public:
-    Pass(Pass&& o) noexcept : gate_(o.gate_), ok_(o.ok_), closed_(o.closed_) { o.gate_ = nullptr; }
+    Pass(Pass&& o) noexcept : gate_(o.gate_), ok_(o.ok_), closed_(o.closed_), gone_(o.gone_) {
+      o.gate_ = nullptr;
+    }
     Pass& operator=(Pass&&) = delete;
     ~Pass() {
       if (gate_ != nullptr) gate_->Leave();
     }
     bool ok() const { return ok_; }
     bool closed() const { return closed_; }  // refused because the gate was closed
+    bool gone() const { return gone_; }      // given up: the client left while it waited
 
    private:
     friend class EncodeGate;
-    Pass(EncodeGate* gate, bool ok, bool closed = false) : gate_(gate), ok_(ok), closed_(closed) {}
+    Pass(EncodeGate* gate, bool ok, bool closed = false, bool gone = false)
+        : gate_(gate), ok_(ok), closed_(closed), gone_(gone) {}
     EncodeGate* gate_;  // set while this pass holds the gate
     bool ok_;
     bool closed_;
+    bool gone_;
   };
 
-  // Blocks while another large text is being tokenized (if few enough wait). `text_bytes` is
-  // the whole request's text: a list of prompts each under the size passes as one.
-  Pass Enter(size_t text_bytes) {
+  // Blocks while another large text is being tokenized (if few enough wait); the waiting pass
+  // in the order they came. `text_bytes` is the whole request's text: a list of prompts each
+  // under the size passes as one. `gone` (optional, polled every kPoll while waiting) says the
+  // client has left: its place is given up at once.
+  Pass Enter(size_t text_bytes, const std::function<bool()>& gone = nullptr) {
     if (text_bytes < large_bytes_) return Pass(nullptr, true);
     std::unique_lock<std::mutex> lock(mu_);
     if (closed_) return Pass(nullptr, false, true);
-    if (busy_ && waiting_ >= max_waiting_) return Pass(nullptr, false);
-    ++waiting_;
-    cv_.wait(lock, [this] { return !busy_ || closed_; });
-    --waiting_;
-    if (closed_) return Pass(nullptr, false, true);
-    busy_ = true;
-    return Pass(this, true);
+    if (!busy_ && queue_.empty()) {
+      busy_ = true;
+      return Pass(this, true);
+    }
+    if (static_cast<int>(queue_.size()) >= max_waiting_) return Pass(nullptr, false);
+    const uint64_t ticket = next_ticket_++;
+    queue_.push_back(ticket);
+    while (true) {
+      if (closed_) {
+        Drop(ticket);
+        return Pass(nullptr, false, true);
+      }
+      if (!busy_ && queue_.front() == ticket) {
+        queue_.pop_front();
+        busy_ = true;
+        return Pass(this, true);
+      }
+      if (gone && gone()) {
+        Drop(ticket);
+        return Pass(nullptr, false, false, true);
+      }
+      cv_.wait_for(lock, kPoll);
+    }
   }
 
   // Refuses the texts waiting now and every large one after (the text being tokenized goes on).
@@ -78,7 +107,7 @@ class EncodeGate {
   // How many wait now (/metrics, tests).
   int waiting() {
     std::lock_guard<std::mutex> lock(mu_);
-    return waiting_;
+    return static_cast<int>(queue_.size());
   }
   // Whether a large text is being tokenized now (/metrics).
   bool busy() {
@@ -86,13 +115,20 @@ class EncodeGate {
     return busy_;
   }
 
+  static constexpr std::chrono::milliseconds kPoll{50};
+
  private:
   void Leave() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       busy_ = false;
     }
-    cv_.notify_one();
+    cv_.notify_all();  // the first in line takes it (at most kMaxWaiting wake)
+  }
+  // A waiter leaves the line (mu_ held); the next may now be first.
+  void Drop(uint64_t ticket) {
+    queue_.erase(std::find(queue_.begin(), queue_.end(), ticket));
+    cv_.notify_all();
   }
 
   const size_t large_bytes_;
@@ -101,7 +137,8 @@ class EncodeGate {
   std::condition_variable cv_;
   bool busy_ = false;
   bool closed_ = false;
-  int waiting_ = 0;
+  std::deque<uint64_t> queue_;  // the waiting, first come first
+  uint64_t next_ticket_ = 0;
 };
 
 }  // namespace loom::server

@@ -222,7 +222,7 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
     adapter = std::move(lease).value();
   }
   Submission sub;
-  if (!BuildPrompts(ctx, r, &sub.prompts, &error)) return fail(error);
+  if (!BuildPrompts(ctx, r, &sub.prompts, &error, [&ex] { return ex->Gone(); })) return fail(error);
   if (!TruncatePrompts(ctx, &r, &sub.prompts, &error)) return fail(error);
   if (!EncodeBadWords(ctx, &r, &error)) return fail(error);
   // Queue limit: sequences submitted but not running, this request's (prompts × n) included,

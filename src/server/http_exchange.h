@@ -69,6 +69,9 @@ class Exchange {
   // `head` gives the status and headers; its body is ignored.
   virtual void Stream(HttpResponse head, std::shared_ptr<StreamSource> source) = 0;
   virtual void Wake() = 0;
+  // Whether the client has left (its connection is closed): work for it may stop. Polled by
+  // waits a handler thread could otherwise sit out for nobody (the large-prompt gate).
+  virtual bool Gone() const { return false; }
 };
 
 bool CaseEqual(const std::string& a, const std::string& b);

@@ -275,12 +275,15 @@ void HttpServer::Route(HttpRequest req, std::shared_ptr<Exchange> ex) {
       return ex->Reply(ErrorReply(ApiError{503, "the server is shutting down", "", ""}));
     }
     auto work = [&ctx, generation, tokenize, req = std::move(req), ex]() mutable {
+      // A client that left while this waited for a handler thread: nothing to answer (an
+      // adapter load or unload still runs: its effect does not depend on the reply).
+      if ((generation || tokenize) && ex->Gone()) return;
       try {
         if (generation) {
           HandleGeneration(ctx, req.path == "/v1/chat/completions" ? Endpoint::kChat : Endpoint::kCompletions,
                            req, ex);
         } else if (tokenize) {
-          ex->Reply(req.path == "/tokenize" ? HandleTokenize(ctx, req)
+          ex->Reply(req.path == "/tokenize" ? HandleTokenize(ctx, req, [&ex] { return ex->Gone(); })
                                             : HandleDetokenize(ctx, req));
         } else {
           ex->Reply(req.path == "/v1/load_lora_adapter" ? HandleLoad(ctx, req) : HandleUnload(ctx, req));

@@ -136,10 +136,14 @@ class Session : public std::enable_shared_from_this<Session> {
     }
   }
 
+  // Whether Close has run (any thread): the client left, or its answer is done.
+  bool closed() const { return closed_flag_.load(); }
+
   // Closes the connection; a pending reply or stream is abandoned (its work cancelled).
   void Close() {
     if (phase_ == Phase::kClosed) return;
     phase_ = Phase::kClosed;
+    closed_flag_.store(true);
     error_code ignored;
     socket_.shutdown(tcp::socket::shutdown_both, ignored);
     socket_.close(ignored);
@@ -551,6 +555,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool watching_ = false;
   uint64_t watch_gen_ = 0, timer_gen_ = 0;
   std::atomic<bool> wake_posted_{false};
+  std::atomic<bool> closed_flag_{false};  // phase_ == kClosed, readable from any thread
   std::shared_ptr<Session> self_;  // from Start until Close
   uint64_t request_id_ = 0;        // the current request's number on this connection
   std::shared_ptr<Exchange> current_;
@@ -567,6 +572,7 @@ class RequestExchange : public Exchange {
     session_->PostStream(id_, std::move(head), std::move(source));
   }
   void Wake() override { session_->PostWake(); }
+  bool Gone() const override { return session_->closed(); }
 
  private:
   std::shared_ptr<Session> session_;

@@ -72,7 +72,8 @@ bool RenderChatPrompt(const ServerContext& ctx, const OpenAiRequest& r, std::str
 }
 
 bool BuildPrompts(const ServerContext& ctx, const OpenAiRequest& r,
-                  std::vector<std::vector<int32_t>>* prompts, ApiError* error) {
+                  std::vector<std::vector<int32_t>>* prompts, ApiError* error,
+                  const std::function<bool()>& gone) {
   auto encode = [&](const std::string& text, const char* field) -> bool {
     if (ctx.tokenizer == nullptr) {
       *error = BadRequest(
@@ -93,11 +94,12 @@ bool BuildPrompts(const ServerContext& ctx, const OpenAiRequest& r,
   // Large texts are tokenized one at a time (EncodeGate), counted over the whole request: 31
   // prompts of 255 KiB each passed one by one under the threshold.
   auto enter = [&](size_t bytes) -> std::optional<EncodeGate::Pass> {
-    EncodeGate::Pass pass = ctx.encode_gate.Enter(bytes);
+    EncodeGate::Pass pass = ctx.encode_gate.Enter(bytes, gone);
     if (!pass.ok()) {
       *error =
-          pass.closed()
-              ? ApiError{503, "the server is shutting down", "", ""}
+          pass.closed() ? ApiError{503, "the server is shutting down", "", ""}
+          : pass.gone()
+              ? ApiError{400, "the client closed the connection while its prompt waited", "", ""}
               : ApiError{503, "the server is tokenizing other large prompts; retry later", "", ""};
       return std::nullopt;
     }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -18,9 +19,11 @@ bool RenderChatPrompt(const ServerContext& ctx, const OpenAiRequest& r, std::str
                       ApiError* error);
 
 // Token ids of every prompt of the request: the rendered chat when it has messages, else each
-// text prompt encoded (with r.add_special_tokens) and each token-id prompt as sent.
+// text prompt encoded (with r.add_special_tokens) and each token-id prompt as sent. `gone`
+// (optional) says the client has left: a large text waiting for the gate stops waiting.
 bool BuildPrompts(const ServerContext& ctx, const OpenAiRequest& r,
-                  std::vector<std::vector<int32_t>>* prompts, ApiError* error);
+                  std::vector<std::vector<int32_t>>* prompts, ApiError* error,
+                  const std::function<bool()>& gone = nullptr);
 
 // vLLM's truncate_prompt_tokens (k, or -1 for the context length): each prompt longer than k
 // keeps its last k tokens; with echo, a cut text prompt becomes its kept ids (echoed as their

@@ -44,12 +44,13 @@ HttpResponse JsonReply(std::string body) {
 
 }  // namespace
 
-HttpResponse HandleTokenize(ServerContext& ctx, const HttpRequest& req) {
+HttpResponse HandleTokenize(ServerContext& ctx, const HttpRequest& req,
+                            const std::function<bool()>& gone) {
   OpenAiRequest r;
   ApiError error;
   if (!Parse(ctx, req, Endpoint::kTokenize, &r, &error)) return ErrorReply(error);
   std::vector<std::vector<int32_t>> prompts;
-  if (!BuildPrompts(ctx, r, &prompts, &error)) return ErrorReply(error);
+  if (!BuildPrompts(ctx, r, &prompts, &error, gone)) return ErrorReply(error);
   const std::vector<int32_t>& ids = prompts.at(0);  // one prompt: the parser requires it
   // Written out directly: a json array of ids and strings took ~45 bytes per token of the
   // body at its peak (an 8 MiB prompt: ~1 GB with token_strs), per handler thread.

@@ -9,7 +9,7 @@ import time
 import pytest
 import requests
 
-from conftest import LoomServer, greedy
+from conftest import LoomServer, greedy, wait_until
 
 LONG = "llama_long"
 STREAM_PROMPT = "A stream that runs while the garbage arrives"
@@ -28,19 +28,29 @@ def hsrv(long_dir):
 @pytest.fixture(scope="module")
 def background(hsrv):
     """Streaming requests running back to back for the whole module; each must equal the solo
-    run. Yields the list of results; checked by test_zz_background_streams_unaffected."""
-    solo = greedy(hsrv, LONG, STREAM_PROMPT, STREAM_TOKENS)
+    run. Yields the shared state; `streaming` checks a stream is under way around each test,
+    test_zz_background_streams_unaffected checks every run."""
+    solo = greedy(hsrv, LONG, STREAM_PROMPT, STREAM_TOKENS)[0]
     stop = threading.Event()
-    state = {"solo": solo, "runs": 0, "bad": []}
+    state = {"runs": 0, "chunks": 0, "live": False, "bad": []}
+    client = hsrv.client(timeout=60)
 
     def loop():
-        while not stop.is_set() and state["runs"] < 500:
+        while not stop.is_set():
+            ids = []
             try:
-                got = greedy(hsrv, LONG, STREAM_PROMPT, STREAM_TOKENS, stream=True)
-                if got != solo:
+                for ch in client.completions.create(
+                        model=LONG, prompt=STREAM_PROMPT, max_tokens=STREAM_TOKENS, temperature=0,
+                        stream=True, extra_body={"return_token_ids": True, "ignore_eos": True}):
+                    for c in ch.choices:
+                        ids += c.token_ids or []
+                    state["live"] = bool(ids)
+                    state["chunks"] += 1
+                if ids != solo:
                     state["bad"].append("output differs from the solo run")
-            except Exception as e:  # noqa: BLE001 — reported by the last test
+            except Exception as e:  # noqa: BLE001 — reported by the tests
                 state["bad"].append(f"{type(e).__name__}: {e}")
+            state["live"] = False
             state["runs"] += 1
 
     t = threading.Thread(target=loop, daemon=True)
@@ -48,6 +58,18 @@ def background(hsrv):
     yield state
     stop.set()
     t.join(60)
+
+
+@pytest.fixture
+def streaming(background):
+    """Each test starts while a background stream is under way and ends once the streams have
+    moved on: the malformed requests arrive while tokens are being streamed, not beside an idle
+    server."""
+    wait_until(lambda: background["live"], 30, 0.002, "a background stream under way")
+    chunks = background["chunks"]
+    yield
+    wait_until(lambda: background["chunks"] > chunks, 30, 0.01, "the background stream to go on")
+    assert not background["bad"], background["bad"][:5]
 
 
 def exchange(port, data: bytes, shut_wr=False, timeout=15.0) -> bytes:
@@ -105,7 +127,7 @@ def still_serving(srv):
     assert requests.get(srv.url + "/health", timeout=10).status_code == 200
 
 
-def test_truncated_body_then_close(hsrv, background):
+def test_truncated_body_then_close(hsrv, streaming):
     head = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             b"Content-Length: 1000\r\n\r\n")
     s = socket.create_connection(("127.0.0.1", hsrv.port), timeout=10)
@@ -117,7 +139,7 @@ def test_truncated_body_then_close(hsrv, background):
     still_serving(hsrv)
 
 
-def test_wrong_content_type(hsrv, background):
+def test_wrong_content_type(hsrv, streaming):
     body = json.dumps({"model": LONG, "prompt": "x", "max_tokens": 2}).encode()
     for ct in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data"):
         resp = exchange(hsrv.port, post_bytes(body, ct))
@@ -126,7 +148,7 @@ def test_wrong_content_type(hsrv, background):
     still_serving(hsrv)
 
 
-def test_media_type_is_case_insensitive_and_plus_json(hsrv, background):
+def test_media_type_is_case_insensitive_and_plus_json(hsrv, streaming):
     # As FastAPI (vLLM): application/json in any case, parameters ignored, application/*+json.
     body = json.dumps({"model": LONG, "prompt": "x", "max_tokens": 2}).encode()
     for ct in ("Application/JSON", "application/json; charset=UTF-8", "application/vnd.api+json"):
@@ -155,7 +177,7 @@ SMUGGLED = b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
     b"Transfer-Encoding: chunked\r\n\r\n",
 ], ids=["two-content-lengths", "content-length-abc", "content-length-plus", "get-health-body",
         "get-models-body", "chunked"])
-def test_unread_body_is_refused_with_connection_close(hsrv, background, head):
+def test_unread_body_is_refused_with_connection_close(hsrv, streaming, head):
     # The refusal tells the client (and any proxy) to drop the connection, so the unread bytes
     # are never taken as another request on a reused connection.
     s = socket.create_connection(("127.0.0.1", hsrv.port), timeout=10)
@@ -189,7 +211,7 @@ def test_unread_body_is_refused_with_connection_close(hsrv, background, head):
     still_serving(hsrv)
 
 
-def test_huge_header(hsrv, background):
+def test_huge_header(hsrv, streaming):
     big = b"X-Big: " + b"a" * 100_000 + b"\r\n"
     body = json.dumps({"model": LONG, "prompt": "x", "max_tokens": 2}).encode()
     resp = exchange(hsrv.port, post_bytes(body, extra_headers=big))
@@ -204,7 +226,7 @@ def test_huge_header(hsrv, background):
     still_serving(hsrv)
 
 
-def test_garbage_request_line(hsrv, background):
+def test_garbage_request_line(hsrv, streaming):
     for junk in (b"GARBAGE\r\n\r\n", b"POST /v1/completions HTTP/9.9\r\n\r\n",
                  b"\x00\xff\xfe\r\n\r\n"):
         resp = exchange(hsrv.port, junk)
@@ -212,7 +234,7 @@ def test_garbage_request_line(hsrv, background):
     still_serving(hsrv)
 
 
-def test_invalid_utf8_in_json_string(hsrv, background):
+def test_invalid_utf8_in_json_string(hsrv, streaming):
     for body in (b'{"model": "llama_long", "prompt": "bad \xff\xfe bytes", "max_tokens": 2}',
                  b'{"model": "llama_\xc3", "prompt": "x", "max_tokens": 2}',
                  b'{"model": "llama_long", "prompt": "x", "stop": ["\xed\xa0\x80"]}'):
@@ -227,7 +249,7 @@ def test_invalid_utf8_in_json_string(hsrv, background):
     still_serving(hsrv)
 
 
-def test_deeply_nested_json(hsrv, background):
+def test_deeply_nested_json(hsrv, streaming):
     depth = 200_000
     for body in (b"[" * depth + b"]" * depth,
                  b'{"model": "llama_long", "prompt": ' + b"[" * depth + b"]" * depth + b"}",
@@ -241,7 +263,7 @@ def test_deeply_nested_json(hsrv, background):
     still_serving(hsrv)
 
 
-def test_body_over_max_body_is_413(hsrv, background):
+def test_body_over_max_body_is_413(hsrv, streaming):
     big = b'{"model": "llama_long", "prompt": "' + b"a" * (10 << 20) + b'"}'
     resp = exchange(hsrv.port, post_bytes(big), timeout=30)
     assert resp, "no answer to a 10 MB body"
@@ -265,7 +287,7 @@ def test_body_over_max_body_is_413(hsrv, background):
     still_serving(hsrv)
 
 
-def test_many_idle_connections_do_not_block(hsrv, background):
+def test_many_idle_connections_do_not_block(hsrv, streaming):
     # Slowloris-lite: 50 connections that send half a request and wait; others still get served.
     socks = []
     try:

@@ -5,6 +5,7 @@ checked against the vocabulary in the model's own tokenizer.json (what transform
 convert_ids_to_tokens returns)."""
 import json
 import random
+import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -175,6 +176,16 @@ def _gate(srv, name):
     return srv.metric(f"loom_large_prompts_{name}")
 
 
+def _tokenize_rate(post, word):
+    """Bytes per second this server tokenizes a long word at: a 1 MiB one (~0.2 s on a Zen 1
+    core), a completion refused as too long for the context once tokenized."""
+    t = time.monotonic()
+    r = post("/v1/completions", {"prompt": word(1 << 20), "max_tokens": 1})
+    rate = (1 << 20) / (time.monotonic() - t)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt", r.text
+    return rate
+
+
 def test_large_prompts_are_tokenized_one_at_a_time(start_server):
     # Texts of 256 KiB and more (a request's prompts counted together) are tokenized one at a
     # time with at most 3 waiting (EncodeGate); beyond that a 503 with Retry-After. While long
@@ -192,11 +203,7 @@ def test_large_prompts_are_tokenized_one_at_a_time(start_server):
     def post(path, body):
         return requests.post(srv.url + path, json=body, timeout=120)
 
-    t = time.monotonic()  # a 1 MiB word: ~0.2 s on a Zen 1 core
-    r = post("/v1/completions", {"prompt": word(1 << 20), "max_tokens": 1})
-    rate = (1 << 20) / (time.monotonic() - t)
-    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt", r.text
-    size = int(min(24 << 20, max(1 << 20, 2 * rate)))  # ~2 s of tokenizing
+    size = int(min(24 << 20, max(1 << 20, 2 * _tokenize_rate(post, word))))  # ~2 s
     words = max(1, size // (4 << 20))  # at most 4 MiB each: ~140 MB of working memory
     piece = 210 << 10
     variants = [  # (the long request, a large one, what the large ones answer)
@@ -233,3 +240,42 @@ def test_large_prompts_are_tokenized_one_at_a_time(start_server):
             else:
                 assert r.json()["error"]["param"] == "prompt", r.text
         assert _gate(srv, "waiting") == 0 and _gate(srv, "tokenizing") == 0
+
+
+def test_a_large_prompt_whose_client_leaves_stops_waiting(start_server):
+    # A large prompt waiting for the gate holds a handler thread; once its client closes the
+    # connection it gives up its place at once, not after the prompt before it is done (and is
+    # never tokenized). A long request, sized from this machine's speed to take ~4 s, holds the
+    # gate while a raw-socket client queues a large /tokenize and then leaves.
+    srv = start_server(DEMO, ["--max-body", "32MiB"])
+    rng = random.Random(11)
+    letters = bytes(ord("a") + i % 26 for i in range(256))
+
+    def word(size):
+        return rng.randbytes(size).translate(letters).decode()
+
+    def post(path, body):
+        return requests.post(srv.url + path, json=body, timeout=120)
+
+    size = int(min(24 << 20, max(1 << 20, 4 * _tokenize_rate(post, word))))  # ~4 s
+    words = max(1, size // (4 << 20))
+    body = json.dumps({"prompt": word(300 << 10)}).encode()
+    head = (f"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(post, "/v1/completions",
+                            {"prompt": [word(size // words) for _ in range(words)], "max_tokens": 1})
+        wait_until(lambda: _gate(srv, "tokenizing") == 1, 60, 0.005, "the long one tokenized")
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+        s.sendall(head + body)
+        wait_until(lambda: _gate(srv, "waiting") == 1, 30, 0.005, "the large one waiting")
+        s.close()
+        wait_until(lambda: _gate(srv, "waiting") == 0, 30, 0.005, "the large one to give up")
+        # Given up while the long one is still being tokenized (not let in after it).
+        still = _gate(srv, "tokenizing") == 1 and not first.done()
+        long_answer = first.result()
+    assert still, "the waiting prompt left the line only when the gate was free"
+    assert long_answer.status_code == 400, long_answer.text[:300]
+    assert _gate(srv, "waiting") == 0 and _gate(srv, "tokenizing") == 0
+    r = post("/tokenize", {"prompt": word(300 << 10)})  # the gate still works
+    assert r.status_code == 200 and r.json()["count"] > (300 << 10) // 8, r.text[:300]

@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -88,6 +90,67 @@ TEST(EncodeGate, FewHandlerThreadsFewWaiting) {
   const EncodeGate::Pass refused = gate.Enter(100);
   EXPECT_FALSE(refused.ok());
   EXPECT_FALSE(refused.closed());
+}
+
+TEST(EncodeGate, TheWaitingEnterInTheOrderTheyCame) {
+  // Each waiter comes once the one before it is seen waiting; then the holder leaves. The
+  // waiters enter one by one, first come first, for several rounds (a woken waiter that is not
+  // first in line must not take the gate).
+  for (int round = 0; round < 20; ++round) {
+    EncodeGate gate(/*large_bytes=*/100, /*max_waiting=*/3);
+    std::mutex mu;
+    std::vector<int> order;
+    std::vector<std::thread> waiters;
+    {
+      const EncodeGate::Pass held = gate.Enter(100);
+      ASSERT_TRUE(held.ok());
+      for (int i = 0; i < 3; ++i) {
+        waiters.emplace_back([&, i] {
+          const EncodeGate::Pass p = gate.Enter(1000);
+          EXPECT_TRUE(p.ok());
+          std::lock_guard<std::mutex> lock(mu);
+          order.push_back(i);
+        });
+        ASSERT_NO_FATAL_FAILURE(WaitUntilWaiting(gate, i + 1));
+      }
+    }
+    for (std::thread& t : waiters) t.join();
+    EXPECT_EQ(order, (std::vector<int>{0, 1, 2})) << "round " << round;
+  }
+}
+
+TEST(EncodeGate, AWaiterWhoseClientLeftGivesUpItsPlace) {
+  EncodeGate gate(/*large_bytes=*/100, /*max_waiting=*/2);
+  std::atomic<bool> first_gone{false};
+  std::atomic<int> gave_up{0}, entered{0};
+  std::vector<std::thread> waiters;
+  std::optional<EncodeGate::Pass> held(gate.Enter(100));
+  ASSERT_TRUE(held->ok());
+  waiters.emplace_back([&] {
+    const EncodeGate::Pass p = gate.Enter(1000, [&] { return first_gone.load(); });
+    if (!p.ok() && p.gone() && !p.closed()) ++gave_up;
+  });
+  ASSERT_NO_FATAL_FAILURE(WaitUntilWaiting(gate, 1));
+  waiters.emplace_back([&] {
+    const EncodeGate::Pass p = gate.Enter(1000, [] { return false; });
+    if (p.ok()) ++entered;
+  });
+  ASSERT_NO_FATAL_FAILURE(WaitUntilWaiting(gate, 2));
+  EXPECT_FALSE(gate.Enter(1000).ok());  // the line is full
+  // The first one's client leaves: it stops waiting while the gate is still held, and its
+  // place is free for another.
+  first_gone = true;
+  waiters.front().join();
+  EXPECT_EQ(gave_up.load(), 1);
+  EXPECT_EQ(gate.waiting(), 1);
+  EXPECT_TRUE(gate.busy());
+  EXPECT_EQ(entered.load(), 0);
+  // The one left in line enters once the holder leaves.
+  held.reset();
+  waiters.back().join();
+  EXPECT_EQ(entered.load(), 1);
+  EXPECT_EQ(gate.waiting(), 0);
+  EXPECT_FALSE(gate.busy());
 }
 
 }  // namespace
