@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs dependencies, builds loom and runs every ctest (unit, golden); the
 # end-to-end tests (the real server driven by the official openai client, tests/e2e); then the
-# unit tests again with ASan + UBSan (build-asan), and each libFuzzer target (build-fuzz, clang)
-# for a short budget (LOOM_FUZZ_SECONDS, default 20 s; 0 skips the fuzz runs).
+# unit tests again with ASan + UBSan and each libFuzzer target for a short budget, both from one
+# clang build (build-fuzz; LOOM_FUZZ_SECONDS, default 20 s; 0 skips the fuzz runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -19,18 +19,19 @@ ctest --test-dir build --output-on-failure -j"$jobs" --timeout 600
 # End to end: loom serve on loopback, the openai client, prometheus_client's parser.
 bash scripts/run-e2e.sh
 
-# Sanitized unit tests (golden excluded: slow under ASan, and the Release run checked them):
-# only what they need is built (loom_unit_tests: the unit tests, the corpus runners, the CLI).
-cmake --preset asan "${launcher[@]}" >/dev/null
-cmake --build build-asan -j"$jobs" --target loom_unit_tests
+# Sanitized: one clang build (build-fuzz: ASan + UBSan, libFuzzer coverage in every object)
+# holds the unit tests and the libFuzzer targets, so the library is compiled once for both.
+# The golden tests are not built there: slow under ASan, and the Release run checked them.
+seconds=${LOOM_FUZZ_SECONDS:-20}
+targets=(loom_unit_tests)
+[ "$seconds" -gt 0 ] && targets+=(loom_fuzz_targets)
+cmake --preset fuzz "${launcher[@]}" >/dev/null
+cmake --build build-fuzz -j"$jobs" --target "${targets[@]}"
 # Memory errors, undefined behaviour and leaks (LeakSanitizer on).
 ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan --output-on-failure -j"$jobs" --timeout 900 -L unit
+  ctest --test-dir build-fuzz --output-on-failure -j"$jobs" --timeout 900 -L unit
 
-seconds=${LOOM_FUZZ_SECONDS:-20}
 if [ "$seconds" -gt 0 ]; then
-  cmake --preset fuzz "${launcher[@]}" >/dev/null
-  cmake --build build-fuzz -j"$jobs"
   for target in safetensors adapter_config config generation_config adapter batch sampler \
                 tokenizer tokenizer_model chat_template; do
     log=build-fuzz/fuzz-$target.log

@@ -1,7 +1,9 @@
 // Attention row kernels: scalar reference and AVX-512 (16-lane dot products and V accumulation); AVX2 in attention_avx2_cpu.cc.
 // GCC 12 warns falsely inside its own AVX-512 headers (_mm512_undefined_* in reductions).
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)  // a gcc-only warning
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include "cpu/attention_cpu.h"
 
 #include <immintrin.h>

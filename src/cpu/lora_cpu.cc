@@ -7,7 +7,9 @@
 #include <cmath>
 
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)  // a gcc-only warning
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 #define LOOM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
 

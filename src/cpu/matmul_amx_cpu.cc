@@ -4,7 +4,9 @@
 // once per matmul into B tiles by PackActivationsAmx.
 // GCC 12 warns falsely inside its own AVX-512 headers (_mm512_undefined_* pass-through operands).
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)  // a gcc-only warning
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <cpuid.h>
 #include <immintrin.h>
 #include <sys/syscall.h>

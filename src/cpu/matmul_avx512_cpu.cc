@@ -3,7 +3,9 @@
 // weight byte exactly once per step, so n ≤ 4 rows cost one pass over W).
 // GCC 12 warns falsely inside its own AVX-512 headers (_mm512_undefined_* in reductions).
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)  // a gcc-only warning
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <algorithm>

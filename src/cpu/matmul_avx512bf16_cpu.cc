@@ -2,7 +2,9 @@
 // 3 activation rows × 8 weight rows, and the activation rounding to bf16 done once per call.
 // GCC 12 warns falsely inside its own AVX-512 headers (_mm512_undefined_* in reductions).
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)  // a gcc-only warning
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <algorithm>
