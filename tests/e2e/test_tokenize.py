@@ -176,14 +176,31 @@ def _gate(srv, name):
     return srv.metric(f"loom_large_prompts_{name}")
 
 
-def _tokenize_rate(post, word):
-    """Bytes per second this server tokenizes a long word at: a 1 MiB one (~0.2 s on a Zen 1
-    core), a completion refused as too long for the context once tokenized."""
+def _gate_server(start_server, seed):
+    """The demo model's server with room for long prompts (--max-body 32MiB), a maker of
+    random-letter words (one long BPE word each: the slowest text to tokenize) and a poster."""
+    srv = start_server(DEMO, ["--max-body", "32MiB"])
+    rng = random.Random(seed)
+    letters = bytes(ord("a") + i % 26 for i in range(256))
+
+    def word(size):
+        return rng.randbytes(size).translate(letters).decode()
+
+    def post(path, body):
+        return requests.post(srv.url + path, json=body, timeout=120)
+
+    return srv, word, post
+
+
+def _long_size(word, post, seconds):
+    """Bytes of long words this server takes about `seconds` to tokenize (1 to 24 MiB), from
+    the speed of a 1 MiB word (~0.2 s on a Zen 1 core) sent as a completion, refused as too
+    long for the context once tokenized."""
     t = time.monotonic()
     r = post("/v1/completions", {"prompt": word(1 << 20), "max_tokens": 1})
     rate = (1 << 20) / (time.monotonic() - t)
     assert r.status_code == 400 and r.json()["error"]["param"] == "prompt", r.text
-    return rate
+    return int(min(24 << 20, max(1 << 20, seconds * rate)))
 
 
 def test_large_prompts_are_tokenized_one_at_a_time(start_server):
@@ -193,17 +210,8 @@ def test_large_prompts_are_tokenized_one_at_a_time(start_server):
     # request is answered at once; then the same with lists of 210 KiB words, each under the
     # threshold (a list used to pass piece by piece). The states are read off /metrics, and the
     # long words are sized from this machine's speed, so no step depends on how fast it runs.
-    srv = start_server(DEMO, ["--max-body", "32MiB"])
-    rng = random.Random(7)
-    letters = bytes(ord("a") + i % 26 for i in range(256))
-
-    def word(size):
-        return rng.randbytes(size).translate(letters).decode()
-
-    def post(path, body):
-        return requests.post(srv.url + path, json=body, timeout=120)
-
-    size = int(min(24 << 20, max(1 << 20, 2 * _tokenize_rate(post, word))))  # ~2 s
+    srv, word, post = _gate_server(start_server, 7)
+    size = _long_size(word, post, 2)
     words = max(1, size // (4 << 20))  # at most 4 MiB each: ~140 MB of working memory
     piece = 210 << 10
     variants = [  # (the long request, a large one, what the large ones answer)
@@ -247,17 +255,8 @@ def test_a_large_prompt_whose_client_leaves_stops_waiting(start_server):
     # connection it gives up its place at once, not after the prompt before it is done (and is
     # never tokenized). A long request, sized from this machine's speed to take ~4 s, holds the
     # gate while a raw-socket client queues a large /tokenize and then leaves.
-    srv = start_server(DEMO, ["--max-body", "32MiB"])
-    rng = random.Random(11)
-    letters = bytes(ord("a") + i % 26 for i in range(256))
-
-    def word(size):
-        return rng.randbytes(size).translate(letters).decode()
-
-    def post(path, body):
-        return requests.post(srv.url + path, json=body, timeout=120)
-
-    size = int(min(24 << 20, max(1 << 20, 4 * _tokenize_rate(post, word))))  # ~4 s
+    srv, word, post = _gate_server(start_server, 11)
+    size = _long_size(word, post, 4)
     words = max(1, size // (4 << 20))
     body = json.dumps({"prompt": word(300 << 10)}).encode()
     head = (f"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
