@@ -82,14 +82,14 @@ class EncodeGate {
         Drop(ticket);
         return Pass(nullptr, false, true);
       }
+      if (gone && gone()) {  // before entering: a text nobody reads is never tokenized
+        Drop(ticket);
+        return Pass(nullptr, false, false, true);
+      }
       if (!busy_ && queue_.front() == ticket) {
         queue_.pop_front();
         busy_ = true;
         return Pass(this, true);
-      }
-      if (gone && gone()) {
-        Drop(ticket);
-        return Pass(nullptr, false, false, true);
       }
       cv_.wait_for(lock, kPoll);
     }
