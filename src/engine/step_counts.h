@@ -14,7 +14,6 @@ namespace loom {
 // readers take a copy (AsyncEngine's stats snapshot).
 template <size_t N>
 struct StepHistogram {
-  static constexpr size_t kBounds = N;
   std::array<double, N> bounds;
   std::array<int64_t, N + 1> counts{};
   double sum = 0;

@@ -148,7 +148,7 @@ std::string RenderMetrics(const Metrics& m, const MetricsSnapshot& s, const std:
           s.adapter_evictions);
   gauge("loom_adapters_resident", "Adapters loaded in memory now.", s.adapters_resident);
   auto steps = [&](const std::string& name, const std::string& help, const auto& h) {
-    RenderHistogram(name, help, ml, h.bounds.data(), h.kBounds, h.counts.data(), h.sum, &out);
+    RenderHistogram(name, help, ml, h.bounds.data(), h.bounds.size(), h.counts.data(), h.sum, &out);
   };
   const StepCounts& sc = s.engine.step_counts;
   steps("loom_step_tokens", "Engine steps by the token rows they computed.", sc.tokens);
