@@ -2,7 +2,7 @@
 # The test command: installs dependencies, builds loom and runs every ctest (unit, golden); the
 # end-to-end tests (the real server driven by the official openai client, tests/e2e); then the
 # unit tests again with ASan + UBSan and each libFuzzer target for a short budget, both from one
-# clang build (build-fuzz; LOOM_FUZZ_SECONDS, default 20 s; 0 skips the fuzz runs).
+# clang build (build-fuzz; LOOM_FUZZ_SECONDS, default 10 s; 0 skips the fuzz runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -22,7 +22,7 @@ bash scripts/run-e2e.sh
 # Sanitized: one clang build (build-fuzz: ASan + UBSan, libFuzzer coverage in every object)
 # holds the unit tests and the libFuzzer targets, so the library is compiled once for both.
 # The golden tests are not built there: slow under ASan, and the Release run checked them.
-seconds=${LOOM_FUZZ_SECONDS:-20}
+seconds=${LOOM_FUZZ_SECONDS:-10}
 targets=(loom_unit_tests)
 [ "$seconds" -gt 0 ] && targets+=(loom_fuzz_targets)
 cmake --preset fuzz "${launcher[@]}" >/dev/null

@@ -492,7 +492,11 @@ TEST_F(TransportTest, ConnectionsBeyondTheLimitGet503) {
   o.max_connections = 2;
   Start(o);
   const int a = Connect(port()), b = Connect(port());
-  std::this_thread::sleep_for(100ms);
+  // Both counted before the third arrives, however long the server takes to accept them.
+  for (int i = 0; i < 3000 && transport_->num_connections() < 2; ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_EQ(transport_->num_connections(), 2);
   const int c = Connect(port());
   const std::string got = ReadAll(c);
   EXPECT_TRUE(got.rfind("HTTP/1.1 503", 0) == 0) << got;

@@ -3,10 +3,12 @@
 // (exponential repr), unpacking or splitting huge strings (GBs before the size check).
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 
 #include "tokenizer/jinja/interpreter.h"
 #include "tokenizer/jinja/parser.h"
+#include "tokenizer/jinja/utf8.h"
 
 namespace loom::jinja {
 namespace {
@@ -97,6 +99,40 @@ TEST(JinjaHostileTest, UnpackingAndSplittingHugeStringsFailBeforeBuilding) {
               "max_collection_bytes");
   ExpectError("{{ ('a ' * 8000000).split() | length }}", StatusCode::kResourceExhausted,
               "max_collection_bytes");
+}
+
+// FindSubstring searches a window at a time: every match position, also one straddling a window
+// edge (64 KiB) and needles longer than a window, is std::string_view::find's.
+TEST(JinjaHostileTest, FindSubstringAgreesWithFindAcrossWindowEdges) {
+  std::mt19937 rng(11);
+  for (size_t size : {size_t{0}, size_t{5}, size_t{65535}, size_t{65536}, size_t{65537},
+                      size_t{200000}, size_t{300001}}) {
+    std::string hay(size, 'a');
+    for (char& c : hay) c = static_cast<char>('a' + rng() % 3);
+    const size_t edge = 65536;
+    if (size > edge + 4) hay.replace(edge - 3, 7, "xyzWxyz");  // a match across the first edge
+    const std::string needles[] = {"a", "abc", "cab", "xyzWxyz", "zWx", std::string(70000, 'a'),
+                                   hay.size() > 80000 ? hay.substr(1000, 70000) : "q",
+                                   hay.size() > 5 ? hay.substr(hay.size() - 5) : "b"};
+    for (const std::string& sub : needles) {
+      std::string_view h(hay);
+      for (size_t from : {size_t{0}, size_t{1}, edge - 2, edge, size / 2, size}) {
+        if (from > size) continue;
+        size_t want = h.find(sub, from);
+        int hits = 0;
+        for (size_t p = FindSubstring(h, sub, from); p != std::string::npos && hits < 3;
+             p = FindSubstring(h, sub, p + 1), ++hits) {
+          ASSERT_EQ(p, want) << "size " << size << " sub " << sub.size() << " from " << from;
+          want = h.find(sub, p + 1);
+        }
+        if (hits < 3) {
+          EXPECT_EQ(want, std::string::npos) << size << " " << sub.size();
+        }
+      }
+    }
+  }
+  EXPECT_EQ(FindSubstring("abc", "", 3), 3u);
+  EXPECT_EQ(FindSubstring("abc", "c", 4), std::string::npos);
 }
 
 }  // namespace

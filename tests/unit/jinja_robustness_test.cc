@@ -32,7 +32,7 @@ std::string Repeat(const std::string& s, int n) {
 
 TEST(JinjaRobustnessTest, DeepExpressionNestingIsASyntaxError) {
   // Unclosed brackets are already a lexer error; balanced ones reach the parser's depth limit.
-  for (const std::string& open : {"(", "[", "{'a': "}) {
+  for (const char* open : {"(", "[", "{'a': "}) {
     EXPECT_FALSE(RenderText("{{ " + Repeat(open, 100000) + "1 }}").ok()) << open;
   }
   const std::pair<std::string, std::string> balanced[] = {
@@ -64,7 +64,7 @@ TEST(JinjaRobustnessTest, ModerateNestingStillWorks) {
 
 TEST(JinjaRobustnessTest, HugeLoopsRunOutOfSteps) {
   RenderLimits limits;
-  limits.max_steps = 1'000'000;
+  limits.max_steps = 200'000;  // any bound does: 1e10 iterations are asked for
   limits.max_render_ms = 0;  // the step limit alone, whatever the machine's speed
   StatusOr<std::string> r = RenderText(
       "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", limits);
