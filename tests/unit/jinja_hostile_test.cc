@@ -111,7 +111,12 @@ TEST(JinjaHostileTest, FindSubstringAgreesWithFindAcrossWindowEdges) {
     for (char& c : hay) c = static_cast<char>('a' + rng() % 3);
     const size_t edge = 65536;
     if (size > edge + 4) hay.replace(edge - 3, 7, "xyzWxyz");  // a match across the first edge
-    const std::string needles[] = {"a", "abc", "cab", "xyzWxyz", "zWx", std::string(70000, 'a'),
+    const std::string needles[] = {"a",
+                                   "abc",
+                                   "cab",
+                                   "xyzWxyz",
+                                   "zWx",
+                                   std::string(70000, 'a'),
                                    hay.size() > 80000 ? hay.substr(1000, 70000) : "q",
                                    hay.size() > 5 ? hay.substr(hay.size() - 5) : "b"};
     for (const std::string& sub : needles) {

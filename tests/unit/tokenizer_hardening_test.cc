@@ -206,8 +206,8 @@ TEST(TokenizerHardening, ManyAddedTokensLoadAndMatch) {
   std::string added = "[";
   for (int i = 0; i < kCount; ++i) {
     added += std::string(i == 0 ? "" : ",") + "{\"id\":" + std::to_string(96 + i) +
-             ",\"content\":\"<t" + std::to_string(i) + ">\",\"special\":" +
-             (i % 2 == 0 ? "true" : "false") +
+             ",\"content\":\"<t" + std::to_string(i) +
+             ">\",\"special\":" + (i % 2 == 0 ? "true" : "false") +
              ",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,\"normalized\":false}";
   }
   added += "]";
