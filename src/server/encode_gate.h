@@ -20,7 +20,8 @@ namespace loom::server {
 // so most handler threads stay free for everything else. Smaller texts never wait. Close() (the
 // drain deadline) refuses the waiting ones and every later large text. The waiting enter in the
 // order they came, and one whose client leaves gives up its place (it would otherwise hold a
-// handler thread, and then both cores, for a text nobody reads).
+// handler thread, and then both cores, for a text nobody reads); one whose client leaves while
+// it is tokenized stops there (tokenizer::EncodeCancelScope). Both are counted (abandoned()).
 //
 // Thread-safety: Enter/Leave from any thread.
 class EncodeGate {
@@ -51,6 +52,7 @@ class EncodeGate {
     bool ok() const { return ok_; }
     bool closed() const { return closed_; }  // refused because the gate was closed
     bool gone() const { return gone_; }      // given up: the client left while it waited
+    bool holds() const { return gate_ != nullptr; }  // holds the gate (a large text)
 
    private:
     friend class EncodeGate;
@@ -84,6 +86,7 @@ class EncodeGate {
       }
       if (gone && gone()) {  // before entering: a text nobody reads is never tokenized
         Drop(ticket);
+        ++abandoned_;
         return Pass(nullptr, false, false, true);
       }
       if (!busy_ && queue_.front() == ticket) {
@@ -114,6 +117,16 @@ class EncodeGate {
     std::lock_guard<std::mutex> lock(mu_);
     return busy_;
   }
+  // Large texts dropped because their client left, waiting or being tokenized (/metrics).
+  int64_t abandoned() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return abandoned_;
+  }
+  // A text that held the gate stopped being tokenized because its client left.
+  void CountAbandoned() {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++abandoned_;
+  }
 
   static constexpr std::chrono::milliseconds kPoll{50};
 
@@ -137,6 +150,7 @@ class EncodeGate {
   std::condition_variable cv_;
   bool busy_ = false;
   bool closed_ = false;
+  int64_t abandoned_ = 0;
   std::deque<uint64_t> queue_;  // the waiting, first come first
   uint64_t next_ticket_ = 0;
 };

@@ -202,6 +202,7 @@ HttpResponse HandleMetrics(const ServerContext& ctx) {
   }
   s.large_prompts_tokenizing = ctx.encode_gate.busy() ? 1 : 0;
   s.large_prompts_waiting = ctx.encode_gate.waiting();
+  s.large_prompts_abandoned = ctx.encode_gate.abandoned();
   return Text(RenderMetrics(ctx.metrics, s, ctx.options.served_model_name()),
               "text/plain; version=0.0.4; charset=utf-8");
 }

@@ -159,6 +159,10 @@ std::string RenderMetrics(const Metrics& m, const MetricsSnapshot& s, const std:
         s.large_prompts_tokenizing);
   gauge("loom_large_prompts_waiting",
         "Requests of 256 KiB or more of text waiting to be tokenized.", s.large_prompts_waiting);
+  counter("loom_large_prompts_abandoned",
+          "Requests of 256 KiB or more of text dropped because their client left, while waiting "
+          "to be tokenized or while being tokenized.",
+          s.large_prompts_abandoned);
   return out;
 }
 

@@ -51,6 +51,7 @@ struct MetricsSnapshot {
   int adapters_resident = 0;
   int large_prompts_tokenizing = 0;  // EncodeGate: 0 or 1
   int large_prompts_waiting = 0;
+  int64_t large_prompts_abandoned = 0;
 };
 
 // Prometheus text exposition (version 0.0.4); every series carries model_name.

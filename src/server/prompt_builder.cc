@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "tokenizer/cancel.h"
 #include "tokenizer/jinja/utf8.h"
 
 namespace loom::server {
@@ -74,6 +75,7 @@ bool RenderChatPrompt(const ServerContext& ctx, const OpenAiRequest& r, std::str
 bool BuildPrompts(const ServerContext& ctx, const OpenAiRequest& r,
                   std::vector<std::vector<int32_t>>* prompts, ApiError* error,
                   const std::function<bool()>& gone) {
+  bool left = false;  // the client left while a text was being tokenized
   auto encode = [&](const std::string& text, const char* field) -> bool {
     if (ctx.tokenizer == nullptr) {
       *error = BadRequest(
@@ -83,8 +85,16 @@ bool BuildPrompts(const ServerContext& ctx, const OpenAiRequest& r,
               std::string(r.endpoint == Endpoint::kCompletions ? "; send token ids" : ""));
       return false;
     }
+    // A client that leaves stops its tokenization (seconds of a core for a long text).
+    const tokenizer::EncodeCancelScope cancel(&gone);
     auto ids = ctx.tokenizer->Encode(text, r.add_special_tokens);
     if (!ids.ok()) {
+      if (gone && gone()) {
+        left = true;
+        *error = ApiError{400, "the client closed the connection while its prompt was tokenized",
+                          "", ""};
+        return false;
+      }
       *error = BadRequest(field, ids.status().message());
       return false;
     }
@@ -105,11 +115,17 @@ bool BuildPrompts(const ServerContext& ctx, const OpenAiRequest& r,
     }
     return pass;
   };
+  // A large text stopped because its client left is counted (/metrics).
+  auto stopped = [&](const EncodeGate::Pass& pass) {
+    if (left && pass.holds()) ctx.encode_gate.CountAbandoned();
+    return false;
+  };
   if (r.has_messages()) {
     std::string text;
     if (!RenderChatPrompt(ctx, r, &text, error)) return false;
     const auto pass = enter(text.size());
-    return pass.has_value() && encode(text, "messages");
+    if (!pass.has_value()) return false;
+    return encode(text, "messages") || stopped(*pass);
   }
   size_t total = 0;
   for (const Prompt& p : r.prompts) {
@@ -119,7 +135,7 @@ bool BuildPrompts(const ServerContext& ctx, const OpenAiRequest& r,
   if (!pass.has_value()) return false;
   for (const Prompt& p : r.prompts) {
     if (const auto* s = std::get_if<std::string>(&p)) {
-      if (!encode(*s, "prompt")) return false;
+      if (!encode(*s, "prompt")) return stopped(*pass);
     } else {
       prompts->push_back(std::get<std::vector<int32_t>>(p));
     }

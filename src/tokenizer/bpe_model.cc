@@ -1,12 +1,13 @@
 // BPE model: load from tokenizer.json and the merge loop of HF tokenizers (models/bpe).
 #include "tokenizer/bpe_model.h"
 
-#include <random>
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <queue>
+#include <random>
 
+#include "tokenizer/cancel.h"
 #include "tokenizer/unicode.h"
 
 namespace loom::tokenizer {
@@ -278,6 +279,7 @@ Status BpeModel::MergeWord(std::string_view word, std::vector<int32_t>* ids) con
     }
   }
   while (!queue.empty()) {
+    if (EncodeCancelled()) return EncodeCancelledError("a BPE word");
     const Merge top = queue.top();
     queue.pop();
     Symbol& cur = symbols[top.pos];

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <ctime>
 
+#include "tokenizer/cancel.h"
 #include "tokenizer/unicode.h"
 
 namespace loom::tokenizer {
@@ -167,6 +168,10 @@ Status Regex::FindAll(std::string_view s, std::vector<std::pair<size_t, size_t>>
   size_t last_match_end = static_cast<size_t>(-1);
   Status status;
   while (start <= s.size()) {
+    if (EncodeCancelled()) {
+      status = EncodeCancelledError("a regex");
+      break;
+    }
     if (budget.on && budget.Spent()) {
       char spent[32];
       std::snprintf(spent, sizeof(spent), "%.1f", static_cast<double>(budget.budget_ns) / 1e9);

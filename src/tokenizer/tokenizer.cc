@@ -12,6 +12,7 @@
 
 #include "base/file.h"
 #include "base/no_throw.h"
+#include "tokenizer/cancel.h"
 #include "tokenizer/convert.h"
 #include "tokenizer/json_limits.h"
 #include "tokenizer/regex.h"
@@ -378,7 +379,10 @@ Status Tokenizer::EncodePiece(std::string_view text, bool at_start, size_t max_b
   scratch->clear();
   scratch->push_back({std::string(text), at_start});
   if (pre_tokenizer_) RETURN_IF_ERROR(pre_tokenizer_->PreTokenize(scratch, max_bytes));
-  for (const PreToken& p : *scratch) RETURN_IF_ERROR(model_->Tokenize(p.text, ids));
+  for (const PreToken& p : *scratch) {
+    if (EncodeCancelled()) return EncodeCancelledError("the pre-tokens");
+    RETURN_IF_ERROR(model_->Tokenize(p.text, ids));
+  }
   return OkStatus();
 }
 

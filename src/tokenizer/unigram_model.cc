@@ -6,6 +6,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "tokenizer/cancel.h"
 #include "tokenizer/unicode.h"
 
 namespace loom::tokenizer {
@@ -123,6 +124,7 @@ Status UnigramModel::Tokenize(std::string_view word, std::vector<int32_t>* ids) 
   std::vector<Best> best(size + 1);
   size_t start = 0;
   while (start < size) {
+    if (EncodeCancelled()) return EncodeCancelledError("a unigram piece");
     const double base = best[start].score;
     const size_t mblen =
         std::min<size_t>(Utf8Length(static_cast<uint8_t>(word[start])), size - start);

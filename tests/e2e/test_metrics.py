@@ -15,7 +15,7 @@ GAUGES = ["vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cac
           "vllm:lora_requests_info", "loom_adapters_resident", "loom_large_prompts_tokenizing",
           "loom_large_prompts_waiting"]
 COUNTERS = ["vllm:prompt_tokens", "vllm:generation_tokens", "vllm:request_success",
-            "loom_adapter_loads", "loom_adapter_evictions"]
+            "loom_adapter_loads", "loom_adapter_evictions", "loom_large_prompts_abandoned"]
 HISTOGRAMS = ["vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
               "vllm:e2e_request_latency_seconds", "loom_step_tokens", "loom_step_sequences",
               "loom_step_adapters"]
@@ -152,6 +152,7 @@ def test_step_histograms_and_gate_gauges(msrv):
     assert r.usage.prompt_tokens < 16 and rows == r.usage.prompt_tokens + 8, rows
     assert msrv.metric("loom_large_prompts_tokenizing") == 0
     assert msrv.metric("loom_large_prompts_waiting") == 0
+    assert msrv.metric("loom_large_prompts_abandoned_total") == 0
 
 
 def test_histogram_le_labels_as_vllm_writes_them(msrv):

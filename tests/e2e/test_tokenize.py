@@ -278,3 +278,26 @@ def test_a_large_prompt_whose_client_leaves_stops_waiting(start_server):
     assert _gate(srv, "waiting") == 0 and _gate(srv, "tokenizing") == 0
     r = post("/tokenize", {"prompt": word(300 << 10)})  # the gate still works
     assert r.status_code == 200 and r.json()["count"] > (300 << 10) // 8, r.text[:300]
+    assert _gate(srv, "abandoned_total") == 1
+
+
+def test_a_large_prompt_whose_client_leaves_stops_being_tokenized(start_server):
+    # Tokenizing a long text takes seconds of a core and holds the large-prompt gate; once its
+    # client closes the connection the tokenizing stops (tokenizer::EncodeCancelScope) and the
+    # request is counted as abandoned. Without the stop it would run to the end for nobody and
+    # count nothing. Sized from this machine's speed to take ~4 s.
+    srv, word, post = _gate_server(start_server, 13)
+    size = _long_size(word, post, 4)
+    words = max(1, size // (4 << 20))
+    body = json.dumps({"prompt": [word(size // words) for _ in range(words)],
+                       "max_tokens": 1}).encode()
+    head = (f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+    s.sendall(head + body)
+    wait_until(lambda: _gate(srv, "tokenizing") == 1, 60, 0.005, "the long one tokenized")
+    s.close()
+    wait_until(lambda: _gate(srv, "tokenizing") == 0, 60, 0.005, "the tokenizing to end")
+    assert _gate(srv, "abandoned_total") == 1, "it ran to the end"
+    r = post("/tokenize", {"prompt": word(300 << 10)})  # the gate still works
+    assert r.status_code == 200 and r.json()["count"] > (300 << 10) // 8, r.text[:300]
