@@ -18,6 +18,7 @@ namespace {
 
 const std::string kQwen = std::string(LOOM_FIXTURES) + "/tokenizers/Qwen2.5-0.5B-Instruct";
 const std::string kUnigram = std::string(LOOM_FIXTURES) + "/tokenizers/spm-unigram-json";
+const std::string kTinyLlama = std::string(LOOM_FIXTURES) + "/tokenizers/TinyLlama-1.1B-Chat-v1.0";
 
 std::string RandomLetters(size_t n, bool words, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -35,7 +36,7 @@ TEST_P(EncodeCancelTest, AHookThatSaysStopStopsTheEncodeAndOneThatDoesNotChanges
   auto tok = tokenizer::Tokenizer::FromModelDir(GetParam());
   ASSERT_TRUE(tok.ok()) << tok.status().ToString();
   for (bool words : {false, true}) {
-    const std::string text = RandomLetters(512 << 10, words, words ? 3 : 4);
+    const std::string text = RandomLetters(256 << 10, words, words ? 3 : 4);
     auto plain = (*tok)->Encode(text, false);
     ASSERT_TRUE(plain.ok()) << plain.status().ToString();
 
@@ -61,8 +62,14 @@ TEST_P(EncodeCancelTest, AHookThatSaysStopStopsTheEncodeAndOneThatDoesNotChanges
           << ids.status().message();
       EXPECT_EQ(asked, stop_at) << "it stopped at the first yes";
     }
-    // The scope closed: the same text encodes again in full.
+    // The scope closed: the same text encodes again in full; so it does under an empty hook.
     auto again = (*tok)->Encode(text, false);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(*again, *plain);
+    std::function<bool()> empty;
+    tokenizer::EncodeCancelScope scope(&empty);
+    tokenizer::EncodeCancelScope none(nullptr);
+    again = (*tok)->Encode(text, false);
     ASSERT_TRUE(again.ok());
     EXPECT_EQ(*again, *plain);
   }
@@ -70,17 +77,8 @@ TEST_P(EncodeCancelTest, AHookThatSaysStopStopsTheEncodeAndOneThatDoesNotChanges
 
 INSTANTIATE_TEST_SUITE_P(Tokenizers, EncodeCancelTest, testing::Values(kQwen, kUnigram));
 
-TEST(EncodeCancel, AnEmptyHookPollsNothing) {
-  auto tok = tokenizer::Tokenizer::FromModelDir(kQwen);
-  ASSERT_TRUE(tok.ok());
-  std::function<bool()> empty;
-  tokenizer::EncodeCancelScope scope(&empty);
-  tokenizer::EncodeCancelScope none(nullptr);
-  EXPECT_TRUE((*tok)->Encode(RandomLetters(200000, true, 5), false).ok());
-}
-
 TEST(EncodeCancel, BuildPromptsStopsALargePromptWhoseClientLeftAndCountsIt) {
-  auto tok = tokenizer::Tokenizer::FromModelDir(kQwen);
+  auto tok = tokenizer::Tokenizer::FromModelDir(kTinyLlama);  // loads in a fifth of Qwen's time
   ASSERT_TRUE(tok.ok());
   server::ServerContext ctx;
   ctx.tokenizer = tok->get();

@@ -95,6 +95,7 @@ TEST(SentencePieceModel, CorruptBuffersAreErrors) {
       {Tag(1, 0) + Varint(5), "pieces"},  // a varint where a message belongs
       {Piece("\xFF\xFE"), "UTF-8"},
       {Piece("a", 9), "piece type 9"},
+      {Piece("a") + Piece("b") + Piece("c", 9), "tokenizer.model pieces[2]: piece type 9"},
       {Tag(1, 5) + "ab", "past the end"},
       {Len(2, Tag(3, 2) + Varint(1) + "x"), "model_type"},
       {Varint(0) + "x", "field number"},
