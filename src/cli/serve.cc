@@ -226,16 +226,17 @@ int RunServe(ServeArgs& a) {
   };
   wait_while([&] { return engine.num_in_flight() > 0 || http.num_unanswered() > 0; }, deadline);
   const int aborted = engine.num_in_flight();
-  ctx.encode_gate.Close();  // large prompts waiting to be tokenized: 503
+  ctx.encode_gate.Close();  // prompts waiting to be tokenized or being tokenized: 503
   engine.Stop();  // aborts what is left: their streams end with finish_reason "abort"
   // Their last chunks and bodies (and the 503s of handlers that submit now) are written, for
   // at most 2 s more: a client that does not read is not waited for.
   wait_while([&] { return http.num_unanswered() > 0; },
              std::chrono::steady_clock::now() + std::chrono::seconds(2));
   if (const int64_t busy = http.num_unanswered(); busy > 0) {
-    // A handler still working (tokenizing a long prompt, say) would hold the exit past the
-    // deadline for as long as it takes (four 24 MiB prompts: 22 s). The deadline is the
-    // deadline: exit now; the kernel closes their connections.
+    // A handler still working (loading an adapter, say; tokenizing stops at Close) would hold
+    // the exit past the deadline for as long as it takes (four 24 MiB prompts took 22 s before
+    // tokenizing stopped there). The deadline is the deadline: exit now; the kernel closes their
+    // connections.
     std::fprintf(stderr,
                  "loom: stopped (%d sequence(s) aborted at the deadline; %lld request(s) still in "
                  "a handler, their connections closed)\n",

@@ -18,7 +18,8 @@ namespace loom::server {
 // requests waited for a thread. Texts of at least `large_bytes` go through this gate one at a
 // time; at most `max_waiting` wait for it, and a text beyond that is refused (503, retry later),
 // so most handler threads stay free for everything else. Smaller texts never wait. Close() (the
-// drain deadline) refuses the waiting ones and every later large text. The waiting enter in the
+// drain deadline) refuses the waiting ones and every later large text, and stops the texts being
+// tokenized (BuildPrompts polls closed()). The waiting enter in the
 // order they came, and one whose client leaves gives up its place (it would otherwise hold a
 // handler thread, and then both cores, for a text nobody reads); one whose client leaves while
 // it is tokenized stops there (tokenizer::EncodeCancelScope). Both are counted (abandoned()).
@@ -98,13 +99,19 @@ class EncodeGate {
     }
   }
 
-  // Refuses the texts waiting now and every large one after (the text being tokenized goes on).
+  // Refuses the texts waiting now and every large one after; the tokenizing that polls closed()
+  // stops.
   void Close() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       closed_ = true;
     }
     cv_.notify_all();
+  }
+
+  bool closed() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return closed_;
   }
 
   // How many wait now (/metrics, tests).

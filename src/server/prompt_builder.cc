@@ -85,14 +85,20 @@ bool BuildPrompts(const ServerContext& ctx, const OpenAiRequest& r,
               std::string(r.endpoint == Endpoint::kCompletions ? "; send token ids" : ""));
       return false;
     }
-    // A client that leaves stops its tokenization (seconds of a core for a long text).
-    const tokenizer::EncodeCancelScope cancel(&gone);
+    // A client that leaves, or the drain deadline (the gate closed), stops the tokenizing: a
+    // long text takes seconds of a core.
+    const std::function<bool()> stop = [&] { return (gone && gone()) || ctx.encode_gate.closed(); };
+    const tokenizer::EncodeCancelScope cancel(&stop);
     auto ids = ctx.tokenizer->Encode(text, r.add_special_tokens);
     if (!ids.ok()) {
       if (gone && gone()) {
         left = true;
         *error = ApiError{400, "the client closed the connection while its prompt was tokenized",
                           "", ""};
+        return false;
+      }
+      if (ctx.encode_gate.closed()) {
+        *error = ApiError{503, "the server is shutting down", "", ""};
         return false;
       }
       *error = BadRequest(field, ids.status().message());

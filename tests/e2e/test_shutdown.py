@@ -245,7 +245,8 @@ def test_sigterm_keeps_its_deadline_while_long_prompts_are_tokenized(start_serve
     # A long one-word prompt takes seconds to tokenize, and the large prompts behind it wait at
     # the gate. The process kept tokenizing them after the deadline and exited 22-25 s after
     # SIGTERM with --shutdown-timeout 1 (chaos sweep finding). Now the waiting ones are refused
-    # at the deadline and the process exits after the 2 s grace whatever a handler is doing.
+    # at the deadline, the one being tokenized stops there, both answered 503, and the process
+    # exits in its own time (not through the forced exit of a handler still working).
     srv = start_server(DEMO, ["--shutdown-timeout", "1", "--max-body", "128MiB"])
     rng = random.Random(5)
     letters = bytes(ord("a") + i % 26 for i in range(256))
@@ -299,6 +300,6 @@ def test_sigterm_keeps_its_deadline_while_long_prompts_are_tokenized(start_serve
     assert elapsed < 9, f"exit took {elapsed:.1f}s with --shutdown-timeout 1:\n{srv.log()}"
     # The waiting one is refused at the deadline ...
     assert outcomes["waiting"][0] == 503 and "shutting down" in outcomes["waiting"][1], outcomes
-    # ... and the one being tokenized did not hold the exit: its connection was closed.
-    assert isinstance(outcomes["tokenized"][0], str), outcomes["tokenized"]
-    assert "still in a handler" in srv.log(), (outcomes, srv.log())
+    # ... and the one being tokenized stopped there and was answered the same.
+    assert outcomes["tokenized"][0] == 503 and "shutting down" in outcomes["tokenized"][1], outcomes
+    assert "still in a handler" not in srv.log(), (outcomes, srv.log())

@@ -2,7 +2,7 @@
 // (Qwen2.5's) and a SentencePiece unigram one stop within kPollEvery units of work once the hook
 // says so, in one long word (BPE merges, unigram positions) and in text of many words (regex
 // matches, pre-tokens); a hook that never says so changes nothing. BuildPrompts stops a large
-// prompt whose client leaves and counts it.
+// prompt whose client leaves (a 400, counted) or when the drain deadline closes the gate (503).
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -77,7 +77,7 @@ TEST_P(EncodeCancelTest, AHookThatSaysStopStopsTheEncodeAndOneThatDoesNotChanges
 
 INSTANTIATE_TEST_SUITE_P(Tokenizers, EncodeCancelTest, testing::Values(kQwen, kUnigram));
 
-TEST(EncodeCancel, BuildPromptsStopsALargePromptWhoseClientLeftAndCountsIt) {
+TEST(EncodeCancel, BuildPromptsStopsWhenTheClientLeavesOrTheGateCloses) {
   auto tok = tokenizer::Tokenizer::FromModelDir(kTinyLlama);  // loads in a fifth of Qwen's time
   ASSERT_TRUE(tok.ok());
   server::ServerContext ctx;
@@ -102,11 +102,26 @@ TEST(EncodeCancel, BuildPromptsStopsALargePromptWhoseClientLeftAndCountsIt) {
   // A client that stays gets its prompt.
   server::OpenAiRequest r;
   r.prompts = {RandomLetters(server::EncodeGate::kLargeBytes + 1000, true, 8)};
-  std::function<bool()> stays = [] { return false; };
+  int polls = 0;
+  std::function<bool()> stays = [&] { return ++polls < 0; };
   std::vector<std::vector<int32_t>> prompts;
   server::ApiError error;
   ASSERT_TRUE(server::BuildPrompts(ctx, r, &prompts, &error, stays)) << error.message;
   EXPECT_EQ(prompts.size(), 1u);
+  // The drain deadline (the gate closes) while it is tokenized: stopped there, a 503, and not
+  // counted as abandoned.
+  const int64_t before = ctx.encode_gate.abandoned();
+  polls = 0;
+  std::function<bool()> closes = [&] {
+    if (++polls == 2) ctx.encode_gate.Close();
+    return false;
+  };
+  prompts.clear();
+  EXPECT_FALSE(server::BuildPrompts(ctx, r, &prompts, &error, closes));
+  EXPECT_EQ(error.http_status, 503);
+  EXPECT_NE(error.message.find("shutting down"), std::string::npos) << error.message;
+  EXPECT_GT(polls, 2) << "polled on after the close";
+  EXPECT_EQ(ctx.encode_gate.abandoned(), before);
 }
 
 }  // namespace
