@@ -90,14 +90,17 @@ bool BuildPrompts(const ServerContext& ctx, const OpenAiRequest& r,
     const std::function<bool()> stop = [&] { return (gone && gone()) || ctx.encode_gate.closed(); };
     const tokenizer::EncodeCancelScope cancel(&stop);
     auto ids = ctx.tokenizer->Encode(text, r.add_special_tokens);
+    // Only a stopped encode is kUnavailable (tokenizer::EncodeCancelledError); any other error
+    // is the text's, whatever became of the client.
+    const bool stopped = !ids.ok() && ids.status().code() == StatusCode::kUnavailable;
     if (!ids.ok()) {
-      if (gone && gone()) {
+      if (stopped && gone && gone()) {
         left = true;
         *error = ApiError{400, "the client closed the connection while its prompt was tokenized",
                           "", ""};
         return false;
       }
-      if (ctx.encode_gate.closed()) {
+      if (stopped && ctx.encode_gate.closed()) {
         *error = ApiError{503, "the server is shutting down", "", ""};
         return false;
       }

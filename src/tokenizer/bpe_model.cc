@@ -224,6 +224,7 @@ Status BpeModel::MergeWord(std::string_view word, std::vector<int32_t>* ids) con
   int32_t pending_unk = -1;  // same as HF: an unknown run waits to be fused or flushed
   size_t pos = 0;
   while (pos < word.size()) {
+    if (EncodeCancelled()) return EncodeCancelledError("a BPE word");
     const size_t start = pos;
     pos += Utf8Length(static_cast<uint8_t>(word[pos]));
     pos = std::min(pos, word.size());
@@ -274,6 +275,7 @@ Status BpeModel::MergeWord(std::string_view word, std::vector<int32_t>* ids) con
   storage.reserve(symbols.size());
   std::priority_queue<Merge> queue(std::less<Merge>(), std::move(storage));
   for (size_t i = 0; i + 1 < symbols.size(); ++i) {
+    if (EncodeCancelled()) return EncodeCancelledError("a BPE word");
     if (const MergeValue* mv = merges_.Find(symbols[i].id, symbols[i + 1].id)) {
       queue.push({mv->rank, static_cast<int32_t>(i), mv->new_id});
     }

@@ -6,27 +6,15 @@
 namespace loom::tokenizer {
 namespace {
 
-struct CancelState {
-  const std::function<bool()>* hook = nullptr;
-  unsigned count = 0;
-  bool cancelled = false;
-};
-thread_local CancelState state;
+thread_local EncodeCancelScope::State state;
 
 }  // namespace
 
-EncodeCancelScope::EncodeCancelScope(const std::function<bool()>* cancelled)
-    : previous_(state.hook) {
-  state.hook = cancelled != nullptr && *cancelled ? cancelled : nullptr;
-  state.count = 0;
-  state.cancelled = false;
+EncodeCancelScope::EncodeCancelScope(const std::function<bool()>* cancelled) : previous_(state) {
+  state = State{cancelled != nullptr && *cancelled ? cancelled : nullptr, 0, false};
 }
 
-EncodeCancelScope::~EncodeCancelScope() {
-  state.hook = previous_;
-  state.count = 0;
-  state.cancelled = false;
-}
+EncodeCancelScope::~EncodeCancelScope() { state = previous_; }
 
 bool EncodeCancelled() {
   if (state.hook == nullptr) return false;

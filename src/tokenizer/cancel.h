@@ -8,10 +8,13 @@
 namespace loom::tokenizer {
 
 // While alive, every Tokenizer::Encode this thread runs polls `cancelled` (every kPollEvery
-// units of work: regex matches, BPE merges, pre-tokens) and stops with kUnavailable once it
-// returns true. The server passes "the client closed its connection": an 8 MiB word takes ~8 s
-// of a core to tokenize, and holds the large-prompt gate meanwhile, for nobody. Scopes do not
-// nest (an inner one replaces the hook until it closes); a null or empty hook polls nothing.
+// units of work: regex matches, pre-tokens, a BPE word's characters, pairs and merges, unigram
+// positions) and stops with kUnavailable (only a stop gives that code inside Encode) once it
+// returns true. The server passes "the client closed its connection, or the drain deadline
+// closed the large-prompt gate": an 8 MiB word takes ~8 s of a core to tokenize, and holds that
+// gate meanwhile, for nobody. A nested scope replaces the hook until it closes, and the outer
+// one's state comes back then; a null or empty hook polls nothing. Wrap Encode alone: Decode
+// steps over a failed regex replace, so a stop there would go unnoticed.
 class EncodeCancelScope {
  public:
   explicit EncodeCancelScope(const std::function<bool()>* cancelled);
@@ -19,8 +22,14 @@ class EncodeCancelScope {
   EncodeCancelScope(const EncodeCancelScope&) = delete;
   EncodeCancelScope& operator=(const EncodeCancelScope&) = delete;
 
+  struct State {
+    const std::function<bool()>* hook = nullptr;
+    unsigned count = 0;
+    bool cancelled = false;
+  };
+
  private:
-  const std::function<bool()>* previous_;
+  State previous_;
 };
 
 inline constexpr unsigned kPollEvery = 1024;

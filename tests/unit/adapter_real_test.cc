@@ -1,4 +1,7 @@
 // LoadAdapter on real fine-tunes: bases of their real shapes, the broken and foreign real adapters.
+#include <algorithm>
+#include <cstring>
+
 #include "unit/adapter_test_util.h"
 
 namespace loom {

@@ -75,6 +75,30 @@ TEST_P(EncodeCancelTest, AHookThatSaysStopStopsTheEncodeAndOneThatDoesNotChanges
   }
 }
 
+TEST(EncodeCancel, ANestedScopeGivesTheOuterOneItsStateBack) {
+  int outer_calls = 0, inner_calls = 0;
+  std::function<bool()> outer = [&] { return ++outer_calls > 0; };
+  std::function<bool()> inner = [&] { return ++inner_calls < 0; };
+  tokenizer::EncodeCancelScope a(&outer);
+  bool stopped = false;
+  for (unsigned i = 0; i < tokenizer::kPollEvery && !stopped; ++i) {
+    stopped = tokenizer::EncodeCancelled();
+  }
+  ASSERT_TRUE(stopped);
+  {
+    tokenizer::EncodeCancelScope b(&inner);
+    for (unsigned i = 0; i < 3 * tokenizer::kPollEvery; ++i)
+      EXPECT_FALSE(tokenizer::EncodeCancelled());
+    EXPECT_EQ(inner_calls, 3);
+    tokenizer::EncodeCancelScope none(nullptr);  // no hook: nothing is polled
+    for (unsigned i = 0; i < 2 * tokenizer::kPollEvery; ++i)
+      EXPECT_FALSE(tokenizer::EncodeCancelled());
+  }
+  EXPECT_TRUE(tokenizer::EncodeCancelled()) << "the outer scope had said stop";
+  EXPECT_EQ(outer_calls, 1);
+  EXPECT_EQ(inner_calls, 3);
+}
+
 INSTANTIATE_TEST_SUITE_P(Tokenizers, EncodeCancelTest, testing::Values(kQwen, kUnigram));
 
 TEST(EncodeCancel, BuildPromptsStopsWhenTheClientLeavesOrTheGateCloses) {
