@@ -57,14 +57,20 @@ LOOM_AVX512 inline __m128 Reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
   return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
-// Writes acc[a][0..NJ) to y[a * ldy + 0..NJ).
+// Writes acc[a][0..NJ) to y[a * ldy + 0..NJ). Narrower tiles (a column range's last 1-3
+// columns) reduce through the same Reduce4 tree with zero accumulators beside them, so a
+// column's sum has the same bits whatever tile width the range's bounds give it.
 template <int NI, int NJ>
 LOOM_AVX512 inline void StoreTile(__m512 (&acc)[NI][NJ], float* y, int64_t ldy) {
+  const __m512 zero = _mm512_setzero_ps();
   for (int a = 0; a < NI; ++a) {
+    const __m128 s =
+        Reduce4(acc[a][0], NJ > 1 ? acc[a][NJ > 1 ? 1 : 0] : zero,
+                NJ > 2 ? acc[a][NJ > 2 ? 2 : 0] : zero, NJ > 3 ? acc[a][NJ > 3 ? 3 : 0] : zero);
     if constexpr (NJ == 4) {
-      _mm_storeu_ps(y + a * ldy, Reduce4(acc[a][0], acc[a][1], acc[a][2], acc[a][3]));
+      _mm_storeu_ps(y + a * ldy, s);
     } else {
-      for (int b = 0; b < NJ; ++b) y[a * ldy + b] = _mm512_reduce_add_ps(acc[a][b]);
+      _mm_mask_storeu_ps(y + a * ldy, static_cast<__mmask8>((1u << NJ) - 1), s);
     }
   }
 }
