@@ -213,11 +213,14 @@ def test_large_prompts_are_tokenized_one_at_a_time(start_server):
     srv, word, post = _gate_server(start_server, 7)
     size = _long_size(word, post, 2)
     words = max(1, size // (4 << 20))  # at most 4 MiB each: ~140 MB of working memory
-    piece = 210 << 10
+    # Pieces each under the 256 KiB threshold, at most 64 of them (a request's prompt limit): on
+    # a fast machine (~9 MB/s on an Emerald Rapids core) 210 KiB pieces would need 85.
+    pieces = min(64, max(1, size // (210 << 10)))
+    piece = min(255 << 10, max(210 << 10, size // pieces))
     variants = [  # (the long request, a large one, what the large ones answer)
         ({"prompt": [word(size // words) for _ in range(words)], "max_tokens": 1},
          ("/tokenize", lambda: {"prompt": word(300 << 10)}), 200),
-        ({"prompt": [word(piece) for _ in range(size // piece)], "max_tokens": 1},
+        ({"prompt": [word(piece) for _ in range(pieces)], "max_tokens": 1},
          ("/v1/completions", lambda: {"prompt": [word(piece), word(piece)], "max_tokens": 1}), 400),
     ]
     for long_body, (path, large), good in variants:
