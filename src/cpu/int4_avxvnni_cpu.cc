@@ -36,8 +36,8 @@ LOOM_AVXVNNI inline void Store(float* out, __m256 lo, __m256 hi, int cols) {
 // column) is MatmulInt4's contract (int4_cpu.h).
 template <int R, int P, int G>
 LOOM_AVXVNNI inline void Tile(const int8_t* xq, const float* sx, const int32_t* corr, int64_t kp,
-                           const uint8_t* wq, const uint16_t* wd, int64_t p0, int cols, float* y,
-                           int64_t ldy) {
+                              const uint8_t* wq, const uint16_t* wd, int64_t p0, int64_t ps,
+                              int cols, float* y, int64_t ldy) {
   const int64_t groups = kp / G, panel_bytes = kInt4Panel * kp / 2;
   const __m256i nib = _mm256_set1_epi8(0x0F);
   __m256 acc[R][P][2];
@@ -51,6 +51,13 @@ LOOM_AVXVNNI inline void Tile(const int8_t* xq, const float* sx, const int32_t* 
       for (int p = 0; p < P; ++p) sum[r][p][0] = sum[r][p][1] = c;
     }
     for (int64_t t = g * G / 8; t < (g + 1) * G / 8; ++t) {
+      if constexpr (R == 1) {  // decode: see kInt4PrefetchAhead
+        for (int p = 0; p < P; ++p) {
+          _mm_prefetch(reinterpret_cast<const char*>(wq + (p0 + p * ps) * panel_bytes + t * 64) +
+                           kInt4PrefetchAhead,
+                       _MM_HINT_T0);
+        }
+      }
       __m256i xl[R], xh[R];
       for (int r = 0; r < R; ++r) {
         xl[r] = Broadcast4(xq + r * kp + 8 * t);
@@ -59,7 +66,7 @@ LOOM_AVXVNNI inline void Tile(const int8_t* xq, const float* sx, const int32_t* 
       for (int p = 0; p < P; ++p) {
         for (int h = 0; h < 2; ++h) {
           const __m256i raw = _mm256_loadu_si256(
-              reinterpret_cast<const __m256i*>(wq + (p0 + p) * panel_bytes + t * 64 + 32 * h));
+              reinterpret_cast<const __m256i*>(wq + (p0 + p * ps) * panel_bytes + t * 64 + 32 * h));
           const __m256i wl = _mm256_and_si256(raw, nib);
           const __m256i wh = _mm256_and_si256(_mm256_srli_epi16(raw, 4), nib);
           for (int r = 0; r < R; ++r) {
@@ -72,7 +79,7 @@ LOOM_AVXVNNI inline void Tile(const int8_t* xq, const float* sx, const int32_t* 
     for (int p = 0; p < P; ++p) {
       for (int h = 0; h < 2; ++h) {
         const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(
-            wd + ((p0 + p) * groups + g) * kInt4Panel + 8 * h)));
+            wd + ((p0 + p * ps) * groups + g) * kInt4Panel + 8 * h)));
         for (int r = 0; r < R; ++r) {
           acc[r][p][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[r][p][h]), d, acc[r][p][h]);
         }
@@ -82,7 +89,7 @@ LOOM_AVXVNNI inline void Tile(const int8_t* xq, const float* sx, const int32_t* 
   for (int r = 0; r < R; ++r) {
     const __m256 s = _mm256_set1_ps(sx[r]);
     for (int p = 0; p < P; ++p) {
-      Store(y + r * ldy + p * kInt4Panel, _mm256_mul_ps(acc[r][p][0], s),
+      Store(y + r * ldy + p * ps * kInt4Panel, _mm256_mul_ps(acc[r][p][0], s),
             _mm256_mul_ps(acc[r][p][1], s), p == P - 1 ? cols : kInt4Panel);
     }
   }
@@ -95,12 +102,16 @@ LOOM_AVXVNNI void Rows(const int8_t* xq, const float* sx, const int32_t* corr, i
   constexpr int P = R == 1 ? 2 : 1;  // int32 and f32 accumulators: at most 12 of 16 ymm
   const int64_t first = j0 / kInt4Panel, last = (j1 + kInt4Panel - 1) / kInt4Panel;
   int64_t p = first;
-  for (; p + P < last || (p + P == last && j1 % kInt4Panel == 0); p += P) {
-    Tile<R, P, G>(xq, sx, corr, kp, wq, wd, p, kInt4Panel, y + (p - first) * kInt4Panel, ldy);
+  if constexpr (P == 2) {  // panels i and h + i: two sequential streams, as the AVX2 kernel
+    const int64_t h = (j1 / kInt4Panel - first) / 2;
+    for (int64_t i = 0; i < h; ++i) {
+      Tile<R, 2, G>(xq, sx, corr, kp, wq, wd, first + i, h, kInt4Panel, y + i * kInt4Panel, ldy);
+    }
+    p += 2 * h;
   }
   for (; p < last; ++p) {
     const int cols = static_cast<int>(std::min<int64_t>(kInt4Panel, j1 - p * kInt4Panel));
-    Tile<R, 1, G>(xq, sx, corr, kp, wq, wd, p, cols, y + (p - first) * kInt4Panel, ldy);
+    Tile<R, 1, G>(xq, sx, corr, kp, wq, wd, p, 1, cols, y + (p - first) * kInt4Panel, ldy);
   }
 }
 

@@ -61,7 +61,7 @@ TEST(Int4Kernels, EveryKernelEqualsTheScalarReferenceAtEveryRowCountAndAtTheExtr
   std::uniform_real_distribution<float> sd(0.001f, 0.05f);
   std::vector<int8_t> all4;
   for (int v = -8; v <= 7; ++v) all4.push_back(static_cast<int8_t>(v));
-  const int64_t kp = 256, m = 77;
+  const int64_t kp = 256, m = 157;
   for (int group : {32, 64, 128}) {
     const int64_t groups = kp / group;
     // extreme 2: every product at the largest magnitude (u = 15, x = −128), the AVX2 kernel's
@@ -82,9 +82,10 @@ TEST(Int4Kernels, EveryKernelEqualsTheScalarReferenceAtEveryRowCountAndAtTheExtr
         std::vector<float> want(static_cast<size_t>(n * m));
         cpu::MatmulInt4Scalar(xq.data(), sx.data(), corr.data(), n, kp, w.wq.data(), w.wd.data(), group, 0, m,
                               want.data(), m);
-        // Column blocks as ForEachPanelBlock cuts them: several (1, 3 full panels, a ragged one)
-        // or one block of all (4 full panels and a ragged one: the AVX2 one-row tiles pair
-        // panels i and 2 + i).
+        // Column blocks as ForEachPanelBlock cuts them: several (1, 3 full panels, 5 full and a
+        // ragged one) or one block of all (9 full panels and a ragged one: the one-row tiles
+        // take panels i, q + i, ... before the rest: AVX-512 4 streams of q = 2 panels, AVX2
+        // and AVX-VNNI 2 streams of 4).
         using Blocks = std::vector<std::pair<int64_t, int64_t>>;
         for (const Blocks& blocks : {Blocks{{0, 16}, {16, 64}, {64, m}}, Blocks{{0, m}}}) {
           for (auto [name, fn] : Kernels()) {
