@@ -65,6 +65,15 @@ void MatmulInt4AvxVnni(const int8_t* xq, const float* sx, const int32_t* corr, i
                        int64_t k_pad, const uint8_t* wq, const uint16_t* wd, int group,
                        int64_t j0, int64_t j1, float* y, int64_t ldy);
 
+// AMX-INT8 (TDPBSUD, where HasAmxInt8(); prefill): group 64 or 128 (Int4AmxGroup; a tile step
+// is 64 inputs, which would straddle two groups of 32), else the scalar reference. Reads
+// activation rows in tiles of 16, so xq must hold rows up to n rounded up to 32 (extra rows:
+// any values) — corr and sx only n; only rows < n are written. Same bits as every other level.
+bool Int4AmxGroup(int group);
+void MatmulInt4Amx(const int8_t* xq, const float* sx, const int32_t* corr, int64_t n, int64_t k_pad,
+                   const uint8_t* wq, const uint16_t* wd, int group, int64_t j0, int64_t j1,
+                   float* y, int64_t ldy);
+
 // Asymmetric weights with per-group zero points (GPTQ, AWQ): W[j, i] = d[j, g]·(u − z[j, g]),
 // u the stored nibble (0..15, the panel's q + 8) and z in 0..16. Group 32, 64 or 128.
 // sums[r, g] = Σ_{i∈g} xq[r, i]; xq: [n, k_pad]; sums: [n, k_pad / group].

@@ -31,7 +31,7 @@ std::string MatmulKernelsDescription() {
   out += std::string("; int8/int4 ") + cpu::IntKernelName(ik);
   // No AVX-VNNI kernel for int4 zero points (GPTQ/AWQ): those run the AVX2 one.
   if (ik == cpu::IntKernel::kAvxVnni) out += " (int4 zero points: avx2)";
-  if (isa >= cpu::Isa::kAmx && cpu::HasAmxInt8()) out += " (int8 prefill: amx)";
+  if (isa >= cpu::Isa::kAmx && cpu::HasAmxInt8()) out += " (int8, int4 g64/g128 prefill: amx)";
   return out;
 }
 

@@ -187,7 +187,9 @@ StatusOr<std::unique_ptr<Int4Weight>> Int4WeightAsymmetric(const uint8_t* u, con
 }
 
 namespace {
-// Quantized, zero-padded activation rows, their scales and corrections, owned by the calling thread.
+constexpr int64_t kAmxInt4MinRows = 16;  // as int8's: below a tile of rows, VNNI
+// Quantized, zero-padded activation rows, their scales and corrections, owned by the calling
+// thread.
 struct Int4Scratch {
   AlignedBuffer<int8_t> xq;     // [n, k_pad]
   AlignedBuffer<int32_t> corr;  // [n, k_pad / group] (asymmetric: the group sums)
@@ -204,7 +206,13 @@ void MatmulInt4(const float* x, int64_t n, const Int4Weight& w, float* y,
   const int64_t m = w.rows, k = w.cols, kp = w.k_pad;
   if (n == 0 || m == 0) return;
   Int4Scratch& s = Scratch();
-  LOOM_CHECK_OK(s.xq.Resize(static_cast<size_t>(n * kp)));
+  // AMX-INT8 tiles from 16 rows (prefill), as int8: the tiles read rows in 16s, so the
+  // activations are allocated (and zeroed) up to n rounded to 32.
+  const bool amx = n >= kAmxInt4MinRows && w.zero.empty() && cpu::Int4AmxGroup(w.group) &&
+                   cpu::ActiveIsa() >= cpu::Isa::kAmx && cpu::HasAmxInt8();
+  const int64_t n_alloc = amx ? (n + 31) / 32 * 32 : n;
+  LOOM_CHECK_OK(s.xq.Resize(static_cast<size_t>(n_alloc * kp)));
+  if (n_alloc > n) std::fill(s.xq.data() + n * kp, s.xq.data() + n_alloc * kp, int8_t{0});
   LOOM_CHECK_OK(s.corr.Resize(static_cast<size_t>(n * kp / w.group)));
   s.sx.resize(static_cast<size_t>(n));
   const int64_t groups = kp / w.group;
@@ -239,6 +247,11 @@ void MatmulInt4(const float* x, int64_t n, const Int4Weight& w, float* y,
     return;
   }
   ForEachPanelBlock(m, n, epilogue, [&](int64_t j0, int64_t j1) {
+    if (amx) {
+      cpu::MatmulInt4Amx(s.xq.data(), s.sx.data(), s.corr.data(), n, kp, w.q.data(), w.scale.data(),
+                         w.group, j0, j1, y + j0, m);
+      return;
+    }
     cpu::MatmulInt4(isa, s.xq.data(), s.sx.data(), s.corr.data(), n, kp, w.q.data(),
                     w.scale.data(), w.group, j0, j1, y + j0, m);
   });

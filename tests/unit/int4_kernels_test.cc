@@ -30,6 +30,10 @@ std::vector<std::pair<const char*, Int4Fn>> Kernels() {
   if (cpu::DetectIsa() >= cpu::Isa::kAvx2) k.emplace_back("avx2", cpu::MatmulInt4Avx2);
   if (cpu::DetectIsa() >= cpu::Isa::kAvx2 && cpu::HasAvxVnni()) k.emplace_back("avxvnni", cpu::MatmulInt4AvxVnni);
   if (cpu::DetectIsa() >= cpu::Isa::kAvx512 && cpu::HasAvx512Vnni()) k.emplace_back("avx512vnni", cpu::MatmulInt4Vnni);
+  // AMX-INT8 tiles (groups 64 and 128; 32 runs the scalar reference): the callers below give
+  // it activation rows up to n rounded to 32, the padding random.
+  if (cpu::DetectIsa() >= cpu::Isa::kAmx && cpu::HasAmxInt8())
+    k.emplace_back("amx", cpu::MatmulInt4Amx);
   return k;
 }
 
@@ -70,7 +74,7 @@ TEST(Int4Kernels, EveryKernelEqualsTheScalarReferenceAtEveryRowCountAndAtTheExtr
       const std::vector<int8_t> wvals = extreme == 2 ? std::vector<int8_t>{7} : extreme ? std::vector<int8_t>{-8, 7} : all4;
       const Panels w = RandomPanels(m, kp, group, wvals, &rng);
       for (int64_t n = 1; n <= (extreme ? 9 : 70); ++n) {
-        std::vector<int8_t> xq(static_cast<size_t>(n * kp));
+        std::vector<int8_t> xq(static_cast<size_t>((n + 31) / 32 * 32 * kp));  // AMX's padding too
         const int8_t ext[] = {127, -127, -128};
         for (auto& v : xq) {
           v = extreme == 2 ? int8_t{-128} : extreme ? ext[rng() % 3] : static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
@@ -249,13 +253,15 @@ TEST(Int4Kernels, EveryLevelBitExactWithTheScalarReferenceAndCloseToTheExactSum)
 TEST(Int4Kernels, OpIsBatchInvariantAndMatchesTheQuantizedProduct) {
   std::mt19937 rng(4);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  // 7 rows quantize inline, 38 over the pool (ForEachRowRange): alone, each row is inline.
+  // 7 rows quantize inline, 38 over the pool (ForEachRowRange): alone, each row is inline. 38
+  // rows at groups 64 and 128 run the AMX-INT8 tiles where the CPU has them, a row alone the
+  // VNNI kernel: the same bits.
   for (const int64_t n : {int64_t{7}, int64_t{38}}) {
     const int64_t rows = 70, cols = 200;
     std::vector<float> w(static_cast<size_t>(rows * cols)), x(static_cast<size_t>(n * cols));
     for (auto& v : w) v = 0.05f * nd(rng);
     for (auto& v : x) v = nd(rng);
-    for (int group : {32, 128}) {
+    for (int group : {32, 64, 128}) {
       auto q = QuantizeWeightInt4(F32Matrix(&w, rows, cols), "w", group);
       ASSERT_TRUE(q.ok());
       std::vector<float> all(static_cast<size_t>(n * rows));
