@@ -1,5 +1,6 @@
-// Int4 matmul with AMX-INT8 tiles (prefill): a panel's nibbles unpacked once per call into u8 B
-// tiles, TDPBSUD of 16 s8 activation rows × 64 inputs, the VNNI kernel's epilogue per group.
+// Int4 matmul (symmetric and zero-point) with AMX-INT8 tiles (prefill): a panel's nibbles unpacked
+// once per call into u8 B tiles, TDPBSUD of 16 s8 activation rows × 64 inputs, the VNNI kernel's
+// epilogue per group.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -42,10 +43,12 @@ LOOM_AMX4 void UnpackPanel(const uint8_t* panel, int64_t kp, uint8_t* tiles) {
 // tiles are tiles[b]. Per group g and (row, column): the exact int32 t = corr[r, g] + Σ u·x, then
 // acc = fma(float(t), d[j, g], acc) in group order and y = acc · sx[r] — MatmulInt4's contract,
 // the VNNI kernel's operations, so the same bits.
-template <int G, int NA, int NB>
+// With Z (zero points, MatmulInt4Zp's contract): corr holds the group sums Σx and the int32 is
+// Σ u·x − z[j, g]·Σx, as the VNNI kernel's.
+template <int G, int NA, int NB, bool Z>
 LOOM_AMX4 void Block(const int8_t* xq, const float* sx, const int32_t* corr, int valid, int64_t kp,
-                     const uint8_t* const* tiles, const uint16_t* wd, int64_t p, int64_t j0,
-                     int64_t j1, float* y, int64_t ldy) {
+                     const uint8_t* const* tiles, const uint16_t* wd, const uint8_t* wz, int64_t p,
+                     int64_t j0, int64_t j1, float* y, int64_t ldy) {
   const int64_t groups = kp / G;
   constexpr int64_t kSteps = G / 64;
   alignas(64) float acc[NA * kRows][NB][16];
@@ -75,12 +78,19 @@ LOOM_AMX4 void Block(const int8_t* xq, const float* sx, const int32_t* corr, int
     for (int b = 0; b < NB; ++b) {
       const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(
           reinterpret_cast<const __m256i*>(wd + ((p + b) * groups + g) * kInt4Panel)));
+      __m512i z = _mm512_setzero_si512();
+      if constexpr (Z) {
+        z = _mm512_cvtepu8_epi32(_mm_loadu_si128(
+            reinterpret_cast<const __m128i*>(wz + ((p + b) * groups + g) * kInt4Panel)));
+      }
       for (int a = 0; a < NA; ++a) {
         const int rows = std::min(kRows, valid - a * kRows);
         for (int r = 0; r < rows; ++r) {
           const int row = a * kRows + r;
-          const __m512i t = _mm512_add_epi32(_mm512_set1_epi32(corr[row * groups + g]),
-                                             _mm512_load_si512(c[a * 2 + b] + r * 16));
+          const __m512i start =
+              Z ? _mm512_mullo_epi32(z, _mm512_set1_epi32(-corr[row * groups + g]))
+                : _mm512_set1_epi32(corr[row * groups + g]);
+          const __m512i t = _mm512_add_epi32(start, _mm512_load_si512(c[a * 2 + b] + r * 16));
           _mm512_store_ps(acc[row][b],
                           _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), d, _mm512_load_ps(acc[row][b])));
         }
@@ -98,10 +108,10 @@ LOOM_AMX4 void Block(const int8_t* xq, const float* sx, const int32_t* corr, int
   }
 }
 
-template <int G>
+template <int G, bool Z>
 LOOM_AMX4 void Run(const int8_t* xq, const float* sx, const int32_t* corr, int64_t n, int64_t kp,
-                   const uint8_t* wq, const uint16_t* wd, int64_t j0, int64_t j1, float* y,
-                   int64_t ldy) {
+                   const uint8_t* wq, const uint16_t* wd, const uint8_t* wz, int64_t j0, int64_t j1,
+                   float* y, int64_t ldy) {
   ConfigureAmxTiles();
   const int64_t first = j0 / kInt4Panel, last = (j1 + kInt4Panel - 1) / kInt4Panel;
   const int64_t panel_bytes = kInt4Panel * kp / 2, tile_bytes = kInt4Panel * kp;  // per panel
@@ -120,14 +130,14 @@ LOOM_AMX4 void Run(const int8_t* xq, const float* sx, const int32_t* corr, int64
       float* yr = y + r * ldy;
       if (valid > kRows) {
         if (two)
-          Block<G, 2, 2>(x, sx + r, cr, valid, kp, tiles, wd, p, j0, j1, yr, ldy);
+          Block<G, 2, 2, Z>(x, sx + r, cr, valid, kp, tiles, wd, wz, p, j0, j1, yr, ldy);
         else
-          Block<G, 2, 1>(x, sx + r, cr, valid, kp, tiles, wd, p, j0, j1, yr, ldy);
+          Block<G, 2, 1, Z>(x, sx + r, cr, valid, kp, tiles, wd, wz, p, j0, j1, yr, ldy);
       } else {
         if (two)
-          Block<G, 1, 2>(x, sx + r, cr, valid, kp, tiles, wd, p, j0, j1, yr, ldy);
+          Block<G, 1, 2, Z>(x, sx + r, cr, valid, kp, tiles, wd, wz, p, j0, j1, yr, ldy);
         else
-          Block<G, 1, 1>(x, sx + r, cr, valid, kp, tiles, wd, p, j0, j1, yr, ldy);
+          Block<G, 1, 1, Z>(x, sx + r, cr, valid, kp, tiles, wd, wz, p, j0, j1, yr, ldy);
       }
     }
   }
@@ -140,9 +150,18 @@ bool Int4AmxGroup(int group) { return group == 64 || group == 128; }
 LOOM_AMX4 void MatmulInt4Amx(const int8_t* xq, const float* sx, const int32_t* corr, int64_t n,
                              int64_t k_pad, const uint8_t* wq, const uint16_t* wd, int group,
                              int64_t j0, int64_t j1, float* y, int64_t ldy) {
-  if (group == 128) return Run<128>(xq, sx, corr, n, k_pad, wq, wd, j0, j1, y, ldy);
-  if (group == 64) return Run<64>(xq, sx, corr, n, k_pad, wq, wd, j0, j1, y, ldy);
+  if (group == 128) return Run<128, false>(xq, sx, corr, n, k_pad, wq, wd, nullptr, j0, j1, y, ldy);
+  if (group == 64) return Run<64, false>(xq, sx, corr, n, k_pad, wq, wd, nullptr, j0, j1, y, ldy);
   MatmulInt4Scalar(xq, sx, corr, n, k_pad, wq, wd, group, j0, j1, y, ldy);
+}
+
+LOOM_AMX4 void MatmulInt4ZpAmx(const int8_t* xq, const float* sx, const int32_t* sums, int64_t n,
+                               int64_t k_pad, const uint8_t* wq, const uint16_t* wd,
+                               const uint8_t* wz, int group, int64_t j0, int64_t j1, float* y,
+                               int64_t ldy) {
+  if (group == 128) return Run<128, true>(xq, sx, sums, n, k_pad, wq, wd, wz, j0, j1, y, ldy);
+  if (group == 64) return Run<64, true>(xq, sx, sums, n, k_pad, wq, wd, wz, j0, j1, y, ldy);
+  MatmulInt4ZpScalar(xq, sx, sums, n, k_pad, wq, wd, wz, group, j0, j1, y, ldy);
 }
 
 }  // namespace loom::cpu

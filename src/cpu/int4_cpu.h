@@ -73,6 +73,10 @@ bool Int4AmxGroup(int group);
 void MatmulInt4Amx(const int8_t* xq, const float* sx, const int32_t* corr, int64_t n, int64_t k_pad,
                    const uint8_t* wq, const uint16_t* wd, int group, int64_t j0, int64_t j1,
                    float* y, int64_t ldy);
+// The same tiles for MatmulInt4Zp (below): sums [n, k_pad / group], wz the zero points.
+void MatmulInt4ZpAmx(const int8_t* xq, const float* sx, const int32_t* sums, int64_t n,
+                     int64_t k_pad, const uint8_t* wq, const uint16_t* wd, const uint8_t* wz,
+                     int group, int64_t j0, int64_t j1, float* y, int64_t ldy);
 
 // Asymmetric weights with per-group zero points (GPTQ, AWQ): W[j, i] = d[j, g]·(u − z[j, g]),
 // u the stored nibble (0..15, the panel's q + 8) and z in 0..16. Group 32, 64 or 128.

@@ -208,7 +208,7 @@ void MatmulInt4(const float* x, int64_t n, const Int4Weight& w, float* y,
   Int4Scratch& s = Scratch();
   // AMX-INT8 tiles from 16 rows (prefill), as int8: the tiles read rows in 16s, so the
   // activations are allocated (and zeroed) up to n rounded to 32.
-  const bool amx = n >= kAmxInt4MinRows && w.zero.empty() && cpu::Int4AmxGroup(w.group) &&
+  const bool amx = n >= kAmxInt4MinRows && cpu::Int4AmxGroup(w.group) &&
                    cpu::ActiveIsa() >= cpu::Isa::kAmx && cpu::HasAmxInt8();
   const int64_t n_alloc = amx ? (n + 31) / 32 * 32 : n;
   LOOM_CHECK_OK(s.xq.Resize(static_cast<size_t>(n_alloc * kp)));
@@ -241,6 +241,11 @@ void MatmulInt4(const float* x, int64_t n, const Int4Weight& w, float* y,
   const cpu::Isa isa = cpu::ActiveIsa();
   if (!w.zero.empty()) {
     ForEachPanelBlock(m, n, epilogue, [&](int64_t j0, int64_t j1) {
+      if (amx) {
+        cpu::MatmulInt4ZpAmx(s.xq.data(), s.sx.data(), s.corr.data(), n, kp, w.q.data(),
+                             w.scale.data(), w.zero.data(), w.group, j0, j1, y + j0, m);
+        return;
+      }
       cpu::MatmulInt4Zp(isa, s.xq.data(), s.sx.data(), s.corr.data(), n, kp, w.q.data(),
                         w.scale.data(), w.zero.data(), w.group, j0, j1, y + j0, m);
     });

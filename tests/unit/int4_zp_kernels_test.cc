@@ -27,9 +27,11 @@ TEST(Int4ZpKernels, EveryIsaMatchesTheScalarReferenceBitwise) {
   std::uniform_real_distribution<float> sd(0.001f, 0.05f);
   for (int group : {32, 64, 128}) {
     for (int64_t kp : {128, 384}) {
-      for (int64_t n : {1, 2, 3, 4, 5, 9}) {
+      for (int64_t n : {1, 2, 3, 4, 5, 9, 17, 40}) {
         const int64_t m = 148, panels = (m + 15) / 16, groups = kp / group;
-        std::vector<int8_t> xq(static_cast<size_t>(n * kp)), q(static_cast<size_t>(panels * 16 * kp));
+        // xq: rows up to n rounded to 32, the padding random (what the AMX tiles may read)
+        std::vector<int8_t> xq(static_cast<size_t>((n + 31) / 32 * 32 * kp)),
+            q(static_cast<size_t>(panels * 16 * kp));
         for (auto& v : xq) v = static_cast<int8_t>(xd(rng));
         for (auto& v : q) v = static_cast<int8_t>(qd(rng));
         std::vector<uint8_t> wq(q.size() / 2), wz(static_cast<size_t>(panels * groups * 16));
@@ -80,6 +82,17 @@ TEST(Int4ZpKernels, EveryIsaMatchesTheScalarReferenceBitwise) {
             }
             for (size_t i = 0; i < y.size(); ++i)
               ASSERT_EQ(y[i], ref[i]) << "blocks " << blocks.size() << " at " << i;
+            // once per case (with the last level), where the CPU has AMX-INT8
+            if (isa != Levels().back() || cpu::DetectIsa() < cpu::Isa::kAmx || !cpu::HasAmxInt8())
+              continue;
+            std::fill(y.begin(), y.end(),
+                      -1.0f);  // the AMX-INT8 tiles (groups 64, 128), as the op calls them
+            for (auto [j0, j1] : blocks) {
+              cpu::MatmulInt4ZpAmx(xq.data(), sx.data(), sums.data(), n, kp, wq.data(), wd.data(),
+                                   wz.data(), group, j0, j1, y.data() + j0, m);
+            }
+            for (size_t i = 0; i < y.size(); ++i)
+              ASSERT_EQ(y[i], ref[i]) << "amx blocks " << blocks.size() << " at " << i;
           }
         }
       }
