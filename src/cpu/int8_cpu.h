@@ -18,6 +18,12 @@ inline constexpr int64_t kMaxInt8Depth = 65536;
 // (and of an AMX-INT8 B tile).
 inline constexpr int64_t kInt8Align = 64;
 inline constexpr int64_t kInt8Panel = 16;
+// The plain AVX2 kernel's one-row (decode) tile prefetches each panel stream this far ahead: its
+// two multiply uops per 32 products (`vpmaddubsw` + `vpmaddwd`) kept the core busy enough that
+// the hardware prefetcher fell behind. 0.5B shape, int8 + head, 2 threads, Emerald Rapids at
+// `LOOM_ISA=avx2 LOOM_AVXVNNI=0`: 49-51 → 57.5-58.6 tok/s (90 % of the 64 tok/s roofline).
+// The VNNI kernels (one multiply) are at 88-90 % without it and gained nothing.
+inline constexpr int64_t kInt8Avx2PrefetchAhead = 2048;
 
 // AVX512_VNNI (vpdpbusd) on top of the kAvx512 level.
 bool HasAvx512Vnni();
