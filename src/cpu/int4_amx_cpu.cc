@@ -150,8 +150,10 @@ bool Int4AmxGroup(int group) { return group == 64 || group == 128; }
 LOOM_AMX4 void MatmulInt4Amx(const int8_t* xq, const float* sx, const int32_t* corr, int64_t n,
                              int64_t k_pad, const uint8_t* wq, const uint16_t* wd, int group,
                              int64_t j0, int64_t j1, float* y, int64_t ldy) {
-  if (group == 128) return Run<128, false>(xq, sx, corr, n, k_pad, wq, wd, nullptr, j0, j1, y, ldy);
-  if (group == 64) return Run<64, false>(xq, sx, corr, n, k_pad, wq, wd, nullptr, j0, j1, y, ldy);
+  using Fn = decltype(&Run<64, false>);
+  if (Fn f = PickInt4Group(group, Fn{nullptr}, &Run<64, false>, &Run<128, false>)) {
+    return f(xq, sx, corr, n, k_pad, wq, wd, nullptr, j0, j1, y, ldy);
+  }
   MatmulInt4Scalar(xq, sx, corr, n, k_pad, wq, wd, group, j0, j1, y, ldy);
 }
 
@@ -159,8 +161,10 @@ LOOM_AMX4 void MatmulInt4ZpAmx(const int8_t* xq, const float* sx, const int32_t*
                                int64_t k_pad, const uint8_t* wq, const uint16_t* wd,
                                const uint8_t* wz, int group, int64_t j0, int64_t j1, float* y,
                                int64_t ldy) {
-  if (group == 128) return Run<128, true>(xq, sx, sums, n, k_pad, wq, wd, wz, j0, j1, y, ldy);
-  if (group == 64) return Run<64, true>(xq, sx, sums, n, k_pad, wq, wd, wz, j0, j1, y, ldy);
+  using Fn = decltype(&Run<64, true>);
+  if (Fn f = PickInt4Group(group, Fn{nullptr}, &Run<64, true>, &Run<128, true>)) {
+    return f(xq, sx, sums, n, k_pad, wq, wd, wz, j0, j1, y, ldy);
+  }
   MatmulInt4ZpScalar(xq, sx, sums, n, k_pad, wq, wd, wz, group, j0, j1, y, ldy);
 }
 

@@ -85,6 +85,13 @@ void MatmulInt8(Isa isa, const uint8_t* xu, const float* sx, int64_t n, int64_t 
 // rows in tiles of 16, so xu must hold rows up to n rounded up to 32 (extra rows: any values,
 // e.g. 128) and sx as many; only rows < n are written. Same bits as every other level.
 bool HasAmxInt8();
+// The int8 and int4 ops' rule: AMX-INT8 tiles run a matmul of at least kAmxIntMinRows activation
+// rows (prefill) where the active level is amx and the CPU has AMX-INT8 (integer sums are exact,
+// the same bits as VNNI, so choosing by row count keeps batch invariance); the caller then
+// allocates AmxPaddedRows(rows) activation rows, as the tiles read them in 16s, two at a time.
+inline constexpr int64_t kAmxIntMinRows = 16;
+bool UseAmxInt(int64_t rows);
+inline int64_t AmxPaddedRows(int64_t rows) { return (rows + 31) / 32 * 32; }
 void MatmulInt8Amx(const uint8_t* xu, const float* sx, int64_t n, int64_t k_pad, const int8_t* wq,
                    const float* sw, const int32_t* wsum, int64_t j0, int64_t j1, float* y,
                    int64_t ldy);

@@ -45,6 +45,10 @@ IntKernel IntKernelFor(Isa isa) {
   return cap >= 0 && cap < static_cast<int>(kernel) ? static_cast<IntKernel>(cap) : kernel;
 }
 
+bool UseAmxInt(int64_t rows) {
+  return rows >= kAmxIntMinRows && ActiveIsa() >= Isa::kAmx && HasAmxInt8();
+}
+
 const char* IntKernelName(IntKernel kernel) {
   switch (kernel) {
     case IntKernel::kScalar: return "scalar";

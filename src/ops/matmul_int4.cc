@@ -187,7 +187,6 @@ StatusOr<std::unique_ptr<Int4Weight>> Int4WeightAsymmetric(const uint8_t* u, con
 }
 
 namespace {
-constexpr int64_t kAmxInt4MinRows = 16;  // as int8's: below a tile of rows, VNNI
 // Quantized, zero-padded activation rows, their scales and corrections, owned by the calling
 // thread.
 struct Int4Scratch {
@@ -206,11 +205,10 @@ void MatmulInt4(const float* x, int64_t n, const Int4Weight& w, float* y,
   const int64_t m = w.rows, k = w.cols, kp = w.k_pad;
   if (n == 0 || m == 0) return;
   Int4Scratch& s = Scratch();
-  // AMX-INT8 tiles from 16 rows (prefill), as int8: the tiles read rows in 16s, so the
-  // activations are allocated (and zeroed) up to n rounded to 32.
-  const bool amx = n >= kAmxInt4MinRows && cpu::Int4AmxGroup(w.group) &&
-                   cpu::ActiveIsa() >= cpu::Isa::kAmx && cpu::HasAmxInt8();
-  const int64_t n_alloc = amx ? (n + 31) / 32 * 32 : n;
+  // AMX-INT8 tiles for prefill (cpu::UseAmxInt, as int8), at groups whose sums a 64-input tile
+  // step does not straddle.
+  const bool amx = cpu::UseAmxInt(n) && cpu::Int4AmxGroup(w.group);
+  const int64_t n_alloc = amx ? cpu::AmxPaddedRows(n) : n;
   LOOM_CHECK_OK(s.xq.Resize(static_cast<size_t>(n_alloc * kp)));
   if (n_alloc > n) std::fill(s.xq.data() + n * kp, s.xq.data() + n_alloc * kp, int8_t{0});
   LOOM_CHECK_OK(s.corr.Resize(static_cast<size_t>(n * kp / w.group)));

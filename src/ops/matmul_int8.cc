@@ -114,9 +114,6 @@ StatusOr<std::unique_ptr<Int8Weight>> Int8WeightFromRows(const int8_t* q, const 
 }
 
 namespace {
-// Rows from which MatmulInt8 uses AMX-INT8 tiles where the CPU has them.
-constexpr int64_t kAmxInt8MinRows = 16;
-
 // Quantized activation rows (biased to u8, padded) and their scales, owned by the calling thread.
 struct Int8Scratch {
   AlignedBuffer<uint8_t> xu;  // [n, k_pad]: xq + 128, padding 128
@@ -161,8 +158,8 @@ void MatmulInt8(const float* x, int64_t n, const Int8Weight& w, float* y,
   Int8Scratch& s = Scratch();
   // AMX-INT8 for prefill-sized batches (exact integer sums: the same bits as the VNNI kernel,
   // so the choice by row count keeps batch invariance); its tiles read rows in 32s.
-  const bool amx = n >= kAmxInt8MinRows && cpu::ActiveIsa() >= cpu::Isa::kAmx && cpu::HasAmxInt8();
-  const int64_t n_alloc = amx ? (n + 31) / 32 * 32 : n;
+  const bool amx = cpu::UseAmxInt(n);
+  const int64_t n_alloc = amx ? cpu::AmxPaddedRows(n) : n;
   LOOM_CHECK_OK(s.xu.Resize(static_cast<size_t>(n_alloc * kp)));
   s.sx.assign(static_cast<size_t>(n_alloc), 0.0f);
   std::fill(s.xu.data() + n * kp, s.xu.data() + n_alloc * kp, uint8_t{128});
