@@ -1,4 +1,5 @@
-// LoRA shrink and expand kernels: scalar reference and AVX-512 (AVX2: lora_avx2_cpu.cc), and the dispatch.
+// LoRA shrink and expand kernels: scalar reference, the AVX-512 shrink (AVX-512 expand:
+// lora_expand_avx512_cpu.cc; AVX2: lora_avx2_cpu.cc), and the dispatch.
 #include "cpu/lora_cpu.h"
 
 #include <immintrin.h>
@@ -25,7 +26,7 @@ inline float Load(DType dtype, const void* p, int64_t i) {
   return 0;
 }
 
-// 16 (or `m` masked) consecutive Bᵀ values widened to f32.
+// 16 (or `m` masked) consecutive A values widened to f32.
 LOOM_AVX512 inline __m512 Load16(DType dtype, const void* p, int64_t i, __mmask16 m) {
   switch (dtype) {
     case DType::kF32: return _mm512_maskz_loadu_ps(m, static_cast<const float*>(p) + i);
@@ -64,27 +65,6 @@ void LoraExpandScalar(const float* t, int64_t rows, int rank, DType dtype, const
   }
 }
 
-LOOM_AVX512 void LoraExpandAvx512(const float* t, int64_t rows, int rank, DType dtype,
-                                  const void* bt, int64_t out, int64_t j0, int64_t j1, float* d) {
-  const int64_t width = j1 - j0;
-  for (int64_t j = LoraExpandHead(t, rows, rank, dtype, bt, j0, j1, false, 1.0f, d, width); j < j1; j += 16) {
-    const __mmask16 m = j + 16 <= j1 ? static_cast<__mmask16>(0xffff)
-                                     : static_cast<__mmask16>((1u << (j1 - j)) - 1);
-    // Up to 4 rows share each loaded Bᵀ vector.
-    for (int64_t r = 0; r < rows; r += 4) {
-      const int64_t nr = rows - r < 4 ? rows - r : 4;
-      __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-      for (int k = 0; k < rank; ++k) {
-        const __m512 b = Load16(dtype, bt, LoraPanelIndex(rank, k, j), m);
-        for (int64_t i = 0; i < nr; ++i) {
-          acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(t[(r + i) * rank + k]), b, acc[i]);
-        }
-      }
-      for (int64_t i = 0; i < nr; ++i) _mm512_mask_storeu_ps(d + (r + i) * width + (j - j0), m, acc[i]);
-    }
-  }
-}
-
 void LoraExpandAddScalar(const float* t, int64_t rows, int rank, DType dtype, const void* bt,
                          int64_t out, int64_t j0, int64_t j1, float scale, float* y, int64_t ldy) {
   for (int64_t r = 0; r < rows; ++r) {
@@ -92,72 +72,6 @@ void LoraExpandAddScalar(const float* t, int64_t rows, int rank, DType dtype, co
       float acc = 0;
       for (int k = 0; k < rank; ++k) acc += t[r * rank + k] * Load(dtype, bt, LoraPanelIndex(rank, k, j));
       y[r * ldy + j] += scale * acc;
-    }
-  }
-}
-
-// NR rows × NC column vectors (16 columns each) per tile: NR·NC ≤ 8 independent fma chains, so
-// one or two rows (decode segments) are not one chain of `rank` dependent fmas per 16 columns.
-// Every element is acc = 0; acc = fma(t[r, k], bt[k, j], acc) for k in order; y = fma(scale,
-// acc, y), whatever the tile: the bits do not depend on the row count (batch invariance) and
-// equal the AVX2 kernel's.
-template <int NR, int NC>
-LOOM_AVX512 inline void ExpandAddTile(const float* t, int rank, DType dtype, const void* bt,
-                                      int64_t out, int64_t j, int64_t j1, __m512 vs, float* y,
-                                      int64_t ldy) {
-  __mmask16 m[NC];
-  for (int c = 0; c < NC; ++c) {
-    const int64_t jc = j + 16 * c;
-    m[c] = jc >= j1        ? static_cast<__mmask16>(0)
-           : jc + 16 <= j1 ? static_cast<__mmask16>(0xffff)
-                           : static_cast<__mmask16>((1u << (j1 - jc)) - 1);
-  }
-  __m512 acc[NR][NC];
-  for (int r = 0; r < NR; ++r) {
-    for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_setzero_ps();
-  }
-  for (int k = 0; k < rank; ++k) {
-    __m512 b[NC];
-    for (int c = 0; c < NC; ++c) b[c] = Load16(dtype, bt, LoraPanelIndex(rank, k, j + 16 * c), m[c]);
-    for (int r = 0; r < NR; ++r) {
-      const __m512 tv = _mm512_set1_ps(t[r * rank + k]);
-      for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_fmadd_ps(tv, b[c], acc[r][c]);
-    }
-  }
-  for (int r = 0; r < NR; ++r) {
-    for (int c = 0; c < NC; ++c) {
-      if (m[c] == 0) continue;
-      float* yr = y + r * ldy + j + 16 * c;
-      _mm512_mask_storeu_ps(yr, m[c], _mm512_fmadd_ps(vs, acc[r][c], _mm512_maskz_loadu_ps(m[c], yr)));
-    }
-  }
-}
-
-template <int NR, int NC>
-LOOM_AVX512 void ExpandAddRows(const float* t, int rank, DType dtype, const void* bt, int64_t out,
-                               int64_t j0, int64_t j1, __m512 vs, float* y, int64_t ldy) {
-  for (int64_t j = j0; j < j1; j += 16 * NC) {
-    ExpandAddTile<NR, NC>(t, rank, dtype, bt, out, j, j1, vs, y, ldy);
-  }
-}
-
-LOOM_AVX512 void LoraExpandAddAvx512(const float* t, int64_t rows, int rank, DType dtype,
-                                     const void* bt, int64_t out, int64_t j0, int64_t j1,
-                                     float scale, float* y, int64_t ldy) {
-  const __m512 vs = _mm512_set1_ps(scale);
-  j0 = LoraExpandHead(t, rows, rank, dtype, bt, j0, j1, true, scale, y, ldy);
-  for (int64_t r = 0; r < rows; r += 8) {
-    const float* tr = t + r * rank;
-    float* yr = y + r * ldy;
-    switch (rows - r < 8 ? rows - r : 8) {
-      case 1: ExpandAddRows<1, 8>(tr, rank, dtype, bt, out, j0, j1, vs, yr, ldy); break;
-      case 2: ExpandAddRows<2, 4>(tr, rank, dtype, bt, out, j0, j1, vs, yr, ldy); break;
-      case 3: ExpandAddRows<3, 2>(tr, rank, dtype, bt, out, j0, j1, vs, yr, ldy); break;
-      case 4: ExpandAddRows<4, 2>(tr, rank, dtype, bt, out, j0, j1, vs, yr, ldy); break;
-      case 5: ExpandAddRows<5, 1>(tr, rank, dtype, bt, out, j0, j1, vs, yr, ldy); break;
-      case 6: ExpandAddRows<6, 1>(tr, rank, dtype, bt, out, j0, j1, vs, yr, ldy); break;
-      case 7: ExpandAddRows<7, 1>(tr, rank, dtype, bt, out, j0, j1, vs, yr, ldy); break;
-      default: ExpandAddRows<8, 1>(tr, rank, dtype, bt, out, j0, j1, vs, yr, ldy); break;
     }
   }
 }

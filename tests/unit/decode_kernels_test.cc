@@ -27,7 +27,7 @@ std::vector<float> Random(size_t n, uint32_t seed, float mean = 0.3f) {
   return v;
 }
 
-// Every row count 1..9 (the tiles 1×8, 2×4, 3×2, 4×2, 5..8×1 and 8 + 1) over 300 columns
+// Every row count 1..9 (the tiles 1×8, 2×4, 3×4, 4×4, 5..8×2 and 8 + 1) over 300 columns
 // (column groups of up to 128, masked tails): each row's bits are those of the row alone and of
 // the AVX2 kernel (the same fma chain), and within 1e-4 of the scalar reference.
 TEST(DecodeKernels, ExpandAddTilesAreRowInvariantAndMatchAvx2) {
@@ -38,7 +38,7 @@ TEST(DecodeKernels, ExpandAddTilesAreRowInvariantAndMatchAvx2) {
     auto t = Random(static_cast<size_t>(rows * rank), 10 + static_cast<uint32_t>(rows));
     auto bf = Random(static_cast<size_t>(rank * out), 20);
     auto y0 = Random(static_cast<size_t>(rows * ldy), 30);
-    for (DType dt : {DType::kF32, DType::kBF16}) {
+    for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
       const auto bt = PackedBt(dt, bf, rank, out);
       for (auto [j0, j1] : std::vector<std::pair<int64_t, int64_t>>{{0, 300}, {5, 290}, {64, 128}}) {
         SCOPED_TRACE(std::to_string(rows) + " rows, " + DTypeName(dt) + ", cols " +

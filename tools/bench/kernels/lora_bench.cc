@@ -136,7 +136,34 @@ void BM_LoraExpandAdd(benchmark::State& state) {
   state.counters["MAC/ns"] = benchmark::Counter(static_cast<double>(rows * out * kRank) * 1e-9,
                                                 benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_LoraExpandAdd)->DenseRange(1, 4);
+BENCHMARK(BM_LoraExpandAdd)->DenseRange(1, 4)->Arg(8)->Arg(16)->Arg(128);
+
+// One decode row's shrink on one thread, hot in cache, as LoraShrinkPlan runs it (AMX row
+// kernel in batch-invariant mode on an AMX CPU, else the f32 FMA kernel): rank 16 bf16 A.
+// Args: in, batch_invariant (0/1).
+void BM_LoraShrinkRow(benchmark::State& state) {
+  const int64_t in = state.range(0);
+  auto& opt = loom::GlobalMatmulOptions();
+  opt.batch_invariant = state.range(1) == 1;
+  opt.bf16_split = false;
+  std::mt19937 rng(9);
+  std::normal_distribution<float> dist(0, 1);
+  std::vector<uint16_t> a(static_cast<size_t>(kRank * in));
+  for (auto& v : a) v = loom::F32ToBf16(dist(rng) * 0.05f);
+  const loom::Tensor at{DType::kBF16, {kRank, in}, a.data()};
+  std::vector<float> x(static_cast<size_t>(in)), t(kRank);
+  for (auto& v : x) v = dist(rng);
+  const loom::LoraShrinkJob job{x.data(), 1, &at, t.data()};
+  loom::LoraShrinkPlan plan;
+  plan.Build(&job, 1, in, 1);
+  for (auto _ : state) {
+    for (int64_t i = 0; i < plan.num_tasks(); ++i) plan.Run(i);
+    benchmark::DoNotOptimize(t.data());
+  }
+  state.counters["MAC/ns"] = benchmark::Counter(static_cast<double>(kRank * in) * 1e-9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_LoraShrinkRow)->ArgsProduct({{896, 4864}, {0, 1}});
 
 // Qwen2.5-0.5B: gate/up (4864 × 896), down (896 × 4864), q/o (896 × 896), k/v (128 × 896).
 BENCHMARK(BM_LoraLinear)
