@@ -96,6 +96,9 @@ void MatmulNf4Avx512(const float* x, int64_t n, int64_t k, const uint8_t* wq, co
     return;
   }
   for (; r + 4 <= n; r += 4) Rows<4, 2>(x + r * k, k, wq, absmax, block, code, j0, j1, y + r * ldy, ldy);
+  // 2 or 3 rows left (decode at batch 2-3): two rows share each lookup (2 x 4 panels: 8 chains,
+  // 8 + 8 accumulators, 8 code vectors and the table in 32 registers).
+  for (; r + 2 <= n; r += 2) Rows<2, 4>(x + r * k, k, wq, absmax, block, code, j0, j1, y + r * ldy, ldy);
   for (; r < n; ++r) Rows<1, 4>(x + r * k, k, wq, absmax, block, code, j0, j1, y + r * ldy, ldy);
 }
 
