@@ -114,7 +114,9 @@ TEST_P(CtQuantizeGolden, ServingTheWrittenFolderEqualsQuantizeAtLoadBitwise) {
       for (const Linear* lin : {&x.gate, &x.up, &x.down}) EXPECT_EQ(schemes.at(lin->name), expert) << lin->name;
     }
     const bool w64 = std::string(c.model).find("w64") != std::string::npos;
-    if (c.scheme == LoadOptions::Quantization::kInt8) EXPECT_EQ(expert, "int8");
+    if (c.scheme == LoadOptions::Quantization::kInt8) {
+      EXPECT_EQ(expert, "int8");
+    }
     if (c.scheme == LoadOptions::Quantization::kInt4) {
       EXPECT_EQ(expert, !w64 ? "dense" : c.group == 32 ? "int4 g32" : "int4 g64") << c.model;
     }

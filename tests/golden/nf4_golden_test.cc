@@ -330,7 +330,9 @@ TEST(Bnb4QuantizeAtLoad, EqualsTheCheckpointBitsandbytesWrote) {
       ++projections;
     }
     EXPECT_GT(projections, 0);
-    if (std::string(c.dense).find("mixtral") != std::string::npos) EXPECT_EQ(dense, 3 * (4 * 3 + 1));
+    if (std::string(c.dense).find("mixtral") != std::string::npos) {
+      EXPECT_EQ(dense, 3 * (4 * 3 + 1));
+    }
     auto adapter_a = LoadAdapter(c.adapter, kFixtures + "/adapters/" + c.adapter, (*mine)->sites(), 0);
     ASSERT_TRUE(adapter_a.ok()) << adapter_a.status().ToString();
     auto adapter_b =

@@ -70,7 +70,9 @@ void ExpectInvariant(const Case& c) {
     (b <= c.adapters.size() ? mixed_steps : too_many) += sc.adapters.counts[b];
   }
   EXPECT_EQ(too_many, 0);
-  if (c.adapters.size() >= 2) EXPECT_GT(mixed_steps, 0);
+  if (c.adapters.size() >= 2) {
+    EXPECT_GT(mixed_steps, 0);
+  }
   for (const auto& got : results) {
     Engine alone(model->get(), EngineOptions{});
     ASSERT_TRUE(alone.Add(reqs[static_cast<size_t>(got.id)]).ok());

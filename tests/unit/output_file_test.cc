@@ -79,7 +79,7 @@ TEST_F(OutputFile, AStreamIsWrittenDirectly) {
   // /dev/null, and a link to it as /dev/stdout is to a terminal or pipe (the test's own stdout
   // may be a regular file: that link is refused like any other).
   fs::create_symlink("/dev/null", root_ / "null_link");
-  for (const std::string dev : {std::string("/dev/null"), (root_ / "null_link").string()}) {
+  for (const std::string& dev : {std::string("/dev/null"), (root_ / "null_link").string()}) {
     auto r = Check(dev);
     ASSERT_TRUE(r.ok()) << dev << ": " << r.status().ToString();
     EXPECT_EQ(*r, dev);

@@ -262,7 +262,9 @@ TEST(Sampler, AllowedTokenIdsMaskEveryOtherTokenAndLeaveLogprobsRaw) {
         EXPECT_EQ(*t, want);
       }
     }
-    if (temperature == 3.0f) EXPECT_EQ(seen.size(), allowed.size());  // all of them, nothing else
+    if (temperature == 3.0f) {
+      EXPECT_EQ(seen.size(), allowed.size());  // all of them, nothing else
+    }
   }
 }
 
