@@ -7,6 +7,13 @@
 
 #include "cpu/lora_cpu.h"
 
+// GCC 12 reports the intrinsics' own _mm512_undefined_*() pass-through operands as maybe
+// uninitialized; they are fully overwritten.
+#if !defined(__clang__)  // a gcc-only warning
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
 #define LOOM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
 
 namespace loom::cpu {
@@ -66,34 +73,45 @@ LOOM_AVX512 inline __attribute__((always_inline)) void Tile(const float* t, int 
   }
 }
 
-// Columns [j, j1) from a panel start, NC panels at a time (the last group may be partial);
-// column j of row 0 is y[j − y0].
+// What every strip of one call shares: B's panels, the columns [j, j1) from a panel start
+// (column j of row 0 at y[j − y0]), and for decode rows the end of B up to which the panels
+// `ahead` bytes past each group are prefetched (nullptr: no prefetch).
+struct Strips {
+  const char* bp;
+  size_t panel_bytes, esize;
+  int rank;
+  __m512 vs;
+  int64_t j, j1, y0, ldy;
+  const char* prefetch_end;
+  int64_t ahead;
+};
+
+// NR rows (t, y: row 0) over the call's columns, NC panels at a time (the last group may be
+// partial).
 template <bool kAdd, typename L, int NR, int NC>
-LOOM_AVX512 void Strip(const float* t, int rank, const char* bp, size_t panel_bytes, size_t esize,
-                       __m512 vs, int64_t j, int64_t j1, float* y, int64_t y0, int64_t ldy,
-                       const char* prefetch_end, int64_t ahead_bytes) {
-  for (; j < j1; j += 16 * NC) {
+LOOM_AVX512 void Strip(const Strips& s, const float* t, float* y) {
+  for (int64_t j = s.j; j < s.j1; j += 16 * NC) {
     const char* b[NC];
-    const char* first = bp + static_cast<size_t>(j / kLoraPanel) * panel_bytes;
-    for (int c = 0; c < NC; ++c) b[c] = first + c * panel_bytes;
-    const int64_t cols = std::min<int64_t>(16 * NC, j1 - j);
+    const char* first = s.bp + static_cast<size_t>(j / kLoraPanel) * s.panel_bytes;
+    for (int c = 0; c < NC; ++c) b[c] = first + c * s.panel_bytes;
+    const int64_t cols = std::min<int64_t>(16 * NC, s.j1 - j);
     const int nc = static_cast<int>((cols + 15) / 16);
     const int64_t tail = cols - 16 * (nc - 1);
-    const __mmask16 last =
-        tail == 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << tail) - 1);
-    if (prefetch_end != nullptr) {  // the panels ahead_bytes past this group's, line by line
-      const char* from = first + ahead_bytes;
-      const char* to = std::min(prefetch_end, from + NC * panel_bytes);
+    const __mmask16 full = static_cast<__mmask16>(0xffff);
+    const __mmask16 last = tail == 16 ? full : static_cast<__mmask16>((1u << tail) - 1);
+    if (s.prefetch_end != nullptr) {  // the panels `ahead` bytes past this group's, line by line
+      const char* from = first + s.ahead;
+      const char* to = std::min(s.prefetch_end, from + NC * s.panel_bytes);
       for (const char* p = from; p < to; p += 64) _mm_prefetch(p, _MM_HINT_T0);
     }
+    float* yj = y + (j - s.y0);
     if (nc == NC) {
-      Tile<kAdd, L, NR, NC>(t, rank, b, esize, vs, last, NC, y + (j - y0), ldy);
+      Tile<kAdd, L, NR, NC>(t, s.rank, b, s.esize, s.vs, last, NC, yj, s.ldy);
     } else {  // fewer panels than the tile: never read past the block's last panel
       for (int c = 0; c < nc; ++c) {
         const char* one[1] = {b[c]};
-        Tile<kAdd, L, NR, 1>(t, rank, one, esize, vs,
-                             c == nc - 1 ? last : static_cast<__mmask16>(0xffff), 1,
-                             y + (j - y0) + 16 * c, ldy);
+        Tile<kAdd, L, NR, 1>(t, s.rank, one, s.esize, s.vs, c == nc - 1 ? last : full, 1,
+                             yj + 16 * c, s.ldy);
       }
     }
   }
@@ -109,55 +127,52 @@ LOOM_AVX512 void Expand(const float* t, int64_t rows, int rank, DType dtype, con
                         int64_t out, int64_t j0, int64_t j1, float scale, float* y, int64_t ldy) {
   const int64_t j = LoraExpandHead(t, rows, rank, dtype, bt, j0, j1, kAdd, scale, y, ldy);
   if (j >= j1) return;
-  const int64_t y0 = kAdd ? 0 : j0;  // column j of row 0 is y[j − y0]
   const size_t esize = DTypeSize(dtype);
-  const size_t panel_bytes = static_cast<size_t>(kLoraPanel * rank) * esize;
   const char* bp = static_cast<const char*>(bt);
   const char* end = bp + static_cast<size_t>(LoraPanelsSize(rank, out)) * esize;
-  const int64_t ahead = 4096;
-  const char* prefetch_end = nullptr;
-  if (rows < 4) {
-    prefetch_end = end;
-    const char* from = bp + static_cast<size_t>(j / kLoraPanel) * panel_bytes;
-    for (const char* p = from; p < std::min(end, from + ahead); p += 64)
+  Strips s{bp,
+           static_cast<size_t>(kLoraPanel * rank) * esize,
+           esize,
+           rank,
+           _mm512_set1_ps(scale),
+           j,
+           j1,
+           kAdd ? 0 : j0,
+           ldy,
+           rows < 4 ? end : nullptr,
+           4096};
+  if (s.prefetch_end != nullptr) {
+    const char* from = bp + static_cast<size_t>(j / kLoraPanel) * s.panel_bytes;
+    for (const char* p = from; p < std::min(end, from + s.ahead); p += 64)
       _mm_prefetch(p, _MM_HINT_T0);
   }
-  const __m512 vs = _mm512_set1_ps(scale);
   for (int64_t r = 0; r < rows; r += 8) {
     const float* tr = t + r * rank;
     float* yr = y + r * ldy;
     switch (rows - r < 8 ? rows - r : 8) {
       case 1:
-        Strip<kAdd, L, 1, 8>(tr, rank, bp, panel_bytes, esize, vs, j, j1, yr, y0, ldy, prefetch_end,
-                             ahead);
+        Strip<kAdd, L, 1, 8>(s, tr, yr);
         break;
       case 2:
-        Strip<kAdd, L, 2, 4>(tr, rank, bp, panel_bytes, esize, vs, j, j1, yr, y0, ldy, prefetch_end,
-                             ahead);
+        Strip<kAdd, L, 2, 4>(s, tr, yr);
         break;
       case 3:
-        Strip<kAdd, L, 3, 4>(tr, rank, bp, panel_bytes, esize, vs, j, j1, yr, y0, ldy, prefetch_end,
-                             ahead);
+        Strip<kAdd, L, 3, 4>(s, tr, yr);
         break;
       case 4:
-        Strip<kAdd, L, 4, 4>(tr, rank, bp, panel_bytes, esize, vs, j, j1, yr, y0, ldy, nullptr,
-                             ahead);
+        Strip<kAdd, L, 4, 4>(s, tr, yr);
         break;
       case 5:
-        Strip<kAdd, L, 5, 2>(tr, rank, bp, panel_bytes, esize, vs, j, j1, yr, y0, ldy, nullptr,
-                             ahead);
+        Strip<kAdd, L, 5, 2>(s, tr, yr);
         break;
       case 6:
-        Strip<kAdd, L, 6, 2>(tr, rank, bp, panel_bytes, esize, vs, j, j1, yr, y0, ldy, nullptr,
-                             ahead);
+        Strip<kAdd, L, 6, 2>(s, tr, yr);
         break;
       case 7:
-        Strip<kAdd, L, 7, 2>(tr, rank, bp, panel_bytes, esize, vs, j, j1, yr, y0, ldy, nullptr,
-                             ahead);
+        Strip<kAdd, L, 7, 2>(s, tr, yr);
         break;
       default:
-        Strip<kAdd, L, 8, 2>(tr, rank, bp, panel_bytes, esize, vs, j, j1, yr, y0, ldy, nullptr,
-                             ahead);
+        Strip<kAdd, L, 8, 2>(s, tr, yr);
         break;
     }
   }
