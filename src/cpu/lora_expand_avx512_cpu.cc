@@ -42,8 +42,8 @@ struct Panel16Bf16 {
 // acc = fma(t[r, k], B[j, k], acc) in k order; then y = fma(scale, acc, y) (kAdd) or d = acc:
 // the AVX2 kernel's arithmetic lane for lane, whatever the tile, so a row's bits depend on its
 // own t only (batch invariance). b[c] is panel c's rank-0 row; rank k is 16 elements further
-// each. Panels are whole (zero past `out`), so loads never need a mask; `m` masks the stores of
-// the last panel of the block.
+// each. Panels are whole (zero past `out`), so loads never need a mask; only the first `nc`
+// panels are stored, the last of them under the mask `last` (the block's ragged end).
 template <bool kAdd, typename L, int NR, int NC>
 LOOM_AVX512 inline __attribute__((always_inline)) void Tile(const float* t, int rank,
                                                             const char* const* b, size_t esize,
