@@ -3,7 +3,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cmath>
 
 #include "cpu/lora_cpu.h"
 
@@ -146,35 +145,15 @@ LOOM_AVX512 void Expand(const float* t, int64_t rows, int rank, DType dtype, con
     for (const char* p = from; p < std::min(end, from + s.ahead); p += 64)
       _mm_prefetch(p, _MM_HINT_T0);
   }
+  // The tile for 1..8 rows (index rows − 1).
+  using StripFn = void (*)(const Strips&, const float*, float*);
+  static constexpr StripFn kStrips[8] = {
+      &Strip<kAdd, L, 1, 8>, &Strip<kAdd, L, 2, 4>, &Strip<kAdd, L, 3, 4>, &Strip<kAdd, L, 4, 4>,
+      &Strip<kAdd, L, 5, 2>, &Strip<kAdd, L, 6, 2>, &Strip<kAdd, L, 7, 2>, &Strip<kAdd, L, 8, 2>};
   for (int64_t r = 0; r < rows; r += 8) {
     const float* tr = t + r * rank;
     float* yr = y + r * ldy;
-    switch (rows - r < 8 ? rows - r : 8) {
-      case 1:
-        Strip<kAdd, L, 1, 8>(s, tr, yr);
-        break;
-      case 2:
-        Strip<kAdd, L, 2, 4>(s, tr, yr);
-        break;
-      case 3:
-        Strip<kAdd, L, 3, 4>(s, tr, yr);
-        break;
-      case 4:
-        Strip<kAdd, L, 4, 4>(s, tr, yr);
-        break;
-      case 5:
-        Strip<kAdd, L, 5, 2>(s, tr, yr);
-        break;
-      case 6:
-        Strip<kAdd, L, 6, 2>(s, tr, yr);
-        break;
-      case 7:
-        Strip<kAdd, L, 7, 2>(s, tr, yr);
-        break;
-      default:
-        Strip<kAdd, L, 8, 2>(s, tr, yr);
-        break;
-    }
+    kStrips[std::min<int64_t>(rows - r, 8) - 1](s, tr, yr);
   }
 }
 

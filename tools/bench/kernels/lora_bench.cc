@@ -144,6 +144,7 @@ BENCHMARK(BM_LoraExpandAdd)->DenseRange(1, 4)->Arg(8)->Arg(16)->Arg(128);
 void BM_LoraShrinkRow(benchmark::State& state) {
   const int64_t in = state.range(0);
   auto& opt = loom::GlobalMatmulOptions();
+  const loom::MatmulOptions saved = opt;
   opt.batch_invariant = state.range(1) == 1;
   opt.bf16_split = false;
   std::mt19937 rng(9);
@@ -162,6 +163,7 @@ void BM_LoraShrinkRow(benchmark::State& state) {
   }
   state.counters["MAC/ns"] = benchmark::Counter(static_cast<double>(kRank * in) * 1e-9,
                                                 benchmark::Counter::kIsIterationInvariantRate);
+  opt = saved;  // as it was, for the benchmarks after this one
 }
 BENCHMARK(BM_LoraShrinkRow)->ArgsProduct({{896, 4864}, {0, 1}});
 
