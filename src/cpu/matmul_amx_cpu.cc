@@ -183,16 +183,23 @@ size_t PackedActivationsAmxSize(int64_t n, int64_t k, bool split) {
 
 // Converts 32 floats to bf16 (round to nearest even) as 16 dwords of (even, odd) pairs, and
 // the residuals x − bf16(x) likewise.
-LOOM_AMX inline void ConvertPairs(const float* src, uint32_t* hi, uint32_t* lo) {
+// In registers: `lo` (nullable) gets the residuals.
+LOOM_AMX inline __m512i ConvertPairs(const float* src, __m512i* lo) {
   const __m512 a = _mm512_loadu_ps(src);
   const __m512 b = _mm512_loadu_ps(src + 16);
   const __m512i h = (__m512i)_mm512_cvtne2ps_pbh(b, a);  // [a0..a15, b0..b15]
-  _mm512_storeu_si512(hi, h);
   if (lo) {
     const __m512 ha = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(h)), 16));
     const __m512 hb = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(h, 1)), 16));
-    _mm512_storeu_si512(lo, (__m512i)_mm512_cvtne2ps_pbh(_mm512_sub_ps(b, hb), _mm512_sub_ps(a, ha)));
+    *lo = (__m512i)_mm512_cvtne2ps_pbh(_mm512_sub_ps(b, hb), _mm512_sub_ps(a, ha));
   }
+  return h;
+}
+
+LOOM_AMX inline void ConvertPairs(const float* src, uint32_t* hi, uint32_t* lo) {
+  __m512i l;
+  _mm512_storeu_si512(hi, ConvertPairs(src, lo ? &l : nullptr));
+  if (lo) _mm512_storeu_si512(lo, l);
 }
 
 LOOM_AMX void PackActivationsAmx(const float* x, int64_t n, int64_t k, bool split, uint16_t* out) {
@@ -212,6 +219,26 @@ LOOM_AMX void PackActivationsAmx(const float* x, int64_t n, int64_t k, bool spli
       // Tile row r, dword col = the pair x[g*16 + col][s*32 + 2r .. + 1].
       auto* tile = reinterpret_cast<uint32_t*>(out + (g * steps + s) * 512);
       auto* tile_lo = reinterpret_cast<uint32_t*>(out + lo_offset + (g * steps + s) * 512);
+      if (valid == kTile) {
+        // A full group: the 16 rows' pairs as a 16×16 dword matrix, transposed in registers
+        // (the shuffles move bits, they round nothing) and stored as 16 whole tile rows.
+        __m512 hi_rows[16], lo_rows[16];
+        for (int64_t col = 0; col < kTile; ++col) {
+          __m512i l;
+          hi_rows[col] = _mm512_castsi512_ps(
+              ConvertPairs(x + (g * kTile + col) * k + s * 32, split ? &l : nullptr));
+          if (split) lo_rows[col] = _mm512_castsi512_ps(l);
+        }
+        Transpose16(hi_rows);
+        for (int r = 0; r < 16; ++r)
+          _mm512_storeu_ps(reinterpret_cast<float*>(tile + r * 16), hi_rows[r]);
+        if (split) {
+          Transpose16(lo_rows);
+          for (int r = 0; r < 16; ++r)
+            _mm512_storeu_ps(reinterpret_cast<float*>(tile_lo + r * 16), lo_rows[r]);
+        }
+        continue;
+      }
       for (int64_t col = 0; col < valid; ++col) {
         const int64_t row = g * kTile + col;
         ConvertPairs(x + row * k + s * 32, hi, split ? lo : nullptr);

@@ -311,3 +311,46 @@ TEST(MatmulKernels, AmxMatchesScalarWithAndWithoutSplit) {
 
 }  // namespace
 }  // namespace loom::cpu
+
+namespace loom::cpu {
+namespace {
+
+// The packed B-tile layout, element by element: tile (g, s) row r, dword column c holds the
+// bf16 pair x[16g + c][32s + 2r, +1] (rounded once; the residuals the same way after them), and
+// zeros for the rows a partial group lacks. Full groups are packed by an in-register transpose,
+// partial ones by a scatter: both are checked (n = 16, 35).
+TEST(MatmulKernels, AmxPackedActivationLayout) {
+  if (!AmxAvailable()) GTEST_SKIP() << "no AMX-BF16 on this CPU";
+  for (int64_t n : {16, 35}) {
+    const int64_t k = 96;
+    Problem p = MakeProblem(n, 1, k, DType::kBF16, 5);
+    for (bool split : {false, true}) {
+      std::vector<uint16_t> packed(PackedActivationsAmxSize(n, k, split), 0xFFFF);
+      PackActivationsAmx(p.x.data(), n, k, split, packed.data());
+      const int64_t groups = (n + 15) / 16, steps = k / 32;
+      const size_t lo_offset = PackedActivationsAmxSize(n, k, false);
+      for (int64_t g = 0; g < groups; ++g) {
+        for (int64_t s = 0; s < steps; ++s) {
+          for (int64_t r = 0; r < 16; ++r) {
+            for (int64_t c = 0; c < 16; ++c) {
+              for (int64_t e = 0; e < 2; ++e) {
+                const int64_t row = 16 * g + c, col = 32 * s + 2 * r + e;
+                const size_t at = static_cast<size_t>((g * steps + s) * 512 + r * 32 + c * 2 + e);
+                const float v = row < n ? p.x[static_cast<size_t>(row * k + col)] : 0.0f;
+                const uint16_t hi = F32ToBf16(v);
+                ASSERT_EQ(packed[at], hi)
+                    << "n=" << n << " g=" << g << " s=" << s << " r=" << r << " c=" << c;
+                if (split) {
+                  ASSERT_EQ(packed[lo_offset + at], F32ToBf16(v - Bf16ToF32(hi))) << "lo n=" << n;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace loom::cpu

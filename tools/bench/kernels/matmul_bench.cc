@@ -3,38 +3,50 @@
 // plus the vdpbf16ps peak of one core (BM_Bf16DotPeak), the f32 FMA peaks (AVX-512, AVX2) the GEMM figures are compared with,
 // and the DRAM read bandwidth with 1-8 sequential streams per thread (BM_ReadStreams), the decode kernels' bound.
 #include <benchmark/benchmark.h>
+#include <immintrin.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
 
-#include <immintrin.h>
-
 #include "base/thread_pool.h"
+#include "cpu/amx_tiles.h"
 #include "cpu/cpu_features.h"
+#include "cpu/matmul_cpu.h"
 #include "ops/matmul.h"
 
 namespace {
 
 using loom::DType;
 
-// Args: rows n, out m, in k, mode (0 = f32 activations, 1 = bf16 split, 2 = bf16 single).
+// Args: rows n, out m, in k, mode (0 = f32 activations, 1 = bf16 split, 2 = bf16 single, 3 = 2
+// cold).
 void BM_Matmul(benchmark::State& state) {
   const int64_t n = state.range(0), m = state.range(1), k = state.range(2);
-  const int mode = static_cast<int>(state.range(3));
+  int mode = static_cast<int>(state.range(3));
   std::mt19937 rng(1);
   std::normal_distribution<float> dist(0, 1);
   std::vector<float> x(static_cast<size_t>(n * k));
   for (auto& v : x) v = dist(rng);
-  std::vector<uint16_t> w(static_cast<size_t>(m * k));
-  for (auto& v : w) v = loom::F32ToBf16(dist(rng) * 0.05f);
+  // Mode 3: mode 2 with the weights cold, as in a forward pass whose model exceeds the L3: a
+  // ring of copies (640 MiB in all, more than this Xeon's 480 MiB L3), one per call.
+  const bool cold = mode == 3;
+  if (cold) mode = 2;
+  const int copies =
+      cold ? static_cast<int>(std::max<int64_t>(1, (int64_t{640} << 20) / (m * k * 2))) : 1;
+  std::vector<std::vector<uint16_t>> ws(copies, std::vector<uint16_t>(static_cast<size_t>(m * k)));
+  for (auto& v : ws[0]) v = loom::F32ToBf16(dist(rng) * 0.05f);
+  for (size_t c = 1; c < ws.size(); ++c) ws[c] = ws[0];  // same values, other memory
   std::vector<float> y(static_cast<size_t>(n * m));
-  loom::Tensor wt{DType::kBF16, {m, k}, w.data()};
   auto& opt = loom::GlobalMatmulOptions();
   opt.bf16_dot_min_rows = mode == 0 ? 0 : 1;
   opt.bf16_split = mode == 1;
+  int ci = 0;
   for (auto _ : state) {
+    loom::Tensor wt{DType::kBF16, {m, k}, ws[ci].data()};
+    if (++ci == copies) ci = 0;
     loom::Matmul(x.data(), n, wt, y.data());
     benchmark::DoNotOptimize(y.data());
   }
@@ -51,7 +63,57 @@ BENCHMARK(BM_Matmul)
     ->ArgsProduct({{2, 3, 4, 16, 32}, {4864}, {896}, {0}})
     ->ArgsProduct({{128, 512}, {4864}, {896}, {0, 1, 2}})
     ->ArgsProduct({{128, 512}, {896}, {4864}, {0, 1, 2}})
+    // Decode to prefill row counts with the weights hot (in L2/L3) and cold (from DRAM).
+    ->ArgsProduct({{1, 8, 32, 128}, {4864}, {896}, {3}})
+    ->ArgsProduct({{1, 8, 32, 128}, {896}, {4864}, {2, 3}})
     ->UseRealTime();
+
+// One core's AMX-BF16 rate (TDPBF16PS: 16×16×32 multiply-adds = 16,384 FLOP), the bound of the
+// AMX GEMM: Arg 0 = products only (operands stay in tiles); 1 = a 2 × 2 block of C tiles with its
+// two weight and two activation tiles loaded before each step's 4 products (the GEMM kernel's
+// pattern: one 1 KiB tile load per product), from a 32 KiB L1-resident buffer at moving
+// addresses; 2 = the same with only the activation pair reloaded (half a load per product);
+// 3 = pattern 1 reloading the same addresses every step (as slow as 1: the cost is the loads'
+// count, not where they point).
+__attribute__((target("amx-tile,amx-bf16"))) void BM_AmxTilePeak(benchmark::State& state) {
+  if (!loom::cpu::AmxAvailable()) return state.SkipWithError("no AMX-BF16");
+  const int pattern = static_cast<int>(state.range(0));
+  loom::cpu::ConfigureAmxTiles();
+  std::vector<uint16_t> buf(16384, 0x3f80);  // 32 KiB of bf16 1.0: weight tiles, then activations
+  constexpr int kSteps = 1 << 12;
+  for (auto _ : state) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int i = 0; i < kSteps; ++i) {
+      const int64_t step = pattern == 3 ? 0 : (i & 7) * 1024;  // 2 KiB (two tiles) per step
+      const uint16_t* a = buf.data() + step;
+      const uint16_t* b = buf.data() + 8192 + step;
+      if (pattern == 1 || pattern == 3) {
+        _tile_loadd(4, a, 64);
+        _tile_loadd(5, a + 512, 64);
+      }
+      if (pattern != 0) {
+        _tile_loadd(6, b, 64);
+        _tile_loadd(7, b + 512, 64);
+      }
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+    alignas(64) float c[256];
+    _tile_stored(0, c, 64);
+    benchmark::DoNotOptimize(c);
+  }
+  state.counters["GFLOPs"] =
+      benchmark::Counter(4.0 * 16384 * kSteps, benchmark::Counter::kIsIterationInvariantRate,
+                         benchmark::Counter::kIs1000);
+  state.counters["ns/product"] = benchmark::Counter(
+      4.0 * kSteps, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_AmxTilePeak)->DenseRange(0, 3)->UseRealTime();
 
 // One core's peak rate of a zmm instruction: 24 independent accumulators (enough to cover the
 // latency on two ports), operands in registers, written in asm so that the compiler can neither
