@@ -1,4 +1,5 @@
-// Attention: one task per (row, query head); keys gathered block by block from the cache.
+// Attention: one task per (row, KV head) for its query heads; keys gathered block by block from the
+// cache.
 #include "ops/attention.h"
 
 #include <algorithm>
@@ -36,10 +37,12 @@ void Attention(const KvLayerView& cache, const std::vector<AttentionChunk>& chun
                float softcap) {
   const int hd = cache.head_dim;
   const int group = num_heads / cache.num_kv_heads;
-  // Task index → (chunk, row in chunk, head).
+  const int kv_heads = cache.num_kv_heads;
+  // Task index → (chunk, row in chunk, KV head): the `group` query heads of one KV head run in
+  // one call, which loads each V row once for several of them (bitwise as one call per head).
   std::vector<int64_t> chunk_first_task(chunks.size() + 1, 0);
   for (size_t c = 0; c < chunks.size(); ++c) {
-    chunk_first_task[c + 1] = chunk_first_task[c] + int64_t{chunks[c].num_rows} * num_heads;
+    chunk_first_task[c + 1] = chunk_first_task[c] + int64_t{chunks[c].num_rows} * kv_heads;
   }
   int max_len = 0;
   for (const auto& c : chunks) max_len = std::max(max_len, c.start_pos + c.num_rows);
@@ -51,9 +54,9 @@ void Attention(const KvLayerView& cache, const std::vector<AttentionChunk>& chun
         chunk_first_task.begin() - 1);
     const AttentionChunk& ch = chunks[c];
     const int64_t local = task - chunk_first_task[c];
-    const int i = static_cast<int>(local / num_heads);
-    const int h = static_cast<int>(local % num_heads);
-    const int kv_head = h / group;
+    const int i = static_cast<int>(local / kv_heads);
+    const int kv_head = static_cast<int>(local % kv_heads);
+    const int h = kv_head * group;  // the first of its query heads
     const int64_t row = ch.first_row + i;
     const int pos = ch.start_pos + i;
     const int first = window > 0 ? std::max(0, pos - window + 1) : 0;
@@ -61,13 +64,13 @@ void Attention(const KvLayerView& cache, const std::vector<AttentionChunk>& chun
     // the enclosing function would be used by the workers without ever being constructed there
     // (its destructor never registered: LeakSanitizer saw one buffer lost per worker).
     static thread_local AlignedBuffer<float> scores;
-    LOOM_CHECK_OK(scores.Resize(static_cast<size_t>(max_len)));
+    LOOM_CHECK_OK(scores.Resize(static_cast<size_t>(max_len) * static_cast<size_t>(group)));
     cpu::PagedKvHead head{cache.k, cache.v, cache.block_stride(),
                           int64_t{kv_head} * kKvBlockSize * hd, ch.block_table};
-    cpu::AttendRow(isa, q + (row * num_heads + h) * hd, hd, head, first, pos, scale, softcap,
-                   scores.data(), out + (row * num_heads + h) * hd);
+    cpu::AttendHeads(isa, group, q + (row * num_heads + h) * hd, hd, hd, head, first, pos, scale,
+                     softcap, scores.data(), max_len, out + (row * num_heads + h) * hd, hd);
   };
-  if (num_tasks * max_len * hd < (int64_t{1} << 15)) {  // too small to repay waking workers
+  if (num_tasks * group * max_len * hd < (int64_t{1} << 15)) {  // too small to repay waking workers
     for (int64_t t = 0; t < num_tasks; ++t) task_fn(t, 0);
   } else {
     ThreadPool::Global().ParallelFor(num_tasks, task_fn);

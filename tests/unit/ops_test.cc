@@ -297,6 +297,48 @@ TEST(AttentionKernels, Avx512RowMatchesScalar) {
   ExpectAttendRowMatchesScalar(cpu::AttendRowAvx512, {64, 20, 128, 256, 80});
 }
 
+// Several query heads on one KV head in one call (V loaded once for up to 4 heads): each head's
+// output and scores bitwise those of a one-head call, at every level, for 1-7 heads (Qwen2's
+// groups are 7), head sizes with and without a register-resident path, and soft-capping.
+TEST(AttentionKernels, HeadsOfOneKvHeadEqualOneHeadCalls) {
+  for (cpu::Isa isa : {cpu::Isa::kScalar, cpu::Isa::kAvx2, cpu::Isa::kAvx512}) {
+    if (cpu::DetectIsa() < isa) continue;
+    for (int hd : {64, 128, 256, 80, 20}) {
+      auto k = Random(4 * 2 * kKvBlockSize * hd, 40), v = Random(k.size(), 41);
+      const std::vector<int32_t> table = {2, 0, 3, 1};
+      cpu::PagedKvHead head{k.data(), v.data(), int64_t{2} * kKvBlockSize * hd,
+                            int64_t{kKvBlockSize} * hd, table.data()};
+      for (int heads = 1; heads <= 7; ++heads) {
+        auto q = Random(heads * hd, 42 + heads);
+        for (float& x : q) x *= 4;
+        for (float cap : {0.0f, 2.5f}) {
+          for (auto [first, last] : std::vector<std::pair<int, int>>{{0, 0}, {3, 50}, {16, 63}}) {
+            const int64_t stride = 64;
+            std::vector<float> s_one(64), o_one(static_cast<size_t>(heads * hd));
+            std::vector<float> s_all(static_cast<size_t>(heads * stride)),
+                o_all(o_one.size(), -1.0f);
+            cpu::AttendHeads(isa, heads, q.data(), hd, hd, head, first, last, 0.125f, cap,
+                             s_all.data(), stride, o_all.data(), hd);
+            for (int h = 0; h < heads; ++h) {
+              cpu::AttendRow(isa, q.data() + h * hd, hd, head, first, last, 0.125f, cap,
+                             s_one.data(), o_one.data() + h * hd);
+              for (int p = first; p <= last; ++p) {
+                ASSERT_EQ(s_all[static_cast<size_t>(h * stride + p)],
+                          s_one[static_cast<size_t>(p)]);
+              }
+            }
+            for (size_t i = 0; i < o_one.size(); ++i) {
+              ASSERT_EQ(o_all[i], o_one[i])
+                  << cpu::IsaName(isa) << " hd " << hd << " heads " << heads << " cap " << cap
+                  << " [" << first << ", " << last << "] at " << i;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // The avx2 kernel (8-lane keys, exp and V; head sizes not a multiple of 8 fall back to scalar).
 TEST(AttentionKernels, Avx2RowMatchesScalar) {
   if (cpu::DetectIsa() < cpu::Isa::kAvx2) GTEST_SKIP() << "no AVX2";
