@@ -203,11 +203,16 @@ LOOM_AMX inline void ConvertPairs(const float* src, uint32_t* hi, uint32_t* lo) 
 }
 
 LOOM_AMX void PackActivationsAmx(const float* x, int64_t n, int64_t k, bool split, uint16_t* out) {
+  PackActivationsAmxGroups(x, n, k, split, out, 0, (n + kTile - 1) / kTile);
+}
+
+LOOM_AMX void PackActivationsAmxGroups(const float* x, int64_t n, int64_t k, bool split,
+                                       uint16_t* out, int64_t g0, int64_t g1) {
   const int64_t groups = (n + kTile - 1) / kTile;
   const int64_t steps = k / 32;
   const int64_t lo_offset = groups * kTile * k;
   alignas(64) uint32_t hi[16], lo[16];
-  for (int64_t g = 0; g < groups; ++g) {
+  for (int64_t g = g0; g < g1; ++g) {
     // A partial group (decode: often one row) zeroes its tiles once with vector stores and
     // scatters only its rows, instead of scattering 16 zero columns per step.
     const int64_t valid = std::min<int64_t>(kTile, n - g * kTile);

@@ -3,8 +3,9 @@
 // weight byte exactly once per step, so n ≤ 4 rows cost one pass over W).
 // GCC 12 warns falsely inside its own AVX-512 headers (_mm512_undefined_* in reductions).
 #pragma GCC diagnostic ignored "-Wuninitialized"
-#if !defined(__clang__)  // a gcc-only warning
+#if !defined(__clang__)  // gcc-only warnings
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wpsabi"  // a lambda returning __m256 inside an AVX-512 function
 #endif
 #include <immintrin.h>
 

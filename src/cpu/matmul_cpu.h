@@ -31,6 +31,9 @@ bool AmxAvailable();
 // residuals when split); size in uint16 elements.
 size_t PackedActivationsAmxSize(int64_t n, int64_t k, bool split);
 void PackActivationsAmx(const float* x, int64_t n, int64_t k, bool split, uint16_t* out);
+// The same for the 16-row groups [g0, g1) only (what they write does not overlap).
+void PackActivationsAmxGroups(const float* x, int64_t n, int64_t k, bool split, uint16_t* out,
+                              int64_t g0, int64_t g1);
 // y[n, j0:j1] = x · W[j0:j1]ᵀ from packed activations and row-major bf16 weights.
 void MatmulBf16Amx(const uint16_t* packed_x, bool split, int64_t n, int64_t k, const uint16_t* w,
                    int64_t j0, int64_t j1, float* y, int64_t ldy);

@@ -328,6 +328,12 @@ TEST(MatmulKernels, AmxPackedActivationLayout) {
       std::vector<uint16_t> packed(PackedActivationsAmxSize(n, k, split), 0xFFFF);
       PackActivationsAmx(p.x.data(), n, k, split, packed.data());
       const int64_t groups = (n + 15) / 16, steps = k / 32;
+      // Group by group, last first (as the pool may run them): the same buffer.
+      std::vector<uint16_t> by_group(packed.size(), 0xFFFF);
+      for (int64_t g = groups - 1; g >= 0; --g) {
+        PackActivationsAmxGroups(p.x.data(), n, k, split, by_group.data(), g, g + 1);
+      }
+      ASSERT_EQ(by_group, packed) << "n=" << n;
       const size_t lo_offset = PackedActivationsAmxSize(n, k, false);
       for (int64_t g = 0; g < groups; ++g) {
         for (int64_t s = 0; s < steps; ++s) {
