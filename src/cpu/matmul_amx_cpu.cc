@@ -29,25 +29,19 @@ constexpr int kTile = kAmxTileRows;  // rows of every tile; 64-byte rows (32 bf1
 // Tiles 0-3: C accumulators [16 weight rows × 16 activation rows] f32; 4-5: A (weights);
 // 6-7: B (activations).
 
-
 // Weight rows j..j+31 (or j..j+15 when NA == 1) × activation groups g, g+1 (NB of them).
-// `prefetch` (nullable): the next 32 weight rows, pulled into L2 one 64-byte column per step
-// while this block computes. Tile loads touch 16-32 rows at once, more streams than the
-// hardware prefetcher follows; without this the first pass over a block waits on DRAM.
+// No software prefetch: asking for the next block's 32 rows one 64-byte column per step (into
+// L2) made decode slower on Emerald Rapids (bf16 0.5B shape, batch-invariant, 3 interleaved
+// runs: batch 1 22.3-23.0 → 24.9-25.3 tok/s, batch 8 165-167 → 178-180 without it; prefill
+// pp128 unchanged); the hardware prefetchers follow these row streams by themselves.
 template <int NA, int NB, bool SPLIT>
 LOOM_AMX void Block(const uint16_t* w, int64_t w_stride_bytes, const uint16_t* xp,
-                    int64_t lo_offset, int64_t group_stride, int64_t steps, float* c_out,
-                    const uint8_t* prefetch) {
+                    int64_t lo_offset, int64_t group_stride, int64_t steps, float* c_out) {
   _tile_zero(0);
   if (NB > 1) _tile_zero(1);
   if (NA > 1) _tile_zero(2);
   if (NA > 1 && NB > 1) _tile_zero(3);
   for (int64_t s = 0; s < steps; ++s) {
-    if (prefetch) {
-      for (int r = 0; r < 32; ++r) {
-        _mm_prefetch(reinterpret_cast<const char*>(prefetch + r * w_stride_bytes + s * 64), _MM_HINT_T1);
-      }
-    }
     _tile_loadd(4, w + s * 32, w_stride_bytes);
     if (NA > 1) _tile_loadd(5, reinterpret_cast<const uint8_t*>(w + s * 32) + kTile * w_stride_bytes,
                             w_stride_bytes);
@@ -124,18 +118,17 @@ LOOM_AMX void Kernel(const uint16_t* xp, int64_t lo_offset, int64_t n, int64_t k
     int na = rows_left >= 32 ? 2 : 1;
     int64_t valid_rows = std::min<int64_t>(rows_left, na * kTile);
     if (rows_left < kTile) wj = ZeroPaddedPanel(wj, rows_left, k);  // tail weight rows
-    // Rows of the next block, if it is a full one (a tail is copied, not streamed).
-    const uint8_t* next = j + valid_rows + 32 <= j1
-                              ? reinterpret_cast<const uint8_t*>(w + (j + valid_rows) * k)
-                              : nullptr;
     for (int64_t g = 0; g < groups; g += 2) {
       const int nb = g + 1 < groups ? 2 : 1;
       const uint16_t* xg = xp + g * group_stride;
-      const uint8_t* pf = g == 0 ? next : nullptr;
-      if (na == 2 && nb == 2) Block<2, 2, SPLIT>(wj, w_stride, xg, lo_offset, group_stride, steps, c[0], pf);
-      if (na == 2 && nb == 1) Block<2, 1, SPLIT>(wj, w_stride, xg, lo_offset, group_stride, steps, c[0], pf);
-      if (na == 1 && nb == 2) Block<1, 2, SPLIT>(wj, w_stride, xg, lo_offset, group_stride, steps, c[0], pf);
-      if (na == 1 && nb == 1) Block<1, 1, SPLIT>(wj, w_stride, xg, lo_offset, group_stride, steps, c[0], pf);
+      if (na == 2 && nb == 2)
+        Block<2, 2, SPLIT>(wj, w_stride, xg, lo_offset, group_stride, steps, c[0]);
+      if (na == 2 && nb == 1)
+        Block<2, 1, SPLIT>(wj, w_stride, xg, lo_offset, group_stride, steps, c[0]);
+      if (na == 1 && nb == 2)
+        Block<1, 2, SPLIT>(wj, w_stride, xg, lo_offset, group_stride, steps, c[0]);
+      if (na == 1 && nb == 1)
+        Block<1, 1, SPLIT>(wj, w_stride, xg, lo_offset, group_stride, steps, c[0]);
       // c tile (a, b) holds y[g+b rows][j + 16a ..]: transpose while writing out.
       for (int a = 0; a < na; ++a) {
         for (int b = 0; b < nb; ++b) {

@@ -94,10 +94,11 @@ void Matmul(const float* x, int64_t n, const Tensor& w, float* y, const MatmulEp
     }
     // 32 weight rows per tile pair. Prefill: 4 blocks per core to balance them. Decode (fewer
     // rows than a tile): one block per core, so each core streams one contiguous run of weight
-    // rows and only its first 32 rows miss the next-block prefetch (Block): bf16 decode, 0.5B
-    // shape, 2 threads, Emerald Rapids, 4 → 1 block per core interleaved twice: batch 1
-    // 21.6-21.7 → 24.4-24.5 tok/s, batch 4 82-83 → 90-91, batch 8 155-158 → 173-174. The
-    // avx512bf16 and avx2 kernels below showed no such difference (8 → 1 per core).
+    // rows: bf16 decode, 0.5B shape, 2 threads, Emerald Rapids, 4 → 1 block per core
+    // interleaved twice (with Block's next-block prefetch of then): batch 1 21.6-21.7 →
+    // 24.4-24.5 tok/s, batch 4 82-83 → 90-91, batch 8 155-158 → 173-174; without that prefetch
+    // (2026-12-05, 3 runs) 1 still leads 4: batch 8 182-190 vs 176-182. The avx512bf16 and
+    // avx2 kernels below showed no such difference (8 → 1 per core).
     const int64_t per_core = n < cpu::kAmxTileRows ? 1 : 4;
     const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(pool.num_threads() * per_core, m / 32));
     const int64_t block = (m / blocks + 31) / 32 * 32;
