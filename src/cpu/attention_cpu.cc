@@ -84,14 +84,10 @@ LOOM_AVX512 inline __m512 HorizontalSums16(const __m512* v) {
   return _mm512_permutexvar_ps(idx, s);
 }
 
-}  // namespace
-
-namespace {
-
 // out_h[hd] += w_h · v[hd] for H heads that share the KV head, NC = hd / 16 register-resident
 // chunks each: V is loaded once per position for all H heads, and H · NC independent FMA chains
 // hide the FMA latency one head's NC chains leave exposed. Each head's sums run over its
-// positions in the same order as AccumulateV<NC>, so its bits are those of a one-head call.
+// positions in order, whatever H is, so its bits are those of a one-head call (H = 1).
 template <int NC, int H>
 LOOM_AVX512 inline void AccumulateVHeads(const float* scores, int64_t scores_stride,
                                          const float* inv, const PagedKvHead& kv, int first,

@@ -174,9 +174,8 @@ size_t PackedActivationsAmxSize(int64_t n, int64_t k, bool split) {
   return static_cast<size_t>(groups * kTile * k) * (split ? 2 : 1);
 }
 
-// Converts 32 floats to bf16 (round to nearest even) as 16 dwords of (even, odd) pairs, and
-// the residuals x − bf16(x) likewise.
-// In registers: `lo` (nullable) gets the residuals.
+// Converts 32 floats to bf16 (round to nearest even) as 16 dwords of (even, odd) pairs, in a
+// register; `lo` (nullable) gets the residuals x − bf16(x) likewise.
 LOOM_AMX inline __m512i ConvertPairs(const float* src, __m512i* lo) {
   const __m512 a = _mm512_loadu_ps(src);
   const __m512 b = _mm512_loadu_ps(src + 16);
@@ -189,6 +188,7 @@ LOOM_AMX inline __m512i ConvertPairs(const float* src, __m512i* lo) {
   return h;
 }
 
+// The same, stored to hi (and lo).
 LOOM_AMX inline void ConvertPairs(const float* src, uint32_t* hi, uint32_t* lo) {
   __m512i l;
   _mm512_storeu_si512(hi, ConvertPairs(src, lo ? &l : nullptr));
