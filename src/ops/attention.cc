@@ -36,8 +36,9 @@ void Attention(const KvLayerView& cache, const std::vector<AttentionChunk>& chun
                const float* q, int num_heads, int window, float scale, float* out,
                float softcap) {
   const int hd = cache.head_dim;
-  const int group = num_heads / cache.num_kv_heads;
   const int kv_heads = cache.num_kv_heads;
+  LOOM_CHECK(kv_heads > 0 && num_heads % kv_heads == 0);  // each task covers one whole group
+  const int group = num_heads / kv_heads;
   // Task index → (chunk, row in chunk, KV head): the `group` query heads of one KV head run in
   // one call, which loads each V row once for several of them (bitwise as one call per head).
   std::vector<int64_t> chunk_first_task(chunks.size() + 1, 0);

@@ -8,34 +8,23 @@
 #include "cpu/activation_cpu.h"
 #include "cpu/logits_scan_cpu.h"
 #include "cpu/sample_cpu.h"
+#include "ops/panel_blocks.h"
 
 namespace loom {
 
 namespace {
-// fn(begin, end) over [0, count) in pieces of a multiple of `align` items, over the pool when
-// count reaches `min_parallel` (else on this thread). Each item is computed by the same code
-// whichever piece holds it, so the split changes no bits: row ops split by rows, element-wise
-// ones at multiples of 64 elements (their vector kernels' scalar tails stay at the very end).
+// fn(i0, i1) over [0, count) in ranges of whole 64-element units (ForEachRowRange over the
+// units), over the pool from `min_count` elements: an element-wise vector kernel's scalar tail
+// stays at the very end, so each element gets the same code and bits whatever the split.
 template <typename Fn>
-void SplitOverPool(int64_t count, int64_t align, int64_t min_parallel, const Fn& fn) {
-  ThreadPool& pool = ThreadPool::Global();
-  if (count < min_parallel || pool.num_threads() < 2) return fn(int64_t{0}, count);
-  const int64_t pieces = int64_t{pool.num_threads()} * 2;
-  const int64_t piece = ((count + pieces - 1) / pieces + align - 1) / align * align;
-  const int64_t tasks = (count + piece - 1) / piece;
-  pool.ParallelFor(tasks, [&](int64_t t, int) { fn(t * piece, std::min(count, (t + 1) * piece)); });
-}
-}  // namespace
-
-// The serial work between two matmuls keeps the other cores idle: on the 2-core Xeon, 32
-// clients of `loom bench --closed-loop`, RmsNorm, SiLU and the AMX activation packing were ~6 %
-// of the calling thread's time with the worker spinning. Rows ≥ 8 (a decode step of 8) go to
-// the pool.
-void RmsNorm(const float* x, int64_t n, int64_t d, const float* weight, double eps, float* out) {
-  SplitOverPool(n, 1, 8,
-                [&](int64_t r0, int64_t r1) { RmsNormRows(x, r0, r1, d, weight, eps, out); });
+void ForEachElementRange(int64_t count, int64_t min_count, const Fn& fn) {
+  constexpr int64_t kUnit = 64;
+  ForEachRowRange((count + kUnit - 1) / kUnit,
+                  [&](int64_t u0, int64_t u1) { fn(u0 * kUnit, std::min(count, u1 * kUnit)); },
+                  min_count / kUnit);
 }
 
+// RmsNorm of rows [r0, r1).
 void RmsNormRows(const float* x, int64_t r0, int64_t r1, int64_t d, const float* weight, double eps,
                  float* out) {
   for (int64_t r = r0; r < r1; ++r) {
@@ -49,11 +38,22 @@ void RmsNormRows(const float* x, int64_t r0, int64_t r1, int64_t d, const float*
     for (int64_t i = 0; i < d; ++i) o[i] = weight[i] * (xr[i] * inv);
   }
 }
+}  // namespace
+
+// The serial work between two matmuls keeps the other cores idle: on the 2-core Xeon (AMX), 32
+// clients of `loom bench --closed-loop`, RmsNorm, SiLU and the AMX activation packing were ~6 %
+// of the calling thread's time with the worker spinning. Rows ≥ 8 (a decode step of 8) go to
+// the pool.
+void RmsNorm(const float* x, int64_t n, int64_t d, const float* weight, double eps, float* out) {
+  ForEachRowRange(
+      n, [&](int64_t r0, int64_t r1) { RmsNormRows(x, r0, r1, d, weight, eps, out); }, 8);
+}
 
 void SiluMulInPlace(float* gate, const float* up, int64_t count) {
   const cpu::Isa isa = cpu::ActiveIsa();
-  SplitOverPool(count, 64, 32768,
-                [&](int64_t i0, int64_t i1) { cpu::SiluMul(isa, gate + i0, up + i0, i1 - i0); });
+  ForEachElementRange(count, 32768, [&](int64_t i0, int64_t i1) {
+    cpu::SiluMul(isa, gate + i0, up + i0, i1 - i0);
+  });
 }
 
 void GeluTanhMulInPlace(float* gate, const float* up, int64_t count) {
@@ -83,7 +83,7 @@ void ScaleInPlace(float* x, int64_t count, float s) {
 }
 
 void AddInPlace(float* x, const float* y, int64_t count) {
-  SplitOverPool(count, 64, 65536, [&](int64_t i0, int64_t i1) {
+  ForEachElementRange(count, 65536, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) x[i] += y[i];
   });
 }

@@ -10,9 +10,6 @@ namespace loom {
 // out[r, :] = weight ⊙ x[r, :] / sqrt(mean(x[r, :]²) + eps). x, out: [n, d] f32 (may alias);
 // weight: [d] f32. Same order of operations as transformers' LlamaRMSNorm.
 void RmsNorm(const float* x, int64_t n, int64_t d, const float* weight, double eps, float* out);
-// RmsNorm of rows [r0, r1) only (on this thread).
-void RmsNormRows(const float* x, int64_t r0, int64_t r1, int64_t d, const float* weight, double eps,
-                 float* out);
 
 // gate[r, i] = silu(gate[r, i]) * up[r, i]; gate, up: [n, f] f32. silu(v) = v / (1 + e^-v).
 void SiluMulInPlace(float* gate, const float* up, int64_t count);

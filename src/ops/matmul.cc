@@ -9,6 +9,7 @@
 #include "cpu/int8_cpu.h"
 #include "cpu/matmul_cpu.h"
 #include "ops/epilogue_region.h"
+#include "ops/panel_blocks.h"
 
 namespace loom {
 
@@ -84,14 +85,11 @@ void Matmul(const float* x, int64_t n, const Tensor& w, float* y, const MatmulEp
     LOOM_CHECK_OK(buf.Resize(cpu::PackedActivationsAmxSize(n, k, split)));
     // Groups of 16 rows packed over the pool once there are several (serial, it kept the other
     // core idle for ~2 % of a 32-client serving run).
-    const int64_t groups = (n + cpu::kAmxTileRows - 1) / cpu::kAmxTileRows;
-    if (groups >= 2) {
-      pool.ParallelFor(groups, [&](int64_t g, int) {
-        cpu::PackActivationsAmxGroups(x, n, k, split, buf.data(), g, g + 1);
-      });
-    } else {
-      cpu::PackActivationsAmx(x, n, k, split, buf.data());
-    }
+    ForEachRowRange((n + cpu::kAmxTileRows - 1) / cpu::kAmxTileRows,
+                    [&](int64_t g0, int64_t g1) {
+                      cpu::PackActivationsAmxGroups(x, n, k, split, buf.data(), g0, g1);
+                    },
+                    2);
     // 32 weight rows per tile pair. Prefill: 4 blocks per core to balance them. Decode (fewer
     // rows than a tile): one block per core, so each core streams one contiguous run of weight
     // rows: bf16 decode, 0.5B shape, 2 threads, Emerald Rapids, 4 → 1 block per core

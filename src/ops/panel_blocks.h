@@ -35,19 +35,22 @@ void ForEachPanelBlock(int64_t m, int64_t rows, const MatmulEpilogue* epilogue,
   });
 }
 
-// Calls fn(r0, r1) over ranges of the n activation rows: inline below kParallelRowsMin rows
-// (decode: a pool hand-off costs more than quantizing a few rows), else over the pool. Run
-// inline, quantizing a 128-row prefill chunk took 4–5 % of an int8 prefill while the other core
-// waited. Each row's result must depend on that row alone (same bits on any thread).
+// Calls fn(r0, r1) over ranges of the n activation rows: inline below `min_rows` rows (by
+// default kParallelRowsMin; decode: a pool hand-off costs more than quantizing a few rows), else
+// over the pool. Run inline, quantizing a 128-row prefill chunk took 4–5 % of an int8 prefill
+// while the other core waited. Each row's result must depend on that row alone (same bits on
+// any thread).
 inline constexpr int64_t kParallelRowsMin = 16;
 template <typename Fn>
-void ForEachRowRange(int64_t n, const Fn& fn) {
+void ForEachRowRange(int64_t n, const Fn& fn, int64_t min_rows = kParallelRowsMin) {
   ThreadPool& pool = ThreadPool::Global();
-  if (n < kParallelRowsMin || pool.num_threads() == 1) {
+  if (n < std::max<int64_t>(min_rows, 2) || pool.num_threads() == 1) {
     fn(int64_t{0}, n);
     return;
   }
-  const int64_t tasks = std::min<int64_t>(n / 4, static_cast<int64_t>(pool.num_threads()) * 4);
+  // About 4 rows a task, at most 4 tasks a thread; at least 2 (n ≥ 2 here: 2-3 AMX groups).
+  const int64_t tasks =
+      std::max<int64_t>(2, std::min<int64_t>(n / 4, static_cast<int64_t>(pool.num_threads()) * 4));
   const int64_t per = (n + tasks - 1) / tasks;
   pool.ParallelFor((n + per - 1) / per, [&](int64_t task, int) {
     fn(task * per, std::min(n, (task + 1) * per));
