@@ -85,12 +85,11 @@ LOOM_AVX2 inline void Tile(const int8_t* xq, const float* sx, const int32_t* cor
 #pragma GCC unroll 1
       for (int u = 0; u < kU; ++u) {
         const int64_t t = t0 + u;
-        if constexpr (R == 1) {  // decode: see kInt4PrefetchAhead
-          for (int p = 0; p < P; ++p) {
-            _mm_prefetch(reinterpret_cast<const char*>(wq + (p0 + p * ps) * panel_bytes + t * 64) +
-                             kInt4PrefetchAhead,
-                         _MM_HINT_T0);
-          }
+        // every row count: see kInt4PrefetchAhead
+        for (int p = 0; p < P; ++p) {
+          _mm_prefetch(reinterpret_cast<const char*>(wq + (p0 + p * ps) * panel_bytes + t * 64) +
+                           kInt4PrefetchAhead,
+                       _MM_HINT_T0);
         }
         __m256i xl[R], xh[R];
         for (int r = 0; r < R; ++r) {

@@ -51,12 +51,11 @@ LOOM_AVXVNNI inline void Tile(const int8_t* xq, const float* sx, const int32_t* 
       for (int p = 0; p < P; ++p) sum[r][p][0] = sum[r][p][1] = c;
     }
     for (int64_t t = g * G / 8; t < (g + 1) * G / 8; ++t) {
-      if constexpr (R == 1) {  // decode: see kInt4PrefetchAhead
-        for (int p = 0; p < P; ++p) {
-          _mm_prefetch(reinterpret_cast<const char*>(wq + (p0 + p * ps) * panel_bytes + t * 64) +
-                           kInt4PrefetchAhead,
-                       _MM_HINT_T0);
-        }
+      // every row count: see kInt4PrefetchAhead
+      for (int p = 0; p < P; ++p) {
+        _mm_prefetch(reinterpret_cast<const char*>(wq + (p0 + p * ps) * panel_bytes + t * 64) +
+                         kInt4PrefetchAhead,
+                     _MM_HINT_T0);
       }
       __m256i xl[R], xh[R];
       for (int r = 0; r < R; ++r) {

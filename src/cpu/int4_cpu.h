@@ -15,12 +15,16 @@ namespace loom::cpu {
 // vpdpbusd with 4 broadcast activations (and of an AMX-INT8 B tile).
 inline constexpr int64_t kInt4Chunk = 128;
 inline constexpr int64_t kInt4Panel = 16;
-// One activation row (decode) is memory-bound, and unpacking the nibbles keeps the core busy
-// enough that the hardware prefetcher alone falls behind: each kernel's one-row tile prefetches
-// every panel's stream this many bytes ahead. 0.5B shape, int4 g128 + head, 2 threads,
-// Emerald Rapids, decode batch 1: avx512vnni 91-92 → 100-104 tok/s, avx-vnni 78-80 → 90-94,
-// avx2 72-74 → 99-103 (512 and 4096 bytes ahead were no better; int8, at ~93 % of the streaming
-// bandwidth already, gained nothing from the same prefetch).
+// Unpacking the nibbles keeps the core busy enough that the hardware prefetcher alone falls
+// behind the weight stream, at any row count below the AMX-INT8 threshold: each kernel's tile
+// prefetches every panel's stream this many bytes ahead. 0.5B shape, int4 g128 + head, 2
+// threads, Emerald Rapids: decode batch 1, avx512vnni 91-92 → 100-104 tok/s, avx-vnni 78-80 →
+// 90-94, avx2 72-74 → 99-103 (512 and 4096 bytes ahead were no better). Then also for the
+// multi-row tiles (the first 4-row group reads each panel from DRAM, later groups from L2):
+// `loom bench --batch 4 8 16`, old and new binary interleaved, 2 rounds, batch 4 / 8 / 16
+// (batch 1 unchanged): avx512vnni 237-244 → 262-279 / 298-304 → 338-348 / unchanged (AMX-INT8
+// from 16 rows), avx-vnni (`LOOM_ISA=avx2`) 151 → 205-209 / 207 → 283-285 / 268-270 → 344-348,
+// avx2 (`LOOM_AVXVNNI=0`) 129-131 → 194-195 / 169-170 → 243 / 213 → 270-272.
 inline constexpr int64_t kInt4PrefetchAhead = 2048;
 
 // q: [16, k_pad] values in −8..7, row-major (the panel's 16 columns); out: [16 · k_pad / 2].

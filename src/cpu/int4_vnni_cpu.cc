@@ -64,12 +64,11 @@ LOOM_VNNI inline void Tile(const int8_t* xq, const float* sx, const int32_t* cor
     }
     for (int64_t t = g * G / 8; t < (g + 1) * G / 8; ++t) {
       __m512i wl[P], wh[P];
-      if constexpr (R == 1) {  // decode: see kInt4PrefetchAhead
-        for (int p = 0; p < P; ++p) {
-          _mm_prefetch(reinterpret_cast<const char*>(wq + (p0 + p * ps) * panel_bytes + t * 64) +
-                           kInt4PrefetchAhead,
-                       _MM_HINT_T0);
-        }
+      // every row count: see kInt4PrefetchAhead
+      for (int p = 0; p < P; ++p) {
+        _mm_prefetch(reinterpret_cast<const char*>(wq + (p0 + p * ps) * panel_bytes + t * 64) +
+                         kInt4PrefetchAhead,
+                     _MM_HINT_T0);
       }
       for (int p = 0; p < P; ++p) {
         const __m512i raw = _mm512_loadu_si512(wq + (p0 + p * ps) * panel_bytes + t * 64);

@@ -52,12 +52,11 @@ LOOM_AVX2 inline void Tile(const uint8_t* xu, const float* sx, int64_t kp, const
   for (int64_t t = 0; t < kp / 4; ++t) {
     __m256i xs[R];
     for (int r = 0; r < R; ++r) xs[r] = Broadcast4Signed(xu + r * kp + 4 * t);
-    if constexpr (R == 1) {  // decode: see kInt8Avx2PrefetchAhead
-      for (int p = 0; p < P; ++p) {
-        _mm_prefetch(reinterpret_cast<const char*>(wq + (p0 + p * ps) * panel_bytes + t * 64) +
-                         kInt8Avx2PrefetchAhead,
-                     _MM_HINT_T0);
-      }
+    // every row count: see kInt8PrefetchAhead
+    for (int p = 0; p < P; ++p) {
+      _mm_prefetch(reinterpret_cast<const char*>(wq + (p0 + p * ps) * panel_bytes + t * 64) +
+                       kInt8PrefetchAhead,
+                   _MM_HINT_T0);
     }
     for (int p = 0; p < P; ++p) {
       for (int h = 0; h < 2; ++h) {

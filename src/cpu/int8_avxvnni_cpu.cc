@@ -46,6 +46,7 @@ LOOM_AVXVNNI inline void Tile(const uint8_t* xu, const float* sx, int64_t kp, co
     __m256i w[P][2];
     for (int p = 0; p < P; ++p) {
       const int8_t* b = wq + (p0 + p) * panel_bytes + t * 64;
+      _mm_prefetch(reinterpret_cast<const char*>(b) + kInt8PrefetchAhead, _MM_HINT_T0);
       w[p][0] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b));
       w[p][1] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 32));
     }

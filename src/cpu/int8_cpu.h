@@ -18,12 +18,15 @@ inline constexpr int64_t kMaxInt8Depth = 65536;
 // (and of an AMX-INT8 B tile).
 inline constexpr int64_t kInt8Align = 64;
 inline constexpr int64_t kInt8Panel = 16;
-// The plain AVX2 kernel's one-row (decode) tile prefetches each panel stream this far ahead: its
-// two multiply uops per 32 products (`vpmaddubsw` + `vpmaddwd`) kept the core busy enough that
-// the hardware prefetcher fell behind. 0.5B shape, int8 + head, 2 threads, Emerald Rapids at
-// `LOOM_ISA=avx2 LOOM_AVXVNNI=0`: 49-51 → 57.5-58.6 tok/s (90 % of the 64 tok/s roofline).
-// The VNNI kernels (one multiply) are at 88-90 % without it and gained nothing.
-inline constexpr int64_t kInt8Avx2PrefetchAhead = 2048;
+// Every int8 kernel's tile (below the AMX-INT8 threshold) prefetches each panel stream this far
+// ahead: with several rows the hardware prefetcher alone fell behind the weight stream on every
+// kernel, with one row on the plain AVX2 kernel (two multiply uops per 32 products: 49-51 →
+// 57.5-58.6 tok/s at batch 1 when it came). 0.5B shape, int8 + head, 2 threads, Emerald Rapids,
+// `loom bench --batch 4 8 16`, old and new binary interleaved, 2 rounds, batch 4 / 8 / 16 (batch
+// 1 unchanged): avx512vnni 155-158 → 176-181 / 223-224 → 240-247 / unchanged (AMX-INT8 from 16
+// rows), avx-vnni (`LOOM_ISA=avx2`) 114 → 139-141 / 153-154 → 191-195 / 213-215 → 262-263, avx2
+// (`LOOM_AVXVNNI=0`) 69-70 → 128-129 / 99-100 → 155-158 / 133-137 → 185.
+inline constexpr int64_t kInt8PrefetchAhead = 2048;
 
 // AVX512_VNNI (vpdpbusd) on top of the kAvx512 level.
 bool HasAvx512Vnni();

@@ -41,6 +41,8 @@ LOOM_VNNI inline void Tile(const uint8_t* xu, const float* sx, int64_t kp, const
     __m512i w0[P], w1[P];
     for (int p = 0; p < P; ++p) {
       const int8_t* b = wq + (p0 + p) * panel_bytes + t * 64;
+      _mm_prefetch(reinterpret_cast<const char*>(b) + kInt8PrefetchAhead, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(b) + kInt8PrefetchAhead + 64, _MM_HINT_T0);
       w0[p] = _mm512_loadu_si512(b);
       w1[p] = _mm512_loadu_si512(b + 64);
     }
