@@ -254,9 +254,8 @@ LOOM_AMX void PackActivationsAmxGroups(const float* x, int64_t n, int64_t k, boo
 // x[s·32 + 2r, +1] exactly as in a packed group (columns 1..15 read later pairs and are
 // discarded). Column 0 of the C tile gets the same tile products in the same order as the row
 // gets from Kernel in any group and any position, so the bits are those of MatmulBf16Amx.
-LOOM_AMX void MatmulBf16AmxRow(const float* x, bool split, int64_t k, const uint16_t* w,
-                               int64_t j0, int64_t j1, float* y) {
-  ConfigureAmxTiles();
+LOOM_AMX void MatmulBf16AmxRow(const float* x, bool split, int64_t k, const uint16_t* w, int64_t j0,
+                               int64_t j1, float* y) {
   // The row as bf16 (and its residuals), with 64 zero bytes after it for the last step's
   // overlapping tile rows.
   static thread_local std::vector<uint16_t> hi, lo;
@@ -275,14 +274,16 @@ LOOM_AMX void MatmulBf16AmxRow(const float* x, bool split, int64_t k, const uint
   for (int64_t j = j0; j < j1; j += kTile) {
     const int64_t rows = std::min<int64_t>(kTile, j1 - j);
     const uint16_t* wj = w + j * k;
-    if (rows < kTile) wj = ZeroPaddedPanel(wj, rows, k);  // tail weight rows, as Kernel
+    // Fewer than 16 weight rows (a tail, or a rank cut over the workers): tiles of that many
+    // rows, so no padded copy and no row read twice.
+    ConfigureAmxTileRows(static_cast<int>(rows));
     _tile_zero(0);
     for (int64_t s = 0; s < steps; ++s) {
-      // The 16 weight rows are 16 streams, more than the hardware prefetcher follows: ask for
-      // each row's line kRowPrefetch steps ahead (decode reads them from DRAM or L3).
+      // The weight rows are up to 16 streams, more than the hardware prefetcher follows: ask
+      // for each row's line kRowPrefetch steps ahead (decode reads them from DRAM or L3).
       constexpr int64_t kRowPrefetch = 6;
       if (s + kRowPrefetch < steps) {
-        for (int r = 0; r < kTile; ++r) {
+        for (int64_t r = 0; r < rows; ++r) {
           _mm_prefetch(reinterpret_cast<const char*>(wj + r * k + (s + kRowPrefetch) * 32), _MM_HINT_T0);
         }
       }

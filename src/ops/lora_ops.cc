@@ -39,12 +39,15 @@ void LoraShrinkPlan::Build(const LoraShrinkJob* jobs, size_t num_jobs, int64_t i
       tasks_.push_back({static_cast<uint32_t>(j), amx, r, std::min(step, jobs[j].rows - r), 0, rank});
     }
   }
-  // Cut one-row FMA tasks by rank (largest first) while there are fewer tasks than wanted.
+  // Cut one-row tasks by rank (largest first) while there are fewer tasks than wanted: a lone
+  // decode row's shrink then streams A on every core instead of one (the AMX row kernel runs a
+  // cut as tiles of fewer rows, same bits). 0.5B shape, int4 + head, one adapter at batch 1:
+  // see docs/QUANTIZATION.md.
   while (num_tasks() < min_tasks) {
     size_t widest = tasks_.size();
     for (size_t i = 0; i < tasks_.size(); ++i) {
       const Task& t = tasks_[i];
-      if (t.amx || t.rows != 1 || t.k1 - t.k0 < 2 * kRankStep) continue;
+      if (t.rows != 1 || t.k1 - t.k0 < 2 * kRankStep) continue;
       if (widest == tasks_.size() || t.k1 - t.k0 > tasks_[widest].k1 - tasks_[widest].k0) widest = i;
     }
     if (widest == tasks_.size()) break;
@@ -63,9 +66,9 @@ void LoraShrinkPlan::Run(int64_t i) const {
   const int rank = static_cast<int>(job.a->dim(0));
   const float* x = job.x + task.r0 * in_;
   float* t = job.t + task.r0 * rank;
-  if (task.amx && task.rows == 1) {  // decode: no 16-row group to pack
+  if (task.amx && task.rows == 1) {  // decode: no 16-row group to pack; ranks [k0, k1)
     cpu::MatmulBf16AmxRow(x, GlobalMatmulOptions().bf16_split, in_,
-                          static_cast<const uint16_t*>(job.a->data), 0, rank, t);
+                          static_cast<const uint16_t*>(job.a->data), task.k0, task.k1, t);
   } else if (task.amx) {
     const bool split = GlobalMatmulOptions().bf16_split;
     static thread_local AlignedBuffer<uint16_t> packed;  // this thread's 16 rows as bf16 tiles

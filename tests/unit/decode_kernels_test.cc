@@ -66,7 +66,8 @@ TEST(DecodeKernels, ExpandAddTilesAreRowInvariantAndMatchAvx2) {
 }
 
 // The one-row AMX product (the LoRA shrink at decode) gives the bits the packed kernel gives
-// that row wherever it sits in a group, split or not, with full and tail weight panels.
+// that row wherever it sits in a group, split or not, with full and tail weight panels, and
+// cut by rank into pieces of fewer than 16 weight rows.
 TEST(DecodeKernels, AmxRowMatchesThePackedGroupBitForBit) {
   if (DetectIsa() < Isa::kAmx || !AmxAvailable()) GTEST_SKIP() << "no AMX here";
   for (int64_t k : {int64_t{32}, int64_t{96}, int64_t{896}}) {
@@ -100,6 +101,17 @@ TEST(DecodeKernels, AmxRowMatchesThePackedGroupBitForBit) {
           std::vector<float> part(static_cast<size_t>(rank), 0.0f);
           MatmulBf16AmxRow(x.data() + 2 * k, split, k, w.data(), 16, rank, part.data());
           for (int64_t j = 16; j < rank; ++j) ASSERT_EQ(part[j], group[2 * rank + j]) << j;
+        }
+        // Rank cuts (LoraShrinkPlan's, one per worker): each piece runs as tiles of fewer
+        // than 16 weight rows, and every piece gives the group kernel's bits.
+        for (int64_t cut : {int64_t{4}, int64_t{8}, int64_t{12}, int64_t{20}}) {
+          if (cut >= rank) continue;
+          std::vector<float> pieces(static_cast<size_t>(rank), -1.0f);
+          MatmulBf16AmxRow(x.data() + 3 * k, split, k, w.data(), 0, cut, pieces.data());
+          MatmulBf16AmxRow(x.data() + 3 * k, split, k, w.data(), cut, rank, pieces.data());
+          for (int64_t j = 0; j < rank; ++j) {
+            ASSERT_EQ(pieces[j], group[3 * rank + j]) << "cut " << cut << " col " << j;
+          }
         }
       }
     }
