@@ -132,6 +132,8 @@ int RunLoraBench(Model* model, const BenchArgs& a) {
   std::sort(load_ms.begin(), load_ms.end());
   auto merged = Model::Load(a.model, LoadOptionsFromFlags(a.no_check_weights));
   Status merge_status = merged.ok() ? (*merged)->MergeAdapter(*adapters[0]) : merged.status();
+  if (merge_status.ok() && a.batch_invariant)
+    merge_status = (*merged)->PackWeightsForAmx().status();
   if (!merge_status.ok()) {
     std::fprintf(stderr, "error: cannot build the merged model: %s\n",
                  merge_status.message().c_str());
@@ -219,6 +221,12 @@ int RunBench(const BenchArgs& a) {
   if (Status st = ValidateBenchArgs(**model, a); !st.ok()) {
     std::fprintf(stderr, "error: %s\n", st.message().c_str());
     return 2;
+  }
+  if (a.batch_invariant) {  // as loom serve: the bf16 weights as AMX tiles where that applies
+    if (auto packed = (*model)->PackWeightsForAmx(); !packed.ok()) {
+      std::fprintf(stderr, "error: %s\n", packed.status().message().c_str());
+      return 1;
+    }
   }
   if (a.closed.clients > 0) return RunClosedLoop(model->get(), a);
   if (!a.loras.empty()) return RunLoraBench(model->get(), a);

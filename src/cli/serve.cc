@@ -175,6 +175,17 @@ int RunServe(ServeArgs& a) {
   }
   // Batch invariance (default): a request's output never depends on what it is batched with.
   GlobalMatmulOptions().batch_invariant = !a.no_batch_invariant;
+  if (!a.no_batch_invariant) {  // every bf16 matmul then runs on AMX where the CPU has it
+    auto packed = (*model)->PackWeightsForAmx();
+    if (!packed.ok()) {
+      stop_listener();
+      return Fail(packed.status().message());
+    }
+    if (*packed > 0) {
+      std::fprintf(stderr, "loom: bf16 weights repacked as AMX tiles (%.0f MiB)\n",
+                   static_cast<double>(*packed) / (1 << 20));
+    }
+  }
   EngineOptions eo = plan->engine;
   // The store (declared before the engine, so it outlives it) trims to --max-cpu-loras / memory
   // once the leases of finished sequences are gone, not only on the next adapter request.

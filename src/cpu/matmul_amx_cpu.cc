@@ -34,7 +34,8 @@ constexpr int kTile = kAmxTileRows;  // rows of every tile; 64-byte rows (32 bf1
 // L2) made decode slower on Emerald Rapids (bf16 0.5B shape, batch-invariant, 3 interleaved
 // runs: batch 1 22.3-23.0 → 24.9-25.3 tok/s, batch 8 165-167 → 178-180 without it; prefill
 // pp128 unchanged); the hardware prefetchers follow these row streams by themselves.
-template <int NA, int NB, bool SPLIT>
+// PACKED: weights in PackWeightAmx's panels (each tile one contiguous KiB), else row-major.
+template <int NA, int NB, bool SPLIT, bool PACKED = false>
 LOOM_AMX void Block(const uint16_t* w, int64_t w_stride_bytes, const uint16_t* xp,
                     int64_t lo_offset, int64_t group_stride, int64_t steps, float* c_out) {
   _tile_zero(0);
@@ -42,9 +43,15 @@ LOOM_AMX void Block(const uint16_t* w, int64_t w_stride_bytes, const uint16_t* x
   if (NA > 1) _tile_zero(2);
   if (NA > 1 && NB > 1) _tile_zero(3);
   for (int64_t s = 0; s < steps; ++s) {
-    _tile_loadd(4, w + s * 32, w_stride_bytes);
-    if (NA > 1) _tile_loadd(5, reinterpret_cast<const uint8_t*>(w + s * 32) + kTile * w_stride_bytes,
-                            w_stride_bytes);
+    if constexpr (PACKED) {  // PackWeightAmx's layout: w is a panel, the next panel after it
+      _tile_loadd(4, w + s * 512, 64);
+      if (NA > 1) _tile_loadd(5, w + (steps + s) * 512, 64);
+    } else {
+      _tile_loadd(4, w + s * 32, w_stride_bytes);
+      if (NA > 1)
+        _tile_loadd(5, reinterpret_cast<const uint8_t*>(w + s * 32) + kTile * w_stride_bytes,
+                    w_stride_bytes);
+    }
     const uint16_t* b0 = xp + s * 512;
     _tile_loadd(6, b0, 64);
     if (NB > 1) _tile_loadd(7, b0 + group_stride, 64);
@@ -103,9 +110,9 @@ inline const uint16_t* ZeroPaddedPanel(const uint16_t* w, int64_t rows, int64_t 
   return panel.data();
 }
 
-template <bool SPLIT>
-LOOM_AMX void Kernel(const uint16_t* xp, int64_t lo_offset, int64_t n, int64_t k,
-                     const uint16_t* w, int64_t j0, int64_t j1, float* y, int64_t ldy) {
+template <bool SPLIT, bool PACKED = false>
+LOOM_AMX void Kernel(const uint16_t* xp, int64_t lo_offset, int64_t n, int64_t k, const uint16_t* w,
+                     int64_t j0, int64_t j1, float* y, int64_t ldy) {
   ConfigureAmxTiles();
   const int64_t steps = k / 32;
   const int64_t groups = (n + kTile - 1) / kTile;
@@ -113,22 +120,22 @@ LOOM_AMX void Kernel(const uint16_t* xp, int64_t lo_offset, int64_t n, int64_t k
   alignas(64) float c[4][kTile * kTile];      // [tile][weight row][activation row]
   for (int64_t j = j0; j < j1;) {
     const int64_t rows_left = j1 - j;
-    const uint16_t* wj = w + j * k;
+    const uint16_t* wj = PACKED ? w + (j / kTile) * steps * 512 : w + j * k;
     int64_t w_stride = k * 2;
     int na = rows_left >= 32 ? 2 : 1;
     int64_t valid_rows = std::min<int64_t>(rows_left, na * kTile);
-    if (rows_left < kTile) wj = ZeroPaddedPanel(wj, rows_left, k);  // tail weight rows
+    if (!PACKED && rows_left < kTile) wj = ZeroPaddedPanel(wj, rows_left, k);  // tail weight rows
     for (int64_t g = 0; g < groups; g += 2) {
       const int nb = g + 1 < groups ? 2 : 1;
       const uint16_t* xg = xp + g * group_stride;
       if (na == 2 && nb == 2)
-        Block<2, 2, SPLIT>(wj, w_stride, xg, lo_offset, group_stride, steps, c[0]);
+        Block<2, 2, SPLIT, PACKED>(wj, w_stride, xg, lo_offset, group_stride, steps, c[0]);
       if (na == 2 && nb == 1)
-        Block<2, 1, SPLIT>(wj, w_stride, xg, lo_offset, group_stride, steps, c[0]);
+        Block<2, 1, SPLIT, PACKED>(wj, w_stride, xg, lo_offset, group_stride, steps, c[0]);
       if (na == 1 && nb == 2)
-        Block<1, 2, SPLIT>(wj, w_stride, xg, lo_offset, group_stride, steps, c[0]);
+        Block<1, 2, SPLIT, PACKED>(wj, w_stride, xg, lo_offset, group_stride, steps, c[0]);
       if (na == 1 && nb == 1)
-        Block<1, 1, SPLIT>(wj, w_stride, xg, lo_offset, group_stride, steps, c[0]);
+        Block<1, 1, SPLIT, PACKED>(wj, w_stride, xg, lo_offset, group_stride, steps, c[0]);
       // c tile (a, b) holds y[g+b rows][j + 16a ..]: transpose while writing out.
       for (int a = 0; a < na; ++a) {
         for (int b = 0; b < nb; ++b) {
@@ -298,6 +305,36 @@ LOOM_AMX void MatmulBf16AmxRow(const float* x, bool split, int64_t k, const uint
     _tile_stored(0, c, 64);
     for (int64_t r = 0; r < rows; ++r) y[j + r] = c[r * kTile];
   }
+}
+
+size_t AmxPackedWeightSize(int64_t m, int64_t k) {
+  return static_cast<size_t>((m + kTile - 1) / kTile * kTile * k);
+}
+
+void PackWeightAmx(const uint16_t* w, int64_t m, int64_t k, int64_t p0, int64_t p1, uint16_t* out) {
+  const int64_t steps = k / 32;
+  for (int64_t p = p0; p < p1; ++p) {
+    uint16_t* panel = out + p * steps * 512;
+    for (int64_t s = 0; s < steps; ++s) {
+      for (int64_t r = 0; r < kTile; ++r) {
+        uint16_t* dst = panel + s * 512 + r * 32;
+        const int64_t row = p * kTile + r;
+        if (row < m) {
+          std::memcpy(dst, w + row * k + s * 32, 64);
+        } else {
+          std::memset(dst, 0, 64);  // past the last weight row: a zero row, never stored out
+        }
+      }
+    }
+  }
+}
+
+LOOM_AMX void MatmulBf16AmxPacked(const uint16_t* xp, bool split, int64_t n, int64_t k,
+                                  const uint16_t* w, int64_t j0, int64_t j1, float* y,
+                                  int64_t ldy) {
+  const int64_t lo_offset = static_cast<int64_t>(PackedActivationsAmxSize(n, k, false));
+  if (split) return Kernel<true, true>(xp, lo_offset, n, k, w, j0, j1, y, ldy);
+  Kernel<false, true>(xp, 0, n, k, w, j0, j1, y, ldy);
 }
 
 LOOM_AMX void MatmulBf16Amx(const uint16_t* xp, bool split, int64_t n, int64_t k,

@@ -37,6 +37,15 @@ void PackActivationsAmxGroups(const float* x, int64_t n, int64_t k, bool split, 
 // y[n, j0:j1] = x · W[j0:j1]ᵀ from packed activations and row-major bf16 weights.
 void MatmulBf16Amx(const uint16_t* packed_x, bool split, int64_t n, int64_t k, const uint16_t* w,
                    int64_t j0, int64_t j1, float* y, int64_t ldy);
+// Weights W [m, k] (k a multiple of 32) as AMX A tiles: panel p (rows 16p..16p+15, zero past m)
+// is k / 32 tiles of 16 rows × 32 bf16, each 1 KiB contiguous, one after the other. A tile load
+// then reads one 1 KiB run instead of 16 rows' 64-byte pieces k·2 bytes apart. Size in uint16.
+size_t AmxPackedWeightSize(int64_t m, int64_t k);
+// Writes panels [p0, p1) of `out` (each panel's bytes only: callers may split the panels).
+void PackWeightAmx(const uint16_t* w, int64_t m, int64_t k, int64_t p0, int64_t p1, uint16_t* out);
+// MatmulBf16Amx on weights packed by PackWeightAmx (j0 a multiple of 16): the same bits.
+void MatmulBf16AmxPacked(const uint16_t* packed_x, bool split, int64_t n, int64_t k,
+                         const uint16_t* w_packed, int64_t j0, int64_t j1, float* y, int64_t ldy);
 // y[j0:j1] = x · W[j0:j1]ᵀ for one row x [k] (k a multiple of 32), unpacked: bit for bit what
 // MatmulBf16Amx gives that row in any packed group (the decode shape of the LoRA shrink).
 void MatmulBf16AmxRow(const float* x, bool split, int64_t k, const uint16_t* w, int64_t j0,

@@ -62,7 +62,7 @@ void Linear::Forward(const float* x, int64_t n, float* y, const LoraBatch& lora)
     } else if (nf4) {
       MatmulNf4(x, n, *nf4, y, epilogue);
     } else {
-      Matmul(x, n, weight, y, epilogue);
+      Matmul(x, n, weight, y, epilogue, amx.get());
     }
   };
   if (num_active == 0 && bias.empty()) {

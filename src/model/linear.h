@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "model/batch.h"
+#include "ops/matmul.h"
 #include "ops/matmul_int4.h"
 #include "ops/matmul_int8.h"
 #include "ops/matmul_nf4.h"
@@ -37,6 +38,10 @@ struct Linear {
   // A bitsandbytes 4-bit (NF4/FP4) checkpoint's projection (model/bnb.h); `weight` is then
   // shape-only.
   std::shared_ptr<const Nf4Weight> nf4;
+  // Model::PackWeightsForAmx's copy of a bf16 `weight` in AMX tiles (serving with batch
+  // invariance on an AMX CPU, where every matmul of it runs on AMX); `weight` stays mapped for
+  // the other paths, merges and DoRA norms.
+  std::shared_ptr<const AmxPackedWeight> amx;
 
   int64_t in_features() const { return weight.dim(1); }
   int64_t out_features() const { return weight.dim(0); }

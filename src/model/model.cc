@@ -209,6 +209,22 @@ Status Model::Quantize(const LoadOptions& options) {
   return OkStatus();
 }
 
+StatusOr<uint64_t> Model::PackWeightsForAmx() {
+  uint64_t bytes = 0;
+  for (Linear* lin : site_linears_) {
+    if (lin->int8 || lin->int4 || lin->nf4 || !AmxPackable(lin->weight)) continue;
+    if (!lin->amx) {
+      // The file's copy is read again only by a merge, a DoRA norm, a non-AMX path or (a tied
+      // lm_head's) the embedding lookup of a few rows: its pages are let go as they are packed.
+      ASSIGN_OR_RETURN(std::unique_ptr<AmxPackedWeight> p,
+                       PackWeightForAmx(lin->weight, lin->name, /*release_source=*/true));
+      lin->amx = std::move(p);
+    }
+    bytes += lin->amx->bytes();
+  }
+  return bytes;
+}
+
 Status Model::MergeAdapter(const Adapter& adapter) {
   Status alloc_error;
   auto own = [&](const Tensor& like) -> void* {
@@ -260,6 +276,7 @@ Status Model::MergeAdapter(const Adapter& adapter) {
                                  "weight + delta overflows the dtype, or the base weight is not "
                                  "finite"));
     lin->weight.data = merged;  // lm_head of a tied model now has its own copy
+    lin->amx.reset();           // packed from the base weight: PackWeightsForAmx packs it again
     sites_.SetWeight(site, lin->weight);
     if (lin->int8) {  // quantized base: the merged weight is quantized again
       ASSIGN_OR_RETURN(std::unique_ptr<Int8Weight> q, QuantizeWeightInt8(lin->weight, lin->name));

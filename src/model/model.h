@@ -75,6 +75,11 @@ class Model {
   const std::string& quantize_departures() const { return quantize_departures_; }
   // Bytes of quantized weights made by LoadOptions::quantize or read pre-quantized (0 when none).
   uint64_t quantized_bytes() const { return quantized_bytes_; }
+  // Every dense bf16 projection (lm_head included) also as AMX tiles, and its file pages let go
+  // (ops/matmul.h AmxPackedWeight): for batch-invariant serving on an AMX CPU, where those
+  // matmuls all run on AMX. A no-op elsewhere; call after any MergeAdapter (it drops the packed
+  // copy of each projection it changes). Returns the bytes packed.
+  StatusOr<uint64_t> PackWeightsForAmx();
   // Whether a KV cache of `num_tokens` positions is possible: at most kMaxKvCacheTokens, and its
   // bytes within this machine's physical memory. The error names the sizes.
   Status CheckKvCacheTokens(int64_t num_tokens) const;

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "base/check.h"
+#include "base/mmap_file.h"
 #include "base/thread_pool.h"
 #include "cpu/amx_tiles.h"
 #include "cpu/int8_cpu.h"
@@ -72,7 +73,45 @@ void MatmulColumns(const float* x, int64_t n, const Tensor& w, int64_t j0, int64
   cpu::MatmulF32(cpu::ActiveIsa(), w.dtype, x, n, k, rows, 0, j1 - j0, y, ldy);
 }
 
-void Matmul(const float* x, int64_t n, const Tensor& w, float* y, const MatmulEpilogue* epilogue) {
+bool AmxPackable(const Tensor& w) {
+  return w.rank() == 2 && w.dtype == DType::kBF16 && w.data != nullptr && w.dim(1) % 32 == 0 &&
+         cpu::ActiveIsa() == cpu::Isa::kAmx;
+}
+
+StatusOr<std::unique_ptr<AmxPackedWeight>> PackWeightForAmx(const Tensor& w,
+                                                            const std::string& name,
+                                                            bool release_source) {
+  LOOM_CHECK(AmxPackable(w));
+  auto p = std::make_unique<AmxPackedWeight>();
+  p->rows = w.dim(0);
+  p->cols = w.dim(1);
+  if (Status st = p->panels.Resize(cpu::AmxPackedWeightSize(p->rows, p->cols)); !st.ok()) {
+    return ResourceExhausted("packing " + name + " for AMX: " + st.message());
+  }
+  const int64_t panels = (p->rows + cpu::kAmxTileRows - 1) / cpu::kAmxTileRows;
+  const auto* wd = static_cast<const uint16_t*>(w.data);
+  // ~32 MiB of the source at a time, its file pages let go once packed (release_source), so a
+  // large lm_head is never resident twice.
+  const int64_t panel_bytes = cpu::kAmxTileRows * p->cols * 2;
+  const int64_t chunk = std::max<int64_t>(1, (int64_t{32} << 20) / panel_bytes);
+  for (int64_t c0 = 0; c0 < panels; c0 += chunk) {
+    const int64_t c1 = std::min(panels, c0 + chunk);
+    ForEachRowRange(
+        c1 - c0,
+        [&](int64_t p0, int64_t p1) {
+          cpu::PackWeightAmx(wd, p->rows, p->cols, c0 + p0, c0 + p1, p->panels.data());
+        },
+        2);
+    if (release_source) {
+      const int64_t r0 = c0 * cpu::kAmxTileRows, r1 = std::min(p->rows, c1 * cpu::kAmxTileRows);
+      ReleaseMappedPages(wd + r0 * p->cols, static_cast<size_t>((r1 - r0) * p->cols) * 2);
+    }
+  }
+  return p;
+}
+
+void Matmul(const float* x, int64_t n, const Tensor& w, float* y, const MatmulEpilogue* epilogue,
+            const AmxPackedWeight* amx) {
   LOOM_CHECK(w.rank() == 2);
   const int64_t m = w.dim(0);
   const int64_t k = w.dim(1);
@@ -102,10 +141,15 @@ void Matmul(const float* x, int64_t n, const Tensor& w, float* y, const MatmulEp
     const int64_t block = (m / blocks + 31) / 32 * 32;
     const int64_t num_tasks = (m + block - 1) / block;
     const auto* wd = static_cast<const uint16_t*>(w.data);
+    LOOM_CHECK(amx == nullptr || (amx->rows == m && amx->cols == k));
     ParallelBlocks(num_tasks, epilogue, [&](int64_t task) {
-      const int64_t j0 = task * block;
+      const int64_t j0 = task * block;  // a multiple of 32
       const int64_t j1 = std::min(m, j0 + block);
-      cpu::MatmulBf16Amx(buf.data(), split, n, k, wd, j0, j1, y, m);
+      if (amx) {
+        cpu::MatmulBf16AmxPacked(buf.data(), split, n, k, amx->panels.data(), j0, j1, y, m);
+      } else {
+        cpu::MatmulBf16Amx(buf.data(), split, n, k, wd, j0, j1, y, m);
+      }
       return std::make_pair(j0, j1);
     });
     return;

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "tensor/tensor.h"
@@ -47,9 +48,29 @@ struct MatmulEpilogue {
   std::function<void(int64_t j0, int64_t j1)> block;
 };
 
-// x: [n, k] f32 contiguous; w: [m, k] (F32/F16/BF16); y: [n, m] f32 (overwritten).
+// A bf16 weight [rows, cols] repacked as AMX tiles (cpu::PackWeightAmx): each tile load reads
+// one contiguous KiB instead of 16 row pieces cols·2 bytes apart. bf16 prefill on the AMX path,
+// 0.5B shape, 2 threads, Emerald Rapids: pp128 +12-15 % (docs/PERFORMANCE.md); decode unchanged.
+struct AmxPackedWeight {
+  int64_t rows = 0, cols = 0;
+  AlignedBuffer<uint16_t> panels;  // [ceil(rows / 16) panels][cols / 32 tiles][16][32]
+  uint64_t bytes() const { return panels.size() * sizeof(uint16_t); }
+};
+
+// Whether PackWeightForAmx applies to w here: bf16, cols a multiple of 32, an AMX CPU.
+bool AmxPackable(const Tensor& w);
+// The packed copy of w (over the pool); ResourceExhausted naming `name` if it cannot be
+// allocated. release_source: w's file pages are let go as they are packed (ReleaseMappedPages:
+// heap memory is left alone; a later read maps them again from the page cache).
+StatusOr<std::unique_ptr<AmxPackedWeight>> PackWeightForAmx(const Tensor& w,
+                                                            const std::string& name,
+                                                            bool release_source = false);
+
+// x: [n, k] f32 contiguous; w: [m, k] (F32/F16/BF16); y: [n, m] f32 (overwritten). `amx`, if
+// given, is w packed by PackWeightForAmx: the AMX path reads it instead (same bits); the other
+// paths read w.
 void Matmul(const float* x, int64_t n, const Tensor& w, float* y,
-            const MatmulEpilogue* epilogue = nullptr);
+            const MatmulEpilogue* epilogue = nullptr, const AmxPackedWeight* amx = nullptr);
 
 // Single-threaded: y[i, j] = x[i]·w[j] for columns [j0, j1), written at y[i * ldy + j − j0].
 // For callers already inside a parallel region.

@@ -73,6 +73,9 @@ void ExpectInvariant(const Case& c) {
   if (c.adapters.size() >= 2) {
     EXPECT_GT(mixed_steps, 0);
   }
+  // The solo runs read the bf16 weights repacked as AMX tiles, as loom serve packs them (a no-op
+  // without AMX or bf16 weights): the bits must be those the batch got from row-major weights.
+  ASSERT_TRUE((*model)->PackWeightsForAmx().ok());
   for (const auto& got : results) {
     Engine alone(model->get(), EngineOptions{});
     ASSERT_TRUE(alone.Add(reqs[static_cast<size_t>(got.id)]).ok());

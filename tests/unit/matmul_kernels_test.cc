@@ -319,6 +319,53 @@ namespace {
 // bf16 pair x[16g + c][32s + 2r, +1] (rounded once; the residuals the same way after them), and
 // zeros for the rows a partial group lacks. Full groups are packed by an in-register transpose,
 // partial ones by a scatter: both are checked (n = 16, 35).
+// Weights repacked as AMX tiles (what loom serve runs on an AMX CPU) give the row-major path's
+// bits for every row count, ragged row counts (a zero-padded last panel) and both roundings, and
+// the packed panels hold each weight row's 64-byte pieces where the kernel reads them.
+TEST(MatmulOp, AmxPackedWeightsGiveTheRowMajorBits) {
+  if (!AmxAvailable() || ActiveIsa() != Isa::kAmx) GTEST_SKIP() << "no AMX-BF16 path here";
+  const MatmulOptions saved = GlobalMatmulOptions();
+  GlobalMatmulOptions().batch_invariant = true;
+  const int64_t shapes[][3] = {{1, 37, 64},    {5, 100, 96},  {16, 64, 896},
+                               {40, 130, 256}, {1, 896, 896}, {33, 300, 128}};
+  for (const auto& s : shapes) {
+    const Problem p = MakeProblem(s[0], s[1], s[2], DType::kBF16, 7 + static_cast<uint32_t>(s[1]));
+    const Tensor w{DType::kBF16, {p.m, p.k}, const_cast<uint8_t*>(p.w.data())};
+    ASSERT_TRUE(AmxPackable(w));
+    auto packed = PackWeightForAmx(w, "test");
+    ASSERT_TRUE(packed.ok()) << packed.status().ToString();
+    const AmxPackedWeight& pw = **packed;
+    const auto* wd = reinterpret_cast<const uint16_t*>(p.w.data());
+    for (int64_t row : {int64_t{0}, p.m / 2, p.m - 1}) {
+      for (int64_t t = 0; t < p.k / 32; ++t) {
+        const uint16_t* at =
+            pw.panels.data() + ((row / 16) * (p.k / 32) + t) * 512 + (row % 16) * 32;
+        ASSERT_EQ(std::memcmp(at, wd + row * p.k + t * 32, 64), 0)
+            << "row " << row << " tile " << t;
+      }
+    }
+    if (p.m % 16 != 0) {  // the rows past m in the last panel are zeros
+      const uint16_t* last = pw.panels.data() + ((p.m / 16) * (p.k / 32)) * 512;
+      for (int64_t r = p.m % 16; r < 16; ++r) ASSERT_EQ(last[r * 32], 0) << r;
+    }
+    for (bool split : {false, true}) {
+      GlobalMatmulOptions().bf16_split = split;
+      std::vector<float> row_major(static_cast<size_t>(p.n * p.m), -1.0f),
+          tiles(row_major.size(), -2.0f);
+      Matmul(p.x.data(), p.n, w, row_major.data());
+      Matmul(p.x.data(), p.n, w, tiles.data(), nullptr, &pw);
+      double sum = 0;
+      for (size_t i = 0; i < tiles.size(); ++i) {
+        ASSERT_EQ(tiles[i], row_major[i])
+            << "n " << p.n << " m " << p.m << " k " << p.k << " at " << i;
+        sum += std::fabs(tiles[i]);
+      }
+      EXPECT_GT(sum, 0.0);  // not all zeros
+    }
+  }
+  GlobalMatmulOptions() = saved;
+}
+
 TEST(MatmulKernels, AmxPackedActivationLayout) {
   if (!AmxAvailable()) GTEST_SKIP() << "no AMX-BF16 on this CPU";
   for (int64_t n : {16, 35}) {
