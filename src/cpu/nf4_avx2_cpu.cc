@@ -84,7 +84,10 @@ LOOM_AVX2 inline void Tile(const float* x, int64_t k, const uint8_t* wq, const f
       __m256 w0[P][2], w1[P][2];
       for (int p = 0; p < P; ++p) {
         __m256 w[4];
-        LookupChunk(wq + (p0 + p) * panel_bytes + (i / 2) * kNf4Panel, planes, w);
+        const uint8_t* at = wq + (p0 + p) * panel_bytes + (i / 2) * kNf4Panel;
+        if ((i & 7) == 0)
+          _mm_prefetch(reinterpret_cast<const char*>(at) + kNf4PrefetchAhead, _MM_HINT_T0);
+        LookupChunk(at, planes, w);
         w0[p][0] = w[0];
         w0[p][1] = w[1];
         w1[p][0] = w[2];
@@ -193,7 +196,10 @@ LOOM_AVX2 bool DecodedRows(const float* x, int64_t n, int64_t k, const uint8_t* 
     const int cols = static_cast<int>(j1 - j < kNf4Panel ? j1 - j : kNf4Panel);
     for (int64_t i = 0; i < k; i += 2) {
       __m256 w[4];
-      LookupChunk(wq + p * panel_bytes + (i / 2) * kNf4Panel, planes, w);
+      const uint8_t* at = wq + p * panel_bytes + (i / 2) * kNf4Panel;
+      if ((i & 7) == 0)
+        _mm_prefetch(reinterpret_cast<const char*>(at) + kNf4PrefetchAhead, _MM_HINT_T0);
+      LookupChunk(at, planes, w);
       float* c = codes.data() + i * kNf4Panel;
       _mm256_store_ps(c, w[0]);
       _mm256_store_ps(c + 8, w[1]);

@@ -38,8 +38,11 @@ LOOM_AVX512 inline void Tile(const float* x, int64_t k, const uint8_t* wq, const
     for (int64_t i = b * block; i < (b + 1) * block; i += 2) {
       __m512 w0[P], w1[P];
       for (int p = 0; p < P; ++p) {
-        const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(
-            reinterpret_cast<const __m128i*>(wq + (p0 + p) * panel_bytes + (i / 2) * kNf4Panel)));
+        const uint8_t* at = wq + (p0 + p) * panel_bytes + (i / 2) * kNf4Panel;
+        if ((i & 7) == 0)
+          _mm_prefetch(reinterpret_cast<const char*>(at) + kNf4PrefetchAhead, _MM_HINT_T0);
+        const __m512i v =
+            _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at)));
         w0[p] = _mm512_permutexvar_ps(v, lut);  // low nibble: vpermps reads bits 3..0
         w1[p] = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), lut);
       }

@@ -30,6 +30,13 @@ const char* Bnb4TypeName(Bnb4Type type);    // "nf4", "fp4" (bitsandbytes' quant
 // indices of 16 columns for input 2t (low 4 bits: what vpermps reads) and, shifted by 4, for 2t+1.
 // Absmax: per panel [k / block, 16] f32 (block b of column c).
 inline constexpr int64_t kNf4Panel = 16;
+// The AVX2 and AVX-512 tiles prefetch each panel stream this far ahead, once per 64-byte line,
+// at every row count (as the int8/int4 kernels: the lookups keep the core busy enough that the
+// hardware prefetcher alone falls behind). 0.5B shape, `--quantize nf4`, 2 threads, Emerald
+// Rapids, previous and new binary interleaved (2 rounds), decode batch 1 / 4 / 8 / 16: avx512
+// 67-69 (unchanged) / 139-142 → 163-165 / 165-168 → 190-191 / 191-194 → 201; avx2
+// (`LOOM_ISA=avx2`) 31.6-32.0 → 40.4-41.6 / 68-69 → 110-111 / 103-104 → 110-111 / 126 → 132.
+inline constexpr int64_t kNf4PrefetchAhead = 2048;
 
 // q: [16, k] code indices (0..15), row-major (the panel's 16 columns); out: [8 · k] bytes.
 void PackNf4Panel(const uint8_t* q, int64_t k, uint8_t* out);
