@@ -40,6 +40,12 @@ std::string MatmulKernelsDescription() {
 
 namespace {
 
+// What the AMX bf16 kernel takes: bf16 weights whose inputs are whole 32-wide tile steps, on a CPU
+// running the amx level.
+bool AmxShape(const Tensor& w) {
+  return w.dtype == DType::kBF16 && cpu::ActiveIsa() == cpu::Isa::kAmx && w.dim(1) % 32 == 0;
+}
+
 bool UseBf16Dot(const Tensor& w, int64_t n) {
   const MatmulOptions& o = GlobalMatmulOptions();
   if (w.dtype != DType::kBF16 || cpu::ActiveIsa() < cpu::Isa::kAvx512Bf16) return false;
@@ -54,9 +60,7 @@ bool UseBf16Dot(const Tensor& w, int64_t n) {
 // Batch-invariant mode uses AMX for every row count too (a decode row is padded into a
 // 16-row tile; each output still sums its own row's products in the same order), so the
 // invariant path runs at AMX speed for prefill and at memory speed for decode.
-bool UseAmx(const Tensor& w, int64_t n) {
-  return UseBf16Dot(w, n) && cpu::ActiveIsa() == cpu::Isa::kAmx && w.dim(1) % 32 == 0;
-}
+bool UseAmx(const Tensor& w, int64_t n) { return UseBf16Dot(w, n) && AmxShape(w); }
 
 // Activation rows rounded to bf16, reused across calls. Owned by the calling thread, taken
 // before the parallel region: concurrent Matmul callers (two engines, a merge) never share it.
@@ -73,10 +77,7 @@ void MatmulColumns(const float* x, int64_t n, const Tensor& w, int64_t j0, int64
   cpu::MatmulF32(cpu::ActiveIsa(), w.dtype, x, n, k, rows, 0, j1 - j0, y, ldy);
 }
 
-bool AmxPackable(const Tensor& w) {
-  return w.rank() == 2 && w.dtype == DType::kBF16 && w.data != nullptr && w.dim(1) % 32 == 0 &&
-         cpu::ActiveIsa() == cpu::Isa::kAmx;
-}
+bool AmxPackable(const Tensor& w) { return w.rank() == 2 && w.data != nullptr && AmxShape(w); }
 
 StatusOr<std::unique_ptr<AmxPackedWeight>> PackWeightForAmx(const Tensor& w,
                                                             const std::string& name,

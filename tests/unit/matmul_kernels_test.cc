@@ -315,13 +315,10 @@ TEST(MatmulKernels, AmxMatchesScalarWithAndWithoutSplit) {
 namespace loom::cpu {
 namespace {
 
-// The packed B-tile layout, element by element: tile (g, s) row r, dword column c holds the
-// bf16 pair x[16g + c][32s + 2r, +1] (rounded once; the residuals the same way after them), and
-// zeros for the rows a partial group lacks. Full groups are packed by an in-register transpose,
-// partial ones by a scatter: both are checked (n = 16, 35).
 // Weights repacked as AMX tiles (what loom serve runs on an AMX CPU) give the row-major path's
-// bits for every row count, ragged row counts (a zero-padded last panel) and both roundings, and
-// the packed panels hold each weight row's 64-byte pieces where the kernel reads them.
+// bits (that path is held to the scalar reference by AmxMatchesScalarWithAndWithoutSplit) for
+// every row count, ragged row counts (a zero-padded last panel) and both roundings, and the
+// packed panels hold each weight row's 64-byte pieces where the kernel reads them.
 TEST(MatmulOp, AmxPackedWeightsGiveTheRowMajorBits) {
   if (!AmxAvailable() || ActiveIsa() != Isa::kAmx) GTEST_SKIP() << "no AMX-BF16 path here";
   const MatmulOptions saved = GlobalMatmulOptions();
@@ -366,6 +363,10 @@ TEST(MatmulOp, AmxPackedWeightsGiveTheRowMajorBits) {
   GlobalMatmulOptions() = saved;
 }
 
+// The packed B-tile layout, element by element: tile (g, s) row r, dword column c holds the
+// bf16 pair x[16g + c][32s + 2r, +1] (rounded once; the residuals the same way after them), and
+// zeros for the rows a partial group lacks. Full groups are packed by an in-register transpose,
+// partial ones by a scatter: both are checked (n = 16, 35).
 TEST(MatmulKernels, AmxPackedActivationLayout) {
   if (!AmxAvailable()) GTEST_SKIP() << "no AMX-BF16 on this CPU";
   for (int64_t n : {16, 35}) {
