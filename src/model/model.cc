@@ -35,6 +35,9 @@ struct Model::Scratch {
   AlignedBuffer<float> up;    // [n, ffn_dim]
   AlignedBuffer<float> last;  // [num_logit_rows, model_dim]
   AlignedBuffer<float> fused;  // [n, q_dim + 2·kv_dim] or [n, 2·ffn_dim] (fused projections)
+  // Each row's RoPE cos and sin, [n, rotary_dim / 2] each, computed once per forward for every
+  // inverse-frequency set it uses (Gemma 3: global and local) and reused by all layers.
+  RopeTable rope[2];
 };
 
 Model::~Model() = default;
@@ -373,8 +376,10 @@ void Model::ForwardLayer(int layer, const Batch& batch, KvCache* cache, const Lo
   }
   const LayerConfig& lc = c.layers[static_cast<size_t>(layer)];
   const std::vector<float>& inv_freq = lc.local_rope ? inv_freq_local_ : inv_freq_;
-  Rope(batch, s.q.data(), c.num_heads, inv_freq);
-  Rope(batch, s.k.data(), c.num_kv_heads, inv_freq);
+  const RopeTable& rope = RopeTableFor(batch, inv_freq, s);
+  const int half = static_cast<int>(inv_freq.size());
+  ApplyRopeTable(s.q.data(), n, c.num_heads, hd, half, rope.cos.data(), rope.sin.data());
+  ApplyRopeTable(s.k.data(), n, c.num_kv_heads, hd, half, rope.cos.data(), rope.sin.data());
   KvLayerView kv = cache->Layer(layer);
   WriteKv(kv, batch.chunks, s.k.data(), s.v.data());
   const float scale = c.attn_scale > 0 ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(hd));
@@ -414,21 +419,34 @@ void Model::ForwardLayer(int layer, const Batch& batch, KvCache* cache, const Lo
   AddInPlace(s.x.data(), s.out.data(), n * d);
 }
 
-void Model::Rope(const Batch& batch, float* x, int heads, const std::vector<float>& inv_freq) const {
-  const int hd = config_.head_dim;
-  if (inv_freq_long_.empty()) {
-    ApplyRope(x, batch.num_rows(), heads, hd, batch.positions.data(), inv_freq, rope_scale_);
-    return;
+const Model::RopeTable& Model::RopeTableFor(const Batch& batch, const std::vector<float>& inv_freq,
+                                            Scratch& s) const {
+  for (const auto& t : s.rope) {
+    if (t.inv_freq == &inv_freq) return t;
   }
+  RopeTable& t = s.rope[s.rope[0].inv_freq == nullptr ? 0 : 1];
+  LOOM_CHECK(t.inv_freq == nullptr);  // at most two sets (global, local) per forward
+  const int64_t n = batch.num_rows();
+  const size_t half = inv_freq.size();
+  t.cos.resize(static_cast<size_t>(n) * half);
+  t.sin.resize(static_cast<size_t>(n) * half);
+  t.inv_freq = &inv_freq;
+  if (inv_freq_long_.empty()) {
+    RopeAngles(n, batch.positions.data(), inv_freq, rope_scale_, t.cos.data(), t.sin.data());
+    return t;
+  }
+  // longrope: each chunk with its sequence's factor set (long past the switch length).
   const int switch_len = rope_switch_length();
   for (size_t i = 0; i < batch.chunks.size(); ++i) {
     const AttentionChunk& ch = batch.chunks[i];
     const int len =
         i < batch.context_lens.size() ? batch.context_lens[i] : ch.start_pos + ch.num_rows;
-    ApplyRope(x + int64_t{ch.first_row} * heads * hd, ch.num_rows, heads, hd,
-              batch.positions.data() + ch.first_row, len > switch_len ? inv_freq_long_ : inv_freq,
-              rope_scale_);
+    const size_t off = static_cast<size_t>(ch.first_row) * half;
+    RopeAngles(ch.num_rows, batch.positions.data() + ch.first_row,
+               len > switch_len ? inv_freq_long_ : inv_freq, rope_scale_, t.cos.data() + off,
+               t.sin.data() + off);
   }
+  return t;
 }
 
 void Model::SplitColumns(const float* fused, int64_t n,
@@ -497,6 +515,7 @@ void Model::Forward(const Batch& batch, KvCache* cache, float* logits,
   }
   // Gemma: PEFT scales the embedding LoRA delta by embed_scale too, so it scales the sum.
   if (embed_scale_ != 0) ScaleInPlace(s.x.data(), static_cast<int64_t>(n * d), embed_scale_);
+  for (auto& t : s.rope) t.inv_freq = nullptr;  // this batch's positions: new tables
   for (int layer = 0; layer < c.num_layers; ++layer) ForwardLayer(layer, batch, cache, lora, s);
 
   // Only the rows whose logits are wanted pay for the final norm and the vocab projection.

@@ -97,8 +97,14 @@ class Model {
   void ForwardLayer(int layer, const Batch& batch, KvCache* cache, const LoraBatch& lora,
                     Scratch& s);
 
-  // Rotates q or k ([n, heads, head_dim]) of every chunk with its sequence's factor set.
-  void Rope(const Batch& batch, float* x, int heads, const std::vector<float>& inv_freq) const;
+  // The RoPE cos/sin of every row of this forward for `inv_freq` (each chunk with its sequence's
+  // longrope factor set), built on first use and kept in the scratch for the other layers.
+  struct RopeTable {  // [n, rotary_dim / 2] each, for inv_freq
+    const std::vector<float>* inv_freq = nullptr;
+    std::vector<float> cos, sin;
+  };
+  const RopeTable& RopeTableFor(const Batch& batch, const std::vector<float>& inv_freq,
+                                Scratch& s) const;
   // Fused projection (qkv_proj, gate_up_proj): one matmul into `fused` [n, Σ widths], then
   // its column blocks copied out to `parts`.
   static void SplitColumns(const float* fused, int64_t n,

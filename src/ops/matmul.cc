@@ -137,15 +137,18 @@ void Matmul(const float* x, int64_t n, const Tensor& w, float* y, const MatmulEp
     // 24.4-24.5 tok/s, batch 4 82-83 → 90-91, batch 8 155-158 → 173-174; without that prefetch
     // (2026-12-05, 3 runs) 1 still leads 4: batch 8 182-190 vs 176-182. The avx512bf16 and
     // avx2 kernels below showed no such difference (8 → 1 per core).
+    // The 32-row units spread evenly over the tasks (sizes differ by at most one unit): 896
+    // rows as 128-row blocks were 7 tasks, 4 on one core and 3 on the other (q_proj, o_proj and
+    // down_proj of the 0.5B shape at ~0.9–1.2 TFLOP/s in a prefill against 1.5 for gate/up).
     const int64_t per_core = n < cpu::kAmxTileRows ? 1 : 4;
-    const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(pool.num_threads() * per_core, m / 32));
-    const int64_t block = (m / blocks + 31) / 32 * 32;
-    const int64_t num_tasks = (m + block - 1) / block;
+    const int64_t units = (m + 31) / 32;
+    const int64_t num_tasks =
+        std::max<int64_t>(1, std::min<int64_t>(pool.num_threads() * per_core, units));
     const auto* wd = static_cast<const uint16_t*>(w.data);
     LOOM_CHECK(amx == nullptr || (amx->rows == m && amx->cols == k));
     ParallelBlocks(num_tasks, epilogue, [&](int64_t task) {
-      const int64_t j0 = task * block;  // a multiple of 32
-      const int64_t j1 = std::min(m, j0 + block);
+      const int64_t j0 = task * units / num_tasks * 32;  // a multiple of 32
+      const int64_t j1 = std::min(m, (task + 1) * units / num_tasks * 32);
       if (amx) {
         cpu::MatmulBf16AmxPacked(buf.data(), split, n, k, amx->panels.data(), j0, j1, y, m);
       } else {

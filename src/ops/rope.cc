@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "ops/panel_blocks.h"
+
 namespace loom {
 
 std::vector<float> RopeInverseFrequencies(const RopeConfig& rope, int head_dim, bool long_context) {
@@ -56,32 +58,47 @@ std::vector<float> RopeInverseFrequencies(const RopeConfig& rope, int head_dim, 
   return inv;
 }
 
+void RopeAngles(int64_t n, const int32_t* positions, const std::vector<float>& inv_freq,
+                float scale, float* cos_out, float* sin_out) {
+  const int64_t half = static_cast<int64_t>(inv_freq.size());
+  ForEachRowRange(n, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float pos = static_cast<float>(positions[r]);
+      for (int64_t i = 0; i < half; ++i) {
+        const float angle = pos * inv_freq[static_cast<size_t>(i)];  // f32 product, as torch
+        // f32 cos/sin, then × the attention factor in f32 (a no-op at 1)
+        cos_out[r * half + i] = static_cast<float>(std::cos(static_cast<double>(angle))) * scale;
+        sin_out[r * half + i] = static_cast<float>(std::sin(static_cast<double>(angle))) * scale;
+      }
+    }
+  });
+}
+
+void ApplyRopeTable(float* x, int64_t n, int num_heads, int head_dim, int half, const float* cos_t,
+                    const float* sin_t) {
+  ForEachRowRange(n, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* cr = cos_t + r * half;
+      const float* sr = sin_t + r * half;
+      for (int h = 0; h < num_heads; ++h) {
+        float* v = x + (r * num_heads + h) * head_dim;
+        for (int i = 0; i < half; ++i) {
+          const float a = v[i];
+          const float b = v[i + half];
+          v[i] = a * cr[i] - b * sr[i];
+          v[i + half] = b * cr[i] + a * sr[i];
+        }
+      }
+    }
+  });
+}
+
 void ApplyRope(float* x, int64_t n, int num_heads, int head_dim, const int32_t* positions,
                const std::vector<float>& inv_freq, float scale) {
   const int half = static_cast<int>(inv_freq.size());  // rotary_dim / 2 ≤ head_dim / 2
-  std::vector<float> cos_v(static_cast<size_t>(half)), sin_v(static_cast<size_t>(half));
-  for (int64_t r = 0; r < n; ++r) {
-    const float pos = static_cast<float>(positions[r]);
-    for (int i = 0; i < half; ++i) {
-      const float angle = pos * inv_freq[static_cast<size_t>(i)];  // f32 product, as torch
-      // f32 cos/sin, then × the attention factor in f32 (a no-op at 1)
-      cos_v[static_cast<size_t>(i)] =
-          static_cast<float>(std::cos(static_cast<double>(angle))) * scale;
-      sin_v[static_cast<size_t>(i)] =
-          static_cast<float>(std::sin(static_cast<double>(angle))) * scale;
-    }
-    for (int h = 0; h < num_heads; ++h) {
-      float* v = x + (r * num_heads + h) * head_dim;
-      for (int i = 0; i < half; ++i) {
-        const float a = v[i];
-        const float b = v[i + half];
-        const float c = cos_v[static_cast<size_t>(i)];
-        const float s = sin_v[static_cast<size_t>(i)];
-        v[i] = a * c - b * s;
-        v[i + half] = b * c + a * s;
-      }
-    }
-  }
+  std::vector<float> cos_t(static_cast<size_t>(n * half)), sin_t(static_cast<size_t>(n * half));
+  RopeAngles(n, positions, inv_freq, scale, cos_t.data(), sin_t.data());
+  ApplyRopeTable(x, n, num_heads, head_dim, half, cos_t.data(), sin_t.data());
 }
 
 }  // namespace loom

@@ -41,4 +41,12 @@ std::vector<float> RopeInverseFrequencies(const RopeConfig& rope, int head_dim,
 void ApplyRope(float* x, int64_t n, int num_heads, int head_dim, const int32_t* positions,
                const std::vector<float>& inv_freq, float scale = 1.0f);
 
+// ApplyRope in two parts, so a forward pass computes each row's cos and sin once for all its
+// layers: RopeAngles fills cos_out, sin_out [n, inv_freq.size()] exactly as ApplyRope computes
+// them; ApplyRopeTable rotates x [n, num_heads, head_dim] with them (over the thread pool).
+void RopeAngles(int64_t n, const int32_t* positions, const std::vector<float>& inv_freq,
+                float scale, float* cos_out, float* sin_out);
+void ApplyRopeTable(float* x, int64_t n, int num_heads, int head_dim, int half, const float* cos_t,
+                    const float* sin_t);
+
 }  // namespace loom

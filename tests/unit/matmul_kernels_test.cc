@@ -323,8 +323,11 @@ TEST(MatmulOp, AmxPackedWeightsGiveTheRowMajorBits) {
   if (!AmxAvailable() || ActiveIsa() != Isa::kAmx) GTEST_SKIP() << "no AMX-BF16 path here";
   const MatmulOptions saved = GlobalMatmulOptions();
   GlobalMatmulOptions().batch_invariant = true;
-  const int64_t shapes[][3] = {{1, 37, 64},    {5, 100, 96},  {16, 64, 896},
-                               {40, 130, 256}, {1, 896, 896}, {33, 300, 128}};
+  // The last two cross the kernel's chunks of ~1 MiB of weight rows (128 rows at k = 4096):
+  // row-major weights always go chunk by chunk, packed ones once the activations pass 1 MiB
+  // (150 rows); the 300 rows end in a 12-row tail.
+  const int64_t shapes[][3] = {{1, 37, 64},   {5, 100, 96},   {16, 64, 896},   {40, 130, 256},
+                               {1, 896, 896}, {33, 300, 128}, {40, 300, 4096}, {150, 300, 4096}};
   for (const auto& s : shapes) {
     const Problem p = MakeProblem(s[0], s[1], s[2], DType::kBF16, 7 + static_cast<uint32_t>(s[1]));
     const Tensor w{DType::kBF16, {p.m, p.k}, const_cast<uint8_t*>(p.w.data())};
@@ -358,6 +361,16 @@ TEST(MatmulOp, AmxPackedWeightsGiveTheRowMajorBits) {
         sum += std::fabs(tiles[i]);
       }
       EXPECT_GT(sum, 0.0);  // not all zeros
+      // A row alone (one activation group: a single pass, whatever the chunking) gives the
+      // bits it got among the others.
+      for (int64_t r : {int64_t{0}, p.n / 2, p.n - 1}) {
+        std::vector<float> alone(static_cast<size_t>(p.m), -3.0f);
+        Matmul(p.x.data() + r * p.k, 1, w, alone.data(), nullptr, &pw);
+        for (int64_t j = 0; j < p.m; ++j) {
+          ASSERT_EQ(alone[static_cast<size_t>(j)], tiles[static_cast<size_t>(r * p.m + j)])
+              << "n " << p.n << " m " << p.m << " k " << p.k << " row " << r << " col " << j;
+        }
+      }
     }
   }
   GlobalMatmulOptions() = saved;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -22,6 +23,7 @@ namespace {
 using loom::DType;
 
 // Args: rows n, out m, in k, mode (0 = f32 activations, 1 = bf16 split, 2 = bf16 single, 3 = 2
+// cold, 4 = 2 with the weights packed as AMX tiles (PackWeightForAmx, as `loom serve`), 5 = 4
 // cold).
 void BM_Matmul(benchmark::State& state) {
   const int64_t n = state.range(0), m = state.range(1), k = state.range(2);
@@ -32,8 +34,9 @@ void BM_Matmul(benchmark::State& state) {
   for (auto& v : x) v = dist(rng);
   // Mode 3: mode 2 with the weights cold, as in a forward pass whose model exceeds the L3: a
   // ring of copies (640 MiB in all, more than this Xeon's 480 MiB L3), one per call.
-  const bool cold = mode == 3;
-  if (cold) mode = 2;
+  const bool cold = mode == 3 || mode == 5;
+  const bool packed = mode >= 4;
+  if (mode >= 3) mode = 2;
   const int copies =
       cold ? static_cast<int>(std::max<int64_t>(1, (int64_t{640} << 20) / (m * k * 2))) : 1;
   std::vector<std::vector<uint16_t>> ws(copies, std::vector<uint16_t>(static_cast<size_t>(m * k)));
@@ -43,11 +46,28 @@ void BM_Matmul(benchmark::State& state) {
   auto& opt = loom::GlobalMatmulOptions();
   opt.bf16_dot_min_rows = mode == 0 ? 0 : 1;
   opt.bf16_split = mode == 1;
+  std::vector<std::unique_ptr<loom::AmxPackedWeight>> pw;
+  if (packed) {
+    if (loom::cpu::ActiveIsa() != loom::cpu::Isa::kAmx) {
+      state.SkipWithError("packed weights need the amx level");
+      return;
+    }
+    for (auto& w : ws) {
+      auto p = loom::PackWeightForAmx(loom::Tensor{DType::kBF16, {m, k}, w.data()}, "bench");
+      if (!p.ok()) {
+        state.SkipWithError("packing failed");
+        return;
+      }
+      pw.push_back(std::move(p).value());
+      std::vector<uint16_t>().swap(w);  // the packed copy replaces it (same ring size)
+    }
+  }
   int ci = 0;
   for (auto _ : state) {
-    loom::Tensor wt{DType::kBF16, {m, k}, ws[ci].data()};
+    loom::Tensor wt{DType::kBF16, {m, k}, packed ? nullptr : ws[ci].data()};
+    const loom::AmxPackedWeight* amx = packed ? pw[ci].get() : nullptr;
     if (++ci == copies) ci = 0;
-    loom::Matmul(x.data(), n, wt, y.data());
+    loom::Matmul(x.data(), n, wt, y.data(), nullptr, amx);
     benchmark::DoNotOptimize(y.data());
   }
   state.counters["GFLOPs"] = benchmark::Counter(2.0 * n * m * k, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
@@ -66,6 +86,11 @@ BENCHMARK(BM_Matmul)
     // Decode to prefill row counts with the weights hot (in L2/L3) and cold (from DRAM).
     ->ArgsProduct({{1, 8, 32, 128}, {4864}, {896}, {3}})
     ->ArgsProduct({{1, 8, 32, 128}, {896}, {4864}, {2, 3}})
+    // The packed layout `loom serve` reads, hot and cold, at serving step sizes.
+    ->ArgsProduct({{1, 32, 64, 96, 128}, {4864}, {896}, {4, 5}})
+    ->ArgsProduct({{32, 96}, {896}, {4864}, {4, 5}})
+    ->ArgsProduct({{512, 1024}, {4864, 896}, {896}, {4}})
+    ->ArgsProduct({{512, 1024}, {896}, {4864}, {4}})
     ->UseRealTime();
 
 // One core's AMX-BF16 rate (TDPBF16PS: 16×16×32 multiply-adds = 16,384 FLOP), the bound of the
