@@ -5,11 +5,12 @@
 
 #include <cmath>
 
+#include "cpu/silu_avx512.h"
+
 #define LOOM_AVX512 __attribute__((target("avx512f,avx512dq")))
 #define LOOM_AVX2 __attribute__((target("avx2,fma")))
 
 // The target attribute on the declaration too: clang refuses a __m512 argument otherwise.
-extern "C" LOOM_AVX512 __m512 _ZGVeN16v_expf(__m512 x);  // glibc libmvec
 extern "C" LOOM_AVX2 __m256 _ZGVdN8v_expf(__m256 x);     // glibc libmvec, AVX2
 
 namespace loom::cpu {
@@ -22,13 +23,9 @@ void SiluMulScalar(float* gate, const float* up, int64_t count) {
 }
 
 LOOM_AVX512 void SiluMulAvx512(float* gate, const float* up, int64_t count) {
-  const __m512 one = _mm512_set1_ps(1.0f);
   int64_t i = 0;
   for (; i + 16 <= count; i += 16) {
-    const __m512 g = _mm512_loadu_ps(gate + i);
-    const __m512 e = _ZGVeN16v_expf(_mm512_sub_ps(_mm512_setzero_ps(), g));
-    const __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, e));
-    _mm512_storeu_ps(gate + i, _mm512_mul_ps(s, _mm512_loadu_ps(up + i)));
+    _mm512_storeu_ps(gate + i, SiluMul16(_mm512_loadu_ps(gate + i), _mm512_loadu_ps(up + i)));
   }
   SiluMulScalar(gate + i, up + i, count - i);
 }

@@ -18,6 +18,7 @@
 
 #include "cpu/amx_tiles.h"
 #include "cpu/matmul_cpu.h"
+#include "cpu/silu_avx512.h"
 
 #define LOOM_AMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
@@ -35,9 +36,12 @@ constexpr int kTile = kAmxTileRows;  // rows of every tile; 64-byte rows (32 bf1
 // runs: batch 1 22.3-23.0 → 24.9-25.3 tok/s, batch 8 165-167 → 178-180 without it; prefill
 // pp128 unchanged); the hardware prefetchers follow these row streams by themselves.
 // PACKED: weights in PackWeightAmx's panels (each tile one contiguous KiB), else row-major.
+// w5 (packed only): tile 5's panel when it is not the panel after w (the gate/up kernel's up).
 template <int NA, int NB, bool SPLIT, bool PACKED = false>
 LOOM_AMX void Block(const uint16_t* w, int64_t w_stride_bytes, const uint16_t* xp,
-                    int64_t lo_offset, int64_t group_stride, int64_t steps, float* c_out) {
+                    int64_t lo_offset, int64_t group_stride, int64_t steps, float* c_out,
+                    const uint16_t* w5 = nullptr) {
+  if (PACKED && w5 == nullptr) w5 = w + steps * 512;
   _tile_zero(0);
   if (NB > 1) _tile_zero(1);
   if (NA > 1) _tile_zero(2);
@@ -45,7 +49,7 @@ LOOM_AMX void Block(const uint16_t* w, int64_t w_stride_bytes, const uint16_t* x
   for (int64_t s = 0; s < steps; ++s) {
     if constexpr (PACKED) {  // PackWeightAmx's layout: w is a panel, the next panel after it
       _tile_loadd(4, w + s * 512, 64);
-      if (NA > 1) _tile_loadd(5, w + (steps + s) * 512, 64);
+      if (NA > 1) _tile_loadd(5, w5 + s * 512, 64);
     } else {
       _tile_loadd(4, w + s * 32, w_stride_bytes);
       if (NA > 1)
@@ -167,6 +171,55 @@ LOOM_AMX void Kernel(const uint16_t* xp, int64_t lo_offset, int64_t n, int64_t k
           }
         }
         j += valid_rows;
+      }
+    }
+  }
+}
+
+// MatmulBf16AmxPackedSiluMul: 16 gate rows (tile 4) and the same 16 up rows (tile 5) per block,
+// in Kernel's order (block-major, or chunks once the activations outgrow kChunkBytes).
+template <bool SPLIT>
+LOOM_AMX void SiluMulKernel(const uint16_t* xp, int64_t lo_offset, int64_t n, int64_t k,
+                            const uint16_t* wg, const uint16_t* wu, int64_t j0, int64_t j1,
+                            float* y, int64_t ldy) {
+  ConfigureAmxTiles();
+  const int64_t steps = k / 32;
+  const int64_t groups = (n + kTile - 1) / kTile;
+  const int64_t group_stride = steps * 512;
+  const bool block_major = groups * kTile * k * 2 <= kChunkBytes;
+  // Both matrices' rows count against the chunk.
+  const int64_t chunk_rows =
+      block_major ? kTile : std::max<int64_t>(kTile, kChunkBytes / (k * 4) / kTile * kTile);
+  alignas(64) float c[4][kTile * kTile];  // gate × g, gate × g+1, up × g, up × g+1
+  for (int64_t jc = j0; jc < j1; jc += chunk_rows) {
+    const int64_t jc_end = std::min(j1, jc + chunk_rows);
+    for (int64_t g = 0; g < groups; g += 2) {
+      const int nb = g + 1 < groups ? 2 : 1;
+      const uint16_t* xg = xp + g * group_stride;
+      for (int64_t j = jc; j < jc_end; j += kTile) {
+        const uint16_t* pg = wg + (j / kTile) * steps * 512;
+        const uint16_t* pu = wu + (j / kTile) * steps * 512;
+        if (nb == 2) {
+          Block<2, 2, SPLIT, true>(pg, 0, xg, lo_offset, group_stride, steps, c[0], pu);
+        } else {
+          Block<2, 1, SPLIT, true>(pg, 0, xg, lo_offset, group_stride, steps, c[0], pu);
+        }
+        // Block's tiles: 0 gate × g, 1 gate × g+1, 2 up × g, 3 up × g+1 (c[1] unused when nb 1:
+        // Block<2, 1> stores up × g at c[0] + 512, i.e. c[2]).
+        for (int b = 0; b < nb; ++b) {
+          __m512 gr[16], ur[16];
+          for (int i = 0; i < 16; ++i) {
+            gr[i] = _mm512_load_ps(c[b] + i * kTile);
+            ur[i] = _mm512_load_ps(c[2 + b] + i * kTile);
+          }
+          Transpose16(gr);
+          Transpose16(ur);
+          const int64_t x_base = (g + b) * kTile;
+          const int64_t xr_end = std::min<int64_t>(kTile, n - x_base);
+          for (int64_t xr = 0; xr < xr_end; ++xr) {
+            _mm512_storeu_ps(y + (x_base + xr) * ldy + j, SiluMul16(gr[xr], ur[xr]));
+          }
+        }
       }
     }
   }
@@ -350,6 +403,14 @@ LOOM_AMX void MatmulBf16AmxPacked(const uint16_t* xp, bool split, int64_t n, int
   const int64_t lo_offset = static_cast<int64_t>(PackedActivationsAmxSize(n, k, false));
   if (split) return Kernel<true, true>(xp, lo_offset, n, k, w, j0, j1, y, ldy);
   Kernel<false, true>(xp, 0, n, k, w, j0, j1, y, ldy);
+}
+
+LOOM_AMX void MatmulBf16AmxPackedSiluMul(const uint16_t* xp, bool split, int64_t n, int64_t k,
+                                         const uint16_t* gate, const uint16_t* up, int64_t j0,
+                                         int64_t j1, float* y, int64_t ldy) {
+  const int64_t lo_offset = static_cast<int64_t>(PackedActivationsAmxSize(n, k, false));
+  if (split) return SiluMulKernel<true>(xp, lo_offset, n, k, gate, up, j0, j1, y, ldy);
+  SiluMulKernel<false>(xp, 0, n, k, gate, up, j0, j1, y, ldy);
 }
 
 LOOM_AMX void MatmulBf16Amx(const uint16_t* xp, bool split, int64_t n, int64_t k,

@@ -46,6 +46,14 @@ void PackWeightAmx(const uint16_t* w, int64_t m, int64_t k, int64_t p0, int64_t 
 // MatmulBf16Amx on weights packed by PackWeightAmx (j0 a multiple of 16): the same bits.
 void MatmulBf16AmxPacked(const uint16_t* packed_x, bool split, int64_t n, int64_t k,
                          const uint16_t* w_packed, int64_t j0, int64_t j1, float* y, int64_t ldy);
+// y[r, j] = SiLU(x[r]·gate[j]) · (x[r]·up[j]) for columns [j0, j1) (multiples of 16; m a
+// multiple of 16), gate and up [m, k] packed by PackWeightAmx, x packed by PackActivationsAmx:
+// each gate and up value has the bits MatmulBf16AmxPacked gives it, and SiluMul16 (what
+// SiluMulAvx512 applies) combines them, so y has the bits of the two matmuls then SiluMul.
+// gate and up are never written out: one [n, m] store instead of three, and one pass.
+void MatmulBf16AmxPackedSiluMul(const uint16_t* packed_x, bool split, int64_t n, int64_t k,
+                                const uint16_t* gate, const uint16_t* up, int64_t j0, int64_t j1,
+                                float* y, int64_t ldy);
 // y[j0:j1] = x · W[j0:j1]ᵀ for one row x [k] (k a multiple of 32), unpacked: bit for bit what
 // MatmulBf16Amx gives that row in any packed group (the decode shape of the LoRA shrink).
 void MatmulBf16AmxRow(const float* x, bool split, int64_t k, const uint16_t* w, int64_t j0,

@@ -139,4 +139,26 @@ void Linear::Forward(const float* x, int64_t n, float* y, const LoraBatch& lora)
   base_matmul(&epilogue);
 }
 
+bool Linear::Adapted(const LoraBatch& lora) const {
+  if (!lora.segments || !lora.adapters) return false;
+  for (const Segment& seg : *lora.segments) {
+    if (seg.adapter_slot < 0) continue;
+    const Adapter* adapter = (*lora.adapters)[static_cast<size_t>(seg.adapter_slot)];
+    if (adapter && adapter->Find(site)) return true;
+  }
+  return false;
+}
+
+bool ForwardSiluMul(const Linear& gate, const Linear& up, const float* x, int64_t n, float* y,
+                    const LoraBatch& lora) {
+  if (!gate.bias.empty() || !up.bias.empty() || gate.int8 || gate.int4 || gate.nf4 || up.int8 ||
+      up.int4 || up.nf4) {
+    return false;
+  }
+  if (!SiluMulFusable(gate.weight, gate.amx.get(), up.weight, up.amx.get(), n)) return false;
+  if (gate.Adapted(lora) || up.Adapted(lora)) return false;
+  MatmulSiluMul(x, n, *gate.amx, *up.amx, y);
+  return true;
+}
+
 }  // namespace loom

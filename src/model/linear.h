@@ -51,6 +51,14 @@ struct Linear {
   // [rows, rank], expand y += scale·t·Bᵀ (DoRA: y = b + g⊙(x·Wᵀ) + g⊙scale·t·Bᵀ). A
   // projection no segment adapts costs nothing extra.
   void Forward(const float* x, int64_t n, float* y, const LoraBatch& lora = {}) const;
+  // Whether a segment of `lora` has an adapter with weights for this projection.
+  bool Adapted(const LoraBatch& lora) const;
 };
+
+// y [n, out] = SiLU(gate(x)) ⊙ up(x) in one fused pass (MatmulSiluMul) where it gives the same
+// bits as the two Forwards then SiluMulInPlace: both bf16 packed for AMX, no bias, no adapter
+// of this batch on either. Returns false (nothing written) otherwise.
+bool ForwardSiluMul(const Linear& gate, const Linear& up, const float* x, int64_t n, float* y,
+                    const LoraBatch& lora);
 
 }  // namespace loom

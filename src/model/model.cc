@@ -398,7 +398,11 @@ void Model::ForwardLayer(int layer, const Batch& batch, KvCache* cache, const Lo
     AddInPlace(s.x.data(), s.out.data(), n * d);
     return;
   }
-  if (c.fused_gate_up) {  // gate columns first, then up (Phi3MLP's chunk(2))
+  // SiLU(gate)·up in one pass into s.gate where the weights allow it (the same bits).
+  const bool silu_done = c.activation == Activation::kSilu && !c.fused_gate_up &&
+                         ForwardSiluMul(w.gate_proj, w.up_proj, s.h.data(), n, s.gate.data(), lora);
+  if (silu_done) {
+  } else if (c.fused_gate_up) {  // gate columns first, then up (Phi3MLP's chunk(2))
     w.gate_up_proj.Forward(s.h.data(), n, s.fused.data(), lora);
     SplitColumns(s.fused.data(), n, {{s.gate.data(), c.ffn_dim}, {s.up.data(), c.ffn_dim}});
   } else {
@@ -409,7 +413,7 @@ void Model::ForwardLayer(int layer, const Batch& batch, KvCache* cache, const Lo
     GeluTanhMulInPlace(s.gate.data(), s.up.data(), n * c.ffn_dim);
   } else if (c.activation == Activation::kGeluErf) {
     GeluErfMulInPlace(s.gate.data(), s.up.data(), n * c.ffn_dim);
-  } else {
+  } else if (!silu_done) {
     SiluMulInPlace(s.gate.data(), s.up.data(), n * c.ffn_dim);
   }
   w.down_proj.Forward(s.gate.data(), n, s.out.data(), lora);

@@ -68,6 +68,20 @@ AlignedBuffer<uint16_t>& Bf16Scratch() {
   static thread_local AlignedBuffer<uint16_t> buf;
   return buf;
 }
+// x [n, k] rounded to bf16 in AMX B tiles (and the residuals when split), in this thread's
+// scratch: valid until its next use.
+const uint16_t* PackActivationsForAmx(const float* x, int64_t n, int64_t k, bool split) {
+  auto& buf = Bf16Scratch();
+  LOOM_CHECK_OK(buf.Resize(cpu::PackedActivationsAmxSize(n, k, split)));
+  // Groups of 16 rows packed over the pool once there are several (serial, it kept the other
+  // core idle for ~2 % of a 32-client serving run).
+  ForEachRowRange((n + cpu::kAmxTileRows - 1) / cpu::kAmxTileRows,
+                  [&](int64_t g0, int64_t g1) {
+                    cpu::PackActivationsAmxGroups(x, n, k, split, buf.data(), g0, g1);
+                  },
+                  2);
+  return buf.data();
+}
 }  // namespace
 
 void MatmulColumns(const float* x, int64_t n, const Tensor& w, int64_t j0, int64_t j1, float* y,
@@ -121,15 +135,7 @@ void Matmul(const float* x, int64_t n, const Tensor& w, float* y, const MatmulEp
   const bool bf16_dot = UseBf16Dot(w, n);
   const bool split = GlobalMatmulOptions().bf16_split;
   if (UseAmx(w, n)) {
-    auto& buf = Bf16Scratch();
-    LOOM_CHECK_OK(buf.Resize(cpu::PackedActivationsAmxSize(n, k, split)));
-    // Groups of 16 rows packed over the pool once there are several (serial, it kept the other
-    // core idle for ~2 % of a 32-client serving run).
-    ForEachRowRange((n + cpu::kAmxTileRows - 1) / cpu::kAmxTileRows,
-                    [&](int64_t g0, int64_t g1) {
-                      cpu::PackActivationsAmxGroups(x, n, k, split, buf.data(), g0, g1);
-                    },
-                    2);
+    const uint16_t* xp = PackActivationsForAmx(x, n, k, split);
     // 32 weight rows per tile pair. Prefill: 4 blocks per core to balance them. Decode (fewer
     // rows than a tile): one block per core, so each core streams one contiguous run of weight
     // rows: bf16 decode, 0.5B shape, 2 threads, Emerald Rapids, 4 → 1 block per core
@@ -150,9 +156,9 @@ void Matmul(const float* x, int64_t n, const Tensor& w, float* y, const MatmulEp
       const int64_t j0 = task * units / num_tasks * 32;  // a multiple of 32
       const int64_t j1 = std::min(m, (task + 1) * units / num_tasks * 32);
       if (amx) {
-        cpu::MatmulBf16AmxPacked(buf.data(), split, n, k, amx->panels.data(), j0, j1, y, m);
+        cpu::MatmulBf16AmxPacked(xp, split, n, k, amx->panels.data(), j0, j1, y, m);
       } else {
-        cpu::MatmulBf16Amx(buf.data(), split, n, k, wd, j0, j1, y, m);
+        cpu::MatmulBf16Amx(xp, split, n, k, wd, j0, j1, y, m);
       }
       return std::make_pair(j0, j1);
     });
@@ -194,6 +200,35 @@ void Matmul(const float* x, int64_t n, const Tensor& w, float* y, const MatmulEp
     } else {
       cpu::MatmulF32(isa, w.dtype, x, n, k, w.data, j0, j1, y, m);
     }
+    return std::make_pair(j0, j1);
+  });
+}
+
+bool SiluMulFusable(const Tensor& gate, const AmxPackedWeight* gate_amx, const Tensor& up,
+                    const AmxPackedWeight* up_amx, int64_t n) {
+  return gate_amx && up_amx && gate.rank() == 2 && up.rank() == 2 && gate.dim(0) == up.dim(0) &&
+         gate.dim(1) == up.dim(1) && gate.dim(0) % cpu::kAmxTileRows == 0 &&
+         gate_amx->rows == gate.dim(0) && gate_amx->cols == gate.dim(1) &&
+         up_amx->rows == up.dim(0) && up_amx->cols == up.dim(1) && UseAmx(gate, n) && UseAmx(up, n);
+}
+
+void MatmulSiluMul(const float* x, int64_t n, const AmxPackedWeight& gate,
+                   const AmxPackedWeight& up, float* y) {
+  const int64_t m = gate.rows, k = gate.cols;
+  if (n == 0 || m == 0) return;
+  const bool split = GlobalMatmulOptions().bf16_split;
+  const uint16_t* xp = PackActivationsForAmx(x, n, k, split);
+  // 16-row units (a gate and an up tile each) spread evenly, as Matmul spreads its 32-row ones.
+  ThreadPool& pool = ThreadPool::Global();
+  const int64_t per_core = n < cpu::kAmxTileRows ? 1 : 4;
+  const int64_t units = m / cpu::kAmxTileRows;
+  const int64_t num_tasks =
+      std::max<int64_t>(1, std::min<int64_t>(pool.num_threads() * per_core, units));
+  ParallelBlocks(num_tasks, nullptr, [&](int64_t task) {
+    const int64_t j0 = task * units / num_tasks * cpu::kAmxTileRows;
+    const int64_t j1 = (task + 1) * units / num_tasks * cpu::kAmxTileRows;
+    cpu::MatmulBf16AmxPackedSiluMul(xp, split, n, k, gate.panels.data(), up.panels.data(), j0, j1,
+                                    y, m);
     return std::make_pair(j0, j1);
   });
 }

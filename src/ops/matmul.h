@@ -72,6 +72,15 @@ StatusOr<std::unique_ptr<AmxPackedWeight>> PackWeightForAmx(const Tensor& w,
 void Matmul(const float* x, int64_t n, const Tensor& w, float* y,
             const MatmulEpilogue* epilogue = nullptr, const AmxPackedWeight* amx = nullptr);
 
+// Whether MatmulSiluMul applies to these two projections at n rows: both packed for AMX, the
+// same shape with rows a multiple of 16, and Matmul would run each of them on AMX.
+bool SiluMulFusable(const Tensor& gate, const AmxPackedWeight* gate_amx, const Tensor& up,
+                    const AmxPackedWeight* up_amx, int64_t n);
+// y [n, m] = SiLU(x·gateᵀ) ⊙ (x·upᵀ) in one pass (x [n, k]): the bits of Matmul with each, then
+// SiluMulInPlace, without writing gate and up out (where SiluMulFusable holds).
+void MatmulSiluMul(const float* x, int64_t n, const AmxPackedWeight& gate,
+                   const AmxPackedWeight& up, float* y);
+
 // Single-threaded: y[i, j] = x[i]·w[j] for columns [j0, j1), written at y[i * ldy + j − j0].
 // For callers already inside a parallel region.
 void MatmulColumns(const float* x, int64_t n, const Tensor& w, int64_t j0, int64_t j1, float* y,
