@@ -161,4 +161,16 @@ bool ForwardSiluMul(const Linear& gate, const Linear& up, const float* x, int64_
   return true;
 }
 
+bool ForwardShared(const std::vector<std::pair<const Linear*, float*>>& parts, const float* x,
+                   int64_t n, const LoraBatch& lora) {
+  std::vector<MatmulPart> mp;
+  for (const auto& [l, y] : parts) {
+    if (l->int8 || l->int4 || l->nf4 || !l->amx || l->Adapted(lora)) return false;
+    mp.push_back({&l->weight, l->amx.get(), l->bias.empty() ? nullptr : l->bias.data(), y});
+  }
+  if (!MatmulSharedFusable(mp, n)) return false;
+  MatmulShared(x, n, mp);
+  return true;
+}
+
 }  // namespace loom

@@ -61,4 +61,10 @@ struct Linear {
 bool ForwardSiluMul(const Linear& gate, const Linear& up, const float* x, int64_t n, float* y,
                     const LoraBatch& lora);
 
+// Several projections of the same x (q, k, v) in one pass (MatmulShared): each y as its
+// Forward would give it, where all are bf16 packed for AMX and no adapter of this batch touches
+// any. Returns false (nothing written) otherwise.
+bool ForwardShared(const std::vector<std::pair<const Linear*, float*>>& parts, const float* x,
+                   int64_t n, const LoraBatch& lora);
+
 }  // namespace loom

@@ -365,7 +365,9 @@ void Model::ForwardLayer(int layer, const Batch& batch, KvCache* cache, const Lo
     w.qkv_proj.Forward(s.h.data(), n, s.fused.data(), lora);
     SplitColumns(s.fused.data(), n,
                  {{s.q.data(), q_dim}, {s.k.data(), kv_dim}, {s.v.data(), kv_dim}});
-  } else {
+  } else if (!ForwardShared(
+                 {{&w.q_proj, s.q.data()}, {&w.k_proj, s.k.data()}, {&w.v_proj, s.v.data()}},
+                 s.h.data(), n, lora)) {  // one pass where it can (same bits)
     w.q_proj.Forward(s.h.data(), n, s.q.data(), lora);
     w.k_proj.Forward(s.h.data(), n, s.k.data(), lora);
     w.v_proj.Forward(s.h.data(), n, s.v.data(), lora);

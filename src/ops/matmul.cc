@@ -233,4 +233,51 @@ void MatmulSiluMul(const float* x, int64_t n, const AmxPackedWeight& gate,
   });
 }
 
+bool MatmulSharedFusable(const std::vector<MatmulPart>& parts, int64_t n) {
+  if (parts.empty()) return false;
+  for (const MatmulPart& p : parts) {
+    if (!p.w || !p.amx || !p.y || p.w->rank() != 2 || p.w->dim(1) != parts[0].w->dim(1) ||
+        p.amx->rows != p.w->dim(0) || p.amx->cols != p.w->dim(1) || !UseAmx(*p.w, n)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void MatmulShared(const float* x, int64_t n, const std::vector<MatmulPart>& parts) {
+  const int64_t k = parts[0].w->dim(1);
+  if (n == 0) return;
+  const bool split = GlobalMatmulOptions().bf16_split;
+  const uint16_t* xp = PackActivationsForAmx(x, n, k, split);
+  // Each part's 32-row units spread evenly over its share of the tasks (its share of all units).
+  ThreadPool& pool = ThreadPool::Global();
+  const int64_t per_core = n < cpu::kAmxTileRows ? 1 : 4;
+  int64_t total_units = 0;
+  for (const MatmulPart& p : parts) total_units += (p.w->dim(0) + 31) / 32;
+  const int64_t want = pool.num_threads() * per_core;
+  struct Task {
+    const MatmulPart* part;
+    int64_t j0, j1;
+  };
+  std::vector<Task> tasks;
+  for (const MatmulPart& p : parts) {
+    const int64_t m = p.w->dim(0), units = (m + 31) / 32;
+    const int64_t t = std::clamp<int64_t>((want * units + total_units / 2) / total_units, 1, units);
+    for (int64_t i = 0; i < t; ++i) {
+      tasks.push_back({&p, i * units / t * 32, std::min(m, (i + 1) * units / t * 32)});
+    }
+  }
+  pool.ParallelFor(static_cast<int64_t>(tasks.size()), [&](int64_t i, int) {
+    const Task& t = tasks[static_cast<size_t>(i)];
+    const int64_t m = t.part->w->dim(0);
+    cpu::MatmulBf16AmxPacked(xp, split, n, k, t.part->amx->panels.data(), t.j0, t.j1, t.part->y, m);
+    if (const float* b = t.part->bias) {  // as Linear's epilogue adds it: after the block
+      for (int64_t r = 0; r < n; ++r) {
+        float* yr = t.part->y + r * m;
+        for (int64_t j = t.j0; j < t.j1; ++j) yr[j] += b[j];
+      }
+    }
+  });
+}
+
 }  // namespace loom

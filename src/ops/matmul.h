@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "tensor/tensor.h"
 
@@ -80,6 +81,20 @@ bool SiluMulFusable(const Tensor& gate, const AmxPackedWeight* gate_amx, const T
 // SiluMulInPlace, without writing gate and up out (where SiluMulFusable holds).
 void MatmulSiluMul(const float* x, int64_t n, const AmxPackedWeight& gate,
                    const AmxPackedWeight& up, float* y);
+
+// One projection of MatmulShared: y [n, w.dim(0)] = x·wᵀ (+ bias [w.dim(0)] when not null).
+struct MatmulPart {
+  const Tensor* w = nullptr;
+  const AmxPackedWeight* amx = nullptr;  // w packed by PackWeightForAmx
+  const float* bias = nullptr;
+  float* y = nullptr;
+};
+// Whether MatmulShared applies: every part packed for AMX, the same inputs, and Matmul would run
+// each on AMX at n rows.
+bool MatmulSharedFusable(const std::vector<MatmulPart>& parts, int64_t n);
+// Several projections of the same x (q, k and v) with one activation packing and one parallel
+// region: each y gets the bits Matmul (then the bias add of Linear's epilogue) gives it.
+void MatmulShared(const float* x, int64_t n, const std::vector<MatmulPart>& parts);
 
 // Single-threaded: y[i, j] = x[i]·w[j] for columns [j0, j1), written at y[i * ldy + j − j0].
 // For callers already inside a parallel region.

@@ -102,6 +102,12 @@ TEST(BatchInvariance, Bf16BaseWithBf16DoraAdapter) {
   ExpectInvariant({"qwen3_bf16", {"qwen3_bf16_dora_bf16"}});
 }
 
+// q/k/v with biases: solo base rows take the one-pass q/k/v path (bias added after the block),
+// the mixed batch the per-projection one.
+TEST(BatchInvariance, Bf16BaseWithQkvBiasAndExcludedModules) {
+  ExpectInvariant({"qwen2_bf16", {"qwen2_exclude"}});
+}
+
 TEST(BatchInvariance, Bf16BaseWithRsloraAdapter) {
   ExpectInvariant({"llama_bf16", {"llama_bf16_rslora"}});
 }
