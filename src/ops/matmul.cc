@@ -236,8 +236,9 @@ void MatmulSiluMul(const float* x, int64_t n, const AmxPackedWeight& gate,
 bool MatmulSharedFusable(const std::vector<MatmulPart>& parts, int64_t n) {
   if (parts.empty()) return false;
   for (const MatmulPart& p : parts) {
-    if (!p.w || !p.amx || !p.y || p.w->rank() != 2 || p.w->dim(1) != parts[0].w->dim(1) ||
-        p.amx->rows != p.w->dim(0) || p.amx->cols != p.w->dim(1) || !UseAmx(*p.w, n)) {
+    if (!p.w || !p.amx || !p.y || p.w->rank() != 2 || p.w->dim(0) <= 0 ||
+        p.w->dim(1) != parts[0].w->dim(1) || p.amx->rows != p.w->dim(0) ||
+        p.amx->cols != p.w->dim(1) || !UseAmx(*p.w, n)) {
       return false;
     }
   }

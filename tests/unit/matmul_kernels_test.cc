@@ -386,53 +386,56 @@ TEST(MatmulOp, OnePassGateUpAndQkvGiveThePerProjectionBits) {
   const MatmulOptions saved = GlobalMatmulOptions();
   GlobalMatmulOptions().batch_invariant = true;
   const int64_t shapes[][3] = {{1, 48, 64}, {17, 96, 256}, {40, 48, 4096}, {150, 64, 4096}};
-  for (const auto& sh : shapes) {
-    const int64_t n = sh[0], m = sh[1], k = sh[2];
-    Problem gp = MakeProblem(n, m, k, DType::kBF16, 11 + static_cast<uint32_t>(k));
-    const Problem upp = MakeProblem(n, m, k, DType::kBF16, 12 + static_cast<uint32_t>(k));
-    for (float& v : gp.x) v *= 1.0f / std::sqrt(static_cast<float>(k));  // SiLU not saturated
-    const Tensor gw{DType::kBF16, {m, k}, gp.w.data()},
-        uw{DType::kBF16, {m, k}, const_cast<uint8_t*>(upp.w.data())};
-    auto ga = PackWeightForAmx(gw, "gate"), ua = PackWeightForAmx(uw, "up");
-    ASSERT_TRUE(ga.ok() && ua.ok());
-    ASSERT_TRUE(SiluMulFusable(gw, ga->get(), uw, ua->get(), n));
-    std::vector<float> g(static_cast<size_t>(n * m), -1.0f), u(g.size(), -1.0f), y(g.size(), -2.0f);
-    Matmul(gp.x.data(), n, gw, g.data(), nullptr, ga->get());
-    Matmul(gp.x.data(), n, uw, u.data(), nullptr, ua->get());
-    SiluMulInPlace(g.data(), u.data(), n * m);
-    MatmulSiluMul(gp.x.data(), n, **ga, **ua, y.data());
-    int64_t nonzero = 0;
-    for (size_t i = 0; i < g.size(); ++i) {
-      ASSERT_EQ(y[i], g[i]) << "gate/up n " << n << " m " << m << " k " << k << " at " << i;
-      nonzero += y[i] != 0.0f;
+  for (bool split : {false, true})
+    for (const auto& sh : shapes) {
+      GlobalMatmulOptions().bf16_split = split;
+      const int64_t n = sh[0], m = sh[1], k = sh[2];
+      Problem gp = MakeProblem(n, m, k, DType::kBF16, 11 + static_cast<uint32_t>(k));
+      const Problem upp = MakeProblem(n, m, k, DType::kBF16, 12 + static_cast<uint32_t>(k));
+      for (float& v : gp.x) v *= 1.0f / std::sqrt(static_cast<float>(k));  // SiLU not saturated
+      const Tensor gw{DType::kBF16, {m, k}, gp.w.data()},
+          uw{DType::kBF16, {m, k}, const_cast<uint8_t*>(upp.w.data())};
+      auto ga = PackWeightForAmx(gw, "gate"), ua = PackWeightForAmx(uw, "up");
+      ASSERT_TRUE(ga.ok() && ua.ok());
+      ASSERT_TRUE(SiluMulFusable(gw, ga->get(), uw, ua->get(), n));
+      std::vector<float> g(static_cast<size_t>(n * m), -1.0f), u(g.size(), -1.0f),
+          y(g.size(), -2.0f);
+      Matmul(gp.x.data(), n, gw, g.data(), nullptr, ga->get());
+      Matmul(gp.x.data(), n, uw, u.data(), nullptr, ua->get());
+      SiluMulInPlace(g.data(), u.data(), n * m);
+      MatmulSiluMul(gp.x.data(), n, **ga, **ua, y.data());
+      int64_t nonzero = 0;
+      for (size_t i = 0; i < g.size(); ++i) {
+        ASSERT_EQ(y[i], g[i]) << "gate/up n " << n << " m " << m << " k " << k << " at " << i;
+        nonzero += y[i] != 0.0f;
+      }
+      EXPECT_GT(nonzero, static_cast<int64_t>(g.size()) / 2);
+      // q/k/v: the gate weights as q, up as k (with a bias), the first 48 rows of up as v.
+      const int64_t mv = 48;
+      const Tensor vw{DType::kBF16, {mv, k}, const_cast<uint8_t*>(upp.w.data())};
+      auto va = PackWeightForAmx(vw, "v");
+      ASSERT_TRUE(va.ok());
+      std::vector<float> bias(static_cast<size_t>(m));
+      for (size_t j = 0; j < bias.size(); ++j) bias[j] = 0.25f * static_cast<float>(j % 7) - 0.5f;
+      std::vector<float> q1(g.size(), -1.0f), k1(g.size(), -1.0f),
+          v1(static_cast<size_t>(n * mv), -1.0f);
+      std::vector<float> q2(q1.size(), -2.0f), k2(k1.size(), -2.0f), v2(v1.size(), -2.0f);
+      Matmul(gp.x.data(), n, gw, q1.data(), nullptr, ga->get());
+      Matmul(gp.x.data(), n, uw, k1.data(), nullptr, ua->get());
+      for (int64_t r = 0; r < n; ++r) {
+        for (int64_t j = 0; j < m; ++j)
+          k1[static_cast<size_t>(r * m + j)] += bias[static_cast<size_t>(j)];
+      }
+      Matmul(gp.x.data(), n, vw, v1.data(), nullptr, va->get());
+      const std::vector<MatmulPart> parts = {{&gw, ga->get(), nullptr, q2.data()},
+                                             {&uw, ua->get(), bias.data(), k2.data()},
+                                             {&vw, va->get(), nullptr, v2.data()}};
+      ASSERT_TRUE(MatmulSharedFusable(parts, n));
+      MatmulShared(gp.x.data(), n, parts);
+      ASSERT_EQ(q1, q2) << "q n " << n << " k " << k;
+      ASSERT_EQ(k1, k2) << "k n " << n << " k " << k;
+      ASSERT_EQ(v1, v2) << "v n " << n << " k " << k;
     }
-    EXPECT_GT(nonzero, static_cast<int64_t>(g.size()) / 2);
-    // q/k/v: the gate weights as q, up as k (with a bias), the first 48 rows of up as v.
-    const int64_t mv = 48;
-    const Tensor vw{DType::kBF16, {mv, k}, const_cast<uint8_t*>(upp.w.data())};
-    auto va = PackWeightForAmx(vw, "v");
-    ASSERT_TRUE(va.ok());
-    std::vector<float> bias(static_cast<size_t>(m));
-    for (size_t j = 0; j < bias.size(); ++j) bias[j] = 0.25f * static_cast<float>(j % 7) - 0.5f;
-    std::vector<float> q1(g.size(), -1.0f), k1(g.size(), -1.0f),
-        v1(static_cast<size_t>(n * mv), -1.0f);
-    std::vector<float> q2(q1.size(), -2.0f), k2(k1.size(), -2.0f), v2(v1.size(), -2.0f);
-    Matmul(gp.x.data(), n, gw, q1.data(), nullptr, ga->get());
-    Matmul(gp.x.data(), n, uw, k1.data(), nullptr, ua->get());
-    for (int64_t r = 0; r < n; ++r) {
-      for (int64_t j = 0; j < m; ++j)
-        k1[static_cast<size_t>(r * m + j)] += bias[static_cast<size_t>(j)];
-    }
-    Matmul(gp.x.data(), n, vw, v1.data(), nullptr, va->get());
-    const std::vector<MatmulPart> parts = {{&gw, ga->get(), nullptr, q2.data()},
-                                           {&uw, ua->get(), bias.data(), k2.data()},
-                                           {&vw, va->get(), nullptr, v2.data()}};
-    ASSERT_TRUE(MatmulSharedFusable(parts, n));
-    MatmulShared(gp.x.data(), n, parts);
-    ASSERT_EQ(q1, q2) << "q n " << n << " k " << k;
-    ASSERT_EQ(k1, k2) << "k n " << n << " k " << k;
-    ASSERT_EQ(v1, v2) << "v n " << n << " k " << k;
-  }
   GlobalMatmulOptions() = saved;
 }
 
