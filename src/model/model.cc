@@ -400,23 +400,25 @@ void Model::ForwardLayer(int layer, const Batch& batch, KvCache* cache, const Lo
     AddInPlace(s.x.data(), s.out.data(), n * d);
     return;
   }
-  // SiLU(gate)·up in one pass into s.gate where the weights allow it (the same bits).
+  // SiLU(gate)·up in one pass into s.gate where the weights allow it (the same bits), else
+  // gate and up, then the activation.
   const bool silu_done = c.activation == Activation::kSilu && !c.fused_gate_up &&
                          ForwardSiluMul(w.gate_proj, w.up_proj, s.h.data(), n, s.gate.data(), lora);
-  if (silu_done) {
-  } else if (c.fused_gate_up) {  // gate columns first, then up (Phi3MLP's chunk(2))
-    w.gate_up_proj.Forward(s.h.data(), n, s.fused.data(), lora);
-    SplitColumns(s.fused.data(), n, {{s.gate.data(), c.ffn_dim}, {s.up.data(), c.ffn_dim}});
-  } else {
-    w.gate_proj.Forward(s.h.data(), n, s.gate.data(), lora);
-    w.up_proj.Forward(s.h.data(), n, s.up.data(), lora);
-  }
-  if (c.activation == Activation::kGeluTanh) {
-    GeluTanhMulInPlace(s.gate.data(), s.up.data(), n * c.ffn_dim);
-  } else if (c.activation == Activation::kGeluErf) {
-    GeluErfMulInPlace(s.gate.data(), s.up.data(), n * c.ffn_dim);
-  } else if (!silu_done) {
-    SiluMulInPlace(s.gate.data(), s.up.data(), n * c.ffn_dim);
+  if (!silu_done) {
+    if (c.fused_gate_up) {  // gate columns first, then up (Phi3MLP's chunk(2))
+      w.gate_up_proj.Forward(s.h.data(), n, s.fused.data(), lora);
+      SplitColumns(s.fused.data(), n, {{s.gate.data(), c.ffn_dim}, {s.up.data(), c.ffn_dim}});
+    } else {
+      w.gate_proj.Forward(s.h.data(), n, s.gate.data(), lora);
+      w.up_proj.Forward(s.h.data(), n, s.up.data(), lora);
+    }
+    if (c.activation == Activation::kGeluTanh) {
+      GeluTanhMulInPlace(s.gate.data(), s.up.data(), n * c.ffn_dim);
+    } else if (c.activation == Activation::kGeluErf) {
+      GeluErfMulInPlace(s.gate.data(), s.up.data(), n * c.ffn_dim);
+    } else {
+      SiluMulInPlace(s.gate.data(), s.up.data(), n * c.ffn_dim);
+    }
   }
   w.down_proj.Forward(s.gate.data(), n, s.out.data(), lora);
   if (!w.ffn_out_norm.empty()) {
