@@ -119,9 +119,18 @@ inline const uint16_t* ZeroPaddedPanel(const uint16_t* w, int64_t rows, int64_t 
 // the chunk's blocks; one 32-row block at a time would read all the activations once per block
 // (from L3 once they outgrow L2: a 1024-row prefill's 10 MB for down_proj). Packed weights
 // whose activations fit in kChunkBytes keep that block-major order (chunks of one block):
-// there it measured faster (96 × (4864 × 896): 1.74 TFLOP/s block-major, 1.52 in one chunk).
-// Every output is still one Block's sum over all k, so the bits do not depend on the order.
+// there it measured faster (`BM_Matmul` packed, 96 × (4864 × 896), 2 threads, Emerald Rapids
+// AMX-BF16: 1.74 TFLOP/s block-major, 1.52 in one chunk). Every output is still one Block's sum
+// over all k, so the bits do not depend on the order.
 constexpr int64_t kChunkBytes = int64_t{1} << 20;
+
+// Weight rows per chunk: `unit` (one block: chunks of one block are the block-major order) when
+// packed weights meet activations that fit in kChunkBytes, else about kChunkBytes of weights,
+// `row_bytes` a weight row (a gate and an up row together for the gate/up kernel).
+inline int64_t ChunkRows(bool packed, int64_t groups, int64_t k, int64_t unit, int64_t row_bytes) {
+  if (packed && groups * kTile * k * 2 <= kChunkBytes) return unit;
+  return std::max<int64_t>(unit, kChunkBytes / row_bytes / unit * unit);
+}
 
 template <bool SPLIT, bool PACKED = false>
 LOOM_AMX void Kernel(const uint16_t* xp, int64_t lo_offset, int64_t n, int64_t k, const uint16_t* w,
@@ -130,9 +139,7 @@ LOOM_AMX void Kernel(const uint16_t* xp, int64_t lo_offset, int64_t n, int64_t k
   const int64_t steps = k / 32;
   const int64_t groups = (n + kTile - 1) / kTile;
   const int64_t group_stride = steps * 512;  // uint16 per 16-row activation group
-  const bool block_major = PACKED && groups * kTile * k * 2 <= kChunkBytes;
-  const int64_t chunk_rows =
-      block_major ? 32 : std::max<int64_t>(32, kChunkBytes / (k * 2) / 32 * 32);
+  const int64_t chunk_rows = ChunkRows(PACKED, groups, k, 2 * kTile, k * 2);
   alignas(64) float c[4][kTile * kTile];      // [tile][weight row][activation row]
   for (int64_t jc = j0; jc < j1; jc += chunk_rows) {
     const int64_t jc_end = std::min(j1, jc + chunk_rows);
@@ -186,10 +193,7 @@ LOOM_AMX void SiluMulKernel(const uint16_t* xp, int64_t lo_offset, int64_t n, in
   const int64_t steps = k / 32;
   const int64_t groups = (n + kTile - 1) / kTile;
   const int64_t group_stride = steps * 512;
-  const bool block_major = groups * kTile * k * 2 <= kChunkBytes;
-  // Both matrices' rows count against the chunk.
-  const int64_t chunk_rows =
-      block_major ? kTile : std::max<int64_t>(kTile, kChunkBytes / (k * 4) / kTile * kTile);
+  const int64_t chunk_rows = ChunkRows(true, groups, k, kTile, k * 4);
   alignas(64) float c[4][kTile * kTile];  // gate × g, gate × g+1, up × g, up × g+1
   for (int64_t jc = j0; jc < j1; jc += chunk_rows) {
     const int64_t jc_end = std::min(j1, jc + chunk_rows);

@@ -38,9 +38,7 @@ void Linear::Forward(const float* x, int64_t n, float* y, const LoraBatch& lora)
   size_t num_active = 0, t_size = 0;
   if (lora.segments && lora.adapters) {
     for (const Segment& seg : *lora.segments) {
-      if (seg.adapter_slot < 0) continue;
-      const Adapter* adapter = (*lora.adapters)[static_cast<size_t>(seg.adapter_slot)];
-      const LoraWeights* lw = adapter ? adapter->Find(site) : nullptr;
+      const LoraWeights* lw = SegmentLora(lora, seg);
       if (!lw) continue;
       const Active a{&seg, lw, t_size};
       if (num_active < 16) {
@@ -139,12 +137,16 @@ void Linear::Forward(const float* x, int64_t n, float* y, const LoraBatch& lora)
   base_matmul(&epilogue);
 }
 
+const LoraWeights* Linear::SegmentLora(const LoraBatch& lora, const Segment& seg) const {
+  if (seg.adapter_slot < 0) return nullptr;
+  const Adapter* adapter = (*lora.adapters)[static_cast<size_t>(seg.adapter_slot)];
+  return adapter ? adapter->Find(site) : nullptr;
+}
+
 bool Linear::Adapted(const LoraBatch& lora) const {
   if (!lora.segments || !lora.adapters) return false;
   for (const Segment& seg : *lora.segments) {
-    if (seg.adapter_slot < 0) continue;
-    const Adapter* adapter = (*lora.adapters)[static_cast<size_t>(seg.adapter_slot)];
-    if (adapter && adapter->Find(site)) return true;
+    if (SegmentLora(lora, seg)) return true;
   }
   return false;
 }

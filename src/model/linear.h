@@ -15,6 +15,7 @@
 namespace loom {
 
 class Adapter;
+struct LoraWeights;
 
 // The adapters a forward pass applies: rows of `segments` use adapters[adapter_slot]
 // (slot -1 = base model). Null or empty segments = every row runs the base model.
@@ -51,6 +52,9 @@ struct Linear {
   // [rows, rank], expand y += scale·t·Bᵀ (DoRA: y = b + g⊙(x·Wᵀ) + g⊙scale·t·Bᵀ). A
   // projection no segment adapts costs nothing extra.
   void Forward(const float* x, int64_t n, float* y, const LoraBatch& lora = {}) const;
+  // The weights of segment `seg`'s adapter for this projection (null: base rows, or an adapter
+  // that does not adapt it); lora.adapters must be set.
+  const LoraWeights* SegmentLora(const LoraBatch& lora, const Segment& seg) const;
   // Whether a segment of `lora` has an adapter with weights for this projection.
   bool Adapted(const LoraBatch& lora) const;
 };
