@@ -98,34 +98,119 @@ void LoraShrinkScalar(const float* x, int64_t rows, int64_t in, DType dtype, con
   }
 }
 
-// Blocks of up to 4 rows × 4 ranks share their loads (16 accumulators); each accumulator sums
-// its own row and rank over i in 16 lanes, then _mm512_reduce_add_ps: the order of a row's sums
-// depends only on `in`.
-LOOM_AVX512 void LoraShrinkAvx512(const float* x, int64_t rows, int64_t in, DType dtype,
-                                  const void* a, int rank, float* t) {
+namespace {
+// 16 consecutive A values widened to f32 (Load), or the first `m` of them (LoadMasked), one type
+// per instantiation of ShrinkTile.
+struct ShrinkF32 {
+  using Elem = float;
+  LOOM_AVX512 static __m512 Load(const void* p, int64_t i) {
+    return _mm512_loadu_ps(static_cast<const float*>(p) + i);
+  }
+  LOOM_AVX512 static __m512 LoadMasked(const void* p, int64_t i, __mmask16 m) {
+    return Load16(DType::kF32, p, i, m);
+  }
+};
+struct ShrinkF16 {
+  using Elem = uint16_t;
+  LOOM_AVX512 static __m512 Load(const void* p, int64_t i) {
+    return _mm512_cvtph_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(p) + i)));
+  }
+  LOOM_AVX512 static __m512 LoadMasked(const void* p, int64_t i, __mmask16 m) {
+    return Load16(DType::kF16, p, i, m);
+  }
+};
+struct ShrinkBf16 {
+  using Elem = uint16_t;
+  LOOM_AVX512 static __m512 Load(const void* p, int64_t i) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(p) + i))),
+        16));
+  }
+  LOOM_AVX512 static __m512 LoadMasked(const void* p, int64_t i, __mmask16 m) {
+    return Load16(DType::kBF16, p, i, m);
+  }
+};
+
+// NR rows × NK ranks sharing their loads (NR·NK accumulators, in registers: compile-time
+// extents); each accumulator sums its own row and rank over i in 16 lanes, the masked tail chunk
+// last, then _mm512_reduce_add_ps: the order of a row's sums depends only on `in`. x: row 0 of
+// the tile; a: A's row k0; t: t[row 0, k0], rows `rank` apart.
+template <typename L, int NR, int NK>
+LOOM_AVX512 void ShrinkTile(const float* x, int64_t in, const void* a, size_t a_row_elems, float* t,
+                            int rank, const void* next) {
   const int64_t full = in / 16 * 16;
-  const __mmask16 tail = static_cast<__mmask16>((1u << (in - full)) - 1);
-  for (int64_t r = 0; r < rows; r += 4) {
-    const int nr = static_cast<int>(rows - r < 4 ? rows - r : 4);
-    for (int k = 0; k < rank; k += 4) {
-      const int nk = rank - k < 4 ? rank - k : 4;
-      __m512 acc[4][4];
-      for (int i = 0; i < 4; ++i) {
-        for (int q = 0; q < 4; ++q) acc[i][q] = _mm512_setzero_ps();
-      }
-      for (int64_t i0 = 0; i0 < in; i0 += 16) {
-        const __mmask16 m = i0 < full ? static_cast<__mmask16>(0xffff) : tail;
-        __m512 av[4];
-        for (int q = 0; q < nk; ++q) av[q] = Load16(dtype, a, int64_t{k + q} * in + i0, m);
-        for (int i = 0; i < nr; ++i) {
-          const __m512 xv = _mm512_maskz_loadu_ps(m, x + (r + i) * in + i0);
-          for (int q = 0; q < nk; ++q) acc[i][q] = _mm512_fmadd_ps(xv, av[q], acc[i][q]);
-        }
-      }
-      for (int i = 0; i < nr; ++i) {
-        for (int q = 0; q < nk; ++q) t[(r + i) * rank + k + q] = _mm512_reduce_add_ps(acc[i][q]);
+  __m512 acc[NR][NK];
+  for (int i = 0; i < NR; ++i) {
+    for (int q = 0; q < NK; ++q) acc[i][q] = _mm512_setzero_ps();
+  }
+  for (int64_t i0 = 0; i0 < full; i0 += 16) {
+    if (NR == 1 && next != nullptr) {  // a decode row: the next tile's A rows, ahead of use
+      for (int q = 0; q < NK; ++q) {
+        _mm_prefetch(static_cast<const char*>(next) +
+                         (q * a_row_elems + static_cast<size_t>(i0)) * sizeof(typename L::Elem),
+                     _MM_HINT_T0);
       }
     }
+    __m512 av[NK];
+    for (int q = 0; q < NK; ++q) av[q] = L::Load(a, static_cast<int64_t>(q * a_row_elems) + i0);
+    for (int i = 0; i < NR; ++i) {
+      const __m512 xv = _mm512_loadu_ps(x + i * in + i0);
+      for (int q = 0; q < NK; ++q) acc[i][q] = _mm512_fmadd_ps(xv, av[q], acc[i][q]);
+    }
+  }
+  if (full < in) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (in - full)) - 1);
+    __m512 av[NK];
+    for (int q = 0; q < NK; ++q)
+      av[q] = L::LoadMasked(a, static_cast<int64_t>(q * a_row_elems) + full, m);
+    for (int i = 0; i < NR; ++i) {
+      const __m512 xv = _mm512_maskz_loadu_ps(m, x + i * in + full);
+      for (int q = 0; q < NK; ++q) acc[i][q] = _mm512_fmadd_ps(xv, av[q], acc[i][q]);
+    }
+  }
+  for (int i = 0; i < NR; ++i) {
+    for (int q = 0; q < NK; ++q) t[i * rank + q] = _mm512_reduce_add_ps(acc[i][q]);
+  }
+}
+
+using ShrinkTileFn = void (*)(const float*, int64_t, const void*, size_t, float*, int, const void*);
+template <typename L, int NR>
+constexpr ShrinkTileFn kShrinkRow[4] = {&ShrinkTile<L, NR, 1>, &ShrinkTile<L, NR, 2>,
+                                        &ShrinkTile<L, NR, 3>, &ShrinkTile<L, NR, 4>};
+
+template <typename L>
+LOOM_AVX512 void ShrinkAvx512(const float* x, int64_t rows, int64_t in, const void* a, int rank,
+                              size_t esize, float* t) {
+  static constexpr const ShrinkTileFn* kTiles[4] = {kShrinkRow<L, 1>, kShrinkRow<L, 2>,
+                                                    kShrinkRow<L, 3>, kShrinkRow<L, 4>};
+  for (int64_t r = 0; r < rows; r += 4) {
+    const int nr = static_cast<int>(std::min<int64_t>(rows - r, 4));
+    for (int k = 0; k < rank; k += 4) {
+      const int nk = std::min(rank - k, 4);
+      const uint8_t* ak = static_cast<const uint8_t*>(a) + static_cast<size_t>(k * in) * esize;
+      const uint8_t* next = k + 4 < rank ? ak + static_cast<size_t>(4 * in) * esize : nullptr;
+      kTiles[nr - 1][nk - 1](x + r * in, in, ak, static_cast<size_t>(in), t + r * rank + k, rank,
+                             static_cast<const void*>(next));
+    }
+  }
+}
+}  // namespace
+
+// Blocks of up to 4 rows × 4 ranks share their loads (16 accumulators); each accumulator sums
+// its own row and rank over i in 16 lanes, then _mm512_reduce_add_ps: the order of a row's sums
+// depends only on `in`. One instantiation per A dtype and tile shape: the accumulators stay in
+// registers (a tile with runtime extents kept them in memory).
+LOOM_AVX512 void LoraShrinkAvx512(const float* x, int64_t rows, int64_t in, DType dtype,
+                                  const void* a, int rank, float* t) {
+  switch (dtype) {
+    case DType::kF32:
+      return ShrinkAvx512<ShrinkF32>(x, rows, in, a, rank, 4, t);
+    case DType::kF16:
+      return ShrinkAvx512<ShrinkF16>(x, rows, in, a, rank, 2, t);
+    case DType::kBF16:
+      return ShrinkAvx512<ShrinkBf16>(x, rows, in, a, rank, 2, t);
   }
 }
 

@@ -85,7 +85,8 @@ void Linear::Forward(const float* x, int64_t n, float* y, const LoraBatch& lora)
     jobs[i] = {x + seg.first_row * in, seg.num_rows, &act[i].lw->a, t.data() + act[i].t_offset};
   }
   LoraShrinkPlan& plan = ShrinkPlan();
-  plan.Build(jobs, num_active, in, ThreadPool::Global().num_threads());
+  // The shrink on AMX only where the base runs there at every row count (LoraShrinkPlan::Build).
+  plan.Build(jobs, num_active, in, ThreadPool::Global().num_threads(), !(int8 || int4 || nf4));
   // Expand, DoRA and bias per column block, inside the base matmul's parallel region.
   const bool batch_invariant = GlobalMatmulOptions().batch_invariant;
   MatmulEpilogue epilogue;

@@ -24,7 +24,8 @@ bool ShrinkOnAmx(const Tensor& a, int64_t in) {
 }
 }  // namespace
 
-void LoraShrinkPlan::Build(const LoraShrinkJob* jobs, size_t num_jobs, int64_t in, int min_tasks) {
+void LoraShrinkPlan::Build(const LoraShrinkJob* jobs, size_t num_jobs, int64_t in, int min_tasks,
+                           bool amx_base) {
   constexpr int64_t kFmaRows = 4;   // rows per task on the FMA kernel: its register block
   constexpr int64_t kAmxRows = 16;  // rows per task on AMX: one tile
   constexpr int kRankStep = 4;      // a rank cut keeps the FMA kernel's 4-rank tiles whole
@@ -32,7 +33,7 @@ void LoraShrinkPlan::Build(const LoraShrinkJob* jobs, size_t num_jobs, int64_t i
   in_ = in;
   tasks_.clear();
   for (size_t j = 0; j < num_jobs; ++j) {
-    const bool amx = ShrinkOnAmx(*jobs[j].a, in);
+    const bool amx = amx_base && ShrinkOnAmx(*jobs[j].a, in);
     const int64_t step = amx ? kAmxRows : kFmaRows;
     const int rank = static_cast<int>(jobs[j].a->dim(0));
     for (int64_t r = 0; r < jobs[j].rows; r += step) {

@@ -27,8 +27,14 @@ struct LoraShrinkJob {
 class LoraShrinkPlan {
  public:
   // Keeps `jobs` (which must outlive Run); min_tasks: cut one-row jobs by rank, in multiples of
-  // 4, until there are at least this many tasks (or none can be cut further).
-  void Build(const LoraShrinkJob* jobs, size_t num_jobs, int64_t in, int min_tasks);
+  // 4, until there are at least this many tasks (or none can be cut further). amx: the
+  // projection's base runs on AMX at every row count (a bf16 base in batch-invariant mode), so
+  // the shrink may too; false (an int8/int4/NF4 base, whose decode rows run on VNNI) keeps it on
+  // the FMA kernel at every row count: an AMX product after a few µs without one costs ~1 µs
+  // more than back to back (the tile unit wakes up), which a lone decode row's shrink paid on
+  // every projection.
+  void Build(const LoraShrinkJob* jobs, size_t num_jobs, int64_t in, int min_tasks,
+             bool amx = true);
   int64_t num_tasks() const { return static_cast<int64_t>(tasks_.size()); }
   // Runs task i (0 ≤ i < num_tasks()); tasks write disjoint parts of t.
   void Run(int64_t i) const;

@@ -3,17 +3,19 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "base/thread_pool.h"
 #include "cpu/cpu_features.h"
 #include "cpu/lora_cpu.h"
+#include "kernel_test_util.h"
 #include "ops/epilogue_region.h"
 #include "ops/lora_ops.h"
 #include "tensor/dtype.h"
 #include "tensor/tensor.h"
-#include "kernel_test_util.h"
 
 namespace loom {
 namespace {
@@ -62,6 +64,59 @@ TEST(LoraShrinkPlan, RankCutTasksGiveTheUncutBits) {
       for (int64_t i = plan.num_tasks() - 1; i >= 0; --i) plan.Run(i);  // any order
       for (size_t j = 0; j < spec.size(); ++j) {
         for (size_t e = 0; e < t[j].size(); ++e) ASSERT_EQ(t[j][e], want[j][e]) << "job " << j << " element " << e;
+      }
+    }
+  }
+}
+
+// The FMA shrink kernel's tiles (1-4 rows × 1-4 ranks, each shape compiled on its own) give a
+// row the same bits whatever rows it runs with, within rounding of a double-precision sum; and a
+// plan built for a quantized base (amx = false) runs it at every row count, also where bf16 A
+// and `in` would allow AMX (the same bits for a decode row and a prefill chunk).
+TEST(LoraShrinkPlan, FmaTilesGiveEachRowItsOwnBits) {
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (int64_t in : {int64_t{203}, int64_t{896}}) {
+      for (int rank : {16, 5, 3}) {
+        SCOPED_TRACE(std::string(DTypeName(dt)) + ", in " + std::to_string(in) + ", rank " +
+                     std::to_string(rank));
+        auto af = RandomNonZeroMean(static_cast<size_t>(rank * in), 31);
+        std::vector<uint8_t> a(af.size() * DTypeSize(dt));
+        ConvertFromF32(dt, af.data(), a.data(), static_cast<int64_t>(af.size()));
+        std::vector<float> aw(af.size());  // A as the kernel reads it
+        ConvertToF32(dt, a.data(), aw.data(), static_cast<int64_t>(aw.size()));
+        const int64_t rows = 9;
+        const auto x = RandomNonZeroMean(static_cast<size_t>(rows * in), 32);
+        std::vector<float> alone(static_cast<size_t>(rows * rank));
+        for (int64_t r = 0; r < rows; ++r) {
+          cpu::LoraShrink(cpu::ActiveIsa(), x.data() + r * in, 1, in, dt, a.data(), rank,
+                          alone.data() + r * rank);
+          for (int k = 0; k < rank; ++k) {
+            double ref = 0, mag = 0;
+            for (int64_t i = 0; i < in; ++i) {
+              ref += static_cast<double>(x[static_cast<size_t>(r * in + i)]) *
+                     aw[static_cast<size_t>(k * in + i)];
+              mag += std::abs(static_cast<double>(x[static_cast<size_t>(r * in + i)]) *
+                              aw[static_cast<size_t>(k * in + i)]);
+            }
+            ASSERT_NEAR(alone[static_cast<size_t>(r * rank + k)], ref, 1e-5 * mag + 1e-6);
+          }
+        }
+        for (int64_t n = 2; n <= rows; ++n) {
+          std::vector<float> t(static_cast<size_t>(n * rank), -1.0f);
+          cpu::LoraShrink(cpu::ActiveIsa(), x.data(), n, in, dt, a.data(), rank, t.data());
+          for (size_t e = 0; e < t.size(); ++e)
+            ASSERT_EQ(t[e], alone[e]) << n << " rows, element " << e;
+        }
+        const Tensor at{dt, {rank, in}, a.data()};
+        for (int64_t n : {int64_t{1}, int64_t{9}}) {
+          std::vector<float> t(static_cast<size_t>(n * rank), -1.0f);
+          const LoraShrinkJob job{x.data(), n, &at, t.data()};
+          LoraShrinkPlan plan;
+          plan.Build(&job, 1, in, 2, /*amx=*/false);
+          for (int64_t i = 0; i < plan.num_tasks(); ++i) plan.Run(i);
+          for (size_t e = 0; e < t.size(); ++e)
+            ASSERT_EQ(t[e], alone[e]) << "plan, " << n << " rows, element " << e;
+        }
       }
     }
   }
