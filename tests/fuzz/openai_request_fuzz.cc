@@ -38,7 +38,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // parameters against a vocabulary.
   const int64_t sequences = static_cast<int64_t>(r.prompts.empty() ? 1 : r.prompts.size()) * r.n;
   loom::server::ApiError budget;
-  if (!loom::server::CheckLogitBiasBudget(r, sequences, &budget) && budget.http_status != 400) std::abort();
+  if (!loom::server::CheckLogitBiasBudget(r, sequences, &budget) && budget.http_status != 400) {
+    std::abort();
+  }
   (void)r.params.Validate(1000);
   return 0;
 }
