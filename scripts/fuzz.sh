@@ -33,7 +33,14 @@ while IFS= read -r dir; do
   find "$dir" -type f "${filter[@]}" -print0 |
     while IFS= read -r -d '' f; do cp -f "$f" "$corpus/$(cksum < "$f" | cut -d' ' -f1)-$(basename "$f")"; done
 done < "$seeds"
+# A dictionary of the format's words where the target has one.
+dict=()
+case $target in
+  openai_request|chat_request) dict=(-dict=tests/fuzz/openai_request.dict) ;;
+  chat_template) dict=(-dict=tests/fuzz/chat_template.dict) ;;
+  tokenizer) dict=(-dict=tests/fuzz/tokenizer.dict) ;;
+esac
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 exec "build-fuzz/tests/fuzz/${target}_fuzz" "$corpus" -max_total_time="$seconds" \
-  -artifact_prefix="$artifacts/" -rss_limit_mb=4096 -timeout=20 -print_final_stats=1 "$@"
+  -artifact_prefix="$artifacts/" -rss_limit_mb=4096 -timeout=20 -print_final_stats=1 "${dict[@]}" "$@"
