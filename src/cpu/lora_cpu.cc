@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "cpu/widen16_avx512.h"
+
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #if !defined(__clang__)  // a gcc-only warning
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -24,18 +26,6 @@ inline float Load(DType dtype, const void* p, int64_t i) {
     case DType::kBF16: return Bf16ToF32(static_cast<const uint16_t*>(p)[i]);
   }
   return 0;
-}
-
-// 16 (or `m` masked) consecutive A values widened to f32.
-LOOM_AVX512 inline __m512 Load16(DType dtype, const void* p, int64_t i, __mmask16 m) {
-  switch (dtype) {
-    case DType::kF32: return _mm512_maskz_loadu_ps(m, static_cast<const float*>(p) + i);
-    case DType::kF16: return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(p) + i));
-    case DType::kBF16:
-      return _mm512_castsi512_ps(_mm512_slli_epi32(
-          _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(p) + i)), 16));
-  }
-  return _mm512_setzero_ps();
 }
 }  // namespace
 
@@ -99,40 +89,6 @@ void LoraShrinkScalar(const float* x, int64_t rows, int64_t in, DType dtype, con
 }
 
 namespace {
-// 16 consecutive A values widened to f32 (Load), or the first `m` of them (LoadMasked), one type
-// per instantiation of ShrinkTile.
-struct ShrinkF32 {
-  using Elem = float;
-  LOOM_AVX512 static __m512 Load(const void* p, int64_t i) {
-    return _mm512_loadu_ps(static_cast<const float*>(p) + i);
-  }
-  LOOM_AVX512 static __m512 LoadMasked(const void* p, int64_t i, __mmask16 m) {
-    return Load16(DType::kF32, p, i, m);
-  }
-};
-struct ShrinkF16 {
-  using Elem = uint16_t;
-  LOOM_AVX512 static __m512 Load(const void* p, int64_t i) {
-    return _mm512_cvtph_ps(
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(p) + i)));
-  }
-  LOOM_AVX512 static __m512 LoadMasked(const void* p, int64_t i, __mmask16 m) {
-    return Load16(DType::kF16, p, i, m);
-  }
-};
-struct ShrinkBf16 {
-  using Elem = uint16_t;
-  LOOM_AVX512 static __m512 Load(const void* p, int64_t i) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(
-        _mm512_cvtepu16_epi32(_mm256_loadu_si256(
-            reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(p) + i))),
-        16));
-  }
-  LOOM_AVX512 static __m512 LoadMasked(const void* p, int64_t i, __mmask16 m) {
-    return Load16(DType::kBF16, p, i, m);
-  }
-};
-
 // NR rows × NK ranks sharing their loads (NR·NK accumulators, in registers: compile-time
 // extents); each accumulator sums its own row and rank over i in 16 lanes, the masked tail chunk
 // last, then _mm512_reduce_add_ps: the order of a row's sums depends only on `in`. x: row 0 of
@@ -154,7 +110,8 @@ LOOM_AVX512 void ShrinkTile(const float* x, int64_t in, const void* a, size_t a_
       }
     }
     __m512 av[NK];
-    for (int q = 0; q < NK; ++q) av[q] = L::Load(a, static_cast<int64_t>(q * a_row_elems) + i0);
+    for (int q = 0; q < NK; ++q)
+      av[q] = L::Load(static_cast<const typename L::Elem*>(a) + q * a_row_elems + i0);
     for (int i = 0; i < NR; ++i) {
       const __m512 xv = _mm512_loadu_ps(x + i * in + i0);
       for (int q = 0; q < NK; ++q) acc[i][q] = _mm512_fmadd_ps(xv, av[q], acc[i][q]);
@@ -164,7 +121,7 @@ LOOM_AVX512 void ShrinkTile(const float* x, int64_t in, const void* a, size_t a_
     const __mmask16 m = static_cast<__mmask16>((1u << (in - full)) - 1);
     __m512 av[NK];
     for (int q = 0; q < NK; ++q)
-      av[q] = L::LoadMasked(a, static_cast<int64_t>(q * a_row_elems) + full, m);
+      av[q] = L::LoadMasked(static_cast<const typename L::Elem*>(a) + q * a_row_elems + full, m);
     for (int i = 0; i < NR; ++i) {
       const __m512 xv = _mm512_maskz_loadu_ps(m, x + i * in + full);
       for (int q = 0; q < NK; ++q) acc[i][q] = _mm512_fmadd_ps(xv, av[q], acc[i][q]);
@@ -206,11 +163,11 @@ LOOM_AVX512 void LoraShrinkAvx512(const float* x, int64_t rows, int64_t in, DTyp
                                   const void* a, int rank, float* t) {
   switch (dtype) {
     case DType::kF32:
-      return ShrinkAvx512<ShrinkF32>(x, rows, in, a, rank, 4, t);
+      return ShrinkAvx512<Widen16F32>(x, rows, in, a, rank, 4, t);
     case DType::kF16:
-      return ShrinkAvx512<ShrinkF16>(x, rows, in, a, rank, 2, t);
+      return ShrinkAvx512<Widen16F16>(x, rows, in, a, rank, 2, t);
     case DType::kBF16:
-      return ShrinkAvx512<ShrinkBf16>(x, rows, in, a, rank, 2, t);
+      return ShrinkAvx512<Widen16Bf16>(x, rows, in, a, rank, 2, t);
   }
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "cpu/lora_cpu.h"
+#include "cpu/widen16_avx512.h"
 
 // GCC 12 reports the intrinsics' own _mm512_undefined_*() pass-through operands as maybe
 // uninitialized; they are fully overwritten.
@@ -18,24 +19,6 @@
 namespace loom::cpu {
 
 namespace {
-
-// One panel row (16 columns of one rank) widened to f32, one type per instantiation: the old
-// kernel's dtype switch and index arithmetic per load made a decode row's expand run at 10.8
-// multiply-adds per ns on one core, hot in L1 (BM_LoraExpandAdd/1).
-struct Panel16F32 {
-  LOOM_AVX512 static __m512 Load(const void* p) { return _mm512_loadu_ps(p); }
-};
-struct Panel16F16 {
-  LOOM_AVX512 static __m512 Load(const void* p) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(static_cast<const __m256i*>(p)));
-  }
-};
-struct Panel16Bf16 {
-  LOOM_AVX512 static __m512 Load(const void* p) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(
-        _mm512_cvtepu16_epi32(_mm256_loadu_si256(static_cast<const __m256i*>(p))), 16));
-  }
-};
 
 // NR rows × NC panels (16 columns each): NR·NC ≤ 16 accumulators. Every element: acc = 0;
 // acc = fma(t[r, k], B[j, k], acc) in k order; then y = fma(scale, acc, y) (kAdd) or d = acc:
@@ -163,11 +146,11 @@ LOOM_AVX512 void ExpandAny(const float* t, int64_t rows, int rank, DType dtype, 
                            int64_t ldy) {
   switch (dtype) {
     case DType::kF32:
-      return Expand<kAdd, Panel16F32>(t, rows, rank, dtype, bt, out, j0, j1, scale, y, ldy);
+      return Expand<kAdd, Widen16F32>(t, rows, rank, dtype, bt, out, j0, j1, scale, y, ldy);
     case DType::kF16:
-      return Expand<kAdd, Panel16F16>(t, rows, rank, dtype, bt, out, j0, j1, scale, y, ldy);
+      return Expand<kAdd, Widen16F16>(t, rows, rank, dtype, bt, out, j0, j1, scale, y, ldy);
     case DType::kBF16:
-      return Expand<kAdd, Panel16Bf16>(t, rows, rank, dtype, bt, out, j0, j1, scale, y, ldy);
+      return Expand<kAdd, Widen16Bf16>(t, rows, rank, dtype, bt, out, j0, j1, scale, y, ldy);
   }
 }
 

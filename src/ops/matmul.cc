@@ -70,6 +70,12 @@ AlignedBuffer<uint16_t>& Bf16Scratch() {
 }
 // x [n, k] rounded to bf16 in AMX B tiles (and the residuals when split), in this thread's
 // scratch: valid until its next use.
+// Tasks an AMX matmul of n activation rows aims for: 4 a core for a prefill (balance), 1 for
+// decode (each core streams one contiguous run of weight rows; see Matmul).
+int64_t AmxTasksWanted(int64_t n) {
+  return int64_t{ThreadPool::Global().num_threads()} * (n < cpu::kAmxTileRows ? 1 : 4);
+}
+
 const uint16_t* PackActivationsForAmx(const float* x, int64_t n, int64_t k, bool split) {
   auto& buf = Bf16Scratch();
   LOOM_CHECK_OK(buf.Resize(cpu::PackedActivationsAmxSize(n, k, split)));
@@ -146,10 +152,8 @@ void Matmul(const float* x, int64_t n, const Tensor& w, float* y, const MatmulEp
     // The 32-row units spread evenly over the tasks (sizes differ by at most one unit): 896
     // rows as 128-row blocks were 7 tasks, 4 on one core and 3 on the other (q_proj, o_proj and
     // down_proj of the 0.5B shape at ~0.9–1.2 TFLOP/s in a prefill against 1.5 for gate/up).
-    const int64_t per_core = n < cpu::kAmxTileRows ? 1 : 4;
     const int64_t units = (m + 31) / 32;
-    const int64_t num_tasks =
-        std::max<int64_t>(1, std::min<int64_t>(pool.num_threads() * per_core, units));
+    const int64_t num_tasks = std::max<int64_t>(1, std::min<int64_t>(AmxTasksWanted(n), units));
     const auto* wd = static_cast<const uint16_t*>(w.data);
     LOOM_CHECK(amx == nullptr || (amx->rows == m && amx->cols == k));
     ParallelBlocks(num_tasks, epilogue, [&](int64_t task) {
@@ -219,11 +223,8 @@ void MatmulSiluMul(const float* x, int64_t n, const AmxPackedWeight& gate,
   const bool split = GlobalMatmulOptions().bf16_split;
   const uint16_t* xp = PackActivationsForAmx(x, n, k, split);
   // 16-row units (a gate and an up tile each) spread evenly, as Matmul spreads its 32-row ones.
-  ThreadPool& pool = ThreadPool::Global();
-  const int64_t per_core = n < cpu::kAmxTileRows ? 1 : 4;
   const int64_t units = m / cpu::kAmxTileRows;
-  const int64_t num_tasks =
-      std::max<int64_t>(1, std::min<int64_t>(pool.num_threads() * per_core, units));
+  const int64_t num_tasks = std::max<int64_t>(1, std::min<int64_t>(AmxTasksWanted(n), units));
   ParallelBlocks(num_tasks, nullptr, [&](int64_t task) {
     const int64_t j0 = task * units / num_tasks * cpu::kAmxTileRows;
     const int64_t j1 = (task + 1) * units / num_tasks * cpu::kAmxTileRows;
@@ -251,11 +252,9 @@ void MatmulShared(const float* x, int64_t n, const std::vector<MatmulPart>& part
   const bool split = GlobalMatmulOptions().bf16_split;
   const uint16_t* xp = PackActivationsForAmx(x, n, k, split);
   // Each part's 32-row units spread evenly over its share of the tasks (its share of all units).
-  ThreadPool& pool = ThreadPool::Global();
-  const int64_t per_core = n < cpu::kAmxTileRows ? 1 : 4;
   int64_t total_units = 0;
   for (const MatmulPart& p : parts) total_units += (p.w->dim(0) + 31) / 32;
-  const int64_t want = pool.num_threads() * per_core;
+  const int64_t want = AmxTasksWanted(n);
   struct Task {
     const MatmulPart* part;
     int64_t j0, j1;
@@ -268,7 +267,7 @@ void MatmulShared(const float* x, int64_t n, const std::vector<MatmulPart>& part
       tasks.push_back({&p, i * units / t * 32, std::min(m, (i + 1) * units / t * 32)});
     }
   }
-  pool.ParallelFor(static_cast<int64_t>(tasks.size()), [&](int64_t i, int) {
+  ThreadPool::Global().ParallelFor(static_cast<int64_t>(tasks.size()), [&](int64_t i, int) {
     const Task& t = tasks[static_cast<size_t>(i)];
     const int64_t m = t.part->w->dim(0);
     cpu::MatmulBf16AmxPacked(xp, split, n, k, t.part->amx->panels.data(), t.j0, t.j1, t.part->y, m);
