@@ -33,11 +33,24 @@ LOOM_AVX2 inline __m256 ExpNonPositive(__m256 x) {
   return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(two_n)), keep);
 }
 
-// Lane j = the sum of v[j]'s 8 lanes, in an order that depends only on j.
-LOOM_AVX2 inline __m256 HorizontalSums8(const __m256* v) {
-  const __m256 t0 = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
-  const __m256 t1 = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
-  return _mm256_add_ps(_mm256_permute2f128_ps(t0, t1, 0x20), _mm256_permute2f128_ps(t0, t1, 0x31));
+// Raw scores of B blocks from p0 (a multiple of 16), each as two 8-lane halves: lane j of
+// acc[b][half] = Σ_d q[d]·K[p0 + 16b + 8·half + j][d], one FMA chain per lane in d order (the
+// AVX-512 kernel's order, so both levels give the same scores).
+template <int B>
+LOOM_AVX2 inline void ScoreBlocks(const float* q, int hd, const PagedKvHead& kv, int p0,
+                                  __m256 (&acc)[B][2]) {
+  const float* kt[B];  // each [hd, 16]
+  for (int b = 0; b < B; ++b) {
+    kt[b] = KeyBlock(kv, p0 + 16 * b);
+    acc[b][0] = acc[b][1] = _mm256_setzero_ps();
+  }
+  for (int d = 0; d < hd; ++d) {
+    const __m256 qd = _mm256_broadcast_ss(q + d);
+    for (int b = 0; b < B; ++b) {
+      acc[b][0] = _mm256_fmadd_ps(qd, _mm256_loadu_ps(kt[b] + 16 * d), acc[b][0]);
+      acc[b][1] = _mm256_fmadd_ps(qd, _mm256_loadu_ps(kt[b] + 16 * d + 8), acc[b][1]);
+    }
+  }
 }
 
 // All-ones in the lanes j of positions p0 + j inside [first, last].
@@ -48,6 +61,22 @@ LOOM_AVX2 inline __m256i LiveLanes(int p0, int first, int last) {
   return _mm256_and_si256(ge, le);
 }
 
+// One 8-key half block's raw dot products → scaled (and soft-capped) live scores in scores[p0..];
+// vmax the lane-wise maximum.
+LOOM_AVX2 inline void FinishScores(__m256 acc, __m256 vscale, float softcap, int p0, int first,
+                                   int last, float* scores, __m256& vmax) {
+  __m256 s = _mm256_mul_ps(acc, vscale);
+  if (softcap > 0) {
+    alignas(32) float tmp[8];
+    _mm256_store_ps(tmp, s);
+    for (float& t : tmp) t = std::tanh(t / softcap) * softcap;  // transformers' order
+    s = _mm256_load_ps(tmp);
+  }
+  const __m256i live = LiveLanes(p0, first, last);
+  _mm256_maskstore_ps(scores + p0, live, s);
+  vmax = _mm256_blendv_ps(vmax, _mm256_max_ps(vmax, s), _mm256_castsi256_ps(live));
+}
+
 // out[d0 : d0 + 8·NC] = Σ_p w_p · V[p][d0 : …], the output in NC registers.
 template <int NC>
 LOOM_AVX2 inline void AccumulateV(const float* scores, float inv, const PagedKvHead& kv, int first,
@@ -55,7 +84,7 @@ LOOM_AVX2 inline void AccumulateV(const float* scores, float inv, const PagedKvH
   __m256 o[NC];
   for (int c = 0; c < NC; ++c) o[c] = _mm256_setzero_ps();
   for (int p = first; p <= last; ++p) {
-    const float* v = KvRow(kv.v, kv, p, hd) + d0;
+    const float* v = ValueRow(kv, p, hd) + d0;
     const __m256 w = _mm256_set1_ps(scores[p] * inv);
     for (int c = 0; c < NC; ++c) o[c] = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 8 * c), o[c]);
   }
@@ -64,37 +93,29 @@ LOOM_AVX2 inline void AccumulateV(const float* scores, float inv, const PagedKvH
 
 }  // namespace
 
-// Keys 8 at a time (half a cache block; a block's 16 positions of a head are contiguous): 8
-// lane-wise dot products folded by HorizontalSums8, exp 8 lanes at a time, then V with the output
-// in registers (64 dimensions per pass). Every score and sum has an order fixed by the row's own
-// positions, so a row's result never depends on the other rows. Head sizes that are not a
-// multiple of 8 take the scalar kernel.
+// Keys 16 at a time (a cache block's transposed K: 16 positions a row), as two 8-lane halves,
+// 4 blocks at once; exp 8 lanes at a time, then V with the output in registers (64 dimensions per
+// pass). Every score and sum has an order fixed by the row's own positions, so a row's result
+// never depends on the other rows. Head sizes that are not a multiple of 8 take the scalar kernel.
 LOOM_AVX2 void AttendRowAvx2(const float* q, int hd, const PagedKvHead& kv, int first, int last,
                              float scale, float softcap, float* scores, float* out) {
   if (hd % 8 != 0) return AttendRowScalar(q, hd, kv, first, last, scale, softcap, scores, out);
   __m256 vmax = _mm256_set1_ps(-INFINITY);
-  for (int p0 = first & ~7; p0 <= last; p0 += 8) {
-    const __m256i live = LiveLanes(p0, first, last);
-    const int mask = _mm256_movemask_ps(_mm256_castsi256_ps(live));
-    const float* kb = KvRow(kv.k, kv, p0, hd);  // [8, hd]: p0 is a multiple of 8 within its block
-    __m256 acc[8];
-    for (int j = 0; j < 8; ++j) {
-      __m256 a = _mm256_setzero_ps();
-      if ((mask >> j) & 1) {
-        const float* k = kb + j * hd;
-        for (int d = 0; d < hd; d += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(k + d), a);
-      }
-      acc[j] = a;
+  const __m256 vscale = _mm256_set1_ps(scale);
+  int p0 = first & ~15;
+  for (; p0 + 48 <= last; p0 += 64) {  // 4 whole blocks: 8 FMA chains
+    __m256 acc[4][2];
+    ScoreBlocks<4>(q, hd, kv, p0, acc);
+    for (int b = 0; b < 4; ++b) {
+      FinishScores(acc[b][0], vscale, softcap, p0 + 16 * b, first, last, scores, vmax);
+      FinishScores(acc[b][1], vscale, softcap, p0 + 16 * b + 8, first, last, scores, vmax);
     }
-    __m256 s = _mm256_mul_ps(HorizontalSums8(acc), _mm256_set1_ps(scale));
-    if (softcap > 0) {
-      alignas(32) float tmp[8];
-      _mm256_store_ps(tmp, s);
-      for (float& t : tmp) t = std::tanh(t / softcap) * softcap;  // transformers' order
-      s = _mm256_load_ps(tmp);
-    }
-    _mm256_maskstore_ps(scores + p0, live, s);
-    vmax = _mm256_blendv_ps(vmax, _mm256_max_ps(vmax, s), _mm256_castsi256_ps(live));
+  }
+  for (; p0 <= last; p0 += 16) {
+    __m256 acc[1][2];
+    ScoreBlocks<1>(q, hd, kv, p0, acc);
+    if (p0 + 8 > first) FinishScores(acc[0][0], vscale, softcap, p0, first, last, scores, vmax);
+    if (p0 + 8 <= last) FinishScores(acc[0][1], vscale, softcap, p0 + 8, first, last, scores, vmax);
   }
   const __m256 vmx = _mm256_set1_ps(Max8(vmax));
   __m256 vsum = _mm256_setzero_ps();

@@ -7,8 +7,10 @@
 
 namespace loom::cpu {
 
-// One KV head of one sequence in a paged cache: position p lives at
-// k + block_table[p / 16] * block_stride + head_offset + (p % 16) * head_dim (same for v).
+// One KV head of one sequence in a paged cache. Block b = block_table[p / 16] holds, from
+// b * block_stride + head_offset, the head's K transposed, [head_dim, 16] (element (p, d) at
+// d * 16 + p % 16: a key block's 16 scores are 16-lane FMAs with no horizontal sums), and V as
+// [16, head_dim] (position p's row at (p % 16) * head_dim): the same offsets in k and v.
 struct PagedKvHead {
   const float* k;
   const float* v;
@@ -17,9 +19,14 @@ struct PagedKvHead {
   const int32_t* block_table;
 };
 
-// Position p's row of head_dim floats in `base` (kv.k or kv.v).
-inline const float* KvRow(const float* base, const PagedKvHead& kv, int p, int head_dim) {
-  return base + kv.block_table[p / 16] * kv.block_stride + kv.head_offset + (p % 16) * head_dim;
+// The transposed K [head_dim, 16] of the block that holds position p.
+inline const float* KeyBlock(const PagedKvHead& kv, int p) {
+  return kv.k + kv.block_table[p / 16] * kv.block_stride + kv.head_offset;
+}
+
+// Position p's row of head_dim floats of V.
+inline const float* ValueRow(const PagedKvHead& kv, int p, int head_dim) {
+  return kv.v + kv.block_table[p / 16] * kv.block_stride + kv.head_offset + (p % 16) * head_dim;
 }
 
 // out[hd] = Σ_p softmax(scale · q·K[p])_p · V[p] over positions first..last (inclusive).

@@ -24,9 +24,12 @@ void WriteKv(const KvLayerView& cache, const std::vector<AttentionChunk>& chunks
       const int slot = pos % kKvBlockSize;
       const int64_t row = c.first_row + i;
       for (int h = 0; h < kvh; ++h) {
-        const int64_t dst = block * cache.block_stride() + (int64_t{h} * kKvBlockSize + slot) * hd;
-        std::memcpy(cache.k + dst, k + (row * kvh + h) * hd, sizeof(float) * static_cast<size_t>(hd));
-        std::memcpy(cache.v + dst, v + (row * kvh + h) * hd, sizeof(float) * static_cast<size_t>(hd));
+        const int64_t head = block * cache.block_stride() + int64_t{h} * kKvBlockSize * hd;
+        const float* kr = k + (row * kvh + h) * hd;
+        float* kt = cache.k + head + slot;  // K transposed: [hd, kKvBlockSize]
+        for (int d = 0; d < hd; ++d) kt[int64_t{d} * kKvBlockSize] = kr[d];
+        std::memcpy(cache.v + head + int64_t{slot} * hd, v + (row * kvh + h) * hd,
+                    sizeof(float) * static_cast<size_t>(hd));
       }
     }
   }

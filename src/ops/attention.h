@@ -8,7 +8,9 @@ namespace loom {
 
 constexpr int kKvBlockSize = 16;  // tokens per KV cache block
 
-// One layer's cache: block b holds K (and V) as [num_kv_heads, kKvBlockSize, head_dim] f32.
+// One layer's cache: block b holds K as [num_kv_heads, head_dim, kKvBlockSize] (each head's keys
+// transposed: the score kernels' 16 lanes are 16 positions) and V as [num_kv_heads,
+// kKvBlockSize, head_dim], f32.
 struct KvLayerView {
   float* k = nullptr;
   float* v = nullptr;
