@@ -64,8 +64,8 @@ class KvCache {
   int head_dim_;
   int num_blocks_;
   int64_t layer_floats_;
-  AlignedBuffer<float> k_;  // [num_layers, num_blocks, num_kv_heads, 16, head_dim]
-  AlignedBuffer<float> v_;  // same
+  AlignedBuffer<float> k_;  // [num_layers, num_blocks, num_kv_heads, head_dim, 16] (transposed)
+  AlignedBuffer<float> v_;  // [num_layers, num_blocks, num_kv_heads, 16, head_dim]
   // Free blocks, least recently released first. An entry is stale when the block was taken
   // back by MatchPrefix since (its stamp no longer matches).
   std::deque<std::pair<int32_t, uint32_t>> free_;

@@ -89,6 +89,8 @@ BENCHMARK(BM_Matmul)
     // The packed layout `loom serve` reads, hot and cold, at serving step sizes.
     ->ArgsProduct({{1, 32, 64, 96, 128}, {4864}, {896}, {4, 5}})
     ->ArgsProduct({{32, 96}, {896}, {4864}, {4, 5}})
+    // The packed lm_head at serving decode row counts (two 272 MB copies: from DRAM).
+    ->ArgsProduct({{1, 8, 32}, {151936}, {896}, {5}})
     ->ArgsProduct({{512, 1024}, {4864, 896}, {896}, {4}})
     ->ArgsProduct({{512, 1024}, {896}, {4864}, {4}})
     ->UseRealTime();
