@@ -39,6 +39,7 @@ case $target in
   openai_request|chat_request) dict=(-dict=tests/fuzz/openai_request.dict) ;;
   chat_template) dict=(-dict=tests/fuzz/chat_template.dict) ;;
   tokenizer) dict=(-dict=tests/fuzz/tokenizer.dict) ;;
+  http_transport) dict=(-dict=tests/fuzz/http_transport.dict) ;;
 esac
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}

@@ -33,7 +33,7 @@ ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stac
 
 if [ "$seconds" -gt 0 ]; then
   for target in safetensors adapter_config config generation_config adapter batch sampler \
-                tokenizer tokenizer_model chat_template openai_request chat_request; do
+                tokenizer tokenizer_model chat_template openai_request chat_request http_transport; do
     log=build-fuzz/fuzz-$target.log
     echo "fuzz: $target for ${seconds} s"
     if ! bash scripts/fuzz.sh "$target" "$seconds" >"$log" 2>&1; then
