@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Long libFuzzer run of one target: scripts/fuzz.sh TARGET SECONDS [libFuzzer flags...]
 #   TARGET: safetensors | adapter_config | config | generation_config | adapter | batch | sampler |
-#           tokenizer | tokenizer_model | chat_template | openai_request | chat_request
+#           tokenizer | tokenizer_model | chat_template | openai_request | chat_request |
+#           http_transport
 # Builds build-fuzz (clang, ASan + UBSan + fuzzer coverage) if needed, seeds a working corpus
 # (build-fuzz/fuzz-corpus/TARGET, kept between runs) from the target's seed folders, and runs.
 # Crashes are written to build-fuzz/fuzz-artifacts/TARGET/; rerun one with

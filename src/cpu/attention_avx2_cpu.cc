@@ -35,7 +35,7 @@ LOOM_AVX2 inline __m256 ExpNonPositive(__m256 x) {
 
 // Raw scores of B blocks from p0 (a multiple of 16), each as two 8-lane halves: lane j of
 // acc[b][half] = Σ_d q[d]·K[p0 + 16b + 8·half + j][d], one FMA chain per lane in d order (the
-// AVX-512 kernel's order, so both levels give the same scores).
+// AVX-512 kernel's order, so both levels give the same raw dot products).
 template <int B>
 LOOM_AVX2 inline void ScoreBlocks(const float* q, int hd, const PagedKvHead& kv, int p0,
                                   __m256 (&acc)[B][2]) {

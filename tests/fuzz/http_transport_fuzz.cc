@@ -109,10 +109,32 @@ HttpTransport* Server() {
     });
     self = t;
     if (!t->Bind().ok()) std::abort();
-    std::thread([t] { t->Run(); }).detach();
     return t;
   }();
+  // Stopped and joined at exit (before the static destructors Asio's threads could still use),
+  // constructed after the transport so that it is destroyed first.
+  static struct Runner {
+    std::thread thread;
+    explicit Runner(HttpTransport* t) : thread([t] { t->Run(); }) {}
+    ~Runner() {
+      server->Stop();
+      thread.join();
+    }
+  } runner(server);
   return server;
+}
+
+// Waits (bounded) until the server holds no connection and no unanswered request, so that no
+// work of one input runs into the next.
+void WaitIdle(HttpTransport* server) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (server->num_connections() > 0 || server->num_unanswered() > 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::fprintf(stderr, "the server kept a connection or a request for 10 s after the client left\n");
+      std::abort();
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
 }
 
 }  // namespace
@@ -133,10 +155,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<uint16_t>(server->port()));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  static int failed_connects = 0;  // consecutive: an input that tests nothing must not pass quietly
   if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
     ::close(fd);
+    if (++failed_connects > 100) {
+      std::fprintf(stderr, "no connection to the transport 100 times in a row\n");
+      std::abort();
+    }
     return 0;
   }
+  failed_connects = 0;
   std::string bytes(reinterpret_cast<const char*>(data), size);
   if (wait_for_answers) bytes += "GET /now HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
   // All of it (the server may close early, after a 4xx: the rest is then refused).
@@ -165,6 +193,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::fprintf(stderr, "the server kept the connection open for 10 s\n");
     std::abort();
   }
+  WaitIdle(server);
   if (!got.empty() && got.rfind("HTTP/1.1 ", 0) != 0 && got.rfind("HTTP/1.0 ", 0) != 0) {
     std::fprintf(stderr, "a response without a status line: %.80s\n", got.c_str());
     std::abort();

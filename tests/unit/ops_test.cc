@@ -265,24 +265,26 @@ using AttendRowFn = void (*)(const float*, int, const cpu::PagedKvHead&, int, in
 // score scratch outside [first, last] stays untouched.
 void ExpectAttendRowMatchesScalar(AttendRowFn kernel, std::initializer_list<int> hds) {
   for (int hd : hds) {
-    const int blocks = 4;
+    // 10 blocks: the one-head AVX-512 path takes 8 blocks at a time, the avx2 one 4.
+    const int blocks = 10;
     auto k = Random(blocks * 2 * kKvBlockSize * hd, 30), v = Random(k.size(), 31);
     auto q = Random(hd, 32);
     for (float& x : q) x *= 4;  // scores of a few units: a softmax far from uniform
-    const std::vector<int32_t> table = {3, 0, 2, 1};
+    const std::vector<int32_t> table = {3, 0, 9, 2, 7, 1, 5, 8, 4, 6};
     cpu::PagedKvHead head{k.data(), v.data(), int64_t{2} * kKvBlockSize * hd,
                           int64_t{kKvBlockSize} * hd, table.data()};
-    std::vector<float> s1(64), o1(hd), o2(hd);
+    std::vector<float> s1(160), o1(hd), o2(hd);
     for (float cap : {0.0f, 2.5f}) {
       for (auto [first, last] : std::vector<std::pair<int, int>>{
-               {0, 0}, {0, 63}, {17, 40}, {15, 16}, {5, 5}, {31, 47}, {33, 62}}) {
-        std::vector<float> s2(64, -7.0f);
+               {0, 0}, {0, 63}, {17, 40}, {15, 16}, {5, 5}, {31, 47}, {33, 62}, {0, 159},
+               {19, 150}, {7, 127}, {40, 108}}) {
+        std::vector<float> s2(160, -7.0f);
         cpu::AttendRowScalar(q.data(), hd, head, first, last, 0.125f, cap, s1.data(), o1.data());
         kernel(q.data(), hd, head, first, last, 0.125f, cap, s2.data(), o2.data());
         for (int d = 0; d < hd; ++d) {
           ASSERT_NEAR(o1[d], o2[d], 1e-5) << hd << " " << first << " " << last << " cap " << cap;
         }
-        for (int p = 0; p < 64; ++p) {
+        for (int p = 0; p < 160; ++p) {
           if (p < first || p > last) {
             ASSERT_EQ(s2[p], -7.0f) << "scratch " << p << " written";
           }
@@ -294,27 +296,30 @@ void ExpectAttendRowMatchesScalar(AttendRowFn kernel, std::initializer_list<int>
 
 TEST(AttentionKernels, Avx512RowMatchesScalar) {
   if (cpu::DetectIsa() < cpu::Isa::kAvx512) GTEST_SKIP() << "no AVX-512";
-  ExpectAttendRowMatchesScalar(cpu::AttendRowAvx512, {64, 20, 128, 256, 80});
+  ExpectAttendRowMatchesScalar(cpu::AttendRowAvx512, {64, 20, 128, 256, 80, 72, 8});
 }
 
-// Several query heads on one KV head in one call (V loaded once for up to 4 heads): each head's
-// output and scores bitwise those of a one-head call, at every level, for 1-7 heads (Qwen2's
-// groups are 7), head sizes with and without a register-resident path, and soft-capping.
+// Several query heads on one KV head in one call (K rows loaded once for up to 8 heads, V for up
+// to 4): each head's output and scores bitwise those of a one-head call, at every level, for
+// 1-10 heads (Qwen2's groups are 7; 9 and 10 split as 8 + the rest), head sizes with and without
+// a register-resident path, soft-capping, and windows from mid-block over up to 10 blocks (the
+// grouped calls take 2-8 blocks at a time).
 TEST(AttentionKernels, HeadsOfOneKvHeadEqualOneHeadCalls) {
   for (cpu::Isa isa : {cpu::Isa::kScalar, cpu::Isa::kAvx2, cpu::Isa::kAvx512}) {
     if (cpu::DetectIsa() < isa) continue;
     for (int hd : {64, 128, 256, 80, 20}) {
-      auto k = Random(4 * 2 * kKvBlockSize * hd, 40), v = Random(k.size(), 41);
-      const std::vector<int32_t> table = {2, 0, 3, 1};
+      auto k = Random(10 * 2 * kKvBlockSize * hd, 40), v = Random(k.size(), 41);
+      const std::vector<int32_t> table = {2, 0, 3, 1, 9, 5, 7, 4, 8, 6};
       cpu::PagedKvHead head{k.data(), v.data(), int64_t{2} * kKvBlockSize * hd,
                             int64_t{kKvBlockSize} * hd, table.data()};
-      for (int heads = 1; heads <= 7; ++heads) {
+      for (int heads = 1; heads <= 10; ++heads) {
         auto q = Random(heads * hd, 42 + heads);
         for (float& x : q) x *= 4;
         for (float cap : {0.0f, 2.5f}) {
-          for (auto [first, last] : std::vector<std::pair<int, int>>{{0, 0}, {3, 50}, {16, 63}}) {
-            const int64_t stride = 64;
-            std::vector<float> s_one(64), o_one(static_cast<size_t>(heads * hd));
+          for (auto [first, last] :
+               std::vector<std::pair<int, int>>{{0, 0}, {3, 50}, {16, 63}, {19, 150}, {0, 159}}) {
+            const int64_t stride = 160;
+            std::vector<float> s_one(160), o_one(static_cast<size_t>(heads * hd));
             std::vector<float> s_all(static_cast<size_t>(heads * stride)),
                 o_all(o_one.size(), -1.0f);
             cpu::AttendHeads(isa, heads, q.data(), hd, hd, head, first, last, 0.125f, cap,
