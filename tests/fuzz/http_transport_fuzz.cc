@@ -23,48 +23,19 @@
 #include <string>
 #include <thread>
 
+#include "../unit/http_feed.h"
 #include "server/http_transport.h"
 
 namespace {
 
-using loom::server::DeferredReply;
 using loom::server::Exchange;
+using loom::server::Feed;
 using loom::server::HttpRequest;
 using loom::server::HttpResponse;
 using loom::server::HttpTransport;
-using loom::server::StreamSource;
 
 constexpr size_t kMaxBody = 4096;
 
-// A reply or stream a worker completes.
-struct Feed : DeferredReply, StreamSource {
-  std::mutex mu;
-  std::string pending;
-  bool finished = false;
-  bool Ready() override {
-    std::lock_guard<std::mutex> lock(mu);
-    return finished;
-  }
-  HttpResponse Build() override {
-    std::lock_guard<std::mutex> lock(mu);
-    HttpResponse r;
-    r.content_type = "text/plain";
-    r.body = pending;
-    return r;
-  }
-  bool Pull(std::string* out) override {
-    std::lock_guard<std::mutex> lock(mu);
-    *out += pending;
-    pending.clear();
-    return finished;
-  }
-  void Abandon() override {}
-  void Add(const std::string& s, bool last) {
-    std::lock_guard<std::mutex> lock(mu);
-    pending += s;
-    finished = last;
-  }
-};
 
 HttpTransport* Server() {
   static HttpTransport* server = [] {

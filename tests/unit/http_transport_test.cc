@@ -16,6 +16,8 @@
 
 #include <gtest/gtest.h>
 
+#include "unit/http_feed.h"
+
 namespace loom::server {
 namespace {
 
@@ -77,38 +79,6 @@ bool ClosedWithin(int fd, std::chrono::milliseconds timeout) {
   }
   return false;
 }
-
-// A reply or stream that counts how often it was abandoned; the test thread feeds it.
-struct Feed : DeferredReply, StreamSource {
-  std::mutex mu;
-  std::string pending;
-  bool finished = false;
-  std::atomic<int> abandoned{0};
-
-  bool Ready() override {
-    std::lock_guard<std::mutex> lock(mu);
-    return finished;
-  }
-  HttpResponse Build() override {
-    std::lock_guard<std::mutex> lock(mu);
-    HttpResponse r;
-    r.content_type = "text/plain";
-    r.body = pending;
-    return r;
-  }
-  bool Pull(std::string* out) override {
-    std::lock_guard<std::mutex> lock(mu);
-    *out += pending;
-    pending.clear();
-    return finished;
-  }
-  void Abandon() override { abandoned.fetch_add(1); }
-  void Add(const std::string& s, bool last) {
-    std::lock_guard<std::mutex> lock(mu);
-    pending += s;
-    finished = last;
-  }
-};
 
 // A transport on a free port whose routes the test sets: /now answers at once, /deferred and
 // /stream hand the test the exchange and a Feed.
