@@ -3,6 +3,7 @@
 // Qwen2.5-0.5B's heads (14 query, 2 KV, head_dim 64).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -46,8 +47,11 @@ BENCHMARK(BM_AttendHeads)->ArgsProduct({{64}, {1, 4, 7}, {16, 128, 192}})->Args(
 
 // A step of `seqs` sequences: each a prefill chunk of `rows` rows at positions 0.. (rows > 1) or
 // one decode row at position `rows` = 1 → 160. Qwen2.5-0.5B heads, the global pool (2 threads).
+// cold = 1: each iteration reads other blocks, scattered over a 640 MiB pool (more than this
+// Xeon's L3), as decode rows find their sequences' blocks after a forward pass's weights.
 void BM_AttentionStep(benchmark::State& state) {
   const int seqs = static_cast<int>(state.range(0)), rows = static_cast<int>(state.range(1));
+  const bool cold = state.range(2) != 0;
   constexpr int kHeads = 14, kKvHeads = 2, kHd = 64;
   const int len = rows > 1 ? rows : 161;
   const int blocks_per_seq = (len + loom::kKvBlockSize - 1) / loom::kKvBlockSize;
@@ -55,31 +59,51 @@ void BM_AttentionStep(benchmark::State& state) {
   loom::KvLayerView view;
   view.num_kv_heads = kKvHeads;
   view.head_dim = kHd;
-  auto kc = Random(static_cast<size_t>(seqs * blocks_per_seq * view.block_stride()), 4);
+  const int64_t step_blocks = int64_t{seqs} * blocks_per_seq;
+  const int64_t block_bytes = view.block_stride() * 4 * 2;  // K and V
+  const int copies = cold ? static_cast<int>(std::max<int64_t>(1, (int64_t{640} << 20) / (step_blocks * block_bytes))) : 1;
+  const int64_t pool = step_blocks * copies;
+  auto kc = Random(static_cast<size_t>(pool * view.block_stride()), 4);
   auto vc = Random(kc.size(), 5);
   view.k = kc.data();
   view.v = vc.data();
-  std::vector<std::vector<int32_t>> tables(static_cast<size_t>(seqs));
-  std::vector<loom::AttentionChunk> chunks;
-  for (int s = 0; s < seqs; ++s) {
-    for (int b = 0; b < blocks_per_seq; ++b)
-      tables[static_cast<size_t>(s)].push_back(s * blocks_per_seq + b);
-    loom::AttentionChunk c;
-    c.first_row = rows > 1 ? s * rows : s;
-    c.num_rows = rows > 1 ? rows : 1;
-    c.start_pos = rows > 1 ? 0 : len - 1;
-    c.block_table = tables[static_cast<size_t>(s)].data();
-    c.num_blocks = blocks_per_seq;
-    chunks.push_back(c);
+  std::vector<int32_t> ids(static_cast<size_t>(pool));
+  for (int64_t b = 0; b < pool; ++b) ids[static_cast<size_t>(b)] = static_cast<int32_t>(b);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937(7));
+  // tables[copy][seq]: blocks_per_seq scattered block ids each.
+  std::vector<std::vector<std::vector<int32_t>>> tables(static_cast<size_t>(copies));
+  std::vector<std::vector<loom::AttentionChunk>> steps(static_cast<size_t>(copies));
+  size_t next = 0;
+  for (int c = 0; c < copies; ++c) {
+    auto& t = tables[static_cast<size_t>(c)];
+    t.resize(static_cast<size_t>(seqs));
+    for (int s = 0; s < seqs; ++s) {
+      for (int b = 0; b < blocks_per_seq; ++b) t[static_cast<size_t>(s)].push_back(ids[next++]);
+      loom::AttentionChunk ch;
+      ch.first_row = rows > 1 ? s * rows : s;
+      ch.num_rows = rows > 1 ? rows : 1;
+      ch.start_pos = rows > 1 ? 0 : len - 1;
+      ch.block_table = t[static_cast<size_t>(s)].data();
+      ch.num_blocks = blocks_per_seq;
+      steps[static_cast<size_t>(c)].push_back(ch);
+    }
   }
   auto q = Random(static_cast<size_t>(n) * kHeads * kHd, 6);
   std::vector<float> out(q.size());
+  int ci = 0;
   for (auto _ : state) {
-    loom::Attention(view, chunks, q.data(), kHeads, 0, 0.125f, out.data());
+    loom::Attention(view, steps[static_cast<size_t>(ci)], q.data(), kHeads, 0, 0.125f, out.data());
+    if (++ci == copies) ci = 0;
     benchmark::DoNotOptimize(out.data());
   }
 }
-BENCHMARK(BM_AttentionStep)->Args({8, 128})->Args({1, 128})->Args({32, 1})->UseRealTime();
+BENCHMARK(BM_AttentionStep)
+    ->Args({8, 128, 0})
+    ->Args({1, 128, 0})
+    ->Args({32, 1, 0})
+    ->Args({32, 1, 1})
+    ->Args({8, 128, 1})
+    ->UseRealTime();
 
 }  // namespace
 
