@@ -139,7 +139,8 @@ constexpr ShrinkTileFn kShrinkRow[4] = {&ShrinkTile<L, NR, 1>, &ShrinkTile<L, NR
 
 template <typename L>
 LOOM_AVX512 void ShrinkAvx512(const float* x, int64_t rows, int64_t in, const void* a, int rank,
-                              size_t esize, float* t) {
+                              float* t) {
+  constexpr size_t esize = sizeof(typename L::Elem);
   static constexpr const ShrinkTileFn* kTiles[4] = {kShrinkRow<L, 1>, kShrinkRow<L, 2>,
                                                     kShrinkRow<L, 3>, kShrinkRow<L, 4>};
   for (int64_t r = 0; r < rows; r += 4) {
@@ -163,11 +164,11 @@ LOOM_AVX512 void LoraShrinkAvx512(const float* x, int64_t rows, int64_t in, DTyp
                                   const void* a, int rank, float* t) {
   switch (dtype) {
     case DType::kF32:
-      return ShrinkAvx512<Widen16F32>(x, rows, in, a, rank, 4, t);
+      return ShrinkAvx512<Widen16F32>(x, rows, in, a, rank, t);
     case DType::kF16:
-      return ShrinkAvx512<Widen16F16>(x, rows, in, a, rank, 2, t);
+      return ShrinkAvx512<Widen16F16>(x, rows, in, a, rank, t);
     case DType::kBF16:
-      return ShrinkAvx512<Widen16Bf16>(x, rows, in, a, rank, 2, t);
+      return ShrinkAvx512<Widen16Bf16>(x, rows, in, a, rank, t);
   }
 }
 

@@ -12,6 +12,7 @@
 #include <algorithm>
 
 #include "cpu/matmul_cpu.h"
+#include "cpu/widen16_avx512.h"
 
 // Isa::kAvx512 (no BF16): the vdpbf16ps kernel is in matmul_avx512bf16_cpu.cc.
 #define LOOM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
@@ -20,33 +21,6 @@ namespace loom::cpu {
 
 namespace {
 
-// Loads 16 consecutive weights as f32 (full, or the first `m` lanes with a mask).
-struct LoadF32 {
-  using T = float;
-  LOOM_AVX512 static __m512 Full(const float* p) { return _mm512_loadu_ps(p); }
-  LOOM_AVX512 static __m512 Part(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
-};
-struct LoadBf16 {
-  using T = uint16_t;
-  LOOM_AVX512 static __m512 Widen(__m256i v) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
-  }
-  LOOM_AVX512 static __m512 Full(const uint16_t* p) {
-    return Widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  }
-  LOOM_AVX512 static __m512 Part(const uint16_t* p, __mmask16 m) {
-    return Widen(_mm256_maskz_loadu_epi16(m, p));
-  }
-};
-struct LoadF16 {
-  using T = uint16_t;
-  LOOM_AVX512 static __m512 Full(const uint16_t* p) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  }
-  LOOM_AVX512 static __m512 Part(const uint16_t* p, __mmask16 m) {
-    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
-  }
-};
 
 // Sums of four accumulators as one __m128 {Σa, Σb, Σc, Σd}: 13 shuffles/adds instead of
 // four full horizontal reductions (which dominated short-k tiles).
@@ -78,7 +52,7 @@ LOOM_AVX512 inline void StoreTile(__m512 (&acc)[NI][NJ], float* y, int64_t ldy) 
 
 // y[NI rows, NJ cols] tile: x rows i.., weight rows j...
 template <typename L, int NI, int NJ>
-LOOM_AVX512 void TileF32(const float* x, int64_t k, const typename L::T* w, float* y, int64_t ldy) {
+LOOM_AVX512 void TileF32(const float* x, int64_t k, const typename L::Elem* w, float* y, int64_t ldy) {
   __m512 acc[NI][NJ];
   for (int a = 0; a < NI; ++a)
     for (int b = 0; b < NJ; ++b) acc[a][b] = _mm512_setzero_ps();
@@ -91,7 +65,7 @@ LOOM_AVX512 void TileF32(const float* x, int64_t k, const typename L::T* w, floa
     for (int b = 0; b < NJ; ++b) {
       _mm_prefetch(reinterpret_cast<const char*>(w + b * k + p) + 2048, _MM_HINT_T0);
     }
-    for (int b = 0; b < NJ; ++b) wv[b] = L::Full(w + b * k + p);
+    for (int b = 0; b < NJ; ++b) wv[b] = L::Load(w + b * k + p);
     for (int a = 0; a < NI; ++a) {
       __m512 xv = _mm512_loadu_ps(x + a * k + p);
       for (int b = 0; b < NJ; ++b) acc[a][b] = _mm512_fmadd_ps(xv, wv[b], acc[a][b]);
@@ -100,7 +74,7 @@ LOOM_AVX512 void TileF32(const float* x, int64_t k, const typename L::T* w, floa
   if (kfull < k) {
     const __mmask16 m = static_cast<__mmask16>((1u << (k - kfull)) - 1);
     __m512 wv[NJ];
-    for (int b = 0; b < NJ; ++b) wv[b] = L::Part(w + b * k + kfull, m);
+    for (int b = 0; b < NJ; ++b) wv[b] = L::LoadMasked(w + b * k + kfull, m);
     for (int a = 0; a < NI; ++a) {
       __m512 xv = _mm512_maskz_loadu_ps(m, x + a * k + kfull);
       for (int b = 0; b < NJ; ++b) acc[a][b] = _mm512_fmadd_ps(xv, wv[b], acc[a][b]);
@@ -110,7 +84,7 @@ LOOM_AVX512 void TileF32(const float* x, int64_t k, const typename L::T* w, floa
 }
 
 template <typename L, int NJ>
-LOOM_AVX512 void RowsF32(const float* x, int64_t n, int64_t k, const typename L::T* w, float* y,
+LOOM_AVX512 void RowsF32(const float* x, int64_t n, int64_t k, const typename L::Elem* w, float* y,
                          int64_t ldy) {
   int64_t i = 0;
   for (; i + 4 <= n; i += 4) TileF32<L, 4, NJ>(x + i * k, k, w, y + i * ldy, ldy);
@@ -125,7 +99,7 @@ LOOM_AVX512 void RowsF32(const float* x, int64_t n, int64_t k, const typename L:
 template <typename L>
 LOOM_AVX512 void KernelF32(const float* x, int64_t n, int64_t k, const void* wv, int64_t j0,
                            int64_t j1, float* y, int64_t ldy) {
-  const auto* w = static_cast<const typename L::T*>(wv);
+  const auto* w = static_cast<const typename L::Elem*>(wv);
   int64_t j = j0;
   for (; j + 4 <= j1; j += 4) RowsF32<L, 4>(x, n, k, w + j * k, y + j, ldy);
   switch (j1 - j) {
@@ -141,9 +115,9 @@ LOOM_AVX512 void KernelF32(const float* x, int64_t n, int64_t k, const void* wv,
 LOOM_AVX512 void MatmulF32Avx512(DType wtype, const float* x, int64_t n, int64_t k, const void* w,
                                  int64_t j0, int64_t j1, float* y, int64_t ldy) {
   switch (wtype) {
-    case DType::kF32: return KernelF32<LoadF32>(x, n, k, w, j0, j1, y, ldy);
-    case DType::kF16: return KernelF32<LoadF16>(x, n, k, w, j0, j1, y, ldy);
-    case DType::kBF16: return KernelF32<LoadBf16>(x, n, k, w, j0, j1, y, ldy);
+    case DType::kF32: return KernelF32<Widen16F32>(x, n, k, w, j0, j1, y, ldy);
+    case DType::kF16: return KernelF32<Widen16F16>(x, n, k, w, j0, j1, y, ldy);
+    case DType::kBF16: return KernelF32<Widen16Bf16>(x, n, k, w, j0, j1, y, ldy);
   }
 }
 

@@ -1,5 +1,5 @@
 // 16 consecutive f32/f16/bf16 values widened to f32 on AVX-512, one type per dtype: what the LoRA
-// shrink and expand kernels load A and B with.
+// shrink and expand kernels load A and B with, and the AVX-512 f32-activation matmul its weights.
 #pragma once
 
 #include <immintrin.h>

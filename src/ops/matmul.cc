@@ -68,14 +68,14 @@ AlignedBuffer<uint16_t>& Bf16Scratch() {
   static thread_local AlignedBuffer<uint16_t> buf;
   return buf;
 }
-// x [n, k] rounded to bf16 in AMX B tiles (and the residuals when split), in this thread's
-// scratch: valid until its next use.
 // Tasks an AMX matmul of n activation rows aims for: 4 a core for a prefill (balance), 1 for
 // decode (each core streams one contiguous run of weight rows; see Matmul).
 int64_t AmxTasksWanted(int64_t n) {
   return int64_t{ThreadPool::Global().num_threads()} * (n < cpu::kAmxTileRows ? 1 : 4);
 }
 
+// x [n, k] rounded to bf16 in AMX B tiles (and the residuals when split), in this thread's
+// scratch: valid until its next use.
 const uint16_t* PackActivationsForAmx(const float* x, int64_t n, int64_t k, bool split) {
   auto& buf = Bf16Scratch();
   LOOM_CHECK_OK(buf.Resize(cpu::PackedActivationsAmxSize(n, k, split)));
