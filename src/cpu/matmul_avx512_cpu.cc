@@ -21,7 +21,6 @@ namespace loom::cpu {
 
 namespace {
 
-
 // Sums of four accumulators as one __m128 {Σa, Σb, Σc, Σd}: 13 shuffles/adds instead of
 // four full horizontal reductions (which dominated short-k tiles).
 LOOM_AVX512 inline __m128 Reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
@@ -52,7 +51,8 @@ LOOM_AVX512 inline void StoreTile(__m512 (&acc)[NI][NJ], float* y, int64_t ldy) 
 
 // y[NI rows, NJ cols] tile: x rows i.., weight rows j...
 template <typename L, int NI, int NJ>
-LOOM_AVX512 void TileF32(const float* x, int64_t k, const typename L::Elem* w, float* y, int64_t ldy) {
+LOOM_AVX512 void TileF32(const float* x, int64_t k, const typename L::Elem* w, float* y,
+                         int64_t ldy) {
   __m512 acc[NI][NJ];
   for (int a = 0; a < NI; ++a)
     for (int b = 0; b < NJ; ++b) acc[a][b] = _mm512_setzero_ps();
@@ -115,9 +115,12 @@ LOOM_AVX512 void KernelF32(const float* x, int64_t n, int64_t k, const void* wv,
 LOOM_AVX512 void MatmulF32Avx512(DType wtype, const float* x, int64_t n, int64_t k, const void* w,
                                  int64_t j0, int64_t j1, float* y, int64_t ldy) {
   switch (wtype) {
-    case DType::kF32: return KernelF32<Widen16F32>(x, n, k, w, j0, j1, y, ldy);
-    case DType::kF16: return KernelF32<Widen16F16>(x, n, k, w, j0, j1, y, ldy);
-    case DType::kBF16: return KernelF32<Widen16Bf16>(x, n, k, w, j0, j1, y, ldy);
+    case DType::kF32:
+      return KernelF32<Widen16F32>(x, n, k, w, j0, j1, y, ldy);
+    case DType::kF16:
+      return KernelF32<Widen16F16>(x, n, k, w, j0, j1, y, ldy);
+    case DType::kBF16:
+      return KernelF32<Widen16Bf16>(x, n, k, w, j0, j1, y, ldy);
   }
 }
 
