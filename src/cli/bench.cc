@@ -49,7 +49,8 @@ Status ValidateBenchArgs(const Model& model, const BenchArgs& a) {
   SamplingParams p;
   p.max_tokens = a.gen_tokens;
   RETURN_IF_ERROR(ValidateRequestSize(model.config(), p, a.prompt_len));
-  return model.CheckKvCacheTokens(int64_t{widest} * (a.prompt_len + a.gen_tokens) + 64);
+  return model.CheckKvCacheTokens(int64_t{widest} * (a.prompt_len + a.gen_tokens) + 64,
+                                  KvCacheDtypeFor(model.config()));
 }
 
 struct Figures {
@@ -72,6 +73,7 @@ Figures Measure(Model* model, const BenchArgs& a, int batch, uint64_t seed,
   using Clock = std::chrono::steady_clock;
   EngineOptions options;
   options.kv_cache_tokens = batch * (a.prompt_len + a.gen_tokens) + 64;
+  options.kv_cache_dtype = KvCacheDtypeFor(model->config());
   options.max_batch_tokens = batch * a.prompt_len;
   options.max_num_seqs = batch;
   Engine engine(model, options);

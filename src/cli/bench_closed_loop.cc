@@ -46,7 +46,8 @@ Status ValidateClosedLoopArgs(const Model& model, const ClosedLoopArgs& a) {
   p.max_tokens = a.gen_tokens;
   RETURN_IF_ERROR(ValidateRequestSize(model.config(), p, a.prompt_len));
   const int64_t in_flight = std::min(a.clients, a.max_num_seqs);
-  return model.CheckKvCacheTokens(in_flight * (a.prompt_len + a.gen_tokens) + 64);
+  return model.CheckKvCacheTokens(in_flight * (a.prompt_len + a.gen_tokens) + 64,
+                                  KvCacheDtypeFor(model.config()));
 }
 
 // C virtual clients, each with one request in flight: when a request finishes, its client's
@@ -58,6 +59,7 @@ int RunClosedLoopBench(Model* model, const ClosedLoopArgs& a,
   EngineOptions options;
   const int in_flight = std::min(a.clients, a.max_num_seqs);
   options.kv_cache_tokens = in_flight * (a.prompt_len + a.gen_tokens) + 64;
+  options.kv_cache_dtype = KvCacheDtypeFor(model->config());
   options.max_batch_tokens = a.max_batch_tokens;
   options.target_step_ms = a.target_step_ms;
   options.max_num_seqs = a.max_num_seqs;

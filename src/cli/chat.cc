@@ -66,7 +66,8 @@ int RunChat(ChatArgs& a) {
                 2);
   }
   const int max_model_len = a.max_model_len > 0 ? a.max_model_len : std::min(mpe, kChatDefaultMaxLen);
-  if (Status st = (*model)->CheckKvCacheTokens(max_model_len); !st.ok()) {
+  if (Status st = (*model)->CheckKvCacheTokens(max_model_len, KvCacheDtypeFor((*model)->config()));
+      !st.ok()) {
     return Fail("--max-model-len " + std::to_string(max_model_len) + ": " + st.message(), 2);
   }
   auto tok = tokenizer::Tokenizer::FromModelDir(
@@ -83,6 +84,7 @@ int RunChat(ChatArgs& a) {
 
   EngineOptions options;
   options.kv_cache_tokens = max_model_len;
+  options.kv_cache_dtype = KvCacheDtypeFor((*model)->config());
   options.max_model_len = max_model_len;
   Engine engine(model->get(), options, tok->get());
   engine.set_emit_updates(true);

@@ -38,6 +38,11 @@ void AddNoCheckWeightsFlag(CLI::App* cmd, bool* no_check_weights);
 LoadOptions LoadOptionsFromFlags(bool no_check_weights);
 // The global --quantize / --quantize-head flags (main.cc), which LoadOptionsFromFlags applies.
 void AddQuantizeFlags(CLI::App* app);
+// The global --kv-cache-dtype flag (auto | bfloat16 | float32, vLLM's), and what it means for a
+// model: auto is bfloat16 for a checkpoint declared bfloat16 unless --exact-bf16 (whose matmuls
+// keep f32 activations), float32 otherwise (this cache has no float16).
+void AddKvCacheDtypeFlag(CLI::App* app);
+KvDtype KvCacheDtypeFor(const ModelConfig& config);
 
 // "1,2,3" → ids; error message names the flag.
 bool ParseIdList(const std::string& text, std::vector<int32_t>* out, std::string* error);

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "ops/matmul.h"
 
 namespace loom::cli {
 
@@ -20,6 +21,10 @@ struct QuantizeFlags {
 QuantizeFlags& GlobalQuantizeFlags() {
   static QuantizeFlags flags;
   return flags;
+}
+std::string& GlobalKvCacheDtype() {
+  static std::string dtype = "auto";
+  return dtype;
 }
 }  // namespace
 
@@ -86,6 +91,24 @@ void AddQuantizeFlags(CLI::App* app) {
                 "(bnb_4bit_use_double_quant, the usual QLoRA setting)");
   app->add_flag("--quantize-head", GlobalQuantizeFlags().head,
                 "with --quantize, quantize the output head (lm_head) too");
+}
+
+void AddKvCacheDtypeFlag(CLI::App* app) {
+  app->add_option("--kv-cache-dtype", GlobalKvCacheDtype(),
+                  "element type of the KV cache: auto (default: bfloat16 for a bfloat16 "
+                  "checkpoint, as vLLM, unless --exact-bf16; else float32), bfloat16 (half the "
+                  "memory and the bytes attention reads; K and V rounded to nearest even) or "
+                  "float32")
+      ->check(CLI::IsMember({"auto", "bfloat16", "float32"}))
+      ->capture_default_str();
+}
+
+KvDtype KvCacheDtypeFor(const ModelConfig& config) {
+  const std::string& flag = GlobalKvCacheDtype();
+  if (flag == "bfloat16") return KvDtype::kBf16;
+  if (flag == "float32") return KvDtype::kF32;
+  return config.dtype == DType::kBF16 && !GlobalMatmulOptions().bf16_split ? KvDtype::kBf16
+                                                                           : KvDtype::kF32;
 }
 
 LoadOptions LoadOptionsFromFlags(bool no_check_weights) {

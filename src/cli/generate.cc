@@ -112,13 +112,16 @@ int RunGenerate(GenerateArgs& a) {
   EngineOptions options;
   {
     Status st = ValidateRequestSize((*model)->config(), a.params, static_cast<int64_t>(prompt.size()));
-    if (st.ok()) st = (*model)->CheckKvCacheTokens(static_cast<int64_t>(prompt.size()) + a.params.max_tokens);
+    if (st.ok())
+      st = (*model)->CheckKvCacheTokens(static_cast<int64_t>(prompt.size()) + a.params.max_tokens,
+                                        KvCacheDtypeFor((*model)->config()));
     if (!st.ok()) {
       std::fprintf(stderr, "error: %s\n", st.message().c_str());
       return 2;
     }
   }
   options.kv_cache_tokens = std::max<int>(256, static_cast<int>(prompt.size()) + a.params.max_tokens);
+  options.kv_cache_dtype = KvCacheDtypeFor((*model)->config());
   options.max_batch_tokens = std::max<int>(512, static_cast<int>(prompt.size()));
   Engine engine(model->get(), options);
   GenerationRequest request;

@@ -73,9 +73,11 @@ int RunBatchFile(Model* model, const std::vector<std::shared_ptr<const Adapter>>
   auto parsed = ParseBatchRequests(*text, batch_path, model->config(), slot_of, params, &total);
   if (!parsed.ok()) return fail(parsed.status());
   std::vector<BatchEntry>& entries = *parsed;
-  if (Status st = model->CheckKvCacheTokens(total + 64); !st.ok()) return fail(st);
+  if (Status st = model->CheckKvCacheTokens(total + 64, KvCacheDtypeFor(model->config())); !st.ok())
+    return fail(st);
   EngineOptions options;
   options.kv_cache_tokens = static_cast<int>(std::max<int64_t>(1024, total + 64));
+  options.kv_cache_dtype = KvCacheDtypeFor(model->config());
   Engine engine(model, options);
   for (const auto& a : adapters) engine.AddAdapter(a);  // slots in `adapters` order
   std::vector<int64_t> ids;

@@ -40,6 +40,11 @@ int main(int argc, char** argv) {
   CLI::App app{"loom: serve many LoRA adapters on one base model"};
   app.require_subcommand(1);
   app.fallthrough();  // global flags (--threads) may also follow the subcommand
+  // A flag CLI11 rejects (a value outside its set, a malformed number) says "error" as the
+  // commands' own errors do.
+  app.failure_message([](const CLI::App* a, const CLI::Error& e) {
+    return "error: " + CLI::FailureMessage::simple(a, e);
+  });
   int threads = 0;
   app.add_option("--threads", threads,
                  "compute threads (default: all cores, or LOOM_THREADS; capped to the cores)")
@@ -56,6 +61,7 @@ int main(int argc, char** argv) {
                "deprecated, no effect: activations are rounded to bf16 once by default "
                "(see --exact-bf16)");
   loom::cli::AddQuantizeFlags(&app);
+  loom::cli::AddKvCacheDtypeFlag(&app);
   std::map<CLI::App*, loom::cli::RunFn> runs;
   auto* serve = app.add_subcommand("serve", "OpenAI-compatible HTTP server (vLLM's API and flags)");
   runs[serve] = loom::cli::AddServeCommand(*serve);

@@ -98,7 +98,8 @@ int RunPerplexity(const PerplexityArgs& a) {
     adapter = adapters->front();
   }
   auto t0 = std::chrono::steady_clock::now();
-  auto r = ComputePerplexity(model->get(), *ids, a.ctx, adapter);
+  auto r =
+      ComputePerplexity(model->get(), *ids, a.ctx, adapter, KvCacheDtypeFor((*model)->config()));
   if (!r.ok()) return fail(r.status(), 2);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!per_token.empty()) {

@@ -91,7 +91,9 @@ int RunServe(ServeArgs& a) {
   }
   // The planned KV cache must fit this machine (a failed allocation would leave it empty: a
   // server that says ready and refuses every request).
-  if (Status kv = (*model)->CheckKvCacheTokens(plan->engine.kv_cache_tokens); !kv.ok()) {
+  if (Status kv =
+          (*model)->CheckKvCacheTokens(plan->engine.kv_cache_tokens, plan->engine.kv_cache_dtype);
+      !kv.ok()) {
     stop_listener();
     return Fail("--kv-cache-memory " + a.kv_cache_memory + " / --max-num-seqs / --max-model-len: " +
                     kv.message(),
@@ -214,11 +216,11 @@ int RunServe(ServeArgs& a) {
   ctx.ready = true;
   std::fprintf(stderr,
                "loom: ready — model '%s' (%s), %zu adapter(s), max_model_len %d, KV cache %d "
-               "tokens, max_num_seqs %d, max_loras %d\n"
+               "tokens (%s), max_num_seqs %d, max_loras %d\n"
                "loom: try: curl http://%s:%d/v1/models\n",
                ctx.options.served_model_name().c_str(), a.model.c_str(), plan->loras.size(),
-               ctx.max_model_len, eo.kv_cache_tokens, eo.max_num_seqs, eo.max_loras,
-               url_host.c_str(), http.port());
+               ctx.max_model_len, eo.kv_cache_tokens, KvDtypeName(eo.kv_cache_dtype),
+               eo.max_num_seqs, eo.max_loras, url_host.c_str(), http.port());
 
   int sig = 0;
   sigwait(&signals, &sig);

@@ -9,6 +9,7 @@
 
 #include "base/file.h"
 #include "base/json.h"
+#include "cli/commands.h"
 #include "model/config.h"
 
 namespace loom::cli {
@@ -242,7 +243,8 @@ StatusOr<ServePlan> PlanServe(const ServeArgs& a) {
     if (!fs::is_directory(d, ec)) return InvalidArgument("--lora-dir " + d + " is not a folder");
   }
 
-  // KV cache: the f32 K and V of every layer, per token.
+  // KV cache: K and V of every layer, per token, in --kv-cache-dtype.
+  plan.engine.kv_cache_dtype = KvCacheDtypeFor(config);
   const int max_model_len = a.max_model_len > 0 ? a.max_model_len : config.max_position_embeddings;
   if (a.max_model_len > config.max_position_embeddings) {
     return InvalidArgument("--max-model-len " + std::to_string(a.max_model_len) +
@@ -251,7 +253,8 @@ StatusOr<ServePlan> PlanServe(const ServeArgs& a) {
   }
   const uint64_t per_token = uint64_t{2} * static_cast<uint64_t>(config.num_layers) *
                              static_cast<uint64_t>(config.num_kv_heads) *
-                             static_cast<uint64_t>(config.head_dim) * sizeof(float);
+                             static_cast<uint64_t>(config.head_dim) *
+                             static_cast<uint64_t>(KvDtypeSize(plan.engine.kv_cache_dtype));
   ASSIGN_OR_RETURN(uint64_t kv_bytes, ParseBytes(a.kv_cache_memory, "--kv-cache-memory"));
   const uint64_t wanted = static_cast<uint64_t>(a.max_num_seqs) * static_cast<uint64_t>(max_model_len);
   uint64_t tokens = std::min<uint64_t>(kv_bytes / std::max<uint64_t>(per_token, 1), wanted);

@@ -33,13 +33,20 @@ LOOM_AVX2 inline __m256 ExpNonPositive(__m256 x) {
   return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(two_n)), keep);
 }
 
+// 8 cache elements as f32 (bf16 widened exactly: its bits are the f32's high half).
+LOOM_AVX2 inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
+LOOM_AVX2 inline __m256 Load8(const uint16_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
 // Raw scores of B blocks from p0 (a multiple of 16), each as two 8-lane halves: lane j of
 // acc[b][half] = Σ_d q[d]·K[p0 + 16b + 8·half + j][d], one FMA chain per lane in d order (the
 // AVX-512 kernel's order, so both levels give the same raw dot products).
-template <int B>
-LOOM_AVX2 inline void ScoreBlocks(const float* q, int hd, const PagedKvHead& kv, int p0,
+template <int B, typename T>
+LOOM_AVX2 inline void ScoreBlocks(const float* q, int hd, const PagedKvHeadT<T>& kv, int p0,
                                   __m256 (&acc)[B][2]) {
-  const float* kt[B];  // each [hd, 16]
+  const T* kt[B];  // each [hd, 16]
   for (int b = 0; b < B; ++b) {
     kt[b] = KeyBlock(kv, p0 + 16 * b);
     acc[b][0] = acc[b][1] = _mm256_setzero_ps();
@@ -47,8 +54,8 @@ LOOM_AVX2 inline void ScoreBlocks(const float* q, int hd, const PagedKvHead& kv,
   for (int d = 0; d < hd; ++d) {
     const __m256 qd = _mm256_broadcast_ss(q + d);
     for (int b = 0; b < B; ++b) {
-      acc[b][0] = _mm256_fmadd_ps(qd, _mm256_loadu_ps(kt[b] + 16 * d), acc[b][0]);
-      acc[b][1] = _mm256_fmadd_ps(qd, _mm256_loadu_ps(kt[b] + 16 * d + 8), acc[b][1]);
+      acc[b][0] = _mm256_fmadd_ps(qd, Load8(kt[b] + 16 * d), acc[b][0]);
+      acc[b][1] = _mm256_fmadd_ps(qd, Load8(kt[b] + 16 * d + 8), acc[b][1]);
     }
   }
 }
@@ -78,27 +85,26 @@ LOOM_AVX2 inline void FinishScores(__m256 acc, __m256 vscale, float softcap, int
 }
 
 // out[d0 : d0 + 8·NC] = Σ_p w_p · V[p][d0 : …], the output in NC registers.
-template <int NC>
-LOOM_AVX2 inline void AccumulateV(const float* scores, float inv, const PagedKvHead& kv, int first,
-                                  int last, int hd, int d0, float* out) {
+template <int NC, typename T>
+LOOM_AVX2 inline void AccumulateV(const float* scores, float inv, const PagedKvHeadT<T>& kv,
+                                  int first, int last, int hd, int d0, float* out) {
   __m256 o[NC];
   for (int c = 0; c < NC; ++c) o[c] = _mm256_setzero_ps();
   for (int p = first; p <= last; ++p) {
-    const float* v = ValueRow(kv, p, hd) + d0;
+    const T* v = ValueRow(kv, p, hd) + d0;
     const __m256 w = _mm256_set1_ps(scores[p] * inv);
-    for (int c = 0; c < NC; ++c) o[c] = _mm256_fmadd_ps(w, _mm256_loadu_ps(v + 8 * c), o[c]);
+    for (int c = 0; c < NC; ++c) o[c] = _mm256_fmadd_ps(w, Load8(v + 8 * c), o[c]);
   }
   for (int c = 0; c < NC; ++c) _mm256_storeu_ps(out + d0 + 8 * c, o[c]);
 }
-
-}  // namespace
 
 // Keys 16 at a time (a cache block's transposed K: 16 positions a row), as two 8-lane halves,
 // 4 blocks at once; exp 8 lanes at a time, then V with the output in registers (64 dimensions per
 // pass). Every score and sum has an order fixed by the row's own positions, so a row's result
 // never depends on the other rows. Head sizes that are not a multiple of 8 take the scalar kernel.
-LOOM_AVX2 void AttendRowAvx2(const float* q, int hd, const PagedKvHead& kv, int first, int last,
-                             float scale, float softcap, float* scores, float* out) {
+template <typename T>
+LOOM_AVX2 void AttendRowAvx2T(const float* q, int hd, const PagedKvHeadT<T>& kv, int first,
+                              int last, float scale, float softcap, float* scores, float* out) {
   if (hd % 8 != 0) return AttendRowScalar(q, hd, kv, first, last, scale, softcap, scores, out);
   __m256 vmax = _mm256_set1_ps(-INFINITY);
   const __m256 vscale = _mm256_set1_ps(scale);
@@ -139,6 +145,16 @@ LOOM_AVX2 void AttendRowAvx2(const float* q, int hd, const PagedKvHead& kv, int 
     case 1: return AccumulateV<1>(scores, inv, kv, first, last, hd, d0, out);
     default: return;
   }
+}
+}  // namespace
+
+void AttendRowAvx2(const float* q, int hd, const PagedKvHead& kv, int first, int last, float scale,
+                   float softcap, float* scores, float* out) {
+  AttendRowAvx2T(q, hd, kv, first, last, scale, softcap, scores, out);
+}
+void AttendRowAvx2(const float* q, int hd, const PagedKvHeadBf16& kv, int first, int last,
+                   float scale, float softcap, float* scores, float* out) {
+  AttendRowAvx2T(q, hd, kv, first, last, scale, softcap, scores, out);
 }
 
 }  // namespace loom::cpu

@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "cpu/exp_poly.h"
+#include "tensor/dtype.h"
 
 #define LOOM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
 
@@ -22,13 +23,18 @@ namespace {
 inline float SoftCap(float s, float cap) { return cap > 0 ? std::tanh(s / cap) * cap : s; }
 }  // namespace
 
-void AttendRowScalar(const float* q, int hd, const PagedKvHead& kv, int first, int last,
-                     float scale, float softcap, float* scores, float* out) {
+namespace {
+inline float KvFloat(float x) { return x; }
+inline float KvFloat(uint16_t bf16) { return Bf16ToF32(bf16); }
+
+template <typename T>
+void AttendRowScalarT(const float* q, int hd, const PagedKvHeadT<T>& kv, int first, int last,
+                      float scale, float softcap, float* scores, float* out) {
   float mx = -INFINITY;
   for (int p = first; p <= last; ++p) {
-    const float* k = KeyBlock(kv, p) + p % 16;  // element d at k[16 d]
+    const T* k = KeyBlock(kv, p) + p % 16;  // element d at k[16 d]
     float dot = 0;
-    for (int d = 0; d < hd; ++d) dot += q[d] * k[16 * d];
+    for (int d = 0; d < hd; ++d) dot += q[d] * KvFloat(k[16 * d]);
     scores[p] = SoftCap(dot * scale, softcap);
     mx = std::max(mx, scores[p]);
   }
@@ -37,10 +43,20 @@ void AttendRowScalar(const float* q, int hd, const PagedKvHead& kv, int first, i
   const float inv = 1.0f / sum;
   for (int d = 0; d < hd; ++d) out[d] = 0;
   for (int p = first; p <= last; ++p) {
-    const float* v = ValueRow(kv, p, hd);
+    const T* v = ValueRow(kv, p, hd);
     const float w = scores[p] *= inv;
-    for (int d = 0; d < hd; ++d) out[d] += w * v[d];
+    for (int d = 0; d < hd; ++d) out[d] += w * KvFloat(v[d]);
   }
+}
+}  // namespace
+
+void AttendRowScalar(const float* q, int hd, const PagedKvHead& kv, int first, int last,
+                     float scale, float softcap, float* scores, float* out) {
+  AttendRowScalarT(q, hd, kv, first, last, scale, softcap, scores, out);
+}
+void AttendRowScalar(const float* q, int hd, const PagedKvHeadBf16& kv, int first, int last,
+                     float scale, float softcap, float* scores, float* out) {
+  AttendRowScalarT(q, hd, kv, first, last, scale, softcap, scores, out);
 }
 
 namespace {
@@ -61,23 +77,37 @@ LOOM_AVX512 inline __m512 ExpNonPositive(__m512 x) {
   return _mm512_maskz_mov_ps(static_cast<__mmask16>(~under), _mm512_scalef_ps(p, n));
 }
 
+// 16 cache elements as f32 (bf16 widened exactly: its bits are the f32's high half).
+LOOM_AVX512 inline __m512 Load16(const float* p) { return _mm512_loadu_ps(p); }
+LOOM_AVX512 inline __m512 Load16(const uint16_t* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+LOOM_AVX512 inline __m512 MaskLoad16(__mmask16 m, const float* p) {
+  return _mm512_maskz_loadu_ps(m, p);
+}
+LOOM_AVX512 inline __m512 MaskLoad16(__mmask16 m, const uint16_t* p) {
+  const __m256i h = _mm256_maskz_loadu_epi16(m, p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
 // out_h[hd] += w_h[p] · v[hd] for H heads that share the KV head (w: the softmax weights, already
 // divided by their sum), NC = hd / 16 register-resident chunks each: V is loaded once per position
 // for all H heads, and H · NC independent FMA chains hide the FMA latency one head's NC chains
 // leave exposed. Each head's sums run over its positions in order, whatever H is, so its bits are
 // those of a one-head call (H = 1).
-template <int NC, int H>
-LOOM_AVX512 inline void AccumulateVHeads(const float* w, int64_t w_stride, const PagedKvHead& kv,
-                                         int first, int last, int hd, float* out,
-                                         int64_t out_stride) {
+template <int NC, int H, typename T>
+LOOM_AVX512 inline void AccumulateVHeads(const float* w, int64_t w_stride,
+                                         const PagedKvHeadT<T>& kv, int first, int last, int hd,
+                                         float* out, int64_t out_stride) {
   __m512 o[H][NC];
   for (int h = 0; h < H; ++h) {
     for (int c = 0; c < NC; ++c) o[h][c] = _mm512_setzero_ps();
   }
   for (int p = first; p <= last; ++p) {
-    const float* v = ValueRow(kv, p, hd);
+    const T* v = ValueRow(kv, p, hd);
     __m512 vc[NC];
-    for (int c = 0; c < NC; ++c) vc[c] = _mm512_loadu_ps(v + 16 * c);
+    for (int c = 0; c < NC; ++c) vc[c] = Load16(v + 16 * c);
     for (int h = 0; h < H; ++h) {
       const __m512 wh = _mm512_set1_ps(w[h * w_stride + p]);
       for (int c = 0; c < NC; ++c) o[h][c] = _mm512_fmadd_ps(wh, vc[c], o[h][c]);
@@ -98,17 +128,17 @@ inline __mmask16 LiveLanes(int p0, int first, int last) {
 // Σ_d q_h[d]·K[p0 + 16b + j][d], one FMA chain per lane in d order — so a score's bits depend on
 // nothing but its q and key, whatever H and B are. The transposed K rows are loaded once for all
 // H heads; H · B chains hide the FMA latency.
-template <int H, int B>
-LOOM_AVX512 inline void ScoreBlocks(const float* q, int64_t q_stride, int hd, const PagedKvHead& kv,
-                                    int p0, __m512 (&acc)[H][B]) {
-  const float* kt[B];  // each [hd, 16]
+template <int H, int B, typename T>
+LOOM_AVX512 inline void ScoreBlocks(const float* q, int64_t q_stride, int hd,
+                                    const PagedKvHeadT<T>& kv, int p0, __m512 (&acc)[H][B]) {
+  const T* kt[B];  // each [hd, 16]
   for (int b = 0; b < B; ++b) kt[b] = KeyBlock(kv, p0 + 16 * b);
   for (int h = 0; h < H; ++h) {
     for (int b = 0; b < B; ++b) acc[h][b] = _mm512_setzero_ps();
   }
   for (int d = 0; d < hd; ++d) {
     __m512 kd[B];
-    for (int b = 0; b < B; ++b) kd[b] = _mm512_loadu_ps(kt[b] + 16 * d);
+    for (int b = 0; b < B; ++b) kd[b] = Load16(kt[b] + 16 * d);
     for (int h = 0; h < H; ++h) {
       const __m512 qd = _mm512_set1_ps(q[h * q_stride + d]);
       for (int b = 0; b < B; ++b) acc[h][b] = _mm512_fmadd_ps(qd, kd[b], acc[h][b]);
@@ -134,8 +164,8 @@ LOOM_AVX512 inline void FinishScores(__m512 acc, __m512 vscale, float softcap, i
 
 // Scaled (and soft-capped) scores of H heads into scores + h·scores_stride over [first, last];
 // vmax[h] the lane-wise maximum of head h's live scores.
-template <int H, int B>
-LOOM_AVX512 void ScorePass(const float* q, int64_t q_stride, int hd, const PagedKvHead& kv,
+template <int H, int B, typename T>
+LOOM_AVX512 void ScorePass(const float* q, int64_t q_stride, int hd, const PagedKvHeadT<T>& kv,
                            int first, int last, float scale, float softcap, float* scores,
                            int64_t scores_stride, __m512 (&vmax)[H]) {
   for (int h = 0; h < H; ++h) vmax[h] = _mm512_set1_ps(-INFINITY);
@@ -181,8 +211,8 @@ LOOM_AVX512 void SoftmaxInPlace(float* scores, int first, int last, __m512 vmax)
 }
 
 // Softmax weights of n ≤ 8 heads (h0.. of the call) into their score rows.
-template <int H>
-LOOM_AVX512 void WeightsOfHeads(const float* q, int64_t q_stride, int hd, const PagedKvHead& kv,
+template <int H, typename T>
+LOOM_AVX512 void WeightsOfHeads(const float* q, int64_t q_stride, int hd, const PagedKvHeadT<T>& kv,
                                 int first, int last, float scale, float softcap, float* scores,
                                 int64_t scores_stride) {
   constexpr int B = H == 1 ? 8 : H == 2 ? 4 : 2;
@@ -191,9 +221,10 @@ LOOM_AVX512 void WeightsOfHeads(const float* q, int64_t q_stride, int hd, const 
   for (int h = 0; h < H; ++h) SoftmaxInPlace(scores + h * scores_stride, first, last, vmax[h]);
 }
 
-LOOM_AVX512 void Weights(int heads, const float* q, int64_t q_stride, int hd, const PagedKvHead& kv,
-                         int first, int last, float scale, float softcap, float* scores,
-                         int64_t scores_stride) {
+template <typename T>
+LOOM_AVX512 void Weights(int heads, const float* q, int64_t q_stride, int hd,
+                         const PagedKvHeadT<T>& kv, int first, int last, float scale, float softcap,
+                         float* scores, int64_t scores_stride) {
   for (int h0 = 0; h0 < heads; h0 += 8) {
     const float* qh = q + h0 * q_stride;
     float* sc = scores + h0 * scores_stride;
@@ -218,8 +249,8 @@ LOOM_AVX512 void Weights(int heads, const float* q, int64_t q_stride, int hd, co
 }
 
 // V for heads of one KV head with hd = 16·NC, up to 16 / NC at a time through AccumulateVHeads.
-template <int NC>
-LOOM_AVX512 void AccumulateVFixed(int heads, const PagedKvHead& kv, int first, int last,
+template <int NC, typename T>
+LOOM_AVX512 void AccumulateVFixed(int heads, const PagedKvHeadT<T>& kv, int first, int last,
                                   const float* w, int64_t w_stride, float* out,
                                   int64_t out_stride) {
   constexpr int hd = 16 * NC;
@@ -247,14 +278,14 @@ LOOM_AVX512 void AccumulateVFixed(int heads, const PagedKvHead& kv, int first, i
     }
   }
 }
-}  // namespace
 
 // Every score and sum has an order fixed by the row's own positions and head, so a row's result
 // never depends on the other rows, nor on how many heads one call takes.
-LOOM_AVX512 void AttendHeadsAvx512(int heads, const float* q, int64_t q_stride, int hd,
-                                   const PagedKvHead& kv, int first, int last, float scale,
-                                   float softcap, float* scores, int64_t scores_stride, float* out,
-                                   int64_t out_stride) {
+template <typename T>
+LOOM_AVX512 void AttendHeadsAvx512T(int heads, const float* q, int64_t q_stride, int hd,
+                                    const PagedKvHeadT<T>& kv, int first, int last, float scale,
+                                    float softcap, float* scores, int64_t scores_stride, float* out,
+                                    int64_t out_stride) {
   Weights(heads, q, q_stride, hd, kv, first, last, scale, softcap, scores, scores_stride);
   switch (hd) {
     case 64:
@@ -273,25 +304,20 @@ LOOM_AVX512 void AttendHeadsAvx512(int heads, const float* q, int64_t q_stride, 
       const __mmask16 m = d + 16 <= hd ? static_cast<__mmask16>(0xffff) : tail;
       __m512 o = _mm512_setzero_ps();
       for (int p = first; p <= last; ++p) {
-        o = _mm512_fmadd_ps(_mm512_set1_ps(w[p]), _mm512_maskz_loadu_ps(m, ValueRow(kv, p, hd) + d),
-                            o);
+        o = _mm512_fmadd_ps(_mm512_set1_ps(w[p]), MaskLoad16(m, ValueRow(kv, p, hd) + d), o);
       }
       _mm512_mask_storeu_ps(out + h * out_stride + d, m, o);
     }
   }
 }
 
-void AttendRowAvx512(const float* q, int hd, const PagedKvHead& kv, int first, int last,
-                     float scale, float softcap, float* scores, float* out) {
-  AttendHeadsAvx512(1, q, hd, hd, kv, first, last, scale, softcap, scores, 0, out, hd);
-}
-
-void AttendHeads(Isa isa, int heads, const float* q, int64_t q_stride, int hd,
-                 const PagedKvHead& kv, int first, int last, float scale, float softcap,
-                 float* scores, int64_t scores_stride, float* out, int64_t out_stride) {
+template <typename T>
+void AttendHeadsT(Isa isa, int heads, const float* q, int64_t q_stride, int hd,
+                  const PagedKvHeadT<T>& kv, int first, int last, float scale, float softcap,
+                  float* scores, int64_t scores_stride, float* out, int64_t out_stride) {
   if (isa >= Isa::kAvx512) {
-    return AttendHeadsAvx512(heads, q, q_stride, hd, kv, first, last, scale, softcap, scores,
-                             scores_stride, out, out_stride);
+    return AttendHeadsAvx512T(heads, q, q_stride, hd, kv, first, last, scale, softcap, scores,
+                              scores_stride, out, out_stride);
   }
   for (int h = 0; h < heads; ++h) {
     AttendRow(isa, q + h * q_stride, hd, kv, first, last, scale, softcap,
@@ -299,15 +325,44 @@ void AttendHeads(Isa isa, int heads, const float* q, int64_t q_stride, int hd,
   }
 }
 
-void AttendRow(Isa isa, const float* q, int hd, const PagedKvHead& kv, int first, int last,
-               float scale, float softcap, float* scores, float* out) {
+template <typename T>
+void AttendRowT(Isa isa, const float* q, int hd, const PagedKvHeadT<T>& kv, int first, int last,
+                float scale, float softcap, float* scores, float* out) {
   switch (isa) {
     case Isa::kAmx:
     case Isa::kAvx512Bf16:
-    case Isa::kAvx512: return AttendRowAvx512(q, hd, kv, first, last, scale, softcap, scores, out);
+    case Isa::kAvx512:
+      return AttendHeadsAvx512T(1, q, hd, hd, kv, first, last, scale, softcap, scores, 0, out, hd);
     case Isa::kAvx2: return AttendRowAvx2(q, hd, kv, first, last, scale, softcap, scores, out);
-    case Isa::kScalar: return AttendRowScalar(q, hd, kv, first, last, scale, softcap, scores, out);
+    case Isa::kScalar:
+      return AttendRowScalarT(q, hd, kv, first, last, scale, softcap, scores, out);
   }
 }
+}  // namespace
+
+#define LOOM_ATTENTION_ENTRY_POINTS(KV)                                                           \
+  void AttendHeadsAvx512(int heads, const float* q, int64_t q_stride, int hd, const KV& kv,       \
+                         int first, int last, float scale, float softcap, float* scores,          \
+                         int64_t scores_stride, float* out, int64_t out_stride) {                 \
+    AttendHeadsAvx512T(heads, q, q_stride, hd, kv, first, last, scale, softcap, scores,           \
+                       scores_stride, out, out_stride);                                           \
+  }                                                                                               \
+  void AttendRowAvx512(const float* q, int hd, const KV& kv, int first, int last, float scale,    \
+                       float softcap, float* scores, float* out) {                                \
+    AttendHeadsAvx512T(1, q, hd, hd, kv, first, last, scale, softcap, scores, 0, out, hd);        \
+  }                                                                                               \
+  void AttendHeads(Isa isa, int heads, const float* q, int64_t q_stride, int hd, const KV& kv,    \
+                   int first, int last, float scale, float softcap, float* scores,                \
+                   int64_t scores_stride, float* out, int64_t out_stride) {                       \
+    AttendHeadsT(isa, heads, q, q_stride, hd, kv, first, last, scale, softcap, scores,            \
+                 scores_stride, out, out_stride);                                                 \
+  }                                                                                               \
+  void AttendRow(Isa isa, const float* q, int hd, const KV& kv, int first, int last, float scale, \
+                 float softcap, float* scores, float* out) {                                      \
+    AttendRowT(isa, q, hd, kv, first, last, scale, softcap, scores, out);                         \
+  }
+LOOM_ATTENTION_ENTRY_POINTS(PagedKvHead)
+LOOM_ATTENTION_ENTRY_POINTS(PagedKvHeadBf16)
+#undef LOOM_ATTENTION_ENTRY_POINTS
 
 }  // namespace loom::cpu

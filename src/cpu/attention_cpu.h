@@ -7,25 +7,32 @@
 
 namespace loom::cpu {
 
-// One KV head of one sequence in a paged cache. Block b = block_table[p / 16] holds, from
-// b * block_stride + head_offset, the head's K transposed, [head_dim, 16] (element (p, d) at
-// d * 16 + p % 16: a key block's 16 scores are 16-lane FMAs with no horizontal sums), and V as
-// [16, head_dim] (position p's row at (p % 16) * head_dim): the same offsets in k and v.
-struct PagedKvHead {
-  const float* k;
-  const float* v;
+// One KV head of one sequence in a paged cache of elements T: float, or uint16_t holding bf16
+// bits (--kv-cache-dtype bfloat16; widened exactly to f32 before any arithmetic, so a bf16 cache
+// computes what an f32 cache holding the same rounded values would). Block b = block_table[p / 16]
+// holds, from b * block_stride + head_offset, the head's K transposed, [head_dim, 16] (element
+// (p, d) at d * 16 + p % 16: a key block's 16 scores are 16-lane FMAs with no horizontal sums),
+// and V as [16, head_dim] (position p's row at (p % 16) * head_dim): the same offsets in k and v.
+template <typename T>
+struct PagedKvHeadT {
+  const T* k;
+  const T* v;
   int64_t block_stride;
   int64_t head_offset;
   const int32_t* block_table;
 };
+using PagedKvHead = PagedKvHeadT<float>;
+using PagedKvHeadBf16 = PagedKvHeadT<uint16_t>;
 
 // The transposed K [head_dim, 16] of the block that holds position p.
-inline const float* KeyBlock(const PagedKvHead& kv, int p) {
+template <typename T>
+inline const T* KeyBlock(const PagedKvHeadT<T>& kv, int p) {
   return kv.k + kv.block_table[p / 16] * kv.block_stride + kv.head_offset;
 }
 
-// Position p's row of head_dim floats of V.
-inline const float* ValueRow(const PagedKvHead& kv, int p, int head_dim) {
+// Position p's row of head_dim elements of V.
+template <typename T>
+inline const T* ValueRow(const PagedKvHeadT<T>& kv, int p, int head_dim) {
   return kv.v + kv.block_table[p / 16] * kv.block_stride + kv.head_offset + (p % 16) * head_dim;
 }
 
@@ -49,6 +56,22 @@ void AttendHeads(Isa isa, int heads, const float* q, int64_t q_stride, int head_
                  float* scores, int64_t scores_stride, float* out, int64_t out_stride);
 void AttendHeadsAvx512(int heads, const float* q, int64_t q_stride, int head_dim,
                        const PagedKvHead& kv, int first, int last, float scale, float softcap,
+                       float* scores, int64_t scores_stride, float* out, int64_t out_stride);
+
+// The same kernels over a bf16 cache.
+void AttendRow(Isa isa, const float* q, int head_dim, const PagedKvHeadBf16& kv, int first,
+               int last, float scale, float softcap, float* scores, float* out);
+void AttendRowScalar(const float* q, int head_dim, const PagedKvHeadBf16& kv, int first, int last,
+                     float scale, float softcap, float* scores, float* out);
+void AttendRowAvx2(const float* q, int head_dim, const PagedKvHeadBf16& kv, int first, int last,
+                   float scale, float softcap, float* scores, float* out);
+void AttendRowAvx512(const float* q, int head_dim, const PagedKvHeadBf16& kv, int first, int last,
+                     float scale, float softcap, float* scores, float* out);
+void AttendHeads(Isa isa, int heads, const float* q, int64_t q_stride, int head_dim,
+                 const PagedKvHeadBf16& kv, int first, int last, float scale, float softcap,
+                 float* scores, int64_t scores_stride, float* out, int64_t out_stride);
+void AttendHeadsAvx512(int heads, const float* q, int64_t q_stride, int head_dim,
+                       const PagedKvHeadBf16& kv, int first, int last, float scale, float softcap,
                        float* scores, int64_t scores_stride, float* out, int64_t out_stride);
 
 }  // namespace loom::cpu

@@ -53,7 +53,7 @@ Engine::Engine(Model* model, const EngineOptions& options, const tokenizer::Toke
       tokenizer_(tokenizer),
       max_model_len_(options.max_model_len > 0 ? options.max_model_len
                                                : model->config().max_position_embeddings),
-      cache_(model->NewKvCache(options.kv_cache_tokens)),
+      cache_(model->NewKvCache(options.kv_cache_tokens, options.kv_cache_dtype)),
       scheduler_(cache_.get(), ToSchedulerOptions(options, *model)) {}
 
 int Engine::AddAdapter(std::shared_ptr<const Adapter> adapter) {

@@ -22,6 +22,7 @@ namespace loom {
 
 struct EngineOptions {
   int kv_cache_tokens = 16384;  // positions the KV cache holds, all sequences together
+  KvDtype kv_cache_dtype = KvDtype::kF32;  // --kv-cache-dtype
   int max_batch_tokens = 512;   // rows per step (prefill is chunked to fit)
   int max_num_seqs = 64;        // sequences running at once
   int max_model_len = 0;        // 0 = the model's max_position_embeddings

@@ -14,7 +14,8 @@ double PerplexityResult::Perplexity() const {
 }
 
 StatusOr<PerplexityResult> ComputePerplexity(Model* model, const std::vector<int32_t>& tokens,
-                                             int ctx, std::shared_ptr<const Adapter> adapter) {
+                                             int ctx, std::shared_ptr<const Adapter> adapter,
+                                             KvDtype kv_dtype) {
   const ModelConfig& c = model->config();
   if (ctx < 2) return InvalidArgument("--ctx " + std::to_string(ctx) + ": needs at least 2 tokens");
   if (c.max_position_embeddings > 0 && ctx > c.max_position_embeddings) {
@@ -30,8 +31,9 @@ StatusOr<PerplexityResult> ComputePerplexity(Model* model, const std::vector<int
                              std::to_string(c.vocab_size) + ")");
     }
   }
-  RETURN_IF_ERROR(model->CheckKvCacheTokens(ctx + 1));
+  RETURN_IF_ERROR(model->CheckKvCacheTokens(ctx + 1, kv_dtype));
   EngineOptions options;
+  options.kv_cache_dtype = kv_dtype;
   options.kv_cache_tokens = std::max(256, ctx + 16);
   options.max_batch_tokens = std::max(512, ctx);
   options.enable_prefix_caching = false;

@@ -27,6 +27,8 @@ struct PerplexityResult {
 // with prefix caching off. `adapter` may be null (the base model). Errors: ctx < 2, fewer than 2
 // tokens, a token id outside the vocabulary, a ctx beyond the model's positions.
 StatusOr<PerplexityResult> ComputePerplexity(Model* model, const std::vector<int32_t>& tokens,
-                                             int ctx, std::shared_ptr<const Adapter> adapter = nullptr);
+                                             int ctx,
+                                             std::shared_ptr<const Adapter> adapter = nullptr,
+                                             KvDtype kv_dtype = KvDtype::kF32);
 
 }  // namespace loom

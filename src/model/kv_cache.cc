@@ -5,21 +5,22 @@
 
 namespace loom {
 
-KvCache::KvCache(int num_layers, int num_kv_heads, int head_dim, int num_blocks)
+KvCache::KvCache(int num_layers, int num_kv_heads, int head_dim, int num_blocks, KvDtype dtype)
     : num_layers_(num_layers),
       num_kv_heads_(num_kv_heads),
       head_dim_(head_dim),
-      num_blocks_(num_blocks) {
-  layer_floats_ = int64_t{num_blocks} * num_kv_heads * kKvBlockSize * head_dim;
+      num_blocks_(num_blocks),
+      dtype_(dtype) {
+  layer_bytes_ = int64_t{num_blocks} * num_kv_heads * kKvBlockSize * head_dim * KvDtypeSize(dtype);
 }
 
 std::optional<uint64_t> KvCache::BytesFor(int num_layers, int num_kv_heads, int head_dim,
-                                          int64_t num_tokens) {
+                                          int64_t num_tokens, KvDtype dtype) {
   if (num_layers < 0 || num_kv_heads < 0 || head_dim < 0 || num_tokens < 0) return std::nullopt;
   const uint64_t blocks = (static_cast<uint64_t>(num_tokens) + kKvBlockSize - 1) / kKvBlockSize;
   uint64_t n = blocks * kKvBlockSize;  // < 2^60: num_tokens < 2^63
   for (uint64_t f : {uint64_t(num_layers), uint64_t(num_kv_heads), uint64_t(head_dim),
-                     uint64_t{2 * sizeof(float)}}) {
+                     uint64_t(2 * KvDtypeSize(dtype))}) {
     if (f != 0 && n > UINT64_MAX / f) return std::nullopt;
     n *= f;
   }
@@ -27,7 +28,7 @@ std::optional<uint64_t> KvCache::BytesFor(int num_layers, int num_kv_heads, int 
 }
 
 StatusOr<std::unique_ptr<KvCache>> KvCache::Create(int num_layers, int num_kv_heads, int head_dim,
-                                                   int num_blocks) {
+                                                   int num_blocks, KvDtype dtype) {
   if (num_layers < 0 || num_kv_heads < 0 || head_dim < 0 || num_blocks < 0) {
     return InvalidArgument("KV cache: negative size (layers " + std::to_string(num_layers) +
                            ", kv heads " + std::to_string(num_kv_heads) + ", head_dim " +
@@ -35,15 +36,16 @@ StatusOr<std::unique_ptr<KvCache>> KvCache::Create(int num_layers, int num_kv_he
                            ")");
   }
   const auto bytes =
-      BytesFor(num_layers, num_kv_heads, head_dim, int64_t{num_blocks} * kKvBlockSize);
+      BytesFor(num_layers, num_kv_heads, head_dim, int64_t{num_blocks} * kKvBlockSize, dtype);
   if (!bytes || *bytes / 2 > static_cast<uint64_t>(INT64_MAX)) {
     return ResourceExhausted("KV cache: " + std::to_string(num_blocks) +
                              " blocks overflow the addressable size");
   }
-  std::unique_ptr<KvCache> cache(new KvCache(num_layers, num_kv_heads, head_dim, num_blocks));
-  const size_t floats = static_cast<size_t>(*bytes / 2 / sizeof(float));
-  Status st = cache->k_.Resize(floats);
-  if (st.ok()) st = cache->v_.Resize(floats);
+  std::unique_ptr<KvCache> cache(
+      new KvCache(num_layers, num_kv_heads, head_dim, num_blocks, dtype));
+  const size_t half = static_cast<size_t>(*bytes / 2);  // K's bytes, V's bytes
+  Status st = cache->k_.Resize(half);
+  if (st.ok()) st = cache->v_.Resize(half);
   if (!st.ok()) {
     return ResourceExhausted("KV cache of " + std::to_string(int64_t{num_blocks} * kKvBlockSize) +
                              " tokens: " + st.message());
@@ -77,10 +79,11 @@ int32_t KvCache::TakeFree() {
 
 KvLayerView KvCache::Layer(int layer) {
   KvLayerView view;
-  view.k = k_.data() + layer * layer_floats_;
-  view.v = v_.data() + layer * layer_floats_;
+  view.k = k_.data() + layer * layer_bytes_;
+  view.v = v_.data() + layer * layer_bytes_;
   view.num_kv_heads = num_kv_heads_;
   view.head_dim = head_dim_;
+  view.dtype = dtype_;
   return view;
 }
 

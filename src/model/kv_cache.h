@@ -17,20 +17,22 @@ namespace loom {
 // Thread-safety: owned and used by the engine thread only.
 class KvCache {
  public:
-  // A pool of `num_blocks` 16-token blocks. kResourceExhausted (and nothing allocated) when the
-  // size overflows or the memory cannot be had; kInvalidArgument for a negative dimension.
+  // A pool of `num_blocks` 16-token blocks of `dtype` elements. kResourceExhausted (and nothing
+  // allocated) when the size overflows or the memory cannot be had; kInvalidArgument for a
+  // negative dimension.
   static StatusOr<std::unique_ptr<KvCache>> Create(int num_layers, int num_kv_heads, int head_dim,
-                                                   int num_blocks);
+                                                   int num_blocks, KvDtype dtype = KvDtype::kF32);
   // Bytes of K and V for `num_tokens` positions (rounded up to whole blocks); nullopt when the
   // product overflows 64 bits.
   static std::optional<uint64_t> BytesFor(int num_layers, int num_kv_heads, int head_dim,
-                                          int64_t num_tokens);
+                                          int64_t num_tokens, KvDtype dtype = KvDtype::kF32);
 
   KvLayerView Layer(int layer);
   int num_blocks() const { return num_blocks_; }
   // Blocks no sequence holds (some may still index cached prefixes: they are reused last).
   int num_free_blocks() const { return num_free_; }
-  size_t bytes() const { return k_.size() * sizeof(float) * 2; }
+  size_t bytes() const { return k_.size() * 2; }
+  KvDtype dtype() const { return dtype_; }
 
   // Appends blocks to `table` until it covers `num_tokens` positions; false (and no change)
   // when the pool cannot supply them.
@@ -57,15 +59,16 @@ class KvCache {
   static int BlocksFor(int num_tokens) { return (num_tokens + kKvBlockSize - 1) / kKvBlockSize; }
 
  private:
-  KvCache(int num_layers, int num_kv_heads, int head_dim, int num_blocks);
+  KvCache(int num_layers, int num_kv_heads, int head_dim, int num_blocks, KvDtype dtype);
 
   int num_layers_;
   int num_kv_heads_;
   int head_dim_;
   int num_blocks_;
-  int64_t layer_floats_;
-  AlignedBuffer<float> k_;  // [num_layers, num_blocks, num_kv_heads, head_dim, 16] (transposed)
-  AlignedBuffer<float> v_;  // [num_layers, num_blocks, num_kv_heads, 16, head_dim]
+  KvDtype dtype_;
+  int64_t layer_bytes_;
+  AlignedBuffer<uint8_t> k_;  // [num_layers, num_blocks, num_kv_heads, head_dim, 16] (transposed)
+  AlignedBuffer<uint8_t> v_;  // [num_layers, num_blocks, num_kv_heads, 16, head_dim]
   // Free blocks, least recently released first. An entry is stale when the block was taken
   // back by MatchPrefix since (its stamp no longer matches).
   std::deque<std::pair<int32_t, uint32_t>> free_;

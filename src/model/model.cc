@@ -320,9 +320,10 @@ Status Model::MergeAdapter(const Adapter& adapter) {
   return OkStatus();
 }
 
-std::unique_ptr<KvCache> Model::NewKvCache(int num_tokens) const {
+std::unique_ptr<KvCache> Model::NewKvCache(int num_tokens, KvDtype dtype) const {
   const int blocks = num_tokens > 0 ? KvCache::BlocksFor(num_tokens) : 0;
-  auto cache = KvCache::Create(config_.num_layers, config_.num_kv_heads, config_.head_dim, blocks);
+  auto cache =
+      KvCache::Create(config_.num_layers, config_.num_kv_heads, config_.head_dim, blocks, dtype);
   if (cache.ok()) return std::move(cache).value();
   std::fprintf(stderr, "warning: %s; the KV cache is empty\n", cache.status().message().c_str());
   auto empty = KvCache::Create(config_.num_layers, config_.num_kv_heads, config_.head_dim, 0);
@@ -330,13 +331,13 @@ std::unique_ptr<KvCache> Model::NewKvCache(int num_tokens) const {
   return std::move(empty).value();
 }
 
-Status Model::CheckKvCacheTokens(int64_t num_tokens) const {
+Status Model::CheckKvCacheTokens(int64_t num_tokens, KvDtype dtype) const {
   if (num_tokens < 0 || num_tokens > kMaxKvCacheTokens) {
     return InvalidArgument("KV cache of " + std::to_string(num_tokens) +
                            " tokens is outside [0, " + std::to_string(kMaxKvCacheTokens) + "]");
   }
-  const auto bytes =
-      KvCache::BytesFor(config_.num_layers, config_.num_kv_heads, config_.head_dim, num_tokens);
+  const auto bytes = KvCache::BytesFor(config_.num_layers, config_.num_kv_heads, config_.head_dim,
+                                       num_tokens, dtype);
   const long pages = ::sysconf(_SC_PHYS_PAGES);
   const long page_size = ::sysconf(_SC_PAGESIZE);
   const uint64_t memory =

@@ -65,7 +65,7 @@ class Model {
   // A cache sized for `num_tokens` positions in all. Never null: when the memory cannot be had
   // (see CheckKvCacheTokens, which callers run first) the cache has no blocks, so every request
   // is refused with kResourceExhausted instead of the process aborting.
-  std::unique_ptr<KvCache> NewKvCache(int num_tokens) const;
+  std::unique_ptr<KvCache> NewKvCache(int num_tokens, KvDtype dtype = KvDtype::kF32) const;
   // The pre-quantized checkpoint format ("compressed-tensors"), or empty for a dense checkpoint.
   // Its quantized projections have no dense weight: MergeAdapter folds an adapter into a
   // dequantized f32 copy of each projection it adapts (served dense from then on).
@@ -82,7 +82,7 @@ class Model {
   StatusOr<uint64_t> PackWeightsForAmx();
   // Whether a KV cache of `num_tokens` positions is possible: at most kMaxKvCacheTokens, and its
   // bytes within this machine's physical memory. The error names the sizes.
-  Status CheckKvCacheTokens(int64_t num_tokens) const;
+  Status CheckKvCacheTokens(int64_t num_tokens, KvDtype dtype = KvDtype::kF32) const;
   static constexpr int64_t kMaxKvCacheTokens = int64_t{1} << 26;
 
   // Runs every row of `batch`, writing its K/V into `cache`, and returns the logits of

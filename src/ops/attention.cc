@@ -9,14 +9,24 @@
 #include "base/check.h"
 #include "base/thread_pool.h"
 #include "cpu/attention_cpu.h"
+#include "tensor/dtype.h"
 #include "tensor/tensor.h"
 
 namespace loom {
 
-void WriteKv(const KvLayerView& cache, const std::vector<AttentionChunk>& chunks, const float* k,
-             const float* v) {
+const char* KvDtypeName(KvDtype dtype) { return dtype == KvDtype::kBf16 ? "bfloat16" : "float32"; }
+
+namespace {
+inline void StoreKv(float x, float* dst) { *dst = x; }
+inline void StoreKv(float x, uint16_t* dst) { *dst = F32ToBf16(x); }
+
+template <typename T>
+void WriteKvT(const KvLayerView& cache, const std::vector<AttentionChunk>& chunks, const float* k,
+              const float* v) {
   const int hd = cache.head_dim;
   const int kvh = cache.num_kv_heads;
+  T* const kc = static_cast<T*>(cache.k);
+  T* const vc = static_cast<T*>(cache.v);
   for (const auto& c : chunks) {
     for (int i = 0; i < c.num_rows; ++i) {
       const int pos = c.start_pos + i;
@@ -26,13 +36,21 @@ void WriteKv(const KvLayerView& cache, const std::vector<AttentionChunk>& chunks
       for (int h = 0; h < kvh; ++h) {
         const int64_t head = block * cache.block_stride() + int64_t{h} * kKvBlockSize * hd;
         const float* kr = k + (row * kvh + h) * hd;
-        float* kt = cache.k + head + slot;  // K transposed: [hd, kKvBlockSize]
-        for (int d = 0; d < hd; ++d) kt[int64_t{d} * kKvBlockSize] = kr[d];
-        std::memcpy(cache.v + head + int64_t{slot} * hd, v + (row * kvh + h) * hd,
-                    sizeof(float) * static_cast<size_t>(hd));
+        const float* vr = v + (row * kvh + h) * hd;
+        T* kt = kc + head + slot;  // K transposed: [hd, kKvBlockSize]
+        T* vt = vc + head + int64_t{slot} * hd;
+        for (int d = 0; d < hd; ++d) StoreKv(kr[d], kt + int64_t{d} * kKvBlockSize);
+        for (int d = 0; d < hd; ++d) StoreKv(vr[d], vt + d);
       }
     }
   }
+}
+}  // namespace
+
+void WriteKv(const KvLayerView& cache, const std::vector<AttentionChunk>& chunks, const float* k,
+             const float* v) {
+  if (cache.dtype == KvDtype::kBf16) return WriteKvT<uint16_t>(cache, chunks, k, v);
+  WriteKvT<float>(cache, chunks, k, v);
 }
 
 void Attention(const KvLayerView& cache, const std::vector<AttentionChunk>& chunks,
@@ -69,10 +87,20 @@ void Attention(const KvLayerView& cache, const std::vector<AttentionChunk>& chun
     // (its destructor never registered: LeakSanitizer saw one buffer lost per worker).
     static thread_local AlignedBuffer<float> scores;
     LOOM_CHECK_OK(scores.Resize(static_cast<size_t>(max_len) * static_cast<size_t>(group)));
-    cpu::PagedKvHead head{cache.k, cache.v, cache.block_stride(),
-                          int64_t{kv_head} * kKvBlockSize * hd, ch.block_table};
-    cpu::AttendHeads(isa, group, q + (row * num_heads + h) * hd, hd, hd, head, first, pos, scale,
-                     softcap, scores.data(), max_len, out + (row * num_heads + h) * hd, hd);
+    const int64_t head_offset = int64_t{kv_head} * kKvBlockSize * hd;
+    if (cache.dtype == KvDtype::kBf16) {
+      const cpu::PagedKvHeadBf16 head{static_cast<const uint16_t*>(cache.k),
+                                      static_cast<const uint16_t*>(cache.v), cache.block_stride(),
+                                      head_offset, ch.block_table};
+      cpu::AttendHeads(isa, group, q + (row * num_heads + h) * hd, hd, hd, head, first, pos, scale,
+                       softcap, scores.data(), max_len, out + (row * num_heads + h) * hd, hd);
+    } else {
+      const cpu::PagedKvHead head{static_cast<const float*>(cache.k),
+                                  static_cast<const float*>(cache.v), cache.block_stride(),
+                                  head_offset, ch.block_table};
+      cpu::AttendHeads(isa, group, q + (row * num_heads + h) * hd, hd, hd, head, first, pos, scale,
+                       softcap, scores.data(), max_len, out + (row * num_heads + h) * hd, hd);
+    }
   };
   if (num_tasks * group * max_len * hd < (int64_t{1} << 15)) {  // too small to repay waking workers
     for (int64_t t = 0; t < num_tasks; ++t) task_fn(t, 0);

@@ -8,15 +8,24 @@ namespace loom {
 
 constexpr int kKvBlockSize = 16;  // tokens per KV cache block
 
+// Element type of the KV cache: f32, or bf16 (each K and V element rounded to nearest even when
+// written, widened exactly when read; vLLM's default for a bf16 model, half the bytes).
+enum class KvDtype : uint8_t { kF32, kBf16 };
+const char* KvDtypeName(KvDtype dtype);  // vLLM's spelling: "float32", "bfloat16"
+inline int64_t KvDtypeSize(KvDtype dtype) { return dtype == KvDtype::kBf16 ? 2 : 4; }
+
 // One layer's cache: block b holds K as [num_kv_heads, head_dim, kKvBlockSize] (each head's keys
 // transposed: the score kernels' 16 lanes are 16 positions) and V as [num_kv_heads,
-// kKvBlockSize, head_dim], f32.
+// kKvBlockSize, head_dim], elements of `dtype` (float, or uint16_t bf16 bits).
 struct KvLayerView {
-  float* k = nullptr;
-  float* v = nullptr;
+  void* k = nullptr;
+  void* v = nullptr;
   int num_kv_heads = 0;
   int head_dim = 0;
-  int64_t block_stride() const { return int64_t{num_kv_heads} * kKvBlockSize * head_dim; }
+  KvDtype dtype = KvDtype::kF32;
+  int64_t block_stride() const {
+    return int64_t{num_kv_heads} * kKvBlockSize * head_dim;
+  }  // elements
 };
 
 // Contiguous rows of one sequence in a step: rows first_row.. are positions start_pos..

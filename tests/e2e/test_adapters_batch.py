@@ -43,11 +43,15 @@ def run_one(srv, model, prompt, seed=None, stream=False):
     return ids, lps, finish
 
 
-@pytest.fixture(scope="module", params=[8, 2], ids=["max_loras8", "max_loras2"])
+@pytest.fixture(scope="module", params=[(8, "auto"), (2, "auto"), (8, "bfloat16")],
+                ids=["max_loras8", "max_loras2", "bf16_kv_cache"])
 def mixed(request, llama_dir):
-    """Starts a server, runs everything solo, then concurrently; returns what it saw."""
-    max_loras = request.param
-    srv = LoomServer(llama_dir, adapter_args() + ["--max-loras", str(max_loras)])
+    """Starts a server, runs everything solo, then concurrently; returns what it saw. The f32
+    model's cache is f32 under auto; bf16_kv_cache rounds K and V to bf16 (bitwise invariance
+    must hold over it too)."""
+    max_loras, kv_dtype = request.param
+    srv = LoomServer(llama_dir, adapter_args() + ["--max-loras", str(max_loras),
+                                                  "--kv-cache-dtype", kv_dtype])
     srv.start()
     try:
         solo = {}
@@ -68,7 +72,7 @@ def mixed(request, llama_dir):
         after = {f: step_buckets(srv, f) for f in before}
         steps = {f: {le: after[f][le] - before[f][le] for le in after[f]} for f in after}
         yield {"solo": solo, "results": results, "steps": steps, "max_loras": max_loras,
-               "server": srv}
+               "kv_dtype": kv_dtype, "server": srv}
     finally:
         srv.kill()
 
@@ -132,3 +136,9 @@ def test_seeded_runs_are_sampled(mixed):
     # sample (are not greedy in disguise).
     solo = mixed["solo"]
     assert any(solo[(m, p, seed)][0] != solo[(m, p, None)][0] for m, p, seed in SEEDED)
+
+
+def test_ready_line_names_the_kv_cache_dtype(mixed):
+    # auto on this float32 checkpoint is float32 (a bfloat16 one gets bfloat16, as vLLM's auto).
+    want = "float32" if mixed["kv_dtype"] == "auto" else "bfloat16"
+    assert f"tokens ({want})" in "\n".join(mixed["server"].log_lines), mixed["server"].log()

@@ -84,3 +84,9 @@ def test_base_and_adapters_in_one_concurrent_batch_answer_as_alone(demo):
         if steps_above(step_buckets(demo, "loom_step_adapters"), 1, before) > 0:
             return
     pytest.fail("in 5 rounds no step ran two adapters together: nothing mixed was tested")
+
+
+def test_the_bf16_demo_runs_on_a_bf16_kv_cache(demo):
+    # --kv-cache-dtype auto on a bfloat16 checkpoint: bfloat16, as vLLM's auto (the goldens above
+    # are PEFT's, whose cache is bf16 too).
+    assert "tokens (bfloat16)" in "\n".join(demo.log_lines), demo.log()

@@ -42,6 +42,7 @@ def run_serve(model_dir, *args, timeout=10, tries=1):
     # One request declaring a body past RAM aborted the server (bad_alloc on the I/O thread).
     (["--max-body", "999GB"], "max-body"),
     (["--kv-cache-memory", "0x10"], "kv-cache-memory"),  # read as hex: 16 bytes
+    (["--kv-cache-dtype", "fp8"], "kv-cache-dtype"),  # vLLM's fp8 caches: not on this CPU
     # An empty value (an unset shell variable) was 0 or a default without a word.
     (["--max-model-len", ""], "--max-model-len"),
     (["--served-model-name", ""], "--served-model-name"),
@@ -51,7 +52,7 @@ def run_serve(model_dir, *args, timeout=10, tries=1):
 ], ids=["missing_dir", "wrong_base", "rank", "base_name", "twice", "max_model_len", "max_body",
         "max_body_below_one_byte",
         "merge", "lora_dir", "target_step_negative", "target_step_nan", "max_body_past_4gib",
-        "size_in_hex", "empty_max_model_len", "empty_served_name", "served_name_twice",
+        "size_in_hex", "kv_cache_dtype_fp8", "empty_max_model_len", "empty_served_name", "served_name_twice",
         "adapter_named_as_a_served_name"])
 def test_bad_start_up_exits_non_zero(llama_dir, args, needle):
     code, err = run_serve(llama_dir, *args)

@@ -1,5 +1,6 @@
-// Golden: the serving default (bf16 activations rounded once, batch-invariant kernels) against
-// transformers running the bf16 fixture models in bfloat16 (tools/ref/make_bf16_refs.py).
+// Golden: the serving default (bf16 activations rounded once, batch-invariant kernels, over the
+// bf16 KV cache loom serve picks for a bf16 model, and over an f32 one) against transformers
+// running the bf16 fixture models in bfloat16 (tools/ref/make_bf16_refs.py), whose cache is bf16.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -25,7 +26,8 @@ namespace {
 // max|z| = cap·atanh(max|l|/cap). Bound: 20·2⁻⁹·scale (0.51 at max|logit| 13.125; 0.50 for
 // gemma2, whose max|l| 4.94 under cap 5 is z 12.7). Measured worst, any ISA level (printed):
 // 8.3·2⁻⁹ (0.22 at 13.75), gemma2 0.23. A real defect (a wrong weight, position or rounding
-// mode) moves logits by O(scale).
+// mode) moves logits by O(scale). A bf16 KV cache rounds K and V as transformers in bf16 does
+// (it stores them in bf16): the same bound holds.
 constexpr float kRelTol = 20.0f / 512.0f;
 
 struct Bf16Reference {
@@ -68,12 +70,14 @@ Bf16Reference LoadReference(const std::string& name) {
   return r;
 }
 
-class Bf16ServingGolden : public ::testing::TestWithParam<std::string> {
+class Bf16ServingGolden : public ::testing::TestWithParam<std::tuple<std::string, KvDtype>> {
  protected:
   void SetUp() override {
-    ref_ = LoadReference(GetParam());
+    name_ = std::get<0>(GetParam());
+    options_.kv_cache_dtype = std::get<1>(GetParam());
+    ref_ = LoadReference(name_);
     ASSERT_EQ(ref_.prompts.size(), 4u);
-    auto m = Model::Load(std::string(LOOM_FIXTURES) + "/models/" + GetParam());
+    auto m = Model::Load(std::string(LOOM_FIXTURES) + "/models/" + name_);
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     model_ = std::move(*m);
     vocab_ = model_->config().vocab_size;
@@ -87,6 +91,8 @@ class Bf16ServingGolden : public ::testing::TestWithParam<std::string> {
   }
   void TearDown() override { GlobalMatmulOptions() = saved_; }
 
+  std::string name_;
+  EngineOptions options_;
   Bf16Reference ref_;
   std::unique_ptr<Model> model_;
   MatmulOptions saved_;
@@ -119,7 +125,7 @@ TEST_P(Bf16ServingGolden, PrefillMatchesTransformersInBf16) {
     r.params.max_tokens = 1;
     r.params.temperature = 0;
     r.return_prompt_logits = true;
-    Engine engine(model_.get(), EngineOptions{});
+    Engine engine(model_.get(), options_);
     ASSERT_TRUE(engine.Add(r).ok());
     const GenerationResult got = engine.RunToCompletion().at(0);
     ASSERT_EQ(got.prompt_logits.size(), (len + steps - 1) * static_cast<size_t>(vocab_));
@@ -134,8 +140,11 @@ TEST_P(Bf16ServingGolden, PrefillMatchesTransformersInBf16) {
       ++clear;
     }
   }
-  std::printf("%s prefill: tol %.4f (%.0f·2^-9 of max|pre-cap logit| %.3f); worst %.4f; %d clear steps\n",
-              GetParam().c_str(), tol_, kRelTol * 512, scale_, worst, clear);
+  std::printf(
+      "%s (%s KV) prefill: tol %.4f (%.0f·2^-9 of max|pre-cap logit| %.3f); worst %.4f; "
+      "%d clear steps\n",
+      name_.c_str(), KvDtypeName(options_.kv_cache_dtype), tol_, kRelTol * 512, scale_, worst,
+      clear);
   EXPECT_LE(worst, tol_);
   // Gemma's soft-capped fixtures have no reference margin above 2·tol (their largest is 0.6):
   // only the logit bound checks them. Every other model has 35+ clear steps.
@@ -156,7 +165,7 @@ TEST_P(Bf16ServingGolden, GreedyDecodeMatchesTransformersInBf16) {
     r.params.temperature = 0;
     r.params.ignore_eos = true;
     r.return_step_logits = true;
-    Engine engine(model_.get(), EngineOptions{});
+    Engine engine(model_.get(), options_);
     ASSERT_TRUE(engine.Add(r).ok());
     const GenerationResult got = engine.RunToCompletion().at(0);
     ASSERT_EQ(got.generated.size(), ref_.greedy[p].size());
@@ -167,15 +176,20 @@ TEST_P(Bf16ServingGolden, GreedyDecodeMatchesTransformersInBf16) {
       ++compared;
     }
   }
-  std::printf("%s decode: worst %.4f over %d steps before the first unclear margin\n",
-              GetParam().c_str(), worst, compared);
+  std::printf("%s (%s KV) decode: worst %.4f over %d steps before the first unclear margin\n",
+              name_.c_str(), KvDtypeName(options_.kv_cache_dtype), worst, compared);
   EXPECT_LE(worst, tol_);
 }
 
 INSTANTIATE_TEST_SUITE_P(Bf16Models, Bf16ServingGolden,
-                         ::testing::Values("llama_bf16", "mistral_bf16", "qwen2_bf16", "qwen3_bf16",
-                                           "gemma2_bf16", "gemma3_bf16"),
-                         [](const auto& info) { return info.param; });
+                         ::testing::Combine(::testing::Values("llama_bf16", "mistral_bf16",
+                                                              "qwen2_bf16", "qwen3_bf16",
+                                                              "gemma2_bf16", "gemma3_bf16"),
+                                            ::testing::Values(KvDtype::kBf16, KvDtype::kF32)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" +
+                                  (std::get<1>(info.param) == KvDtype::kBf16 ? "bf16kv" : "f32kv");
+                         });
 
 }  // namespace
 }  // namespace loom

@@ -1,6 +1,6 @@
 // Batch invariance: with MatmulOptions.batch_invariant, a request's tokens and log-probs are
 // bit-identical alone and inside any mixed batch (other adapters, long prefills, decode rows),
-// for f32 and bf16 weights and adapters of every dtype.
+// for f32 and bf16 weights and adapters of every dtype, over an f32 or a bf16 KV cache.
 #include <gtest/gtest.h>
 
 #include "engine/engine.h"
@@ -16,6 +16,7 @@ const std::string kAdapters = std::string(LOOM_FIXTURES) + "/adapters/";
 struct Case {
   const char* model;
   std::vector<const char*> adapters;
+  KvDtype kv = KvDtype::kF32;  // bf16: what loom serve's --kv-cache-dtype auto picks for them
 };
 
 GenerationRequest Request(int i, std::shared_ptr<const Adapter> adapter) {
@@ -47,6 +48,7 @@ void ExpectInvariant(const Case& c) {
   EngineOptions mixed;
   mixed.max_batch_tokens = 64;  // chunked prefill next to decode rows
   mixed.enable_prefix_caching = false;
+  mixed.kv_cache_dtype = c.kv;
   Engine together(model->get(), mixed);
   for (const auto& r : reqs) ASSERT_TRUE(together.Add(r).ok());
   auto results = together.RunToCompletion();
@@ -77,7 +79,9 @@ void ExpectInvariant(const Case& c) {
   // without AMX or bf16 weights): the bits must be those the batch got from row-major weights.
   ASSERT_TRUE((*model)->PackWeightsForAmx().ok());
   for (const auto& got : results) {
-    Engine alone(model->get(), EngineOptions{});
+    EngineOptions solo;
+    solo.kv_cache_dtype = c.kv;
+    Engine alone(model->get(), solo);
     ASSERT_TRUE(alone.Add(reqs[static_cast<size_t>(got.id)]).ok());
     const GenerationResult want = alone.RunToCompletion().at(0);
     EXPECT_EQ(got.generated, want.generated) << c.model << " request " << got.id;
@@ -100,16 +104,19 @@ TEST(BatchInvariance, F32BaseWithF32F16Adapters) {
 
 TEST(BatchInvariance, Bf16BaseWithBf16DoraAdapter) {
   ExpectInvariant({"qwen3_bf16", {"qwen3_bf16_dora_bf16"}});
+  ExpectInvariant({"qwen3_bf16", {"qwen3_bf16_dora_bf16"}, KvDtype::kBf16});
 }
 
 // q/k/v with biases: solo base rows take the one-pass q/k/v path (bias added after the block),
 // the mixed batch the per-projection one.
 TEST(BatchInvariance, Bf16BaseWithQkvBiasAndExcludedModules) {
   ExpectInvariant({"qwen2_bf16", {"qwen2_exclude"}});
+  ExpectInvariant({"qwen2_bf16", {"qwen2_exclude"}, KvDtype::kBf16});
 }
 
 TEST(BatchInvariance, Bf16BaseWithRsloraAdapter) {
   ExpectInvariant({"llama_bf16", {"llama_bf16_rslora"}});
+  ExpectInvariant({"llama_bf16", {"llama_bf16_rslora"}, KvDtype::kBf16});
 }
 
 }  // namespace

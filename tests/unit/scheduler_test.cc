@@ -59,8 +59,10 @@ std::vector<int32_t> Prompt(int seed, int len) {
 }
 
 // The same request alone, in a fresh engine.
-GenerationResult Alone(const GenerationRequest& r) {
-  Engine e(Llama().model.get(), EngineOptions{});
+GenerationResult Alone(const GenerationRequest& r, KvDtype kv = KvDtype::kF32) {
+  EngineOptions o;
+  o.kv_cache_dtype = kv;
+  Engine e(Llama().model.get(), o);
   EXPECT_TRUE(e.Add(r).ok());
   return e.RunToCompletion().at(0);
 }
@@ -68,9 +70,9 @@ GenerationResult Alone(const GenerationRequest& r) {
 // Each result (by id = index into `reqs`) equals its request run alone: tokens and log-probs,
 // bitwise.
 void ExpectEachEqualsAlone(const std::vector<GenerationResult>& results,
-                           const std::vector<GenerationRequest>& reqs) {
+                           const std::vector<GenerationRequest>& reqs, KvDtype kv = KvDtype::kF32) {
   for (const auto& r : results) {
-    const GenerationResult alone = Alone(reqs[static_cast<size_t>(r.id)]);
+    const GenerationResult alone = Alone(reqs[static_cast<size_t>(r.id)], kv);
     EXPECT_EQ(r.generated, alone.generated) << "request " << r.id;
     ASSERT_EQ(r.logprobs.size(), alone.logprobs.size());
     for (size_t t = 0; t < r.logprobs.size(); ++t) {
@@ -138,23 +140,29 @@ struct BatchInvariant {
 
 // A cache too small for all sequences at once: sequences are preempted and recomputed, and
 // every output (tokens and log-probs, bitwise) equals the same request alone.
+// Over a bf16 cache too: the recomputed K/V round to the same bf16 values.
 TEST(Scheduler, PreemptionAndResumeGiveTheSameTokens) {
   BatchInvariant invariant;
   Fixture& f = Llama();
-  EngineOptions o;
-  o.kv_cache_tokens = 96;  // 6 blocks; 4 sequences of 20 + 30 tokens need 16 blocks
-  o.enable_prefix_caching = false;
-  Engine engine(f.model.get(), o);
-  std::vector<GenerationRequest> reqs;
-  for (int i = 0; i < 4; ++i) {
-    reqs.push_back(Greedy(Prompt(i, 20), 30, i == 0 ? nullptr : f.adapters[static_cast<size_t>(i) - 1]));
-    ASSERT_TRUE(engine.Add(reqs.back()).ok());
+  for (KvDtype kv : {KvDtype::kF32, KvDtype::kBf16}) {
+    EngineOptions o;
+    o.kv_cache_tokens = 96;  // 6 blocks; 4 sequences of 20 + 30 tokens need 16 blocks
+    o.enable_prefix_caching = false;
+    o.kv_cache_dtype = kv;
+    Engine engine(f.model.get(), o);
+    std::vector<GenerationRequest> reqs;
+    for (int i = 0; i < 4; ++i) {
+      reqs.push_back(
+          Greedy(Prompt(i, 20), 30, i == 0 ? nullptr : f.adapters[static_cast<size_t>(i) - 1]));
+      ASSERT_TRUE(engine.Add(reqs.back()).ok());
+    }
+    auto results = engine.RunToCompletion();
+    EXPECT_GT(engine.scheduler().num_preemptions(), 0) << KvDtypeName(kv);
+    ASSERT_EQ(results.size(), 4u);
+    ExpectEachEqualsAlone(results, reqs, kv);
+    EXPECT_EQ(engine.kv_cache().num_free_blocks(), engine.kv_cache().num_blocks());
+    EXPECT_EQ(engine.kv_cache().dtype(), kv);
   }
-  auto results = engine.RunToCompletion();
-  EXPECT_GT(engine.scheduler().num_preemptions(), 0);
-  ASSERT_EQ(results.size(), 4u);
-  ExpectEachEqualsAlone(results, reqs);
-  EXPECT_EQ(engine.kv_cache().num_free_blocks(), engine.kv_cache().num_blocks());
 }
 
 // The prefix-cache counters count each request's prompt once, as vLLM's: a preempted
