@@ -11,6 +11,7 @@
 #include "cpu/attention_cpu.h"
 #include "cpu/cpu_features.h"
 #include "ops/attention.h"
+#include "tensor/dtype.h"
 
 namespace {
 
@@ -22,36 +23,57 @@ std::vector<float> Random(size_t n, uint32_t seed) {
   return x;
 }
 
-// args: head_dim, query heads of the KV head, context length. One thread, cache hot.
+std::vector<uint16_t> ToBf16(const std::vector<float>& x) {
+  std::vector<uint16_t> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = loom::F32ToBf16(x[i]);
+  return out;
+}
+
+// args: head_dim, query heads of the KV head, context length, cache dtype (0 f32, 1 bf16). One
+// thread, cache hot.
 void BM_AttendHeads(benchmark::State& state) {
   const int hd = static_cast<int>(state.range(0)), heads = static_cast<int>(state.range(1));
   const int ctx = static_cast<int>(state.range(2));
+  const bool bf16 = state.range(3) != 0;
   const int blocks = (ctx + loom::kKvBlockSize - 1) / loom::kKvBlockSize;
   auto k = Random(static_cast<size_t>(blocks) * loom::kKvBlockSize * hd, 1);
   auto v = Random(k.size(), 2), q = Random(static_cast<size_t>(heads) * hd, 3);
   std::vector<int32_t> table(static_cast<size_t>(blocks));
   for (int b = 0; b < blocks; ++b) table[static_cast<size_t>(b)] = blocks - 1 - b;
+  const auto kb = ToBf16(k), vb = ToBf16(v);
   loom::cpu::PagedKvHead head{k.data(), v.data(), int64_t{loom::kKvBlockSize} * hd, 0,
                               table.data()};
+  loom::cpu::PagedKvHeadBf16 head16{kb.data(), vb.data(), int64_t{loom::kKvBlockSize} * hd, 0,
+                                    table.data()};
   std::vector<float> scores(static_cast<size_t>(heads) * ctx), out(static_cast<size_t>(heads) * hd);
   const loom::cpu::Isa isa = loom::cpu::ActiveIsa();
   for (auto _ : state) {
-    loom::cpu::AttendHeads(isa, heads, q.data(), hd, hd, head, 0, ctx - 1, 0.125f, 0.0f,
-                           scores.data(), ctx, out.data(), hd);
+    if (bf16) {
+      loom::cpu::AttendHeads(isa, heads, q.data(), hd, hd, head16, 0, ctx - 1, 0.125f, 0.0f,
+                             scores.data(), ctx, out.data(), hd);
+    } else {
+      loom::cpu::AttendHeads(isa, heads, q.data(), hd, hd, head, 0, ctx - 1, 0.125f, 0.0f,
+                             scores.data(), ctx, out.data(), hd);
+    }
     benchmark::DoNotOptimize(out.data());
   }
   state.counters["key_heads/s"] = benchmark::Counter(static_cast<double>(heads) * ctx,
                                                      benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_AttendHeads)->ArgsProduct({{64}, {1, 4, 7}, {16, 128, 192}})->Args({128, 4, 128});
+BENCHMARK(BM_AttendHeads)
+    ->ArgsProduct({{64}, {1, 4, 7}, {16, 128, 192}, {0}})
+    ->Args({128, 4, 128, 0})
+    ->ArgsProduct({{64}, {7}, {128, 192}, {1}});
 
 // A step of `seqs` sequences: each a prefill chunk of `rows` rows at positions 0.. (rows > 1) or
 // one decode row at position `rows` = 1 → 160. Qwen2.5-0.5B heads, the global pool (2 threads).
 // cold = 1: each iteration reads other blocks, scattered over a 640 MiB pool (more than this
 // Xeon's L3), as decode rows find their sequences' blocks after a forward pass's weights.
+// bf16 = 1: a bf16 cache (--kv-cache-dtype bfloat16).
 void BM_AttentionStep(benchmark::State& state) {
   const int seqs = static_cast<int>(state.range(0)), rows = static_cast<int>(state.range(1));
   const bool cold = state.range(2) != 0;
+  const bool bf16 = state.range(3) != 0;
   constexpr int kHeads = 14, kKvHeads = 2, kHd = 64;
   const int len = rows > 1 ? rows : 161;
   const int blocks_per_seq = (len + loom::kKvBlockSize - 1) / loom::kKvBlockSize;
@@ -60,13 +82,21 @@ void BM_AttentionStep(benchmark::State& state) {
   view.num_kv_heads = kKvHeads;
   view.head_dim = kHd;
   const int64_t step_blocks = int64_t{seqs} * blocks_per_seq;
-  const int64_t block_bytes = view.block_stride() * 4 * 2;  // K and V
+  view.dtype = bf16 ? loom::KvDtype::kBf16 : loom::KvDtype::kF32;
+  const int64_t block_bytes = view.block_stride() * loom::KvDtypeSize(view.dtype) * 2;  // K and V
   const int copies = cold ? static_cast<int>(std::max<int64_t>(1, (int64_t{640} << 20) / (step_blocks * block_bytes))) : 1;
   const int64_t pool = step_blocks * copies;
   auto kc = Random(static_cast<size_t>(pool * view.block_stride()), 4);
   auto vc = Random(kc.size(), 5);
-  view.k = kc.data();
-  view.v = vc.data();
+  std::vector<uint16_t> kb, vb;
+  if (bf16) {
+    kb = ToBf16(kc);
+    vb = ToBf16(vc);
+    std::vector<float>().swap(kc);
+    std::vector<float>().swap(vc);
+  }
+  view.k = bf16 ? static_cast<void*>(kb.data()) : static_cast<void*>(kc.data());
+  view.v = bf16 ? static_cast<void*>(vb.data()) : static_cast<void*>(vc.data());
   std::vector<int32_t> ids(static_cast<size_t>(pool));
   for (int64_t b = 0; b < pool; ++b) ids[static_cast<size_t>(b)] = static_cast<int32_t>(b);
   std::shuffle(ids.begin(), ids.end(), std::mt19937(7));
@@ -98,11 +128,15 @@ void BM_AttentionStep(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_AttentionStep)
-    ->Args({8, 128, 0})
-    ->Args({1, 128, 0})
-    ->Args({32, 1, 0})
-    ->Args({32, 1, 1})
-    ->Args({8, 128, 1})
+    ->Args({8, 128, 0, 0})
+    ->Args({1, 128, 0, 0})
+    ->Args({32, 1, 0, 0})
+    ->Args({32, 1, 1, 0})
+    ->Args({8, 128, 1, 0})
+    ->Args({8, 128, 0, 1})
+    ->Args({32, 1, 0, 1})
+    ->Args({32, 1, 1, 1})
+    ->Args({8, 128, 1, 1})
     ->UseRealTime();
 
 }  // namespace
