@@ -107,8 +107,10 @@ KvDtype KvCacheDtypeFor(const ModelConfig& config) {
   const std::string& flag = GlobalKvCacheDtype();
   if (flag == "bfloat16") return KvDtype::kBf16;
   if (flag == "float32") return KvDtype::kF32;
-  return config.dtype == DType::kBF16 && !GlobalMatmulOptions().bf16_split ? KvDtype::kBf16
-                                                                           : KvDtype::kF32;
+  return config.dtype == DType::kBF16 && !GlobalMatmulOptions().bf16_split &&
+                 config.head_dim % 2 == 0  // the bf16 cache pairs K's dimensions
+             ? KvDtype::kBf16
+             : KvDtype::kF32;
 }
 
 LoadOptions LoadOptionsFromFlags(bool no_check_weights) {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "cpu/attention_cpu.h"
 #include "cpu/avx2_reduce.h"
@@ -51,11 +52,27 @@ LOOM_AVX2 inline void ScoreBlocks(const float* q, int hd, const PagedKvHeadT<T>&
     kt[b] = KeyBlock(kv, p0 + 16 * b);
     acc[b][0] = acc[b][1] = _mm256_setzero_ps();
   }
-  for (int d = 0; d < hd; ++d) {
-    const __m256 qd = _mm256_broadcast_ss(q + d);
-    for (int b = 0; b < B; ++b) {
-      acc[b][0] = _mm256_fmadd_ps(qd, Load8(kt[b] + 16 * d), acc[b][0]);
-      acc[b][1] = _mm256_fmadd_ps(qd, Load8(kt[b] + 16 * d + 8), acc[b][1]);
+  if constexpr (std::is_same_v<T, uint16_t>) {  // dimension pairs: KeyIndex's bf16 layout
+    const __m256i odd = _mm256_set1_epi32(~0xffff);
+    for (int d = 0; d < hd; d += 2) {
+      const __m256 q0 = _mm256_broadcast_ss(q + d), q1 = _mm256_broadcast_ss(q + d + 1);
+      for (int b = 0; b < B; ++b) {
+        for (int half = 0; half < 2; ++half) {  // positions 8·half.., dimensions d and d + 1
+          const __m256i x =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kt[b] + 16 * d + 16 * half));
+          const __m256 ke = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+          const __m256 ko = _mm256_castsi256_ps(_mm256_and_si256(x, odd));
+          acc[b][half] = _mm256_fmadd_ps(q1, ko, _mm256_fmadd_ps(q0, ke, acc[b][half]));
+        }
+      }
+    }
+  } else {
+    for (int d = 0; d < hd; ++d) {
+      const __m256 qd = _mm256_broadcast_ss(q + d);
+      for (int b = 0; b < B; ++b) {
+        acc[b][0] = _mm256_fmadd_ps(qd, Load8(kt[b] + 16 * d), acc[b][0]);
+        acc[b][1] = _mm256_fmadd_ps(qd, Load8(kt[b] + 16 * d + 8), acc[b][1]);
+      }
     }
   }
 }

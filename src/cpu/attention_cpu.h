@@ -11,8 +11,9 @@ namespace loom::cpu {
 // bits (--kv-cache-dtype bfloat16; widened exactly to f32 before any arithmetic, so a bf16 cache
 // computes what an f32 cache holding the same rounded values would). Block b = block_table[p / 16]
 // holds, from b * block_stride + head_offset, the head's K transposed, [head_dim, 16] (element
-// (p, d) at d * 16 + p % 16: a key block's 16 scores are 16-lane FMAs with no horizontal sums),
-// and V as [16, head_dim] (position p's row at (p % 16) * head_dim): the same offsets in k and v.
+// (p, d) at KeyIndex<T>(p % 16, d): a key block's 16 scores are 16-lane FMAs with no horizontal
+// sums), and V as [16, head_dim] (position p's row at (p % 16) * head_dim): the same offsets in k
+// and v.
 template <typename T>
 struct PagedKvHeadT {
   const T* k;
@@ -24,7 +25,20 @@ struct PagedKvHeadT {
 using PagedKvHead = PagedKvHeadT<float>;
 using PagedKvHeadBf16 = PagedKvHeadT<uint16_t>;
 
-// The transposed K [head_dim, 16] of the block that holds position p.
+// Where K element (slot = p % 16, dimension d) sits in its block's head: f32 as [head_dim, 16]
+// (d · 16 + slot); bf16 as [head_dim / 2, 16, 2], dimension pairs interleaved, so one 64-byte load
+// holds dimensions d and d + 1 of 16 positions and widens to two 16-lane f32 vectors with one
+// shift and one mask (head_dim even: KvCache refuses a bf16 cache otherwise).
+template <typename T>
+constexpr int64_t KeyIndex(int slot, int d) {
+  if constexpr (sizeof(T) == 2) {
+    return int64_t{d >> 1} * 32 + slot * 2 + (d & 1);
+  } else {
+    return int64_t{d} * 16 + slot;
+  }
+}
+
+// The transposed K of the block that holds position p (its elements at KeyIndex).
 template <typename T>
 inline const T* KeyBlock(const PagedKvHeadT<T>& kv, int p) {
   return kv.k + kv.block_table[p / 16] * kv.block_stride + kv.head_offset;

@@ -35,6 +35,10 @@ StatusOr<std::unique_ptr<KvCache>> KvCache::Create(int num_layers, int num_kv_he
                            std::to_string(head_dim) + ", blocks " + std::to_string(num_blocks) +
                            ")");
   }
+  if (dtype == KvDtype::kBf16 && head_dim % 2 != 0) {  // K's bf16 layout pairs dimensions
+    return InvalidArgument("KV cache: a bfloat16 cache needs an even head_dim, this model's is " +
+                           std::to_string(head_dim) + " (--kv-cache-dtype float32)");
+  }
   const auto bytes =
       BytesFor(num_layers, num_kv_heads, head_dim, int64_t{num_blocks} * kKvBlockSize, dtype);
   if (!bytes || *bytes / 2 > static_cast<uint64_t>(INT64_MAX)) {

@@ -19,7 +19,7 @@ class KvCache {
  public:
   // A pool of `num_blocks` 16-token blocks of `dtype` elements. kResourceExhausted (and nothing
   // allocated) when the size overflows or the memory cannot be had; kInvalidArgument for a
-  // negative dimension.
+  // negative dimension, or a bf16 cache of an odd head_dim (cpu::KeyIndex pairs dimensions).
   static StatusOr<std::unique_ptr<KvCache>> Create(int num_layers, int num_kv_heads, int head_dim,
                                                    int num_blocks, KvDtype dtype = KvDtype::kF32);
   // Bytes of K and V for `num_tokens` positions (rounded up to whole blocks); nullopt when the

@@ -332,6 +332,10 @@ std::unique_ptr<KvCache> Model::NewKvCache(int num_tokens, KvDtype dtype) const 
 }
 
 Status Model::CheckKvCacheTokens(int64_t num_tokens, KvDtype dtype) const {
+  if (dtype == KvDtype::kBf16 && config_.head_dim % 2 != 0) {
+    return InvalidArgument("--kv-cache-dtype bfloat16 needs an even head_dim; this model's is " +
+                           std::to_string(config_.head_dim));
+  }
   if (num_tokens < 0 || num_tokens > kMaxKvCacheTokens) {
     return InvalidArgument("KV cache of " + std::to_string(num_tokens) +
                            " tokens is outside [0, " + std::to_string(kMaxKvCacheTokens) + "]");

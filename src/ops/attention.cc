@@ -37,9 +37,9 @@ void WriteKvT(const KvLayerView& cache, const std::vector<AttentionChunk>& chunk
         const int64_t head = block * cache.block_stride() + int64_t{h} * kKvBlockSize * hd;
         const float* kr = k + (row * kvh + h) * hd;
         const float* vr = v + (row * kvh + h) * hd;
-        T* kt = kc + head + slot;  // K transposed: [hd, kKvBlockSize]
+        T* kt = kc + head;  // K transposed, element (slot, d) at KeyIndex
         T* vt = vc + head + int64_t{slot} * hd;
-        for (int d = 0; d < hd; ++d) StoreKv(kr[d], kt + int64_t{d} * kKvBlockSize);
+        for (int d = 0; d < hd; ++d) StoreKv(kr[d], kt + cpu::KeyIndex<T>(slot, d));
         for (int d = 0; d < hd; ++d) StoreKv(vr[d], vt + d);
       }
     }

@@ -35,6 +35,29 @@ std::vector<float> Widen(const std::vector<uint16_t>& x) {
   return out;
 }
 
+// An f32 K cache (heads of [hd, 16]) as a bf16 one: each element rounded, moved to its KeyIndex.
+std::vector<uint16_t> KeysToBf16(const std::vector<float>& k, int hd) {
+  std::vector<uint16_t> out(k.size());
+  const size_t head = size_t{kKvBlockSize} * static_cast<size_t>(hd);
+  for (size_t h0 = 0; h0 < k.size(); h0 += head) {
+    for (int d = 0; d < hd; ++d) {
+      for (int slot = 0; slot < kKvBlockSize; ++slot) {
+        out[h0 + static_cast<size_t>(cpu::KeyIndex<uint16_t>(slot, d))] =
+            F32ToBf16(k[h0 + static_cast<size_t>(cpu::KeyIndex<float>(slot, d))]);
+      }
+    }
+  }
+  return out;
+}
+
+TEST(KvCacheBf16, OddHeadDimIsRefused) {
+  auto cache = KvCache::Create(2, 2, 63, 4, KvDtype::kBf16);
+  ASSERT_FALSE(cache.ok());
+  EXPECT_EQ(cache.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(cache.status().message().find("even head_dim"), std::string::npos);
+  EXPECT_TRUE(KvCache::Create(2, 2, 63, 4, KvDtype::kF32).ok());
+}
+
 TEST(KvCacheBf16, HalfTheBytes) {
   const auto f32 = KvCache::BytesFor(24, 2, 64, 1000, KvDtype::kF32);
   const auto bf16 = KvCache::BytesFor(24, 2, 64, 1000, KvDtype::kBf16);
@@ -55,7 +78,8 @@ TEST(KvCacheBf16, HalfTheBytes) {
 }
 
 // Every element of the bf16 cache is the f32 cache's element rounded to nearest even (ties and
-// a NaN included), written at the same place, for chunks over scrambled blocks.
+// a NaN included), V at the same place and K at its KeyIndex (dimension pairs interleaved), for
+// chunks over scrambled blocks.
 TEST(KvCacheBf16, WriteKvRoundsEachElementInPlace) {
   const int kvh = 2, hd = 24, blocks = 6;
   const size_t elems = static_cast<size_t>(blocks) * kvh * kKvBlockSize * hd;
@@ -74,16 +98,24 @@ TEST(KvCacheBf16, WriteKvRoundsEachElementInPlace) {
   WriteKv(f32, chunks, k.data(), v.data());
   WriteKv(bf16, chunks, k.data(), v.data());
   int written = 0;
+  const int64_t head = int64_t{kKvBlockSize} * hd;
   for (size_t i = 0; i < elems; ++i) {
-    ASSERT_EQ(kb[i], F32ToBf16(kf[i])) << "K element " << i;
     ASSERT_EQ(vb[i], F32ToBf16(vf[i])) << "V element " << i;
+    // f32 K: [hd, 16] per head; bf16 K: [hd / 2, 16, 2].
+    const int64_t h0 = static_cast<int64_t>(i) / head * head;
+    const int d = static_cast<int>((static_cast<int64_t>(i) - h0) / kKvBlockSize);
+    const int slot = static_cast<int>((static_cast<int64_t>(i) - h0) % kKvBlockSize);
+    ASSERT_EQ(i, static_cast<size_t>(h0 + cpu::KeyIndex<float>(slot, d)));
+    ASSERT_EQ(kb[static_cast<size_t>(h0 + cpu::KeyIndex<uint16_t>(slot, d))], F32ToBf16(kf[i]))
+        << "K element " << i;
     written += kf[i] != 0.0f;
   }
   EXPECT_EQ(written, n * kvh * hd);
-  // Row 0 is chunk a's position 0: block 4, slot 0, KV head 0; K element d at d·16, V's at d.
+  // Row 0 is chunk a's position 0: block 4, slot 0, KV head 0; K element 5 (pair 2, odd) at
+  // 2·32 + 1, V's element 7 at 7.
   const size_t block4 = 4 * static_cast<size_t>(kvh * kKvBlockSize * hd);
-  EXPECT_EQ(kb[block4 + 5 * kKvBlockSize], 0x3f80);  // 1.0
-  EXPECT_EQ(vb[block4 + 7], 0x3f82);                 // 1.015625
+  EXPECT_EQ(kb[block4 + 65], 0x3f80);  // 1.0
+  EXPECT_EQ(vb[block4 + 7], 0x3f82);   // 1.015625
 }
 
 // AttendHeads over a bf16 cache, at every ISA level present, for 1-9 heads, head sizes with and
@@ -96,8 +128,8 @@ TEST(KvCacheBf16, KernelsEqualTheF32KernelsOverTheRoundedValues) {
     for (int hd : {64, 128, 256, 80, 20, 8, 12}) {
       const size_t elems = size_t{10} * 2 * kKvBlockSize * static_cast<size_t>(hd);
       const auto k = Random(elems, 10), v = Random(elems, 11);
-      const auto kb = ToBf16(k), vb = ToBf16(v);
-      const auto kw = Widen(kb), vw = Widen(vb);
+      const auto kb = KeysToBf16(k, hd), vb = ToBf16(v);
+      const auto kw = Widen(ToBf16(k)), vw = Widen(vb);
       const std::vector<int32_t> table = {7, 2, 0, 9, 4, 1, 8, 3, 6, 5};
       const int64_t stride = int64_t{2} * kKvBlockSize * hd, offset = int64_t{kKvBlockSize} * hd;
       const cpu::PagedKvHeadBf16 hb{kb.data(), vb.data(), stride, offset, table.data()};
@@ -156,9 +188,10 @@ TEST(KvCacheBf16, AttentionOverABf16ViewEqualsF32ViewOfRoundedValues) {
   Attention(bf16, chunks, q.data(), heads, 0, 0.125f, out_b.data());
   WriteKv(f32, chunks, k.data(), v.data());
   Attention(f32, chunks, q.data(), heads, 0, 0.125f, out_f.data());
-  std::vector<float> kw = Widen(kb), vw = Widen(vb);
-  KvLayerView widened{kw.data(), vw.data(), kvh, hd, KvDtype::kF32};
-  Attention(widened, chunks, q.data(), heads, 0, 0.125f, out_w.data());
+  // The f32 cache of the rounded inputs.
+  const std::vector<float> kr = Widen(ToBf16(k)), vr = Widen(ToBf16(v));
+  WriteKv(f32, chunks, kr.data(), vr.data());
+  Attention(f32, chunks, q.data(), heads, 0, 0.125f, out_w.data());
   EXPECT_EQ(out_b, out_w);
   EXPECT_NE(out_b, out_f);
   for (size_t i = 0; i < out_b.size(); ++i) ASSERT_NEAR(out_b[i], out_f[i], 0.05f) << i;

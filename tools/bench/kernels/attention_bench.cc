@@ -4,6 +4,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "cpu/cpu_features.h"
 #include "ops/attention.h"
 #include "tensor/dtype.h"
+#include "tensor/tensor.h"
 
 namespace {
 
@@ -88,15 +90,25 @@ void BM_AttentionStep(benchmark::State& state) {
   const int64_t pool = step_blocks * copies;
   auto kc = Random(static_cast<size_t>(pool * view.block_stride()), 4);
   auto vc = Random(kc.size(), 5);
-  std::vector<uint16_t> kb, vb;
-  if (bf16) {
-    kb = ToBf16(kc);
-    vb = ToBf16(vc);
-    std::vector<float>().swap(kc);
-    std::vector<float>().swap(vc);
+  // The pool in an AlignedBuffer, as KvCache keeps it (huge pages where THP allows).
+  const size_t pool_bytes = kc.size() * static_cast<size_t>(loom::KvDtypeSize(view.dtype));
+  loom::AlignedBuffer<uint8_t> kp, vp;
+  if (!kp.Resize(pool_bytes).ok() || !vp.Resize(pool_bytes).ok()) {
+    state.SkipWithError("out of memory");
+    return;
   }
-  view.k = bf16 ? static_cast<void*>(kb.data()) : static_cast<void*>(kc.data());
-  view.v = bf16 ? static_cast<void*>(vb.data()) : static_cast<void*>(vc.data());
+  if (bf16) {
+    const auto kb = ToBf16(kc), vb = ToBf16(vc);
+    std::memcpy(kp.data(), kb.data(), pool_bytes);
+    std::memcpy(vp.data(), vb.data(), pool_bytes);
+  } else {
+    std::memcpy(kp.data(), kc.data(), pool_bytes);
+    std::memcpy(vp.data(), vc.data(), pool_bytes);
+  }
+  std::vector<float>().swap(kc);
+  std::vector<float>().swap(vc);
+  view.k = kp.data();
+  view.v = vp.data();
   std::vector<int32_t> ids(static_cast<size_t>(pool));
   for (int64_t b = 0; b < pool; ++b) ids[static_cast<size_t>(b)] = static_cast<int32_t>(b);
   std::shuffle(ids.begin(), ids.end(), std::mt19937(7));
