@@ -49,6 +49,8 @@ void WriteKvT(const KvLayerView& cache, const std::vector<AttentionChunk>& chunk
 
 void WriteKv(const KvLayerView& cache, const std::vector<AttentionChunk>& chunks, const float* k,
              const float* v) {
+  // The bf16 layout pairs K's dimensions (KvCache refuses an odd head_dim for it).
+  LOOM_CHECK(cache.dtype != KvDtype::kBf16 || cache.head_dim % 2 == 0);
   if (cache.dtype == KvDtype::kBf16) return WriteKvT<uint16_t>(cache, chunks, k, v);
   WriteKvT<float>(cache, chunks, k, v);
 }
@@ -59,6 +61,7 @@ void Attention(const KvLayerView& cache, const std::vector<AttentionChunk>& chun
   const int hd = cache.head_dim;
   const int kv_heads = cache.num_kv_heads;
   LOOM_CHECK(kv_heads > 0 && num_heads % kv_heads == 0);  // each task covers one whole group
+  LOOM_CHECK(cache.dtype != KvDtype::kBf16 || hd % 2 == 0);  // K's bf16 dimension pairs
   const int group = num_heads / kv_heads;
   // Task index → (chunk, row in chunk, KV head): the `group` query heads of one KV head run in
   // one call, which loads each V row once for several of them (bitwise as one call per head).
