@@ -40,7 +40,8 @@ LoadOptions LoadOptionsFromFlags(bool no_check_weights);
 void AddQuantizeFlags(CLI::App* app);
 // The global --kv-cache-dtype flag (auto | bfloat16 | float32, vLLM's), and what it means for a
 // model: auto is bfloat16 for a checkpoint declared bfloat16 unless --exact-bf16 (whose matmuls
-// keep f32 activations) or an odd head_dim, float32 otherwise (this cache has no float16).
+// keep f32 activations), float32 otherwise (this cache has no float16; an odd head_dim, which
+// ParseModelConfig already refuses, would get float32 too).
 void AddKvCacheDtypeFlag(CLI::App* app);
 KvDtype KvCacheDtypeFor(const ModelConfig& config);
 

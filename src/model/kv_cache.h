@@ -67,7 +67,9 @@ class KvCache {
   int num_blocks_;
   KvDtype dtype_;
   int64_t layer_bytes_;
-  AlignedBuffer<uint8_t> k_;  // [num_layers, num_blocks, num_kv_heads, head_dim, 16] (transposed)
+  // [num_layers, num_blocks, num_kv_heads, head_dim, 16] (transposed; bf16: [..., head_dim / 2,
+  // 16, 2], cpu::KeyIndex)
+  AlignedBuffer<uint8_t> k_;
   AlignedBuffer<uint8_t> v_;  // [num_layers, num_blocks, num_kv_heads, 16, head_dim]
   // Free blocks, least recently released first. An entry is stale when the block was taken
   // back by MatchPrefix since (its stamp no longer matches).

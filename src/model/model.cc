@@ -326,7 +326,8 @@ std::unique_ptr<KvCache> Model::NewKvCache(int num_tokens, KvDtype dtype) const 
       KvCache::Create(config_.num_layers, config_.num_kv_heads, config_.head_dim, blocks, dtype);
   if (cache.ok()) return std::move(cache).value();
   std::fprintf(stderr, "warning: %s; the KV cache is empty\n", cache.status().message().c_str());
-  auto empty = KvCache::Create(config_.num_layers, config_.num_kv_heads, config_.head_dim, 0);
+  auto empty =
+      KvCache::Create(config_.num_layers, config_.num_kv_heads, config_.head_dim, 0, dtype);
   LOOM_CHECK(empty.ok());
   return std::move(empty).value();
 }

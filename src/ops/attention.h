@@ -15,7 +15,8 @@ const char* KvDtypeName(KvDtype dtype);  // vLLM's spelling: "float32", "bfloat1
 inline int64_t KvDtypeSize(KvDtype dtype) { return dtype == KvDtype::kBf16 ? 2 : 4; }
 
 // One layer's cache: block b holds K as [num_kv_heads, head_dim, kKvBlockSize] (each head's keys
-// transposed: the score kernels' 16 lanes are 16 positions) and V as [num_kv_heads,
+// transposed: the score kernels' 16 lanes are 16 positions; bf16 as dimension pairs,
+// [num_kv_heads, head_dim / 2, kKvBlockSize, 2]: cpu::KeyIndex) and V as [num_kv_heads,
 // kKvBlockSize, head_dim], elements of `dtype` (float, or uint16_t bf16 bits).
 struct KvLayerView {
   void* k = nullptr;

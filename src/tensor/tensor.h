@@ -35,10 +35,11 @@ struct Tensor {
 std::string ShapeString(const std::vector<int64_t>& shape);  // "[4864, 896]"
 
 // 64-byte aligned, zero-initialised array of T (cache-line/zmm aligned scratch). Arrays of 2 MiB
-// and more (packed and quantized weights, the KV cache, large scratch) are 2 MiB aligned and
-// asked for transparent huge pages (madvise; Debian's default THP mode serves only those): a
-// weight stream or a KV block then misses the TLB once per 2 MiB instead of once per 4 KiB
-// (docs/PERFORMANCE.md, "Huge pages").
+// and more (packed and quantized weights, the KV cache, large scratch) start on a 2 MiB boundary
+// and are asked for transparent huge pages (madvise; Debian's default THP mode serves only
+// those): a weight stream or a KV block then misses the TLB once per 2 MiB instead of once per
+// 4 KiB. The size is not rounded up to 2 MiB: the last, partial 2 MiB stays on 4 KiB pages
+// rather than committing up to 2 MiB more per array (docs/PERFORMANCE.md, "A bf16 KV cache").
 // Thread-safety: none (owned by one thread or guarded by its owner).
 template <typename T>
 class AlignedBuffer {
@@ -57,13 +58,11 @@ class AlignedBuffer {
     }
     constexpr size_t kHuge = size_t{2} << 20;
     const bool huge = n * sizeof(T) >= kHuge;
-    const size_t align = huge ? kHuge : 64;
-    if (n * sizeof(T) > std::numeric_limits<size_t>::max() - align) {
-      return ResourceExhausted("cannot allocate " + std::to_string(n) + " elements of " +
-                               std::to_string(sizeof(T)) + " bytes: the size overflows");
-    }
-    const size_t bytes = ((n * sizeof(T) + align - 1) / align) * align;
-    T* p = static_cast<T*>(std::aligned_alloc(align, bytes == 0 ? 64 : bytes));
+    const size_t bytes = ((n * sizeof(T) + 63) / 64) * 64;
+    void* raw = nullptr;  // posix_memalign: no size-multiple rule, unlike aligned_alloc
+    T* p = ::posix_memalign(&raw, huge ? kHuge : 64, bytes == 0 ? 64 : bytes) == 0
+               ? static_cast<T*>(raw)
+               : nullptr;
     if (p == nullptr) {
       return ResourceExhausted("cannot allocate " + std::to_string(bytes) + " bytes (" +
                                std::to_string(bytes >> 20) + " MiB): out of memory");

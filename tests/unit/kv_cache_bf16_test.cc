@@ -118,14 +118,16 @@ TEST(KvCacheBf16, WriteKvRoundsEachElementInPlace) {
   EXPECT_EQ(vb[block4 + 7], 0x3f82);   // 1.015625
 }
 
-// AttendHeads over a bf16 cache, at every ISA level present, for 1-9 heads, head sizes with and
-// without a register-resident path (and the scalar fallback of the avx2 level), soft-capping
-// and windows from mid-block: bitwise the f32 kernel over the widened values, and away from the
-// f32 kernel over the unrounded ones by no more than the rounding allows.
+// AttendHeads over a bf16 cache, at every ISA level present, for 1-9 heads (the AVX-512 score
+// pass takes 1, 2 or 3-8 heads with 8, 4 or 2 blocks; V 1-4 heads at a time), head sizes with and
+// without a register-resident path (AVX-512 at 64/128/256; avx2 with 1-8 8-wide chunks, even
+// counts as even/odd pairs; the scalar fallback of the avx2 level), soft-capping and windows from
+// mid-block: bitwise the f32 kernel over the widened values, and away from the f32 kernel over
+// the unrounded ones by no more than the rounding allows.
 TEST(KvCacheBf16, KernelsEqualTheF32KernelsOverTheRoundedValues) {
   for (cpu::Isa isa : {cpu::Isa::kScalar, cpu::Isa::kAvx2, cpu::Isa::kAvx512}) {
     if (cpu::DetectIsa() < isa) continue;
-    for (int hd : {64, 128, 256, 80, 20, 8, 12}) {
+    for (int hd : {64, 128, 256, 80, 20, 8, 12, 24, 40, 56, 96, 112}) {
       const size_t elems = size_t{10} * 2 * kKvBlockSize * static_cast<size_t>(hd);
       const auto k = Random(elems, 10), v = Random(elems, 11);
       const auto kb = KeysToBf16(k, hd), vb = ToBf16(v);
@@ -135,7 +137,7 @@ TEST(KvCacheBf16, KernelsEqualTheF32KernelsOverTheRoundedValues) {
       const cpu::PagedKvHeadBf16 hb{kb.data(), vb.data(), stride, offset, table.data()};
       const cpu::PagedKvHead hw{kw.data(), vw.data(), stride, offset, table.data()};
       const cpu::PagedKvHead hf{k.data(), v.data(), stride, offset, table.data()};
-      for (int heads : {1, 3, 7, 9}) {
+      for (int heads : {1, 2, 3, 4, 5, 7, 9}) {
         auto q = Random(static_cast<size_t>(heads * hd), 12 + heads, 0.5f);
         for (float cap : {0.0f, 2.5f}) {
           for (auto [first, last] :
