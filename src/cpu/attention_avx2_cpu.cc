@@ -7,6 +7,7 @@
 
 #include "cpu/attention_cpu.h"
 #include "cpu/avx2_reduce.h"
+#include "cpu/avx2_widen.h"
 #include "cpu/exp_poly.h"
 
 #define LOOM_AVX2 __attribute__((target("avx2,fma")))
@@ -36,9 +37,14 @@ LOOM_AVX2 inline __m256 ExpNonPositive(__m256 x) {
 
 // 8 cache elements as f32 (bf16 widened exactly: its bits are the f32's high half).
 LOOM_AVX2 inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
-LOOM_AVX2 inline __m256 Load8(const uint16_t* p) {
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+LOOM_AVX2 inline __m256 Load8(const uint16_t* p) { return Bf16x8ToF32(p); }
+
+// 16 bf16 values at p (32 bytes) as two 8-lane f32 vectors: even = elements 0, 2, .., 14 (shifted
+// up), odd = 1, 3, .., 15 (masked): one ALU µop per 8 lanes instead of Bf16x8ToF32's two.
+LOOM_AVX2 inline void WidenBf16Pairs(const uint16_t* p, __m256& even, __m256& odd) {
+  const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  even = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+  odd = _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32(~0xffff)));
 }
 
 // Raw scores of B blocks from p0 (a multiple of 16), each as two 8-lane halves: lane j of
@@ -53,15 +59,12 @@ LOOM_AVX2 inline void ScoreBlocks(const float* q, int hd, const PagedKvHeadT<T>&
     acc[b][0] = acc[b][1] = _mm256_setzero_ps();
   }
   if constexpr (std::is_same_v<T, uint16_t>) {  // dimension pairs: KeyIndex's bf16 layout
-    const __m256i odd = _mm256_set1_epi32(~0xffff);
     for (int d = 0; d < hd; d += 2) {
       const __m256 q0 = _mm256_broadcast_ss(q + d), q1 = _mm256_broadcast_ss(q + d + 1);
       for (int b = 0; b < B; ++b) {
         for (int half = 0; half < 2; ++half) {  // positions 8·half.., dimensions d and d + 1
-          const __m256i x =
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kt[b] + 16 * d + 16 * half));
-          const __m256 ke = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
-          const __m256 ko = _mm256_castsi256_ps(_mm256_and_si256(x, odd));
+          __m256 ke, ko;
+          WidenBf16Pairs(kt[b] + 16 * d + 16 * half, ke, ko);
           acc[b][half] = _mm256_fmadd_ps(q1, ko, _mm256_fmadd_ps(q0, ke, acc[b][half]));
         }
       }
@@ -111,15 +114,15 @@ LOOM_AVX2 inline void AccumulateV(const float* scores, float inv, const PagedKvH
   // register c + 1 holding the odd ones (one ALU µop per 8 lanes instead of two); the same FMAs
   // per element in the same order, interleaved back on the store.
   constexpr bool kPairs = std::is_same_v<T, uint16_t> && NC % 2 == 0;
-  const __m256i odd = _mm256_set1_epi32(~0xffff);
   for (int p = first; p <= last; ++p) {
     const T* v = ValueRow(kv, p, hd) + d0;
     const __m256 w = _mm256_set1_ps(scores[p] * inv);
     if constexpr (kPairs) {
       for (int c = 0; c < NC; c += 2) {
-        const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + 8 * c));
-        o[c] = _mm256_fmadd_ps(w, _mm256_castsi256_ps(_mm256_slli_epi32(x, 16)), o[c]);
-        o[c + 1] = _mm256_fmadd_ps(w, _mm256_castsi256_ps(_mm256_and_si256(x, odd)), o[c + 1]);
+        __m256 even, odd;
+        WidenBf16Pairs(v + 8 * c, even, odd);
+        o[c] = _mm256_fmadd_ps(w, even, o[c]);
+        o[c + 1] = _mm256_fmadd_ps(w, odd, o[c + 1]);
       }
     } else {
       for (int c = 0; c < NC; ++c) o[c] = _mm256_fmadd_ps(w, Load8(v + 8 * c), o[c]);

@@ -13,9 +13,12 @@
 #include <type_traits>
 
 #include "cpu/exp_poly.h"
+#include "cpu/widen16_avx512.h"
 #include "tensor/dtype.h"
 
-#define LOOM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
+// f16c: the widen16_avx512.h loaders carry it (every AVX-512 CPU has it), and inline only into
+// functions whose target includes theirs.
+#define LOOM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
 
 namespace loom::cpu {
 
@@ -78,18 +81,18 @@ LOOM_AVX512 inline __m512 ExpNonPositive(__m512 x) {
   return _mm512_maskz_mov_ps(static_cast<__mmask16>(~under), _mm512_scalef_ps(p, n));
 }
 
-// 16 cache elements as f32 (bf16 widened exactly: its bits are the f32's high half).
-LOOM_AVX512 inline __m512 Load16(const float* p) { return _mm512_loadu_ps(p); }
-LOOM_AVX512 inline __m512 Load16(const uint16_t* p) {
-  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-LOOM_AVX512 inline __m512 MaskLoad16(__mmask16 m, const float* p) {
-  return _mm512_maskz_loadu_ps(m, p);
-}
-LOOM_AVX512 inline __m512 MaskLoad16(__mmask16 m, const uint16_t* p) {
-  const __m256i h = _mm256_maskz_loadu_epi16(m, p);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+// The widen16_avx512.h loader of a cache element type (bf16 widened exactly: its bits are the
+// f32's high half).
+template <typename T>
+using Widen16Of = std::conditional_t<std::is_same_v<T, float>, Widen16F32, Widen16Bf16>;
+
+// 32 bf16 values at p (64 bytes) as two 16-lane f32 vectors: even = elements 0, 2, .., 30 (shifted
+// up), odd = 1, 3, .., 31 (masked): one ALU µop per 16 lanes, where a widening move and a shift
+// (Widen16Bf16::Load) take two, both competing with the FMAs for ports 0 and 5.
+LOOM_AVX512 inline void WidenBf16Pairs(const uint16_t* p, __m512& even, __m512& odd) {
+  const __m512i x = _mm512_loadu_si512(p);
+  even = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+  odd = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(~0xffff)));
 }
 
 // out_h[hd] += w_h[p] · v[hd] for H heads that share the KV head (w: the softmax weights, already
@@ -112,21 +115,18 @@ LOOM_AVX512 inline void AccumulateVHeads(const float* w, int64_t w_stride,
   for (int p = first; p <= last; ++p) {
     const T* v = ValueRow(kv, p, hd);
     __m512 vc[NC];
-    if constexpr (std::is_same_v<T, uint16_t> && NC % 2 == 0) {
-      for (int c = 0; c < NC; c += 2) {
-        const __m512i x = _mm512_loadu_si512(v + 16 * c);
-        vc[c] = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
-        vc[c + 1] = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(~0xffff)));
-      }
+    if constexpr (std::is_same_v<T, uint16_t>) {
+      static_assert(NC % 2 == 0, "bf16 V is widened in pairs of 16-lane chunks");
+      for (int c = 0; c < NC; c += 2) WidenBf16Pairs(v + 16 * c, vc[c], vc[c + 1]);
     } else {
-      for (int c = 0; c < NC; ++c) vc[c] = Load16(v + 16 * c);
+      for (int c = 0; c < NC; ++c) vc[c] = _mm512_loadu_ps(v + 16 * c);
     }
     for (int h = 0; h < H; ++h) {
       const __m512 wh = _mm512_set1_ps(w[h * w_stride + p]);
       for (int c = 0; c < NC; ++c) o[h][c] = _mm512_fmadd_ps(wh, vc[c], o[h][c]);
     }
   }
-  if constexpr (std::is_same_v<T, uint16_t> && NC % 2 == 0) {
+  if constexpr (std::is_same_v<T, uint16_t>) {
     const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
     const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
     for (int h = 0; h < H; ++h) {
@@ -164,11 +164,7 @@ LOOM_AVX512 inline void ScoreBlocks(const float* q, int64_t q_stride, int hd,
   if constexpr (std::is_same_v<T, uint16_t>) {  // dimension pairs: KeyIndex's bf16 layout
     for (int d = 0; d < hd; d += 2) {
       __m512 ke[B], ko[B];
-      for (int b = 0; b < B; ++b) {
-        const __m512i x = _mm512_loadu_si512(kt[b] + 16 * d);
-        ke[b] = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
-        ko[b] = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(~0xffff)));
-      }
+      for (int b = 0; b < B; ++b) WidenBf16Pairs(kt[b] + 16 * d, ke[b], ko[b]);
       for (int h = 0; h < H; ++h) {
         const __m512 q0 = _mm512_set1_ps(q[h * q_stride + d]);
         const __m512 q1 = _mm512_set1_ps(q[h * q_stride + d + 1]);
@@ -179,7 +175,7 @@ LOOM_AVX512 inline void ScoreBlocks(const float* q, int64_t q_stride, int hd,
   } else {
     for (int d = 0; d < hd; ++d) {
       __m512 kd[B];
-      for (int b = 0; b < B; ++b) kd[b] = Load16(kt[b] + 16 * d);
+      for (int b = 0; b < B; ++b) kd[b] = _mm512_loadu_ps(kt[b] + 16 * d);
       for (int h = 0; h < H; ++h) {
         const __m512 qd = _mm512_set1_ps(q[h * q_stride + d]);
         for (int b = 0; b < B; ++b) acc[h][b] = _mm512_fmadd_ps(qd, kd[b], acc[h][b]);
@@ -346,7 +342,8 @@ LOOM_AVX512 void AttendHeadsAvx512T(int heads, const float* q, int64_t q_stride,
       const __mmask16 m = d + 16 <= hd ? static_cast<__mmask16>(0xffff) : tail;
       __m512 o = _mm512_setzero_ps();
       for (int p = first; p <= last; ++p) {
-        o = _mm512_fmadd_ps(_mm512_set1_ps(w[p]), MaskLoad16(m, ValueRow(kv, p, hd) + d), o);
+        o = _mm512_fmadd_ps(_mm512_set1_ps(w[p]),
+                            Widen16Of<T>::LoadMasked(ValueRow(kv, p, hd) + d, m), o);
       }
       _mm512_mask_storeu_ps(out + h * out_stride + d, m, o);
     }

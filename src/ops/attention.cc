@@ -90,19 +90,18 @@ void Attention(const KvLayerView& cache, const std::vector<AttentionChunk>& chun
     // (its destructor never registered: LeakSanitizer saw one buffer lost per worker).
     static thread_local AlignedBuffer<float> scores;
     LOOM_CHECK_OK(scores.Resize(static_cast<size_t>(max_len) * static_cast<size_t>(group)));
-    const int64_t head_offset = int64_t{kv_head} * kKvBlockSize * hd;
+    auto attend = [&](auto elem) {  // the cache's element type: float or uint16_t (bf16)
+      using T = decltype(elem);
+      const cpu::PagedKvHeadT<T> head{static_cast<const T*>(cache.k),
+                                      static_cast<const T*>(cache.v), cache.block_stride(),
+                                      int64_t{kv_head} * kKvBlockSize * hd, ch.block_table};
+      cpu::AttendHeads(isa, group, q + (row * num_heads + h) * hd, hd, hd, head, first, pos, scale,
+                       softcap, scores.data(), max_len, out + (row * num_heads + h) * hd, hd);
+    };
     if (cache.dtype == KvDtype::kBf16) {
-      const cpu::PagedKvHeadBf16 head{static_cast<const uint16_t*>(cache.k),
-                                      static_cast<const uint16_t*>(cache.v), cache.block_stride(),
-                                      head_offset, ch.block_table};
-      cpu::AttendHeads(isa, group, q + (row * num_heads + h) * hd, hd, hd, head, first, pos, scale,
-                       softcap, scores.data(), max_len, out + (row * num_heads + h) * hd, hd);
+      attend(uint16_t{});
     } else {
-      const cpu::PagedKvHead head{static_cast<const float*>(cache.k),
-                                  static_cast<const float*>(cache.v), cache.block_stride(),
-                                  head_offset, ch.block_table};
-      cpu::AttendHeads(isa, group, q + (row * num_heads + h) * hd, hd, hd, head, first, pos, scale,
-                       softcap, scores.data(), max_len, out + (row * num_heads + h) * hd, hd);
+      attend(float{});
     }
   };
   if (num_tasks * group * max_len * hd < (int64_t{1} << 15)) {  // too small to repay waking workers
