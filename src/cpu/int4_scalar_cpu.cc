@@ -1,4 +1,5 @@
 // Int4 matmul: panel packing, activation corrections, the scalar reference kernel and ISA dispatch.
+#include <algorithm>
 #include <cmath>
 
 #include "cpu/int4_cpu.h"
@@ -94,9 +95,10 @@ void MatmulInt4ZpScalar(const int8_t* xq, const float* sx, const int32_t* sums, 
   }
 }
 
-void MatmulInt4Zp(Isa isa, const int8_t* xq, const float* sx, const int32_t* sums, int64_t n,
-                  int64_t k_pad, const uint8_t* wq, const uint16_t* wd, const uint8_t* wz,
-                  int group, int64_t j0, int64_t j1, float* y, int64_t ldy) {
+namespace {
+void MatmulInt4ZpChunk(Isa isa, const int8_t* xq, const float* sx, const int32_t* sums, int64_t n,
+                       int64_t k_pad, const uint8_t* wq, const uint16_t* wd, const uint8_t* wz,
+                       int group, int64_t j0, int64_t j1, float* y, int64_t ldy) {
   switch (IntKernelFor(isa)) {
     case IntKernel::kAvx512Vnni:
       return MatmulInt4ZpVnni(xq, sx, sums, n, k_pad, wq, wd, wz, group, j0, j1, y, ldy);
@@ -107,10 +109,22 @@ void MatmulInt4Zp(Isa isa, const int8_t* xq, const float* sx, const int32_t* sum
   }
   MatmulInt4ZpScalar(xq, sx, sums, n, k_pad, wq, wd, wz, group, j0, j1, y, ldy);
 }
+}  // namespace
 
-void MatmulInt4(Isa isa, const int8_t* xq, const float* sx, const int32_t* corr, int64_t n,
-                int64_t k_pad, const uint8_t* wq, const uint16_t* wd, int group, int64_t j0,
-                int64_t j1, float* y, int64_t ldy) {
+void MatmulInt4Zp(Isa isa, const int8_t* xq, const float* sx, const int32_t* sums, int64_t n,
+                  int64_t k_pad, const uint8_t* wq, const uint16_t* wd, const uint8_t* wz,
+                  int group, int64_t j0, int64_t j1, float* y, int64_t ldy) {
+  const int64_t chunk = n > 1 ? kIntChunkColumns : j1 - j0;  // kIntChunkColumns (int8_cpu.h)
+  for (int64_t c = j0; c < j1; c += chunk) {
+    MatmulInt4ZpChunk(isa, xq, sx, sums, n, k_pad, wq, wd, wz, group, c, std::min(j1, c + chunk),
+                      y + (c - j0), ldy);
+  }
+}
+
+namespace {
+void MatmulInt4Chunk(Isa isa, const int8_t* xq, const float* sx, const int32_t* corr, int64_t n,
+                     int64_t k_pad, const uint8_t* wq, const uint16_t* wd, int group, int64_t j0,
+                     int64_t j1, float* y, int64_t ldy) {
   switch (IntKernelFor(isa)) {
     case IntKernel::kAvx512Vnni:
       return MatmulInt4Vnni(xq, sx, corr, n, k_pad, wq, wd, group, j0, j1, y, ldy);
@@ -121,6 +135,17 @@ void MatmulInt4(Isa isa, const int8_t* xq, const float* sx, const int32_t* corr,
     case IntKernel::kScalar: break;
   }
   MatmulInt4Scalar(xq, sx, corr, n, k_pad, wq, wd, group, j0, j1, y, ldy);
+}
+}  // namespace
+
+void MatmulInt4(Isa isa, const int8_t* xq, const float* sx, const int32_t* corr, int64_t n,
+                int64_t k_pad, const uint8_t* wq, const uint16_t* wd, int group, int64_t j0,
+                int64_t j1, float* y, int64_t ldy) {
+  const int64_t chunk = n > 1 ? kIntChunkColumns : j1 - j0;  // kIntChunkColumns (int8_cpu.h)
+  for (int64_t c = j0; c < j1; c += chunk) {
+    MatmulInt4Chunk(isa, xq, sx, corr, n, k_pad, wq, wd, group, c, std::min(j1, c + chunk),
+                    y + (c - j0), ldy);
+  }
 }
 
 }  // namespace loom::cpu

@@ -28,6 +28,14 @@ inline constexpr int64_t kInt8Panel = 16;
 // (`LOOM_AVXVNNI=0`) 69-70 → 128-129 / 99-100 → 155-158 / 133-137 → 185.
 inline constexpr int64_t kInt8PrefetchAhead = 2048;
 
+// The int8 and int4 kernels take a block's activation rows in groups (AVX512_VNNI 8, then 4,
+// then 1–3; the AVX2-level ones 3 or 4 at most), each group reading the block's weight panels
+// once. With more than one row, MatmulInt8 / MatmulInt4 hand a block to the kernel in chunks of
+// kIntChunkColumns (8 panels: 57 KB of int4 at k = 896, 608 KB of int8 at k = 4864), so a later
+// group finds the chunk in L2 instead of streaming the block from DRAM again. One row keeps the
+// whole block (its kernel reads it as several long streams).
+inline constexpr int64_t kIntChunkColumns = 128;
+
 // AVX512_VNNI (vpdpbusd) on top of the kAvx512 level.
 bool HasAvx512Vnni();
 // AVX-VNNI (VEX-encoded vpdpbusd on ymm: Alder Lake, Sapphire Rapids, Zen 5 and later) on top of

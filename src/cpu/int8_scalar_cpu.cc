@@ -44,9 +44,10 @@ void MatmulInt8Scalar(const uint8_t* xu, const float* sx, int64_t n, int64_t k_p
   }
 }
 
-void MatmulInt8(Isa isa, const uint8_t* xu, const float* sx, int64_t n, int64_t k_pad,
-                const int8_t* wq, const float* sw, const int32_t* wsum, int64_t j0, int64_t j1,
-                float* y, int64_t ldy) {
+namespace {
+void MatmulInt8Chunk(Isa isa, const uint8_t* xu, const float* sx, int64_t n, int64_t k_pad,
+                     const int8_t* wq, const float* sw, const int32_t* wsum, int64_t j0,
+                     int64_t j1, float* y, int64_t ldy) {
   switch (IntKernelFor(isa)) {
     case IntKernel::kAvx512Vnni: return MatmulInt8Vnni(xu, sx, n, k_pad, wq, sw, wsum, j0, j1, y, ldy);
     case IntKernel::kAvxVnni: return MatmulInt8AvxVnni(xu, sx, n, k_pad, wq, sw, wsum, j0, j1, y, ldy);
@@ -54,6 +55,17 @@ void MatmulInt8(Isa isa, const uint8_t* xu, const float* sx, int64_t n, int64_t 
     case IntKernel::kScalar: break;
   }
   MatmulInt8Scalar(xu, sx, n, k_pad, wq, sw, wsum, j0, j1, y, ldy);
+}
+}  // namespace
+
+void MatmulInt8(Isa isa, const uint8_t* xu, const float* sx, int64_t n, int64_t k_pad,
+                const int8_t* wq, const float* sw, const int32_t* wsum, int64_t j0, int64_t j1,
+                float* y, int64_t ldy) {
+  const int64_t chunk = n > 1 ? kIntChunkColumns : j1 - j0;  // kIntChunkColumns (int8_cpu.h)
+  for (int64_t c = j0; c < j1; c += chunk) {
+    MatmulInt8Chunk(isa, xu, sx, n, k_pad, wq, sw, wsum, c, std::min(j1, c + chunk), y + (c - j0),
+                    ldy);
+  }
 }
 
 }  // namespace loom::cpu

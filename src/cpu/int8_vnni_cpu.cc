@@ -77,7 +77,7 @@ template <int R>
 LOOM_VNNI void Rows(const uint8_t* xu, const float* sx, int64_t kp, const int8_t* wq,
                     const float* sw, const int32_t* wsum, int64_t j0, int64_t j1, float* y,
                     int64_t ldy) {
-  constexpr int P = R == 1 ? 4 : 2;
+  constexpr int P = R == 1 ? 4 : R == 8 ? 1 : 2;
   const int64_t first = j0 / kInt8Panel, last = (j1 + kInt8Panel - 1) / kInt8Panel;
   int64_t p = first;
   for (; p + P < last || (p + P == last && j1 % kInt8Panel == 0); p += P) {
@@ -91,10 +91,15 @@ LOOM_VNNI void Rows(const uint8_t* xu, const float* sx, int64_t kp, const int8_t
 
 }  // namespace
 
+// The rows in groups of 8, then 4, then what is left: each group streams the panels once
+// (cpu::MatmulInt8 hands a block with several groups over in column chunks).
 LOOM_VNNI void MatmulInt8Vnni(const uint8_t* xu, const float* sx, int64_t n, int64_t k_pad,
                               const int8_t* wq, const float* sw, const int32_t* wsum, int64_t j0,
                               int64_t j1, float* y, int64_t ldy) {
   int64_t r = 0;
+  for (; r + 8 <= n; r += 8) {
+    Rows<8>(xu + r * k_pad, sx + r, k_pad, wq, sw, wsum, j0, j1, y + r * ldy, ldy);
+  }
   for (; r + 4 <= n; r += 4) {
     Rows<4>(xu + r * k_pad, sx + r, k_pad, wq, sw, wsum, j0, j1, y + r * ldy, ldy);
   }

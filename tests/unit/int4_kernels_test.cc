@@ -201,8 +201,11 @@ TEST(Int4Kernels, EveryLevelBitExactWithTheScalarReferenceAndCloseToTheExactSum)
   std::uniform_real_distribution<float> sd(0.001f, 0.05f);
   for (int group : {32, 64, 128}) {
     for (int64_t kp : {128, 256, 896}) {
-      for (int64_t n : {1, 2, 3, 4, 5, 9}) {
-        const int64_t m = 101, panels = (m + 15) / 16, groups = kp / group;
+      // 8, 12 and 15 rows: the AVX-512 kernel's 8-row group, then 4 and 3 more reading the
+      // panels again, which cpu::MatmulInt4 hands over in chunks of kIntChunkColumns (m = 301:
+      // a block of all is 2 full chunks and a ragged third).
+      for (int64_t n : {1, 2, 3, 4, 5, 8, 9, 12, 15}) {
+        const int64_t m = 301, panels = (m + 15) / 16, groups = kp / group;
         // q[j, i] for j < panels · 16 (rows past m are zero, as the quantizer pads them)
         std::vector<int8_t> xq(static_cast<size_t>(n * kp)), q(static_cast<size_t>(panels * 16 * kp), 0);
         for (auto& v : xq) v = static_cast<int8_t>(d8(rng));
@@ -238,12 +241,16 @@ TEST(Int4Kernels, EveryLevelBitExactWithTheScalarReferenceAndCloseToTheExactSum)
         for (cpu::Isa isa : Levels()) {
           SCOPED_TRACE(std::string(cpu::IsaName(isa)) + " group=" + std::to_string(group) +
                        " k=" + std::to_string(kp) + " n=" + std::to_string(n));
-          std::vector<float> y(static_cast<size_t>(n * m), -1.0f);
-          // Column ranges as the op splits them: whole panels, a ragged end.
-          for (auto [j0, j1] : {std::pair<int64_t, int64_t>{0, 16}, {16, 80}, {80, 96}, {96, m}}) {
-            cpu::MatmulInt4(isa, xq.data(), sx.data(), corr.data(), n, kp, wq.data(), wd.data(), group, j0, j1, y.data() + j0, m);
+          // Column ranges as the op splits them: whole panels, a ragged end; or one block of all.
+          using Blocks = std::vector<std::pair<int64_t, int64_t>>;
+          for (const Blocks& blocks : {Blocks{{0, 16}, {16, 80}, {80, 96}, {96, m}}, Blocks{{0, m}}}) {
+            std::vector<float> y(static_cast<size_t>(n * m), -1.0f);
+            for (auto [j0, j1] : blocks) {
+              cpu::MatmulInt4(isa, xq.data(), sx.data(), corr.data(), n, kp, wq.data(), wd.data(), group, j0, j1,
+                              y.data() + j0, m);
+            }
+            for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], ref[i]) << "blocks " << blocks.size() << " at " << i;
           }
-          for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], ref[i]) << "at " << i;
         }
       }
     }

@@ -103,7 +103,7 @@ BENCHMARK(BM_QuantZp)->ArgsProduct({{1, 8, 128}, {4864}, {896}, {128}})->UseReal
 
 BENCHMARK(BM_Quant)
     ->ArgsProduct({{1, 8, 128}, {4864}, {896}, {0, 32, 128}})
-    ->ArgsProduct({{1}, {151936}, {896}, {0, 32, 128}})
+    ->ArgsProduct({{1, 8}, {151936}, {896}, {0, 32, 128}})
     ->UseRealTime();
 
 }  // namespace
