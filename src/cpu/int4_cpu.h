@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "cpu/cpu_features.h"
+#include "cpu/side_prefetch.h"
 
 namespace loom::cpu {
 
@@ -48,9 +49,11 @@ Fn PickInt4Group(int group, Fn g32, Fn g64, Fn g128) {
 //   wq: panels (16 · k_pad / 2 bytes each); wd: per panel [k_pad / group, 16] f16 scales.
 // Every ISA returns the same bits: per group g the exact int32 t = corr[r, g] + Σ_{i∈g} (q + 8)·x
 // is accumulated as acc = fma(float(t), d[j, g], acc) in group order; y = acc · sx[r].
+// `side`, if given: bytes the caller reads after the call (SidePrefetch), issued a line per step
+// of the AVX512_VNNI kernel's loop (the other levels leave them to the hardware).
 void MatmulInt4(Isa isa, const int8_t* xq, const float* sx, const int32_t* corr, int64_t n,
                 int64_t k_pad, const uint8_t* wq, const uint16_t* wd, int group, int64_t j0,
-                int64_t j1, float* y, int64_t ldy);
+                int64_t j1, float* y, int64_t ldy, SidePrefetch* side = nullptr);
 
 void MatmulInt4Scalar(const int8_t* xq, const float* sx, const int32_t* corr, int64_t n,
                       int64_t k_pad, const uint8_t* wq, const uint16_t* wd, int group, int64_t j0,
@@ -58,6 +61,9 @@ void MatmulInt4Scalar(const int8_t* xq, const float* sx, const int32_t* corr, in
 void MatmulInt4Vnni(const int8_t* xq, const float* sx, const int32_t* corr, int64_t n,
                     int64_t k_pad, const uint8_t* wq, const uint16_t* wd, int group, int64_t j0,
                     int64_t j1, float* y, int64_t ldy);
+void MatmulInt4VnniSide(const int8_t* xq, const float* sx, const int32_t* corr, int64_t n,
+                        int64_t k_pad, const uint8_t* wq, const uint16_t* wd, int group,
+                        int64_t j0, int64_t j1, float* y, int64_t ldy, SidePrefetch* side);
 // AVX2 without VNNI: vpmaddubsw(q + 8, x) pairs are at most 2·15·128 = 3840 in magnitude, the
 // two nibbles' pairs of 4 blocks summed in int16 at most 8·3840 = 30720 < 2¹⁵; then vpmaddwd
 // into int32.

@@ -124,10 +124,10 @@ void MatmulInt4Zp(Isa isa, const int8_t* xq, const float* sx, const int32_t* sum
 namespace {
 void MatmulInt4Chunk(Isa isa, const int8_t* xq, const float* sx, const int32_t* corr, int64_t n,
                      int64_t k_pad, const uint8_t* wq, const uint16_t* wd, int group, int64_t j0,
-                     int64_t j1, float* y, int64_t ldy) {
+                     int64_t j1, float* y, int64_t ldy, SidePrefetch* side) {
   switch (IntKernelFor(isa)) {
     case IntKernel::kAvx512Vnni:
-      return MatmulInt4Vnni(xq, sx, corr, n, k_pad, wq, wd, group, j0, j1, y, ldy);
+      return MatmulInt4VnniSide(xq, sx, corr, n, k_pad, wq, wd, group, j0, j1, y, ldy, side);
     case IntKernel::kAvxVnni:
       return MatmulInt4AvxVnni(xq, sx, corr, n, k_pad, wq, wd, group, j0, j1, y, ldy);
     case IntKernel::kAvx2:
@@ -140,11 +140,11 @@ void MatmulInt4Chunk(Isa isa, const int8_t* xq, const float* sx, const int32_t* 
 
 void MatmulInt4(Isa isa, const int8_t* xq, const float* sx, const int32_t* corr, int64_t n,
                 int64_t k_pad, const uint8_t* wq, const uint16_t* wd, int group, int64_t j0,
-                int64_t j1, float* y, int64_t ldy) {
+                int64_t j1, float* y, int64_t ldy, SidePrefetch* side) {
   const int64_t chunk = n > 1 ? kIntChunkColumns : j1 - j0;  // kIntChunkColumns (int8_cpu.h)
   for (int64_t c = j0; c < j1; c += chunk) {
     MatmulInt4Chunk(isa, xq, sx, corr, n, k_pad, wq, wd, group, c, std::min(j1, c + chunk),
-                    y + (c - j0), ldy);
+                    y + (c - j0), ldy, side);
   }
 }
 

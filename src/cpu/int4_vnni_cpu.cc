@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "cpu/int4_cpu.h"
+#include "cpu/side_prefetch.h"
 
 // GCC 12 reports the intrinsics' own _mm512_undefined_*() pass-through operands as maybe
 // uninitialized; they are fully overwritten.
@@ -41,7 +42,7 @@ LOOM_VNNI inline __m512i Broadcast4(const int8_t* x) {
 template <int R, int P, int G, bool Z>
 LOOM_VNNI inline void Tile(const int8_t* xq, const float* sx, const int32_t* corr, int64_t kp,
                            const uint8_t* wq, const uint16_t* wd, const uint8_t* wz, int64_t p0,
-                           int64_t ps, int cols, float* y, int64_t ldy) {
+                           int64_t ps, int cols, float* y, int64_t ldy, SidePrefetch* side) {
   const int64_t groups = kp / G, panel_bytes = kInt4Panel * kp / 2;
   const __m512i nib = _mm512_set1_epi8(0x0F);
   __m512 acc[R][P];
@@ -80,6 +81,7 @@ LOOM_VNNI inline void Tile(const int8_t* xq, const float* sx, const int32_t* cor
                          kInt4PrefetchAhead,
                      _MM_HINT_T0);
       }
+      if (side != nullptr) side->Next();
       for (int p = 0; p < P; ++p) {
         const __m512i raw = _mm512_loadu_si512(wq + (p0 + p * ps) * panel_bytes + t * 64);
         wl[p] = _mm512_and_si512(raw, nib);
@@ -120,7 +122,7 @@ LOOM_VNNI inline void Tile(const int8_t* xq, const float* sx, const int32_t* cor
 template <int R, int G, bool Z>
 LOOM_VNNI void Rows(const int8_t* xq, const float* sx, const int32_t* corr, int64_t kp,
                     const uint8_t* wq, const uint16_t* wd, const uint8_t* wz, int64_t j0,
-                    int64_t j1, float* y, int64_t ldy) {
+                    int64_t j1, float* y, int64_t ldy, SidePrefetch* side) {
   constexpr int P = R == 1 ? 4 : R == 8 ? 1 : 2;
   const int64_t first = j0 / kInt4Panel, last = (j1 + kInt4Panel - 1) / kInt4Panel;
   int64_t p = first;
@@ -131,16 +133,16 @@ LOOM_VNNI void Rows(const int8_t* xq, const float* sx, const int32_t* corr, int6
     // prefetch: 102-110 → 111-115 tok/s (3 interleaved runs).
     const int64_t q = (j1 / kInt4Panel - first) / 4;
     for (int64_t i = 0; i < q; ++i) {
-      Tile<R, 4, G, Z>(xq, sx, corr, kp, wq, wd, wz, first + i, q, 16, y + i * kInt4Panel, ldy);
+      Tile<R, 4, G, Z>(xq, sx, corr, kp, wq, wd, wz, first + i, q, 16, y + i * kInt4Panel, ldy, side);
     }
     p += 4 * q;
   }
   for (; p + P < last || (p + P == last && j1 % kInt4Panel == 0); p += P) {
-    Tile<R, P, G, Z>(xq, sx, corr, kp, wq, wd, wz, p, 1, 16, y + (p - first) * kInt4Panel, ldy);
+    Tile<R, P, G, Z>(xq, sx, corr, kp, wq, wd, wz, p, 1, 16, y + (p - first) * kInt4Panel, ldy, side);
   }
   for (; p < last; ++p) {
     const int cols = static_cast<int>(std::min<int64_t>(kInt4Panel, j1 - p * kInt4Panel));
-    Tile<R, 1, G, Z>(xq, sx, corr, kp, wq, wd, wz, p, 1, cols, y + (p - first) * kInt4Panel, ldy);
+    Tile<R, 1, G, Z>(xq, sx, corr, kp, wq, wd, wz, p, 1, cols, y + (p - first) * kInt4Panel, ldy, side);
   }
 }
 
@@ -148,23 +150,23 @@ LOOM_VNNI void Rows(const int8_t* xq, const float* sx, const int32_t* corr, int6
 // (cpu::MatmulInt4 hands a block with several groups over in column chunks).
 template <int G, bool Z>
 LOOM_VNNI void AllRows(const int8_t* xq, const float* sx, const int32_t* corr, int64_t n,
-                         int64_t kp, const uint8_t* wq, const uint16_t* wd, const uint8_t* wz,
-                         int64_t j0, int64_t j1, float* y, int64_t ldy) {
+                       int64_t kp, const uint8_t* wq, const uint16_t* wd, const uint8_t* wz,
+                       int64_t j0, int64_t j1, float* y, int64_t ldy, SidePrefetch* side) {
   const int64_t cs = kp / G;
   int64_t r = 0;
   for (; r + 8 <= n; r += 8) {
-    Rows<8, G, Z>(xq + r * kp, sx + r, corr + r * cs, kp, wq, wd, wz, j0, j1, y + r * ldy, ldy);
+    Rows<8, G, Z>(xq + r * kp, sx + r, corr + r * cs, kp, wq, wd, wz, j0, j1, y + r * ldy, ldy, side);
   }
   for (; r + 4 <= n; r += 4) {
-    Rows<4, G, Z>(xq + r * kp, sx + r, corr + r * cs, kp, wq, wd, wz, j0, j1, y + r * ldy, ldy);
+    Rows<4, G, Z>(xq + r * kp, sx + r, corr + r * cs, kp, wq, wd, wz, j0, j1, y + r * ldy, ldy, side);
   }
   const int64_t left = n - r;
   const int8_t* x = xq + r * kp;
   const int32_t* cr = corr + r * cs;
   float* yr = y + r * ldy;
-  if (left == 3) Rows<3, G, Z>(x, sx + r, cr, kp, wq, wd, wz, j0, j1, yr, ldy);
-  if (left == 2) Rows<2, G, Z>(x, sx + r, cr, kp, wq, wd, wz, j0, j1, yr, ldy);
-  if (left == 1) Rows<1, G, Z>(x, sx + r, cr, kp, wq, wd, wz, j0, j1, yr, ldy);
+  if (left == 3) Rows<3, G, Z>(x, sx + r, cr, kp, wq, wd, wz, j0, j1, yr, ldy, side);
+  if (left == 2) Rows<2, G, Z>(x, sx + r, cr, kp, wq, wd, wz, j0, j1, yr, ldy, side);
+  if (left == 1) Rows<1, G, Z>(x, sx + r, cr, kp, wq, wd, wz, j0, j1, yr, ldy, side);
 }
 
 }  // namespace
@@ -172,8 +174,15 @@ LOOM_VNNI void AllRows(const int8_t* xq, const float* sx, const int32_t* corr, i
 LOOM_VNNI void MatmulInt4Vnni(const int8_t* xq, const float* sx, const int32_t* corr, int64_t n,
                               int64_t k_pad, const uint8_t* wq, const uint16_t* wd, int group,
                               int64_t j0, int64_t j1, float* y, int64_t ldy) {
+  MatmulInt4VnniSide(xq, sx, corr, n, k_pad, wq, wd, group, j0, j1, y, ldy, nullptr);
+}
+
+LOOM_VNNI void MatmulInt4VnniSide(const int8_t* xq, const float* sx, const int32_t* corr,
+                                  int64_t n, int64_t k_pad, const uint8_t* wq, const uint16_t* wd,
+                                  int group, int64_t j0, int64_t j1, float* y, int64_t ldy,
+                                  SidePrefetch* side) {
   if (auto* f = PickInt4Group(group, &AllRows<32, false>, &AllRows<64, false>, &AllRows<128, false>)) {
-    return f(xq, sx, corr, n, k_pad, wq, wd, nullptr, j0, j1, y, ldy);
+    return f(xq, sx, corr, n, k_pad, wq, wd, nullptr, j0, j1, y, ldy, side);
   }
   MatmulInt4Scalar(xq, sx, corr, n, k_pad, wq, wd, group, j0, j1, y, ldy);
 }
@@ -183,7 +192,7 @@ LOOM_VNNI void MatmulInt4ZpVnni(const int8_t* xq, const float* sx, const int32_t
                                 const uint8_t* wz, int group, int64_t j0, int64_t j1, float* y,
                                 int64_t ldy) {
   if (auto* f = PickInt4Group(group, &AllRows<32, true>, &AllRows<64, true>, &AllRows<128, true>)) {
-    return f(xq, sx, sums, n, k_pad, wq, wd, wz, j0, j1, y, ldy);
+    return f(xq, sx, sums, n, k_pad, wq, wd, wz, j0, j1, y, ldy, nullptr);
   }
   MatmulInt4ZpScalar(xq, sx, sums, n, k_pad, wq, wd, wz, group, j0, j1, y, ldy);
 }

@@ -111,7 +111,9 @@ LOOM_AVX512 void Expand(const float* t, int64_t rows, int rank, DType dtype, con
   if (j >= j1) return;
   const size_t esize = DTypeSize(dtype);
   const char* bp = static_cast<const char*>(bt);
-  const char* end = bp + static_cast<size_t>(LoraPanelsSize(rank, out)) * esize;
+  // B up to the block's last panel: past it the panels are another block's (often another
+  // thread's), and a decode step's prefetches there missed to DRAM.
+  const char* end = bp + static_cast<size_t>(LoraPanelsSize(rank, j1)) * esize;
   Strips s{bp,
            static_cast<size_t>(kLoraPanel * rank) * esize,
            esize,

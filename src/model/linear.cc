@@ -6,6 +6,7 @@
 #include "lora/adapter.h"
 #include "ops/lora_ops.h"
 #include "ops/matmul.h"
+#include "tensor/lora_panels.h"
 
 namespace loom {
 
@@ -91,6 +92,16 @@ void Linear::Forward(const float* x, int64_t n, float* y, const LoraBatch& lora)
   const bool batch_invariant = GlobalMatmulOptions().batch_invariant;
   MatmulEpilogue epilogue;
   epilogue.pre_tasks = plan.num_tasks();
+  // The plain-LoRA expands' B panels for the block, prefetched while the base kernel computes it.
+  epilogue.prefetch = [&](int64_t j0, int64_t j1, cpu::SidePrefetch* side) {
+    for (size_t i = 0; i < num_active; ++i) {
+      const LoraWeights& lw = *act[i].lw;
+      if (!lw.bias.empty() || !lw.dora_gain.empty()) continue;
+      const int64_t panel_bytes = kLoraPanel * lw.rank * static_cast<int64_t>(DTypeSize(lw.b_panels.dtype));
+      const int64_t p0 = j0 / kLoraPanel, p1 = (j1 + kLoraPanel - 1) / kLoraPanel;
+      side->Add(static_cast<const char*>(lw.b_panels.data) + p0 * panel_bytes, (p1 - p0) * panel_bytes);
+    }
+  };
   if (epilogue.pre_tasks > 0) epilogue.pre = [&](int64_t task) { plan.Run(task); };
   epilogue.block = [&](int64_t j0, int64_t j1) {
     static thread_local AlignedBuffer<float> d;  // [rows, j1 - j0]

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/side_prefetch.h"
 #include "tensor/tensor.h"
 
 namespace loom {
@@ -47,6 +48,9 @@ struct MatmulEpilogue {
   int64_t pre_tasks = 0;
   std::function<void(int64_t task)> pre;
   std::function<void(int64_t j0, int64_t j1)> block;
+  // Optional: the memory block(j0, j1) will read, for a kernel that can prefetch it while it
+  // computes the block (the int4 AVX512_VNNI kernel; cpu/side_prefetch.h).
+  std::function<void(int64_t j0, int64_t j1, cpu::SidePrefetch* side)> prefetch;
 };
 
 // A bf16 weight [rows, cols] repacked as AMX tiles (cpu::PackWeightAmx): each tile load reads

@@ -255,8 +255,10 @@ void MatmulInt4(const float* x, int64_t n, const Int4Weight& w, float* y,
                          w.group, j0, j1, y + j0, m);
       return;
     }
+    cpu::SidePrefetch side;
+    if (epilogue != nullptr && epilogue->prefetch) epilogue->prefetch(j0, j1, &side);
     cpu::MatmulInt4(isa, s.xq.data(), s.sx.data(), s.corr.data(), n, kp, w.q.data(),
-                    w.scale.data(), w.group, j0, j1, y + j0, m);
+                    w.scale.data(), w.group, j0, j1, y + j0, m, side.count > 0 ? &side : nullptr);
   });
 }
 
