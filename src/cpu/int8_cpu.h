@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "cpu/cpu_features.h"
+#include "cpu/side_prefetch.h"
 
 namespace loom::cpu {
 
@@ -88,9 +89,11 @@ void PackInt8Panel(const int8_t* q, int64_t k_pad, int8_t* out);
 //   wq: panels; sw [m_pad] weight row scales; wsum [m_pad] Σ_k wq[j, k].
 // Every ISA returns the same bits: the integer sum is exact and
 // y = float(Σ (xu − 128)·wq) · (sx[r] · sw[j]) in that order.
+// `side`, if given: bytes the caller reads after the call (SidePrefetch), issued a line per step
+// of the AVX512_VNNI kernel's loop (the other levels leave them to the hardware).
 void MatmulInt8(Isa isa, const uint8_t* xu, const float* sx, int64_t n, int64_t k_pad,
                 const int8_t* wq, const float* sw, const int32_t* wsum, int64_t j0, int64_t j1,
-                float* y, int64_t ldy);
+                float* y, int64_t ldy, SidePrefetch* side = nullptr);
 
 // AMX-INT8 (TDPBUSD) with the tile state granted. Prefill only: MatmulInt8Amx reads activation
 // rows in tiles of 16, so xu must hold rows up to n rounded up to 32 (extra rows: any values,
@@ -113,6 +116,9 @@ void MatmulInt8Scalar(const uint8_t* xu, const float* sx, int64_t n, int64_t k_p
 void MatmulInt8Vnni(const uint8_t* xu, const float* sx, int64_t n, int64_t k_pad,
                     const int8_t* wq, const float* sw, const int32_t* wsum, int64_t j0,
                     int64_t j1, float* y, int64_t ldy);
+void MatmulInt8VnniSide(const uint8_t* xu, const float* sx, int64_t n, int64_t k_pad,
+                        const int8_t* wq, const float* sw, const int32_t* wsum, int64_t j0,
+                        int64_t j1, float* y, int64_t ldy, SidePrefetch* side);
 // AVX2 without VNNI: vpmaddubsw(|w|, sign(xq, w)) pairs are at most 2·128·127 = 32512 in
 // magnitude, so the int16 step never saturates (it needs xq ≠ −128, i.e. xu ≥ 1); wsum unused.
 void MatmulInt8Avx2(const uint8_t* xu, const float* sx, int64_t n, int64_t k_pad,

@@ -47,9 +47,10 @@ void MatmulInt8Scalar(const uint8_t* xu, const float* sx, int64_t n, int64_t k_p
 namespace {
 void MatmulInt8Chunk(Isa isa, const uint8_t* xu, const float* sx, int64_t n, int64_t k_pad,
                      const int8_t* wq, const float* sw, const int32_t* wsum, int64_t j0,
-                     int64_t j1, float* y, int64_t ldy) {
+                     int64_t j1, float* y, int64_t ldy, SidePrefetch* side) {
   switch (IntKernelFor(isa)) {
-    case IntKernel::kAvx512Vnni: return MatmulInt8Vnni(xu, sx, n, k_pad, wq, sw, wsum, j0, j1, y, ldy);
+    case IntKernel::kAvx512Vnni:
+      return MatmulInt8VnniSide(xu, sx, n, k_pad, wq, sw, wsum, j0, j1, y, ldy, side);
     case IntKernel::kAvxVnni: return MatmulInt8AvxVnni(xu, sx, n, k_pad, wq, sw, wsum, j0, j1, y, ldy);
     case IntKernel::kAvx2: return MatmulInt8Avx2(xu, sx, n, k_pad, wq, sw, wsum, j0, j1, y, ldy);
     case IntKernel::kScalar: break;
@@ -60,11 +61,11 @@ void MatmulInt8Chunk(Isa isa, const uint8_t* xu, const float* sx, int64_t n, int
 
 void MatmulInt8(Isa isa, const uint8_t* xu, const float* sx, int64_t n, int64_t k_pad,
                 const int8_t* wq, const float* sw, const int32_t* wsum, int64_t j0, int64_t j1,
-                float* y, int64_t ldy) {
+                float* y, int64_t ldy, SidePrefetch* side) {
   const int64_t chunk = n > 1 ? kIntChunkColumns : j1 - j0;  // kIntChunkColumns (int8_cpu.h)
   for (int64_t c = j0; c < j1; c += chunk) {
     MatmulInt8Chunk(isa, xu, sx, n, k_pad, wq, sw, wsum, c, std::min(j1, c + chunk), y + (c - j0),
-                    ldy);
+                    ldy, side);
   }
 }
 

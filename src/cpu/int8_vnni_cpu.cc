@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "cpu/int8_cpu.h"
+#include "cpu/side_prefetch.h"
 
 // GCC 12 reports the intrinsics' own _mm512_undefined_*() pass-through operands as
 // uninitialized; they are fully overwritten.
@@ -31,7 +32,7 @@ LOOM_VNNI inline __m512i Broadcast4(const uint8_t* x) {
 template <int R, int P>
 LOOM_VNNI inline void Tile(const uint8_t* xu, const float* sx, int64_t kp, const int8_t* wq,
                            const float* sw, const int32_t* wsum, int64_t p0, int cols, float* y,
-                           int64_t ldy) {
+                           int64_t ldy, SidePrefetch* side) {
   const int64_t panel_bytes = kInt8Panel * kp;
   __m512i a0[R][P], a1[R][P];
   for (int r = 0; r < R; ++r) {
@@ -46,6 +47,7 @@ LOOM_VNNI inline void Tile(const uint8_t* xu, const float* sx, int64_t kp, const
       w0[p] = _mm512_loadu_si512(b);
       w1[p] = _mm512_loadu_si512(b + 64);
     }
+    if (side != nullptr) side->Next();
     for (int r = 0; r < R; ++r) {
       const __m512i x0 = Broadcast4(xu + r * kp + 4 * t);
       const __m512i x1 = Broadcast4(xu + r * kp + 4 * t + 4);
@@ -76,16 +78,16 @@ LOOM_VNNI inline void Tile(const uint8_t* xu, const float* sx, int64_t kp, const
 template <int R>
 LOOM_VNNI void Rows(const uint8_t* xu, const float* sx, int64_t kp, const int8_t* wq,
                     const float* sw, const int32_t* wsum, int64_t j0, int64_t j1, float* y,
-                    int64_t ldy) {
+                    int64_t ldy, SidePrefetch* side) {
   constexpr int P = R == 1 ? 4 : R == 8 ? 1 : 2;
   const int64_t first = j0 / kInt8Panel, last = (j1 + kInt8Panel - 1) / kInt8Panel;
   int64_t p = first;
   for (; p + P < last || (p + P == last && j1 % kInt8Panel == 0); p += P) {
-    Tile<R, P>(xu, sx, kp, wq, sw, wsum, p, 16, y + (p - first) * kInt8Panel, ldy);
+    Tile<R, P>(xu, sx, kp, wq, sw, wsum, p, 16, y + (p - first) * kInt8Panel, ldy, side);
   }
   for (; p < last; ++p) {
     const int cols = static_cast<int>(std::min<int64_t>(kInt8Panel, j1 - p * kInt8Panel));
-    Tile<R, 1>(xu, sx, kp, wq, sw, wsum, p, cols, y + (p - first) * kInt8Panel, ldy);
+    Tile<R, 1>(xu, sx, kp, wq, sw, wsum, p, cols, y + (p - first) * kInt8Panel, ldy, side);
   }
 }
 
@@ -96,19 +98,26 @@ LOOM_VNNI void Rows(const uint8_t* xu, const float* sx, int64_t kp, const int8_t
 LOOM_VNNI void MatmulInt8Vnni(const uint8_t* xu, const float* sx, int64_t n, int64_t k_pad,
                               const int8_t* wq, const float* sw, const int32_t* wsum, int64_t j0,
                               int64_t j1, float* y, int64_t ldy) {
+  MatmulInt8VnniSide(xu, sx, n, k_pad, wq, sw, wsum, j0, j1, y, ldy, nullptr);
+}
+
+LOOM_VNNI void MatmulInt8VnniSide(const uint8_t* xu, const float* sx, int64_t n, int64_t k_pad,
+                                  const int8_t* wq, const float* sw, const int32_t* wsum,
+                                  int64_t j0, int64_t j1, float* y, int64_t ldy,
+                                  SidePrefetch* side) {
   int64_t r = 0;
   for (; r + 8 <= n; r += 8) {
-    Rows<8>(xu + r * k_pad, sx + r, k_pad, wq, sw, wsum, j0, j1, y + r * ldy, ldy);
+    Rows<8>(xu + r * k_pad, sx + r, k_pad, wq, sw, wsum, j0, j1, y + r * ldy, ldy, side);
   }
   for (; r + 4 <= n; r += 4) {
-    Rows<4>(xu + r * k_pad, sx + r, k_pad, wq, sw, wsum, j0, j1, y + r * ldy, ldy);
+    Rows<4>(xu + r * k_pad, sx + r, k_pad, wq, sw, wsum, j0, j1, y + r * ldy, ldy, side);
   }
   const int64_t left = n - r;
   const uint8_t* x = xu + r * k_pad;
   float* yr = y + r * ldy;
-  if (left == 3) Rows<3>(x, sx + r, k_pad, wq, sw, wsum, j0, j1, yr, ldy);
-  if (left == 2) Rows<2>(x, sx + r, k_pad, wq, sw, wsum, j0, j1, yr, ldy);
-  if (left == 1) Rows<1>(x, sx + r, k_pad, wq, sw, wsum, j0, j1, yr, ldy);
+  if (left == 3) Rows<3>(x, sx + r, k_pad, wq, sw, wsum, j0, j1, yr, ldy, side);
+  if (left == 2) Rows<2>(x, sx + r, k_pad, wq, sw, wsum, j0, j1, yr, ldy, side);
+  if (left == 1) Rows<1>(x, sx + r, k_pad, wq, sw, wsum, j0, j1, yr, ldy, side);
 }
 
 }  // namespace loom::cpu

@@ -187,8 +187,10 @@ void MatmulInt8(const float* x, int64_t n, const Int8Weight& w, float* y,
       cpu::MatmulInt8Amx(s.xu.data(), s.sx.data(), n, kp, w.q.data(), w.scale.data(), w.sum.data(),
                          j0, j1, y + j0, m);
     } else {
+      cpu::SidePrefetch side;
+      if (epilogue != nullptr && epilogue->prefetch) epilogue->prefetch(j0, j1, &side);
       cpu::MatmulInt8(isa, s.xu.data(), s.sx.data(), n, kp, w.q.data(), w.scale.data(),
-                      w.sum.data(), j0, j1, y + j0, m);
+                      w.sum.data(), j0, j1, y + j0, m, side.count > 0 ? &side : nullptr);
     }
     if (!w.llm_int8) return;
     // bitsandbytes' int8_mm_dequant: acc · (rowmax · SCB) · 6.200124e-05 (its f32 constant for
