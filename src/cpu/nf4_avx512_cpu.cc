@@ -98,6 +98,9 @@ void MatmulNf4Avx512(const float* x, int64_t n, int64_t k, const uint8_t* wq, co
     Rows<1, 4>(x, k, wq, absmax, block, code, j0, j1, y, ldy);
     return;
   }
+  // 8 rows share each panel's lookups (8 + 8 accumulators, 2 code vectors): half the vpermps
+  // per product of two 4-row tiles.
+  for (; r + 8 <= n; r += 8) Rows<8, 1>(x + r * k, k, wq, absmax, block, code, j0, j1, y + r * ldy, ldy);
   for (; r + 4 <= n; r += 4) Rows<4, 2>(x + r * k, k, wq, absmax, block, code, j0, j1, y + r * ldy, ldy);
   // 2 or 3 rows left (decode at batch 2-3): two rows share each lookup (2 x 4 panels: 8 chains,
   // 8 + 8 accumulators, 8 code vectors and the table in 32 registers).

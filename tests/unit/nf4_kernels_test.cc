@@ -59,7 +59,9 @@ TEST(Nf4Kernels, EveryLevelBitExactWithTheScalarReferenceAndCloseToTheExactSum) 
       if (k % block) continue;
       for (int64_t n : {1, 2, 3, 4, 5, 7, 8, 9, 11,
                         14}) {  // AVX2: 4-, 2-, 1-row tiles; from 8 rows decoded panels
-        const int64_t m = 101, panels = (m + 15) / 16, blocks = k / block;
+        // m = 301: cpu::MatmulNf4 hands a block of all to the kernel as 2 full 128-column chunks
+        // and a ragged third
+        const int64_t m = 301, panels = (m + 15) / 16, blocks = k / block;
         std::vector<uint8_t> q(static_cast<size_t>(m * k));
         for (auto& v : q) v = static_cast<uint8_t>(rng() % 16);
         std::vector<float> absmax(static_cast<size_t>(m * blocks)), x(static_cast<size_t>(n * k));
@@ -97,13 +99,17 @@ TEST(Nf4Kernels, EveryLevelBitExactWithTheScalarReferenceAndCloseToTheExactSum) 
           SCOPED_TRACE(std::string(cpu::IsaName(isa)) + " " + cpu::Bnb4TypeName(type) +
                        " block=" + std::to_string(block) + " k=" + std::to_string(k) +
                        " n=" + std::to_string(n));
-          std::vector<float> y(static_cast<size_t>(n * m), -1.0f);
-          // Column ranges as the op splits them: whole panels, several panels, a ragged end.
-          for (auto [j0, j1] : {std::pair<int64_t, int64_t>{0, 16}, {16, 80}, {80, 96}, {96, m}}) {
-            cpu::MatmulNf4(isa, x.data(), n, k, (*w)->q.data(), (*w)->absmax.data(), block, code,
-                           j0, j1, y.data() + j0, m);
+          // Column ranges as the op splits them: whole panels, several panels, a ragged end; or
+          // one block of all.
+          using Blocks = std::vector<std::pair<int64_t, int64_t>>;
+          for (const Blocks& cuts : {Blocks{{0, 16}, {16, 80}, {80, 96}, {96, m}}, Blocks{{0, m}}}) {
+            std::vector<float> y(static_cast<size_t>(n * m), -1.0f);
+            for (auto [j0, j1] : cuts) {
+              cpu::MatmulNf4(isa, x.data(), n, k, (*w)->q.data(), (*w)->absmax.data(), block, code,
+                             j0, j1, y.data() + j0, m);
+            }
+            for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], ref[i]) << "cuts " << cuts.size() << " at " << i;
           }
-          for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], ref[i]) << "at " << i;
         }
       }
     }
