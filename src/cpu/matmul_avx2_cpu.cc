@@ -1,8 +1,9 @@
-// AVX2+FMA matmul kernel (f32 activations): register tiles of 8-lane accumulators, weights widened in registers.
+// AVX2+FMA matmul kernel (f32 activations): register tiles of 8-lane accumulators, weights widened in registers (or, in prefill at k ≤ 1024, once per 4-row group).
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "cpu/avx2_reduce.h"
 #include "cpu/avx2_widen.h"
@@ -160,6 +161,65 @@ LOOM_AVX2 void Streams(const float* x, int64_t n, int64_t k, const typename L::T
   Groups<L, 4>(x, n, k, w, j0 + 4 * q, j1, y, ldy, true);
 }
 
+// Prefill (more than kSpreadRowsMax rows) at k ≤ kWideMax: each group of 4 weight rows widened to
+// f32 once (4 × 896 f32 = 14 KiB at the bench model's k, ≤ 16 KiB: L1), then every activation row against
+// it in 3 × 4 tiles: 12 accumulators, 3 activation vectors and one weight vector (16 registers),
+// 3 activation loads per 12 fmas where the 4 × 3 tile on bf16 made 4 (the activation rows stream
+// from L2 for every group) and no shuffle-port uops in the loop. Each output is Tile's
+// arithmetic (8 lanes in p order, the lanes, the tail), so the same bits as a row alone.
+// 128 × (4864 × 896) bf16, 2 threads, Zen 3: 128–153 → 158–167 GFLOP/s (loom_kernel_bench,
+// interleaved). Past k = 1024 the widened rows crowd L1 out: 128 × (8192 × 2048) 126–133
+// against 143–152 GFLOP/s; at k = 4864 (78 KiB, and row blocks of 12 rows) 121 against 144, and
+// 4 rows widened per 1024-input chunk with the accumulators kept between chunks 3–9 % slower
+// than the 4 × 3 tile; a 2 × 6 tile measured 116 at k = 896.
+inline constexpr int64_t kWideMax = 1024;
+
+template <typename L, int NI>
+LOOM_AVX2 void WideTile(const float* x, int64_t k, const float* wf, const typename L::T* w,
+                        float* y, int64_t ldy) {
+  __m256 acc[NI][4];
+  for (int a = 0; a < NI; ++a) {
+    for (int b = 0; b < 4; ++b) acc[a][b] = _mm256_setzero_ps();
+  }
+  const int64_t kfull = k & ~int64_t{7};
+  for (int64_t p = 0; p < kfull; p += 8) {
+    __m256 xv[NI];
+    for (int a = 0; a < NI; ++a) xv[a] = _mm256_loadu_ps(x + a * k + p);
+    for (int b = 0; b < 4; ++b) {
+      const __m256 wv = _mm256_load_ps(wf + b * kWideMax + p);
+      for (int a = 0; a < NI; ++a) acc[a][b] = _mm256_fmadd_ps(xv[a], wv, acc[a][b]);
+    }
+  }
+  for (int a = 0; a < NI; ++a) {
+    for (int b = 0; b < 4; ++b) {
+      float s = Sum8(acc[a][b]);
+      for (int64_t p = kfull; p < k; ++p) s = std::fma(x[a * k + p], L::One(w + b * k + p), s);
+      y[a * ldy + b] = s;
+    }
+  }
+}
+
+// Weight rows [j0, j0 + 4·⌊(j1 − j0)/4⌋) against the n rows of x (k ≤ kWideMax) as above;
+// returns the first weight row not done.
+template <typename L>
+LOOM_AVX2 int64_t WideGroups(const float* x, int64_t n, int64_t k, const typename L::T* w,
+                             int64_t j0, int64_t j1, float* y, int64_t ldy) {
+  alignas(32) float wf[4 * kWideMax];
+  const int64_t kfull = k & ~int64_t{7};
+  int64_t j = j0;
+  for (; j + 4 <= j1; j += 4) {
+    const typename L::T* wg = w + j * k;
+    for (int b = 0; b < 4; ++b) {
+      for (int64_t p = 0; p < kfull; p += 8) _mm256_store_ps(wf + b * kWideMax + p, L::Full(wg + b * k + p));
+    }
+    int64_t i = 0;
+    for (; i + 3 <= n; i += 3) WideTile<L, 3>(x + i * k, k, wf, wg, y + i * ldy + j, ldy);
+    if (n - i == 2) WideTile<L, 2>(x + i * k, k, wf, wg, y + i * ldy + j, ldy);
+    if (n - i == 1) WideTile<L, 1>(x + i * k, k, wf, wg, y + i * ldy + j, ldy);
+  }
+  return j;
+}
+
 template <typename L>
 LOOM_AVX2 void Kernel(const float* x, int64_t n, int64_t k, const void* wv, int64_t j0,
                       int64_t j1, float* y, int64_t ldy) {
@@ -172,9 +232,12 @@ LOOM_AVX2 void Kernel(const float* x, int64_t n, int64_t k, const void* wv, int6
   // rows): 116 → 181 tok/s; 192 KiB and 384 KiB blocks measured the same within noise.
   constexpr int64_t kBlockBytes = 256 * 1024;
   const int64_t rb = std::max<int64_t>(4, kBlockBytes / (4 * k) / 4 * 4);
+  const bool wide = n > kSpreadRowsMax && k <= kWideMax;
   for (int64_t i = 0; i < n; i += rb) {
-    Groups<L, 3>(x + i * k, std::min(rb, n - i), k, w, j0, j1, y + i * ldy, ldy,
-                 n <= kSpreadRowsMax);
+    const int64_t rows = std::min(rb, n - i);
+    int64_t j = j0;
+    if (wide) j = WideGroups<L>(x + i * k, rows, k, w, j0, j1, y + i * ldy, ldy);
+    Groups<L, 3>(x + i * k, rows, k, w, j, j1, y + i * ldy, ldy, n <= kSpreadRowsMax);
   }
 }
 

@@ -174,6 +174,42 @@ TEST(MatmulKernels, F32KernelRowIndependentAcrossBlocks) {
   }
 }
 
+// Prefill-sized calls (more than 16 rows: at avx2, k ≤ 1024 takes groups of 4 weight rows widened
+// once and 3 × 4 tiles, a longer k the 4 × 3 tiles): each row equals the row run alone bit for bit,
+// for weight groups that do not fill 4 (45 − 3 = 42 columns in two ranges), a tail past k/8·8 and
+// k at and past the 1024 boundary; within tolerance of the scalar reference; nothing outside
+// [j0, j1) written.
+TEST(MatmulKernels, F32KernelPrefillRowsEqualARowAlone) {
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (int64_t k : {300, 1024, 1031}) {
+      Problem p = MakeProblem(37, 45, k, dtype, static_cast<uint32_t>(k));
+      std::vector<float> ref(static_cast<size_t>(p.n * p.m));
+      MatmulF32Scalar(dtype, p.x.data(), p.n, p.k, p.w.data(), 0, p.m, ref.data(), p.m);
+      for (Isa isa : SupportedIsas()) {
+        SCOPED_TRACE(std::string(IsaName(isa)) + " " + DTypeName(dtype) + " k=" + std::to_string(k));
+        for (int64_t n : {17, 37}) {
+          std::vector<float> all(static_cast<size_t>(n * p.m), -7.0f);
+          MatmulF32(isa, dtype, p.x.data(), n, p.k, p.w.data(), 3, 22, all.data(), p.m);
+          MatmulF32(isa, dtype, p.x.data(), n, p.k, p.w.data(), 22, 45, all.data(), p.m);
+          for (int64_t i = 0; i < n; ++i) {
+            std::vector<float> one(static_cast<size_t>(p.m), -7.0f);
+            MatmulF32(isa, dtype, p.x.data() + i * p.k, 1, p.k, p.w.data(), 3, 45, one.data(), p.m);
+            for (int64_t j = 0; j < p.m; ++j) {
+              const float got = all[static_cast<size_t>(i * p.m + j)];
+              ASSERT_EQ(one[static_cast<size_t>(j)], got) << "n " << n << " row " << i << " col " << j;
+              if (j < 3) {
+                ASSERT_EQ(got, -7.0f) << "col " << j << " outside [3, 45) written";
+              } else {
+                ASSERT_NEAR(got, ref[static_cast<size_t>(i * p.m + j)], Tolerance(p.k)) << "col " << j;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // The vectorized rounding equals F32ToBf16 bit for bit: ties to even, NaN, ±inf, denormals.
 TEST(MatmulKernels, RoundToBf16MatchesScalarBitForBit) {
   std::vector<float> x;
