@@ -141,6 +141,29 @@ TEST(MatmulKernels, F32KernelRowIndependentOfRowCount) {
   }
 }
 
+// The first n rows of p at `isa`, over columns [j0, jm) and [jm, j1) in two calls: each row equals
+// the row run alone over [j0, j1) bit for bit and the scalar reference `ref` within tolerance;
+// nothing outside [j0, j1) is written.
+void ExpectRowsEqualARowAlone(const Problem& p, Isa isa, int64_t n, int64_t j0, int64_t jm,
+                              int64_t j1, const std::vector<float>& ref) {
+  std::vector<float> all(static_cast<size_t>(n * p.m), -7.0f);
+  MatmulF32(isa, p.dtype, p.x.data(), n, p.k, p.w.data(), j0, jm, all.data(), p.m);
+  MatmulF32(isa, p.dtype, p.x.data(), n, p.k, p.w.data(), jm, j1, all.data(), p.m);
+  for (int64_t i = 0; i < n; ++i) {
+    std::vector<float> one(static_cast<size_t>(p.m), -7.0f);
+    MatmulF32(isa, p.dtype, p.x.data() + i * p.k, 1, p.k, p.w.data(), j0, j1, one.data(), p.m);
+    for (int64_t j = 0; j < p.m; ++j) {
+      const float got = all[static_cast<size_t>(i * p.m + j)];
+      ASSERT_EQ(one[static_cast<size_t>(j)], got) << "n " << n << " row " << i << " col " << j;
+      if (j < j0 || j >= j1) {
+        ASSERT_EQ(got, -7.0f) << "col " << j << " outside [" << j0 << ", " << j1 << ") written";
+      } else {
+        ASSERT_NEAR(got, ref[static_cast<size_t>(i * p.m + j)], Tolerance(p.k)) << "col " << j;
+      }
+    }
+  }
+}
+
 // A long k (5003, with a tail of 3) and column ranges that do not start at 0: every row of a batch
 // equals the row run alone bit for bit (at avx2 one row uses 4-wide weight groups and several rows
 // 3-wide groups, and 14 rows at this k are two activation blocks of 12 and 2), and the scalar
@@ -152,24 +175,7 @@ TEST(MatmulKernels, F32KernelRowIndependentAcrossBlocks) {
     MatmulF32Scalar(dtype, p.x.data(), p.n, p.k, p.w.data(), 0, p.m, ref.data(), p.m);
     for (Isa isa : SupportedIsas()) {
       SCOPED_TRACE(std::string(IsaName(isa)) + " " + DTypeName(dtype));
-      for (int64_t n : {2, 5, 14}) {
-        std::vector<float> all(static_cast<size_t>(n * p.m), -7.0f);
-        MatmulF32(isa, dtype, p.x.data(), n, p.k, p.w.data(), 3, 17, all.data(), p.m);
-        MatmulF32(isa, dtype, p.x.data(), n, p.k, p.w.data(), 17, 39, all.data(), p.m);
-        for (int64_t i = 0; i < n; ++i) {
-          std::vector<float> one(static_cast<size_t>(p.m), -7.0f);
-          MatmulF32(isa, dtype, p.x.data() + i * p.k, 1, p.k, p.w.data(), 3, 39, one.data(), p.m);
-          for (int64_t j = 0; j < p.m; ++j) {
-            const float got = all[static_cast<size_t>(i * p.m + j)];
-            ASSERT_EQ(one[static_cast<size_t>(j)], got) << "n " << n << " row " << i << " col " << j;
-            if (j < 3 || j >= 39) {
-              ASSERT_EQ(got, -7.0f) << "col " << j << " outside [3, 39) written";
-            } else {
-              ASSERT_NEAR(got, ref[static_cast<size_t>(i * p.m + j)], Tolerance(p.k)) << "col " << j;
-            }
-          }
-        }
-      }
+      for (int64_t n : {2, 5, 14}) ExpectRowsEqualARowAlone(p, isa, n, 3, 17, 39, ref);
     }
   }
 }
@@ -187,24 +193,7 @@ TEST(MatmulKernels, F32KernelPrefillRowsEqualARowAlone) {
       MatmulF32Scalar(dtype, p.x.data(), p.n, p.k, p.w.data(), 0, p.m, ref.data(), p.m);
       for (Isa isa : SupportedIsas()) {
         SCOPED_TRACE(std::string(IsaName(isa)) + " " + DTypeName(dtype) + " k=" + std::to_string(k));
-        for (int64_t n : {17, 37}) {
-          std::vector<float> all(static_cast<size_t>(n * p.m), -7.0f);
-          MatmulF32(isa, dtype, p.x.data(), n, p.k, p.w.data(), 3, 22, all.data(), p.m);
-          MatmulF32(isa, dtype, p.x.data(), n, p.k, p.w.data(), 22, 45, all.data(), p.m);
-          for (int64_t i = 0; i < n; ++i) {
-            std::vector<float> one(static_cast<size_t>(p.m), -7.0f);
-            MatmulF32(isa, dtype, p.x.data() + i * p.k, 1, p.k, p.w.data(), 3, 45, one.data(), p.m);
-            for (int64_t j = 0; j < p.m; ++j) {
-              const float got = all[static_cast<size_t>(i * p.m + j)];
-              ASSERT_EQ(one[static_cast<size_t>(j)], got) << "n " << n << " row " << i << " col " << j;
-              if (j < 3) {
-                ASSERT_EQ(got, -7.0f) << "col " << j << " outside [3, 45) written";
-              } else {
-                ASSERT_NEAR(got, ref[static_cast<size_t>(i * p.m + j)], Tolerance(p.k)) << "col " << j;
-              }
-            }
-          }
-        }
+        for (int64_t n : {17, 37}) ExpectRowsEqualARowAlone(p, isa, n, 3, 22, 45, ref);
       }
     }
   }
