@@ -162,7 +162,7 @@ LOOM_AVX2 void Streams(const float* x, int64_t n, int64_t k, const typename L::T
 }
 
 // Prefill (more than kSpreadRowsMax rows) at k ≤ kWideMax: each group of 4 weight rows widened to
-// f32 once (4 × 896 f32 = 14 KiB at the bench model's k, ≤ 16 KiB: L1), then every activation row against
+// f32 once (≤ 16 KiB: L1; 14 KiB at the bench model's k = 896), then every activation row against
 // it in 3 × 4 tiles: 12 accumulators, 3 activation vectors and one weight vector (16 registers),
 // 3 activation loads per 12 fmas where the 4 × 3 tile on bf16 made 4 (the activation rows stream
 // from L2 for every group) and no shuffle-port uops in the loop. Each output is Tile's
@@ -171,7 +171,8 @@ LOOM_AVX2 void Streams(const float* x, int64_t n, int64_t k, const typename L::T
 // interleaved). Past k = 1024 the widened rows crowd L1 out: 128 × (8192 × 2048) 126–133
 // against 143–152 GFLOP/s; at k = 4864 (78 KiB, and row blocks of 12 rows) 121 against 144, and
 // 4 rows widened per 1024-input chunk with the accumulators kept between chunks 3–9 % slower
-// than the 4 × 3 tile; a 2 × 6 tile measured 116 at k = 896.
+// than the 4 × 3 tile; a 2 × 6 tile measured 116 at k = 896. At 4–16 rows (decode, weights from
+// DRAM) widening and computing run in series: 8 rows of the lm_head 82–103 against 122–127.
 inline constexpr int64_t kWideMax = 1024;
 
 template <typename L, int NI>
@@ -210,7 +211,9 @@ LOOM_AVX2 int64_t WideGroups(const float* x, int64_t n, int64_t k, const typenam
   for (; j + 4 <= j1; j += 4) {
     const typename L::T* wg = w + j * k;
     for (int b = 0; b < 4; ++b) {
-      for (int64_t p = 0; p < kfull; p += 8) _mm256_store_ps(wf + b * kWideMax + p, L::Full(wg + b * k + p));
+      for (int64_t p = 0; p < kfull; p += 8) {
+        _mm256_store_ps(wf + b * kWideMax + p, L::Full(wg + b * k + p));
+      }
     }
     int64_t i = 0;
     for (; i + 3 <= n; i += 3) WideTile<L, 3>(x + i * k, k, wf, wg, y + i * ldy + j, ldy);
