@@ -1,5 +1,4 @@
 // Int4 matmul: panel packing, activation corrections, the scalar reference kernel and ISA dispatch.
-#include <algorithm>
 #include <cmath>
 
 #include "cpu/int4_cpu.h"
@@ -114,11 +113,9 @@ void MatmulInt4ZpChunk(Isa isa, const int8_t* xq, const float* sx, const int32_t
 void MatmulInt4Zp(Isa isa, const int8_t* xq, const float* sx, const int32_t* sums, int64_t n,
                   int64_t k_pad, const uint8_t* wq, const uint16_t* wd, const uint8_t* wz,
                   int group, int64_t j0, int64_t j1, float* y, int64_t ldy) {
-  const int64_t chunk = n > 1 ? kIntChunkColumns : j1 - j0;  // kIntChunkColumns (int8_cpu.h)
-  for (int64_t c = j0; c < j1; c += chunk) {
-    MatmulInt4ZpChunk(isa, xq, sx, sums, n, k_pad, wq, wd, wz, group, c, std::min(j1, c + chunk),
-                      y + (c - j0), ldy);
-  }
+  ForEachIntChunk(n, j0, j1, [&](int64_t c0, int64_t c1) {
+    MatmulInt4ZpChunk(isa, xq, sx, sums, n, k_pad, wq, wd, wz, group, c0, c1, y + (c0 - j0), ldy);
+  });
 }
 
 namespace {
@@ -141,11 +138,9 @@ void MatmulInt4Chunk(Isa isa, const int8_t* xq, const float* sx, const int32_t* 
 void MatmulInt4(Isa isa, const int8_t* xq, const float* sx, const int32_t* corr, int64_t n,
                 int64_t k_pad, const uint8_t* wq, const uint16_t* wd, int group, int64_t j0,
                 int64_t j1, float* y, int64_t ldy, SidePrefetch* side) {
-  const int64_t chunk = n > 1 ? kIntChunkColumns : j1 - j0;  // kIntChunkColumns (int8_cpu.h)
-  for (int64_t c = j0; c < j1; c += chunk) {
-    MatmulInt4Chunk(isa, xq, sx, corr, n, k_pad, wq, wd, group, c, std::min(j1, c + chunk),
-                    y + (c - j0), ldy, side);
-  }
+  ForEachIntChunk(n, j0, j1, [&](int64_t c0, int64_t c1) {
+    MatmulInt4Chunk(isa, xq, sx, corr, n, k_pad, wq, wd, group, c0, c1, y + (c0 - j0), ldy, side);
+  });
 }
 
 }  // namespace loom::cpu

@@ -36,6 +36,12 @@ inline constexpr int64_t kInt8PrefetchAhead = 2048;
 // group finds the chunk in L2 instead of streaming the block from DRAM again. One row keeps the
 // whole block (its kernel reads it as several long streams).
 inline constexpr int64_t kIntChunkColumns = 128;
+// fn(c0, c1) over [j0, j1) in chunks of kIntChunkColumns for more than one row, else once.
+template <typename Fn>
+void ForEachIntChunk(int64_t n, int64_t j0, int64_t j1, const Fn& fn) {
+  const int64_t chunk = n > 1 ? kIntChunkColumns : j1 - j0;
+  for (int64_t c = j0; c < j1; c += chunk) fn(c, c + chunk < j1 ? c + chunk : j1);
+}
 
 // AVX512_VNNI (vpdpbusd) on top of the kAvx512 level.
 bool HasAvx512Vnni();

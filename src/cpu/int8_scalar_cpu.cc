@@ -62,11 +62,9 @@ void MatmulInt8Chunk(Isa isa, const uint8_t* xu, const float* sx, int64_t n, int
 void MatmulInt8(Isa isa, const uint8_t* xu, const float* sx, int64_t n, int64_t k_pad,
                 const int8_t* wq, const float* sw, const int32_t* wsum, int64_t j0, int64_t j1,
                 float* y, int64_t ldy, SidePrefetch* side) {
-  const int64_t chunk = n > 1 ? kIntChunkColumns : j1 - j0;  // kIntChunkColumns (int8_cpu.h)
-  for (int64_t c = j0; c < j1; c += chunk) {
-    MatmulInt8Chunk(isa, xu, sx, n, k_pad, wq, sw, wsum, c, std::min(j1, c + chunk), y + (c - j0),
-                    ldy, side);
-  }
+  ForEachIntChunk(n, j0, j1, [&](int64_t c0, int64_t c1) {
+    MatmulInt8Chunk(isa, xu, sx, n, k_pad, wq, sw, wsum, c0, c1, y + (c0 - j0), ldy, side);
+  });
 }
 
 }  // namespace loom::cpu

@@ -1,6 +1,5 @@
 // bitsandbytes 4-bit matmul: the NF4 and FP4 code tables, panel packing, the scalar reference
 // kernel and ISA dispatch.
-#include <algorithm>
 #include <cmath>
 
 #include "cpu/int8_cpu.h"
@@ -84,18 +83,16 @@ void MatmulNf4(Isa isa, const float* x, int64_t n, int64_t k, const uint8_t* wq,
                float* y, int64_t ldy) {
   // More than one row: the block in chunks of kIntChunkColumns, as cpu::MatmulInt4 (a later row
   // group reads the chunk's panels from L2 instead of the block from DRAM again).
-  const int64_t chunk = n > 1 ? kIntChunkColumns : j1 - j0;
-  for (int64_t c = j0; c < j1; c += chunk) {
-    const int64_t c1 = std::min(j1, c + chunk);
-    float* yc = y + (c - j0);
+  ForEachIntChunk(n, j0, j1, [&](int64_t c0, int64_t c1) {
+    float* yc = y + (c0 - j0);
     if (isa >= Isa::kAvx512) {
-      MatmulNf4Avx512(x, n, k, wq, absmax, block, code, c, c1, yc, ldy);
+      MatmulNf4Avx512(x, n, k, wq, absmax, block, code, c0, c1, yc, ldy);
     } else if (isa >= Isa::kAvx2) {
-      MatmulNf4Avx2(x, n, k, wq, absmax, block, code, c, c1, yc, ldy);
+      MatmulNf4Avx2(x, n, k, wq, absmax, block, code, c0, c1, yc, ldy);
     } else {
-      MatmulNf4Scalar(x, n, k, wq, absmax, block, code, c, c1, yc, ldy);
+      MatmulNf4Scalar(x, n, k, wq, absmax, block, code, c0, c1, yc, ldy);
     }
-  }
+  });
 }
 
 }  // namespace loom::cpu

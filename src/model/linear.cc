@@ -92,14 +92,19 @@ void Linear::Forward(const float* x, int64_t n, float* y, const LoraBatch& lora)
   const bool batch_invariant = GlobalMatmulOptions().batch_invariant;
   MatmulEpilogue epilogue;
   epilogue.pre_tasks = plan.num_tasks();
-  // The plain-LoRA expands' B panels for the block, prefetched while the base kernel computes it.
+  // Whether segment i's expand is the plain LoRA one straight into y, which reads B's panels.
+  auto plain_panels = [&](size_t i) {
+    const LoraWeights& lw = *act[i].lw;
+    return lw.bias.empty() && lw.dora_gain.empty() && (act[i].seg->num_rows >= 4 || batch_invariant);
+  };
+  // Those B panels for the block, prefetched while the base kernel computes it.
   epilogue.prefetch = [&](int64_t j0, int64_t j1, cpu::SidePrefetch* side) {
     for (size_t i = 0; i < num_active; ++i) {
+      if (!plain_panels(i)) continue;
       const LoraWeights& lw = *act[i].lw;
-      if (!lw.bias.empty() || !lw.dora_gain.empty()) continue;
-      const int64_t panel_bytes = kLoraPanel * lw.rank * static_cast<int64_t>(DTypeSize(lw.b_panels.dtype));
-      const int64_t p0 = j0 / kLoraPanel, p1 = (j1 + kLoraPanel - 1) / kLoraPanel;
-      side->Add(static_cast<const char*>(lw.b_panels.data) + p0 * panel_bytes, (p1 - p0) * panel_bytes);
+      const int64_t esize = static_cast<int64_t>(DTypeSize(lw.b_panels.dtype));
+      const LoraPanelRange r = LoraPanelsOf(lw.rank, j0, j1);
+      side->Add(static_cast<const char*>(lw.b_panels.data) + r.first * esize, r.count * esize);
     }
   };
   if (epilogue.pre_tasks > 0) epilogue.pre = [&](int64_t task) { plan.Run(task); };
@@ -109,7 +114,7 @@ void Linear::Forward(const float* x, int64_t n, float* y, const LoraBatch& lora)
     for (size_t i = 0; i < num_active; ++i) {
       const Segment& seg = *act[i].seg;
       const LoraWeights& lw = *act[i].lw;
-      if (lw.bias.empty() && lw.dora_gain.empty() && (seg.num_rows >= 4 || batch_invariant)) {
+      if (plain_panels(i)) {
         // plain LoRA: y += scale·(t·Bᵀ) straight into y's rows
         LoraExpandAddBlock(t.data() + act[i].t_offset, seg.num_rows, lw.rank, lw.b_panels.dtype,
                            lw.b_panels.data, out, j0, j1, lw.scale, y + seg.first_row * out, out);

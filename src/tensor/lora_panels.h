@@ -20,6 +20,14 @@ inline int64_t LoraPanelIndex(int rank, int k, int64_t j) {
 inline int64_t LoraPanelsSize(int rank, int64_t out) {
   return (out + kLoraPanel - 1) / kLoraPanel * kLoraPanel * rank;
 }
+// The packed elements a column block [j0, j1) reads: [first, first + count).
+struct LoraPanelRange {
+  int64_t first, count;
+};
+inline LoraPanelRange LoraPanelsOf(int rank, int64_t j0, int64_t j1) {
+  const int64_t p0 = j0 / kLoraPanel, p1 = (j1 + kLoraPanel - 1) / kLoraPanel;
+  return {p0 * kLoraPanel * rank, (p1 - p0) * kLoraPanel * rank};
+}
 // b: [out, rank] of `dtype` (F32/F16/BF16, copied bit for bit); panels: LoraPanelsSize elements.
 void PackLoraPanels(DType dtype, const void* b, int rank, int64_t out, void* panels);
 

@@ -102,11 +102,9 @@ void BM_LoraLinear(benchmark::State& state) {
       };
       // The blocks' B panels prefetched by the kernel while it computes the block, as Linear.
       epilogue.prefetch = [&](int64_t j0, int64_t j1, loom::cpu::SidePrefetch* side) {
-        const int64_t panel_bytes = loom::kLoraPanel * kRank * 2;
-        const int64_t p0 = j0 / loom::kLoraPanel, p1 = (j1 + loom::kLoraPanel - 1) / loom::kLoraPanel;
+        const loom::LoraPanelRange range = loom::LoraPanelsOf(kRank, j0, j1);
         for (int64_t r = 0; r < rows; ++r) {
-          side->Add(reinterpret_cast<const char*>(p.bp[static_cast<size_t>(r)].data()) + p0 * panel_bytes,
-                    (p1 - p0) * panel_bytes);
+          side->Add(p.bp[static_cast<size_t>(r)].data() + range.first, range.count * 2);
         }
       };
       if (int4) {
