@@ -3,7 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
+#include <memory>
 
 #include "cpu/int8_cpu.h"
 
@@ -182,9 +182,9 @@ LOOM_AVX2 void MatmulInt8Avx2(const uint8_t* xu, const float* sx, int64_t n, int
   (void)wsum;
   int64_t r = 0;
   if (n >= 4) {
-    std::vector<int8_t> xs(static_cast<size_t>(4 * k_pad));
+    const std::unique_ptr<int8_t[]> xs(new int8_t[static_cast<size_t>(4 * k_pad)]);  // Rows4 fills it
     for (; r + 4 <= n; r += 4) {
-      Rows4(xu + r * k_pad, sx + r, k_pad, wq, sw, j0, j1, y + r * ldy, ldy, xs.data());
+      Rows4(xu + r * k_pad, sx + r, k_pad, wq, sw, j0, j1, y + r * ldy, ldy, xs.get());
     }
   }
   const int64_t left = n - r;

@@ -83,6 +83,8 @@ BENCHMARK(BM_Matmul)
     ->ArgsProduct({{2, 3, 4, 16, 32}, {4864}, {896}, {0}})
     ->ArgsProduct({{128, 512}, {4864}, {896}, {0, 1, 2}})
     ->ArgsProduct({{128, 512}, {896}, {4864}, {0, 1, 2}})
+    // The attention projections at prefill rows (q/o 896 × 896, k/v 128 × 896).
+    ->ArgsProduct({{128}, {896, 128}, {896}, {0}})
     // Llama-3.2-1B's k = 2048 (gate/up: 8192 × 2048) at prefill rows.
     ->ArgsProduct({{128}, {8192}, {2048}, {0}})
     // Decode to prefill row counts with the weights hot (in L2/L3) and cold (from DRAM).
