@@ -40,6 +40,46 @@ LOOM_AVX2 inline void Store(float* out, __m256 lo, __m256 hi, int cols) {
 // (corr holds the group sums Σx, wz the zero points, and each sum starts at −z·Σx per column).
 constexpr int kU = 4;
 
+// s16 += vpmaddubsw(wl, xl) + vpmaddubsw(wh, xh), the add in the accumulator's own register.
+LOOM_AVX2 inline void Acc16(__m256i& s16, __m256i wl, __m256i wh, __m256i xl, __m256i xh) {
+  const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(wl, xl), _mm256_maddubs_epi16(wh, xh));
+  asm("vpaddw %[v], %[acc], %[acc]" : [acc] "+x"(s16) : [v] "x"(pairs));
+}
+
+// The 3-row, one-panel run of kU blocks from t0 (prefill's tile) with its 6 int16 sums in named
+// registers: as an array GCC 12 kept 2 of them on the stack, a load and a store per block on
+// their dependency chains. Adds the run's int32 sums into sum[r][h].
+LOOM_AVX2 inline void Run3(const int8_t* xq, int64_t kp, const uint8_t* panel, int64_t t0,
+                           __m256i sum[3][1][2]) {
+  const __m256i nib = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0;  // rows 0–2, columns 0–7
+  __m256i b0 = a0, b1 = a0, b2 = a0;                      // rows 0–2, columns 8–15
+#pragma GCC unroll 1
+  for (int64_t t = t0; t < t0 + kU; ++t) {
+    _mm_prefetch(reinterpret_cast<const char*>(panel + t * 64) + kInt4PrefetchAhead, _MM_HINT_T0);
+    const __m256i l0 = Broadcast4(xq + 8 * t), h0 = Broadcast4(xq + 8 * t + 4);
+    const __m256i l1 = Broadcast4(xq + kp + 8 * t), h1 = Broadcast4(xq + kp + 8 * t + 4);
+    const __m256i l2 = Broadcast4(xq + 2 * kp + 8 * t), h2 = Broadcast4(xq + 2 * kp + 8 * t + 4);
+    const __m256i raw0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + t * 64));
+    const __m256i wl0 = _mm256_and_si256(raw0, nib);
+    const __m256i wh0 = _mm256_and_si256(_mm256_srli_epi16(raw0, 4), nib);
+    Acc16(a0, wl0, wh0, l0, h0);
+    Acc16(a1, wl0, wh0, l1, h1);
+    Acc16(a2, wl0, wh0, l2, h2);
+    const __m256i raw1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + t * 64 + 32));
+    const __m256i wl1 = _mm256_and_si256(raw1, nib);
+    const __m256i wh1 = _mm256_and_si256(_mm256_srli_epi16(raw1, 4), nib);
+    Acc16(b0, wl1, wh1, l0, h0);
+    Acc16(b1, wl1, wh1, l1, h1);
+    Acc16(b2, wl1, wh1, l2, h2);
+  }
+  const __m256i lo[3] = {a0, a1, a2}, hi[3] = {b0, b1, b2};
+  for (int r = 0; r < 3; ++r) {
+    sum[r][0][0] = _mm256_add_epi32(sum[r][0][0], _mm256_madd_epi16(lo[r], ones));
+    sum[r][0][1] = _mm256_add_epi32(sum[r][0][1], _mm256_madd_epi16(hi[r], ones));
+  }
+}
+
 template <int R, int P, int G, bool Z>
 LOOM_AVX2 inline void Tile(const int8_t* xq, const float* sx, const int32_t* corr, int64_t kp,
                            const uint8_t* wq, const uint16_t* wd, const uint8_t* wz, int64_t p0,
@@ -74,6 +114,10 @@ LOOM_AVX2 inline void Tile(const int8_t* xq, const float* sx, const int32_t* cor
       }
     }
     for (int64_t t0 = g * G / 8; t0 < (g + 1) * G / 8; t0 += kU) {
+      if constexpr (R == 3 && P == 1) {
+        Run3(xq, kp, wq + p0 * panel_bytes, t0, sum);
+        continue;
+      }
       __m256i s16[R][P][2];
       for (int r = 0; r < R; ++r) {
         for (int p = 0; p < P; ++p) s16[r][p][0] = s16[r][p][1] = _mm256_setzero_si256();

@@ -103,6 +103,8 @@ BENCHMARK(BM_QuantZp)->ArgsProduct({{1, 8, 128}, {4864}, {896}, {128}})->UseReal
 
 BENCHMARK(BM_Quant)
     ->ArgsProduct({{1, 8, 128}, {4864}, {896}, {0, 32, 128}})
+    // down_proj's shape (k = 4864) at prefill rows.
+    ->ArgsProduct({{128}, {896}, {4864}, {0, 32, 128}})
     ->ArgsProduct({{1, 8}, {151936}, {896}, {0, 32, 128}})
     ->UseRealTime();
 
