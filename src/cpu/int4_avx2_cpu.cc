@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "cpu/avx2_broadcast.h"
 #include "cpu/int4_cpu.h"
 
 #define LOOM_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -11,12 +12,6 @@
 namespace loom::cpu {
 
 namespace {
-
-LOOM_AVX2 inline __m256i Broadcast4(const int8_t* x) {
-  int32_t v;
-  std::memcpy(&v, x, 4);
-  return _mm256_set1_epi32(v);
-}
 
 LOOM_AVX2 inline void Store(float* out, __m256 lo, __m256 hi, int cols) {
   if (cols == kInt4Panel) {

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <memory>
 
+#include "cpu/avx2_broadcast.h"
 #include "cpu/int8_cpu.h"
 
 #define LOOM_AVX2 __attribute__((target("avx2,fma")))
@@ -16,9 +17,7 @@ namespace {
 // Four activations (biased u8) broadcast to every 32-bit lane and unbiased to s8 (xu ^ 0x80 =
 // xu − 128 for xu in 0..255).
 LOOM_AVX2 inline __m256i Broadcast4Signed(const uint8_t* x) {
-  int32_t v;
-  std::memcpy(&v, x, 4);
-  return _mm256_xor_si256(_mm256_set1_epi32(v), _mm256_set1_epi8(static_cast<char>(0x80)));
+  return _mm256_xor_si256(Broadcast4(x), _mm256_set1_epi8(static_cast<char>(0x80)));
 }
 
 // y[0, c) ← v[0, c): a ragged panel's last columns stay untouched.
@@ -89,12 +88,6 @@ LOOM_AVX2 inline void Tile(const uint8_t* xu, const float* sx, int64_t kp, const
 LOOM_AVX2 inline void Step(__m256i& acc, __m256i wa, __m256i w, __m256i x, __m256i ones) {
   const __m256i v = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, _mm256_sign_epi8(x, w)), ones);
   asm("vpaddd %[v], %[acc], %[acc]" : [acc] "+x"(acc) : [v] "x"(v));
-}
-
-LOOM_AVX2 inline __m256i Broadcast4(const int8_t* x) {
-  int32_t v;
-  std::memcpy(&v, x, 4);
-  return _mm256_set1_epi32(v);
 }
 
 // Four rows × one panel from activations already unbiased to s8 (xs [4, kp], one copy per row
