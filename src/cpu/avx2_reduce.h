@@ -14,6 +14,21 @@ __attribute__((target("avx2"))) inline float Sum8(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// {Σa, Σb, Σc, Σd}, each in Sum8's order (the same bits as four Sum8 calls, in a third of the
+// instructions): the halves of a and c (b and d) in one add, the pairs of all four in one, the
+// last pairs in one horizontal add.
+__attribute__((target("avx2"))) inline __m128 Sum8x4(__m256 a, __m256 b, __m256 c, __m256 d) {
+  const __m256 ac = _mm256_add_ps(_mm256_permute2f128_ps(a, c, 0x20),
+                                  _mm256_permute2f128_ps(a, c, 0x31));  // [a_i + a_i+4 | c_i + c_i+4]
+  const __m256 bd = _mm256_add_ps(_mm256_permute2f128_ps(b, d, 0x20),
+                                  _mm256_permute2f128_ps(b, d, 0x31));
+  const __m256 pairs = _mm256_add_ps(_mm256_shuffle_ps(ac, bd, _MM_SHUFFLE(1, 0, 1, 0)),
+                                     _mm256_shuffle_ps(ac, bd, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m256 h = _mm256_hadd_ps(pairs, pairs);  // [Σa, Σb, Σa, Σb | Σc, Σd, Σc, Σd]
+  return _mm_castpd_ps(_mm_unpacklo_pd(_mm_castps_pd(_mm256_castps256_ps128(h)),
+                                       _mm_castps_pd(_mm256_extractf128_ps(h, 1))));
+}
+
 // max of v's 8 lanes, in Sum8's order.
 __attribute__((target("avx2"))) inline float Max8(__m256 v) {
   __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

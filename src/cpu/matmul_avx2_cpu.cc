@@ -85,9 +85,19 @@ LOOM_AVX2 void Tile(const float* x, int64_t k, const typename L::T* w, int64_t r
       for (int b = 0; b < NJ; ++b) acc[a][b] = _mm256_fmadd_ps(xv, wv[b], acc[a][b]);
     }
   }
+  // Sum8 of each accumulator, four at a time (Sum8x4: the same bits in 12 instructions instead of
+  // 24). 2 threads, Zen 3, 4 interleaved rounds: 128 × (4864 × 896) bf16 (3 × 4 tiles) mean 139 →
+  // 145 GFLOP/s, 128 × (896 × 4864) (4 × 3) and 8 rows within noise.
+  constexpr int kAll = NI * NJ;
+  alignas(16) float sums[kAll];
+  for (int q = 0; q + 4 <= kAll; q += 4) {
+    _mm_store_ps(sums + q, Sum8x4(acc[q / NJ][q % NJ], acc[(q + 1) / NJ][(q + 1) % NJ],
+                                  acc[(q + 2) / NJ][(q + 2) % NJ], acc[(q + 3) / NJ][(q + 3) % NJ]));
+  }
+  for (int q = kAll / 4 * 4; q < kAll; ++q) sums[q] = Sum8(acc[q / NJ][q % NJ]);
   for (int a = 0; a < NI; ++a) {
     for (int b = 0; b < NJ; ++b) {
-      float s = Sum8(acc[a][b]);
+      float s = sums[a * NJ + b];
       // An explicit fma: whether the compiler contracts `s += x * w` may depend on how L::One
       // is inlined, and every tile shape and weight dtype must give a row the same bits.
       for (int64_t p = kfull; p < k; ++p) s = std::fma(x[a * k + p], L::One(w + b * rs * k + p), s);
@@ -205,10 +215,11 @@ LOOM_AVX2 void WideTile(const float* x, int64_t k, const float* wf, const typena
     }
   }
   for (int a = 0; a < NI; ++a) {
+    alignas(16) float s[4];  // Sum8 of each (Sum8x4: the same bits)
+    _mm_store_ps(s, Sum8x4(acc[a][0], acc[a][1], acc[a][2], acc[a][3]));
     for (int b = 0; b < 4; ++b) {
-      float s = Sum8(acc[a][b]);
-      for (int64_t p = kfull; p < k; ++p) s = std::fma(x[a * k + p], L::One(w + b * k + p), s);
-      y[a * ldy + b] = s;
+      for (int64_t p = kfull; p < k; ++p) s[b] = std::fma(x[a * k + p], L::One(w + b * k + p), s[b]);
+      y[a * ldy + b] = s[b];
     }
   }
 }

@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "cpu/avx2_reduce.h"
 #include "cpu/matmul_cpu.h"
 #include "ops/basic_ops.h"
 #include "ops/matmul.h"
@@ -196,6 +197,30 @@ TEST(MatmulKernels, F32KernelPrefillRowsEqualARowAlone) {
         for (int64_t n : {17, 37}) ExpectRowsEqualARowAlone(p, isa, n, 3, 22, 45, ref);
       }
     }
+  }
+}
+
+// Sum8x4 (the avx2 tiles' batched reduction) gives each vector's Sum8 bit for bit. Lanes of mixed
+// sign and magnitude (2^-30 .. 2^30) make every other association order round differently.
+__attribute__((target("avx2"))) void ExpectSum8x4EqualsSum8(std::mt19937& rng) {
+  std::normal_distribution<float> dist(0, 1);
+  alignas(32) float v[4][8];
+  for (auto& row : v) {
+    for (float& f : row) f = dist(rng) * std::ldexp(1.0f, static_cast<int>(rng() % 61) - 30);
+  }
+  __m256 r[4];
+  for (int i = 0; i < 4; ++i) r[i] = _mm256_load_ps(v[i]);
+  alignas(16) float got[4];
+  _mm_store_ps(got, Sum8x4(r[0], r[1], r[2], r[3]));
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(got[i], Sum8(r[i])) << "vector " << i;
+}
+
+TEST(MatmulKernels, Sum8x4EqualsFourSum8BitForBit) {
+  if (DetectIsa() < Isa::kAvx2) GTEST_SKIP() << "no AVX2";
+  std::mt19937 rng(5);
+  for (int t = 0; t < 20000; ++t) {
+    ExpectSum8x4EqualsSum8(rng);
+    if (HasFatalFailure()) return;
   }
 }
 
