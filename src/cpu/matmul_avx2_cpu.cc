@@ -86,8 +86,8 @@ LOOM_AVX2 void Tile(const float* x, int64_t k, const typename L::T* w, int64_t r
     }
   }
   // Sum8 of each accumulator, four at a time (Sum8x4: the same bits in 12 instructions instead of
-  // 24). 2 threads, Zen 3, 4 interleaved rounds: 128 × (4864 × 896) bf16 (3 × 4 tiles) mean 139 →
-  // 145 GFLOP/s, 128 × (896 × 4864) (4 × 3) and 8 rows within noise.
+  // 24). 2 threads, Zen 3, interleaved: the 3 × 4 tiles +4–5 % in two windows, level in a third;
+  // the 4 × 3 tiles within noise (docs/PERFORMANCE.md).
   constexpr int kAll = NI * NJ;
   alignas(16) float sums[kAll];
   for (int q = 0; q + 4 <= kAll; q += 4) {
