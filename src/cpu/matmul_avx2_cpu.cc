@@ -61,6 +61,33 @@ struct LoadF16 {
 // ≡ phase (mod period) of them (see Rows).
 enum PfMode { kPfNone, kPfAll, kPfSpread };
 
+// A tile's outputs, shared by Tile and WideTile: y[a·ldy + b·rs] = the lanes of acc[a][b] summed
+// in Sum8's order (four accumulators at a time through Sum8x4: the same bits in 12 instructions
+// instead of 24), then the products past kfull in p order. 2 threads, Zen 3, interleaved: the
+// 3 × 4 tiles +4–5 % in two windows, level in a third; the 4 × 3 tiles within noise
+// (docs/PERFORMANCE.md).
+template <typename L, int NI, int NJ>
+LOOM_AVX2 inline void StoreTile(const __m256 (&acc)[NI][NJ], const float* x, int64_t k,
+                                int64_t kfull, const typename L::T* w, int64_t rs, float* y,
+                                int64_t ldy) {
+  constexpr int kAll = NI * NJ;
+  alignas(16) float sums[kAll];
+  for (int q = 0; q + 4 <= kAll; q += 4) {
+    _mm_store_ps(sums + q, Sum8x4(acc[q / NJ][q % NJ], acc[(q + 1) / NJ][(q + 1) % NJ],
+                                  acc[(q + 2) / NJ][(q + 2) % NJ], acc[(q + 3) / NJ][(q + 3) % NJ]));
+  }
+  for (int q = kAll / 4 * 4; q < kAll; ++q) sums[q] = Sum8(acc[q / NJ][q % NJ]);
+  for (int a = 0; a < NI; ++a) {
+    for (int b = 0; b < NJ; ++b) {
+      float s = sums[a * NJ + b];
+      // An explicit fma: whether the compiler contracts `s += x * w` may depend on how L::One
+      // is inlined, and every tile shape and weight dtype must give a row the same bits.
+      for (int64_t p = kfull; p < k; ++p) s = std::fma(x[a * k + p], L::One(w + b * rs * k + p), s);
+      y[a * ldy + b * rs] = s;
+    }
+  }
+}
+
 template <typename L, int NI, int NJ, int PF>
 LOOM_AVX2 void Tile(const float* x, int64_t k, const typename L::T* w, int64_t rs, int64_t next,
                     float* y, int64_t ldy, int64_t phase = 0, int64_t period = 1) {
@@ -85,25 +112,7 @@ LOOM_AVX2 void Tile(const float* x, int64_t k, const typename L::T* w, int64_t r
       for (int b = 0; b < NJ; ++b) acc[a][b] = _mm256_fmadd_ps(xv, wv[b], acc[a][b]);
     }
   }
-  // Sum8 of each accumulator, four at a time (Sum8x4: the same bits in 12 instructions instead of
-  // 24). 2 threads, Zen 3, interleaved: the 3 × 4 tiles +4–5 % in two windows, level in a third;
-  // the 4 × 3 tiles within noise (docs/PERFORMANCE.md).
-  constexpr int kAll = NI * NJ;
-  alignas(16) float sums[kAll];
-  for (int q = 0; q + 4 <= kAll; q += 4) {
-    _mm_store_ps(sums + q, Sum8x4(acc[q / NJ][q % NJ], acc[(q + 1) / NJ][(q + 1) % NJ],
-                                  acc[(q + 2) / NJ][(q + 2) % NJ], acc[(q + 3) / NJ][(q + 3) % NJ]));
-  }
-  for (int q = kAll / 4 * 4; q < kAll; ++q) sums[q] = Sum8(acc[q / NJ][q % NJ]);
-  for (int a = 0; a < NI; ++a) {
-    for (int b = 0; b < NJ; ++b) {
-      float s = sums[a * NJ + b];
-      // An explicit fma: whether the compiler contracts `s += x * w` may depend on how L::One
-      // is inlined, and every tile shape and weight dtype must give a row the same bits.
-      for (int64_t p = kfull; p < k; ++p) s = std::fma(x[a * k + p], L::One(w + b * rs * k + p), s);
-      y[a * ldy + b * rs] = s;
-    }
-  }
+  StoreTile<L, NI, NJ>(acc, x, k, kfull, w, rs, y, ldy);
 }
 
 // NI × NJ tiles with the one-tile-ahead weight prefetch (PfMode; spread: lines phase, phase +
@@ -214,14 +223,7 @@ LOOM_AVX2 void WideTile(const float* x, int64_t k, const float* wf, const typena
       for (int a = 0; a < NI; ++a) acc[a][b] = _mm256_fmadd_ps(xv[a], wv, acc[a][b]);
     }
   }
-  for (int a = 0; a < NI; ++a) {
-    alignas(16) float s[4];  // Sum8 of each (Sum8x4: the same bits)
-    _mm_store_ps(s, Sum8x4(acc[a][0], acc[a][1], acc[a][2], acc[a][3]));
-    for (int b = 0; b < 4; ++b) {
-      for (int64_t p = kfull; p < k; ++p) s[b] = std::fma(x[a * k + p], L::One(w + b * k + p), s[b]);
-      y[a * ldy + b] = s[b];
-    }
-  }
+  StoreTile<L, NI, 4>(acc, x, k, kfull, w, 1, y, ldy);
 }
 
 // Weight rows [j0, j0 + 4·⌊(j1 − j0)/4⌋) against the n rows of x (k ≤ kWideMax) as above;
