@@ -78,7 +78,7 @@ LOOM_AVX2 inline void Run3(const int8_t* xq, int64_t kp, const uint8_t* panel, i
 template <int R, int P, int G, bool Z>
 LOOM_AVX2 inline void Tile(const int8_t* xq, const float* sx, const int32_t* corr, int64_t kp,
                            const uint8_t* wq, const uint16_t* wd, const uint8_t* wz, int64_t p0,
-                           int64_t ps, int cols, float* y, int64_t ldy) {
+                           int64_t ps, int cols, float* y, int64_t ldy, SidePrefetch* side) {
   static_assert(G % (8 * kU) == 0, "a group is whole kU-block runs");
   const int64_t groups = kp / G, panel_bytes = kInt4Panel * kp / 2;
   const __m256i nib = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
@@ -110,6 +110,7 @@ LOOM_AVX2 inline void Tile(const int8_t* xq, const float* sx, const int32_t* cor
     }
     for (int64_t t0 = g * G / 8; t0 < (g + 1) * G / 8; t0 += kU) {
       if constexpr (R == 3 && P == 1) {
+        if (side != nullptr) side->Next();
         Run3(xq, kp, wq + p0 * panel_bytes, t0, sum);
         continue;
       }
@@ -130,6 +131,7 @@ LOOM_AVX2 inline void Tile(const int8_t* xq, const float* sx, const int32_t* cor
                            kInt4PrefetchAhead,
                        _MM_HINT_T0);
         }
+        if (side != nullptr) side->Next();
         __m256i xl[R], xh[R];
         for (int r = 0; r < R; ++r) {
           xl[r] = Broadcast4(xq + r * kp + 8 * t);
@@ -179,7 +181,7 @@ LOOM_AVX2 inline void Tile(const int8_t* xq, const float* sx, const int32_t* cor
 template <int R, int G, bool Z>
 LOOM_AVX2 void Rows(const int8_t* xq, const float* sx, const int32_t* corr, int64_t kp,
                     const uint8_t* wq, const uint16_t* wd, const uint8_t* wz, int64_t j0,
-                    int64_t j1, float* y, int64_t ldy) {
+                    int64_t j1, float* y, int64_t ldy, SidePrefetch* side) {
   constexpr int P = R == 1 ? 2 : 1;  // int32 and f32 accumulators: at most 12 of 16 ymm
   const int64_t first = j0 / kInt4Panel, last = (j1 + kInt4Panel - 1) / kInt4Panel;
   int64_t p = first;
@@ -190,31 +192,31 @@ LOOM_AVX2 void Rows(const int8_t* xq, const float* sx, const int32_t* corr, int6
     const int64_t h = (j1 / kInt4Panel - first) / 2;
     for (int64_t i = 0; i < h; ++i) {
       Tile<R, 2, G, Z>(xq, sx, corr, kp, wq, wd, wz, first + i, h, kInt4Panel,
-                       y + i * kInt4Panel, ldy);
+                       y + i * kInt4Panel, ldy, side);
     }
     p += 2 * h;
   }
   for (; p < last; ++p) {
     const int cols = static_cast<int>(std::min<int64_t>(kInt4Panel, j1 - p * kInt4Panel));
-    Tile<R, 1, G, Z>(xq, sx, corr, kp, wq, wd, wz, p, 1, cols, y + (p - first) * kInt4Panel, ldy);
+    Tile<R, 1, G, Z>(xq, sx, corr, kp, wq, wd, wz, p, 1, cols, y + (p - first) * kInt4Panel, ldy, side);
   }
 }
 
 template <int G, bool Z>
 LOOM_AVX2 void AllRows(const int8_t* xq, const float* sx, const int32_t* corr, int64_t n,
                        int64_t kp, const uint8_t* wq, const uint16_t* wd, const uint8_t* wz,
-                       int64_t j0, int64_t j1, float* y, int64_t ldy) {
+                       int64_t j0, int64_t j1, float* y, int64_t ldy, SidePrefetch* side) {
   const int64_t cs = kp / G;
   int64_t r = 0;
   for (; r + 3 <= n; r += 3) {
-    Rows<3, G, Z>(xq + r * kp, sx + r, corr + r * cs, kp, wq, wd, wz, j0, j1, y + r * ldy, ldy);
+    Rows<3, G, Z>(xq + r * kp, sx + r, corr + r * cs, kp, wq, wd, wz, j0, j1, y + r * ldy, ldy, side);
   }
   const int64_t left = n - r;
   const int8_t* x = xq + r * kp;
   const int32_t* cr = corr + r * cs;
   float* yr = y + r * ldy;
-  if (left == 2) Rows<2, G, Z>(x, sx + r, cr, kp, wq, wd, wz, j0, j1, yr, ldy);
-  if (left == 1) Rows<1, G, Z>(x, sx + r, cr, kp, wq, wd, wz, j0, j1, yr, ldy);
+  if (left == 2) Rows<2, G, Z>(x, sx + r, cr, kp, wq, wd, wz, j0, j1, yr, ldy, side);
+  if (left == 1) Rows<1, G, Z>(x, sx + r, cr, kp, wq, wd, wz, j0, j1, yr, ldy, side);
 }
 
 }  // namespace
@@ -222,8 +224,20 @@ LOOM_AVX2 void AllRows(const int8_t* xq, const float* sx, const int32_t* corr, i
 LOOM_AVX2 void MatmulInt4Avx2(const int8_t* xq, const float* sx, const int32_t* corr, int64_t n,
                               int64_t k_pad, const uint8_t* wq, const uint16_t* wd, int group,
                               int64_t j0, int64_t j1, float* y, int64_t ldy) {
+  MatmulInt4Avx2Side(xq, sx, corr, n, k_pad, wq, wd, group, j0, j1, y, ldy, nullptr);
+}
+
+LOOM_AVX2 void MatmulInt4Avx2Side(const int8_t* xq, const float* sx, const int32_t* corr,
+                                  int64_t n, int64_t k_pad, const uint8_t* wq, const uint16_t* wd,
+                                  int group, int64_t j0, int64_t j1, float* y, int64_t ldy,
+                                  SidePrefetch* side) {
+  // The side lines at several rows only, where the kernel is compute-bound (batch 8: a step's
+  // int4 weights stream at well under the memory's rate). One row streams the block at that
+  // rate, and its block (1.1 MB of a 4864-wide projection) is larger than a Zen 3 L2: lines
+  // issued during it are evicted before the epilogue reads them.
+  if (n == 1) side = nullptr;
   if (auto* f = PickInt4Group(group, &AllRows<32, false>, &AllRows<64, false>, &AllRows<128, false>)) {
-    return f(xq, sx, corr, n, k_pad, wq, wd, nullptr, j0, j1, y, ldy);
+    return f(xq, sx, corr, n, k_pad, wq, wd, nullptr, j0, j1, y, ldy, side);
   }
   MatmulInt4Scalar(xq, sx, corr, n, k_pad, wq, wd, group, j0, j1, y, ldy);
 }
@@ -233,7 +247,7 @@ LOOM_AVX2 void MatmulInt4ZpAvx2(const int8_t* xq, const float* sx, const int32_t
                                 const uint8_t* wz, int group, int64_t j0, int64_t j1, float* y,
                                 int64_t ldy) {
   if (auto* f = PickInt4Group(group, &AllRows<32, true>, &AllRows<64, true>, &AllRows<128, true>)) {
-    return f(xq, sx, sums, n, k_pad, wq, wd, wz, j0, j1, y, ldy);
+    return f(xq, sx, sums, n, k_pad, wq, wd, wz, j0, j1, y, ldy, nullptr);
   }
   MatmulInt4ZpScalar(xq, sx, sums, n, k_pad, wq, wd, wz, group, j0, j1, y, ldy);
 }

@@ -50,7 +50,8 @@ Fn PickInt4Group(int group, Fn g32, Fn g64, Fn g128) {
 // Every ISA returns the same bits: per group g the exact int32 t = corr[r, g] + Σ_{i∈g} (q + 8)·x
 // is accumulated as acc = fma(float(t), d[j, g], acc) in group order; y = acc · sx[r].
 // `side`, if given: bytes the caller reads after the call (SidePrefetch), issued a line per step
-// of the AVX512_VNNI kernel's loop (the other levels leave them to the hardware).
+// of the AVX512_VNNI kernel's loop, and of the AVX2 kernel's at more than one row (the other
+// levels leave them to the hardware).
 void MatmulInt4(Isa isa, const int8_t* xq, const float* sx, const int32_t* corr, int64_t n,
                 int64_t k_pad, const uint8_t* wq, const uint16_t* wd, int group, int64_t j0,
                 int64_t j1, float* y, int64_t ldy, SidePrefetch* side = nullptr);
@@ -70,6 +71,9 @@ void MatmulInt4VnniSide(const int8_t* xq, const float* sx, const int32_t* corr, 
 void MatmulInt4Avx2(const int8_t* xq, const float* sx, const int32_t* corr, int64_t n,
                     int64_t k_pad, const uint8_t* wq, const uint16_t* wd, int group, int64_t j0,
                     int64_t j1, float* y, int64_t ldy);
+void MatmulInt4Avx2Side(const int8_t* xq, const float* sx, const int32_t* corr, int64_t n,
+                        int64_t k_pad, const uint8_t* wq, const uint16_t* wd, int group,
+                        int64_t j0, int64_t j1, float* y, int64_t ldy, SidePrefetch* side);
 // AVX-VNNI: the AVX512_VNNI kernel's arithmetic on ymm halves of each panel.
 void MatmulInt4AvxVnni(const int8_t* xq, const float* sx, const int32_t* corr, int64_t n,
                        int64_t k_pad, const uint8_t* wq, const uint16_t* wd, int group,

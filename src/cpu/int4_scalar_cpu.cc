@@ -128,7 +128,7 @@ void MatmulInt4Chunk(Isa isa, const int8_t* xq, const float* sx, const int32_t* 
     case IntKernel::kAvxVnni:
       return MatmulInt4AvxVnni(xq, sx, corr, n, k_pad, wq, wd, group, j0, j1, y, ldy);
     case IntKernel::kAvx2:
-      return MatmulInt4Avx2(xq, sx, corr, n, k_pad, wq, wd, group, j0, j1, y, ldy);
+      return MatmulInt4Avx2Side(xq, sx, corr, n, k_pad, wq, wd, group, j0, j1, y, ldy, side);
     case IntKernel::kScalar: break;
   }
   MatmulInt4Scalar(xq, sx, corr, n, k_pad, wq, wd, group, j0, j1, y, ldy);

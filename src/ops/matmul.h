@@ -49,7 +49,8 @@ struct MatmulEpilogue {
   std::function<void(int64_t task)> pre;
   std::function<void(int64_t j0, int64_t j1)> block;
   // Optional: the memory block(j0, j1) will read, for a kernel that can prefetch it while it
-  // computes the block (the int8 and int4 AVX512_VNNI kernels; cpu/side_prefetch.h).
+  // computes the block (the int8 and int4 AVX512_VNNI kernels, the int4 AVX2 one at several
+  // rows; cpu/side_prefetch.h).
   std::function<void(int64_t j0, int64_t j1, cpu::SidePrefetch* side)> prefetch;
 };
 
