@@ -31,6 +31,11 @@ std::string PrintableAscii(std::string_view s) {
   return out;
 }
 
+std::string KeyForMessage(std::string_view key) {
+  constexpr size_t kMaxChars = 40;
+  return PrintableAscii(key.substr(0, kMaxChars)) + (key.size() > kMaxChars ? "..." : "");
+}
+
 namespace {
 
 template <typename J>

@@ -56,11 +56,15 @@ Status CheckJsonArrayElements(std::string_view text, std::string_view what, int6
 // O(n) scan: kInvalidArgument when one object has more than `max_keys` members.
 Status CheckJsonObjectKeys(std::string_view text, std::string_view what, int max_keys);
 
-// dump() that never throws: invalid UTF-8 in strings is replaced by U+FFFD. `max_chars` > 0
-// cuts the result (with "...") for use inside error messages.
 // `s` with every byte outside printable ASCII as \xNN: file or request bytes quoted in a
 // message (invalid UTF-8 and control bytes never reach logs or error bodies as they are).
 std::string PrintableAscii(std::string_view s);
+// An object key from a file or a request as an error message quotes it: PrintableAscii of its
+// first 40 bytes, "..." after them if it is longer (a key of megabytes never becomes a message
+// of megabytes).
+std::string KeyForMessage(std::string_view key);
+// dump() that never throws: invalid UTF-8 in strings is replaced by U+FFFD. `max_chars` > 0
+// cuts the result (with "...") for use inside error messages.
 std::string JsonToString(const nlohmann::json& j, int indent = -1, size_t max_chars = 0);
 std::string JsonToString(const nlohmann::ordered_json& j, int indent = -1, size_t max_chars = 0);
 

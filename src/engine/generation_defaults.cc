@@ -140,7 +140,7 @@ StatusOr<GenerationDefaults> LoadGenerationDefaults(const std::string& mode,
       for (const char* k : kFields) known = known || it.key() == k;
       if (!known) {
         return InvalidArgument(where + ": unknown field '" +
-                               PrintableAscii(std::string_view(it.key()).substr(0, 40)) +
+                               KeyForMessage(it.key()) +
                                "' (known: temperature, top_p, top_k, min_p, repetition_penalty, "
                                "max_new_tokens)");
       }

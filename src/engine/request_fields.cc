@@ -98,7 +98,7 @@ Status ParseLogitBias(const json& v, std::vector<std::pair<int32_t, float>>* out
     const int64_t id = digits ? std::stoll(key) : -1;
     if (!digits || id > std::numeric_limits<int32_t>::max()) {
       return InvalidArgument("logit_bias keys must be token ids (decimal digits), got '" +
-                             PrintableAscii(std::string_view(key).substr(0, 40)) + "'");
+                             KeyForMessage(key) + "'");
     }
     const json& b = it.value();
     if (!b.is_number() || !std::isfinite(b.get<double>())) {

@@ -34,7 +34,7 @@ StatusOr<BnbConfig> BnbConfig::Parse(const json& qc, const std::string& where) {
   for (auto it = qc.begin(); it != qc.end(); ++it) {
     if (std::none_of(std::begin(kKnown), std::end(kKnown),
                      [&](const char* k) { return it.key() == k; })) {
-      return InvalidArgument(what + ": field '" + it.key() + "' (" + Show(it.value()) +
+      return InvalidArgument(what + ": field '" + KeyForMessage(it.key()) + "' (" + Show(it.value()) +
                              ") is not one loom knows how to serve; a bitsandbytes checkpoint that "
                              "needs it is not supported");
     }

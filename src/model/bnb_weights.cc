@@ -31,6 +31,19 @@ std::vector<float> F32s(const TensorInfo& t) {
   return v;
 }
 
+// A block absmax (or a double quant's nested_absmax) as bitsandbytes writes it: finite and ≥ 0
+// (the largest |w| of its block). A negative one would flip its block's signs.
+Status CheckBlockScales(const TensorInfo& t, const std::vector<float>& v) {
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!std::isfinite(v[i]) || v[i] < 0) {
+      return InvalidArgument(t.file + ": tensor '" + t.name + "' entry " + std::to_string(i) +
+                             " is " + std::to_string(v[i]) +
+                             ", not a block absmax (finite, at least 0)");
+    }
+  }
+  return OkStatus();
+}
+
 // The fields of weight.quant_state.bitsandbytes__<type> (bitsandbytes QuantState.as_dict(packed)).
 struct QuantState {
   int64_t blocksize = 0;
@@ -58,7 +71,7 @@ StatusOr<QuantState> ParseQuantState(const TensorInfo& t, const BnbConfig& confi
                                          "nested_offset"};
     if (std::none_of(std::begin(kKnown), std::end(kKnown),
                      [&](const char* k) { return it.key() == k; })) {
-      return InvalidArgument(what + ": quant_state field '" + it.key() +
+      return InvalidArgument(what + ": quant_state field '" + KeyForMessage(it.key()) +
                              "' is not one bitsandbytes writes");
     }
   }
@@ -172,6 +185,7 @@ const std::string why = "bitsandbytes " + type + " (blocksize " + std::to_string
     ASSIGN_OR_RETURN(const TensorInfo* am,
                      NeedTensor(store, w + ".absmax", {"F32"}, {blocks}, why, consumed));
     absmax = F32s(*am);
+    RETURN_IF_ERROR(CheckBlockScales(*am, absmax));
   } else {
     const int64_t nested_blocks = (blocks + kBnbNestedBlock - 1) / kBnbNestedBlock;
     ASSIGN_OR_RETURN(const TensorInfo* qa,
@@ -181,6 +195,7 @@ const std::string why = "bitsandbytes " + type + " (blocksize " + std::to_string
     ASSIGN_OR_RETURN(const TensorInfo* nm,
                      NeedTensor(store, w + ".nested_quant_map", {"F32"}, {256}, why, consumed));
     const std::vector<float> nested_absmax = F32s(*na), nested_code = F32s(*nm);
+    RETURN_IF_ERROR(CheckBlockScales(*na, nested_absmax));
     for (const float v : nested_code) {
       if (!std::isfinite(v)) {
         return InvalidArgument(nm->file + ": tensor '" + nm->name +
@@ -188,9 +203,16 @@ const std::string why = "bitsandbytes " + type + " (blocksize " + std::to_string
       }
     }
     for (int64_t b = 0; b < blocks; ++b) {
-      absmax[static_cast<size_t>(b)] =
+      const float scale =
           BnbNestedScale(nested_code[qa->data[b]],
                          nested_absmax[static_cast<size_t>(b / kBnbNestedBlock)], qs.nested_offset);
+      if (!std::isfinite(scale)) {
+        return InvalidArgument(qa->file + ": block " + std::to_string(b) + " of '" + qa->name +
+                               "' dequantizes to a scale that is not finite (nested_absmax " +
+                               std::to_string(nested_absmax[static_cast<size_t>(b / kBnbNestedBlock)]) +
+                               ", nested_offset " + std::to_string(qs.nested_offset) + ")");
+      }
+      absmax[static_cast<size_t>(b)] = scale;
     }
   }
   // bitsandbytes packs element 2m in the high nibble of byte m, element 2m + 1 in the low.

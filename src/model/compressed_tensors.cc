@@ -24,7 +24,7 @@ std::string Show(const json& v) { return JsonToString(v, -1, 80); }
 Status CheckKeys(const json& obj, std::initializer_list<const char*> known, const std::string& what) {
   for (auto it = obj.begin(); it != obj.end(); ++it) {
     if (std::none_of(known.begin(), known.end(), [&](const char* k) { return it.key() == k; })) {
-      return InvalidArgument(what + ": field '" + it.key() + "' (" + Show(it.value()) +
+      return InvalidArgument(what + ": field '" + KeyForMessage(it.key()) + "' (" + Show(it.value()) +
                              ") is not one loom knows how to serve; a compressed-tensors checkpoint "
                              "that needs it is not supported");
     }

@@ -80,7 +80,7 @@ Status ParseGptq(const json& qc, const std::string& what, GptqConfig* c) {
                "is_marlin_format", "zero_point"}) || In(k, kGptqInformational)) {
       continue;
     }
-    return InvalidArgument(what + ": field '" + k + "' (" + Show(it.value()) +
+    return InvalidArgument(what + ": field '" + KeyForMessage(k) + "' (" + Show(it.value()) +
                            ") is not one loom knows how to serve; a GPTQ checkpoint that needs it is not supported");
   }
   RETURN_IF_ERROR(GetInt4Bits(qc, what, "bits"));
@@ -139,7 +139,7 @@ Status ParseAwq(const json& qc, const std::string& what, GptqConfig* c) {
                "version", "format", "method"}) || In(k, kAwqInformational)) {
       continue;
     }
-    return InvalidArgument(what + ": field '" + k + "' (" + Show(it.value()) +
+    return InvalidArgument(what + ": field '" + KeyForMessage(k) + "' (" + Show(it.value()) +
                            ") is not one loom knows how to serve; an AWQ checkpoint that needs it is not supported");
   }
   RETURN_IF_ERROR(GetInt4Bits(qc, what, qc.contains("bits") ? "bits" : "w_bit"));

@@ -135,6 +135,24 @@ def test_chat_invalid_field_is_400(server, case):
     assert error_of(r)["param"] == param
 
 
+@pytest.mark.parametrize("route", ["/v1/completions", "/v1/chat/completions"])
+def test_huge_unknown_field_name_is_quoted_short(server, route):
+    # A 100,000-byte key (and one under stream_options) is named by its first 40 bytes, so
+    # the error stays small; non-ASCII bytes are escaped as \xNN.
+    good = GOOD_COMPLETION if route == "/v1/completions" else GOOD_CHAT
+    key = "é" + "k" * 100_000
+    for body, prefix in (
+        (dict(good, **{key: 1}), ""),
+        (dict(good, stream=True, stream_options={key: True}), "stream_options."),
+    ):
+        r = server.post(route, body)
+        assert r.status_code == 400, r.text
+        e = error_of(r)
+        want = prefix + "\\xc3\\xa9" + "k" * 38 + "..."
+        assert e["param"] == want, e["param"][:100]
+        assert len(r.text) < 1000, len(r.text)
+
+
 def test_missing_required_fields(server):
     r = server.post("/v1/completions", {"model": BASE})
     assert r.status_code == 400 and error_of(r)["param"] == "prompt"

@@ -97,10 +97,14 @@ TEST(BnbConfig, HandlesOrRefusesEveryFieldByName) {
        "llm_int8_skip_modules is \"lm_head\", not a list"},
       {[](json& q) { q["bnb_4bit_use_double_quant"] = "yes"; }, "bnb_4bit_use_double_quant"},
       {[](json& q) { q["sparsity"] = 1; }, "field 'sparsity' (1) is not one loom knows"},
+      // A key of 100,000 bytes is quoted by its first 40 (non-ASCII bytes escaped).
+      {[](json& q) { q["\xc3\xa9" + std::string(100000, 'k')] = 1; },
+       "field '\\xc3\\xa9kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk...' (1) is not one loom knows"},
   };
   for (const Case& c : cases) {
     const std::string err = parse(c.edit);
-    EXPECT_NE(err.find(c.message), std::string::npos) << "got: " << err << "\nwant: " << c.message;
+    EXPECT_NE(err.find(c.message), std::string::npos) << "got: " << err.substr(0, 300) << "\nwant: " << c.message;
+    EXPECT_LT(err.size(), 1000u);
   }
   // The type: nf4, fp4, and fp4 when absent (BitsAndBytesConfig's default).
   for (const char* type : {"nf4", "fp4", ""}) {
@@ -210,6 +214,22 @@ TEST(BnbCorrupt, EachMismatchIsAClearErrorNamingTheTensorOrField) {
          std::memcpy(r[kQ + ".absmax"].bytes.data() + 8, &nan, 4);
        },
        "tensor 'model.layers.0.self_attn.q_proj.weight.absmax' ([64] F32) has NaN at index 2"},
+      // A negative block absmax (bitsandbytes never writes one: it would flip the block's signs),
+      // and a double quant's negative nested_absmax.
+      {"nf4_llama", none,
+       [](RawFile& r) {
+         const float neg = -1.0f;
+         std::memcpy(r[kQ + ".absmax"].bytes.data() + 8, &neg, 4);
+       },
+       "tensor 'model.layers.0.self_attn.q_proj.weight.absmax' entry 2 is -1.000000, not a block "
+       "absmax (finite, at least 0)"},
+      {"nf4dq_qwen2", none,
+       [](RawFile& r) {
+         const float neg = -0.5f;
+         std::memcpy(r[kQ + ".nested_absmax"].bytes.data(), &neg, 4);
+       },
+       "tensor 'model.layers.0.self_attn.q_proj.weight.nested_absmax' entry 0 is -0.500000, not a "
+       "block absmax (finite, at least 0)"},
       // FP4 tensors in an NF4 checkpoint and the reverse; a quantized module the config keeps
       // dense; a config/file disagreement.
       {"nf4_llama", none,
