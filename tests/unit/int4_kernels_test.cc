@@ -31,26 +31,23 @@ const char* SideLines() {
   static const std::vector<char> lines(1 << 16, 1);
   return lines.data();
 }
-void Avx2Side(const int8_t* xq, const float* sx, const int32_t* corr, int64_t n, int64_t kp,
+using Int4SideFn = void (*)(const int8_t*, const float*, const int32_t*, int64_t, int64_t,
+                           const uint8_t*, const uint16_t*, int, int64_t, int64_t, float*, int64_t,
+                           cpu::SidePrefetch*);
+template <Int4SideFn kKernel>
+void WithSide(const int8_t* xq, const float* sx, const int32_t* corr, int64_t n, int64_t kp,
               const uint8_t* wq, const uint16_t* wd, int group, int64_t j0, int64_t j1, float* y,
               int64_t ldy) {
   cpu::SidePrefetch side;
   side.Add(SideLines(), 1 << 16);
-  cpu::MatmulInt4Avx2Side(xq, sx, corr, n, kp, wq, wd, group, j0, j1, y, ldy, &side);
-}
-void VnniSide(const int8_t* xq, const float* sx, const int32_t* corr, int64_t n, int64_t kp,
-              const uint8_t* wq, const uint16_t* wd, int group, int64_t j0, int64_t j1, float* y,
-              int64_t ldy) {
-  cpu::SidePrefetch side;
-  side.Add(SideLines(), 1 << 16);
-  cpu::MatmulInt4VnniSide(xq, sx, corr, n, kp, wq, wd, group, j0, j1, y, ldy, &side);
+  kKernel(xq, sx, corr, n, kp, wq, wd, group, j0, j1, y, ldy, &side);
 }
 
 std::vector<std::pair<const char*, Int4Fn>> Kernels() {
   std::vector<std::pair<const char*, Int4Fn>> k;
   if (cpu::DetectIsa() >= cpu::Isa::kAvx2) k.emplace_back("avx2", cpu::MatmulInt4Avx2);
-  if (cpu::DetectIsa() >= cpu::Isa::kAvx2) k.emplace_back("avx2 side", Avx2Side);
-  if (cpu::DetectIsa() >= cpu::Isa::kAvx512 && cpu::HasAvx512Vnni()) k.emplace_back("avx512vnni side", VnniSide);
+  if (cpu::DetectIsa() >= cpu::Isa::kAvx2) k.emplace_back("avx2 side", WithSide<cpu::MatmulInt4Avx2Side>);
+  if (cpu::DetectIsa() >= cpu::Isa::kAvx512 && cpu::HasAvx512Vnni()) k.emplace_back("avx512vnni side", WithSide<cpu::MatmulInt4VnniSide>);
   if (cpu::DetectIsa() >= cpu::Isa::kAvx2 && cpu::HasAvxVnni()) k.emplace_back("avxvnni", cpu::MatmulInt4AvxVnni);
   if (cpu::DetectIsa() >= cpu::Isa::kAvx512 && cpu::HasAvx512Vnni()) k.emplace_back("avx512vnni", cpu::MatmulInt4Vnni);
   // AMX-INT8 tiles (groups 64 and 128; 32 runs the scalar reference): the callers below give
