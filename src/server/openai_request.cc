@@ -124,8 +124,8 @@ void AddCommon(std::map<std::string, Handler>* h) {
           return false;
         }
       } else {
-        return p.Fail("stream_options." + KeyForMessage(it.key()),
-                      "unknown field 'stream_options." + KeyForMessage(it.key()) + "'");
+        const std::string field = "stream_options." + KeyForMessage(it.key());
+        return p.Fail(field, "unknown field '" + field + "'");
       }
     }
     return true;
@@ -454,7 +454,8 @@ bool ParseOpenAiRequest(const std::string& body, Endpoint endpoint, OpenAiReques
     }
     auto h = handlers.find(it.key());
     if (h == handlers.end()) {
-      *error = BadRequest(KeyForMessage(it.key()), "unknown field '" + KeyForMessage(it.key()) + "'");
+      const std::string field = KeyForMessage(it.key());
+      *error = BadRequest(field, "unknown field '" + field + "'");
       return false;
     }
     if (!h->second(p, it.value(), out)) return false;
