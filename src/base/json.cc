@@ -54,7 +54,8 @@ StatusOr<J> ParseImpl(std::string_view text, std::string_view what, JsonLimits l
       // Parse again with exceptions only to learn where it failed (depth is already bounded).
       std::string why = "not valid JSON";
       try {
-        (void)J::parse(text.begin(), text.end());
+        const J reparsed = J::parse(text.begin(), text.end());  // throws: `text` did not parse
+        (void)reparsed;
       } catch (const nlohmann::json::exception& e) {
         // nlohmann's text quotes the bytes last read ("last read: '...'") verbatim.
         why = "not valid JSON (" + PrintableAscii(e.what()) + ")";

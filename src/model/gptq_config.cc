@@ -1,5 +1,6 @@
 // GPTQ / AWQ quantization_config: parse and validate (every field handled, accepted as calibration-only information, or rejected by name).
 #include <algorithm>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include "base/file.h"
@@ -141,6 +142,15 @@ Status ParseAwq(const json& qc, const std::string& what, GptqConfig* c) {
     }
     return InvalidArgument(what + ": field '" + KeyForMessage(k) + "' (" + Show(it.value()) +
                            ") is not one loom knows how to serve; an AWQ checkpoint that needs it is not supported");
+  }
+  // AutoAWQ writes w_bit / q_group_size, transformers' AwqConfig bits / group_size; a config
+  // with both spellings must say the same thing in each (else which one the packing used is
+  // unknown).
+  for (const auto& [a, b] : {std::pair<const char*, const char*>{"bits", "w_bit"}, {"group_size", "q_group_size"}}) {
+    if (qc.contains(a) && qc.contains(b) && qc[a] != qc[b]) {
+      return InvalidArgument(what + ": " + a + " is " + Show(qc[a]) + " but " + b + " is " + Show(qc[b]) +
+                             "; the two spellings of one setting must agree");
+    }
   }
   RETURN_IF_ERROR(GetInt4Bits(qc, what, qc.contains("bits") ? "bits" : "w_bit"));
   RETURN_IF_ERROR(GetGroup(qc, what, qc.contains("group_size") ? "group_size" : "q_group_size",

@@ -26,10 +26,11 @@ int8_t Int8Weight::At(int64_t j, int64_t i) const {
 
 namespace {
 
-// Shapes and buffers of an Int8Weight for a [rows, cols] matrix.
-StatusOr<std::unique_ptr<Int8Weight>> NewInt8Weight(int64_t rows, int64_t cols, const std::string& name) {
+// Shapes and buffers of an Int8Weight for a [rows, cols] matrix; `what` opens an error
+// ("quantizing <name>" at load, the tensor's name for a pre-quantized file).
+StatusOr<std::unique_ptr<Int8Weight>> NewInt8Weight(int64_t rows, int64_t cols, const std::string& what) {
   if (cols > cpu::kMaxInt8Depth) {
-    return InvalidArgument("quantizing " + name + ": " + std::to_string(cols) +
+    return InvalidArgument(what + ": " + std::to_string(cols) +
                            " input features exceed the int8 kernels' " +
                            std::to_string(cpu::kMaxInt8Depth));
   }
@@ -67,7 +68,7 @@ StatusOr<std::unique_ptr<Int8Weight>> QuantizeWeightInt8(const Tensor& w, const 
   if (w.dtype != DType::kF32 && w.dtype != DType::kF16 && w.dtype != DType::kBF16) {
     return InvalidArgument("quantizing " + name + ": int8 needs an F32/F16/BF16 weight");
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<Int8Weight> out, NewInt8Weight(w.dim(0), w.dim(1), name));
+  ASSIGN_OR_RETURN(std::unique_ptr<Int8Weight> out, NewInt8Weight(w.dim(0), w.dim(1), "quantizing " + name));
   const int64_t cols = out->cols;
   const size_t row_bytes = static_cast<size_t>(cols) * DTypeSize(w.dtype);
   Int8Weight* o = out.get();

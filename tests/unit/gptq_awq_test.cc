@@ -69,6 +69,9 @@ TEST(GptqConfig, ParsesAndRejectsByName) {
       {[](json& q) { q["zero_point"] = false; }, true, "zero_point is false"},
       {[](json& q) { q["group_size"] = -1; }, true, "group_size is -1"},
       {[](json& q) { q["sparkle"] = true; }, true, "field 'sparkle' (true) is not one loom knows"},
+      // AutoAWQ's spellings beside transformers': both present, they must agree.
+      {[](json& q) { q["w_bit"] = 3; }, true, "bits is 4 but w_bit is 3; the two spellings"},
+      {[](json& q) { q["q_group_size"] = 64; }, true, "group_size is 128 but q_group_size is 64"},
   };
   for (const Case& c : cases) {
     json q = c.awq ? Awq() : Gptq();
@@ -76,6 +79,10 @@ TEST(GptqConfig, ParsesAndRejectsByName) {
     const std::string err = ParseError(q);
     EXPECT_NE(err.find(c.message), std::string::npos) << "want '" << c.message << "'\n got '" << err << "'";
   }
+  json both = Awq();  // both spellings, agreeing: read as one
+  both["w_bit"] = 4;
+  both["q_group_size"] = 128;
+  EXPECT_EQ(ParseError(both), "");
   json v2 = Gptq();
   v2["checkpoint_format"] = "gptq_v2";
   v2["group_size"] = -1;
