@@ -233,6 +233,7 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
   // the engine (num_in_flight): handlers checking at once see each other's.
   const int64_t wanted = static_cast<int64_t>(sub.prompts.size()) * r.n;
   if (!CheckLogitBiasBudget(r, wanted, &error)) return fail(error);
+  if (!CheckPromptLogprobBudget(r, sub.prompts, &error)) return fail(error);
   const int64_t others = ctx.admitting.fetch_add(wanted);
   struct Unreserve {
     std::atomic<int64_t>& admitting;

@@ -77,7 +77,8 @@ bool ParseAdminBody(const std::string& body, const std::vector<std::string>& req
     const bool known = std::find(required.begin(), required.end(), it.key()) != required.end() ||
                        std::find(optional.begin(), optional.end(), it.key()) != optional.end();
     if (!known) {
-      *error = BadRequest(it.key(), "unknown field '" + it.key() + "'");
+      const std::string key = KeyForMessage(it.key());  // quoted short (a key may be 100 KB)
+      *error = BadRequest(key, "unknown field '" + key + "'");
       return false;
     }
   }
@@ -158,6 +159,10 @@ HttpResponse HandleUnload(ServerContext& ctx, const HttpRequest& req) {
   json body;
   if (auto refused = AdminBody(ctx, req, "--allow-runtime-lora", {"lora_name"}, {"lora_int_id"}, &body)) {
     return *refused;
+  }
+  // vLLM's UnloadLoRAAdapterRequest: lora_int_id an integer or null, and unused (the name decides).
+  if (body.contains("lora_int_id") && !body["lora_int_id"].is_null() && !body["lora_int_id"].is_number_integer()) {
+    return ErrorReply(BadRequest("lora_int_id", "lora_int_id must be an integer"));
   }
   const std::string name = body["lora_name"].get<std::string>();
   if (!ctx.adapters->Unregister(name).ok()) {

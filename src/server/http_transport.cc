@@ -437,8 +437,12 @@ class Session : public std::enable_shared_from_this<Session> {
       stream_.reset();
       if (chunked_) Queue("0\r\n\r\n");
       complete_ = true;
-    } else if (queued_bytes_ + in_flight_bytes_ > owner_->options.max_buffered_bytes) {
-      return Close();  // the client reads slower than tokens come: dropped, its work cancelled
+    } else if (writing_ && queued_bytes_ > owner_->options.max_buffered_bytes) {
+      // The client reads slower than tokens come: dropped, its work cancelled. Only bytes
+      // waiting behind a write count: one large chunk (an echo's prompt log-probs, bounded by
+      // CheckPromptLogprobBudget) is handed to the socket whole, where counting it closed the
+      // connection before its head was sent.
+      return Close();
     }
     Flush();
   }
@@ -470,7 +474,17 @@ class Session : public std::enable_shared_from_this<Session> {
     for (const std::string& s : in_flight_) buffers.push_back(asio::buffer(s));
     writing_ = true;
     Arm(owner_->options.write_timeout_s);
-    asio::async_write(socket_, buffers, [self = shared_from_this()](error_code ec, size_t) {
+    // The timeout is for a write that makes no progress: re-armed each time the socket takes
+    // more bytes, so a large body to a slow reader is not cut off after write_timeout_s while a
+    // client that stops reading still is.
+    auto progress = [self = shared_from_this(), sent = size_t{0}](const error_code& ec, size_t n) mutable {
+      if (!ec && n > sent) {
+        sent = n;
+        self->Arm(self->owner_->options.write_timeout_s);
+      }
+      return asio::transfer_all()(ec, n);
+    };
+    asio::async_write(socket_, buffers, std::move(progress), [self = shared_from_this()](error_code ec, size_t) {
       self->Safely([&] {
         self->writing_ = false;
         if (self->phase_ == Phase::kClosed) return;
@@ -595,9 +609,11 @@ void HttpTransport::Impl::Accept() {
       return;
     }
     if (num_connections.load() >= options.max_connections) {
+      // An OpenAI error object, as every other error (the body is fixed, so its length is).
       static const char kBusy[] =
           "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
-          "Connection: close\r\nContent-Length: 0\r\n\r\n";
+          "Connection: close\r\nContent-Length: 134\r\n\r\n"
+          "{\"error\":{\"message\":\"the server has too many open connections; retry later\",\"type\":\"ServiceUnavailableError\",\"param\":null,\"code\":503}}";
       ::send(socket.native_handle(), kBusy, sizeof(kBusy) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
       error_code ignored;
       socket.close(ignored);

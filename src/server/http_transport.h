@@ -18,8 +18,8 @@ struct TransportOptions {
   size_t max_header_bytes = 64 << 10; // request line + header fields: 431 beyond
   double request_timeout_s = 30;      // a whole request (headers and body) must arrive in this,
                                       // counted from the previous response on a kept-alive one
-  double write_timeout_s = 10;        // one write; a client that stops reading is dropped
-  size_t max_buffered_bytes = 8u << 20;  // a stream's unsent output; beyond, the client is dropped
+  double write_timeout_s = 10;        // a write with no progress this long: the client is dropped
+  size_t max_buffered_bytes = 8u << 20;  // a stream's output waiting behind a write; beyond, dropped
   int max_connections = 4096;         // beyond, new connections are closed at once
   int worker_threads = 16;            // run handlers (Post)
 };

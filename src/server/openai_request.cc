@@ -557,4 +557,24 @@ bool CheckLogitBiasBudget(const OpenAiRequest& r, int64_t sequences, ApiError* e
   return false;
 }
 
+bool CheckPromptLogprobBudget(const OpenAiRequest& r, const std::vector<std::vector<int32_t>>& prompts,
+                              ApiError* error) {
+  // The top-N each prompt token carries (as Submit sets it): -1 when the prompt is not scored.
+  const int top = std::max(r.prompt_logprobs, r.echo && r.want_logprobs ? r.logprobs : -1);
+  if (top < 0) return true;
+  int64_t tokens = 0;
+  for (const auto& p : prompts) tokens += static_cast<int64_t>(p.size());
+  const int64_t entries = tokens * r.n * (top + 1);
+  const int64_t limit = r.stream ? kMaxStreamPromptLogprobEntries : kMaxPromptLogprobEntries;
+  if (entries <= limit) return true;
+  const char* field = r.prompt_logprobs >= 0 ? "prompt_logprobs" : "logprobs";
+  *error = BadRequest(field, std::string(field) + " asks for " + std::to_string(entries) +
+                                 " prompt log-prob entries (" + std::to_string(tokens) + " prompt tokens × n " +
+                                 std::to_string(r.n) + " × " + std::to_string(top + 1) + "); at most " +
+                                 std::to_string(limit) + " per request" +
+                                 (r.stream ? " with stream=true (more without stream)" : "") +
+                                 ": send fewer or shorter prompts, or fewer alternatives");
+  return false;
+}
+
 }  // namespace loom::server

@@ -74,6 +74,18 @@ struct OpenAiRequest {
 inline constexpr int64_t kMaxLogitBiasEntries = int64_t{1} << 22;
 bool CheckLogitBiasBudget(const OpenAiRequest& r, int64_t sequences, ApiError* error);
 
+// Prompt log-probs (prompt_logprobs, or echo with logprobs) come all at once, when a sequence's
+// prompt has run: (top-N + 1) entries per prompt token per sequence, held by the engine's result
+// and the reply, then written as one JSON body — or, streamed, as each choice's first chunk,
+// built on the connection's I/O thread. More than kMaxPromptLogprobEntries (streamed:
+// kMaxStreamPromptLogprobEntries) entries in one request is a 400 naming the field that asked
+// for them (a 64-prompt × n = 16 echo of 2K-token prompts at top-20 was ~43M entries: gigabytes
+// of JSON). lm-evaluation-harness's loglikelihood batches (echo, logprobs 1, n 1) stay far below.
+inline constexpr int64_t kMaxPromptLogprobEntries = int64_t{1} << 20;
+inline constexpr int64_t kMaxStreamPromptLogprobEntries = int64_t{1} << 18;
+bool CheckPromptLogprobBudget(const OpenAiRequest& r, const std::vector<std::vector<int32_t>>& prompts,
+                              ApiError* error);
+
 // Parses and validates a body. On failure fills *error (400 naming the field) and returns false.
 // `max_nesting` bounds the JSON depth (checked before parsing).
 bool ParseOpenAiRequest(const std::string& body, Endpoint endpoint, OpenAiRequest* out,

@@ -75,6 +75,16 @@ COMPLETION_CASES = [
     ("prompt_logprobs", "all", "prompt_logprobs"),
     ("min_tokens", -1, "min_tokens"),
     ("suffix", "x", "suffix"),
+    # Each count and size limit of docs/API.md, one past it.
+    ("n", 17, "n"),
+    ("best_of", 17, "best_of"),
+    ("stop", [f"s{i}" for i in range(17)], "stop"),
+    ("stop", "s" * 257, "stop"),
+    ("stop_token_ids", [5] * 257, "stop_token_ids"),
+    ("prompt", ["hi"] * 65, "prompt"),
+    ("bad_words", [f"w{i}" for i in range(65)], "bad_words"),
+    ("bad_words", ["w" * 257], "bad_words"),
+    ("max_tokens", (1 << 24) + 1, "max_tokens"),
 ]
 CHAT_CASES = [
     ("messages", [], "messages"),

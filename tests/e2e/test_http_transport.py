@@ -296,6 +296,13 @@ def test_too_many_connections_get_503(long_dir):
             data += chunk
         s.close()
         assert data.startswith(b"HTTP/1.1 503"), data
+        head, _, body = data.partition(b"\r\n\r\n")
+        assert b"Retry-After: 1" in head
+        # an OpenAI error object like every other error, its length as declared
+        assert f"Content-Length: {len(body)}".encode() in head, data
+        err = json.loads(body)["error"]
+        assert err["code"] == 503 and err["type"] == "ServiceUnavailableError"
+        assert "connections" in err["message"]
         for x in socks:
             x.close()
         socks = []

@@ -1,6 +1,7 @@
 """Log-probs through the official openai client: chat and completions (greedy, streamed, the
 sampled token leading completions' top_logprobs, text_offset in characters), and the prompt's:
 echo with logprobs (lm-evaluation-harness), echo with max_tokens 0 (HELM), vLLM's prompt_logprobs."""
+import json
 import math
 
 import pytest
@@ -233,3 +234,48 @@ def test_chat_top_logprobs_zero(server):
     content = r.choices[0].logprobs.content
     assert len(content) == 3
     assert all(e.top_logprobs == [] and e.logprob <= 0 for e in content)
+
+
+def test_prompt_logprob_budget_is_400_naming_the_field(server):
+    # Prompt log-probs come all at once (one body, or each choice's first chunk): more than 2^20
+    # entries (top-N + 1 per prompt token per sequence) in a request, 2^18 streamed, is a 400
+    # naming the field that asked for them, before any prompt runs.
+    prompts = [[97 + (i + t) % 26 for t in range(500)] for i in range(64)]  # 64 × 500 tokens
+    r = server.post("/v1/completions", {"model": BASE, "prompt": prompts, "n": 2, "max_tokens": 1,
+                                        "prompt_logprobs": 20})  # 64·500·2·21 = 1,344,000
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == "prompt_logprobs" and "1344000" in err["message"], err
+    r = server.post("/v1/completions", {"model": BASE, "prompt": [p[:200] for p in prompts],
+                                        "max_tokens": 1, "echo": True, "logprobs": 20,
+                                        "stream": True})  # 64·200·21 = 268,800 > 262,144
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == "logprobs" and "stream" in err["message"], err
+    # The same without stream is within the larger budget, and answered.
+    r = server.post("/v1/completions", {"model": BASE, "prompt": [p[:200] for p in prompts[:8]],
+                                        "max_tokens": 1, "echo": True, "logprobs": 20})
+    assert r.status_code == 200, r.text[:300]
+    assert all(len(c["logprobs"]["tokens"]) == 201 for c in r.json()["choices"])
+
+
+def test_streamed_echo_of_a_long_prompt_arrives_whole(start_server, long_dir):
+    # A 12,000-token prompt echoed with 20 alternatives (252,000 entries, within the streamed
+    # budget) is one first chunk of several MiB, built and written whole (a chunk counted against
+    # the 8 MiB a stream may leave unsent behind a write; with longer token strings one this size
+    # closed the connection before its head was sent).
+    srv = start_server(long_dir, ["--served-model-name", BASE])
+    prompt = [97 + (t * 7) % 26 for t in range(12000)]
+    r = srv.post("/v1/completions", {"model": BASE, "prompt": prompt, "max_tokens": 1, "echo": True,
+                                     "logprobs": 20, "stream": True}, stream=True, timeout=300)
+    assert r.status_code == 200, r.text[:300]
+    events = [line[len(b"data: "):] for line in r.iter_lines(chunk_size=1 << 16)
+              if line.startswith(b"data: ")]
+    assert events[-1] == b"[DONE]"
+    first = json.loads(events[0])["choices"][0]
+    assert len(events[0]) > 2 << 20, len(events[0])
+    assert len(first["logprobs"]["tokens"]) >= 12000
+    assert first["logprobs"]["token_logprobs"][0] is None
+    # (alternatives whose text is the same, such as bytes that decode to U+FFFD, share a key)
+    tops = first["logprobs"]["top_logprobs"][1:12000]
+    assert all(1 <= len(t) <= 21 for t in tops) and max(len(t) for t in tops) >= 15

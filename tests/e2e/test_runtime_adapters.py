@@ -87,6 +87,10 @@ def test_load_unload_endpoints(start_server, llama_dir, lora_dir, reference, tmp
     expect(srv.post("/v1/load_lora_adapter", {"lora_name": "a9"}), 400, "lora_path")
     expect(srv.post("/v1/load_lora_adapter", {"lora_name": "a9", "lora_path": "qv", "x": 1}),
            400, "x")
+    # A huge unknown key is quoted by its first 40 bytes, not echoed whole (param and message).
+    r = srv.post("/v1/load_lora_adapter", {"lora_name": "a9", "lora_path": "qv", "k" * 100000: 1})
+    expect(r, 400)
+    assert len(r.text) < 1000 and r.json()["error"]["param"].startswith("k" * 40 + "..."), r.text[:300]
     ids = model_ids(srv)
     for name in ("a3", "a4", "a5", "a6", "a7", "a8", "a9", "evil", "junk", "broken"):
         assert name not in ids, f"{name} was registered by a failed load"
@@ -96,6 +100,9 @@ def test_load_unload_endpoints(start_server, llama_dir, lora_dir, reference, tmp
     assert "a1" not in model_ids(srv)
     expect(unload(srv, "a1"), 404)
     expect(unload(srv, "never-loaded"), 404)
+    # vLLM's lora_int_id: an integer or null (unused); anything else is refused by name.
+    expect(srv.post("/v1/unload_lora_adapter", {"lora_name": "a2", "lora_int_id": "7"}), 400, "lora_int_id")
+    assert "a2" in model_ids(srv)
     with pytest.raises(openai.NotFoundError):
         srv.client().completions.create(model="a1", prompt="x", max_tokens=2)
     # The name can be loaded again, now with other weights.

@@ -206,6 +206,35 @@ TEST(OpenAiRequest, RejectsNamingTheField) {
     EXPECT_EQ(err.param, "logit_bias");
     EXPECT_NE(err.message.find("1024 sequences"), std::string::npos) << err.message;
   }
+  {
+    // Prompt log-prob entries (prompt tokens × n × (top-N + 1)) are bounded per request, more
+    // tightly when streamed; the error names the field that asked for them.
+    const std::vector<std::vector<int32_t>> prompts(4, std::vector<int32_t>(1 << 14, 5));  // 2^16 tokens
+    ApiError err;
+    OpenAiRequest r;
+    r.n = 1;
+    EXPECT_TRUE(CheckPromptLogprobBudget(r, prompts, &err));  // nothing asks for prompt log-probs
+    r.prompt_logprobs = 15;  // 2^16 · 16 = 2^20 entries: the limit itself
+    EXPECT_TRUE(CheckPromptLogprobBudget(r, prompts, &err));
+    r.n = 2;
+    EXPECT_FALSE(CheckPromptLogprobBudget(r, prompts, &err));
+    EXPECT_EQ(err.param, "prompt_logprobs");
+    EXPECT_NE(err.message.find("2097152"), std::string::npos) << err.message;
+    OpenAiRequest e;  // echo with logprobs scores the prompt too; streamed, 2^18 at most
+    e.echo = e.want_logprobs = e.stream = true;
+    e.logprobs = 3;  // 2^16 · 4 = 2^18
+    EXPECT_TRUE(CheckPromptLogprobBudget(e, prompts, &err));
+    e.logprobs = 4;
+    EXPECT_FALSE(CheckPromptLogprobBudget(e, prompts, &err));
+    EXPECT_EQ(err.param, "logprobs");
+    EXPECT_NE(err.message.find("stream"), std::string::npos) << err.message;
+    e.stream = false;
+    EXPECT_TRUE(CheckPromptLogprobBudget(e, prompts, &err));
+    e.echo = false;  // logprobs without echo: the generated tokens only, never refused here
+    e.logprobs = 20;
+    e.n = 16;
+    EXPECT_TRUE(CheckPromptLogprobBudget(e, prompts, &err));
+  }
   EXPECT_EQ(Reject(R"({"model":"","prompt":"x"})").param, "model");
   EXPECT_EQ(Reject(R"({"model":7,"prompt":"x"})").param, "model");
   {
