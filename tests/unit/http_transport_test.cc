@@ -457,6 +457,106 @@ TEST_F(TransportTest, StopAbandonsOpenStreamsAndReturns) {
   ::close(fd);
 }
 
+// The body of a chunked response (everything after the head, chunk framing removed).
+std::string Dechunk(const std::string& got) {
+  std::string body;
+  size_t at = got.find("\r\n\r\n");
+  if (at == std::string::npos) return body;
+  at += 4;
+  while (at < got.size()) {
+    const size_t eol = got.find("\r\n", at);
+    if (eol == std::string::npos) break;
+    const size_t n = std::stoul(got.substr(at, eol - at), nullptr, 16);
+    if (n == 0) break;
+    body += got.substr(eol + 2, n);
+    at = eol + 2 + n + 2;
+  }
+  return body;
+}
+
+TEST_F(TransportTest, AStreamChunkLargerThanTheBufferLimitIsWrittenWhole) {
+  // The limit is on output waiting behind a write (a client slower than its tokens), not on
+  // one chunk handed to the socket whole: a 1 MiB chunk under a 64 KiB limit arrives.
+  TransportOptions o;
+  o.max_buffered_bytes = 64 << 10;
+  Start(o);
+  const int fd = Connect(port());
+  Send(fd, kGetStream);
+  auto feed = WaitFeed();
+  // The head is written first, alone (so no write is in flight when the chunk comes).
+  std::string got = ReadUntil(fd, [](const std::string& d) { return Contains(d, "\r\n\r\n"); });
+  std::this_thread::sleep_for(50ms);
+  const std::string big(1 << 20, 'x');
+  feed->Add(big, false);  // not the last: the stream goes on after it
+  Wake();
+  got += ReadUntil(fd, [&](const std::string& d) { return got.size() + d.size() > big.size(); });
+  feed->Add("end", true);
+  Wake();
+  got += ReadUntil(fd, [](const std::string& d) { return Contains(d, "\r\n0\r\n\r\n"); });
+  EXPECT_EQ(Dechunk(got), big + "end") << got.substr(0, 200);
+  EXPECT_EQ(feed->abandoned.load(), 0);
+  ::close(fd);
+}
+
+TEST_F(TransportTest, AStreamClientThatStopsReadingIsDroppedAndItsWorkAbandoned) {
+  TransportOptions o;
+  o.max_buffered_bytes = 64 << 10;
+  o.write_timeout_s = 0.5;
+  Start(o);
+  const int fd = Connect(port());
+  Send(fd, kGetStream);
+  auto feed = WaitFeed();
+  // Tokens keep coming; the client reads none of them. The socket buffers fill, then either
+  // the backlog passes 64 KiB or the write makes no progress for 0.5 s: dropped, abandoned.
+  const std::string piece(16 << 10, 'y');
+  for (int i = 0; i < 4000 && feed->abandoned.load() == 0; ++i) {
+    feed->Add(piece, false);
+    Wake();
+    std::this_thread::sleep_for(2ms);
+  }
+  EXPECT_EQ(feed->abandoned.load(), 1);
+  for (int i = 0; i < 300 && transport_->num_connections() > 0; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(transport_->num_connections(), 0);
+  ::close(fd);
+}
+
+TEST_F(TransportTest, ASlowReaderMakingProgressIsNotCutOff) {
+  // The write timeout is for a write that makes no progress: a 12 MiB body read 256 KiB at a
+  // time with 50 ms pauses takes well over the 1 s timeout, and arrives whole.
+  TransportOptions o;
+  o.write_timeout_s = 1.0;
+  Start(o);
+  const int fd = Connect(port());
+  const int small = 16 << 10;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  Send(fd, kGetDeferred);
+  auto feed = WaitFeed();
+  const std::string body(12 << 20, 'z');
+  feed->Add(body, true);
+  Wake();
+  std::string got;
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (got.size() < body.size() && std::chrono::steady_clock::now() < deadline) {
+    size_t burst = 0;
+    while (burst < (256u << 10)) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 20) <= 0) break;
+      char buf[65536];
+      const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+      if (n <= 0) goto done;
+      got.append(buf, static_cast<size_t>(n));
+      burst += static_cast<size_t>(n);
+    }
+    std::this_thread::sleep_for(50ms);
+  }
+done:
+  const size_t head = got.find("\r\n\r\n");
+  ASSERT_NE(head, std::string::npos);
+  EXPECT_EQ(got.size() - head - 4, body.size());
+  EXPECT_EQ(feed->abandoned.load(), 0);
+  ::close(fd);
+}
+
 TEST_F(TransportTest, ConnectionsBeyondTheLimitGet503) {
   TransportOptions o;
   o.max_connections = 2;
@@ -470,6 +570,12 @@ TEST_F(TransportTest, ConnectionsBeyondTheLimitGet503) {
   const int c = Connect(port());
   const std::string got = ReadAll(c);
   EXPECT_TRUE(got.rfind("HTTP/1.1 503", 0) == 0) << got;
+  // An OpenAI error object, its length as declared.
+  const size_t head = got.find("\r\n\r\n");
+  ASSERT_NE(head, std::string::npos);
+  const std::string body = got.substr(head + 4);
+  EXPECT_TRUE(Contains(got, "Content-Length: " + std::to_string(body.size()) + "\r\n")) << got;
+  EXPECT_TRUE(Contains(body, "\"type\":\"ServiceUnavailableError\"") && Contains(body, "\"code\":503")) << body;
   ::close(a);
   ::close(b);
   ::close(c);
