@@ -3,6 +3,8 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
+#include <boost/asio/error.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/optional.hpp>
@@ -12,17 +14,54 @@
 
 namespace loom::server {
 
+// The bytes every connection's request body being received holds together (capacity, as
+// reserved), against one limit: 4,096 connections each sending 8 MiB and stalling would
+// otherwise pin 32 GiB. Reserve fails past the limit; the reading connection answers 503.
+// Used on the transport's I/O thread only (the counter is atomic for readers elsewhere).
+class BodyBudget {
+ public:
+  explicit BodyBudget(size_t limit) : limit_(limit) {}
+  bool Reserve(size_t n) {
+    if (n > limit_ - std::min(limit_, used_.load(std::memory_order_relaxed))) return false;
+    used_.fetch_add(n, std::memory_order_relaxed);
+    return true;
+  }
+  void Release(size_t n) { used_.fetch_sub(n, std::memory_order_relaxed); }
+  size_t used() const { return used_.load(std::memory_order_relaxed); }
+  size_t limit() const { return limit_; }
+
+ private:
+  const size_t limit_;
+  std::atomic<size_t> used_{0};
+};
+
+// A request body's text, with the budget (if any) its reader reserves from; the transport sets
+// `budget` on a parser's body before reading it. Otherwise a std::string.
+struct BudgetedString : std::string {
+  BodyBudget* budget = nullptr;
+};
+
 // Beast's string_body reserves a request's whole Content-Length before any of it arrives: with
 // a large --max-body, one request declaring 500 GB (and sending a few bytes) threw bad_alloc out
 // of the I/O thread and ended the server; with the default limit each of a thousand idle
 // connections still pinned 8 MiB. Here memory follows what was actually received (the parser
 // still refuses a declared or chunked body above its body_limit), and a failed allocation is the
 // request's error (answered 413), not an exception. Reading only: responses are written by hand.
+// With a budget set on the body, every growth of its capacity is reserved from it first (and
+// released when the reader goes, with the parser); past the budget the read fails with
+// boost::asio::error::no_buffer_space.
 struct GrowingStringBody : boost::beast::http::string_body {
+  using value_type = BudgetedString;
+
   class reader {
    public:
     template <bool isRequest, class Fields>
     reader(boost::beast::http::header<isRequest, Fields>&, value_type& body) : body_(body) {}
+    ~reader() {
+      if (body_.budget != nullptr) body_.budget->Release(reserved_);
+    }
+    reader(const reader&) = delete;
+    reader& operator=(const reader&) = delete;
 
     void init(const boost::optional<std::uint64_t>& length, boost::beast::error_code& ec) {
       body_.clear();
@@ -40,9 +79,16 @@ struct GrowingStringBody : boost::beast::http::string_body {
         if (want > body_.capacity()) {
           std::size_t cap = std::max(want, 2 * body_.capacity());
           if (declared_ >= want && cap > declared_) cap = static_cast<std::size_t>(declared_);
+          if (body_.budget != nullptr) {
+            if (!body_.budget->Reserve(cap - reserved_)) {
+              ec = boost::asio::error::no_buffer_space;
+              return 0;
+            }
+            reserved_ = cap;
+          }
           // Into a fresh string: libstdc++'s reserve itself grows to at least twice the old
           // capacity, past the declared length.
-          value_type grown;
+          std::string grown;
           grown.reserve(cap);
           grown.append(body_);
           body_.swap(grown);
@@ -64,6 +110,7 @@ struct GrowingStringBody : boost::beast::http::string_body {
    private:
     value_type& body_;
     std::uint64_t declared_ = 0;  // Content-Length, or 0 (chunked)
+    std::size_t reserved_ = 0;    // from body_.budget: the capacity this body was given
   };
 };
 

@@ -75,6 +75,7 @@ struct HttpTransport::Impl {
   // Where lingering connections' input is read and dropped (one for all: the bytes are
   // never looked at).
   std::array<char, 16384> discard;
+  BodyBudget body_budget{std::max(options.max_pending_body_bytes, options.max_body_bytes)};
 
   void workers_post(std::function<void()> work) { asio::post(workers, std::move(work)); }
 
@@ -166,6 +167,7 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_.emplace();
     parser_->header_limit(static_cast<uint32_t>(owner_->options.max_header_bytes));
     parser_->body_limit(owner_->options.max_body_bytes);
+    parser_->get().body().budget = &owner_->body_budget;
     // One deadline for the whole request, headers and body: a client that trickles bytes
     // cannot hold the connection past it (the wait for a kept-alive client's next request
     // counts too).
@@ -252,6 +254,11 @@ class Session : public std::enable_shared_from_this<Session> {
       return Refuse(ErrorResponse(431, "request headers exceed " +
                                            std::to_string(owner_->options.max_header_bytes) + " bytes",
                                   "RequestHeaderFieldsTooLarge"));
+    }
+    if (ec == asio::error::no_buffer_space) {  // GrowingStringBody: the shared BodyBudget is spent
+      return Refuse(ErrorResponse(503, "the server is receiving too many large request bodies (" +
+                                           std::to_string(owner_->body_budget.limit()) +
+                                           " bytes at once); retry later"));
     }
     if (ec == http::error::body_limit) {
       return Refuse(ErrorResponse(413, "the request body is too large (more than " +

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <memory>
 #include <string>
 
 namespace loom::server {
@@ -109,6 +110,44 @@ TEST(GrowingStringBody, AWholeBodyAndTheLimitStillHold) {
     Feed(&p, "POST / HTTP/1.1\r\nContent-Length: 1001\r\n\r\n", &ec);
     EXPECT_EQ(ec, http::error::body_limit);
   }
+}
+
+TEST(GrowingStringBody, ABudgetBoundsTheBodiesOfAllParsersTogether) {
+  // Two bodies with 40,000 of their 60,000 declared bytes received fit a 100,000-byte budget; a
+  // third does not (its read fails with no_buffer_space: the transport's 503); a parser that
+  // goes returns its share.
+  BodyBudget budget(100000);
+  const std::string head = "POST / HTTP/1.1\r\nContent-Length: 60000\r\n\r\n";
+  auto start = [&](http::request_parser<GrowingStringBody>* p, beast::error_code* ec) {
+    p->get().body().budget = &budget;
+    const size_t used = Feed(p, head + std::string(40000, 'x'), ec);
+    if (!*ec) Feed(p, (head + std::string(40000, 'x')).substr(used), ec);
+  };
+  beast::error_code ec;
+  auto a = std::make_unique<http::request_parser<GrowingStringBody>>();
+  start(a.get(), &ec);
+  ASSERT_TRUE(!ec || ec == http::error::need_more) << ec.message();
+  EXPECT_EQ(a->get().body().size(), 40000u);
+  EXPECT_GE(budget.used(), 40000u);
+  EXPECT_LE(budget.used(), 60000u);  // never past the declared length
+  {
+    http::request_parser<GrowingStringBody> b;
+    start(&b, &ec);
+    ASSERT_TRUE(!ec || ec == http::error::need_more) << ec.message();
+    http::request_parser<GrowingStringBody> c;
+    start(&c, &ec);
+    EXPECT_EQ(ec, boost::asio::error::no_buffer_space);
+    EXPECT_LE(budget.used(), budget.limit());
+  }
+  EXPECT_LE(budget.used(), 60000u);  // b and c returned theirs
+  a.reset();
+  EXPECT_EQ(budget.used(), 0u);
+  // The message, taken out of a finished parser, is a plain string body.
+  http::request_parser<GrowingStringBody> d;
+  d.get().body().budget = &budget;
+  ASSERT_TRUE(FeedInPieces(&d, "POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello", 3));
+  std::string taken = std::move(d.release().body());
+  EXPECT_EQ(taken, "hello");
 }
 
 }  // namespace

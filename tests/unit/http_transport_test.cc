@@ -557,6 +557,38 @@ done:
   ::close(fd);
 }
 
+TEST_F(TransportTest, BodiesBeingReceivedShareOneBudget) {
+  // Bodies of up to 1 MiB, 1.5 MiB of them in progress at once: a client that sends most of a
+  // body and stalls holds its share; the next large body is answered 503 (Retry-After) and its
+  // connection closed; small requests still pass; once the stalled client goes, large bodies
+  // pass again.
+  TransportOptions o;
+  o.max_body_bytes = 1 << 20;
+  o.max_pending_body_bytes = 3 << 19;
+  Start(o);
+  const std::string head = "POST /now HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n";
+  const int stalled = Connect(port());
+  Send(stalled, head + std::string(900000, 'a'));  // 100,000 bytes short: waits for them
+  std::this_thread::sleep_for(200ms);              // read by the server meanwhile
+  const int next = Connect(port());
+  Send(next, head);
+  // The 503 comes once this body's growth passes what the stalled one left of the budget.
+  ::send(next, std::string(900000, 'b').data(), 900000, MSG_NOSIGNAL);
+  std::string got = ReadAll(next);
+  EXPECT_TRUE(got.rfind("HTTP/1.1 503", 0) == 0) << got.substr(0, 300);
+  EXPECT_TRUE(Contains(got, "Retry-After: 1")) << got.substr(0, 300);
+  EXPECT_TRUE(Contains(got, "request bodies")) << got.substr(0, 300);
+  ::close(next);
+  EXPECT_EQ(SendAndReadAll(port(), "POST /now HTTP/1.1\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+                .substr(0, 12), "HTTP/1.1 200");
+  ::close(stalled);
+  std::this_thread::sleep_for(200ms);  // its parser goes with its connection
+  got = SendAndReadAll(port(), "POST /now HTTP/1.1\r\nContent-Length: 1000000\r\nConnection: close\r\n\r\n" +
+                                   std::string(1000000, 'c'));
+  EXPECT_TRUE(got.rfind("HTTP/1.1 200", 0) == 0) << got.substr(0, 300);
+  EXPECT_EQ(got.size() - got.find("\r\n\r\n") - 4, 4 + 1000000u);  // "now:" + the body
+}
+
 TEST_F(TransportTest, ConnectionsBeyondTheLimitGet503) {
   TransportOptions o;
   o.max_connections = 2;
