@@ -3,6 +3,8 @@
 #include "server/http_transport.h"
 
 #include <sys/resource.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include <array>
@@ -89,7 +91,7 @@ struct HttpTransport::Impl {
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, HttpTransport::Impl* owner)
-      : socket_(std::move(socket)), timer_(owner->ioc), owner_(owner) {}
+      : socket_(std::move(socket)), timer_(owner->ioc), state_timer_(owner->ioc), owner_(owner) {}
 
   // The session keeps itself alive until Close (a reply waiting on the engine has no pending
   // operation holding it; the engine's wake holds only a weak reference).
@@ -149,6 +151,7 @@ class Session : public std::enable_shared_from_this<Session> {
     socket_.shutdown(tcp::socket::shutdown_both, ignored);
     socket_.close(ignored);
     timer_.cancel();
+    state_timer_.cancel();
     if (deferred_) std::exchange(deferred_, nullptr)->Abandon();
     if (stream_) std::exchange(stream_, nullptr)->Abandon();
     if (owner_->sessions.erase(this) > 0) owner_->num_connections.fetch_sub(1);
@@ -345,11 +348,36 @@ class Session : public std::enable_shared_from_this<Session> {
         // later close is still seen); once that holds more than a request head, stop watching.
         error_code e;
         const size_t avail = self->socket_.available(e);
-        if (e || avail == 0 || self->buffer_.size() + avail > self->buffer_.max_size()) return;
+        if (e || avail == 0) return;
+        if (self->buffer_.size() + avail > self->buffer_.max_size()) return self->WatchState();
         const size_t got = self->socket_.read_some(self->buffer_.prepare(avail), e);
         if (e) return self->PeerGone();
         self->buffer_.commit(got);
         self->Watch();
+      });
+    });
+  }
+
+  // The input buffer is full of pipelined requests (TCP holds the rest): the socket stays
+  // readable, so a wait cannot tell that the client left. Its TCP state can (the client's FIN
+  // makes it CLOSE_WAIT, a reset CLOSE), looked at every 250 ms while the reply is prepared or
+  // streamed: a non-stream generation for a client that left ran to max_tokens for nobody.
+  void WatchState() {
+    watching_ = true;
+    const uint64_t gen = ++watch_gen_;
+    state_timer_.expires_after(std::chrono::milliseconds(250));
+    state_timer_.async_wait([self = shared_from_this(), gen](error_code ec) {
+      self->Safely([&] {
+        if (ec || gen != self->watch_gen_) return;
+        self->watching_ = false;
+        if (self->phase_ == Phase::kClosed || self->phase_ == Phase::kReading) return;
+        tcp_info info{};
+        socklen_t len = sizeof(info);
+        if (::getsockopt(self->socket_.native_handle(), IPPROTO_TCP, TCP_INFO, &info, &len) != 0 ||
+            info.tcpi_state != TCP_ESTABLISHED) {
+          return self->PeerGone();
+        }
+        self->WatchState();
       });
     });
   }
@@ -360,6 +388,7 @@ class Session : public std::enable_shared_from_this<Session> {
     ++watch_gen_;
     error_code ignored;
     socket_.cancel(ignored);  // only the watch is pending here (no read, no write)
+    state_timer_.cancel();
   }
 
   void PeerGone() { Close(); }
@@ -553,6 +582,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   tcp::socket socket_;
   asio::steady_timer timer_;
+  asio::steady_timer state_timer_;  // WatchState's
   HttpTransport::Impl* owner_;
   // Unparsed input: a request head, or a chunk's size line and extensions (bounded: Beast
   // limits neither by itself). Body bytes move into the request as they are parsed.

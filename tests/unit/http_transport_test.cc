@@ -377,6 +377,20 @@ TEST_F(TransportTest, PipelinedBytesBehindADeferredReply) {
   ::close(fd);
   for (int i = 0; i < 300 && transport_->num_connections() > 0; ++i) std::this_thread::sleep_for(10ms);
   EXPECT_EQ(transport_->num_connections(), 0);
+  // The client leaves behind more pipelined input than the buffer holds (the rest, and the
+  // client's FIN, in the server's socket): the socket stays readable, so the TCP state tells;
+  // the waiting reply is abandoned and the connection uncounted. (With the server's receive
+  // window full too, the FIN waits behind the data and nothing can tell.)
+  const std::string mid = "POST /now HTTP/1.1\r\nContent-Length: 150000\r\n\r\n" + std::string(150000, 'm');
+  fd = Connect(port());
+  Send(fd, kGetDeferred + mid);
+  auto fourth = WaitFeed(third);
+  std::this_thread::sleep_for(100ms);
+  ::close(fd);
+  for (int i = 0; i < 500 && fourth->abandoned.load() == 0; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(fourth->abandoned.load(), 1);
+  for (int i = 0; i < 300 && transport_->num_connections() > 0; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(transport_->num_connections(), 0);
 }
 
 // Review findings: a Transfer-Encoding other than chunked framed the body as empty (its bytes
