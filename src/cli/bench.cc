@@ -9,6 +9,7 @@
 #include "base/thread_pool.h"
 #include "cli/bench_closed_loop.h"
 #include "cli/commands.h"
+#include "cli/lora_cli.h"
 #include "engine/engine.h"
 #include "lora/adapter.h"
 #include "ops/matmul.h"
@@ -116,7 +117,7 @@ int RunLoraBench(Model* model, const BenchArgs& a) {
   using Clock = std::chrono::steady_clock;
   std::vector<std::shared_ptr<const Adapter>> adapters;
   for (size_t i = 0; i < a.loras.size(); ++i) {
-    auto ad = LoadAdapter("a" + std::to_string(i), a.loras[i], model->sites(), 0,
+    auto ad = LoadAdapter("a" + std::to_string(i), LoraFolder(a.loras[i]), model->sites(), 0,
                           !a.no_check_weights);
     if (!ad.ok()) {
       std::fprintf(stderr, "error: %s\n", ad.status().message().c_str());
@@ -204,7 +205,7 @@ int RunClosedLoop(Model* model, const BenchArgs& a) {
   }
   std::vector<std::shared_ptr<const Adapter>> adapters;
   for (size_t i = 0; i < a.loras.size(); ++i) {
-    auto ad = LoadAdapter("a" + std::to_string(i), a.loras[i], model->sites(), 0, !a.no_check_weights);
+    auto ad = LoadAdapter("a" + std::to_string(i), LoraFolder(a.loras[i]), model->sites(), 0, !a.no_check_weights);
     if (!ad.ok()) {
       std::fprintf(stderr, "error: %s\n", ad.status().message().c_str());
       return 1;
@@ -269,8 +270,10 @@ RunFn AddBenchCommand(CLI::App& cmd) {
   cmd.add_option("--model", a->model, "Hugging Face checkpoint folder")->required();
   cmd.add_option("--prompt-len", a->prompt_len, "prompt tokens per sequence")->capture_default_str();
   cmd.add_option("--gen-tokens", a->gen_tokens, "generated tokens per sequence")->capture_default_str();
-  cmd.add_option("--batch", a->batches, "batch sizes to measure")->delimiter(',');
-  cmd.add_option("--repeats", a->repeats, "runs per batch size (best is reported)");
+  CLI::Option* batch =
+      cmd.add_option("--batch", a->batches, "batch sizes to measure (with --lora: 1 and 8 only; not with --closed-loop)")
+          ->delimiter(',');
+  CLI::Option* repeats = cmd.add_option("--repeats", a->repeats, "runs per batch size (best is reported)");
   cmd.add_flag("--json", a->json, "also print the figures as one JSON object");
   cmd.add_option("--lora", a->loras,
                  "adapters: measure base vs unmerged vs merged, and a batch with a different "
@@ -282,15 +285,42 @@ RunFn AddBenchCommand(CLI::App& cmd) {
                  "run the serving workload on the engine alone: C clients, each with one request "
                  "in flight (adapters given by --lora round-robin); no HTTP")
       ->check(CLI::Range(1, INT32_MAX));
-  cmd.add_option("--requests", a->closed.requests, "--closed-loop: requests in all")->capture_default_str();
-  cmd.add_option("--max-num-seqs", a->closed.max_num_seqs, "--closed-loop: sequences running at once")
-      ->capture_default_str();
-  cmd.add_option("--max-num-batched-tokens", a->closed.max_batch_tokens,
-                 "--closed-loop: token rows per step")->capture_default_str();
-  cmd.add_option("--target-step-ms", a->closed.target_step_ms,
-                 "--closed-loop: step time while sequences decode, as loom serve")->capture_default_str();
-  cmd.add_option("--seed", a->closed.seed, "--closed-loop: prompt seed");
-  return [a] {
+  // The closed loop's own flags: refused without --closed-loop (they were ignored unread).
+  const std::vector<CLI::Option*> closed_only = {
+      cmd.add_option("--requests", a->closed.requests, "--closed-loop: requests in all")->capture_default_str(),
+      cmd.add_option("--max-num-seqs", a->closed.max_num_seqs, "--closed-loop: sequences running at once")
+          ->capture_default_str(),
+      cmd.add_option("--max-num-batched-tokens", a->closed.max_batch_tokens,
+                     "--closed-loop: token rows per step")->capture_default_str(),
+      cmd.add_option("--target-step-ms", a->closed.target_step_ms,
+                     "--closed-loop: step time while sequences decode, as loom serve")->capture_default_str(),
+      cmd.add_option("--seed", a->closed.seed, "--closed-loop: prompt seed")};
+  return [a, batch, repeats, closed_only] {
+    // A flag the chosen measurement does not read is an error naming it, never dropped.
+    const bool closed = a->closed.clients > 0;
+    for (const CLI::Option* o : closed_only) {
+      if (!closed && o->count() > 0) {
+        std::fprintf(stderr, "error: %s applies to --closed-loop only\n", o->get_name().c_str());
+        return 2;
+      }
+    }
+    if (batch->count() > 0 && closed) {
+      std::fprintf(stderr, "error: --batch is not read with --closed-loop (its clients set the batch)\n");
+      return 2;
+    }
+    if (batch->count() > 0 && !a->loras.empty()) {  // `--batch 1 8 --lora …`: what it measures
+      for (int b : a->batches) {
+        if (b != 1 && b != 8) {
+          std::fprintf(stderr, "error: --batch %d with --lora: the adapter bench measures batch 1 (one "
+                       "adapter) and 8 (8 different adapters) only\n", b);
+          return 2;
+        }
+      }
+    }
+    if (repeats->count() > 0 && closed) {
+      std::fprintf(stderr, "error: --repeats is not read with --closed-loop\n");
+      return 2;
+    }
     GlobalMatmulOptions().batch_invariant = a->batch_invariant;
     return RunBench(*a);
   };

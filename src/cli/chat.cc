@@ -53,6 +53,7 @@ int RunChat(ChatArgs& a) {
     a.model = FindDemoModelDir();
     if (a.model.empty()) return Fail("no --model given and the bundled demo model (models/demo) was not found", 2);
   }
+  if (a.params.logprobs > 0) return Fail("--logprobs is not shown by chat (use generate --output json)", 2);
   if (a.seed >= 0) a.params.seed = static_cast<uint64_t>(a.seed);
   // The flags are checked once, before the model loads (a bad one used to be reported on every
   // turn, and the command still exited 0).

@@ -39,6 +39,10 @@ int RunGenerate(GenerateArgs& a) {
     std::fprintf(stderr, "error: give exactly one of --prompt, --prompt-tokens, --chat or --batch\n");
     return 2;
   }
+  if (a.params.logprobs > 0 && a.output == "text" && a.batch.empty()) {  // was printed nowhere
+    std::fprintf(stderr, "error: --logprobs needs --output json (text output prints the text alone)\n");
+    return 2;
+  }
   if (a.merge && a.loras.size() != 1) {
     std::fprintf(stderr, "error: --merge folds exactly one --lora adapter into the weights\n");
     return 2;

@@ -68,10 +68,13 @@ int RunServe(ServeArgs& a) {
   ctx.encode_gate.SetHandlerThreads(ctx.options.http.worker_threads);
   server::HttpServer http(&ctx);
   Status bound = http.Bind();
-  if (!bound.ok()) return Fail(bound.message());
+  if (!bound.ok()) {
+    return Fail("--host " + ctx.options.http.host + " --port " + std::to_string(ctx.options.http.port) +
+                ": " + bound.message());
+  }
   std::thread listener([&http] { http.Listen(); });
   if (a.api_key_given && ctx.options.api_key.empty()) {
-    std::fprintf(stderr, "loom: warning: --api-key is empty: authentication is off\n");
+    std::fprintf(stderr, "loom: warning: --api-key (or LOOM_API_KEY) is empty: authentication is off\n");
   }
   // An IPv6 address goes in brackets in a URL (http://[::1]:8000).
   const std::string& h = ctx.options.http.host;
@@ -270,7 +273,10 @@ RunFn AddServeCommand(CLI::App& app) {
   AddServeFlags(app, args.get());
   const CLI::Option* key = app.get_option("--api-key");
   return [args, key] {
-    args->api_key_given = key->count() > 0;
+    // CLI11 skips an empty environment variable: LOOM_API_KEY="$KEY" with $KEY unset would
+    // turn authentication off without the warning --api-key '' prints.
+    const char* env = std::getenv("LOOM_API_KEY");
+    args->api_key_given = key->count() > 0 || (env != nullptr && *env == '\0');
     return RunServe(*args);
   };
 }

@@ -10,6 +10,7 @@
 #include "base/file.h"
 #include "base/json.h"
 #include "cli/commands.h"
+#include "lora/adapter_store.h"
 #include "model/config.h"
 
 namespace loom::cli {
@@ -204,6 +205,16 @@ StatusOr<ServePlan> PlanServe(const ServeArgs& a) {
 
   for (const auto& spec : a.loras) {
     ASSIGN_OR_RETURN(auto named, ParseLoraSpec(spec));
+    // Checked here, before the port is bound and the model loaded (minutes on a large one).
+    if (!AdapterStore::ValidName(named.first)) {
+      return InvalidArgument("--lora '" + spec + "': adapter name '" + named.first +
+                             "' is not valid (letters, digits, '_', '.', '-'; at most 128)");
+    }
+    std::error_code dir_ec;
+    if (!fs::is_directory(named.second, dir_ec)) {
+      return InvalidArgument("--lora '" + spec + "': " + named.second +
+                             (fs::exists(named.second, dir_ec) ? " is not a folder" : " does not exist"));
+    }
     for (const auto& [n, d] : plan.loras) {
       if (n == named.first) return InvalidArgument("--lora: adapter name '" + n + "' given twice");
     }

@@ -57,6 +57,10 @@ int RunTokenize(const TokenizeArgs& a) {
     std::fprintf(stderr, "error: give exactly one of --text, --file or --chat\n");
     return 2;
   }
+  if (a.add_generation_prompt && a.chat.empty()) {
+    std::fprintf(stderr, "error: --add-generation-prompt applies to --chat only\n");
+    return 2;
+  }
   std::string text = a.text;
   if (!a.file.empty()) {
     auto read = ReadFileBounded(a.file, kMaxRequestFileBytes, "--file");
@@ -121,6 +125,13 @@ int RunDetokenize(const DetokenizeArgs& a) {
     std::fprintf(stderr, "error: %s\n", tok.status().message().c_str());
     return 1;
   }
+  for (const int32_t id : ids) {  // as /detokenize: an id past the vocabulary is an error, not ""
+    if (id >= (*tok)->id_limit()) {
+      std::fprintf(stderr, "error: --ids: token id %d is outside the vocabulary (0 … %d)\n", id,
+                   (*tok)->id_limit() - 1);
+      return 2;
+    }
+  }
   const std::string text = (*tok)->Decode(ids, a.skip_special);
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::printf("\n");
@@ -146,7 +157,7 @@ RunFn AddTokenizeCommand(CLI::App& cmd) {
                "do not add special tokens (BOS ...); the default adds them like HF encode");
   cmd.add_option("--bench", a->bench,
                  "encode N times (no special tokens) and print timing JSON instead of ids")
-      ->check(CLI::Range(1, INT32_MAX));
+      ->check(CLI::Range(1, 1000000));  // each run's time is kept: bounded
   return [a] { return RunTokenize(*a); };
 }
 

@@ -4,6 +4,7 @@
 #endif
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -18,7 +19,11 @@ bool HasAvxVnni() {
     // CPUID.(EAX=7, ECX=1):EAX bit 4. The OS's ymm state is checked with the kAvx2 level.
     if (__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) == 0 || (eax & (1u << 4)) == 0) return false;
     const char* env = std::getenv("LOOM_AVXVNNI");
-    return env == nullptr || std::strcmp(env, "0") != 0;
+    if (env == nullptr || std::strcmp(env, "1") == 0) return true;
+    if (std::strcmp(env, "0") == 0) return false;
+    // As LOOM_ISA: a value that is not used is said, not read as "on" ("off", "false").
+    std::fprintf(stderr, "warning: LOOM_AVXVNNI='%.40s' is not 0 or 1; using AVX-VNNI\n", env);
+    return true;
   }();
   return has;
 #else

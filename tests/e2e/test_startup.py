@@ -3,6 +3,7 @@ the problem (never a crash, never a half-working server)."""
 import subprocess
 
 import pytest
+import requests
 
 from conftest import ADAPTER_FIXTURES, _wait_for_binary, loom_bin
 
@@ -49,11 +50,19 @@ def run_serve(model_dir, *args, timeout=10, tries=1):
     (["--served-model-name", "a", "a"], "given twice"),
     (["--served-model-name", "a", "llama", "--lora", f"llama={ADAPTER_FIXTURES / 'llama_qv_r8_f32'}"],
      "base model's name"),
+    # Refused before the port is bound and the model loaded, naming --lora.
+    (["--lora", f"a b={ADAPTER_FIXTURES / 'llama_qv_r8_f32'}"], "--lora"),
+    (["--lora", f"x={ADAPTER_FIXTURES / 'llama_qv_r8_f32' / 'adapter_config.json'}"], "is not a folder"),
+    (["--max-num-seqs", "0"], "--max-num-seqs"),
+    (["--max-loras", "0"], "--max-loras"),
+    (["--http-threads", "0"], "--http-threads"),
+    (["--host", "192.0.2.1"], "--host"),  # TEST-NET-1: not an address of this machine
 ], ids=["missing_dir", "wrong_base", "rank", "base_name", "twice", "max_model_len", "max_body",
         "max_body_below_one_byte",
         "merge", "lora_dir", "target_step_negative", "target_step_nan", "max_body_past_4gib",
         "size_in_hex", "kv_cache_dtype_fp8", "empty_max_model_len", "empty_served_name", "served_name_twice",
-        "adapter_named_as_a_served_name"])
+        "adapter_named_as_a_served_name", "adapter_name_invalid", "adapter_path_a_file",
+        "max_num_seqs_0", "max_loras_0", "http_threads_0", "host_not_local"])
 def test_bad_start_up_exits_non_zero(llama_dir, args, needle):
     code, err = run_serve(llama_dir, *args)
     assert code not in (0, None) and code > 0, f"exit {code} (a signal?):\n{err}"
@@ -108,3 +117,28 @@ def test_kv_cache_that_cannot_be_allocated_stops_start_up(llama_dir):
                        capture_output=True, timeout=30, text=True, preexec_fn=limit)
     assert p.returncode == 2, p.stderr
     assert "--kv-cache-memory" in p.stderr and "loom: ready" not in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("env_key", ["sekrit", ""])
+def test_api_key_from_the_environment(llama_dir, env_key):
+    # LOOM_API_KEY as --api-key. An empty one (LOOM_API_KEY="$KEY" with $KEY unset) leaves
+    # authentication off, and says so as --api-key '' does (CLI11 skips an empty variable:
+    # it was off without a word).
+    from conftest import LoomServer
+    srv = LoomServer(llama_dir, [], env={"LOOM_API_KEY": env_key}).start()
+    try:
+        _check_env_key(srv, env_key)
+    finally:
+        srv.kill()
+
+
+def _check_env_key(srv, env_key):
+    r = requests.get(srv.url + "/v1/models", timeout=10)
+    if env_key:
+        assert r.status_code == 401
+        assert requests.get(srv.url + "/v1/models", timeout=10,
+                            headers={"Authorization": f"Bearer {env_key}"}).status_code == 200
+        assert "authentication is off" not in srv.log()
+    else:
+        assert r.status_code == 200
+        assert "authentication is off" in srv.log(), srv.log()

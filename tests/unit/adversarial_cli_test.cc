@@ -166,6 +166,19 @@ TEST(AdversarialCli, FlagsThatWouldDoNothingAreRefused) {
       "quantize --model " + kModel + " --scheme int8 --group-size 32 --out " + dir.Path("q"), 2,
       {"--group-size 32 applies to --scheme int4 only"});
   EXPECT_FALSE(fs::exists(dir.Path("q")));
+  // A read-only audit's findings: flags read by no path of the command, and a bound.
+  ExpectFails("tokenize --model " + tok + " --text hi --bench 2000000", 105, {"--bench"});  // kept each time
+  ExpectFails("tokenize --model " + tok + " --text hi --add-generation-prompt", 2,
+              {"--add-generation-prompt applies to --chat only"});
+  ExpectFails("detokenize --model " + tok + " --ids 1,999999999", 2, {"--ids", "999999999", "outside the vocabulary"});
+  ExpectFails("bench --model " + kModel + " --requests 5", 2, {"--requests applies to --closed-loop only"});
+  ExpectFails("bench --model " + kModel + " --seed 7 --target-step-ms 10", 2, {"applies to --closed-loop only"});
+  ExpectFails("bench --model " + kModel + " --closed-loop 1 --batch 2", 2, {"--batch is not read with --closed-loop"});
+  ExpectFails("bench --model " + kModel + " --batch 3 --lora " + kFixtures + "/adapters/llama_qv_r8_f32", 2,
+              {"--batch 3 with --lora"});
+  ExpectFails("generate --model " + kModel + " --prompt-tokens 1,2 --logprobs 3", 2,
+              {"--logprobs needs --output json"});
+  ExpectFails("chat --model " + kModel + " --logprobs 3", 2, {"--logprobs is not shown by chat"});
 }
 
 TEST(AdversarialCli, TokenizeFileMustBeARegularFile) {
