@@ -2,9 +2,9 @@
 // streams, disconnect detection; one I/O thread for all connections, a worker pool for handlers.
 #include "server/http_transport.h"
 
-#include <sys/resource.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include <array>
@@ -345,7 +345,8 @@ class Session : public std::enable_shared_from_this<Session> {
           return self->Watch();
         if (n < 0) return self->PeerGone();
         // A pipelined request: its bytes go to the buffer the next request is parsed from (so a
-        // later close is still seen); once that holds more than a request head, stop watching.
+        // later close is still seen); once that holds more than a request head, the TCP state
+        // is watched instead (WatchState).
         error_code e;
         const size_t avail = self->socket_.available(e);
         if (e || avail == 0) return;
@@ -516,7 +517,11 @@ class Session : public std::enable_shared_from_this<Session> {
     auto progress = [self = shared_from_this(), sent = size_t{0}](const error_code& ec, size_t n) mutable {
       if (!ec && n > sent) {
         sent = n;
-        self->Arm(self->owner_->options.write_timeout_s);
+        try {  // inside asio's write operation: nothing may escape (a failed allocation: the
+               // earlier deadline stands)
+          self->Arm(self->owner_->options.write_timeout_s);
+        } catch (...) {
+        }
       }
       return asio::transfer_all()(ec, n);
     };
