@@ -2,6 +2,7 @@
 #include "engine/generation_defaults.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "base/file.h"
@@ -116,6 +117,13 @@ StatusOr<GenerationDefaults> LoadGenerationDefaults(const std::string& mode,
   if (mode.empty()) return InvalidArgument("--generation-config must be auto, vllm or a folder");
   if (mode != "vllm") {
     const bool folder = mode != "auto";
+    if (folder) {  // vLLM's --generation-config names a folder; a file path read as one failed obscurely
+      std::error_code ec;
+      if (!std::filesystem::is_directory(mode, ec)) {
+        return InvalidArgument("--generation-config " + mode + ": not a folder (give auto, vllm, or the folder "
+                               "holding generation_config.json)");
+      }
+    }
     const std::string path = (folder ? mode : model_dir) + "/generation_config.json";
     ASSIGN_OR_RETURN(const bool exists, RegularFileExists(path));
     if (folder && !exists) {

@@ -100,6 +100,13 @@ TEST(GenerationDefaults, BadValuesNameTheSourceAndTheField) {
     EXPECT_NE(m.find(c.want1), std::string::npos) << m;
     EXPECT_NE(m.find(c.want2), std::string::npos) << m;
   }
+  // The file itself given where a folder is meant (its path + "/generation_config.json" failed
+  // with "a part of the path is not a folder").
+  WriteBytes(t.Path("generation_config.json"), R"({"temperature": 0.5})");
+  auto d = LoadGenerationDefaults(t.Path("generation_config.json"), t.path(), "");
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("--generation-config " + t.Path("generation_config.json") + ": not a folder"),
+            std::string::npos) << d.status().message();
 }
 
 TEST(GenerationDefaults, ApplyFillsOnlyWhatTheRequestLeftUnset) {
