@@ -173,8 +173,7 @@ def loom_bench(a, model, extra):
         elif f == "--target-step-ms":
             as_server += a.serve_arg[i:i + 2]
     cmd = [a.loom, "--threads", str(a.threads), "bench", "--model", model, "--prompt-len",
-           str(a.prompt_len), "--gen-tokens", str(a.gen_tokens), "--repeats", str(a.engine_repeats),
-           "--json"] + as_server + extra
+           str(a.prompt_len), "--gen-tokens", str(a.gen_tokens), "--json"] + as_server + extra
     log("$ " + " ".join(cmd))
     t0 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=measured_child)
@@ -476,7 +475,6 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--warmup", type=int, default=8, help="warm-up requests before the first scenario")
     ap.add_argument("--skip-engine-bench", action="store_true")
-    ap.add_argument("--engine-repeats", type=int, default=2)
     ap.add_argument("--max-num-seqs", type=int, default=32)
     ap.add_argument("--max-loras", type=int, default=8)
     ap.add_argument("--max-model-len", type=int, default=2048)
