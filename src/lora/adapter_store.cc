@@ -230,11 +230,12 @@ StatusOr<std::shared_ptr<const Adapter>> AdapterStore::AcquireOnce(const std::st
       store->flight_done_.notify_all();
     }
   } land{this, name, *flight};
-  StatusOr<std::shared_ptr<const Adapter>> result = LoadAndPublish(name, dir, root, generation);
+  bool changed_hands = false;
+  StatusOr<std::shared_ptr<const Adapter>> result =
+      LoadAndPublish(name, dir, root, generation, &changed_hands);
   std::lock_guard<std::mutex> lock(mu_);
   flight->result = result;
-  flight->superseded =
-      !result.ok() && result.status().code() == StatusCode::kNotFound && generation != 0;
+  flight->superseded = changed_hands;
   *superseded = flight->superseded;
   return result;
 }
@@ -242,7 +243,8 @@ StatusOr<std::shared_ptr<const Adapter>> AdapterStore::AcquireOnce(const std::st
 StatusOr<std::shared_ptr<const Adapter>> AdapterStore::LoadAndPublish(const std::string& name,
                                                                       std::string dir,
                                                                       std::string root,
-                                                                      uint64_t generation) {
+                                                                      uint64_t generation,
+                                                                      bool* superseded) {
   if (dir.empty()) {  // an unknown name is answered without waiting for other loads
     ASSIGN_OR_RETURN(ConfinedDir found, OnDemandDir(name));
     dir = std::move(found.dir);
@@ -259,12 +261,27 @@ StatusOr<std::shared_ptr<const Adapter>> AdapterStore::LoadAndPublish(const std:
     return FailedPrecondition("adapter '" + name + "' is registered, but reloading it failed: " +
                               loaded.status().message() + "; unload it or restore its folder");
   }
+  if (!loaded.ok() && loaded.status().code() == StatusCode::kNotFound) {
+    // The folder was found (it has an adapter_config.json) but a file it needs is not there:
+    // a broken adapter (400), not "no such model" (404, which /tokenize, finding the folder,
+    // would contradict).
+    return InvalidArgument(loaded.status().message());
+  }
   if (!loaded.ok()) return loaded.status();
   std::shared_ptr<const Adapter> adapter = std::move(loaded).value();
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(name);
   if (generation != 0 && (it == entries_.end() || it->second.generation != generation)) {
+    *superseded = true;
     return NotFound("adapter '" + name + "' was unloaded or replaced while it loaded");
+  }
+  if (generation == 0 && it != entries_.end() && !it->second.loaded && it->second.dir != dir) {
+    // Loaded on demand from its --lora-dir sub-folder while /v1/load_lora_adapter registered
+    // the name from another folder (since evicted): these weights are not the name's; its own
+    // folder is loaded on the next attempt. (Published, they served under the registered name
+    // until its next eviction.)
+    *superseded = true;
+    return NotFound("adapter '" + name + "' was registered from another folder while it loaded");
   }
   if (it == entries_.end()) {
     it = entries_.emplace(name, Entry{}).first;

@@ -104,8 +104,11 @@ class AdapterStore {
   // loaded it (Acquire then looks again).
   StatusOr<std::shared_ptr<const Adapter>> AcquireOnce(const std::string& name, bool* superseded);
   // Acquire's loader: finds the folder (on demand), loads it (one load at a time), publishes.
+  // *superseded when the name changed hands while it loaded (unloaded, replaced, or registered
+  // from another folder): what it loaded is not the name's, and nothing was published.
   StatusOr<std::shared_ptr<const Adapter>> LoadAndPublish(const std::string& name, std::string dir,
-                                                          std::string root, uint64_t generation);
+                                                          std::string root, uint64_t generation,
+                                                          bool* superseded);
   // Makes `adapter` the resident one of `e` (the most recent), then evicts to the bounds.
   void Publish(const std::string& name, Entry& e, std::shared_ptr<const Adapter> adapter);
   // LoadAdapter, with every file opened inside `root` when it is not empty.

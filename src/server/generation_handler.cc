@@ -208,6 +208,17 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
   // The adapter: the base model's name, or an adapter's (loaded now if needed, not on the
   // engine thread).
   std::shared_ptr<const Adapter> adapter;
+  // A request refused after its adapter was acquired (a 400, a 503) drops its lease here and
+  // lets the store evict back to its bounds now, not at the next acquire or finished sequence.
+  struct DropLease {
+    std::shared_ptr<const Adapter>& adapter;
+    AdapterStore* store;
+    ~DropLease() {
+      if (adapter == nullptr || store == nullptr) return;
+      adapter.reset();
+      store->Trim();
+    }
+  } drop_lease{adapter, ctx.adapters};
   if (!ctx.options.NamesBase(r.model)) {
     if (ctx.adapters == nullptr) {
       return fail(ApiError{404, "the model '" + r.model + "' does not exist", "model", ""});

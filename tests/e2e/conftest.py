@@ -388,7 +388,8 @@ def reference(server):
 @pytest.fixture
 def lora_dir(tmp_path):
     """A --lora-dir with the test adapters as sub-folders (copies), plus traps: 'evil', a symlink
-    to an adapter outside the root, and 'junk', a folder that is not an adapter."""
+    to an adapter outside the root, 'junk', a folder that is not an adapter, 'broken' (a bad
+    config) and 'noweights' (a config without its tensors)."""
     import shutil
     root = tmp_path / "loras"
     root.mkdir()
@@ -401,4 +402,6 @@ def lora_dir(tmp_path):
     (root / "junk" / "readme.txt").write_text("not an adapter")
     shutil.copytree(ADAPTER_FIXTURES / ADAPTERS["qv"], root / "broken")
     (root / "broken" / "adapter_config.json").write_text('{"r": 8, "lora_alpha": ')
+    shutil.copytree(ADAPTER_FIXTURES / ADAPTERS["qv"], root / "noweights")  # config, no tensors
+    (root / "noweights" / "adapter_model.safetensors").unlink()
     return root

@@ -49,6 +49,13 @@ def test_on_demand_loading(start_server, llama_dir, lora_dir, reference):
             srv.client().completions.create(model=name, prompt="x", max_tokens=2)
         assert exc.value.body["param"] == "model", name
     assert "evil" not in model_ids(srv), "a symlink out of --lora-dir was loaded on demand"
+    # A sub-folder that is an adapter but does not load (a bad config, no tensor file): 400
+    # naming "model" and the reason, not 404 "does not exist" (/tokenize finds the folder).
+    for name, why in (("broken", "adapter_config.json"), ("noweights", "adapter_model")):
+        with pytest.raises(openai.BadRequestError) as exc:
+            srv.client().completions.create(model=name, prompt="x", max_tokens=2)
+        assert exc.value.body["param"] == "model" and why in exc.value.body["message"], exc.value.body
+        assert name not in model_ids(srv)
 
 
 def test_load_unload_endpoints(start_server, llama_dir, lora_dir, reference, tmp_path):

@@ -173,6 +173,64 @@ TEST(AdapterStore, ConcurrentAcquiresOfOneNameShareOneLoad) {
   fs::remove_all(root);
 }
 
+// A read-only audit's race: an on-demand load of sub-folder X waits for the load lock while
+// /v1/load_lora_adapter registers the name X from another folder; that entry is evicted before
+// the on-demand load publishes. The on-demand weights must not land in the entry (they served
+// under the registered name, whose /v1/models root said the other folder). The on_load hook
+// orders the steps: the registration's load waits until the on-demand request is in flight,
+// and the on-demand load evicts the registered entry (a fast-path acquire of a leased adapter).
+TEST(AdapterStore, AnOnDemandLoadNeverLandsInANameRegisteredFromAnotherFolder) {
+  const fs::path root = fs::temp_directory_path() / "loom_store_race";
+  fs::remove_all(root);
+  fs::create_directories(root);
+  fs::copy(kAdapters + "llama_qv_r8_f32", root / "X", fs::copy_options::recursive);
+  fs::copy(kAdapters + "llama_mlp_r6", root / "other", fs::copy_options::recursive);
+  fs::copy(kAdapters + "llama_all_r4_f16", root / "Y", fs::copy_options::recursive);
+  AdapterStore* store_ptr = nullptr;
+  std::atomic<int> x_loads{0};
+  std::atomic<bool> in_flight{false};
+  AdapterStoreOptions o;
+  o.lora_dirs = {root.string()};
+  o.max_cpu_loras = 1;
+  o.on_load = [&](const std::string& name) {
+    if (name != "X") return;
+    const int k = x_loads.fetch_add(1);
+    if (k == 0) {  // the registration's load: until the on-demand request is in flight
+      const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!in_flight.load() && std::chrono::steady_clock::now() < limit) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // it reaches the load lock
+    } else if (k == 1) {  // the on-demand load: Y (leased, resident) acquired evicts X's entry
+      auto y = store_ptr->Acquire("Y");
+      EXPECT_TRUE(y.ok());
+    }
+  };
+  AdapterStore store(&Llama().sites(), o);
+  store_ptr = &store;
+  ASSERT_TRUE(store.Register("Y", (root / "Y").string()).ok());
+  auto y_lease = store.Acquire("Y");  // leased: stays resident over the bound
+  ASSERT_TRUE(y_lease.ok());
+  auto other = store.ResolveRuntimePath("other");
+  ASSERT_TRUE(other.ok());
+  std::thread registrar([&] { EXPECT_TRUE(store.Register("X", other->dir, other->root).ok()); });
+  while (x_loads.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  StatusOr<std::shared_ptr<const Adapter>> got = Internal("not run");
+  std::thread on_demand([&] { got = store.Acquire("X"); });
+  in_flight = true;  // the registration's load lets it reach the load lock (100 ms), then goes on
+  registrar.join();
+  on_demand.join();
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  // The name serves what it was registered from (the other folder), now and on the next use.
+  auto want = LoadAdapter("X", (root / "other").string(), Llama().sites(), 0);
+  ASSERT_TRUE(want.ok());
+  EXPECT_EQ((*got)->cache_identity(), (*want)->cache_identity());
+  auto again = store.Acquire("X");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)->cache_identity(), (*want)->cache_identity());
+  fs::remove_all(root);
+}
+
 TEST(AdapterStore, RuntimeLoadingNeedsRoots) {
   AdapterStore store(&Llama().sites(), {});
   EXPECT_EQ(store.ResolveRuntimePath(kAdapters + "llama_mlp_r6").status().code(),
