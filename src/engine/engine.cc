@@ -315,16 +315,19 @@ bool Engine::Step() {
   batch_.Clear();
   logit_owners_.clear();
   // This step's adapters get slots in order of first appearance; rows are grouped by slot so
-  // each adapter's rows are one contiguous segment (the batch stays mixed).
+  // each adapter's rows are one contiguous segment (the batch stays mixed). A slot is an
+  // identity (the adapter's config and tensor bytes), as the scheduler's --max-loras count is:
+  // two names loaded from the same bytes, or a copy reloaded unchanged beside the old one, are
+  // one segment computing the same weights, not two.
   step_adapters_.clear();
-  std::map<const Adapter*, int> slot_of;
+  std::map<uint64_t, int> slot_of;
   for (auto& [s, count] : plan.rows) {
     const Adapter* a = AdapterOf(*s);
     if (a == nullptr) {
       s->adapter_slot = -1;
       continue;
     }
-    auto [it, inserted] = slot_of.emplace(a, static_cast<int>(step_adapters_.size()));
+    auto [it, inserted] = slot_of.emplace(a->cache_identity(), static_cast<int>(step_adapters_.size()));
     if (inserted) step_adapters_.push_back(a);
     s->adapter_slot = it->second;
   }

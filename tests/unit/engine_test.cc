@@ -5,6 +5,8 @@
 #include <fstream>
 
 #include "engine/engine.h"
+#include "lora/adapter.h"
+#include "model/model.h"
 
 namespace loom {
 namespace {
@@ -94,6 +96,39 @@ TEST(Engine, QueuesWhenCacheIsFullAndReusesBlocks) {
   ASSERT_EQ(results.size(), 5u);
   for (const auto& r : results) EXPECT_EQ(r.generated, alone[static_cast<size_t>(r.id)]);
   EXPECT_EQ(engine.kv_cache().num_free_blocks(), engine.kv_cache().num_blocks());
+}
+
+// Two adapter objects with one identity (the same folder loaded twice, as two names or a reload
+// beside the running old copy) are one segment of a step, as the scheduler counts them against
+// --max-loras; each sequence's tokens are those it gets alone.
+TEST(Engine, AdaptersOfOneIdentityShareAStepSegment) {
+  auto model = Model::Load(FixtureModel("llama_f32"));
+  ASSERT_TRUE(model.ok());
+  const std::string dir = std::string(LOOM_FIXTURES) + "/adapters/llama_qv_r8_f32";
+  auto a = LoadAdapter("a", dir, (*model)->sites(), 0);
+  auto b = LoadAdapter("b", dir, (*model)->sites(), 0);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_NE(a->get(), b->get());
+  ASSERT_EQ((*a)->cache_identity(), (*b)->cache_identity());
+  auto with = [](GenerationRequest r, const std::shared_ptr<const Adapter>& ad) {
+    r.adapter = ad;
+    return r;
+  };
+  std::vector<int32_t> alone;
+  {
+    Engine e(model->get(), EngineOptions{});
+    ASSERT_TRUE(e.Add(with(Greedy({11, 12, 13}, 6), *b)).ok());
+    alone = e.RunToCompletion().at(0).generated;
+  }
+  Engine engine(model->get(), EngineOptions{});
+  ASSERT_TRUE(engine.Add(with(Greedy({5, 6, 7}, 6), *a)).ok());
+  ASSERT_TRUE(engine.Add(with(Greedy({11, 12, 13}, 6), *b)).ok());
+  auto results = engine.RunToCompletion();
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results[1].generated, alone);
+  const auto& h = engine.step_counts().adapters;  // bounds 0, 1, 2, …: bucket i counts i adapters
+  EXPECT_GT(h.counts[1], 0);
+  EXPECT_EQ(h.counts[2], 0) << "a step ran the two copies as two segments";
 }
 
 }  // namespace
