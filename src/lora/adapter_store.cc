@@ -102,10 +102,7 @@ Status AdapterStore::Register(const std::string& name, const std::string& dir,
     if (!replace) return InvalidArgument("adapter '" + name + "' is already loaded");
     // The old entry goes as Unregister takes it; its new generation supersedes any load of the
     // old folder still in flight.
-    if (old->second.loaded) {
-      lru_.erase(old->second.lru);
-      resident_bytes_ -= old->second.loaded->resident_bytes();
-    }
+    RetireLocked(old->second);
     entries_.erase(old);
   }
   Entry& e = entries_[name];
@@ -122,12 +119,41 @@ void AdapterStore::Touch(const std::string& name, Entry& e) {
   e.lru = lru_.begin();
 }
 
+void AdapterStore::RetireLocked(Entry& e) {
+  if (!e.loaded) return;
+  lru_.erase(e.lru);
+  resident_bytes_ -= e.loaded->resident_bytes();
+  if (e.loaded.use_count() > 1) {  // held by sequences besides this entry
+    retired_.push_back(e.loaded);
+    ++retired_count_;
+    retired_bytes_ += e.loaded->resident_bytes();
+  }
+  e.loaded.reset();
+}
+
+void AdapterStore::PruneRetiredLocked() {
+  if (retired_.empty()) return;
+  retired_count_ = 0;
+  retired_bytes_ = 0;
+  size_t kept = 0;
+  for (size_t i = 0; i < retired_.size(); ++i) {
+    if (auto a = retired_[i].lock()) {
+      ++retired_count_;
+      retired_bytes_ += a->resident_bytes();
+      if (kept != i) retired_[kept] = std::move(retired_[i]);  // a self-move would empty it
+      ++kept;
+    }
+  }
+  retired_.resize(kept);
+}
+
 void AdapterStore::EvictLocked() {
+  PruneRetiredLocked();
   // The running totals: a scan of the list per victim was quadratic, on the engine thread.
   auto over = [&] {
     return (options_.max_cpu_loras > 0 &&
-            lru_.size() > static_cast<size_t>(options_.max_cpu_loras)) ||
-           (options_.max_cpu_bytes > 0 && resident_bytes_ > options_.max_cpu_bytes);
+            lru_.size() + retired_count_ > static_cast<size_t>(options_.max_cpu_loras)) ||
+           (options_.max_cpu_bytes > 0 && resident_bytes_ + retired_bytes_ > options_.max_cpu_bytes);
   };
   // Oldest first; an adapter some sequence holds (use_count > 1) is pinned. The most recent
   // one (just loaded or acquired) is never evicted, so the store may exceed its bound while
@@ -315,10 +341,7 @@ Status AdapterStore::Unregister(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(name);
   if (it == entries_.end()) return NotFound("adapter '" + name + "' is not loaded");
-  if (it->second.loaded) {
-    lru_.erase(it->second.lru);
-    resident_bytes_ -= it->second.loaded->resident_bytes();
-  }
+  RetireLocked(it->second);
   entries_.erase(it);
   return OkStatus();
 }
@@ -392,7 +415,9 @@ int64_t AdapterStore::num_evictions() const {
 }
 int AdapterStore::num_resident() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return static_cast<int>(lru_.size());
+  size_t retired = 0;  // unloaded or replaced, still in use
+  for (const auto& w : retired_) retired += w.expired() ? 0 : 1;
+  return static_cast<int>(lru_.size() + retired);
 }
 
 }  // namespace loom

@@ -83,6 +83,7 @@ class AdapterStore {
   // Requests waiting now for another request's load of the same name (to share its result).
   int num_waiting_for_loads() const;
   int64_t num_evictions() const;
+  // Adapters in memory: the loaded ones, and those unloaded or replaced that sequences still use.
   int num_resident() const;
   int max_cpu_loras() const { return options_.max_cpu_loras; }
 
@@ -116,6 +117,11 @@ class AdapterStore {
                                                 const std::string& root) const;
   void Touch(const std::string& name, Entry& e);
   void EvictLocked();
+  // Takes a loaded adapter out of the table (unload, replace): its bytes leave the resident
+  // total; if sequences still hold it, it joins retired_ and still counts against the bounds.
+  void RetireLocked(Entry& e);
+  // Drops retired adapters no sequence holds any more; their count and bytes are what is left.
+  void PruneRetiredLocked();
   StatusOr<ConfinedDir> OnDemandDir(const std::string& name) const;
 
   const SiteTable* sites_;
@@ -126,6 +132,12 @@ class AdapterStore {
   std::unordered_map<std::string, Entry> entries_;
   std::list<std::string> lru_;      // loaded names, most recent first
   uint64_t resident_bytes_ = 0;     // Adapter::resident_bytes of the loaded ones
+  // Unloaded or replaced while sequences ran on them: in memory until those end, so counted
+  // against --max-cpu-loras / --max-cpu-lora-memory (each unload + load of a large adapter under
+  // traffic left one more copy alive that the bounds did not see).
+  std::vector<std::weak_ptr<const Adapter>> retired_;
+  size_t retired_count_ = 0;
+  uint64_t retired_bytes_ = 0;
   std::unordered_map<std::string, std::shared_ptr<Flight>> flights_;  // under mu_
   std::condition_variable flight_done_;                               // with mu_
   int waiting_for_flights_ = 0;                                       // under mu_

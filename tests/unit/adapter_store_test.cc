@@ -83,7 +83,8 @@ TEST(AdapterStore, ReplaceGivesTheNameANewIdentityAndAFailedOneKeepsTheOld) {
   EXPECT_NE((*now)->cache_identity(), (*old_lease)->cache_identity());
   EXPECT_GT((*old_lease)->tensor_bytes(), 0u);
   EXPECT_EQ(store.List().size(), 1u);
-  EXPECT_EQ(store.num_resident(), 1);  // the old one left the table (its lease keeps it alive)
+  // The old one left the table; its lease keeps it in memory, and counted, until released.
+  EXPECT_EQ(store.num_resident(), 2);
   // A qwen3 adapter does not fit: refused, and "a" still serves the mlp adapter.
   EXPECT_FALSE(store.Register("a", kAdapters + "qwen3_dora", "", /*replace=*/true).ok());
   auto kept = store.Acquire("a");
@@ -229,6 +230,34 @@ TEST(AdapterStore, AnOnDemandLoadNeverLandsInANameRegisteredFromAnotherFolder) {
   ASSERT_TRUE(again.ok());
   EXPECT_EQ((*again)->cache_identity(), (*want)->cache_identity());
   fs::remove_all(root);
+}
+
+// An adapter unloaded or replaced while sequences hold it stays in memory until they end: it
+// counts against the bounds meanwhile (each unload + load under traffic left another copy the
+// bounds did not see), and stops counting once released.
+TEST(AdapterStore, RetiredAdaptersInUseCountAgainstTheBounds) {
+  AdapterStoreOptions o;
+  o.max_cpu_loras = 2;
+  AdapterStore store(&Llama().sites(), o);
+  ASSERT_TRUE(store.Register("a", kAdapters + "llama_qv_r8_f32").ok());
+  auto running = store.Acquire("a");  // a sequence runs on a
+  ASSERT_TRUE(running.ok());
+  ASSERT_TRUE(store.Register("a", kAdapters + "llama_mlp_r6", "", /*replace=*/true).ok());
+  EXPECT_EQ(store.num_resident(), 2);  // the new a, and the old one still in use
+  ASSERT_TRUE(store.Register("b", kAdapters + "llama_all_r4_f16").ok());
+  // 3 in memory against a bound of 2: the new a (unleased, least recent) goes, not the old one.
+  EXPECT_EQ(store.num_resident(), 2);
+  EXPECT_EQ(store.num_evictions(), 1);
+  EXPECT_FALSE(store.List()[0].loaded && store.List()[1].loaded);
+  // Unloading b while nobody uses it frees it at once; the old a ends with its sequence.
+  ASSERT_TRUE(store.Unregister("b").ok());
+  EXPECT_EQ(store.num_resident(), 1);
+  running = Internal("the sequence ended");
+  store.Trim();
+  EXPECT_EQ(store.num_resident(), 0);
+  auto again = store.Acquire("a");  // the replacement, back from disk
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(store.num_resident(), 1);
 }
 
 TEST(AdapterStore, RuntimeLoadingNeedsRoots) {
