@@ -350,16 +350,20 @@ TEST_F(TransportTest, PipelinedBytesBehindADeferredReply) {
   std::string got = ReadUntil(fd, [](const std::string& d) { return Contains(d, "now:pppp"); });
   EXPECT_LT(got.find("first"), got.find("now:p")) << got;
   ::close(fd);
-  // The client leaves while waiting: abandoned, and the connection uncounted.
+  // The client leaves (after `settle`) while its reply is awaited: the reply is abandoned and
+  // the connection uncounted.
+  auto leaves = [&](int client, const std::shared_ptr<Feed>& waiting, std::chrono::milliseconds settle) {
+    std::this_thread::sleep_for(settle);
+    ::close(client);
+    for (int i = 0; i < 500 && waiting->abandoned.load() == 0; ++i) std::this_thread::sleep_for(10ms);
+    EXPECT_EQ(waiting->abandoned.load(), 1);
+    for (int i = 0; i < 300 && transport_->num_connections() > 0; ++i) std::this_thread::sleep_for(10ms);
+    EXPECT_EQ(transport_->num_connections(), 0);
+  };
   fd = Connect(port());
   Send(fd, kGetDeferred + next);
   auto second = WaitFeed(feed);
-  std::this_thread::sleep_for(50ms);
-  ::close(fd);
-  for (int i = 0; i < 300 && second->abandoned.load() == 0; ++i) std::this_thread::sleep_for(10ms);
-  EXPECT_EQ(second->abandoned.load(), 1);
-  for (int i = 0; i < 300 && transport_->num_connections() > 0; ++i) std::this_thread::sleep_for(10ms);
-  EXPECT_EQ(transport_->num_connections(), 0);
+  leaves(fd, second, 50ms);
   // More pipelined than the input buffer holds (the server stops reading: TCP holds the
   // rest): the session lives on, answers both in order, and is uncounted when it ends.
   const std::string big = "POST /now HTTP/1.1\r\nContent-Length: 300000\r\nConnection: close\r\n\r\n" +
@@ -385,12 +389,7 @@ TEST_F(TransportTest, PipelinedBytesBehindADeferredReply) {
   fd = Connect(port());
   Send(fd, kGetDeferred + mid);
   auto fourth = WaitFeed(third);
-  std::this_thread::sleep_for(100ms);
-  ::close(fd);
-  for (int i = 0; i < 500 && fourth->abandoned.load() == 0; ++i) std::this_thread::sleep_for(10ms);
-  EXPECT_EQ(fourth->abandoned.load(), 1);
-  for (int i = 0; i < 300 && transport_->num_connections() > 0; ++i) std::this_thread::sleep_for(10ms);
-  EXPECT_EQ(transport_->num_connections(), 0);
+  leaves(fd, fourth, 100ms);
 }
 
 // Review findings: a Transfer-Encoding other than chunked framed the body as empty (its bytes
