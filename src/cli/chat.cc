@@ -57,7 +57,7 @@ int RunChat(ChatArgs& a) {
   if (a.seed >= 0) a.params.seed = static_cast<uint64_t>(a.seed);
   // The flags are checked once, before the model loads (a bad one used to be reported on every
   // turn, and the command still exited 0).
-  if (Status st = a.params.Validate(INT32_MAX); !st.ok()) return Fail(st.message(), 2);
+  if (Status st = a.params.Validate(INT32_MAX); !st.ok()) return Fail(WithSamplingFlag(st.message()), 2);
   auto model = Model::Load(a.model, LoadOptionsFromFlags(a.no_check_weights));
   if (!model.ok()) return Fail(model.status().message());
   const int mpe = (*model)->config().max_position_embeddings;

@@ -32,6 +32,9 @@ Status RejectGlobalQuantizeFlags(const std::string& command);
 
 // Sampling flags shared by commands (--temperature, --top-k, ...).
 void AddSamplingFlags(CLI::App* cmd, SamplingParams* params, int64_t* seed);
+// A sampling validation message (SamplingParams::Validate, ValidateRequestSize: they name the
+// request field, "max_tokens must be …") led by the flag that set it ("--max-tokens: …").
+std::string WithSamplingFlag(const std::string& message);
 
 // --no-check-weights: skip the finite check of every weight at load (LoadOptions).
 void AddNoCheckWeightsFlag(CLI::App* cmd, bool* no_check_weights);

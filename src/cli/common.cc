@@ -70,6 +70,21 @@ void AddSamplingFlags(CLI::App* cmd, SamplingParams* p, int64_t* seed) {
   cmd->add_flag("--ignore-eos", p->ignore_eos, "keep generating after end-of-sequence");
 }
 
+std::string WithSamplingFlag(const std::string& message) {
+  static const std::pair<const char*, const char*> kFlags[] = {
+      {"max_tokens", "--max-tokens"},     {"temperature", "--temperature"},
+      {"top_k", "--top-k"},               {"top_p", "--top-p"},
+      {"min_p", "--min-p"},               {"repetition_penalty", "--repetition-penalty"},
+      {"presence_penalty", "--presence-penalty"}, {"frequency_penalty", "--frequency-penalty"},
+      {"logprobs", "--logprobs"}};
+  for (const auto& [field, flag] : kFlags) {
+    if (message.rfind(field, 0) == 0) return std::string(flag) + ": " + message;
+  }
+  // "prompt (N tokens) + max_tokens (M) exceeds the maximum context length …"
+  if (message.find("+ max_tokens") != std::string::npos) return "--max-tokens: " + message;
+  return message;
+}
+
 void AddNoCheckWeightsFlag(CLI::App* cmd, bool* no_check_weights) {
   cmd->add_flag("--no-check-weights", *no_check_weights,
                 "skip the check that every weight is finite (no NaN/Inf) at load");

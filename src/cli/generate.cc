@@ -116,9 +116,12 @@ int RunGenerate(GenerateArgs& a) {
   EngineOptions options;
   {
     Status st = ValidateRequestSize((*model)->config(), a.params, static_cast<int64_t>(prompt.size()));
-    if (st.ok())
-      st = (*model)->CheckKvCacheTokens(static_cast<int64_t>(prompt.size()) + a.params.max_tokens,
-                                        KvCacheDtypeFor((*model)->config()));
+    if (!st.ok()) {
+      std::fprintf(stderr, "error: %s\n", WithSamplingFlag(st.message()).c_str());
+      return 2;
+    }
+    st = (*model)->CheckKvCacheTokens(static_cast<int64_t>(prompt.size()) + a.params.max_tokens,
+                                      KvCacheDtypeFor((*model)->config()));
     if (!st.ok()) {
       std::fprintf(stderr, "error: %s\n", st.message().c_str());
       return 2;

@@ -27,10 +27,10 @@ void ExpectFails(const std::string& args, int code, const std::vector<std::strin
 TEST(AdversarialCli, MaxTokensIsValidatedBeforeTheKvCacheIsSized) {
   for (const char* n : {"2000000000", "10000000", "2147483647"}) {
     ExpectFails("generate --model " + kModel + " --prompt-tokens 1,2,3 --max-tokens " + n, 2,
-                {"exceeds the maximum context length"});
+                {"--max-tokens: ", "exceeds the maximum context length"});
   }
   ExpectFails("generate --model " + kModel + " --prompt-tokens 1,2,3 --max-tokens 0", 2,
-              {"max_tokens must be at least 1"});
+              {"--max-tokens: max_tokens must be at least 1"});
   ExpectFails("generate --model " + kModel + " --prompt-tokens 4294967297", 2,
               {"'4294967297' is not a token id"});
 }
@@ -38,7 +38,7 @@ TEST(AdversarialCli, MaxTokensIsValidatedBeforeTheKvCacheIsSized) {
 // chat checked nothing before its loop: each turn reported the bad flag and the command exited 0.
 TEST(AdversarialCli, ChatChecksItsFlagsBeforeTheConversation) {
   ExpectFails("chat --model " + kModel + " --max-tokens 0", 2, {"max_tokens must be at least 1"});
-  ExpectFails("chat --model " + kModel + " --temperature 1000", 2, {"temperature must be in [0, 100]"});
+  ExpectFails("chat --model " + kModel + " --temperature 1000", 2, {"--temperature: temperature must be in [0, 100]"});
   ExpectFails("chat --model " + kModel + " --max-model-len 100000000", 2,
               {"--max-model-len 100000000 exceeds the model's max_position_embeddings"});
 }
