@@ -3,7 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
-#include <memory>
+#include <vector>
 
 #include "cpu/avx2_broadcast.h"
 #include "cpu/int8_cpu.h"
@@ -175,9 +175,12 @@ LOOM_AVX2 void MatmulInt8Avx2(const uint8_t* xu, const float* sx, int64_t n, int
   (void)wsum;
   int64_t r = 0;
   if (n >= 4) {
-    const std::unique_ptr<int8_t[]> xs(new int8_t[static_cast<size_t>(4 * k_pad)]);  // Rows4 fills it
+    // Rows4 fills it; the thread's own, kept between calls (one call per 128-column chunk of
+    // a block: a new[] each time was an allocation per chunk in prefill).
+    static thread_local std::vector<int8_t> xs;
+    xs.resize(static_cast<size_t>(4 * k_pad));
     for (; r + 4 <= n; r += 4) {
-      Rows4(xu + r * k_pad, sx + r, k_pad, wq, sw, j0, j1, y + r * ldy, ldy, xs.get());
+      Rows4(xu + r * k_pad, sx + r, k_pad, wq, sw, j0, j1, y + r * ldy, ldy, xs.data());
     }
   }
   const int64_t left = n - r;
