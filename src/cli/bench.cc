@@ -304,9 +304,11 @@ RunFn AddBenchCommand(CLI::App& cmd) {
         return 2;
       }
     }
-    if (batch->count() > 0 && closed) {
-      std::fprintf(stderr, "error: --batch is not read with --closed-loop (its clients set the batch)\n");
-      return 2;
+    for (const CLI::Option* o : {batch, repeats}) {  // its clients set the batch, and it runs once
+      if (closed && o->count() > 0) {
+        std::fprintf(stderr, "error: %s is not read with --closed-loop\n", o->get_name().c_str());
+        return 2;
+      }
     }
     if (batch->count() > 0 && !a->loras.empty()) {  // `--batch 1 8 --lora …`: what it measures
       for (int b : a->batches) {
@@ -316,10 +318,6 @@ RunFn AddBenchCommand(CLI::App& cmd) {
           return 2;
         }
       }
-    }
-    if (repeats->count() > 0 && closed) {
-      std::fprintf(stderr, "error: --repeats is not read with --closed-loop\n");
-      return 2;
     }
     GlobalMatmulOptions().batch_invariant = a->batch_invariant;
     return RunBench(*a);

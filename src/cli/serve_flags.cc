@@ -206,9 +206,8 @@ StatusOr<ServePlan> PlanServe(const ServeArgs& a) {
   for (const auto& spec : a.loras) {
     ASSIGN_OR_RETURN(auto named, ParseLoraSpec(spec));
     // Checked here, before the port is bound and the model loaded (minutes on a large one).
-    if (!AdapterStore::ValidName(named.first)) {
-      return InvalidArgument("--lora '" + spec + "': adapter name '" + named.first +
-                             "' is not valid (letters, digits, '_', '.', '-'; at most 128)");
+    if (Status name = AdapterStore::CheckName(named.first); !name.ok()) {
+      return InvalidArgument("--lora '" + spec + "': " + name.message());
     }
     std::error_code dir_ec;
     if (!fs::is_directory(named.second, dir_ec)) {

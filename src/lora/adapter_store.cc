@@ -48,6 +48,12 @@ AdapterStore::AdapterStore(const SiteTable* sites, AdapterStoreOptions options)
   }
 }
 
+Status AdapterStore::CheckName(const std::string& name) {
+  if (ValidName(name)) return OkStatus();
+  return InvalidArgument("adapter name '" + name +
+                         "' is not valid (letters, digits, '_', '.', '-'; at most 128)");
+}
+
 bool AdapterStore::ValidName(const std::string& name) {
   if (name.empty() || name.size() > 128 || name == "." || name == "..") return false;
   for (size_t i = 0; i < name.size(); ++i) {
@@ -79,10 +85,7 @@ StatusOr<std::shared_ptr<const Adapter>> AdapterStore::Load(const std::string& n
 
 Status AdapterStore::Register(const std::string& name, const std::string& dir,
                               const std::string& root, bool replace) {
-  if (!ValidName(name)) {
-    return InvalidArgument("adapter name '" + name +
-                           "' is not valid (letters, digits, '_', '.', '-'; at most 128)");
-  }
+  RETURN_IF_ERROR(CheckName(name));
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
     return NotFound("adapter '" + name + "': folder " + dir + " does not exist");
@@ -125,7 +128,6 @@ void AdapterStore::RetireLocked(Entry& e) {
   resident_bytes_ -= e.loaded->resident_bytes();
   if (e.loaded.use_count() > 1) {  // held by sequences besides this entry
     retired_.push_back(e.loaded);
-    ++retired_count_;
     retired_bytes_ += e.loaded->resident_bytes();
   }
   e.loaded.reset();
@@ -133,12 +135,10 @@ void AdapterStore::RetireLocked(Entry& e) {
 
 void AdapterStore::PruneRetiredLocked() {
   if (retired_.empty()) return;
-  retired_count_ = 0;
   retired_bytes_ = 0;
   size_t kept = 0;
   for (size_t i = 0; i < retired_.size(); ++i) {
     if (auto a = retired_[i].lock()) {
-      ++retired_count_;
       retired_bytes_ += a->resident_bytes();
       if (kept != i) retired_[kept] = std::move(retired_[i]);  // a self-move would empty it
       ++kept;
@@ -152,7 +152,7 @@ void AdapterStore::EvictLocked() {
   // The running totals: a scan of the list per victim was quadratic, on the engine thread.
   auto over = [&] {
     return (options_.max_cpu_loras > 0 &&
-            lru_.size() + retired_count_ > static_cast<size_t>(options_.max_cpu_loras)) ||
+            lru_.size() + retired_.size() > static_cast<size_t>(options_.max_cpu_loras)) ||
            (options_.max_cpu_bytes > 0 && resident_bytes_ + retired_bytes_ > options_.max_cpu_bytes);
   };
   // Oldest first; an adapter some sequence holds (use_count > 1) is pinned. The most recent

@@ -78,6 +78,8 @@ class AdapterStore {
   StatusOr<ConfinedDir> ResolveRuntimePath(const std::string& path) const;
   // A valid adapter name: [A-Za-z0-9_][A-Za-z0-9._-]{0,127}, not "." or "..".
   static bool ValidName(const std::string& name);
+  // ValidName as a Status: the error every path that names an adapter gives for a bad name.
+  static Status CheckName(const std::string& name);
 
   int64_t num_loads() const;
   // Requests waiting now for another request's load of the same name (to share its result).
@@ -136,8 +138,7 @@ class AdapterStore {
   // against --max-cpu-loras / --max-cpu-lora-memory (each unload + load of a large adapter under
   // traffic left one more copy alive that the bounds did not see).
   std::vector<std::weak_ptr<const Adapter>> retired_;
-  size_t retired_count_ = 0;
-  uint64_t retired_bytes_ = 0;
+  uint64_t retired_bytes_ = 0;  // theirs, as of the last prune
   std::unordered_map<std::string, std::shared_ptr<Flight>> flights_;  // under mu_
   std::condition_variable flight_done_;                               // with mu_
   int waiting_for_flights_ = 0;                                       // under mu_

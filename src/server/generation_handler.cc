@@ -79,8 +79,7 @@ bool Submit(ServerContext& ctx, const OpenAiRequest& r, std::shared_ptr<const Ad
     g.params.logprobs = r.want_logprobs ? std::max(1, r.logprobs) : 0;
     // echo with logprobs scores the prompt too (what lm-evaluation-harness's loglikelihood
     // sends); prompt_logprobs asks for it directly.
-    g.prompt_logprobs = r.prompt_logprobs;
-    if (r.echo && r.want_logprobs) g.prompt_logprobs = std::max(g.prompt_logprobs, r.logprobs);
+    g.prompt_logprobs = PromptLogprobsTop(r);
     g.stop = r.stop;
     g.stop_token_ids = r.stop_token_ids;
     g.include_stop_str_in_output = r.include_stop_str_in_output;

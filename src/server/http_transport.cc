@@ -651,12 +651,14 @@ void HttpTransport::Impl::Accept() {
       return;
     }
     if (num_connections.load() >= options.max_connections) {
-      // An OpenAI error object, as every other error (the body is fixed, so its length is).
-      static const char kBusy[] =
-          "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
-          "Connection: close\r\nContent-Length: 134\r\n\r\n"
-          "{\"error\":{\"message\":\"the server has too many open connections; retry later\",\"type\":\"ServiceUnavailableError\",\"param\":null,\"code\":503}}";
-      ::send(socket.native_handle(), kBusy, sizeof(kBusy) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+      // An OpenAI error object, as every other error (built once: no request is read).
+      static const std::string kBusy = [] {
+        const std::string body =
+            ApiError{503, "the server has too many open connections; retry later", "", ""}.Body();
+        return "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+               "Connection: close\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+      }();
+      ::send(socket.native_handle(), kBusy.data(), kBusy.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
       error_code ignored;
       socket.close(ignored);
     } else {

@@ -557,10 +557,13 @@ bool CheckLogitBiasBudget(const OpenAiRequest& r, int64_t sequences, ApiError* e
   return false;
 }
 
+int PromptLogprobsTop(const OpenAiRequest& r) {
+  return std::max(r.prompt_logprobs, r.echo && r.want_logprobs ? r.logprobs : -1);
+}
+
 bool CheckPromptLogprobBudget(const OpenAiRequest& r, const std::vector<std::vector<int32_t>>& prompts,
                               ApiError* error) {
-  // The top-N each prompt token carries (as Submit sets it): -1 when the prompt is not scored.
-  const int top = std::max(r.prompt_logprobs, r.echo && r.want_logprobs ? r.logprobs : -1);
+  const int top = PromptLogprobsTop(r);
   if (top < 0) return true;
   int64_t tokens = 0;
   for (const auto& p : prompts) tokens += static_cast<int64_t>(p.size());

@@ -83,6 +83,9 @@ bool CheckLogitBiasBudget(const OpenAiRequest& r, int64_t sequences, ApiError* e
 // of JSON). lm-evaluation-harness's loglikelihood batches (echo, logprobs 1, n 1) stay far below.
 inline constexpr int64_t kMaxPromptLogprobEntries = int64_t{1} << 20;
 inline constexpr int64_t kMaxStreamPromptLogprobEntries = int64_t{1} << 18;
+// The top-N each prompt token's log-prob entry carries: prompt_logprobs, or with echo and
+// logprobs the logprobs asked (the larger); -1 when the prompt is not scored.
+int PromptLogprobsTop(const OpenAiRequest& r);
 bool CheckPromptLogprobBudget(const OpenAiRequest& r, const std::vector<std::vector<int32_t>>& prompts,
                               ApiError* error);
 
