@@ -185,6 +185,12 @@ StatusOr<ServePlan> PlanServe(const ServeArgs& a) {
   };
   RETURN_IF_ERROR(positive(a.max_num_seqs, "--max-num-seqs", 4096));
   RETURN_IF_ERROR(positive(a.max_num_batched_tokens, "--max-num-batched-tokens", 1 << 16));
+  if (a.max_num_batched_tokens < a.max_num_seqs) {
+    // vLLM's rule: a step must have room for a decode row of every running sequence (with fewer,
+    // the youngest running sequences got no row while the oldest ones decoded).
+    return InvalidArgument("--max-num-batched-tokens (" + std::to_string(a.max_num_batched_tokens) +
+                           ") must be at least --max-num-seqs (" + std::to_string(a.max_num_seqs) + ")");
+  }
   RETURN_IF_ERROR(positive(a.max_loras, "--max-loras", 1024));
   RETURN_IF_ERROR(positive(a.http_threads, "--http-threads", 1024));
   RETURN_IF_ERROR(positive(a.max_connections, "--max-connections", 1 << 20));

@@ -54,6 +54,8 @@ def run_serve(model_dir, *args, timeout=10, tries=1):
     (["--lora", f"a b={ADAPTER_FIXTURES / 'llama_qv_r8_f32'}"], "--lora"),
     (["--lora", f"x={ADAPTER_FIXTURES / 'llama_qv_r8_f32' / 'adapter_config.json'}"], "is not a folder"),
     (["--max-num-seqs", "0"], "--max-num-seqs"),
+    # vLLM's rule: with fewer, the youngest running sequences got no decode row.
+    (["--max-num-seqs", "64", "--max-num-batched-tokens", "16"], "must be at least --max-num-seqs (64)"),
     (["--max-loras", "0"], "--max-loras"),
     (["--http-threads", "0"], "--http-threads"),
     (["--host", "192.0.2.1"], "--host"),  # TEST-NET-1: not an address of this machine
@@ -62,7 +64,7 @@ def run_serve(model_dir, *args, timeout=10, tries=1):
         "merge", "lora_dir", "target_step_negative", "target_step_nan", "max_body_past_4gib",
         "size_in_hex", "kv_cache_dtype_fp8", "empty_max_model_len", "empty_served_name", "served_name_twice",
         "adapter_named_as_a_served_name", "adapter_name_invalid", "adapter_path_a_file",
-        "max_num_seqs_0", "max_loras_0", "http_threads_0", "host_not_local"])
+        "max_num_seqs_0", "batched_tokens_below_seqs", "max_loras_0", "http_threads_0", "host_not_local"])
 def test_bad_start_up_exits_non_zero(llama_dir, args, needle):
     code, err = run_serve(llama_dir, *args)
     assert code not in (0, None) and code > 0, f"exit {code} (a signal?):\n{err}"
