@@ -161,21 +161,35 @@ StatusOr<std::vector<TensorInfo>> ParseSafetensors(const uint8_t* bytes, size_t 
     ranges.emplace_back(begin, end);
     out.push_back(std::move(info));
   }
-  // Tensors must not share bytes (the reference library rejects overlaps too).
+  // The tensors tile the data section exactly, as the reference library requires (its
+  // validate(): no overlap, no gap, no byte past the last tensor), so a file transformers and
+  // vLLM refuse is refused here too, and no bytes ride along unread. Sorted by (begin, end), an
+  // empty tensor sits where the previous one ended.
   std::vector<size_t> order(out.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ranges[a] < ranges[b]; });
-  // Compare each range with the one reaching furthest so far, not just its sorted
-  // neighbour: an empty range sorted in between must not hide an overlap.
-  size_t furthest = order.empty() ? 0 : order[0];
-  for (size_t i = 1; i < order.size(); ++i) {
-    const auto& cur = ranges[order[i]];
-    if (cur.first == cur.second) continue;  // empty tensors hold no bytes
-    if (cur.first < ranges[furthest].second) {
-      return InvalidArgument(path + ": tensors '" + out[furthest].name + "' and '" +
-                             out[order[i]].name + "' overlap in the data section");
+  uint64_t cursor = 0;
+  const std::string* previous = nullptr;
+  for (size_t i : order) {
+    const auto& cur = ranges[i];
+    if (cur.first < cursor) {
+      return InvalidArgument(path + ": tensors '" + *previous + "' and '" + out[i].name +
+                             "' overlap in the data section");
     }
-    if (cur.second > ranges[furthest].second) furthest = order[i];
+    if (cur.first > cursor) {
+      return InvalidArgument(path + ": " + std::to_string(cur.first - cursor) +
+                             " unused bytes before tensor '" + out[i].name +
+                             "' in the data section (at offset " + std::to_string(cursor) +
+                             "; the format has none)");
+    }
+    cursor = cur.second;
+    previous = &out[i].name;
+  }
+  if (cursor != data_size) {
+    return InvalidArgument(path + ": " + std::to_string(data_size - cursor) +
+                           " bytes after the last tensor (the data section is " +
+                           std::to_string(data_size) + " bytes, the tensors end at " +
+                           std::to_string(cursor) + ")");
   }
   return out;
 }

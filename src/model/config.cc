@@ -106,15 +106,17 @@ Status ParseRopeParameters(const json& params, const std::string& at, RopeConfig
   std::string type = "default";
   for (const char* key : {"rope_type", "type"}) {
     auto it = params.find(key);
-    if (it != params.end() && it->is_string()) {
-      type = it->get<std::string>();
-      break;
-    }
+    if (it == params.end() || it->is_null()) continue;
+    // A number or a list here was read as absent: plain RoPE where the file asked for scaling
+    // (transformers refuses it: no RoPE type of that name).
+    if (!it->is_string()) return InvalidArgument(at + "." + key + ": must be a string");
+    type = it->get<std::string>();
+    break;
   }
   if (type == "default") return CheckRope(*rope, at);
   // Phi-3's config maps a "yarn" type to longrope (Phi3Config.convert_rope_params_to_dict).
-  if (type == "yarn" && config && config->is_object() &&
-      config->value("model_type", std::string()) == "phi3") {
+  if (type == "yarn" && config && config->is_object() && config->contains("model_type") &&
+      (*config)["model_type"] == "phi3") {
     type = "longrope";
   }
   if (type == "linear") {
@@ -281,7 +283,8 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& config_json,
     return InvalidArgument(where + ": head_dim must be positive and even, got " +
                            std::to_string(c.head_dim));
   }
-  if (auto act = j.find("hidden_act"); arch->reads_hidden_act && act != j.end() && act->is_string()) {
+  if (auto act = j.find("hidden_act"); arch->reads_hidden_act && act != j.end() && !act->is_null()) {
+    if (!act->is_string()) return InvalidArgument(where + ": hidden_act must be a string");
     RETURN_IF_ERROR(ParseActivation(act->get<std::string>(), "hidden_act", where, &c.activation));
   }
   for (const char* key : {"torch_dtype", "dtype"}) {

@@ -491,6 +491,22 @@ TEST(ConfigRejectTest, Llama3RopeMissingFields) {
   ExpectRejected(j, {"factor must be positive"});
   j["rope_parameters"] = {{"rope_type", "linear"}};
   ExpectRejected(j, {"missing required field 'factor'"});
+  // A type that is not a string was read as absent: plain RoPE, or "type" behind it, where the
+  // file asked for llama3 scaling (transformers refuses both).
+  j["rope_parameters"] = llama3;
+  j["rope_parameters"]["rope_type"] = 5;
+  ExpectRejected(j, {"rope_parameters.rope_type: must be a string"});
+  j["rope_parameters"]["rope_type"] = json::array({"llama3"});
+  j["rope_parameters"]["type"] = "linear";
+  ExpectRejected(j, {"rope_parameters.rope_type: must be a string"});
+  j["rope_parameters"].erase("rope_type");
+  j["rope_parameters"]["type"] = 8.0;
+  ExpectRejected(j, {"rope_parameters.type: must be a string"});
+  // A "yarn" type with a model_type that is not a string: an error, not an exception.
+  j = BaseConfig();
+  j["model_type"] = 5;
+  j["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  EXPECT_FALSE(Parse(j).ok());
 }
 
 TEST(ConfigRejectTest, HiddenActOtherThanSiluOrGelu) {
@@ -500,6 +516,8 @@ TEST(ConfigRejectTest, HiddenActOtherThanSiluOrGelu) {
     ExpectRejected(j, {std::string("hidden_act '") + act + "' is not supported", "silu, gelu, gelu_pytorch_tanh"});
   }
   json j = BaseConfig();
+  j["hidden_act"] = 3;  // was read as absent: SiLU
+  ExpectRejected(j, {"hidden_act must be a string"});
   j["hidden_act"] = "gelu";  // ACT2FN["gelu"]: the exact erf GELU
   auto c = Parse(j);
   ASSERT_TRUE(c.ok()) << c.status().ToString();

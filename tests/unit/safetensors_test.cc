@@ -363,14 +363,36 @@ TEST(SafetensorsRejectTest, OverlappingTensors) {
                            "w.b": {"dtype": "F32", "shape": [4], "data_offsets": [8, 24]}})",
                        {"'w.a'", "'w.b'", "overlap"});
   // Same range twice.
-  ExpectHeaderRejected(R"({"w.c": {"dtype": "F32", "shape": [4], "data_offsets": [16, 32]},
-                           "w.d": {"dtype": "F16", "shape": [8], "data_offsets": [16, 32]}})",
+  ExpectHeaderRejected(R"({"w.c": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+                           "w.d": {"dtype": "F16", "shape": [8], "data_offsets": [0, 16]}})",
                        {"'w.c'", "'w.d'", "overlap"});
-  // One tensor inside another, with an empty tensor sorted between them.
+  // One tensor inside another, with an empty tensor sorted between them: the empty one inside
+  // the outer range is the first offender (the reference library rejects it too).
   ExpectHeaderRejected(R"({"w.outer": {"dtype": "F32", "shape": [8], "data_offsets": [0, 32]},
                            "w.empty": {"dtype": "F32", "shape": [0], "data_offsets": [4, 4]},
                            "w.inner": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})",
+                       {"'w.outer'", "'w.empty'", "overlap"});
+  ExpectHeaderRejected(R"({"w.outer": {"dtype": "F32", "shape": [8], "data_offsets": [0, 32]},
+                           "w.inner": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})",
                        {"'w.outer'", "'w.inner'", "overlap"});
+}
+
+// The tensors tile the data section, as the reference library's validate() requires: a gap
+// before a tensor, or bytes after the last, loaded without a word (transformers and vLLM refuse
+// such a file, and the bytes could carry anything).
+TEST(SafetensorsRejectTest, GapsAndTrailingBytes) {
+  ExpectHeaderRejected(R"({"w.a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+                           "w.b": {"dtype": "F32", "shape": [4], "data_offsets": [20, 36]}})",
+                       {"4 unused bytes before tensor 'w.b'", "at offset 16"}, 36);
+  ExpectHeaderRejected(R"({"w.a": {"dtype": "F32", "shape": [4], "data_offsets": [8, 24]}})",
+                       {"8 unused bytes before tensor 'w.a'", "at offset 0"}, 24);
+  ExpectHeaderRejected(R"({"w.a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})",
+                       {"48 bytes after the last tensor", "64 bytes"}, 64);
+  ExpectHeaderRejected(R"({})", {"1 bytes after the last tensor"}, 1);
+  auto exact = Parse(Image(R"({"w.a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})",
+                           RandomData(16, 7)),
+                     "ok.safetensors");
+  EXPECT_TRUE(exact.ok()) << exact.status().ToString();
 }
 
 TEST(SafetensorsRejectTest, AdjacentAndEmptyTensorsAreNotOverlaps) {
