@@ -50,6 +50,8 @@ Status ValidateBenchArgs(const Model& model, const BenchArgs& a) {
   SamplingParams p;
   p.max_tokens = a.gen_tokens;
   RETURN_IF_ERROR(ValidateRequestSize(model.config(), p, a.prompt_len));
+  // Each measurement prefills its batch in one step.
+  RETURN_IF_ERROR(model.CheckStepMemory(int64_t{widest} * a.prompt_len, int64_t{a.prompt_len} + a.gen_tokens));
   return model.CheckKvCacheTokens(int64_t{widest} * (a.prompt_len + a.gen_tokens) + 64,
                                   KvCacheDtypeFor(model.config()));
 }

@@ -46,6 +46,7 @@ Status ValidateClosedLoopArgs(const Model& model, const ClosedLoopArgs& a) {
   p.max_tokens = a.gen_tokens;
   RETURN_IF_ERROR(ValidateRequestSize(model.config(), p, a.prompt_len));
   const int64_t in_flight = std::min(a.clients, a.max_num_seqs);
+  RETURN_IF_ERROR(model.CheckStepMemory(a.max_batch_tokens, int64_t{a.prompt_len} + a.gen_tokens));
   return model.CheckKvCacheTokens(in_flight * (a.prompt_len + a.gen_tokens) + 64,
                                   KvCacheDtypeFor(model.config()));
 }

@@ -71,6 +71,9 @@ int RunChat(ChatArgs& a) {
       !st.ok()) {
     return Fail("--max-model-len " + std::to_string(max_model_len) + ": " + st.message(), 2);
   }
+  if (Status st = (*model)->CheckStepMemory(EngineOptions().max_batch_tokens, max_model_len); !st.ok()) {
+    return Fail(st.message(), 2);
+  }
   auto tok = tokenizer::Tokenizer::FromModelDir(
       a.model, *tokenizer::ParseTokenizerMode(a.tokenizer_mode));
   if (!tok.ok()) return Fail(tok.status().message());

@@ -122,6 +122,10 @@ int RunGenerate(GenerateArgs& a) {
     }
     st = (*model)->CheckKvCacheTokens(static_cast<int64_t>(prompt.size()) + a.params.max_tokens,
                                       KvCacheDtypeFor((*model)->config()));
+    if (st.ok()) {
+      st = (*model)->CheckStepMemory(options.max_batch_tokens,
+                                     static_cast<int64_t>(prompt.size()) + a.params.max_tokens);
+    }
     if (!st.ok()) {
       std::fprintf(stderr, "error: %s\n", st.message().c_str());
       return 2;
@@ -129,7 +133,8 @@ int RunGenerate(GenerateArgs& a) {
   }
   options.kv_cache_tokens = std::max<int>(256, static_cast<int>(prompt.size()) + a.params.max_tokens);
   options.kv_cache_dtype = KvCacheDtypeFor((*model)->config());
-  options.max_batch_tokens = std::max<int>(512, static_cast<int>(prompt.size()));
+  // The prompt in chunks of max_batch_tokens (512) rows, the same bits as one step: a step of the
+  // whole prompt took working memory in proportion to it.
   Engine engine(model->get(), options);
   GenerationRequest request;
   request.prompt = prompt;

@@ -76,6 +76,7 @@ int RunBatchFile(Model* model, const std::vector<std::shared_ptr<const Adapter>>
   if (Status st = model->CheckKvCacheTokens(total + 64, KvCacheDtypeFor(model->config())); !st.ok())
     return fail(st);
   EngineOptions options;
+  if (Status st = model->CheckStepMemory(options.max_batch_tokens, total + 64); !st.ok()) return fail(st);
   options.kv_cache_tokens = static_cast<int>(std::max<int64_t>(1024, total + 64));
   options.kv_cache_dtype = KvCacheDtypeFor(model->config());
   Engine engine(model, options);

@@ -102,6 +102,11 @@ int RunServe(ServeArgs& a) {
                     kv.message(),
                 2);
   }
+  if (Status step = (*model)->CheckStepMemory(plan->engine.max_batch_tokens, plan->engine.max_model_len);
+      !step.ok()) {
+    stop_listener();
+    return Fail("--max-num-batched-tokens / --max-model-len: " + step.message(), 2);
+  }
   std::fprintf(stderr, "loom: model %s loaded (%.1f s, %.0f MiB of weights); kernels: %s\n",
                a.model.c_str(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),

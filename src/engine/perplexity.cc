@@ -35,7 +35,10 @@ StatusOr<PerplexityResult> ComputePerplexity(Model* model, const std::vector<int
   EngineOptions options;
   options.kv_cache_dtype = kv_dtype;
   options.kv_cache_tokens = std::max(256, ctx + 16);
-  options.max_batch_tokens = std::max(512, ctx);
+  // A window in chunks of 512 rows (the same bits as one step: rows are batch-invariant), not
+  // one step of ctx rows, whose working memory grows with it.
+  options.max_batch_tokens = 512;
+  RETURN_IF_ERROR(model->CheckStepMemory(options.max_batch_tokens, ctx + 1));
   options.enable_prefix_caching = false;
   // A window of the model's whole length is valid; the one token the engine samples after it
   // (position ctx, never scored) needs room beyond, so the length limit is ctx + 1 then.

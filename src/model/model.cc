@@ -13,6 +13,7 @@
 #include "base/check.h"
 #include "base/mmap_file.h"
 #include "base/regex.h"
+#include "base/thread_pool.h"
 #include "lora/adapter.h"
 #include "lora/merge.h"
 #include "model/registry.h"
@@ -332,6 +333,51 @@ std::unique_ptr<KvCache> Model::NewKvCache(int num_tokens, KvDtype dtype) const 
   return std::move(empty).value();
 }
 
+namespace {
+uint64_t PhysicalMemoryBytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page_size = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page_size > 0 ? uint64_t(pages) * uint64_t(page_size) : UINT64_MAX;
+}
+}  // namespace
+
+Status Model::CheckStepMemory(int64_t rows, int64_t context) const {
+  const ModelConfig& c = config_;
+  if (rows < 1 || context < 0) {
+    return InvalidArgument("a step of " + std::to_string(rows) + " rows over " +
+                           std::to_string(context) + " positions");
+  }
+  // Floats a row takes in Forward's scratch (x, h, out; q and the attention output; k, v; gate,
+  // up; a fused projection's output) plus the widest projection's activations again (the
+  // matmuls' packed or quantized copies). Each width is bounded in config.h (heads × head_dim ≤
+  // 2^21), so no product below overflows 64 bits.
+  const uint64_t d = static_cast<uint64_t>(c.model_dim);
+  const uint64_t q = static_cast<uint64_t>(c.num_heads) * static_cast<uint64_t>(c.head_dim);
+  const uint64_t kv = static_cast<uint64_t>(c.num_kv_heads) * static_cast<uint64_t>(c.head_dim);
+  const uint64_t ffn = static_cast<uint64_t>(c.ffn_dim);
+  const uint64_t fused = std::max(q + 2 * kv, 2 * ffn);
+  const uint64_t widest = std::max({d, q, ffn});
+  const uint64_t per_row = 4 * (3 * d + 2 * q + 2 * kv + 2 * ffn + fused + 2 * widest);
+  const uint64_t group = c.num_kv_heads > 0 ? static_cast<uint64_t>(c.num_heads / c.num_kv_heads) : 1;
+  const uint64_t threads = static_cast<uint64_t>(std::max(1, ThreadPool::Global().num_threads()));
+  const uint64_t scores = 4 * static_cast<uint64_t>(context) * group * threads;
+  // At most half the machine: the weights and the KV cache need the rest (no real model comes
+  // near it: Llama-3-70B's 512-row step is ~430 MiB).
+  const uint64_t memory = PhysicalMemoryBytes() / 2;
+  const uint64_t r = static_cast<uint64_t>(rows);
+  if (per_row > memory / r || per_row * r > memory - std::min(memory, scores)) {
+    return ResourceExhausted(
+        "a forward step of " + std::to_string(rows) + " token rows needs " +
+        std::to_string((per_row >> 10) * r >> 10) + " MiB of working memory (" +
+        std::to_string(per_row >> 10) + " KiB a row from config.json: hidden_size " +
+        std::to_string(c.model_dim) + ", " + std::to_string(c.num_heads) + " heads of " +
+        std::to_string(c.head_dim) + ", intermediate_size " + std::to_string(c.ffn_dim) +
+        ") plus " + std::to_string(scores >> 20) + " MiB of attention scores, more than half "
+        "of this machine's " + std::to_string((memory * 2) >> 20) + " MiB of memory");
+  }
+  return OkStatus();
+}
+
 Status Model::CheckKvCacheTokens(int64_t num_tokens, KvDtype dtype) const {
   if (dtype == KvDtype::kBf16 && config_.head_dim % 2 != 0) {
     return InvalidArgument("--kv-cache-dtype bfloat16 needs an even head_dim; this model's is " +
@@ -343,10 +389,7 @@ Status Model::CheckKvCacheTokens(int64_t num_tokens, KvDtype dtype) const {
   }
   const auto bytes = KvCache::BytesFor(config_.num_layers, config_.num_kv_heads, config_.head_dim,
                                        num_tokens, dtype);
-  const long pages = ::sysconf(_SC_PHYS_PAGES);
-  const long page_size = ::sysconf(_SC_PAGESIZE);
-  const uint64_t memory =
-      pages > 0 && page_size > 0 ? uint64_t(pages) * uint64_t(page_size) : UINT64_MAX;
+  const uint64_t memory = PhysicalMemoryBytes();
   if (!bytes || *bytes > memory) {
     return ResourceExhausted(
         "KV cache of " + std::to_string(num_tokens) + " tokens needs " +

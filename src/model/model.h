@@ -83,6 +83,11 @@ class Model {
   // Whether a KV cache of `num_tokens` positions is possible: at most kMaxKvCacheTokens, and its
   // bytes within this machine's physical memory. The error names the sizes.
   Status CheckKvCacheTokens(int64_t num_tokens, KvDtype dtype = KvDtype::kF32) const;
+  // Whether a forward step of `rows` token rows over contexts of up to `context` positions can
+  // have its working memory (activations of every projection's width per row, attention scores
+  // per thread) within this machine's physical memory: config.json's widths multiply these (a
+  // 64 MB checkpoint with 1024 heads of 2048 needed 16 MB a row and aborted on the allocation).
+  Status CheckStepMemory(int64_t rows, int64_t context) const;
   static constexpr int64_t kMaxKvCacheTokens = int64_t{1} << 26;
 
   // Runs every row of `batch`, writing its K/V into `cache`, and returns the logits of

@@ -276,6 +276,15 @@ TEST(AdversarialWeights, ImpossibleAllocationsAreStatusesNotCrashes) {
   EXPECT_STATUS((*model)->CheckKvCacheTokens(2000000000), StatusCode::kInvalidArgument,
                 "KV cache of 2000000000 tokens is outside");
   EXPECT_STATUS((*model)->CheckKvCacheTokens(-5), StatusCode::kInvalidArgument, "outside");
+  // A step's working memory: config.json's widths × rows (a hostile config with 1024 heads of
+  // 2048 took 16 MB a row and aborted on the allocation); refused naming the widths.
+  EXPECT_TRUE((*model)->CheckStepMemory(512, 4096).ok());
+  EXPECT_STATUS((*model)->CheckStepMemory(int64_t{1} << 40, 16), StatusCode::kResourceExhausted,
+                "a forward step of 1099511627776 token rows needs", "hidden_size",
+                "intermediate_size", "more than half of this machine's");
+  EXPECT_STATUS((*model)->CheckStepMemory(1, int64_t{1} << 50), StatusCode::kResourceExhausted,
+                "MiB of attention scores");
+  EXPECT_STATUS((*model)->CheckStepMemory(0, 16), StatusCode::kInvalidArgument, "0 rows");
   // NewKvCache never returns null, even when the memory cannot be had.
   auto cache = (*model)->NewKvCache(64);
   ASSERT_NE(cache, nullptr);
