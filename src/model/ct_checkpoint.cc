@@ -271,8 +271,9 @@ Status WriteQuantizedCheckpoint(const std::string& model_dir,
   if (untie) cfg["tie_word_embeddings"] = false;
   cfg["quantization_config"] = QuantizationConfig(options, other_groups, dense);
   return WriteCheckpointAtomically(out_dir, out_real, "loom quantize", [&](const std::string& tmp) {
-    RETURN_IF_ERROR(WriteCheckpointShards(tmp, specs, fill, options.max_shard_bytes));
+    // Side files first: one that cannot be copied fails before the shards are written.
     RETURN_IF_ERROR(CopyCheckpointSideFiles(model_dir, tmp));
+    RETURN_IF_ERROR(WriteCheckpointShards(tmp, specs, fill, options.max_shard_bytes));
     // config.json with the quantization_config (replacing the copy; inside loom's own folder).
     const std::string path = tmp + "/config.json";
     std::ofstream out(path, std::ios::binary | std::ios::trunc);

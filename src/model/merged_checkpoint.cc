@@ -31,7 +31,8 @@ namespace fs = std::filesystem;
 // copied beside the written tensors they would be stale weights of the input model.
 bool IsOtherWeightsFile(std::string name) {
   if (name.ends_with(".index.json")) name.resize(name.size() - 11);
-  for (const char* ext : {".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack", ".onnx", ".pkl"}) {
+  for (const char* ext : {".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack", ".onnx", ".pkl",
+                          ".ot", ".npz", ".tflite", ".pte", ".mlmodel", ".engine"}) {
     if (name.ends_with(ext)) return true;
   }
   return false;
@@ -77,6 +78,29 @@ Status WriteTextFile(const fs::path& path, const std::string& text) {
   out.close();
   if (!out) return Internal(path.string() + ": write failed (disk full?)");
   return OkStatus();
+}
+
+// Copies the regular file `src` (any size: a README, a tokenizer, an image in a model card) to
+// `dst` inside loom's own fresh temporary folder, 1 MiB at a time; opened without blocking, so a
+// FIFO swapped in after the listing is refused rather than waited on.
+Status CopyRegularFile(const std::string& src, const fs::path& dst) {
+  uint64_t size = 0;
+  ASSIGN_OR_RETURN(const int fd, OpenRegularFile(src, &size));
+  std::ofstream out(dst, std::ios::binary | std::ios::trunc);
+  std::vector<char> buf(size_t{1} << 20);
+  Status st = out ? OkStatus() : Internal(dst.string() + ": cannot open for writing");
+  while (st.ok()) {
+    const ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) st = InvalidArgument(src + ": read failed: " + std::strerror(errno));
+    if (n <= 0) break;
+    out.write(buf.data(), n);
+    if (!out) st = Internal(dst.string() + ": write failed (disk full?)");
+  }
+  ::close(fd);
+  out.close();
+  if (st.ok() && !out) st = Internal(dst.string() + ": write failed (disk full?)");
+  return st;
 }
 
 // Writes the merged tensors and the model folder's other files into `dir` (a fresh, empty
@@ -158,9 +182,8 @@ Status WriteCheckpointInto(const std::string& model_dir, const Model& model,
     return OkStatus();
   };
 
-  RETURN_IF_ERROR(WriteCheckpointShards(
-      out_dir, specs, [&](const TensorSpec& spec, void* dst) { return fill(spec, dst); },
-      max_shard_bytes));
+  // The side files and the config first: a file that cannot be copied fails the merge before
+  // the shards are written (minutes on a large model), not after.
   RETURN_IF_ERROR(CopyCheckpointSideFiles(model_dir, out_dir));
   if (untie) {
     ASSIGN_OR_RETURN(std::string text,
@@ -170,7 +193,9 @@ Status WriteCheckpointInto(const std::string& model_dir, const Model& model,
     cfg["tie_word_embeddings"] = false;
     RETURN_IF_ERROR(WriteTextFile(dir / "config.json", JsonToString(cfg, 2) + "\n"));
   }
-  return OkStatus();
+  return WriteCheckpointShards(
+      out_dir, specs, [&](const TensorSpec& spec, void* dst) { return fill(spec, dst); },
+      max_shard_bytes);
 }
 
 }  // namespace
@@ -315,8 +340,7 @@ Status CopyCheckpointSideFiles(const std::string& model_dir, const std::string& 
       std::fprintf(stderr, "warning: %s: not copied (not a regular file)\n", src.c_str());
       continue;
     }
-    ASSIGN_OR_RETURN(std::string bytes, ReadFileBounded(src.string(), kMaxRequestFileBytes));
-    RETURN_IF_ERROR(WriteTextFile(dir / fname, bytes));
+    RETURN_IF_ERROR(CopyRegularFile(src.string(), dir / fname));
   }
   return OkStatus();
 }

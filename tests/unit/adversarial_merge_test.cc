@@ -4,6 +4,8 @@
 // successful merge goes through a temporary sibling and leaves no trace of it.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "adversarial_util.h"
 #include "checkpoint_edit_util.h"
 #include "io/safetensors.h"
@@ -111,6 +113,34 @@ TEST_F(AdversarialMerge, NewOrEmptyOutIsWrittenAndLoadsAndNoTemporaryFolderIsLef
   EXPECT_EQ(Snapshot(model_dir_), with_link);
   EXPECT_EQ(Snapshot(adapter_dir_), adapter_before);
   (void)inputs_before;
+}
+
+// A side file above 256 MiB (a model card's media, say) is copied whole, streamed (it failed the
+// merge after every shard was written: "file is … bytes, above the limit"); weights in formats
+// loom does not write (.ot, .npz, ...) are not copied.
+TEST_F(AdversarialMerge, LargeSideFilesAreCopiedAndForeignWeightsAreNot) {
+  const std::string big = model_dir_ + "/demo.mp4";
+  const uint64_t size = (uint64_t{257} << 20) + 3;
+  {
+    std::ofstream f(big, std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(size - 4));
+    f.write("tail", 4);  // sparse: only the last block is written
+  }
+  WriteBytes(model_dir_ + "/rust_model.ot", "stale");
+  WriteBytes(model_dir_ + "/flax_weights.npz", "stale");
+  const std::string out = dir_.Path("big_out");
+  Status st = WriteMergedCheckpoint(model_dir_, *model_, *adapter_, out, 1 << 30);
+  fs::remove(big);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_EQ(fs::file_size(out + "/demo.mp4"), size);
+  std::ifstream copied(out + "/demo.mp4", std::ios::binary);
+  copied.seekg(static_cast<std::streamoff>(size - 4));
+  char tail[4] = {};
+  copied.read(tail, 4);
+  EXPECT_EQ(std::string(tail, 4), "tail");
+  EXPECT_FALSE(fs::exists(out + "/rust_model.ot"));
+  EXPECT_FALSE(fs::exists(out + "/flax_weights.npz"));
+  fs::remove_all(out);
 }
 
 // A killed run's temporary folder beside --out is named in a warning, and left alone (another
