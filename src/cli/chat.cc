@@ -95,8 +95,7 @@ int RunChat(ChatArgs& a) {
   const int slot = adapters->empty() ? -1 : engine.AddAdapter(adapters->front());
   ChatTemplateOptions render;
   render.add_generation_prompt = true;
-  if (!(*tok)->config().bos_token.empty()) render.bos_token = (*tok)->config().bos_token;
-  if (!(*tok)->config().eos_token.empty()) render.eos_token = (*tok)->config().eos_token;
+  render.special_tokens = (*tok)->config().special_tokens;
 
   const bool interactive = isatty(STDIN_FILENO);
   std::fprintf(stderr, "loom chat: %s%s%s — /reset clears the conversation, /exit (or Ctrl-D) ends\n",

@@ -27,8 +27,7 @@ StatusOr<std::string> RenderChatFile(const tokenizer::Tokenizer& tok, const std:
   ASSIGN_OR_RETURN(std::string source, LoadChatTemplate(model_dir, "", !tools.is_null()));
   ChatTemplateOptions options;
   options.add_generation_prompt = add_generation_prompt;
-  if (!tok.config().bos_token.empty()) options.bos_token = tok.config().bos_token;
-  if (!tok.config().eos_token.empty()) options.eos_token = tok.config().eos_token;
+  options.special_tokens = tok.config().special_tokens;
   options.tools = tools;
   return RenderChatTemplate(source, messages, options);
 }

@@ -23,8 +23,7 @@ bool RenderChatPrompt(const ServerContext& ctx, const OpenAiRequest& r, std::str
   ChatTemplateOptions options;
   options.add_generation_prompt = r.add_generation_prompt;
   const auto& cfg = ctx.tokenizer->config();
-  if (!cfg.bos_token.empty()) options.bos_token = cfg.bos_token;
-  if (!cfg.eos_token.empty()) options.eos_token = cfg.eos_token;
+  options.special_tokens = cfg.special_tokens;
   options.extra = r.chat_template_kwargs;
   // Text parts ([{"type": "text", "text": ...}]) become one string joined by "\n", as vLLM
   // does for templates that expect string content.

@@ -129,9 +129,9 @@ void AddedTokenMatcher::Split(std::string_view text, std::vector<TextSegment>* o
     pos = stop;  // the next search starts after this match, kept or not
     const AddedToken& token = (*tokens_)[index];
     if (token.single_word) {
-      const bool start_space = start == 0 || !IsAlphanumeric(LastChar(text.substr(0, start)));
+      const bool start_space = start == 0 || !IsWordChar(LastChar(text.substr(0, start)));
       size_t p = stop;
-      const bool stop_space = stop == text.size() || !IsAlphanumeric(NextCodePoint(text, &p));
+      const bool stop_space = stop == text.size() || !IsWordChar(NextCodePoint(text, &p));
       if (!start_space || !stop_space) continue;
     }
     if (token.lstrip) {

@@ -113,8 +113,9 @@ StatusOr<std::string> ChatTemplate::Render(const nlohmann::ordered_json& message
 StatusOr<std::string> ChatTemplate::RenderUnguarded(const nlohmann::ordered_json& messages,
                                                     const ChatTemplateOptions& options) const {
   jinja::Dict context;
-  if (options.bos_token) context.Set("bos_token", jinja::Value::String(*options.bos_token));
-  if (options.eos_token) context.Set("eos_token", jinja::Value::String(*options.eos_token));
+  for (const auto& [name, content] : options.special_tokens) {
+    context.Set(name, jinja::Value::String(content));
+  }
   // Extra variables override the special tokens (transformers: {**special_tokens_map, **kwargs})
   // but not messages, tools, documents or add_generation_prompt, set below (a server lifts or
   // refuses those keys before; see openai_request.cc).

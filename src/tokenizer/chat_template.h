@@ -6,6 +6,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -17,9 +19,9 @@ namespace loom {
 
 struct ChatTemplateOptions {
   bool add_generation_prompt = false;
-  // Passed as bos_token / eos_token when set (transformers passes the special tokens map).
-  std::optional<std::string> bos_token;
-  std::optional<std::string> eos_token;
+  // Template variables bos_token, eos_token, unk_token, ... (transformers renders with its
+  // special_tokens_map: the ones the tokenizer sets; TokenizerConfig::special_tokens).
+  std::vector<std::pair<std::string, std::string>> special_tokens;
   // A list of JSON-schema tools, or null (the template then sees tools = none).
   nlohmann::ordered_json tools = nullptr;
   // RAG documents, or null.

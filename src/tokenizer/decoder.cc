@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tokenizer/jinja/utf8.h"
 #include "tokenizer/regex.h"
 #include "tokenizer/unicode.h"
 
@@ -194,7 +195,7 @@ class BpeSuffixDecoder final : public Decoder {
       std::string& t = (*tokens)[i];
       std::string out;
       size_t pos = 0, found;
-      while (!suffix_.empty() && (found = t.find(suffix_, pos)) != std::string::npos) {
+      while (!suffix_.empty() && (found = jinja::FindSubstring(t, suffix_, pos)) != std::string::npos) {
         out.append(t, pos, found - pos);
         out += replacement;
         pos = found + suffix_.size();

@@ -40,7 +40,7 @@ std::string StringField(const json& j, const char* key, const std::string& fallb
   return it != j.end() && it->is_string() ? it->get<std::string>() : fallback;
 }
 
-// bos_token / eos_token: a string or an AddedToken object.
+// bos_token, eos_token, ...: a string or an AddedToken object.
 std::string TokenString(const json& config, const char* key) {
   auto it = config.find(key);
   if (it == config.end()) return "";
@@ -260,6 +260,11 @@ void Tokenizer::SetConfig(json config) {
   if (config_.raw.is_object()) {
     config_.bos_token = TokenString(config_.raw, "bos_token");
     config_.eos_token = TokenString(config_.raw, "eos_token");
+    for (const char* name : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
+                             "cls_token", "mask_token"}) {
+      std::string content = TokenString(config_.raw, name);
+      if (!content.empty()) config_.special_tokens.emplace_back(name, std::move(content));
+    }
   }
 }
 

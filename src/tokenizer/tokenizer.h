@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -30,6 +31,10 @@ namespace loom::tokenizer {
 struct TokenizerConfig {
   std::string bos_token;  // empty when unset
   std::string eos_token;
+  // transformers' special_tokens_map, what a chat template sees: (bos_token, "<s>"), ... for each
+  // of bos, eos, unk, sep, pad, cls and mask_token the config sets (the Mistral and Llama 2
+  // templates read unk_token; undefined, it rendered as "").
+  std::vector<std::pair<std::string, std::string>> special_tokens;
   nlohmann::json raw;  // the whole tokenizer_config.json (null when the file is absent)
 };
 

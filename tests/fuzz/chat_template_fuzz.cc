@@ -57,8 +57,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.limits.max_built_bytes = 32 << 20;
   options.limits.max_steps = 200'000;
   options.limits.max_render_ms = 0;
-  options.bos_token = "<s>";
-  options.eos_token = "</s>";
+  options.special_tokens = {{"bos_token", "<s>"}, {"eos_token", "</s>"}};
   std::tm now{};
   now.tm_year = 124;
   now.tm_mday = 26;

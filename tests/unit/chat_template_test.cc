@@ -10,6 +10,8 @@
 #include <set>
 #include <sstream>
 
+#include "tokenizer/tokenizer.h"
+
 namespace loom {
 namespace {
 
@@ -58,8 +60,9 @@ TEST(ChatTemplateParityTest, EveryFixtureCaseMatchesJinja2) {
     templates.insert(file);
     ChatTemplateOptions opts;
     opts.add_generation_prompt = c["add_generation_prompt"].get<bool>();
-    if (c["bos_token"].is_string()) opts.bos_token = c["bos_token"].get<std::string>();
-    if (c["eos_token"].is_string()) opts.eos_token = c["eos_token"].get<std::string>();
+    for (const char* name : {"bos_token", "eos_token"}) {
+      if (c[name].is_string()) opts.special_tokens.emplace_back(name, c[name].get<std::string>());
+    }
     if (c["tools"].get<bool>()) opts.tools = doc["tools"];
     opts.now = FixedNow();
     StatusOr<std::string> got = RenderChatTemplate(
@@ -172,6 +175,31 @@ TEST(ChatTemplateRenderTest, DropsNullKeysAndAliasesReasoning) {
             "{\"role\": \"user\"}False\n"
             "{\"thinking\": \"r\", \"role\": \"assistant\", \"content\": \"a\", \"reasoning\": "
             "\"r\", \"reasoning_content\": \"r\"}True\n");
+}
+
+// The template sees transformers' special_tokens_map: every special token the tokenizer config
+// sets (bos, eos as an AddedToken object, unk, pad, sep), and none it leaves unset or null (only
+// bos and eos were passed: unk_token, which the Llama 2 and Mistral templates read, rendered "").
+// Expected: transformers 5.25.0, AutoTokenizer.from_pretrained on this tokenizer_config.json and
+// tests/fixtures/tokenizers/tiny-single-word/tokenizer.json, apply_chat_template(tokenize=False).
+TEST(ChatTemplateRenderTest, TheSpecialTokensMapIsVisible) {
+  const std::string config = R"({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "a",
+      "eos_token": {"content": "b", "lstrip": false, "normalized": false, "rstrip": false,
+                    "single_word": false, "special": true, "__type": "AddedToken"},
+      "unk_token": "c", "pad_token": "d", "mask_token": null, "sep_token": "e"})";
+  auto tok = tokenizer::Tokenizer::FromJsonTexts(
+      ReadAll(fs::path(LOOM_FIXTURES) / "tokenizers" / "tiny-single-word" / "tokenizer.json"), config);
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  ChatTemplateOptions opts;
+  opts.special_tokens = (*tok)->config().special_tokens;
+  StatusOr<std::string> out = RenderChatTemplate(
+      "{{ bos_token }}|{{ eos_token }}|{{ unk_token }}|{{ pad_token }}|{{ sep_token }}|"
+      "{{ cls_token is defined }}|{{ mask_token is defined }}|"
+      "{{ additional_special_tokens is defined }}|{{ extra_special_tokens is defined }}|"
+      "{% for m in messages %}{{ m.content }}{% endfor %}",
+      nlohmann::ordered_json::parse(R"([{"role": "user", "content": "hi"}])"), opts);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ(*out, "a|b|c|d|e|False|False|False|False|hi");
 }
 
 TEST(ChatTemplateRenderTest, ErrorsAreStatuses) {

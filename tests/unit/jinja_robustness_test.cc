@@ -147,7 +147,7 @@ TEST(JinjaRobustnessTest, RandomMutationsOfRealTemplatesNeverCrash) {
     }
     ChatTemplateOptions opts;
     opts.add_generation_prompt = (iter % 2) == 0;
-    opts.bos_token = "<s>";
+    opts.special_tokens = {{"bos_token", "<s>"}};
     opts.limits.max_steps = 200000;
     StatusOr<std::string> r = RenderChatTemplate(t, messages, opts);
     (r.ok() ? rendered : rejected)++;

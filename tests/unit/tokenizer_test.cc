@@ -206,6 +206,32 @@ TEST(TokenizerLoad, RefusesWhatTheLibraryRefuses) {
   }
 }
 
+// A single_word added token matches only where no word character touches it: HF's regex `\w`
+// (letters, digits, '_', combining marks, joiners), not letters and digits alone ("a_<x>" and
+// "e\u0301<x>" matched the token). Ids from HF tokenizers 0.23.3
+// (tools/ref/make_single_word_tokenizer.py); 257 is the added token.
+TEST(TokenizerAddedTokens, SingleWordUsesTheWordCharacterClass) {
+  auto t = Tokenizer::FromFile((kTokenizers / "tiny-single-word" / "tokenizer.json").string());
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  const std::pair<const char*, std::vector<int32_t>> cases[] = {
+      {"a_<x>", {64, 62, 27, 87, 29}},
+      {"e\u0301<x>", {68, 138, 224, 27, 87, 29}},
+      {"_<x>", {62, 27, 87, 29}},
+      {"a <x>", {64, 94, 257}},
+      {"<x>b", {27, 87, 29, 65}},
+      {"<x>_", {27, 87, 29, 62}},
+      {"\u200d<x>", {160, 223, 236, 27, 87, 29}},
+      {"<x>\u0301", {27, 87, 29, 138, 224}},
+      {"-<x>-", {12, 257, 12}},
+      {"1<x>", {16, 27, 87, 29}},
+  };
+  for (const auto& [text, want] : cases) {
+    auto ids = (*t)->Encode(text, false);
+    ASSERT_TRUE(ids.ok()) << text;
+    EXPECT_EQ(*ids, want) << text;
+  }
+}
+
 json TinyByteLevel() {
   json vocab = json::object();
   for (int c = 33; c < 127; ++c) vocab[std::string(1, static_cast<char>(c))] = c - 33;
