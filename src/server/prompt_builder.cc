@@ -59,7 +59,13 @@ bool RenderChatPrompt(const ServerContext& ctx, const OpenAiRequest& r, std::str
     const std::string content = last["content"].get<std::string>();
     const std::string lstripped = jinja::PyStrip(content, true, false, nullptr);
     const std::string stripped = jinja::PyStrip(content, true, true, nullptr);
-    const size_t at = text->rfind(stripped);  // "" (all whitespace): the end, as Python's rindex
+    // The last occurrence, found as the first of the reversed content in the reversed text: in
+    // linear time (rfind is O(n·m) where the template does not show the content verbatim, and a
+    // request picks both sizes). "" (all whitespace): the end, as Python's rindex.
+    const std::string rtext(text->rbegin(), text->rend());
+    const std::string rstripped(stripped.rbegin(), stripped.rend());
+    const size_t rat = jinja::FindSubstring(rtext, rstripped);
+    const size_t at = rat == std::string::npos ? rat : text->size() - rat - stripped.size();
     if (at == std::string::npos) {
       *error = BadRequest("continue_final_message",
                           "the chat template does not show the final message's content verbatim");
