@@ -1,8 +1,10 @@
 // Hostile chat templates found by review: long operator/attribute/filter/elif chains (stack
 // overflow), quadratic substring search inside one step, a namespace that holds itself twice
-// (exponential repr), unpacking or splitting huge strings (GBs before the size check).
+// (exponential repr), unpacking or splitting huge strings (GBs before the size check), chains of
+// bound methods (stack overflow when freed), INT64_MIN % -1 (SIGFPE), quadratic strip(chars).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <random>
 #include <string>
 
@@ -138,6 +140,55 @@ TEST(JinjaHostileTest, FindSubstringAgreesWithFindAcrossWindowEdges) {
   }
   EXPECT_EQ(FindSubstring("abc", "", 3), 3u);
   EXPECT_EQ(FindSubstring("abc", "c", 4), std::string::npos);
+}
+
+// `{'a': ns.m}.get` holds its dict, which holds the previous method: 1,000,000 links freed
+// recursively overflowed the stack (SIGSEGV in ~BoundMethod) because a function value had depth
+// 0. A bound method is now one level deeper than what it holds, so max_value_depth refuses the
+// chain, and the collection limits count what it holds.
+TEST(JinjaHostileTest, BoundMethodChainsAreDepthLimitedNotAStackOverflow) {
+  ExpectError("{% set ns = namespace(m=none) %}{% for j in range(10) %}"
+              "{% for i in range(100000) %}{% set ns.m = {'a': ns.m}.get %}{% endfor %}"
+              "{% endfor %}done",
+              StatusCode::kResourceExhausted, "RenderLimits::max_value_depth");
+  ExpectError("{% set ns = namespace(m=none) %}{% for i in range(100000) %}"
+              "{% set ns.m = [ns.m].index %}{% endfor %}",
+              StatusCode::kResourceExhausted, "RenderLimits::max_value_depth");
+  // A method bound to a 1 MB dict counts the dict: a list of 100 of them is 100 MB.
+  ExpectError("{{ [{'a': 'x' * 1000000}.get] * 100 }}", StatusCode::kResourceExhausted,
+              "max_collection_bytes");
+  // Short chains and ordinary method calls still work.
+  ExpectRender("{% set ns = namespace(m=none) %}{% for i in range(10) %}"
+               "{% set ns.m = {'a': ns.m}.get %}{% endfor %}{{ ns.m('a')('a')('b', 7) }}",
+               "7");
+  ExpectRender("{{ {'a': 1}.get('a') }} {{ 'abc'.upper() }} {{ [1, 2].index(2) }}", "1 ABC 1");
+}
+
+// INT64_MIN % -1 traps in C++ (SIGFPE); Python says divisible, 0, and only // overflows.
+TEST(JinjaHostileTest, Int64MinByMinusOneIsNotATrap) {
+  ExpectRender("{{ (-9223372036854775807 - 1) is divisibleby(-1) }} "
+               "{{ (-9223372036854775807 - 1) % -1 }} {{ 7 is divisibleby(-1) }} {{ 7 % -1 }} "
+               "{{ 7 // -1 }} {{ 7 is divisibleby(-7) }} {{ 7 is divisibleby(2) }}",
+               "True 0 True 0 -7 True False");
+  ExpectError("{{ (-9223372036854775807 - 1) // -1 }}", StatusCode::kInvalidArgument,
+              "OverflowError");
+  ExpectError("{{ 7 is divisibleby(0) }}", StatusCode::kInvalidArgument, "modulo by zero");
+}
+
+// strip(chars) looked each character up in the chars string: 200,000 × 200,001 comparisons took
+// 26 s in one uncharged step. The characters are now a sorted set.
+// strip/trim with a set of characters: one sorted set looked up per character (it was a scan of
+// the set per character, O(n·m): 26 s for 200 K characters against a 200 K set, one step of the
+// render's budget). Sizes here are small; the results are Python's.
+TEST(JinjaHostileTest, StripWithManyCharsMatchesPython) {
+  ExpectRender("{{ ('a' * 2000).strip('b' * 2000 ~ 'a')|length }} "
+               "{{ ('a' * 2000 ~ 'c')|trim('b' * 2000 ~ 'a') }} "
+               "{{ (('a' * 2000 ~ 'cd')|reverse).lstrip('b' * 2000 ~ 'ad')|length }}",
+               "0 c 2001");
+  // Python's results: any order, repeats, multi-byte characters.
+  ExpectRender("{{ 'xyzaxzy'.strip('zyx') }}|{{ 'ééaé'.strip('é') }}|{{ 'abcba'.rstrip('aab') }}|"
+               "{{ 'abc'.lstrip('') }}|{{ '  a  '|trim }}",
+               "a|a|abc|abc|a");
 }
 
 }  // namespace

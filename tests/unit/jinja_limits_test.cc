@@ -1,6 +1,7 @@
 // Chat-template limits: checked integer arithmetic (errors like Python's OverflowError), sizes
-// checked before anything is built, the step / byte / time budgets of RenderLimits, and deep or
-// wide request JSON. Each case asserts the error code and what the message names.
+// checked before anything is built, the step / byte / time budgets of RenderLimits (output
+// buffers, macro scopes and Undefined messages included), and deep or wide request JSON. Each
+// case asserts the error code and what the message names.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -163,6 +164,149 @@ TEST(JinjaLimitsTest, RenderCyclesAreBrokenSoNothingLeaks) {
     ASSERT_TRUE(r.ok()) << text << ": " << r.status().ToString();
     EXPECT_EQ(probe.use_count(), 2) << text;  // `probe` and `globals`: the render kept none
   }
+}
+
+// Undefined messages quote a computed key or attribute name cut short, and the collection limits
+// count them: each copy of an Undefined copies its message, and a 1 MB key's Undefined copied
+// into a list of 100,000 asked for 100 GB.
+TEST(JinjaLimitsTest, UndefinedMessagesAreShortAndCounted) {
+  for (const char* text : {"{{ {}['x' * 1000000] + 1 }}", "{{ (1)['x' * 1000000] + 1 }}",
+                           "{{ [1][[0] * 100000] + 1 }}", "{{ 'ab'[['x' * 1000000]] + 1 }}",
+                           "{{ ([{}]|map(attribute='x' * 1000000)|first) + 1 }}"}) {
+    StatusOr<std::string> r = RenderText(text);
+    ASSERT_FALSE(r.ok()) << text;
+    ASSERT_LT(r.status().message().size(), 1000u) << text;
+    EXPECT_NE(r.status().message().find("..."), std::string::npos) << r.status().message();
+  }
+  ExpectError("{{ {}['abc'] + 1 }}", StatusCode::kInvalidArgument,
+              "'dict object' has no attribute 'abc'");
+  ExpectError("{{ {}['x' * 1000] + 1 }}", StatusCode::kInvalidArgument,
+              "'dict object' has no attribute '" + std::string(199, 'x') + "...");
+  const Value undefined = Value::Undefined(std::string(100000, 'u'));
+  EXPECT_GE(Interpreter::ValueBytes(Value::MakeList({undefined}), SIZE_MAX), 100000u);
+  Dict d;
+  d.Set("k", undefined);
+  EXPECT_GE(Interpreter::ValueBytes(Value::MakeDict(d), SIZE_MAX), 100000u);
+  ExpectRender("{% set u = {}['x' * 1000000] %}{{ ([u] * 100000)|length }}", "100000");
+}
+
+// Attribute paths (attribute= of join / map / sort / unique / min / max / sum, selectattr) are
+// parsed once per call and each item costs a step: map(attribute='x' * 4000000) over 2000 items
+// copied the path per item (6.3 GB, over 60 s) and never checked the budgets.
+TEST(JinjaLimitsTest, AttributeFiltersAreChargedPerItem) {
+  RenderLimits limits;
+  limits.max_steps = 1000;
+  for (const std::string filter :
+       {"map(attribute='a')|list", "join(',', attribute='a')", "sort(attribute='a')",
+        "sum(attribute='a')", "max(attribute='a')", "selectattr('a')|list"}) {
+    ExpectError("{{ ([{'a': 1}] * 2000)|" + filter + " }}", StatusCode::kResourceExhausted,
+                "max_steps", limits);
+  }
+  if (HasFailure()) return;  // unfixed, the next case takes a minute
+  ExpectRender("{% set a = 'x' * 4000000 %}{{ range(2000)|map(attribute=a)|list|length }} "
+               "{{ range(2000)|join(',', attribute=a)|length }}",
+               "2000 1999");
+}
+
+// Text written to a macro's, set block's or filter block's buffer counts against max_built_bytes
+// as any string built does (63 nested calls each held a 16 MB buffer: 1 GB, 16 MB charged), and
+// so does a string bound to a macro parameter (a copy of the caller's).
+TEST(JinjaLimitsTest, NestedOutputBuffersAndMacroArgumentsAreCharged) {
+  RenderLimits limits;
+  limits.max_built_bytes = 8 << 20;
+  limits.max_render_ms = 0;
+  const std::string big = "{% set big = 'x' * 1000000 %}";
+  ExpectError(big + "{% macro m(n) %}{{ big }}{% if n > 0 %}{{ m(n - 1) }}{% endif %}"
+                    "{% endmacro %}{{ m(20) }}",
+              StatusCode::kResourceExhausted, "max_built_bytes", limits);
+  ExpectError(big + "{% for i in range(20) %}{% set t %}{{ big }}{% endset %}{% endfor %}",
+              StatusCode::kResourceExhausted, "max_built_bytes", limits);
+  ExpectError(big + "{% for i in range(20) %}{% filter upper %}{{ big }}{% endfilter %}"
+                    "{% endfor %}",
+              StatusCode::kResourceExhausted, "max_built_bytes", limits);
+  ExpectError(big + "{% macro m(n, s) %}{% if n > 0 %}{{ m(n - 1, s) }}{% endif %}{% endmacro %}"
+                    "{{ m(20, big) }}",
+              StatusCode::kResourceExhausted, "max_built_bytes", limits);
+  // Within the budget all of these render.
+  ExpectRender(big + "{% macro m(n, s) %}{{ s|length }}{% if n > 0 %}{{ m(n - 1, s) }}{% endif %}"
+                     "{% endmacro %}{{ m(2, big[:10]) }}{% set t %}{{ big }}{% endset %}"
+                     "{{ t|length }}",
+               "101010" "1000000");
+}
+
+// Counts its live instances: which values a render still holds.
+class Token : public Callable {
+ public:
+  Token() { ++live; }
+  ~Token() override { --live; }
+  StatusOr<Value> Call(Interpreter&, CallArgs&) override { return Value::None(); }
+  std::string Describe() const override { return "<token>"; }
+  static int live;
+};
+int Token::live = 0;
+
+class Global : public Callable {
+ public:
+  explicit Global(Value (*fn)()) : fn_(fn) {}
+  StatusOr<Value> Call(Interpreter&, CallArgs&) override { return fn_(); }
+  std::string Describe() const override { return "<global>"; }
+
+ private:
+  Value (*fn_)();
+};
+
+// A scope that defines a macro is held by the macro (its closure): every loop iteration or macro
+// call that defined one stayed alive until the render ended (965 MB within the 1 s budget). It
+// is freed when its block ends unless its macro escaped; a scope kept is charged.
+TEST(JinjaLimitsTest, MacroScopesAreFreedWhenTheirBlockEndsOrCharged) {
+  Dict globals;
+  globals.Set("token", Value::Function(std::make_shared<Global>(
+                           [] { return Value::Function(std::make_shared<Token>()); })));
+  globals.Set("live", Value::Function(std::make_shared<Global>(
+                          [] { return Value::Int(Token::live); })));
+  auto render = [&](const std::string& text, RenderLimits limits = {}) -> StatusOr<std::string> {
+    ASSIGN_OR_RETURN(Program program, Parse(text));
+    RenderOptions options;
+    options.limits = limits;
+    return Render(program, globals, options);
+  };
+  struct Case {
+    const char* text;
+    const char* expected;
+  };
+  for (const Case& c : {
+           Case{"{% for i in range(50) %}{% set t = token() %}{% macro m() %}{{ i }}{% endmacro %}"
+                "{% if i == 49 %}{{ m() }}{% endif %}{% endfor %}|{{ live() }}",
+                "49|0"},
+           Case{"{% macro outer() %}{% set t = token() %}{% macro inner() %}x{% endmacro %}"
+                "{{ inner() }}{% endmacro %}{% for i in range(5) %}{{ outer() }}{% endfor %}"
+                "|{{ live() }}",
+                "xxxxx|0"},
+           // Escaped: the macro still sees its scope after the loop.
+           Case{"{% set ns = namespace() %}{% for i in range(5) %}{% set t = token() %}"
+                "{% macro m() %}{{ i }}{% endmacro %}{% set ns.m = m %}{% endfor %}{{ ns.m() }}",
+                "4"},
+           Case{"{% for i in range(3) %}{% macro m() %}{{ i }}{% endmacro %}{% set n = m %}"
+                "{{ n() }}{% endfor %}",
+                "012"},
+       }) {
+    StatusOr<std::string> r = render(c.text);
+    ASSERT_TRUE(r.ok()) << c.text << ": " << r.status().ToString();
+    EXPECT_EQ(*r, c.expected) << c.text;
+    EXPECT_EQ(Token::live, 0) << c.text;  // and nothing is left once the render ends
+  }
+  RenderLimits limits;
+  limits.max_built_bytes = 8 << 20;
+  limits.max_render_ms = 0;
+  const std::string loop = "{% set big = 'x' * 1000000 %}{% set ns = namespace() %}"
+                           "{% for i in range(20) %}{% set s = big %}{% macro m() %}{% endmacro %}";
+  StatusOr<std::string> r = render(loop + "{% endfor %}ok", limits);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  r = render(loop + "{% set ns.m = m %}{% endfor %}ok", limits);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(r.status().message().find("max_built_bytes"), std::string::npos)
+      << r.status().message();
 }
 
 std::string Deep(size_t levels) { return std::string(levels, '[') + std::string(levels, ']'); }

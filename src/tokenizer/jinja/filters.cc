@@ -1,13 +1,16 @@
 // Jinja filters (`x | name(args)`) with jinja2's behaviour, and transformers' tojson.
 #include <algorithm>
+#include <cctype>
 #include <charconv>
-#include <cerrno>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <string_view>
 
 #include "tokenizer/jinja/builtins.h"
 #include "tokenizer/jinja/interpreter.h"
+#include "tokenizer/jinja/operators.h"
 #include "tokenizer/jinja/utf8.h"
 
 namespace loom::jinja {
@@ -133,14 +136,24 @@ StatusOr<Value> Replace(Interpreter& interp, const Value& v, CallArgs& args) {
   Value self = Value::String(SoftStr(v));
   CallArgs margs;
   margs.positional = {Value::String(SoftStr(*old)), Value::String(SoftStr(*repl))};
+  // None means all (jinja2's count=None); str.replace refuses any other non-int count.
   if (count && !count->is_none()) margs.positional.push_back(*count);
   Value method = FindMethod(self, "replace");
   return interp.CallValue(method, margs);
 }
 
-// Attribute lookup as jinja2's make_attrgetter: dotted path, item first, integer parts as index.
-StatusOr<Value> GetPath(Interpreter& interp, const Value& item, const std::string& path) {
-  Value cur = item;
+// An attribute path as jinja2's make_attrgetter takes it: none for None, a string split at dots
+// with digit-only parts as integers, any other value as the one part. Parsed once per filter
+// call, not per item (`map(attribute='x' * 4000000)` over 2000 items copied 16 GB).
+using AttrPath = std::vector<Value>;
+AttrPath ParseAttrPath(const Value* attr) {
+  AttrPath parts;
+  if (attr == nullptr || attr->is_none()) return parts;
+  if (!attr->is_string()) {
+    parts.push_back(*attr);
+    return parts;
+  }
+  const std::string& path = attr->str();
   size_t b = 0;
   while (true) {
     size_t e = path.find('.', b);
@@ -148,10 +161,23 @@ StatusOr<Value> GetPath(Interpreter& interp, const Value& item, const std::strin
     bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
     int64_t index = INT64_MAX;  // more digits than fit: no such element, like any large index
     if (numeric) std::from_chars(part.data(), part.data() + part.size(), index);
-    ASSIGN_OR_RETURN(cur, interp.GetItem(cur, numeric ? Value::Int(index) : Value::String(part)));
-    if (e == std::string::npos) return cur;
+    parts.push_back(numeric ? Value::Int(index) : Value::String(std::move(part)));
+    if (e == std::string::npos) return parts;
     b = e + 1;
   }
+}
+
+// make_attrgetter's lookup of `path` in `item`, item first (environment.getitem), one step of
+// the budget per item. `dflt` (map's default=) replaces an Undefined after any part.
+StatusOr<Value> GetPath(Interpreter& interp, const Value& item, const AttrPath& path,
+                        const Value* dflt = nullptr) {
+  RETURN_IF_ERROR(interp.Charge());
+  Value cur = item;
+  for (const Value& part : path) {
+    ASSIGN_OR_RETURN(cur, interp.GetItem(cur, part));
+    if (dflt != nullptr && !dflt->is_none() && cur.is_undefined()) cur = *dflt;
+  }
+  return cur;
 }
 
 StatusOr<Value> Join(Interpreter& interp, const Value& v, CallArgs& args) {
@@ -160,13 +186,16 @@ StatusOr<Value> Join(Interpreter& interp, const Value& v, CallArgs& args) {
   const Value* attr = FindArg(args, 1, "attribute");
   ASSIGN_OR_RETURN(List items, interp.Iterate(v));
   std::string sep = d ? SoftStr(*d) : "";
+  const bool by_attr = attr != nullptr && !attr->is_none();
+  const AttrPath path = ParseAttrPath(attr);
   std::string out;
   for (size_t i = 0; i < items.size(); ++i) {
     if (i > 0) out += sep;
-    if (attr && !attr->is_none()) {
-      ASSIGN_OR_RETURN(Value x, GetPath(interp, items[i], SoftStr(*attr)));
+    if (by_attr) {
+      ASSIGN_OR_RETURN(Value x, GetPath(interp, items[i], path));
       out += SoftStr(x);
     } else {
+      RETURN_IF_ERROR(interp.Charge());
       out += SoftStr(items[i]);
     }
     RETURN_IF_ERROR(interp.CheckSize(out.size()));
@@ -198,10 +227,10 @@ StatusOr<Value> SelectImpl(Interpreter& interp, const Value& v, CallArgs& args, 
   if (!v.Truthy()) return Value::MakeIterator({}, "generator");
   ASSIGN_OR_RETURN(List items, interp.Iterate(v));
   size_t next = 0;
-  std::string attr;
+  AttrPath attr;
   if (by_attr) {
     if (args.positional.empty()) return InvalidArgument("selectattr/rejectattr need an attribute");
-    attr = SoftStr(args.positional[next++]);
+    attr = ParseAttrPath(&args.positional[next++]);
   }
   std::string test;
   if (next < args.positional.size()) test = SoftStr(args.positional[next++]);
@@ -210,10 +239,11 @@ StatusOr<Value> SelectImpl(Interpreter& interp, const Value& v, CallArgs& args, 
   test_args.keyword = args.keyword;
   List out;
   for (const Value& item : items) {
-    RETURN_IF_ERROR(interp.Charge());
     Value x = item;
     if (by_attr) {
       ASSIGN_OR_RETURN(x, GetPath(interp, item, attr));
+    } else {
+      RETURN_IF_ERROR(interp.Charge());
     }
     bool r;
     if (test.empty()) {
@@ -238,9 +268,9 @@ StatusOr<Value> Map(Interpreter& interp, const Value& v, CallArgs& args) {
   }
   List out;
   if (attribute != nullptr) {
+    const AttrPath path = ParseAttrPath(attribute);
     for (const Value& item : items) {
-      ASSIGN_OR_RETURN(Value x, GetPath(interp, item, SoftStr(*attribute)));
-      if (x.is_undefined() && dflt != nullptr) x = *dflt;
+      ASSIGN_OR_RETURN(Value x, GetPath(interp, item, path, dflt));
       out.push_back(std::move(x));
     }
     return Value::MakeIterator(std::move(out), "generator");
@@ -278,39 +308,159 @@ StatusOr<Value> TruncateToInt(double f) {
   return Value::Int(static_cast<int64_t>(t));
 }
 
+enum class Parsed { kOk, kInvalid, kOverflow };
+
+// Python's int(text, base) for a str (ASCII digits): surrounding whitespace, a sign, the 0x / 0o
+// / 0b prefix of base 16 / 8 / 2 (base 0: whichever is there, else decimal without leading
+// zeros) and single underscores between digits. kInvalid where Python raises ValueError (a base
+// outside 0 and 2..36 included), kOverflow for a valid number that needs more than 64 bits.
+Parsed ParsePyInt(const std::string& text, int64_t base, int64_t* out) {
+  if (base != 0 && (base < 2 || base > 36)) return Parsed::kInvalid;
+  const std::string s = PyStrip(text, true, true, nullptr);
+  size_t i = 0;
+  const bool negative = !s.empty() && s[0] == '-';
+  if (!s.empty() && (s[0] == '-' || s[0] == '+')) ++i;
+  bool prefixed = false;
+  if (s.size() - i >= 2 && s[i] == '0') {
+    const char p = static_cast<char>(std::tolower(static_cast<unsigned char>(s[i + 1])));
+    const int64_t prefix_base = p == 'x' ? 16 : p == 'o' ? 8 : p == 'b' ? 2 : 0;
+    if (prefix_base != 0 && (base == 0 || base == prefix_base)) {
+      base = prefix_base;
+      i += 2;
+      prefixed = true;
+    }
+  }
+  const bool no_leading_zeros = base == 0;
+  if (base == 0) base = 10;
+  const size_t first = i;
+  uint64_t magnitude = 0;
+  bool overflow = false, underscore = false, leading_zero = false, nonzero = false;
+  size_t digits = 0;
+  for (; i < s.size(); ++i) {
+    const char c = s[i];
+    if (c == '_') {
+      // Between digits, or once right after a prefix.
+      if (underscore || (digits == 0 && !(prefixed && i == first))) return Parsed::kInvalid;
+      underscore = true;
+      continue;
+    }
+    int64_t d = 99;
+    if (c >= '0' && c <= '9') d = c - '0';
+    if (c >= 'a' && c <= 'z') d = c - 'a' + 10;
+    if (c >= 'A' && c <= 'Z') d = c - 'A' + 10;
+    if (d >= base) return Parsed::kInvalid;
+    if (digits == 0 && d == 0) leading_zero = true;
+    if (d != 0) nonzero = true;
+    underscore = false;
+    ++digits;
+    if (__builtin_mul_overflow(magnitude, static_cast<uint64_t>(base), &magnitude) ||
+        __builtin_add_overflow(magnitude, static_cast<uint64_t>(d), &magnitude)) {
+      overflow = true;
+    }
+  }
+  if (digits == 0 || underscore) return Parsed::kInvalid;
+  if (no_leading_zeros && !prefixed && leading_zero && nonzero) return Parsed::kInvalid;
+  const uint64_t limit = negative ? uint64_t{1} << 63 : (uint64_t{1} << 63) - 1;
+  if (overflow || magnitude > limit) return Parsed::kOverflow;
+  *out = negative ? static_cast<int64_t>(0 - magnitude) : static_cast<int64_t>(magnitude);
+  return Parsed::kOk;
+}
+
+// Python's float(text) for a str: surrounding whitespace, a sign, inf / infinity / nan in any
+// case, or decimal digits (single underscores between them) with an optional fraction and
+// exponent. No hexadecimal, unlike strtod ('0x10'|float is 0.0 in jinja2).
+bool ParsePyFloat(const std::string& text, double* out) {
+  const std::string s = PyStrip(text, true, true, nullptr);
+  size_t i = 0;
+  std::string clean;
+  if (!s.empty() && (s[0] == '-' || s[0] == '+')) clean.push_back(s[i++]);
+  std::string word;
+  for (size_t k = i; k < s.size(); ++k) {
+    word.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(s[k]))));
+  }
+  if (word == "inf" || word == "infinity" || word == "nan") {
+    const double x = word == "nan" ? std::nan("") : HUGE_VAL;
+    *out = !clean.empty() && clean[0] == '-' ? -x : x;
+    return true;
+  }
+  // Digits with single underscores between them; returns how many digits.
+  auto digit_run = [&]() {
+    size_t n = 0;
+    while (i < s.size()) {
+      if (s[i] >= '0' && s[i] <= '9') {
+        clean.push_back(s[i++]);
+        ++n;
+      } else if (s[i] == '_' && n > 0 && i + 1 < s.size() && s[i + 1] >= '0' && s[i + 1] <= '9') {
+        ++i;
+      } else {
+        break;
+      }
+    }
+    return n;
+  };
+  size_t mantissa_digits = digit_run();
+  if (i < s.size() && s[i] == '.') {
+    clean.push_back(s[i++]);
+    mantissa_digits += digit_run();
+  }
+  if (mantissa_digits == 0) return false;
+  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    clean.push_back(s[i++]);
+    if (i < s.size() && (s[i] == '-' || s[i] == '+')) clean.push_back(s[i++]);
+    if (digit_run() == 0) return false;
+  }
+  if (i != s.size()) return false;
+  // Only [0-9.eE+-] remain: strtod reads them as Python does (1e500 is inf, 1e-500 is 0.0).
+  *out = std::strtod(clean.c_str(), nullptr);
+  return true;
+}
+
+// jinja2's do_int: int(value, base) for a str, int(value) otherwise, then int(float(value)),
+// then the default.
 StatusOr<Value> ToInt(Interpreter&, const Value& v, CallArgs& args) {
+  RETURN_IF_ERROR(CheckArgs(args, "int", 2, "default,base"));
   const Value* dflt = FindArg(args, 0, "default");
+  const Value* base = FindArg(args, 1, "base");
   Value fallback = dflt ? *dflt : Value::Int(0);
+  if (v.is_undefined()) return InvalidArgument(v.undefined_hint());
   if (v.is_int() || v.is_bool()) return Value::Int(v.as_int());
   if (v.is_float()) {
-    if (!std::isfinite(v.as_double())) return fallback;
+    if (std::isnan(v.as_double())) return fallback;  // ValueError, caught
+    if (std::isinf(v.as_double())) {  // OverflowError from int(value), which jinja2 lets through
+      return InvalidArgument("int: cannot convert float infinity to integer (OverflowError)");
+    }
     return TruncateToInt(v.as_double());
   }
   if (v.is_string()) {
-    std::string s = PyStrip(v.str(), true, true, nullptr);
-    char* end = nullptr;
-    errno = 0;
-    long long i = std::strtoll(s.c_str(), &end, 10);
-    if (!s.empty() && *end == '\0' && errno == 0) return Value::Int(i);
-    if (!s.empty() && *end == '\0' && errno == ERANGE) {
-      return InvalidArgument("int: '" + s + "' does not fit in a 64-bit integer (OverflowError)");
+    // A base that is not an int is int()'s TypeError: on to the float fallback.
+    if (base == nullptr || base->is_int() || base->is_bool()) {
+      int64_t i = 0;
+      switch (ParsePyInt(v.str(), base ? base->as_int() : 10, &i)) {
+        case Parsed::kOk:
+          return Value::Int(i);
+        case Parsed::kOverflow:
+          return InvalidArgument("int: '" + CutForMessage(PyStrip(v.str(), true, true, nullptr)) +
+                                 "' does not fit in a 64-bit integer (OverflowError)");
+        case Parsed::kInvalid:
+          break;
+      }
     }
-    double f = std::strtod(s.c_str(), &end);
-    if (!s.empty() && *end == '\0' && std::isfinite(f)) return TruncateToInt(f);
+    // "42.23"|int is 42; inf and nan fall to the default.
+    double f = 0;
+    if (ParsePyFloat(v.str(), &f) && std::isfinite(f)) return TruncateToInt(f);
   }
   return fallback;
 }
 
+// jinja2's do_float: float(value), the default where that raises.
 StatusOr<Value> ToFloat(Interpreter&, const Value& v, CallArgs& args) {
+  RETURN_IF_ERROR(CheckArgs(args, "float", 1, "default"));
   const Value* dflt = FindArg(args, 0, "default");
   Value fallback = dflt ? *dflt : Value::Float(0.0);
+  if (v.is_undefined()) return InvalidArgument(v.undefined_hint());
   if (v.is_number()) return Value::Float(v.as_double());
-  if (v.is_string()) {
-    std::string s = PyStrip(v.str(), true, true, nullptr);
-    char* end = nullptr;
-    double f = std::strtod(s.c_str(), &end);
-    if (!s.empty() && *end == '\0') return Value::Float(f);
-  }
+  double f = 0;
+  if (v.is_string() && ParsePyFloat(v.str(), &f)) return Value::Float(f);
   return fallback;
 }
 
@@ -325,30 +475,112 @@ StatusOr<Value> Abs(Interpreter&, const Value& v, CallArgs&) {
   return InvalidArgument("bad operand type for abs(): '" + v.TypeName() + "'");
 }
 
+// Python's round(x, ndigits) for a double, as CPython's double_round: the exact decimal
+// expansion of x rounded half to even at `ndigits` places (negative: left of the point), read
+// back correctly rounded. 2.675 is 2.67499999999999982236431605997495353221893310546875, so
+// round(2.675, 2) is 2.67, where scaling by 10**ndigits gave 2.68 (and nan past 10**308).
+double PyRoundDouble(double x, int64_t ndigits) {
+  if (!std::isfinite(x) || ndigits > 323) return x;  // CPython's NDIGITS_MAX
+  if (ndigits < -308) return 0.0 * x;               // NDIGITS_MIN: zero with x's sign
+  // A double's expansion is exact within 1074 fraction digits; its integer part has at most 309.
+  char buf[1500];
+  const int len = std::snprintf(buf, sizeof(buf), "%.1074f", x);
+  std::string_view text(buf, static_cast<size_t>(len));
+  const bool negative = text[0] == '-';
+  if (negative) text.remove_prefix(1);
+  // The radix character (whatever the locale calls it) ends the integer digits.
+  const size_t point = text.find_first_not_of("0123456789");
+  if (point == std::string_view::npos) return x;
+  std::string digits(text.substr(0, point));
+  digits.append(text.substr(point + 1));
+  const int64_t keep = static_cast<int64_t>(point) + ndigits;  // digits left after rounding
+  if (keep >= static_cast<int64_t>(digits.size())) return x;
+  if (keep < 0) return 0.0 * x;  // |x| < 10**-ndigits / 2
+  const auto k = static_cast<size_t>(keep);
+  bool up = digits[k] > '5';
+  if (digits[k] == '5') {
+    const bool beyond = digits.find_first_not_of('0', k + 1) != std::string::npos;
+    up = beyond || (k > 0 && (digits[k - 1] - '0') % 2 == 1);  // an exact tie goes to even
+  }
+  std::string kept = digits.substr(0, k);
+  if (up) {
+    size_t j = kept.size();
+    while (j > 0 && kept[j - 1] == '9') kept[--j] = '0';
+    if (j == 0) {
+      kept.insert(kept.begin(), '1');
+    } else {
+      ++kept[j - 1];
+    }
+  }
+  if (kept.empty()) kept = "0";
+  const std::string result =
+      (negative ? "-" : "") + kept + "e" + std::to_string(-ndigits);
+  return std::strtod(result.c_str(), nullptr);
+}
+
+// Python's round(i, ndigits) for an int: i itself for ndigits >= 0, else half to even at
+// 10**-ndigits.
+StatusOr<Value> PyRoundInt(int64_t x, int64_t ndigits) {
+  if (ndigits >= 0) return Value::Int(x);
+  if (ndigits < -19) return Value::Int(0);  // |x| < 10**19 / 2
+  __int128 scale = 1;
+  for (int64_t i = 0; i < -ndigits; ++i) scale *= 10;
+  __int128 rem = x % scale;
+  if (rem < 0) rem += scale;                  // Python's floor modulo
+  __int128 r = static_cast<__int128>(x) - rem;  // the multiple of scale at or below x
+  if (2 * rem > scale || (2 * rem == scale && (r / scale) % 2 != 0)) r += scale;
+  if (r > INT64_MAX || r < INT64_MIN) {
+    return InvalidArgument("round: integer overflow (OverflowError; loom's integers are 64-bit)");
+  }
+  return Value::Int(static_cast<int64_t>(r));
+}
+
+// jinja2's do_round: round(value, precision) for 'common', else
+// math.floor/ceil(value * 10**precision) / 10**precision with Python's int and float rules.
 StatusOr<Value> Round(Interpreter&, const Value& v, CallArgs& args) {
   RETURN_IF_ERROR(CheckArgs(args, "round", 2, "precision,method"));
   const Value* p = FindArg(args, 0, "precision");
   const Value* m = FindArg(args, 1, "method");
   std::string method = m ? SoftStr(*m) : "common";
+  if (method != "common" && method != "floor" && method != "ceil") {
+    return InvalidArgument("method must be common, ceil or floor");
+  }
   if (p != nullptr && !p->is_int() && !p->is_bool()) {
     return InvalidArgument("round: precision must be an integer, got '" + p->TypeName() + "'");
   }
-  int64_t precision = p ? p->as_int() : 0;
+  const int64_t precision = p ? p->as_int() : 0;
   if (!v.is_number()) return InvalidArgument("round: value must be a number");
-  double scale = std::pow(10.0, static_cast<double>(precision));
-  double x = v.as_double() * scale;
-  double r;
+  const bool is_int = v.is_int() || v.is_bool();
   if (method == "common") {
-    r = std::nearbyint(x);  // Python's round(): half to even
-  } else if (method == "floor") {
-    r = std::floor(x);
-  } else if (method == "ceil") {
-    r = std::ceil(x);
-  } else {
-    return InvalidArgument("method must be common, ceil or floor");
+    if (is_int) return PyRoundInt(v.as_int(), precision);
+    return Value::Float(PyRoundDouble(v.as_double(), precision));
   }
-  if (method == "common" && (v.is_int() || v.is_bool())) return Value::Int(v.as_int());
-  return Value::Float(r / scale);
+  auto apply = [&](double y) -> StatusOr<double> {
+    if (std::isnan(y)) return InvalidArgument("round: cannot convert float NaN to integer");
+    if (std::isinf(y)) {
+      return InvalidArgument("round: cannot convert float infinity to integer (OverflowError)");
+    }
+    // Python's math.floor/ceil give an int, which has no negative zero.
+    return (method == "floor" ? std::floor(y) : std::ceil(y)) + 0.0;
+  };
+  if (precision < 0) {
+    // 10**precision is a float here: all in doubles, as Python computes it.
+    const double scale = std::pow(10.0, static_cast<double>(precision));
+    ASSIGN_OR_RETURN(double r, apply(v.as_double() * scale));
+    return Value::Float(r / scale);
+  }
+  // An int times 10**precision is exact and so is its floor: the quotient is the int.
+  if (is_int) return Value::Float(static_cast<double>(v.as_int()));
+  if (precision > 308) {
+    return InvalidArgument("round: int too large to convert to float (OverflowError)");
+  }
+  const std::string exponent = std::to_string(precision);
+  const double scale = std::strtod(("1e" + exponent).c_str(), nullptr);  // float(10**precision)
+  ASSIGN_OR_RETURN(double r, apply(v.as_double() * scale));
+  // int / int is correctly rounded in Python: read "<r>e-<precision>" back.
+  char buf[400];
+  std::snprintf(buf, sizeof(buf), "%.0fe-%s", r, exponent.c_str());
+  return Value::Float(std::strtod(buf, nullptr));
 }
 
 // jinja2's do_indent (s += "\n"; splitlines; indent every line but the first unless first=).
@@ -401,25 +633,30 @@ StatusOr<Value> Indent(Interpreter& interp, const Value& v, CallArgs& args) {
   return Value::String(std::move(out));
 }
 
-StatusOr<Value> SortKey(Interpreter& interp, const Value& item, const Value* attr, bool cs) {
-  Value k = item;
-  if (attr && !attr->is_none()) {
-    ASSIGN_OR_RETURN(k, GetPath(interp, item, SoftStr(*attr)));
-  }
+// Python's a < b between sort keys; an Undefined key fails as jinja2's Undefined does.
+StatusOr<bool> KeyLess(const Value& a, const Value& b) {
+  if (a.is_undefined()) return InvalidArgument(a.undefined_hint());
+  if (b.is_undefined()) return InvalidArgument(b.undefined_hint());
+  return a.Less(b);
+}
+
+// make_attrgetter(attribute, postprocess=ignore_case unless case-sensitive) applied to `item`.
+StatusOr<Value> SortKey(Interpreter& interp, const Value& item, const AttrPath& path, bool cs) {
+  ASSIGN_OR_RETURN(Value k, GetPath(interp, item, path));
   if (!cs && k.is_string()) k = Value::String(LowerUtf8(k.str()));
   return k;
 }
 
 StatusOr<List> SortedList(Interpreter& interp, List items, bool reverse, bool cs,
-                          const Value* attr) {
+                          const AttrPath& path) {
   std::vector<std::pair<Value, Value>> keyed;
   for (Value& item : items) {
-    ASSIGN_OR_RETURN(Value k, SortKey(interp, item, attr, cs));
+    ASSIGN_OR_RETURN(Value k, SortKey(interp, item, path, cs));
     keyed.emplace_back(std::move(k), std::move(item));
   }
   Status error;
   std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& a, const auto& b) {
-    StatusOr<bool> r = reverse ? b.first.Less(a.first) : a.first.Less(b.first);
+    StatusOr<bool> r = reverse ? KeyLess(b.first, a.first) : KeyLess(a.first, b.first);
     if (!r.ok()) {
       if (error.ok()) error = r.status();
       return false;
@@ -439,7 +676,7 @@ StatusOr<Value> Sort(Interpreter& interp, const Value& v, CallArgs& args) {
   const Value* attr = FindArg(args, 2, "attribute");
   ASSIGN_OR_RETURN(List items, interp.Iterate(v));
   ASSIGN_OR_RETURN(List out, SortedList(interp, std::move(items), reverse && reverse->Truthy(),
-                                        cs && cs->Truthy(), attr));
+                                        cs && cs->Truthy(), ParseAttrPath(attr)));
   return Value::MakeList(std::move(out));
 }
 
@@ -452,9 +689,9 @@ StatusOr<Value> DictSort(Interpreter& interp, const Value& v, CallArgs& args) {
   bool by_value = by && SoftStr(*by) == "value";
   List pairs;
   for (const auto& [k, x] : v.dict().items()) pairs.push_back(Value::MakeTuple({Value::String(k), x}));
-  Value index = Value::String(by_value ? "1" : "0");
+  const AttrPath index = {Value::Int(by_value ? 1 : 0)};
   ASSIGN_OR_RETURN(List out, SortedList(interp, std::move(pairs), reverse && reverse->Truthy(),
-                                        cs && cs->Truthy(), &index));
+                                        cs && cs->Truthy(), index));
   return Value::MakeList(std::move(out));
 }
 
@@ -463,10 +700,11 @@ StatusOr<Value> Unique(Interpreter& interp, const Value& v, CallArgs& args) {
   const Value* cs = FindArg(args, 0, "case_sensitive");
   const Value* attr = FindArg(args, 1, "attribute");
   ASSIGN_OR_RETURN(List items, interp.Iterate(v));
+  const AttrPath path = ParseAttrPath(attr);
   List seen, out;
   for (const Value& item : items) {
-    RETURN_IF_ERROR(interp.Charge(static_cast<int64_t>(seen.size()) + 1));
-    ASSIGN_OR_RETURN(Value k, SortKey(interp, item, attr, cs && cs->Truthy()));
+    RETURN_IF_ERROR(interp.Charge(static_cast<int64_t>(seen.size())));
+    ASSIGN_OR_RETURN(Value k, SortKey(interp, item, path, cs && cs->Truthy()));
     bool dup = std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return s.Equals(k); });
     if (!dup) {
       seen.push_back(k);
@@ -521,32 +759,58 @@ StatusOr<Value> Batch(Interpreter& interp, const Value& v, CallArgs& args) {
   return Value::MakeIterator(std::move(out), "generator");
 }
 
-StatusOr<Value> MinMaxSum(Interpreter& interp, const Value& v, CallArgs& args, int which) {
+// jinja2's do_min / do_max: min(items, key=make_attrgetter(attribute, ignore_case unless
+// case_sensitive)); the first of equal items wins, as in Python.
+StatusOr<Value> MinMax(Interpreter& interp, const Value& v, CallArgs& args, bool is_max) {
+  RETURN_IF_ERROR(CheckArgs(args, is_max ? "max" : "min", 2, "case_sensitive,attribute"));
+  const Value* cs = FindArg(args, 0, "case_sensitive");
+  const Value* attr = FindArg(args, 1, "attribute");
   ASSIGN_OR_RETURN(List items, interp.Iterate(v));
-  if (which == 2) {
-    Value total = Value::Int(0);
-    for (const Value& x : items) {
-      if (!x.is_number()) return InvalidArgument("sum: items must be numbers");
-      if (total.is_float() || x.is_float()) {
-        total = Value::Float(total.as_double() + x.as_double());
-      } else {
-        int64_t r;
-        if (__builtin_add_overflow(total.as_int(), x.as_int(), &r)) {
-          return InvalidArgument(
-              "sum: integer overflow (OverflowError; loom's integers are 64-bit)");
-        }
-        total = Value::Int(r);
-      }
-    }
-    return total;
-  }
   if (items.empty()) return Value::Undefined("No aggregated item, sequence was empty.");
-  Value best = items[0];
+  const AttrPath path = ParseAttrPath(attr);
+  const bool case_sensitive = cs != nullptr && cs->Truthy();
+  size_t best = 0;
+  ASSIGN_OR_RETURN(Value best_key, SortKey(interp, items[0], path, case_sensitive));
   for (size_t i = 1; i < items.size(); ++i) {
-    ASSIGN_OR_RETURN(bool less, items[i].Less(best));
-    if (less == (which == 0)) best = items[i];
+    ASSIGN_OR_RETURN(Value k, SortKey(interp, items[i], path, case_sensitive));
+    // Python's min replaces on key < best, max on key > best.
+    ASSIGN_OR_RETURN(bool better, is_max ? KeyLess(best_key, k) : KeyLess(k, best_key));
+    if (better) {
+      best = i;
+      best_key = std::move(k);
+    }
   }
-  return best;
+  return items[best];
+}
+
+// jinja2's do_sum: sum(map(make_attrgetter(attribute), items), start), Python's `+` throughout
+// (start=[] concatenates lists).
+StatusOr<Value> Sum(Interpreter& interp, const Value& v, CallArgs& args) {
+  RETURN_IF_ERROR(CheckArgs(args, "sum", 2, "attribute,start"));
+  const Value* attr = FindArg(args, 0, "attribute");
+  const Value* start = FindArg(args, 1, "start");
+  ASSIGN_OR_RETURN(List items, interp.Iterate(v));
+  Value total = start != nullptr ? *start : Value::Int(0);
+  if (total.is_string()) {
+    return InvalidArgument("sum() can't sum strings [use ''.join(seq) instead]");
+  }
+  const AttrPath path = ParseAttrPath(attr);
+  const size_t cap = interp.options().limits.max_collection_bytes;
+  for (const Value& item : items) {
+    ASSIGN_OR_RETURN(Value x, GetPath(interp, item, path));
+    if ((total.is_int() || total.is_bool()) && (x.is_int() || x.is_bool())) {
+      int64_t r;
+      if (__builtin_add_overflow(total.as_int(), x.as_int(), &r)) {
+        return InvalidArgument("sum: integer overflow (OverflowError; loom's integers are 64-bit)");
+      }
+      total = Value::Int(r);
+      continue;
+    }
+    ASSIGN_OR_RETURN(total, BinaryOp(interp, "+", total, x));
+    // Each `+` of lists builds a new list.
+    if (total.is_list()) RETURN_IF_ERROR(interp.ChargeBuilt(Interpreter::ValueBytes(total, cap)));
+  }
+  return total;
 }
 
 StatusOr<Value> Escape(Interpreter&, const Value& v, CallArgs&) {
@@ -615,9 +879,9 @@ const FilterEntry kFilters[] = {
     {"dictsort", DictSort},
     {"reverse", Reverse},
     {"batch", Batch},
-    {"min", [](Interpreter& i, const Value& v, CallArgs& a) { return MinMaxSum(i, v, a, 0); }},
-    {"max", [](Interpreter& i, const Value& v, CallArgs& a) { return MinMaxSum(i, v, a, 1); }},
-    {"sum", [](Interpreter& i, const Value& v, CallArgs& a) { return MinMaxSum(i, v, a, 2); }},
+    {"min", [](Interpreter& i, const Value& v, CallArgs& a) { return MinMax(i, v, a, false); }},
+    {"max", [](Interpreter& i, const Value& v, CallArgs& a) { return MinMax(i, v, a, true); }},
+    {"sum", Sum},
     {"escape", Escape},
     {"e", Escape},
 };

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_set>
 
 #include "tokenizer/jinja/builtins.h"
 #include "tokenizer/jinja/operators.h"
@@ -19,6 +20,7 @@ class MacroCallable : public Callable {
     return interp.CallMacro(*def_, closure_, args);
   }
   std::string Describe() const override { return "<Macro '" + def_->name + "'>"; }
+  const Scope* closure() const { return closure_.get(); }
 
  private:
   const Stmt* def_;
@@ -40,6 +42,55 @@ class CycleCallable : public Callable {
 };
 
 Status UndefinedError(const Value& v) { return InvalidArgument(v.undefined_hint()); }
+
+// What a scope kept past its block holds: its variables and all they reach, each list, dict and
+// bound method counted once however often it is shared (a namespace may hold itself), walked
+// until past `cap`. The walk visits at most what it counts, so charging the result bounds it.
+size_t RetainedBytes(const Scope& scope, size_t cap) {
+  size_t total = 0;
+  std::unordered_set<const void*> seen;
+  std::vector<const Value*> stack;
+  for (const auto& [name, v] : scope.vars) {
+    total += name.size();
+    stack.push_back(&v);
+  }
+  while (!stack.empty() && total <= cap) {
+    const Value* x = stack.back();
+    stack.pop_back();
+    total += kValueBytes;
+    switch (x->kind()) {
+      case ValueKind::kString:
+      case ValueKind::kUndefined:
+        total += x->str().size();
+        break;
+      case ValueKind::kList:
+        if (seen.insert(&x->list()).second) {
+          for (const Value& e : x->list()) stack.push_back(&e);
+        }
+        break;
+      case ValueKind::kDict:
+      case ValueKind::kNamespace:
+        if (seen.insert(&x->dict()).second) {
+          for (const auto& [k, e] : x->dict().items()) {
+            total += k.size();
+            stack.push_back(&e);
+          }
+        }
+        break;
+      case ValueKind::kFunction:
+        if (const Value* self = x->function()->BoundSelf()) {
+          if (seen.insert(x->function().get()).second) stack.push_back(self);
+        }
+        break;
+      case ValueKind::kNone:
+      case ValueKind::kBool:
+      case ValueKind::kInt:
+      case ValueKind::kFloat:
+        break;
+    }
+  }
+  return total;
+}
 
 Status Unpack(const std::vector<std::string>& targets, const Value& item, Scope* scope) {
   if (targets.size() == 1) {
@@ -144,6 +195,16 @@ size_t Interpreter::ValueBytes(const Value& v, size_t cap) {
   // cap / kValueBytes elements however much the value shares.
   size_t total = 0;
   std::vector<const Value*> stack = {&v};
+  // An element that holds other values is walked later; any other is counted now.
+  auto element = [&](const Value& e) {
+    if (e.is_list() || e.is_dict() || e.is_namespace() ||
+        (e.is_function() && e.function()->BoundSelf() != nullptr)) {
+      stack.push_back(&e);
+    } else {
+      // A string's text, an Undefined's message (copied with every copy of it).
+      total += kValueBytes + (e.is_string() || e.is_undefined() ? e.str().size() : 0);
+    }
+  };
   while (!stack.empty() && total <= cap) {
     const Value* x = stack.back();
     stack.pop_back();
@@ -155,11 +216,7 @@ size_t Interpreter::ValueBytes(const Value& v, size_t cap) {
         break;
       case ValueKind::kList:
         for (const Value& e : x->list()) {
-          if (e.is_list() || e.is_dict() || e.is_namespace()) {
-            stack.push_back(&e);
-          } else {
-            total += kValueBytes + (e.is_string() ? e.str().size() : 0);
-          }
+          element(e);
           if (total > cap) break;
         }
         break;
@@ -167,19 +224,18 @@ size_t Interpreter::ValueBytes(const Value& v, size_t cap) {
       case ValueKind::kNamespace:
         for (const auto& [k, e] : x->dict().items()) {
           total += k.size();
-          if (e.is_list() || e.is_dict() || e.is_namespace()) {
-            stack.push_back(&e);
-          } else {
-            total += kValueBytes + (e.is_string() ? e.str().size() : 0);
-          }
+          element(e);
           if (total > cap) break;
         }
+        break;
+      case ValueKind::kFunction:
+        // A bound method keeps its object alive: `[{'a': big}.get] * n` holds it n times.
+        if (const Value* self = x->function()->BoundSelf()) stack.push_back(self);
         break;
       case ValueKind::kNone:
       case ValueKind::kBool:
       case ValueKind::kInt:
       case ValueKind::kFloat:
-      case ValueKind::kFunction:
         break;
     }
   }
@@ -188,7 +244,49 @@ size_t Interpreter::ValueBytes(const Value& v, size_t cap) {
 
 Status Interpreter::Append(const std::string& text, std::string* out) {
   RETURN_IF_ERROR(CheckSize(out->size() + text.size()));
+  RETURN_IF_ERROR(ChargeBuilt(text.size()));
   out->append(text);
+  return OkStatus();
+}
+
+// A scope that defined a macro is held by that macro (its closure) while the scope holds the
+// macro: a cycle that reference counting never frees, so every loop iteration that defined a
+// macro stayed alive until the render ended (965 MB within the 1 s budget). When the scope's
+// block ends and nothing outside the scope refers to it or to the macros it holds, the cycle
+// is unreachable: it is broken now. Otherwise the scope outlives its block, and what its
+// variables hold (strings copied into it included) is charged against max_built_bytes.
+Status Interpreter::EndScope(const std::shared_ptr<Scope>& scope) {
+  if (scope->macro_slot == Scope::kNoSlot) return OkStatus();
+  // The macros closing over this scope that its variables hold, with how many variables hold
+  // each.
+  std::vector<std::pair<const std::shared_ptr<Callable>*, long>> own;
+  for (const auto& [name, v] : scope->vars) {
+    if (!v.is_function()) continue;
+    const auto* macro = dynamic_cast<const MacroCallable*>(v.function().get());
+    if (macro == nullptr || macro->closure() != scope.get()) continue;
+    auto it = std::find_if(own.begin(), own.end(),
+                           [&](const auto& o) { return o.first->get() == macro; });
+    if (it == own.end()) {
+      own.emplace_back(&v.function(), 1);
+    } else {
+      ++it->second;
+    }
+  }
+  // References to the scope: the caller's, macro_scopes_' and one per live macro closing over
+  // it; any other (a macro stored elsewhere, a scope nested in it that is kept) keeps it.
+  bool unreachable = scope.use_count() == 2 + static_cast<long>(own.size());
+  for (const auto& [fn, holders] : own) {
+    if (fn->use_count() != holders) unreachable = false;  // the macro is also held elsewhere
+  }
+  if (!unreachable) return ChargeBuilt(RetainedBytes(*scope, options_.limits.max_built_bytes));
+  const size_t slot = scope->macro_slot;
+  scope->vars.clear();  // drops the macros, and with them their references to the scope
+  scope->macro_slot = Scope::kNoSlot;
+  if (slot + 1 != macro_scopes_.size()) {
+    macro_scopes_[slot] = std::move(macro_scopes_.back());
+    macro_scopes_[slot]->macro_slot = slot;
+  }
+  macro_scopes_.pop_back();
   return OkStatus();
 }
 
@@ -223,7 +321,7 @@ Value Interpreter::Lookup(const std::string& name, const std::shared_ptr<Scope>&
   }
   if (const Value* v = globals_.Find(name)) return *v;
   if (const Value* v = builtins_.Find(name)) return *v;
-  return Value::Undefined("'" + name + "' is undefined");
+  return Value::Undefined("'" + CutForMessage(name) + "' is undefined");
 }
 
 StatusOr<Flow> Interpreter::ExecBody(const Body& body, const std::shared_ptr<Scope>& scope,
@@ -272,7 +370,10 @@ StatusOr<Flow> Interpreter::Exec(const Stmt& s, const std::shared_ptr<Scope>& sc
     }
     case StmtKind::kMacro:
       scope->vars[s.name] = Value::Function(std::make_shared<MacroCallable>(&s, scope));
-      macro_scopes_.push_back(scope);
+      if (scope->macro_slot == Scope::kNoSlot) {
+        scope->macro_slot = macro_scopes_.size();
+        macro_scopes_.push_back(scope);
+      }
       return Flow::kNormal;
     case StmtKind::kFilterBlock: {
       std::string text;
@@ -329,6 +430,7 @@ Status Interpreter::ExecFor(const Stmt& s, const std::shared_ptr<Scope>& scope,
     loop.Set("cycle", Value::Function(std::make_shared<CycleCallable>(i)));
     iter_scope->vars["loop"] = Value::MakeDict(std::move(loop));
     ASSIGN_OR_RETURN(Flow f, ExecBody(s.body, iter_scope, out));
+    RETURN_IF_ERROR(EndScope(iter_scope));
     if (f == Flow::kBreak) break;
   }
   if (n == 0) {
@@ -371,10 +473,18 @@ StatusOr<Value> Interpreter::CallMacro(const Stmt& def, const std::shared_ptr<Sc
   auto scope = std::make_shared<Scope>();
   scope->parent = closure;
   std::vector<bool> given(def.params.size(), false);
+  // The arguments are the caller's temporaries: moved, not copied. A string bound to a
+  // parameter is still a copy of the caller's (64 nested calls each held one of 16 MB).
+  size_t string_bytes = 0;
+  for (const auto& [key, value] : args.keyword) {
+    if (value.is_string()) string_bytes += value.str().size();
+  }
   for (size_t i = 0; i < args.positional.size(); ++i) {
-    scope->vars[def.params[i].name] = args.positional[i];
+    if (args.positional[i].is_string()) string_bytes += args.positional[i].str().size();
+    scope->vars[def.params[i].name] = std::move(args.positional[i]);
     given[i] = true;
   }
+  RETURN_IF_ERROR(ChargeBuilt(string_bytes));
   for (auto& [key, value] : args.keyword) {
     size_t i = 0;
     while (i < def.params.size() && def.params[i].name != key) ++i;
@@ -385,7 +495,7 @@ StatusOr<Value> Interpreter::CallMacro(const Stmt& def, const std::shared_ptr<Sc
       return InvalidArgument("macro '" + def.name + "' got multiple values for argument '" +
                              key + "'");
     }
-    scope->vars[key] = value;
+    scope->vars[key] = std::move(value);
     given[i] = true;
   }
   for (size_t i = 0; i < def.params.size(); ++i) {
@@ -403,6 +513,7 @@ StatusOr<Value> Interpreter::CallMacro(const Stmt& def, const std::shared_ptr<Sc
   StatusOr<Flow> f = ExecBody(def.body, scope, &out);
   --call_depth_;
   if (!f.ok()) return f.status();
+  RETURN_IF_ERROR(EndScope(scope));
   return Value::String(std::move(out));
 }
 
@@ -562,7 +673,7 @@ StatusOr<Value> Interpreter::GetAttr(const Value& obj, const std::string& name) 
     if (const Value* v = obj.dict().Find(name)) return *v;
   }
   std::string type = obj.is_namespace() ? "Namespace" : obj.TypeName() + " object";
-  return Value::Undefined("'" + type + "' has no attribute '" + name + "'");
+  return Value::Undefined("'" + type + "' has no attribute '" + CutForMessage(name) + "'");
 }
 
 StatusOr<Value> Interpreter::GetItem(const Value& obj, const Value& key) {
@@ -573,20 +684,23 @@ StatusOr<Value> Interpreter::GetItem(const Value& obj, const Value& key) {
     int64_t n = static_cast<int64_t>(obj.list().size());
     int64_t i = key.as_int() < 0 ? key.as_int() + n : key.as_int();
     if (i >= 0 && i < n) return obj.list()[i];
-    return Value::Undefined(obj.TypeName() + " object has no element " + key.Repr());
+    return Value::Undefined(obj.TypeName() + " object has no element " + key.ShortRepr());
   } else if (obj.is_string() && (key.is_int() || key.is_bool())) {
     std::u32string cps = DecodeUtf8(obj.str());
     int64_t n = static_cast<int64_t>(cps.size());
     int64_t i = key.as_int() < 0 ? key.as_int() + n : key.as_int();
     if (i >= 0 && i < n) return Value::String(EncodeUtf8(cps.substr(i, 1)));
-    return Value::Undefined("str object has no element " + key.Repr());
+    return Value::Undefined("str object has no element " + key.ShortRepr());
   }
+  // The messages quote the key cut short: each copy of an Undefined copies its message, and
+  // {}[('x' * 1000000)] * 100000 asked for 100 GB.
   if (key.is_string()) {
     Value method = FindMethod(obj, key.str());
     if (!method.is_undefined()) return method;
-    return Value::Undefined("'" + obj.TypeName() + " object' has no attribute " + key.Repr());
+    return Value::Undefined("'" + obj.TypeName() + " object' has no attribute " +
+                            key.ShortRepr());
   }
-  return Value::Undefined(obj.TypeName() + " object has no element " + key.Repr());
+  return Value::Undefined(obj.TypeName() + " object has no element " + key.ShortRepr());
 }
 
 StatusOr<Value> Interpreter::EvalInner(const Expr& e, const std::shared_ptr<Scope>& scope) {

@@ -42,7 +42,9 @@ struct RenderLimits {
   // the bytes of the strings it holds, nested containers included), not in elements.
   size_t max_collection_bytes = 64 << 20;
   // All strings, lists and dicts built during one render together (a loop that rebuilds a
-  // large value each iteration hits this long before the step limit).
+  // large value each iteration hits this long before the step limit), text written to any output
+  // buffer (the render's, a macro call's, a set or filter block's), strings bound to macro
+  // parameters, and the variables of scopes a macro keeps alive past their block.
   size_t max_built_bytes = 256 << 20;
   int max_call_depth = 64;         // nested macro calls
   // Native stack the evaluator may use below Render's frame: deep expressions inside recursive
@@ -76,8 +78,11 @@ StatusOr<std::string> Render(const Program& program, const Dict& globals,
 
 // A variable scope: the template, one for-loop iteration, or one macro call.
 struct Scope {
+  static constexpr size_t kNoSlot = SIZE_MAX;
   std::unordered_map<std::string, Value> vars;
   std::shared_ptr<Scope> parent;
+  // Index in the interpreter's list of scopes that define a macro, or kNoSlot.
+  size_t macro_slot = kNoSlot;
 };
 
 enum class Flow { kNormal, kBreak, kContinue };
@@ -113,7 +118,8 @@ class Interpreter {
   // Adds `bytes` to the total built during this render; errors past max_built_bytes.
   Status ChargeBuilt(size_t bytes);
   // Bytes `v` holds as the collection limits count them (deep; a container shared twice counts
-  // twice, as printing it would), stopping early once past `cap`.
+  // twice, as printing it would; strings, Undefined messages and the values bound methods hold
+  // included), stopping early once past `cap`.
   static size_t ValueBytes(const Value& v, size_t cap);
   const RenderOptions& options() const { return options_; }
   void set_error_line(int line) {
@@ -142,13 +148,19 @@ class Interpreter {
   StatusOr<Value> ApplyFilterChain(const std::vector<ExprPtr>& filters, Value input,
                                    const std::shared_ptr<Scope>& scope);
   Value Lookup(const std::string& name, const std::shared_ptr<Scope>& scope) const;
+  // Appends to an output buffer, counting the text against max_output_bytes (the buffer) and
+  // max_built_bytes (every buffer: 63 nested macro calls each held 16 MB).
   Status Append(const std::string& text, std::string* out);
+  // Ends the block of a loop iteration or macro call scope (see the definition).
+  Status EndScope(const std::shared_ptr<Scope>& scope);
 
   const Dict& globals_;
   Dict builtins_;
   RenderOptions options_;
   // Scopes that define a macro (the macro holds its scope and the scope holds the macro) and
-  // namespaces: cleared by the destructor to break those cycles.
+  // namespaces: cleared by the destructor to break those cycles. A scope leaves macro_scopes_
+  // early when EndScope finds its cycle unreachable. Held strongly so that the destructor's
+  // clearing never frees a chain of scopes recursively.
   std::vector<std::shared_ptr<Scope>> macro_scopes_;
   std::vector<Value> namespaces_;
   Status CheckStack() const;

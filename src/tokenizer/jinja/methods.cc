@@ -23,6 +23,7 @@ class BoundMethod : public Callable {
   std::string Describe() const override {
     return "<built-in method " + name_ + " of " + self_.TypeName() + " object>";
   }
+  const Value* BoundSelf() const override { return &self_; }
 
  private:
   Value self_;
@@ -290,6 +291,11 @@ const MethodEntry kMethods[] = {
       ASSIGN_OR_RETURN(std::string old, StrArg(args, 0, "old", "replace"));
       ASSIGN_OR_RETURN(std::string repl, StrArg(args, 1, "new", "replace"));
       const Value* count = FindArg(args, 2, "count");
+      // Python's TypeError: a count that is not an int (a str read as 0 replaced nothing).
+      if (count != nullptr && !count->is_int() && !count->is_bool()) {
+        return InvalidArgument("replace: '" + count->TypeName() +
+                               "' object cannot be interpreted as an integer");
+      }
       ASSIGN_OR_RETURN(std::string r,
                        PyReplace(interp, self.str(), old, repl, count ? count->as_int() : -1));
       return Value::String(std::move(r));
@@ -396,6 +402,7 @@ class UnsafeMethod : public Callable {
   UnsafeMethod(Value self, std::string name) : self_(std::move(self)), name_(std::move(name)) {}
   StatusOr<Value> Call(Interpreter&, CallArgs&) override { return Unsafe(self_, name_.c_str()); }
   std::string Describe() const override { return ""; }
+  const Value* BoundSelf() const override { return &self_; }
 
  private:
   Value self_;
@@ -421,7 +428,8 @@ Value FindMethod(const Value& obj, const std::string& name) {
       if (name == u) return Value::Function(std::make_shared<UnsafeMethod>(obj, name));
     }
   }
-  return Value::Undefined("'" + obj.TypeName() + " object' has no attribute '" + name + "'");
+  return Value::Undefined("'" + obj.TypeName() + " object' has no attribute '" +
+                          CutForMessage(name) + "'");
 }
 
 }  // namespace loom::jinja

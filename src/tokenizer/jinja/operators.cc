@@ -134,7 +134,12 @@ StatusOr<Value> BinaryOp(Interpreter& interp, const std::string& op, const Value
     }
     if (ints) {
       int64_t x = a.as_int(), y = b.as_int();
-      if (x == INT64_MIN && y == -1) return Overflow();
+      // INT64_MIN / -1 traps in C++: x % -1 is 0, and only INT64_MIN // -1 does not fit.
+      if (y == -1) {
+        if (op == "%") return Value::Int(0);
+        if (x == INT64_MIN) return Overflow();
+        return Value::Int(-x);
+      }
       int64_t q = x / y, m = x % y;
       if (m != 0 && ((m < 0) != (y < 0))) {
         --q;
@@ -149,10 +154,15 @@ StatusOr<Value> BinaryOp(Interpreter& interp, const std::string& op, const Value
   if (op == "**") {
     if (!nums) return Unsupported(op, a, b);
     if (ints && b.as_int() >= 0) {
-      int64_t base = a.as_int(), r = 1;
-      for (int64_t e = b.as_int(); e > 0; --e) {
+      const int64_t base = a.as_int(), e = b.as_int();
+      // 0, 1 and -1 never overflow, whatever the exponent (the loop below would run e times).
+      if (base == 0) return Value::Int(e == 0 ? 1 : 0);
+      if (base == 1) return Value::Int(1);
+      if (base == -1) return Value::Int(e % 2 == 0 ? 1 : -1);
+      // |base| >= 2 overflows within 64 multiplications.
+      int64_t r = 1;
+      for (int64_t i = 0; i < e; ++i) {
         if (__builtin_mul_overflow(r, base, &r)) return Overflow();
-        if (r == 0 || r == 1) break;
       }
       return Value::Int(r);
     }

@@ -95,6 +95,8 @@ const TestEntry kTests[] = {
        if (v.is_float() || n->is_float()) {
          return std::fmod(v.as_double(), n->as_double()) == 0;
        }
+       // INT64_MIN % -1 traps (SIGFPE) in C++; every integer is divisible by -1.
+       if (n->as_int() == -1) return true;
        return v.as_int() % n->as_int() == 0;
      }},
     {"in", [](Interpreter&, const Value& v, CallArgs& args) -> StatusOr<bool> {

@@ -62,6 +62,14 @@ std::string EncodeUtf8(std::u32string_view s) {
   return out;
 }
 
+std::string_view Utf8Prefix(std::string_view s, size_t max_bytes) {
+  if (s.size() <= max_bytes) return s;
+  size_t n = max_bytes;
+  // Back off continuation bytes (10xxxxxx) to the start of the character they belong to.
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+  return s.substr(0, n);
+}
+
 bool IsPySpace(char32_t cp) {
   return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 ||
          cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
@@ -70,10 +78,16 @@ bool IsPySpace(char32_t cp) {
 
 std::string PyStrip(std::string_view s, bool left, bool right, const std::string* chars) {
   std::u32string cps = DecodeUtf8(s);
+  // The characters to strip, sorted once: a linear scan of them per character made
+  // ('a' * 200000).strip('b' * 200000 ~ 'a') take 26 s.
   std::u32string set;
-  if (chars != nullptr) set = DecodeUtf8(*chars);
+  if (chars != nullptr) {
+    set = DecodeUtf8(*chars);
+    std::sort(set.begin(), set.end());
+    set.erase(std::unique(set.begin(), set.end()), set.end());
+  }
   auto strip = [&](char32_t cp) {
-    return chars == nullptr ? IsPySpace(cp) : set.find(cp) != std::u32string::npos;
+    return chars == nullptr ? IsPySpace(cp) : std::binary_search(set.begin(), set.end(), cp);
   };
   size_t b = 0, e = cps.size();
   if (left) {

@@ -126,6 +126,8 @@ Value Value::MakeNamespace(Dict attrs) {
 Value Value::Function(std::shared_ptr<Callable> fn) {
   Value v;
   v.kind_ = ValueKind::kFunction;
+  const Value* self = fn != nullptr ? fn->BoundSelf() : nullptr;
+  if (self != nullptr) v.depth_ = self->depth_ + 1;
   v.fn_ = std::move(fn);
   return v;
 }
@@ -364,6 +366,18 @@ std::string StringRepr(const std::string& s) {
   return out;
 }
 
+std::string CutForMessage(const std::string& name) {
+  if (name.size() <= Value::kMaxMessageQuote) return name;
+  return std::string(Utf8Prefix(name, Value::kMaxMessageQuote)) + "...";
+}
+
+std::string Value::ShortRepr(size_t max_bytes) const {
+  std::string out;
+  ReprInto(&out, 0, max_bytes);
+  if (out.size() <= max_bytes) return out;
+  return std::string(Utf8Prefix(out, max_bytes)) + "...";
+}
+
 std::string Value::ToString() const {
   switch (kind_) {
     case ValueKind::kUndefined:
@@ -383,9 +397,9 @@ std::string Value::ToString() const {
   return "";
 }
 
-void Value::ReprInto(std::string* out, int depth) const {
+void Value::ReprInto(std::string* out, int depth, size_t max_bytes) const {
   // A namespace can hold itself; cut the recursion like Python's reprlib does.
-  if (depth > 200 || out->size() > kMaxReprBytes) {
+  if (depth > 200 || out->size() > max_bytes) {
     *out += "...";
     return;
   }
@@ -406,7 +420,9 @@ void Value::ReprInto(std::string* out, int depth) const {
       *out += FloatRepr(f_);
       return;
     case ValueKind::kString:
-      *out += StringRepr(s_);
+      // A string longer than the whole budget is cut first: its repr would be cut anyway.
+      *out += s_.size() > max_bytes ? StringRepr(std::string(Utf8Prefix(s_, max_bytes)))
+                                    : StringRepr(s_);
       return;
     case ValueKind::kList: {
       if (is_iterator() && !is_view()) {
@@ -416,8 +432,8 @@ void Value::ReprInto(std::string* out, int depth) const {
       *out += is_view() ? iter_type_ + "([" : is_tuple_ ? "(" : "[";
       for (size_t i = 0; i < list_->size(); ++i) {
         if (i > 0) *out += ", ";
-        (*list_)[i].ReprInto(out, depth + 1);
-        if (out->size() > kMaxReprBytes) break;
+        (*list_)[i].ReprInto(out, depth + 1, max_bytes);
+        if (out->size() > max_bytes) break;
       }
       if (is_tuple_ && list_->size() == 1) *out += ",";
       *out += is_view() ? "])" : is_tuple_ ? ")" : "]";
@@ -432,8 +448,8 @@ void Value::ReprInto(std::string* out, int depth) const {
         if (!first) *out += ", ";
         first = false;
         *out += StringRepr(k) + ": ";
-        v.ReprInto(out, depth + 1);
-        if (out->size() > kMaxReprBytes) break;
+        v.ReprInto(out, depth + 1, max_bytes);
+        if (out->size() > max_bytes) break;
       }
       *out += "}";
       if (kind_ == ValueKind::kNamespace) *out += ">";

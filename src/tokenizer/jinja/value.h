@@ -42,6 +42,10 @@ class Callable {
   virtual StatusOr<Value> Call(Interpreter& interp, CallArgs& args) = 0;
   // What repr() shows, e.g. "<function raise_exception>".
   virtual std::string Describe() const = 0;
+  // The value a bound method keeps alive (`{'a': x}.get` holds its dict), or nullptr. It counts
+  // toward the function value's depth and bytes: a chain of methods bound to dicts holding the
+  // previous method nests like a list would, and freeing a deep one recursed off the stack.
+  virtual const Value* BoundSelf() const { return nullptr; }
 };
 
 using List = std::vector<Value>;
@@ -84,6 +88,7 @@ class Value {
   // and is not JSON serializable; a generator is always truthy.
   static Value MakeIterator(List items, std::string type_name);
   static Value MakeNamespace(Dict attrs);
+  // Depth 0, or 1 + the depth of the value a bound method holds (Callable::BoundSelf).
   static Value Function(std::shared_ptr<Callable> fn);
   // JSON → value (objects keep their key order). For trusted JSON; untrusted input goes through
   // FromJsonChecked.
@@ -124,7 +129,8 @@ class Value {
   Dict& mutable_dict() const { return *dict_; }  // namespaces only
   const std::shared_ptr<Callable>& function() const { return fn_; }
 
-  // Container nesting: 0 for scalars, 1 + the deepest element for lists and dicts.
+  // Container nesting: 0 for scalars, 1 + the deepest element for lists and dicts, 1 + the
+  // bound value's depth for a bound method.
   int depth() const { return depth_; }
 
   // Python truthiness.
@@ -138,10 +144,15 @@ class Value {
   // level: 2^200 calls otherwise); either is far above what a render may output.
   std::string Repr() const {
     std::string out;
-    ReprInto(&out, 0);
+    ReprInto(&out, 0, kMaxReprBytes);
     return out;
   }
   static constexpr size_t kMaxReprBytes = size_t{64} << 20;
+  // repr(x) cut to `max_bytes` (on a character boundary) followed by "..." when longer, built
+  // without writing more than about that much: what an error or Undefined message quotes of a
+  // key a template computed (a dict key may be a 16 MB string).
+  std::string ShortRepr(size_t max_bytes = kMaxMessageQuote) const;
+  static constexpr size_t kMaxMessageQuote = 200;
   // Python `==` (1 == 1.0 == True; containers element-wise; undefined == undefined).
   bool Equals(const Value& other) const;
   // Python `<`; an error for unorderable types, named like Python's TypeError.
@@ -154,7 +165,7 @@ class Value {
                                bool sort_keys, size_t max_bytes = SIZE_MAX) const;
 
  private:
-  void ReprInto(std::string* out, int depth) const;
+  void ReprInto(std::string* out, int depth, size_t max_bytes) const;
 
   ValueKind kind_ = ValueKind::kUndefined;
   int depth_ = 0;
@@ -178,5 +189,9 @@ std::string HtmlEscape(const std::string& s);
 std::string FloatRepr(double f);
 // Python repr of a string ('abc', "it's", with \n \t \\ escapes).
 std::string StringRepr(const std::string& s);
+// `name` cut to Value::kMaxMessageQuote bytes (on a character boundary) followed by "..." when
+// longer: what an error or Undefined message quotes of an attribute name a template computed.
+// Every copy of an Undefined copies its message.
+std::string CutForMessage(const std::string& name);
 
 }  // namespace loom::jinja
