@@ -358,6 +358,10 @@ void AttendHeadsT(Isa isa, int heads, const float* q, int64_t q_stride, int hd,
     return AttendHeadsAvx512T(heads, q, q_stride, hd, kv, first, last, scale, softcap, scores,
                               scores_stride, out, out_stride);
   }
+  if (isa == Isa::kAvx2) {
+    return AttendHeadsAvx2(heads, q, q_stride, hd, kv, first, last, scale, softcap, scores,
+                           scores_stride, out, out_stride);
+  }
   for (int h = 0; h < heads; ++h) {
     AttendRow(isa, q + h * q_stride, hd, kv, first, last, scale, softcap,
               scores + h * scores_stride, out + h * out_stride);

@@ -64,13 +64,17 @@ void AttendRowAvx512(const float* q, int head_dim, const PagedKvHead& kv, int fi
 
 // AttendRow for `heads` query heads that share one KV head: head h reads q + h·q_stride, writes
 // out + h·out_stride and uses scores + h·scores_stride (≥ last + 1 floats each). Each head's
-// result is bitwise AttendRow's; the AVX-512 kernel loads each V row once for up to 4 heads.
+// result is bitwise AttendRow's; the AVX-512 kernel loads each V row once for up to 4 heads, the
+// avx2 kernel each K and V vector once for up to 4.
 void AttendHeads(Isa isa, int heads, const float* q, int64_t q_stride, int head_dim,
                  const PagedKvHead& kv, int first, int last, float scale, float softcap,
                  float* scores, int64_t scores_stride, float* out, int64_t out_stride);
 void AttendHeadsAvx512(int heads, const float* q, int64_t q_stride, int head_dim,
                        const PagedKvHead& kv, int first, int last, float scale, float softcap,
                        float* scores, int64_t scores_stride, float* out, int64_t out_stride);
+void AttendHeadsAvx2(int heads, const float* q, int64_t q_stride, int head_dim,
+                     const PagedKvHead& kv, int first, int last, float scale, float softcap,
+                     float* scores, int64_t scores_stride, float* out, int64_t out_stride);
 
 // The same kernels over a bf16 cache.
 void AttendRow(Isa isa, const float* q, int head_dim, const PagedKvHeadBf16& kv, int first,
@@ -87,5 +91,8 @@ void AttendHeads(Isa isa, int heads, const float* q, int64_t q_stride, int head_
 void AttendHeadsAvx512(int heads, const float* q, int64_t q_stride, int head_dim,
                        const PagedKvHeadBf16& kv, int first, int last, float scale, float softcap,
                        float* scores, int64_t scores_stride, float* out, int64_t out_stride);
+void AttendHeadsAvx2(int heads, const float* q, int64_t q_stride, int head_dim,
+                     const PagedKvHeadBf16& kv, int first, int last, float scale, float softcap,
+                     float* scores, int64_t scores_stride, float* out, int64_t out_stride);
 
 }  // namespace loom::cpu

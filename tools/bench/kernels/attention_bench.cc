@@ -65,7 +65,8 @@ void BM_AttendHeads(benchmark::State& state) {
 BENCHMARK(BM_AttendHeads)
     ->ArgsProduct({{64}, {1, 4, 7}, {16, 128, 192}, {0}})
     ->Args({128, 4, 128, 0})
-    ->ArgsProduct({{64}, {7}, {128, 192}, {1}});
+    ->ArgsProduct({{64}, {7}, {128, 192, 512, 2048}, {1}})
+    ->ArgsProduct({{128}, {4}, {512, 2048}, {1}});
 
 // A step of `seqs` sequences: each a prefill chunk of `rows` rows at positions 0.. (rows > 1) or
 // one decode row at position `rows` = 1 → 160. Qwen2.5-0.5B heads, the global pool (2 threads).
