@@ -29,7 +29,8 @@ StatusOr<Value> Range(Interpreter& interp, CallArgs& args) {
   if (args.positional.empty()) return InvalidArgument("range expected at least 1 argument, got 0");
   for (const Value& v : args.positional) {
     if (!v.is_int() && !v.is_bool()) {
-      return InvalidArgument("'" + v.TypeName() + "' object cannot be interpreted as an integer");
+      return InvalidArgument(std::string("'") + v.TypeName() +
+                             "' object cannot be interpreted as an integer");
     }
   }
   int64_t start = 0, stop, step = 1;

@@ -428,7 +428,7 @@ Value FindMethod(const Value& obj, const std::string& name) {
       if (name == u) return Value::Function(std::make_shared<UnsafeMethod>(obj, name));
     }
   }
-  return Value::Undefined("'" + obj.TypeName() + " object' has no attribute '" +
+  return Value::Undefined(std::string("'") + obj.TypeName() + " object' has no attribute '" +
                           CutForMessage(name) + "'");
 }
 

@@ -236,7 +236,7 @@ StatusOr<bool> CompareOp(const std::string& op, const Value& a, const Value& b) 
 StatusOr<Value> Slice(const Value& obj, const Value& start_v, const Value& stop_v,
                       const Value& step_v) {
   if ((!obj.is_list() && !obj.is_string()) || obj.is_iterator()) {
-    return Value::Undefined("'" + obj.TypeName() + " object' is not subscriptable");
+    return Value::Undefined(std::string("'") + obj.TypeName() + " object' is not subscriptable");
   }
   for (const Value* v : {&start_v, &stop_v, &step_v}) {
     if (!v->is_none() && !v->is_int() && !v->is_bool()) {
