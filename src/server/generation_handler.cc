@@ -178,6 +178,7 @@ class CompletionStream : public StreamSource {
                    std::shared_ptr<GenerationState> state)
       : ctx_(ctx), state_(state), writer_(ctx, r, std::move(meta), std::move(state)) {}
   bool Pull(std::string* out) override { return writer_.Pump(out); }
+  bool NextPullIsLarge() override { return writer_.NextPumpIsLarge(); }
   void Abandon() override { AbortUnfinished(ctx_, *state_); }
 
  private:

@@ -50,12 +50,17 @@ class DeferredReply {
   virtual void Abandon() = 0;
 };
 
-// A streamed body (SSE): pulled on the I/O thread after each Wake.
+// A streamed body (SSE): pulled on the I/O thread after each Wake, or on a worker thread when
+// NextPullIsLarge (never two Pulls at once, and Abandon may come from the I/O thread meanwhile).
 class StreamSource {
  public:
   virtual ~StreamSource() = default;
   // Appends what is ready to *out; true once the body is complete (nothing more will come).
   virtual bool Pull(std::string* out) = 0;
+  // Whether the next Pull may build a large chunk (an echo's prompt log-probs, up to 2^18
+  // entries, megabytes of JSON): then it runs on a worker thread, as a DeferredReply's Build,
+  // so the I/O thread's other connections' tokens do not wait behind it. I/O thread.
+  virtual bool NextPullIsLarge() { return false; }
   virtual void Abandon() = 0;
 };
 

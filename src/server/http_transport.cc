@@ -459,16 +459,47 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void PumpStream() {
+    if (pulling_) return;  // a worker is pulling; it pumps again when it is back
+    if (stream_->NextPullIsLarge()) {
+      pulling_ = true;
+      owner_->workers_post([self = shared_from_this(), stream = stream_] {
+        std::string data;
+        bool done = false;
+        bool failed = false;
+        try {
+          done = stream->Pull(&data);
+        } catch (...) {  // a failed allocation: this connection closes, the server goes on
+          failed = true;
+        }
+        asio::post(self->owner_->ioc, [self, data = std::move(data), done, failed]() mutable {
+          self->Safely([&] {
+            self->pulling_ = false;
+            if (failed) return self->Close();
+            if (self->phase_ == Phase::kClosed || !self->stream_) return;
+            self->Pulled(std::move(data), done);
+            if (self->stream_) self->PumpStream();  // what arrived while the worker pulled
+          });
+        });
+      });
+      return;
+    }
     std::string data;
     const bool done = stream_->Pull(&data);
+    Pulled(std::move(data), done);
+  }
+
+  // What a Pull gave: queued as one HTTP chunk and written.
+  void Pulled(std::string data, bool done) {
     if (!data.empty()) {
-      if (chunked_) {
+      if (chunked_) {  // the size line and the end as their own buffers: no copy of the data
         char size[24];
         std::snprintf(size, sizeof(size), "%zx\r\n", data.size());
-        data.insert(0, size);
-        data += "\r\n";
+        Queue(size);
+        Queue(std::move(data));
+        Queue("\r\n");
+      } else {
+        Queue(std::move(data));
       }
-      Queue(std::move(data));
     }
     if (done) {
       stream_.reset();
@@ -608,6 +639,7 @@ class Session : public std::enable_shared_from_this<Session> {
   size_t in_flight_bytes_ = 0;  // in in_flight_ (being written)
   std::vector<std::string> in_flight_;
   bool writing_ = false;
+  bool pulling_ = false;  // a worker thread is running stream_->Pull
   bool watching_ = false;
   uint64_t watch_gen_ = 0, timer_gen_ = 0;
   std::atomic<bool> wake_posted_{false};

@@ -348,6 +348,11 @@ json StreamWriter::ChoiceChunk(size_t index, const SequenceUpdate& u) {
   return choice;
 }
 
+bool StreamWriter::NextPumpIsLarge() const {
+  if (!request_.echo || !request_.want_logprobs || ended_) return false;
+  return std::find(first_sent_.begin(), first_sent_.end(), false) != first_sent_.end();
+}
+
 bool StreamWriter::Pump(std::string* out) {
   if (ended_) return true;
   const bool chat = request_.endpoint == Endpoint::kChat;

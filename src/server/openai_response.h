@@ -28,7 +28,7 @@ nlohmann::ordered_json BuildFullResponse(const ServerContext& ctx, const OpenAiR
                                          const std::vector<std::vector<int32_t>>& prompts);
 
 // Writes one request's SSE stream, chunk by chunk as the engine delivers updates.
-// Thread-safety: the connection's I/O thread only.
+// Thread-safety: one thread at a time (the connection's I/O thread, or a worker for a large chunk).
 class StreamWriter {
  public:
   StreamWriter(const ServerContext& ctx, const OpenAiRequest& r, ResponseMeta meta,
@@ -36,6 +36,9 @@ class StreamWriter {
   // Appends the SSE events of the updates delivered so far to *out, without waiting; true
   // once the last chunk and [DONE] are appended.
   bool Pump(std::string* out);
+  // Whether the next Pump may write an echo's prompt log-probs (a choice's first chunk with
+  // echo and logprobs): megabytes of JSON, built off the I/O thread (StreamSource).
+  bool NextPumpIsLarge() const;
 
  private:
   nlohmann::ordered_json Chunk() const;

@@ -2,8 +2,11 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "server/http_exchange.h"
 
@@ -15,6 +18,12 @@ struct Feed : DeferredReply, StreamSource {
   std::string pending;
   bool finished = false;
   std::atomic<int> abandoned{0};
+  // NextPullIsLarge's answer, for the next Pull only; the thread each Pull ran on and the one
+  // the large Pull ran on; a delay inside a large Pull (to wake the stream while it runs).
+  std::atomic<bool> large{false};
+  std::vector<std::thread::id> pulled_on;
+  std::thread::id large_on;
+  int large_pull_ms = 0;
 
   bool Ready() override {
     std::lock_guard<std::mutex> lock(mu);
@@ -27,11 +36,23 @@ struct Feed : DeferredReply, StreamSource {
     r.body = pending;
     return r;
   }
+  bool NextPullIsLarge() override { return large.load(); }
   bool Pull(std::string* out) override {
-    std::lock_guard<std::mutex> lock(mu);
-    *out += pending;
-    pending.clear();
-    return finished;
+    const bool was_large = large.exchange(false);
+    bool done = false;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (was_large) large_on = std::this_thread::get_id();
+      pulled_on.push_back(std::this_thread::get_id());
+      *out += pending;
+      pending.clear();
+      done = finished;
+    }
+    // A large chunk takes a while to build: what is added meanwhile waits for the next Pull.
+    if (was_large && large_pull_ms > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(large_pull_ms));
+    }
+    return done;
   }
   void Abandon() override { abandoned.fetch_add(1); }
   void Add(const std::string& s, bool last) {

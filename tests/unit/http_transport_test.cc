@@ -195,6 +195,36 @@ TEST_F(TransportTest, StreamIsChunkedAndEndsWithTheLastChunk) {
   ::close(fd);
 }
 
+// A chunk the source calls large (an echo's prompt log-probs, megabytes of JSON) is pulled on a
+// worker thread, not the I/O thread every other connection on it waits for; what arrives while
+// the worker pulls is sent after it, in order, without another wake.
+TEST_F(TransportTest, ALargeStreamChunkIsPulledOffTheIoThread) {
+  Start();
+  const int fd = Connect(port());
+  Send(fd, kGetStream);
+  auto feed = WaitFeed();
+  feed->Add("a\n", false);
+  Wake();
+  ASSERT_TRUE(Contains(ReadUntil(fd, [](const std::string& d) { return Contains(d, "a\n"); }), "a\n"));
+  feed->large_pull_ms = 300;
+  feed->large = true;
+  feed->Add("b\n", false);
+  Wake();
+  std::this_thread::sleep_for(100ms);  // inside the worker's Pull
+  feed->Add("c\n", true);
+  Wake();  // while it pulls: not a second Pull at once, and not lost
+  const std::string got =
+      ReadUntil(fd, [](const std::string& d) { return Contains(d, "\r\n0\r\n\r\n"); });
+  EXPECT_TRUE(Contains(got, "b\n")) << got;
+  EXPECT_LT(got.find("b\n"), got.find("c\n")) << got;
+  EXPECT_TRUE(Contains(got, "\r\n0\r\n\r\n")) << got;
+  std::lock_guard<std::mutex> lock(feed->mu);
+  ASSERT_GE(feed->pulled_on.size(), 3u);  // the I/O thread pulled first (the head, "a")
+  EXPECT_NE(feed->large_on, feed->pulled_on[0]);  // the large one: a worker
+  EXPECT_EQ(feed->pulled_on.back(), feed->pulled_on[0]);  // then the I/O thread again
+  ::close(fd);
+}
+
 TEST_F(TransportTest, ClientThatLeavesAbandonsDeferredAndStream) {
   Start();
   for (const std::string& request : {kGetDeferred, kGetStream}) {
