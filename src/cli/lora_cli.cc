@@ -243,6 +243,16 @@ int RunMerge(const MergeArgs& a) {
     std::fprintf(stderr, "error: --max-shard-size must be positive\n");
     return 2;
   }
+  // config.json as the writer reads it when it unties the head (ordered, its limits): refused
+  // now, not after the load and the merge.
+  const std::string config_path = a.model + "/config.json";
+  auto config_text = ReadFileBounded(config_path, kMaxConfigFileBytes);
+  Status config_ok = config_text.status();
+  if (config_ok.ok()) config_ok = ParseOrderedJson(*config_text, config_path).status();
+  if (!config_ok.ok()) {
+    std::fprintf(stderr, "error: %s\n", config_ok.message().c_str());
+    return 2;
+  }
   auto model = Model::Load(a.model, LoadOptionsFromFlags(a.no_check_weights));
   if (!model.ok()) {
     std::fprintf(stderr, "error: %s\n", model.status().message().c_str());

@@ -153,9 +153,11 @@ Status CheckQuantizeInput(const std::string& model_dir, const QuantizeCheckpoint
   }
   const std::string path = model_dir + "/config.json";
   ASSIGN_OR_RETURN(std::string text, ReadFileBounded(path, kMaxConfigFileBytes));
-  ASSIGN_OR_RETURN(nlohmann::json j, ParseJson(text, path));
+  // Read as the writer reads it at the end (ordered, its limits), so a config.json it would
+  // refuse is refused now, not after the whole load and quantization.
+  ASSIGN_OR_RETURN(nlohmann::ordered_json j, ParseOrderedJson(text, path));
   if (j.is_object() && j.contains("quantization_config") && !j["quantization_config"].is_null()) {
-    const nlohmann::json& qc = j["quantization_config"];
+    const nlohmann::ordered_json& qc = j["quantization_config"];
     const std::string method = qc.is_object() && qc.contains("quant_method") && qc["quant_method"].is_string()
                                    ? qc["quant_method"].get<std::string>()
                                    : "unknown";

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <nlohmann/json.hpp>
 
 #include "adversarial_util.h"
 
@@ -221,6 +222,25 @@ TEST(AdversarialCli, MergeIntoItsInputsIsRefusedAndNothingChanges) {
                 {"--out", "loom merge never writes into its inputs"});
   }
   EXPECT_EQ(Snapshot(dir.path()), before);
+}
+
+// A config.json the checkpoint writers cannot read back (an object of more than 4,096 members:
+// the ordered parser's limit) is refused before the model loads, not after the merge or the
+// quantization ran (Model::Load reads it without that limit).
+TEST(AdversarialCli, MergeAndQuantizeRefuseAConfigTheyCannotRewriteFirst) {
+  TempDir dir;
+  const std::string model = dir.Path("m");
+  CopyDir(kModel, model);
+  auto cfg = nlohmann::json::parse(ReadBytes(model + "/config.json"));
+  for (int i = 0; i < 5000; ++i) cfg["extra_" + std::to_string(i)] = i;
+  WriteBytes(model + "/config.json", cfg.dump());
+  const std::string adapter = kFixtures + "/adapters/llama_qv_r8_f32";
+  ExpectFails("merge --model " + model + " --lora " + adapter + " --out " + dir.Path("out1"), 2,
+              {"config.json", "more than 4096 members"});
+  ExpectFails("quantize --model " + model + " --scheme int8 --out " + dir.Path("out2"), 2,
+              {"config.json", "more than 4096 members"});
+  EXPECT_FALSE(fs::exists(dir.Path("out1")));
+  EXPECT_FALSE(fs::exists(dir.Path("out2")));
 }
 
 TEST(AdversarialCli, ConfigFromDevZeroIsAnErrorNotAHangOrCrash) {
