@@ -159,6 +159,7 @@ void Engine::AddValidated(GenerationRequest request, int64_t id) {
   if (tokenizer_ != nullptr && (request.detokenize || !request.stop.empty())) {
     seq->detokenizer =
         std::make_unique<tokenizer::StreamingDetokenizer>(tokenizer_, request.skip_special_tokens);
+    seq->detokenizer->Prime(request.prompt);  // the text continues the prompt's (vLLM)
     seq->stop = StopChecker(request.stop, request.include_stop_str_in_output);
   }
   seq->request = std::move(request);

@@ -1,6 +1,7 @@
 // Streaming detokenizer: windowed double decode, emit the stable suffix.
 #include "tokenizer/detokenizer.h"
 
+#include <algorithm>
 #include <span>
 
 namespace loom::tokenizer {
@@ -20,6 +21,27 @@ bool IsByteToken(const std::string* token) {
 }
 
 }  // namespace
+
+void StreamingDetokenizer::Prime(std::span<const int32_t> prompt) {
+  if (!ids_.empty()) return;  // only before the first Add
+  const size_t n = prompt.size();
+  // vLLM: range(4, min(len + 1, 24)), or the whole prompt of at most 4.
+  const size_t shortest = n <= 4 ? n : 4, longest = n <= 4 ? n : std::min<size_t>(n, 23);
+  for (size_t len = shortest; len >= 1 && len <= longest; ++len) {
+    std::vector<int32_t> window;
+    for (int32_t id : prompt.subspan(n - len)) {
+      if (!(skip_special_tokens_ && tokenizer_->IsSpecial(id))) window.push_back(id);
+    }
+    std::string text = tokenizer_->Decode(window, false);
+    if (text.find("\xEF\xBF\xBD") != std::string::npos) continue;
+    primed_ids_ = window.size();
+    prefix_offset_ = 0;
+    read_offset_ = primed_ids_;
+    ids_ = std::move(window);
+    primed_text_ = std::move(text);
+    return;
+  }
+}
 
 std::string StreamingDetokenizer::Add(int32_t id) {
   // Decode() drops special tokens when skipping, so dropping them here gives the same text.
@@ -46,9 +68,17 @@ std::string StreamingDetokenizer::Add(int32_t id) {
 }
 
 std::string StreamingDetokenizer::Finish() {
-  // The whole decode is the reference; everything emitted so far is a prefix of it.
-  const std::string full = tokenizer_->Decode(ids_, false);
-  std::string rest = emitted_bytes_ <= full.size() ? full.substr(emitted_bytes_) : std::string();
+  // The whole decode is the reference; everything emitted so far is a prefix of what it adds to
+  // the prompt window's text.
+  std::string full = tokenizer_->Decode(ids_, false);
+  size_t skip = 0;
+  if (full.compare(0, primed_text_.size(), primed_text_) == 0) {
+    skip = primed_text_.size();
+  } else {  // a decoder whose output for the window changed with what followed: the ids alone
+    full = tokenizer_->Decode(std::span<const int32_t>(ids_).subspan(primed_ids_), false);
+  }
+  skip += emitted_bytes_;
+  std::string rest = skip <= full.size() ? full.substr(skip) : std::string();
   emitted_bytes_ += rest.size();
   prefix_offset_ = read_offset_ = ids_.size();
   next_try_ = 0;

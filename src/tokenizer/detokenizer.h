@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -11,7 +12,8 @@
 namespace loom::tokenizer {
 
 // One per sequence; not thread-safe (the engine thread owns it). The pieces returned by Add and
-// Finish concatenate to tokenizer.Decode(all ids, skip_special_tokens).
+// Finish concatenate to tokenizer.Decode(all ids, skip_special_tokens), or with Prime to what
+// Decode(prompt window + ids) adds to Decode(prompt window).
 //
 // Method (as vLLM / TGI do it): decode a small window of ids twice — up to the last emitted
 // token and up to the new one — and emit the difference unless the new text ends in U+FFFD (an
@@ -28,6 +30,14 @@ class StreamingDetokenizer {
   StreamingDetokenizer(const Tokenizer* tokenizer, bool skip_special_tokens)
       : tokenizer_(tokenizer), skip_special_tokens_(skip_special_tokens) {}
 
+  // Before the first Add: the generated text is what follows the prompt's text, as vLLM primes
+  // its detokenizer. Decoder rules for the first token (Metaspace's prepended "▁", Strip) then
+  // act on a prompt token, not on the first generated one: "The capital of France is" continues
+  // " Paris." (Llama 2, Mistral, TinyLlama), where decoding the generated ids alone gives
+  // "Paris.". The window: the shortest of the prompt's last 4-23 ids (all of them when it has
+  // at most 4) whose text has no U+FFFD, as vLLM picks it; none such: no priming (vLLM then
+  // primes with the whole prompt).
+  void Prime(std::span<const int32_t> prompt);
   // Text that is final once `id` is known; often empty while a character is incomplete.
   std::string Add(int32_t id);
   // What is left at the end of the sequence (held-back bytes decode as U+FFFD).
@@ -36,7 +46,10 @@ class StreamingDetokenizer {
  private:
   const Tokenizer* tokenizer_;
   bool skip_special_tokens_;
-  std::vector<int32_t> ids_;  // special ids already dropped when skipping them
+  std::vector<int32_t> ids_;  // the priming prompt ids, then the generated ones (special ids
+                              // already dropped when skipping them)
+  size_t primed_ids_ = 0;     // how many of ids_ are the prompt's
+  std::string primed_text_;   // their text
   size_t prefix_offset_ = 0;  // window start
   size_t read_offset_ = 0;    // ids before this are emitted
   size_t emitted_bytes_ = 0;

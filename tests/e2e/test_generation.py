@@ -5,7 +5,7 @@ test_logprobs.py)."""
 import openai
 import pytest
 
-from conftest import BASE, EOS, MAX_MODEL_LEN, PROMPTS, chat_prompt_bytes, complete, printable
+from conftest import BASE, EOS, FIXTURES, MAX_MODEL_LEN, PROMPTS, chat_prompt_bytes, complete, printable
 
 
 # ---- completions --------------------------------------------------------------------------------
@@ -736,3 +736,24 @@ def test_chat_template_kwargs_win_over_the_top_level_fields(server):
             prompt_ids(chat_template_kwargs={key: value})
         assert e.value.body["param"] == "chat_template_kwargs", e.value.body
         assert key in e.value.body["message"]
+
+
+def test_completion_text_continues_the_prompt_as_vllm_detokenizes(llama_dir, tmp_path, start_server):
+    # A SentencePiece tokenizer (TinyLlama's: Metaspace, ByteFallback, then Strip of the first
+    # space): the generated text is what follows the prompt's text, as vLLM's primed
+    # detokenizer gives it. Decoded alone, the first generated space was stripped (three spaces
+    # for four <0x20> tokens; " Paris." came back "Paris."). Expected: HF tokenizers 0.23.3
+    # DecodeStream stepped through the prompt ids [1, 75, 108], then four 35s: "    ".
+    import shutil
+    model = tmp_path / BASE  # served under the base name
+    shutil.copytree(llama_dir, model)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(FIXTURES / "tokenizers" / "TinyLlama-1.1B-Chat-v1.0" / name, model / name)
+    srv = start_server(model)
+    kw = dict(model=BASE, prompt=[1, 75, 108], max_tokens=4, temperature=0,
+              extra_body={"allowed_token_ids": [35]})
+    client = srv.client()
+    assert client.completions.create(**kw).choices[0].text == "    "
+    streamed = "".join(c.choices[0].text for c in client.completions.create(stream=True, **kw)
+                       if c.choices)
+    assert streamed == "    "

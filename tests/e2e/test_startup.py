@@ -115,7 +115,8 @@ def test_kv_cache_that_cannot_be_allocated_stops_start_up(llama_dir):
 
     _wait_for_binary(loom_bin())
     p = subprocess.run([str(loom_bin()), "serve", "--model", str(llama_dir), "--port", "0",
-                        "--kv-cache-memory", "8GiB", "--max-num-seqs", "4096"],
+                        "--kv-cache-memory", "8GiB", "--max-num-seqs", "4096",
+                        "--max-num-batched-tokens", "4096"],
                        capture_output=True, timeout=30, text=True, preexec_fn=limit)
     assert p.returncode == 2, p.stderr
     assert "--kv-cache-memory" in p.stderr and "loom: ready" not in p.stderr, p.stderr
