@@ -1,5 +1,5 @@
-// Sampler: vLLM's order — allowed_token_ids, bad_words, logit_bias, min_tokens, penalties,
-// temperature, top-k/p, min-p, a seeded draw.
+// Sampler: vLLM's (V1) order — allowed_token_ids, bad_words, logit_bias, min_tokens, penalties,
+// temperature, min-p, top-k/p, a seeded draw.
 #include "engine/sampler.h"
 
 #include <algorithm>
@@ -260,10 +260,22 @@ int32_t Sampler::Draw(const float* logits, int vocab, int64_t best) {
       total += probs_[static_cast<size_t>(i)];
     }
   }
+  if (params_.min_p > 0) {
+    // min-p first, as vLLM's V1 sampler (an argmax-invariant logits processor, before top-k/p):
+    // tokens below min_p × the top probability (exp(0) = 1) leave the distribution, and top-p's
+    // mass is the survivors' (applied after top-p, as V0 did, it kept more tokens).
+    const float floor = params_.min_p;
+    total = 0;
+    for (int i = 0; i < vocab; ++i) {
+      float& p = probs_[static_cast<size_t>(i)];
+      if (p < floor) p = 0;
+      total += p;
+    }
+  }
   const bool top_k = params_.top_k > 0 && params_.top_k < vocab;
-  if (!top_k && params_.top_p >= 1.0f && params_.min_p <= 0) {
-    // Temperature alone: every token is a candidate, drawn in token order by block masses
-    // (cpu/sample_cpu.h) — no candidate list, no serial walk over the whole row.
+  if (!top_k && params_.top_p >= 1.0f) {
+    // Temperature (and min-p) alone: every token is a candidate, drawn in token order by block
+    // masses (cpu/sample_cpu.h) — no candidate list, no serial walk over the whole row.
     const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng_) * total;
     return static_cast<int32_t>(DrawByMassRow(probs_.data(), vocab, u));
   }
@@ -310,21 +322,6 @@ int32_t Sampler::Draw(const float* logits, int vocab, int64_t best) {
         done = true;
       }
     }
-  }
-  if (!top_k && params_.top_p >= 1.0f) {  // min-p alone (plain draws returned above)
-    const float floor = params_.min_p;
-    order_.clear();
-    for (int i = 0; i < vocab; ++i) {
-      if (probs_[static_cast<size_t>(i)] >= floor) order_.push_back(i);
-    }
-    keep = order_.size();
-  } else if (params_.min_p > 0) {  // drop tokens below min_p × the top probability (exp(0) = 1)
-    const float floor = params_.min_p;
-    size_t n = 0;
-    for (size_t i = 0; i < keep; ++i) {
-      if (probs_[static_cast<size_t>(order_[i])] >= floor) order_[n++] = order_[i];
-    }
-    keep = n;
   }
   double mass = 0;
   for (size_t i = 0; i < keep; ++i) mass += probs_[static_cast<size_t>(order_[i])];

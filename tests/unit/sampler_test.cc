@@ -477,9 +477,10 @@ TEST(Sampler, EmptyRowIsAnError) {
 
 
 // A 3000-token row (47 draw blocks) under each filter, against a reference built independently:
-// softmax(l / T) in double, every token sorted by (probability desc, token asc), then top-k, the
-// smallest prefix holding top_p of the mass, min_p × the top probability. Every draw must be in
-// the reference's set and the most likely tokens' frequencies its renormalised probabilities.
+// softmax(l / T) in double, tokens below min_p × the top probability dropped (vLLM V1 applies
+// min-p before top-k/p), the rest sorted by (probability desc, token asc), then top-k, then the
+// smallest prefix holding top_p of the survivors' mass. Every draw must be in the reference's
+// set and the most likely tokens' frequencies its renormalised probabilities.
 // The configurations reach the one-pass top-k (k ≤ 64) and the partial_sort (k = 300), top-p
 // held by the top 64 and not (T = 3 flattens the row), min-p alone, and plain temperature.
 TEST(Sampler, LargeVocabularyDrawsFollowTheReferenceFilters) {
@@ -497,7 +498,9 @@ TEST(Sampler, LargeVocabularyDrawsFollowTheReferenceFilters) {
   };
   const Cfg cfgs[] = {{1.0f, 0, 1.0f, 0},   {0.8f, 30, 1.0f, 0}, {1.0f, 300, 1.0f, 0},
                       {1.0f, 0, 0.9f, 0},   {3.0f, 0, 0.9f, 0},  {1.0f, 40, 0.8f, 0},
-                      {1.0f, 0, 1.0f, 0.05f}, {3.0f, 300, 0.95f, 0.2f}};
+                      {1.0f, 0, 1.0f, 0.05f}, {3.0f, 300, 0.95f, 0.2f},
+                      // min-p then top-p keeps fewer than top-p then min-p (the V0 order)
+                      {1.0f, 0, 0.5f, 0.3f}, {2.0f, 50, 0.6f, 0.5f}};
   for (const Cfg& c : cfgs) {
     SCOPED_TRACE("T " + std::to_string(c.t) + " top_k " + std::to_string(c.k) + " top_p " +
                  std::to_string(c.top_p) + " min_p " + std::to_string(c.min_p));
@@ -505,10 +508,12 @@ TEST(Sampler, LargeVocabularyDrawsFollowTheReferenceFilters) {
     double mx = -INFINITY;
     for (float x : l) mx = std::max(mx, double(x) / c.t);
     for (int i = 0; i < vocab; ++i) prob[i] = std::exp(double(l[i]) / c.t - mx);
-    std::vector<int> order(vocab);
-    for (int i = 0; i < vocab; ++i) order[i] = i;
+    std::vector<int> order;
+    for (int i = 0; i < vocab; ++i) {
+      if (prob[i] >= c.min_p && prob[i] > 0) order.push_back(i);
+    }
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return prob[a] > prob[b]; });
-    size_t keep = c.k > 0 ? static_cast<size_t>(c.k) : order.size();
+    size_t keep = c.k > 0 ? std::min(static_cast<size_t>(c.k), order.size()) : order.size();
     double total = 0;
     for (size_t i = 0; i < keep; ++i) total += prob[order[i]];
     if (c.top_p < 1) {
@@ -519,9 +524,7 @@ TEST(Sampler, LargeVocabularyDrawsFollowTheReferenceFilters) {
     }
     std::vector<double> want(vocab, 0.0);
     double mass = 0;
-    for (size_t i = 0; i < keep; ++i) {
-      if (prob[order[i]] >= c.min_p) mass += (want[order[i]] = prob[order[i]]);
-    }
+    for (size_t i = 0; i < keep; ++i) mass += (want[order[i]] = prob[order[i]]);
     if (c.top_p < 1 && c.t == 3.0f) {
       ASSERT_GT(keep, 64u);  // past the one-pass first attempt
     }
