@@ -66,6 +66,16 @@ std::string StopChecker::Add(const std::string& delta, std::string* matched, boo
   return out;
 }
 
+bool StopChecker::WouldMatch(const std::string& more) const {
+  if (stops_.empty() || more.empty()) return false;
+  const std::string probe = pending_ + more;
+  for (const auto& s : stops_) {
+    const size_t from = pending_.size() >= s.size() ? pending_.size() - s.size() + 1 : 0;
+    if (probe.find(s, from) != std::string::npos) return true;
+  }
+  return false;
+}
+
 std::string StopChecker::Flush() {
   std::string out;
   out.swap(pending_);

@@ -19,6 +19,9 @@ class StopChecker {
   // matched, and what could start a stop string is still held back: a stop string that begins
   // there and ends in a later checked delta is found.
   std::string Add(const std::string& delta, std::string* matched, bool check = true);
+  // Whether Add(more) would complete a stop string (no state change).
+  bool WouldMatch(const std::string& more) const;
+  bool empty() const { return stops_.empty(); }
   // The held-back remainder, at the end of a sequence that did not stop on a string.
   std::string Flush();
   const std::string& text() const { return text_; }  // everything final so far

@@ -67,6 +67,21 @@ std::string StreamingDetokenizer::Add(int32_t id) {
   return delta;
 }
 
+std::string StreamingDetokenizer::Peek() const {
+  if (read_offset_ >= ids_.size() || ids_.size() - read_offset_ > kPeekMax) return "";
+  const std::span<const int32_t> all(ids_);
+  const std::string prefix_text =
+      tokenizer_->Decode(all.subspan(prefix_offset_, read_offset_ - prefix_offset_), false);
+  const std::string new_text = tokenizer_->Decode(all.subspan(prefix_offset_), false);
+  // Text ending in U+FFFD is an unfinished character (a later id may complete it): not final,
+  // as HF's DecodeStream (and vLLM) hold it.
+  if (new_text.size() <= prefix_text.size() || EndsWithReplacement(new_text) ||
+      new_text.compare(0, prefix_text.size(), prefix_text) != 0) {
+    return "";
+  }
+  return new_text.substr(prefix_text.size());
+}
+
 std::string StreamingDetokenizer::Finish() {
   // The whole decode is the reference; everything emitted so far is a prefix of what it adds to
   // the prompt window's text.

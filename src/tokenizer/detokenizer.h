@@ -42,6 +42,11 @@ class StreamingDetokenizer {
   std::string Add(int32_t id);
   // What is left at the end of the sequence (held-back bytes decode as U+FFFD).
   std::string Finish();
+  // What Finish would return now, without changing anything, when it is whole characters; empty
+  // when nothing is held, the held text ends in an unfinished character, or more than kPeekMax
+  // ids are held (a stop-string probe: a valid run of <0xXX> tokens is held until it ends, and
+  // "\n" in Llama 2 / Mistral is <0x0A>).
+  std::string Peek() const;
 
  private:
   const Tokenizer* tokenizer_;
@@ -55,6 +60,7 @@ class StreamingDetokenizer {
   size_t emitted_bytes_ = 0;
   size_t next_try_ = 0;  // pending count at which to decode again (0: every Add)
   static constexpr size_t kEagerPending = 8;
+  static constexpr size_t kPeekMax = 64;
 };
 
 }  // namespace loom::tokenizer

@@ -146,6 +146,30 @@ TEST(DetokenizerPrimed, GeneratedTextContinuesThePromptAsVllmDecodesIt) {
   }
 }
 
+// Peek: what a held run of <0xXX> tokens would give if it ended now (the engine probes it for
+// stop strings), only when it is whole characters; nothing changes.
+TEST(DetokenizerPrimed, PeekShowsAHeldValidByteRunOnly) {
+  auto t = Tokenizer::FromFile((kTokenizers / "TinyLlama-1.1B-Chat-v1.0/tokenizer.json").string());
+  ASSERT_TRUE(t.ok());
+  StreamingDetokenizer d(t->get(), true);
+  const std::vector<int32_t> prompt = {1, 450, 7483, 310, 3444, 338};
+  d.Prime(prompt);
+  EXPECT_EQ(d.Add(35), "");  // <0x20>: held (the run may continue)
+  EXPECT_EQ(d.Peek(), " ");
+  EXPECT_EQ(d.Add(13), "");  // <0x0A>
+  EXPECT_EQ(d.Peek(), " \n");
+  EXPECT_EQ(d.Add(233), "");  // <0xE6>: an unfinished character ends the held text
+  EXPECT_EQ(d.Peek(), "");
+  EXPECT_EQ(d.Add(240), "");  // <0xED>: invalid after 0xE6
+  EXPECT_EQ(d.Peek(), "");
+  // The run ends: ByteFallback judges it whole, and an invalid run is one U+FFFD per byte, the
+  // space and newline included (HF tokenizers' decode gives the same) — why a valid prefix is
+  // only peeked at, never released early.
+  const std::string bad = "\xEF\xBF\xBD";
+  EXPECT_EQ(d.Add(3681), bad + bad + bad + bad + " Paris");
+  EXPECT_EQ(d.Peek(), "");
+}
+
 INSTANTIATE_TEST_SUITE_P(Tokenizers, DetokenizerTest,
                          testing::Values("gpt2/tokenizer.json",
                                          "TinyLlama-1.1B-Chat-v1.0/tokenizer.json",
