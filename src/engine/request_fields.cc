@@ -34,8 +34,12 @@ Status JsonInt(const std::string& field, const json& v, int64_t lo, int64_t hi, 
     }
   } else if (v.is_number_float()) {
     const double d = v.get<double>();
-    if (!std::isfinite(d) || d != std::floor(d) || std::fabs(d) > 9.0e15) {
+    if (!std::isfinite(d) || d != std::floor(d)) {
       return InvalidArgument(field + " must be an integer, got " + v.dump());
+    }
+    if (std::fabs(d) > 9.0e15) {  // an integer past int64 (JSON parsed it as a double)
+      return InvalidArgument(field + " must be in [" + std::to_string(lo) + ", " +
+                             std::to_string(hi) + "], got " + v.dump());
     }
     *out = static_cast<int64_t>(d);
   } else {

@@ -83,6 +83,12 @@ TEST(OpenAiRequest, RejectsNamingTheField) {
   EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","top_p":1e-50})").param, "top_p");
   EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","repetition_penalty":1e-50})").param, "repetition_penalty");
   EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","n":0})").param, "n");
+  // An integer past int64 (parsed as a double): out of range, not "must be an integer".
+  const ApiError seed = Reject(R"({"model":"m","prompt":"x","seed":18446744073709551616})");
+  EXPECT_EQ(seed.param, "seed");
+  EXPECT_NE(seed.message.find("seed must be in ["), std::string::npos) << seed.message;
+  EXPECT_NE(Reject(R"({"model":"m","prompt":"x","seed":1.5})").message.find("must be an integer"),
+            std::string::npos);
   EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","logprobs":21})").param, "logprobs");
   EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","stop":123})").param, "stop");
   EXPECT_EQ(Reject(R"({"model":"m","prompt":[]})").param, "prompt");
