@@ -2,6 +2,7 @@
 #include "tokenizer/detokenizer.h"
 
 #include <algorithm>
+#include <optional>
 #include <span>
 
 namespace loom::tokenizer {
@@ -50,25 +51,19 @@ std::string StreamingDetokenizer::Add(int32_t id) {
   if (IsByteToken(tokenizer_->IdToToken(id))) return "";
   const size_t pending = ids_.size() - read_offset_;
   if (pending < next_try_) return "";
-  const std::span<const int32_t> all(ids_);
-  const std::string prefix_text =
-      tokenizer_->Decode(all.subspan(prefix_offset_, read_offset_ - prefix_offset_), false);
-  const std::string new_text = tokenizer_->Decode(all.subspan(prefix_offset_), false);
-  if (new_text.size() <= prefix_text.size() || EndsWithReplacement(new_text) ||
-      new_text.compare(0, prefix_text.size(), prefix_text) != 0) {
+  std::optional<std::string> delta = WindowDelta();
+  if (!delta) {
     if (pending >= kEagerPending) next_try_ = 2 * pending;
     return "";
   }
   next_try_ = 0;
   prefix_offset_ = read_offset_;
   read_offset_ = ids_.size();
-  std::string delta = new_text.substr(prefix_text.size());
-  emitted_bytes_ += delta.size();
-  return delta;
+  emitted_bytes_ += delta->size();
+  return std::move(*delta);
 }
 
-std::string StreamingDetokenizer::Peek() const {
-  if (read_offset_ >= ids_.size() || ids_.size() - read_offset_ > kPeekMax) return "";
+std::optional<std::string> StreamingDetokenizer::WindowDelta() const {
   const std::span<const int32_t> all(ids_);
   const std::string prefix_text =
       tokenizer_->Decode(all.subspan(prefix_offset_, read_offset_ - prefix_offset_), false);
@@ -77,9 +72,14 @@ std::string StreamingDetokenizer::Peek() const {
   // as HF's DecodeStream (and vLLM) hold it.
   if (new_text.size() <= prefix_text.size() || EndsWithReplacement(new_text) ||
       new_text.compare(0, prefix_text.size(), prefix_text) != 0) {
-    return "";
+    return std::nullopt;
   }
   return new_text.substr(prefix_text.size());
+}
+
+std::string StreamingDetokenizer::Peek() const {
+  if (read_offset_ >= ids_.size() || ids_.size() - read_offset_ > kPeekMax) return "";
+  return WindowDelta().value_or("");
 }
 
 std::string StreamingDetokenizer::Finish() {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -49,6 +50,10 @@ class StreamingDetokenizer {
   std::string Peek() const;
 
  private:
+  // What the window's ids add to its text up to read_offset_, when that is final (whole
+  // characters, the earlier text unchanged); nullopt otherwise.
+  std::optional<std::string> WindowDelta() const;
+
   const Tokenizer* tokenizer_;
   bool skip_special_tokens_;
   std::vector<int32_t> ids_;  // the priming prompt ids, then the generated ones (special ids
