@@ -540,6 +540,11 @@ bool ParseOpenAiRequest(const std::string& body, Endpoint endpoint, OpenAiReques
     *error = BadRequest("max_tokens", "max_tokens must be at least 1 (0 only with echo)");
     return false;
   }
+  if (out->echo_only && out->params.min_tokens > 0) {  // checked here: one token runs inside
+    *error = BadRequest("min_tokens", "min_tokens must be in [0, max_tokens = 0], got " +
+                                          std::to_string(out->params.min_tokens));
+    return false;
+  }
   if (out->prompt_logprobs >= 0 && out->stream) {
     *error = BadRequest("prompt_logprobs", "prompt_logprobs with stream=true is not supported");
     return false;

@@ -83,6 +83,11 @@ TEST(OpenAiRequest, RejectsNamingTheField) {
   EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","top_p":1e-50})").param, "top_p");
   EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","repetition_penalty":1e-50})").param, "repetition_penalty");
   EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","n":0})").param, "n");
+  // Echo alone (max_tokens 0) runs one token inside: min_tokens is checked against the 0 asked.
+  const ApiError echo_min =
+      Reject(R"({"model":"m","prompt":"x","max_tokens":0,"echo":true,"min_tokens":2})");
+  EXPECT_EQ(echo_min.param, "min_tokens");
+  EXPECT_NE(echo_min.message.find("max_tokens = 0], got 2"), std::string::npos) << echo_min.message;
   // An integer past int64 (parsed as a double): out of range, not "must be an integer".
   const ApiError seed = Reject(R"({"model":"m","prompt":"x","seed":18446744073709551616})");
   EXPECT_EQ(seed.param, "seed");
