@@ -289,7 +289,7 @@ void Engine::ApplyDrawn(Sequence* seq, Drawn drawn) {
     if (!stop_token || seq->request.include_stop_str_in_output) {
       const bool check = PastMinTokens(*seq);
       update.text = seq->stop.Add(seq->detokenizer->Add(token), &matched, check);
-      // Text the detokenizer holds (a run of <0xXX> byte tokens, until it ends) is probed: if it
+      // Text the detokenizer holds (a run of <0xNN> byte tokens, until it ends) is probed: if it
       // would complete a stop string, the run ends here and the sequence stops on this token,
       // as vLLM's (whose detokenizer releases a valid byte run at once) would. Without it,
       // "\n" (<0x0A> in Llama 2 / Mistral) stopped one token late, and a stop inside a long run

@@ -87,7 +87,7 @@ class BpeModel : public Model {
   std::vector<uint8_t> id_present_;
   MergeMap merges_;
   std::vector<int32_t> bmp_char_id_;  // code point < 0x10000 → id, when no prefix/suffix applies
-  int32_t byte_ids_[256];              // <0xXX> tokens for byte_fallback, -1 if absent
+  int32_t byte_ids_[256];              // <0xNN> tokens for byte_fallback, -1 if absent
   std::string unk_token_;
   bool has_unk_ = false;
   bool fuse_unk_ = false;

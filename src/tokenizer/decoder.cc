@@ -69,7 +69,7 @@ class MetaspaceDecoder final : public Decoder {
   bool strip_first_;
 };
 
-// Runs of <0xXX> tokens become their bytes when those are valid UTF-8, else one U+FFFD per byte.
+// Runs of <0xNN> tokens become their bytes when those are valid UTF-8, else one U+FFFD per byte.
 class ByteFallbackDecoder final : public Decoder {
  public:
   void DecodeChain(std::vector<std::string>* tokens, size_t max_bytes) const override {

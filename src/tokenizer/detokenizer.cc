@@ -13,7 +13,7 @@ bool EndsWithReplacement(const std::string& s) {
   return s.size() >= 3 && s.compare(s.size() - 3, 3, "\xEF\xBF\xBD") == 0;
 }
 
-// "<0xXX>": ByteFallback decodes a run of these as a whole, and a run that turns out invalid
+// "<0xNN>": ByteFallback decodes a run of these as a whole, and a run that turns out invalid
 // becomes one U+FFFD per byte — including bytes that were valid on their own. So text is held
 // until the run ends.
 bool IsByteToken(const std::string* token) {

@@ -19,7 +19,7 @@ namespace loom::tokenizer {
 // Method (as vLLM / TGI do it): decode a small window of ids twice — up to the last emitted
 // token and up to the new one — and emit the difference unless the new text ends in U+FFFD (an
 // unfinished character). The window starts one emitted token back, so decoder rules that look at
-// the first token (Metaspace, Strip) act the same on both decodes. A run of <0xXX> byte tokens is
+// the first token (Metaspace, Strip) act the same on both decodes. A run of <0xNN> byte tokens is
 // held until it ends, because ByteFallback judges the run as a whole.
 //
 // Cost: each Add decodes the window, which grows while the text keeps ending in U+FFFD (a long
@@ -45,7 +45,7 @@ class StreamingDetokenizer {
   std::string Finish();
   // What Finish would return now, without changing anything, when it is whole characters; empty
   // when nothing is held, the held text ends in an unfinished character, or more than kPeekMax
-  // ids are held (a stop-string probe: a valid run of <0xXX> tokens is held until it ends, and
+  // ids are held (a stop-string probe: a valid run of <0xNN> tokens is held until it ends, and
   // "\n" in Llama 2 / Mistral is <0x0A>).
   std::string Peek() const;
 

@@ -757,7 +757,7 @@ def test_completion_text_continues_the_prompt_as_vllm_detokenizes(llama_dir, tmp
     streamed = "".join(c.choices[0].text for c in client.completions.create(stream=True, **kw)
                        if c.choices)
     assert streamed == "    "
-    # A stop string inside a run of <0xXX> byte tokens (the detokenizer holds the run until it
+    # A stop string inside a run of <0xNN> byte tokens (the detokenizer holds the run until it
     # ends): found on the token that completes it, as vLLM's detokenizer releases a valid run at
     # once. It was found only when the run ended, here at max_tokens: 20 tokens for one space.
     r = client.completions.create(**{**kw, "max_tokens": 20}, stop=[" "])

@@ -22,7 +22,7 @@ TEST_P(DetokenizerTest, RandomIdsStreamToTheFullDecode) {
   std::mt19937 rng(7);
   std::vector<int32_t> specials;
   for (const AddedToken& a : tok.added_tokens()) specials.push_back(a.id);
-  // Byte tokens (<0xXX> or byte-level single characters) make partial characters likely.
+  // Byte tokens (<0xNN> or byte-level single characters) make partial characters likely.
   std::vector<int32_t> bytes;
   for (int32_t id = 0; id < tok.id_limit(); ++id) {
     const std::string* s = tok.IdToToken(id);
@@ -146,7 +146,7 @@ TEST(DetokenizerPrimed, GeneratedTextContinuesThePromptAsVllmDecodesIt) {
   }
 }
 
-// Peek: what a held run of <0xXX> tokens would give if it ended now (the engine probes it for
+// Peek: what a held run of <0xNN> tokens would give if it ended now (the engine probes it for
 // stop strings), only when it is whole characters; nothing changes.
 TEST(DetokenizerPrimed, PeekShowsAHeldValidByteRunOnly) {
   auto t = Tokenizer::FromFile((kTokenizers / "TinyLlama-1.1B-Chat-v1.0/tokenizer.json").string());

@@ -278,10 +278,10 @@ TEST(JinjaLimitsTest, MacroScopesAreFreedWhenTheirBlockEndsOrCharged) {
            Case{"{% for i in range(50) %}{% set t = token() %}{% macro m() %}{{ i }}{% endmacro %}"
                 "{% if i == 49 %}{{ m() }}{% endif %}{% endfor %}|{{ live() }}",
                 "49|0"},
-           Case{"{% macro outer() %}{% set t = token() %}{% macro inner() %}x{% endmacro %}"
+           Case{"{% macro outer() %}{% set t = token() %}{% macro inner() %}o{% endmacro %}"
                 "{{ inner() }}{% endmacro %}{% for i in range(5) %}{{ outer() }}{% endfor %}"
                 "|{{ live() }}",
-                "xxxxx|0"},
+                "ooooo|0"},
            // Escaped: the macro still sees its scope after the loop.
            Case{"{% set ns = namespace() %}{% for i in range(5) %}{% set t = token() %}"
                 "{% macro m() %}{{ i }}{% endmacro %}{% set ns.m = m %}{% endfor %}{{ ns.m() }}",

@@ -65,7 +65,7 @@ std::string EncodeUtf8(std::u32string_view s) {
 std::string_view Utf8Prefix(std::string_view s, size_t max_bytes) {
   if (s.size() <= max_bytes) return s;
   size_t n = max_bytes;
-  // Back off continuation bytes (10xxxxxx) to the start of the character they belong to.
+  // Back off continuation bytes (top bits 10) to the start of the character they belong to.
   while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
   return s.substr(0, n);
 }
