@@ -1,6 +1,7 @@
-// HttpRequest header lookups (case-insensitive names, as HTTP defines them); error responses.
+// HttpRequest header lookups (case-insensitive names, as HTTP defines them); a response's head and error responses.
 #include "server/http_exchange.h"
 
+#include <boost/beast/http/status.hpp>
 #include <cctype>
 
 namespace loom::server {
@@ -28,6 +29,24 @@ int HttpRequest::header_count(const std::string& name) const {
   int n = 0;
   for (const auto& [k, v] : headers) n += CaseEqual(k, name) ? 1 : 0;
   return n;
+}
+
+std::string ResponseHead(const HttpResponse& r, const std::string& framing, bool close,
+                         bool http10) {
+  namespace http = boost::beast::http;
+  std::string out = "HTTP/1.1 " + std::to_string(r.status) + " ";
+  out += std::string(http::obsolete_reason(static_cast<http::status>(r.status)));
+  out += "\r\n";
+  if (!r.content_type.empty()) out += "Content-Type: " + r.content_type + "\r\n";
+  for (const auto& [k, v] : r.headers) out += k + ": " + v + "\r\n";
+  out += framing;
+  if (close) {
+    out += "Connection: close\r\n";
+  } else if (http10) {
+    out += "Connection: keep-alive\r\n";
+  }
+  out += "\r\n";
+  return out;
 }
 
 HttpResponse ErrorReply(const ApiError& error) {

@@ -81,6 +81,11 @@ class Exchange {
 
 bool CaseEqual(const std::string& a, const std::string& b);
 
+// The status line and header block of `r`. `framing`: a Content-Length or Transfer-Encoding
+// line, or "" (the body ends when the connection closes); `close` adds Connection: close, else
+// an HTTP/1.0 client is told keep-alive.
+std::string ResponseHead(const HttpResponse& r, const std::string& framing, bool close,
+                         bool http10);
 // An ApiError as a JSON response (503 with Retry-After).
 HttpResponse ErrorReply(const ApiError& error);
 

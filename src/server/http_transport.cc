@@ -35,24 +35,6 @@ std::chrono::milliseconds Millis(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
 }
 
-// The status line and header block of a response. `framing`: a Content-Length or
-// Transfer-Encoding line, or "" (the body ends when the connection closes).
-std::string Head(const HttpResponse& r, const std::string& framing, bool close, bool http10) {
-  std::string out = "HTTP/1.1 " + std::to_string(r.status) + " ";
-  out += std::string(http::obsolete_reason(static_cast<http::status>(r.status)));
-  out += "\r\n";
-  if (!r.content_type.empty()) out += "Content-Type: " + r.content_type + "\r\n";
-  for (const auto& [k, v] : r.headers) out += k + ": " + v + "\r\n";
-  out += framing;
-  if (close) {
-    out += "Connection: close\r\n";
-  } else if (http10) {
-    out += "Connection: keep-alive\r\n";
-  }
-  out += "\r\n";
-  return out;
-}
-
 HttpResponse ErrorResponse(int status, const std::string& message, const char* type = "") {
   return ErrorReply(ApiError{status, message, "", type});
 }
@@ -415,7 +397,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void Send(HttpResponse r) {
     phase_ = Phase::kReplying;
     close_after_ = r.close || !keep_alive_;
-    Queue(Head(r, "Content-Length: " + std::to_string(r.body.size()) + "\r\n", close_after_, http10_));
+    Queue(ResponseHead(r, "Content-Length: " + std::to_string(r.body.size()) + "\r\n",
+                       close_after_, http10_));
     if (!head_) Queue(std::move(r.body));
     complete_ = true;
     Flush();
@@ -453,7 +436,8 @@ class Session : public std::enable_shared_from_this<Session> {
     // HTTP/1.0 has no chunked encoding: the body ends when the connection closes.
     chunked_ = !http10_;
     close_after_ = !keep_alive_ || !chunked_;
-    Queue(Head(head, chunked_ ? "Transfer-Encoding: chunked\r\n" : "", close_after_, http10_));
+    Queue(ResponseHead(head, chunked_ ? "Transfer-Encoding: chunked\r\n" : "", close_after_,
+                       http10_));
     stream_ = std::move(source);
     PumpStream();
   }

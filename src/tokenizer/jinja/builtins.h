@@ -15,6 +15,11 @@ using TestFn = StatusOr<bool> (*)(Interpreter& interp, const Value& input, CallA
 
 // nullptr when there is no filter / test with that name.
 FilterFn FindFilter(const std::string& name);
+// The number filters (filters_numeric.cc): int, float, abs, round.
+StatusOr<Value> IntFilter(Interpreter& interp, const Value& input, CallArgs& args);
+StatusOr<Value> FloatFilter(Interpreter& interp, const Value& input, CallArgs& args);
+StatusOr<Value> AbsFilter(Interpreter& interp, const Value& input, CallArgs& args);
+StatusOr<Value> RoundFilter(Interpreter& interp, const Value& input, CallArgs& args);
 TestFn FindTest(const std::string& name);
 
 // `obj.name` as a method (str.strip, dict.items, ...): a bound callable, or an Undefined value

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <unordered_set>
 
 #include "tokenizer/jinja/builtins.h"
 #include "tokenizer/jinja/operators.h"
@@ -42,55 +41,6 @@ class CycleCallable : public Callable {
 };
 
 Status UndefinedError(const Value& v) { return InvalidArgument(v.undefined_hint()); }
-
-// What a scope kept past its block holds: its variables and all they reach, each list, dict and
-// bound method counted once however often it is shared (a namespace may hold itself), walked
-// until past `cap`. The walk visits at most what it counts, so charging the result bounds it.
-size_t RetainedBytes(const Scope& scope, size_t cap) {
-  size_t total = 0;
-  std::unordered_set<const void*> seen;
-  std::vector<const Value*> stack;
-  for (const auto& [name, v] : scope.vars) {
-    total += name.size();
-    stack.push_back(&v);
-  }
-  while (!stack.empty() && total <= cap) {
-    const Value* x = stack.back();
-    stack.pop_back();
-    total += kValueBytes;
-    switch (x->kind()) {
-      case ValueKind::kString:
-      case ValueKind::kUndefined:
-        total += x->str().size();
-        break;
-      case ValueKind::kList:
-        if (seen.insert(&x->list()).second) {
-          for (const Value& e : x->list()) stack.push_back(&e);
-        }
-        break;
-      case ValueKind::kDict:
-      case ValueKind::kNamespace:
-        if (seen.insert(&x->dict()).second) {
-          for (const auto& [k, e] : x->dict().items()) {
-            total += k.size();
-            stack.push_back(&e);
-          }
-        }
-        break;
-      case ValueKind::kFunction:
-        if (const Value* self = x->function()->BoundSelf()) {
-          if (seen.insert(x->function().get()).second) stack.push_back(self);
-        }
-        break;
-      case ValueKind::kNone:
-      case ValueKind::kBool:
-      case ValueKind::kInt:
-      case ValueKind::kFloat:
-        break;
-    }
-  }
-  return total;
-}
 
 Status Unpack(const std::vector<std::string>& targets, const Value& item, Scope* scope) {
   if (targets.size() == 1) {
@@ -140,113 +90,6 @@ Interpreter::Interpreter(const Dict& globals, const RenderOptions& options)
 Interpreter::~Interpreter() {
   for (const std::shared_ptr<Scope>& scope : macro_scopes_) scope->vars.clear();
   for (const Value& ns : namespaces_) ns.mutable_dict() = Dict();
-}
-
-Status Interpreter::Charge(int64_t steps) {
-  const int64_t before = steps_;
-  if (steps < 0 || __builtin_add_overflow(steps_, steps, &steps_)) {
-    steps_ = INT64_MAX;
-  }
-  if (steps_ > options_.limits.max_steps) {
-    return ResourceExhausted("template exceeded " + std::to_string(options_.limits.max_steps) +
-                             " evaluation steps (RenderLimits::max_steps)");
-  }
-  // Every 16 steps: one step can copy a 16 MB string a few times (a loop over a list of them),
-  // so checking every 1024 let a 1 s budget run 11 s; a clock read is ~20 ns.
-  if (options_.limits.max_render_ms > 0 && (before >> 4) != (steps_ >> 4) &&
-      std::chrono::steady_clock::now() > deadline_) {
-    return ResourceExhausted("template rendering exceeded its time budget of " +
-                             std::to_string(options_.limits.max_render_ms) +
-                             " ms (RenderLimits::max_render_ms)");
-  }
-  return OkStatus();
-}
-
-Status Interpreter::CheckSize(size_t bytes) const {
-  if (bytes > options_.limits.max_output_bytes) {
-    return ResourceExhausted("template output or string exceeds " +
-                             std::to_string(options_.limits.max_output_bytes) +
-                             " bytes (RenderLimits::max_output_bytes)");
-  }
-  return OkStatus();
-}
-
-Status Interpreter::CheckCollectionBytes(size_t bytes) const {
-  if (bytes > options_.limits.max_collection_bytes) {
-    return ResourceExhausted("template list or dict exceeds " +
-                             std::to_string(options_.limits.max_collection_bytes) +
-                             " bytes (RenderLimits::max_collection_bytes)");
-  }
-  return OkStatus();
-}
-
-Status Interpreter::ChargeBuilt(size_t bytes) {
-  if (__builtin_add_overflow(built_bytes_, bytes, &built_bytes_)) built_bytes_ = SIZE_MAX;
-  if (built_bytes_ > options_.limits.max_built_bytes) {
-    return ResourceExhausted("template built more than " +
-                             std::to_string(options_.limits.max_built_bytes) +
-                             " bytes of strings, lists and dicts (RenderLimits::max_built_bytes)");
-  }
-  return OkStatus();
-}
-
-size_t Interpreter::ValueBytes(const Value& v, size_t cap) {
-  // Iterative walk; each visited element adds at least kValueBytes, so it stops after at most
-  // cap / kValueBytes elements however much the value shares.
-  size_t total = 0;
-  std::vector<const Value*> stack = {&v};
-  // An element that holds other values is walked later; any other is counted now.
-  auto element = [&](const Value& e) {
-    if (e.is_list() || e.is_dict() || e.is_namespace() ||
-        (e.is_function() && e.function()->BoundSelf() != nullptr)) {
-      stack.push_back(&e);
-    } else {
-      // A string's text, an Undefined's message (copied with every copy of it).
-      total += kValueBytes + (e.is_string() || e.is_undefined() ? e.str().size() : 0);
-    }
-  };
-  while (!stack.empty() && total <= cap) {
-    const Value* x = stack.back();
-    stack.pop_back();
-    total += kValueBytes;
-    switch (x->kind()) {
-      case ValueKind::kString:
-      case ValueKind::kUndefined:
-        total += x->str().size();
-        break;
-      case ValueKind::kList:
-        for (const Value& e : x->list()) {
-          element(e);
-          if (total > cap) break;
-        }
-        break;
-      case ValueKind::kDict:
-      case ValueKind::kNamespace:
-        for (const auto& [k, e] : x->dict().items()) {
-          total += k.size();
-          element(e);
-          if (total > cap) break;
-        }
-        break;
-      case ValueKind::kFunction:
-        // A bound method keeps its object alive: `[{'a': big}.get] * n` holds it n times.
-        if (const Value* self = x->function()->BoundSelf()) stack.push_back(self);
-        break;
-      case ValueKind::kNone:
-      case ValueKind::kBool:
-      case ValueKind::kInt:
-      case ValueKind::kFloat:
-        break;
-    }
-  }
-  return total;
-}
-
-Status Interpreter::Append(const std::string& text, std::string* out) {
-  RETURN_IF_ERROR(CheckSize(out->size() + text.size()));
-  RETURN_IF_ERROR(ChargeBuilt(text.size()));
-  out->append(text);
-  return OkStatus();
 }
 
 // A scope that defined a macro is held by that macro (its closure) while the scope holds the

@@ -121,6 +121,9 @@ class Interpreter {
   // twice, as printing it would; strings, Undefined messages and the values bound methods hold
   // included), stopping early once past `cap`.
   static size_t ValueBytes(const Value& v, size_t cap);
+  // Bytes a scope kept past its block holds (its variables and all they reach, each shared
+  // container once), stopping early once past `cap`.
+  static size_t RetainedBytes(const Scope& scope, size_t cap);
   const RenderOptions& options() const { return options_; }
   void set_error_line(int line) {
     if (error_line_ == 0) error_line_ = line;
