@@ -158,6 +158,10 @@ void AddCommon(std::map<std::string, Handler>* h) {
       OptionalBool("include_stop_str_in_output", &OpenAiRequest::include_stop_str_in_output);
   m["skip_special_tokens"] =
       OptionalBool("skip_special_tokens", &OpenAiRequest::skip_special_tokens);
+  // vLLM applies it to slow (Python) tokenizers only; its fast ones, loom's tokenizer.json
+  // included, decode special tokens without spaces between them whatever it says.
+  m["spaces_between_special_tokens"] =
+      NoEffect("spaces_between_special_tokens", IsBool, "spaces_between_special_tokens must be a boolean");
   m["add_special_tokens"] = OptionalBool("add_special_tokens", &OpenAiRequest::add_special_tokens);
   m["return_token_ids"] = OptionalBool("return_token_ids", &OpenAiRequest::return_token_ids);
   m["prompt_logprobs"] = [](Parser& p, const json& v, OpenAiRequest* r) {
@@ -303,6 +307,7 @@ void AddChat(std::map<std::string, Handler>* h) {
     return p.Int32("max_completion_tokens", v, 1, kMaxTokensLimit, &r->params.max_tokens);
   };
   m["logprobs"] = OptionalBool("logprobs", &OpenAiRequest::want_logprobs);
+  m["echo"] = OptionalBool("echo", &OpenAiRequest::echo_last_message);
   m["top_logprobs"] = [](Parser& p, const json& v, OpenAiRequest* r) {
     if (v.is_null()) return true;
     return p.Int32("top_logprobs", v, 0, 20, &r->logprobs);

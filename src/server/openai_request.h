@@ -37,6 +37,9 @@ struct OpenAiRequest {
   bool add_generation_prompt = true;
   bool continue_final_message = false;
   bool add_special_tokens = true;  // completions: true; chat: false (as vLLM)
+  // Chat `echo` (vLLM): the last message's content leads each choice's content when its role is
+  // the response's (ResponseRole: with continue_final_message, the message being continued).
+  bool echo_last_message = false;
   // Both
   SamplingParams params;
   std::vector<std::string> sampling_given;  // sampling fields the body set (not null)

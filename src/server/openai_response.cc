@@ -57,6 +57,26 @@ std::string ResponseRole(const OpenAiRequest& r) {
                                                            : "assistant";
 }
 
+// Chat `echo` (vLLM): the last message's content when its role is the response's ("" else);
+// text parts joined by newlines, as vLLM's string content format joins them.
+std::string EchoedContent(const OpenAiRequest& r) {
+  if (!r.echo_last_message || !r.messages.is_array() || r.messages.empty()) return "";
+  const auto& last = r.messages.back();
+  if (!last.contains("role") || last["role"] != ResponseRole(r) || !last.contains("content")) {
+    return "";
+  }
+  const auto& content = last["content"];
+  if (content.is_string()) return content.get<std::string>();
+  std::string joined;
+  if (content.is_array()) {  // the parser admitted text parts only
+    for (size_t i = 0; i < content.size(); ++i) {
+      if (i > 0) joined += '\n';
+      joined += content[i]["text"].get_ref<const std::string&>();
+    }
+  }
+  return joined;
+}
+
 json FinishField(FinishReason r) {
   if (r == FinishReason::kNone) return nullptr;
   return FinishReasonField(r);
@@ -193,6 +213,7 @@ json BuildFullResponse(const ServerContext& ctx, const OpenAiRequest& r, const R
   int completion_tokens = 0;
   // echo with max_tokens 0 (vLLM's echo_without_generation): one token ran and is dropped.
   static const ChoiceState kNothing;
+  const std::string echoed = chat ? EchoedContent(r) : std::string();
   for (size_t i = 0; i < state.choices.size(); ++i) {
     const ChoiceState& c = state.choices[i];
     const ChoiceState& gen = r.echo_only ? kNothing : c;  // what the choice generated
@@ -203,7 +224,7 @@ json BuildFullResponse(const ServerContext& ctx, const OpenAiRequest& r, const R
       // vLLM's ChatMessage, every field as it dumps them (null or empty where loom has none):
       // clients written against vLLM read message.tool_calls as a list.
       choice["message"] = {
-          {"role", ResponseRole(r)},     {"content", c.text},    {"refusal", nullptr},
+          {"role", ResponseRole(r)},     {"content", echoed + c.text}, {"refusal", nullptr},
           {"annotations", nullptr},      {"audio", nullptr},     {"function_call", nullptr},
           {"tool_calls", json::array()}, {"reasoning", nullptr}, {"reasoning_content", nullptr}};
       choice["logprobs"] = r.want_logprobs
@@ -371,6 +392,19 @@ bool StreamWriter::Pump(std::string* out) {
         }
         if (request_.include_usage && request_.continuous_usage_stats) {
           j["usage"] = UsageJson(meta_.prompt_tokens, 0);  // chat has one prompt
+        }
+        Write(out, j);
+      }
+      // vLLM's chat echo: after the role chunks, a chunk per choice with the echoed content.
+      const std::string echoed = EchoedContent(request_);
+      for (size_t i = 0; !echoed.empty() && i < state_->choices.size(); ++i) {
+        json j = Chunk();
+        j["choices"] = json::array({{{"index", i},
+                                     {"delta", {{"content", echoed}}},
+                                     {"logprobs", nullptr},
+                                     {"finish_reason", nullptr}}});
+        if (request_.include_usage && request_.continuous_usage_stats) {
+          j["usage"] = UsageJson(meta_.prompt_tokens, 0);
         }
         Write(out, j);
       }

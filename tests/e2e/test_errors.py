@@ -85,6 +85,7 @@ COMPLETION_CASES = [
     ("bad_words", [f"w{i}" for i in range(65)], "bad_words"),
     ("bad_words", ["w" * 257], "bad_words"),
     ("max_tokens", (1 << 24) + 1, "max_tokens"),
+    ("spaces_between_special_tokens", "no", "spaces_between_special_tokens"),
 ]
 CHAT_CASES = [
     ("messages", [], "messages"),
@@ -118,6 +119,8 @@ CHAT_CASES = [
     ("metadata", {f"k{i}": "v" for i in range(17)}, "metadata"),
     ("service_tier", 3, "service_tier"),
     ("service_tier", "bogus", "service_tier"),
+    ("echo", "yes", "echo"),
+    ("spaces_between_special_tokens", 1, "spaces_between_special_tokens"),
 ]
 
 
