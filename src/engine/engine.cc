@@ -289,11 +289,9 @@ void Engine::ApplyDrawn(Sequence* seq, Drawn drawn) {
     if (!stop_token || seq->request.include_stop_str_in_output) {
       const bool check = PastMinTokens(*seq);
       update.text = seq->stop.Add(seq->detokenizer->Add(token), &matched, check);
-      // Text the detokenizer holds (a run of <0xNN> byte tokens, until it ends) is probed: if it
-      // would complete a stop string, the run ends here and the sequence stops on this token,
-      // as vLLM's (whose detokenizer releases a valid byte run at once) would. Without it,
-      // "\n" (<0x0A> in Llama 2 / Mistral) stopped one token late, and a stop inside a long run
-      // of byte tokens (CJK text) only when the run ended, or at max_tokens.
+      // Whole characters the detokenizer still holds (its doubling rule defers decodes of long
+      // undecodable runs) are probed: if they would complete a stop string, they are released
+      // here and the sequence stops on this token, as vLLM's (which decodes every step) would.
       if (matched.empty() && check && !seq->stop.empty() && reason == FinishReason::kNone) {
         const std::string held = seq->detokenizer->Peek();
         if (!held.empty() && seq->stop.WouldMatch(held)) {

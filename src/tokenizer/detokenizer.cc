@@ -1,8 +1,7 @@
-// Streaming detokenizer: windowed double decode, emit the stable suffix.
+// Streaming detokenizer: HF DecodeStream's windowed double decode, reset as vLLM resets it.
 #include "tokenizer/detokenizer.h"
 
 #include <algorithm>
-#include <optional>
 #include <span>
 
 namespace loom::tokenizer {
@@ -13,89 +12,94 @@ bool EndsWithReplacement(const std::string& s) {
   return s.size() >= 3 && s.compare(s.size() - 3, 3, "\xEF\xBF\xBD") == 0;
 }
 
-// "<0xNN>": ByteFallback decodes a run of these as a whole, and a run that turns out invalid
-// becomes one U+FFFD per byte — including bytes that were valid on their own. So text is held
-// until the run ends.
-bool IsByteToken(const std::string* token) {
-  return token != nullptr && token->size() == 6 && token->compare(0, 3, "<0x") == 0 &&
-         (*token)[5] == '>';
+bool StartsWith(const std::string& s, const std::string& prefix) {
+  return s.compare(0, prefix.size(), prefix) == 0;
 }
 
 }  // namespace
 
 void StreamingDetokenizer::Prime(std::span<const int32_t> prompt) {
-  if (!ids_.empty()) return;  // only before the first Add
+  if (!ids_.empty() || !prefix_.empty()) return;  // only before the first Add
   const size_t n = prompt.size();
-  // vLLM: range(4, min(len + 1, 24)), or the whole prompt of at most 4.
-  const size_t shortest = n <= 4 ? n : 4, longest = n <= 4 ? n : std::min<size_t>(n, 23);
-  for (size_t len = shortest; len >= 1 && len <= longest; ++len) {
+  std::span<const int32_t> suffix = prompt;
+  // vLLM: range(4, min(len + 1, 24)), checked with Tokenizer.decode's default (specials skipped).
+  for (size_t len = 4; n > 4 && len <= std::min<size_t>(n, 23); ++len) {
     std::vector<int32_t> window;
     for (int32_t id : prompt.subspan(n - len)) {
-      if (!(skip_special_tokens_ && tokenizer_->IsSpecial(id))) window.push_back(id);
+      if (!tokenizer_->IsSpecial(id)) window.push_back(id);
     }
-    std::string text = tokenizer_->Decode(window, false);
-    if (text.find("\xEF\xBF\xBD") != std::string::npos) continue;
-    primed_ids_ = window.size();
-    prefix_offset_ = 0;
-    read_offset_ = primed_ids_;
-    ids_ = std::move(window);
-    primed_text_ = std::move(text);
-    return;
+    if (tokenizer_->Decode(window, false).find("\xEF\xBF\xBD") == std::string::npos) {
+      suffix = prompt.subspan(n - len);
+      break;
+    }
   }
+  for (int32_t id : suffix) Add(id);
 }
 
 std::string StreamingDetokenizer::Add(int32_t id) {
   // Decode() drops special tokens when skipping, so dropping them here gives the same text.
   if (skip_special_tokens_ && tokenizer_->IsSpecial(id)) return "";
-  ids_.push_back(id);
-  if (IsByteToken(tokenizer_->IdToToken(id))) return "";
-  const size_t pending = ids_.size() - read_offset_;
-  if (pending < next_try_) return "";
-  std::optional<std::string> delta = WindowDelta();
-  if (!delta) {
-    if (pending >= kEagerPending) next_try_ = 2 * pending;
+  const size_t held = ids_.size() + 1 - prefix_ids_;
+  if (held < next_try_) {
+    ids_.push_back(id);
     return "";
   }
-  next_try_ = 0;
-  prefix_offset_ = read_offset_;
-  read_offset_ = ids_.size();
-  emitted_bytes_ += delta->size();
-  return std::move(*delta);
+  std::string piece = Step(id);
+  if (!piece.empty()) {
+    next_try_ = 0;
+  } else if (held >= kEagerPending) {
+    next_try_ = 2 * held;
+  }
+  return piece;
 }
 
-std::optional<std::string> StreamingDetokenizer::WindowDelta() const {
-  const std::span<const int32_t> all(ids_);
-  const std::string prefix_text =
-      tokenizer_->Decode(all.subspan(prefix_offset_, read_offset_ - prefix_offset_), false);
-  const std::string new_text = tokenizer_->Decode(all.subspan(prefix_offset_), false);
-  // Text ending in U+FFFD is an unfinished character (a later id may complete it): not final,
-  // as HF's DecodeStream (and vLLM) hold it.
-  if (new_text.size() <= prefix_text.size() || EndsWithReplacement(new_text) ||
-      new_text.compare(0, prefix_text.size(), prefix_text) != 0) {
-    return std::nullopt;
+std::string StreamingDetokenizer::Step(int32_t id) {
+  // DecodeStream: an empty prefix is recomputed from the window first (ids that decoded to
+  // nothing become the prefix once their text is not an unfinished character).
+  if (prefix_.empty() && !ids_.empty()) {
+    std::string text = tokenizer_->Decode(ids_, false);
+    if (!EndsWithReplacement(text)) {
+      prefix_ = std::move(text);
+      prefix_ids_ = ids_.size();
+    }
   }
-  return new_text.substr(prefix_text.size());
+  ids_.push_back(id);
+  const std::string text = tokenizer_->Decode(ids_, false);
+  if (text.size() <= prefix_.size() || EndsWithReplacement(text)) return "";
+  if (!StartsWith(text, prefix_)) {
+    // DecodeStream's "invalid prefix": vLLM drops the stream and steps this id into a fresh one
+    // (the window's held ids, which turned the emitted text invalid, are never emitted).
+    ids_.clear();
+    prefix_.clear();
+    prefix_ids_ = 0;
+    return Step(id);  // once: an empty prefix starts every text
+  }
+  std::string piece = text.substr(prefix_.size());
+  // The next window starts at this piece's first id.
+  ids_.erase(ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(prefix_ids_));
+  prefix_ = tokenizer_->Decode(ids_, false);
+  prefix_ids_ = ids_.size();
+  return piece;
+}
+
+std::string StreamingDetokenizer::Held() const {
+  const std::string text = tokenizer_->Decode(ids_, false);
+  if (StartsWith(text, prefix_)) return text.substr(prefix_.size());
+  return tokenizer_->Decode(std::span<const int32_t>(ids_).subspan(prefix_ids_), false);
 }
 
 std::string StreamingDetokenizer::Peek() const {
-  if (read_offset_ >= ids_.size() || ids_.size() - read_offset_ > kPeekMax) return "";
-  return WindowDelta().value_or("");
+  if (prefix_ids_ >= ids_.size() || ids_.size() - prefix_ids_ > kPeekMax) return "";
+  std::string held = Held();
+  return EndsWithReplacement(held) ? "" : held;
 }
 
 std::string StreamingDetokenizer::Finish() {
-  // The whole decode is the reference; everything emitted so far is a prefix of what it adds to
-  // the prompt window's text.
-  std::string full = tokenizer_->Decode(ids_, false);
-  size_t skip = 0;
-  if (full.compare(0, primed_text_.size(), primed_text_) == 0) {
-    skip = primed_text_.size();
-  } else {  // a decoder whose output for the window changed with what followed: the ids alone
-    full = tokenizer_->Decode(std::span<const int32_t>(ids_).subspan(primed_ids_), false);
-  }
-  skip += emitted_bytes_;
-  std::string rest = skip <= full.size() ? full.substr(skip) : std::string();
-  emitted_bytes_ += rest.size();
-  prefix_offset_ = read_offset_ = ids_.size();
+  if (prefix_ids_ >= ids_.size()) return "";
+  std::string rest = Held();
+  // Released: the window's text is the next prefix (ids added later continue it).
+  prefix_ = tokenizer_->Decode(ids_, false);
+  prefix_ids_ = ids_.size();
   next_try_ = 0;
   return rest;
 }
