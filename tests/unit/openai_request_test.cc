@@ -269,7 +269,10 @@ TEST(OpenAiRequest, RejectsNamingTheField) {
   EXPECT_EQ(Reject(R"({"model":"m","messages":[{"role":"user","content":"x"}],"top_logprobs":2})",
                    Endpoint::kChat).param, "top_logprobs");
   // A completions-only field on chat is unknown there.
-  EXPECT_EQ(Reject(R"({"model":"m","messages":[{"role":"user","content":"x"}],"echo":true})",
+  EXPECT_EQ(Reject(R"({"model":"m","messages":[{"role":"user","content":"x"}],"suffix":"y"})",
+                   Endpoint::kChat).param, "suffix");
+  // Chat's own echo (vLLM's: the last message leads the answer) is a boolean.
+  EXPECT_EQ(Reject(R"({"model":"m","messages":[{"role":"user","content":"x"}],"echo":1})",
                    Endpoint::kChat).param, "echo");
 }
 
