@@ -16,11 +16,18 @@ bool Scheduler::UsesPrefixCache(const Sequence& seq) {
   return !seq.request.return_prompt_logits && seq.request.prompt_logprobs < 0;
 }
 
-int Scheduler::ChunkRows(const Sequence& seq, int budget) const {
-  int rows = std::min(seq.remaining(), budget);
-  const bool scoring = seq.request.prompt_logprobs >= 0 &&
-                       seq.result.prompt_logprobs.size() + 1 < seq.request.prompt.size();
-  if (scoring) rows = std::min(rows, options_.max_prompt_logprob_rows);
+int Scheduler::ChunkRows(const Sequence& seq, StepBudget* budget) const {
+  int rows = std::min(seq.remaining(), budget->rows);
+  if (seq.request.prompt_logprobs < 0) return rows;
+  // Positions [begin, end) still to score (a recomputation after a preemption runs the ones
+  // already scored again without logits: those rows are not capped).
+  const int64_t begin =
+      std::max<int64_t>(seq.num_computed, static_cast<int64_t>(seq.result.prompt_logprobs.size()));
+  const int64_t end = static_cast<int64_t>(seq.request.prompt.size()) - 1;
+  if (begin >= end) return rows;
+  rows = static_cast<int>(std::min<int64_t>(rows, begin - seq.num_computed + budget->scoring_rows));
+  budget->scoring_rows -=
+      static_cast<int>(std::clamp<int64_t>(seq.num_computed + rows - begin, 0, end - begin));
   return rows;
 }
 
@@ -56,30 +63,33 @@ void Scheduler::Preempt(Sequence* victim, StepPlan* plan) {
 }
 
 // Makes `seq`'s block table cover `positions`; preempts younger sequences (then `seq` itself)
-// until it does. False when `seq` was preempted.
-bool Scheduler::Grow(Sequence* seq, int positions, StepPlan* plan) {
+// until it does, taking back the rows a victim was given this step. False when `seq` was
+// preempted.
+bool Scheduler::Grow(Sequence* seq, int positions, StepPlan* plan, StepBudget* budget) {
   while (!cache_->Reserve(&seq->block_table, positions)) {
-    // The youngest running sequence not yet given rows this step, else `seq` itself.
-    Sequence* victim = nullptr;
-    for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
-      Sequence* s = it->get();
-      const bool planned = std::any_of(plan->rows.begin(), plan->rows.end(),
-                                       [&](const auto& r) { return r.first == s; });
-      if (!planned) {
-        victim = s;
-        break;
-      }
+    // running_ is in arrival order: its tail is the youngest.
+    Sequence* victim = running_.back().get();
+    auto row = std::find_if(plan->rows.begin(), plan->rows.end(),
+                            [&](const auto& r) { return r.first == victim; });
+    if (row != plan->rows.end()) {
+      budget->rows += row->second;
+      if (victim->remaining() == 1) budget->decode_rows -= row->second;
+      plan->rows.erase(row);
     }
-    if (victim == nullptr) victim = seq;
     Preempt(victim, plan);
     if (victim == seq) return false;
   }
   return true;
 }
 
-void Scheduler::Admit(int* budget, StepPlan* plan) {
+void Scheduler::Admit(StepBudget* budget, StepPlan* plan) {
   std::set<uint64_t> adapters = RunningAdapters();
-  for (auto it = waiting_.begin(); it != waiting_.end() && *budget > 0;) {
+  int outstanding = 0;  // blocks the running sequences still need for their tokens so far
+  for (const auto& r : running_) {
+    outstanding += std::max(0, KvCache::BlocksFor(static_cast<int>(r->tokens.size()) + 1) -
+                                   static_cast<int>(r->block_table.size()));
+  }
+  for (auto it = waiting_.begin(); it != waiting_.end() && budget->rows > 0;) {
     if (static_cast<int>(running_.size()) >= options_.max_num_seqs) break;
     Sequence* seq = it->get();
     const bool is_head = it == waiting_.begin();
@@ -108,10 +118,13 @@ void Scheduler::Admit(int* budget, StepPlan* plan) {
       seq->block_keys = std::move(keys);
       seq->num_computed = matched * kKvBlockSize;
     }
-    // Admit only when the whole (re)computation fits in the free blocks now, so a fresh
-    // admission is not preempted at once; first come first served on blocks.
+    // Admit only when the whole (re)computation fits in the free blocks now, beside what the
+    // running sequences still need for their tokens so far (a prompt admitted in chunks
+    // reserves its blocks as it goes: without counting those, later admissions took them and
+    // were preempted again when it grew), so a fresh admission is not preempted at once; first
+    // come first served on blocks.
     const int need = KvCache::BlocksFor(static_cast<int>(seq->tokens.size()) + 1) - matched;
-    if (need > cache_->num_free_blocks()) {
+    if (need > cache_->num_free_blocks() - outstanding) {
       cache_->Release(&seq->block_table);
       seq->block_keys.clear();
       seq->num_computed = 0;
@@ -124,9 +137,17 @@ void Scheduler::Admit(int* budget, StepPlan* plan) {
       prefix_hits_ += static_cast<int64_t>(matched) * kKvBlockSize;
       seq->result.num_cached_prompt_tokens = matched * kKvBlockSize;
     }
-    const int count = ChunkRows(*seq, *budget);
-    if (!cache_->Reserve(&seq->block_table, seq->num_computed + count)) break;
-    *budget -= count;
+    const int count = ChunkRows(*seq, budget);
+    // No rows (this step's prompt scoring is spent), or no blocks: it waits for the next step.
+    if (count <= 0 || !cache_->Reserve(&seq->block_table, seq->num_computed + count)) {
+      cache_->Release(&seq->block_table);
+      seq->block_keys.clear();
+      seq->num_computed = 0;
+      break;
+    }
+    budget->rows -= count;
+    outstanding += std::max(0, KvCache::BlocksFor(static_cast<int>(seq->tokens.size()) + 1) -
+                                   static_cast<int>(seq->block_table.size()));
     plan->rows.emplace_back(seq, count);
     if (seq->adapter_key != 0) adapters.insert(seq->adapter_key);
     seq->waited_steps = 0;
@@ -161,15 +182,16 @@ int Scheduler::PrefillCap(int decode_rows) const {
 
 StepPlan Scheduler::Schedule() {
   StepPlan plan;
-  int budget = options_.max_batch_tokens;
+  StepBudget budget;
+  budget.rows = options_.max_batch_tokens;
+  budget.scoring_rows = options_.max_prompt_logprob_rows;
   // Decode rows first, oldest first, then prefill chunks of running sequences.
-  int decode_rows = 0;
   for (int pass = 0; pass < 2; ++pass) {
-    if (pass == 1 && decode_rows > 0 && options_.rows_while_decoding > 0) {
+    if (pass == 1 && budget.decode_rows > 0 && options_.rows_while_decoding > 0) {
       // Rows are decoding: this step's prefill is capped so their next tokens come soon.
-      budget = std::min(budget, PrefillCap(decode_rows));
+      budget.rows = std::min(budget.rows, PrefillCap(budget.decode_rows));
     }
-    for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    for (size_t i = 0; i < running_.size() && budget.rows > 0; ++i) {
       Sequence* s = running_[i].get();
       const bool decode = s->remaining() == 1;
       if (decode != (pass == 0)) continue;
@@ -177,22 +199,15 @@ StepPlan Scheduler::Schedule() {
                       [&](const auto& r) { return r.first == s; })) {
         continue;
       }
-      const int count = ChunkRows(*s, budget);
+      const int count = ChunkRows(*s, &budget);
       if (count <= 0) continue;
-      const size_t before = running_.size();
-      if (!Grow(s, s->num_computed + count, &plan)) {
-        // `s` itself was preempted; indices shifted.
-        i = static_cast<size_t>(-1);
-        continue;
+      if (!Grow(s, s->num_computed + count, &plan, &budget)) {
+        // `s` itself was preempted, and everything younger: nothing after it runs.
+        break;
       }
-      if (running_.size() != before) {
-        // A younger sequence was preempted; `s` stays at a position ≤ i.
-        auto it = std::find_if(running_.begin(), running_.end(),
-                               [&](const auto& r) { return r.get() == s; });
-        i = static_cast<size_t>(it - running_.begin());
-      }
-      budget -= count;
-      if (pass == 0) decode_rows += count;
+      // Only younger sequences (after position i) were preempted: `s` is still at i.
+      budget.rows -= count;
+      if (pass == 0) budget.decode_rows += count;
       plan.rows.emplace_back(s, count);
     }
   }

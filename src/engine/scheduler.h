@@ -22,7 +22,7 @@ struct SchedulerOptions {
   // until it fits, so no request starves.
   int max_head_wait_steps = 32;
   bool enable_prefix_caching = true;
-  // Rows per step of a sequence still scoring its prompt (prompt_logprobs): each needs a
+  // Prompt-scoring rows per step, all sequences together (prompt_logprobs): each needs a
   // logits row of the whole vocabulary. The engine sets it from the vocabulary's size.
   int max_prompt_logprob_rows = 1 << 30;
   // While any running sequence decodes, a step's prefill rows (chunks and admissions) are at
@@ -52,7 +52,10 @@ struct StepPlan {
 // served, under the row budget (smaller while rows decode: rows_while_decoding), max_num_seqs,
 // max_loras and free KV blocks. Blocks are
 // reserved as positions are computed; when they run out the youngest running sequence is
-// preempted (its blocks freed; it recomputes its tokens when readmitted).
+// preempted (its blocks freed; it recomputes its tokens when readmitted) — also one already
+// given rows this step (they are taken back, as vLLM's scheduler does), so the oldest
+// sequences always progress: an old prompt still prefilling is not preempted in favour of
+// younger decoding ones (it was, and a scoring prompt, chunked small, could starve).
 // Thread-safety: engine thread only.
 class Scheduler {
  public:
@@ -81,12 +84,18 @@ class Scheduler {
   int rows_while_decoding() const { return options_.rows_while_decoding; }
 
  private:
-  bool Grow(Sequence* seq, int positions, StepPlan* plan);
+  // What is left of a step while it is planned.
+  struct StepBudget {
+    int rows = 0;          // rows of any kind
+    int decode_rows = 0;   // rows given to decoding sequences so far
+    int scoring_rows = 0;  // prompt-scoring rows left (max_prompt_logprob_rows)
+  };
+  bool Grow(Sequence* seq, int positions, StepPlan* plan, StepBudget* budget);
   void Preempt(Sequence* victim, StepPlan* plan);
   static bool UsesPrefixCache(const Sequence& seq);
-  // The rows `seq` may compute this step, `budget` allowing.
-  int ChunkRows(const Sequence& seq, int budget) const;
-  void Admit(int* budget, StepPlan* plan);
+  // The rows `seq` may compute this step, the budget allowing; takes its scoring rows from it.
+  int ChunkRows(const Sequence& seq, StepBudget* budget) const;
+  void Admit(StepBudget* budget, StepPlan* plan);
   std::set<uint64_t> RunningAdapters() const;
   // Prefill rows allowed in a step that decodes `decode_rows` rows (rows_while_decoding).
   int PrefillCap(int decode_rows) const;

@@ -533,5 +533,87 @@ TEST(Scheduler, PromptScoringChunksAreCapped) {
   EXPECT_EQ(p.rows[1].second, 40);
 }
 
+// One simulated step: every planned row computed; a sequence that completes its tokens takes a
+// token, and the ones that reach max_tokens are retired. The ids retired.
+std::vector<int64_t> RunStep(Scheduler* s, const StepPlan& p) {
+  std::vector<Sequence*> done;
+  for (auto& [q, n] : p.rows) {
+    q->num_computed += n;
+    if (q->remaining() == 0) {
+      q->tokens.push_back(7);
+      q->result.generated.push_back(7);
+      if (static_cast<int>(q->result.generated.size()) >= q->request.params.max_tokens) {
+        done.push_back(q);
+      }
+    }
+  }
+  std::vector<int64_t> ids;
+  for (Sequence* q : done) ids.push_back(s->Retire(q)->id);
+  return ids;
+}
+
+// An old prompt still prefilling in small chunks (prompt scoring caps them) among younger
+// sequences that decode, with short requests arriving all the time: it finishes. Review
+// finding: decode rows were planned first and never preempted, so when the old prompt's chunk
+// needed a block it preempted itself, lost its KV, and was readmitted only to lose it again.
+// The youngest sequences are preempted now, rows given or not (as vLLM's scheduler does).
+TEST(Scheduler, AnOldPromptStillPrefillingIsNotStarvedByYoungerDecodingOnes) {
+  auto kv = KvCache::Create(1, 1, 8, 12);
+  ASSERT_TRUE(kv.ok());
+  SchedulerOptions o;
+  o.max_batch_tokens = 64;
+  o.max_prompt_logprob_rows = 16;
+  o.enable_prefix_caching = false;
+  Scheduler s(kv->get(), o);
+  s.Enqueue(Seq(0, 150, 2, 0, /*prompt_logprobs=*/0));
+  int64_t next = 1;
+  int finished_at = -1, preemptions = 0;
+  for (int step = 0; step < 400 && finished_at < 0; ++step) {
+    while (s.waiting().size() < 8) s.Enqueue(Seq(next++, 8, 100));
+    StepPlan p = s.Schedule();
+    for (Sequence* q : p.preempted) {
+      ++preemptions;
+      EXPECT_TRUE(std::none_of(p.rows.begin(), p.rows.end(),
+                               [&](const auto& r) { return r.first == q; }))
+          << "a preempted sequence kept its rows, step " << step;
+    }
+    for (int64_t id : RunStep(&s, p)) {
+      if (id == 0) finished_at = step;
+    }
+  }
+  EXPECT_GE(finished_at, 0) << "the 150-token prompt never finished";
+  EXPECT_GT(preemptions, 0);  // the cache was too small: younger sequences gave way
+}
+
+// The prompt-scoring cap is per step, all sequences together (review finding: each scoring
+// sequence got max_prompt_logprob_rows, so 64 prompts with echo + logprobs made a step of
+// max_batch_tokens whole-vocabulary logits rows — 10 GB at 16384 rows and a 152k vocabulary).
+TEST(Scheduler, PromptScoringRowsAreCappedPerStep) {
+  auto kv = KvCache::Create(1, 1, 8, 256);
+  ASSERT_TRUE(kv.ok());
+  SchedulerOptions o;
+  o.max_batch_tokens = 512;
+  o.max_prompt_logprob_rows = 20;
+  Scheduler s(kv->get(), o);
+  for (int i = 0; i < 6; ++i) s.Enqueue(Seq(i, 40, 2, 0, /*prompt_logprobs=*/1));
+  s.Enqueue(Seq(6, 40, 2));  // not scoring: not capped
+  int scored_total = 0;
+  for (int step = 0; step < 100 && s.HasWork(); ++step) {
+    StepPlan p = s.Schedule();
+    int scoring = 0;
+    for (auto& [q, n] : p.rows) {
+      const int end = static_cast<int>(q->request.prompt.size()) - 1;
+      if (q->request.prompt_logprobs >= 0) {
+        scoring += std::max(0, std::min(q->num_computed + n, end) - q->num_computed);
+      }
+    }
+    EXPECT_LE(scoring, 20) << "step " << step;
+    scored_total += scoring;
+    RunStep(&s, p);
+  }
+  EXPECT_FALSE(s.HasWork());
+  EXPECT_EQ(scored_total, 6 * 39);
+}
+
 }  // namespace
 }  // namespace loom
