@@ -88,6 +88,23 @@ void AsyncEngine::AbortAll() {
   for (int64_t id : ids) engine_.Abort(id);
 }
 
+void AsyncEngine::FailUnadded(int64_t id, const char* what) {
+  auto it = callbacks_.find(id);
+  if (it == callbacks_.end()) return;
+  SequenceUpdate u;
+  u.id = id;
+  u.finish_reason = FinishReason::kError;
+  u.error = std::string("could not start the sequence: ") + what;
+  try {
+    it->second(std::move(u));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "loom: sequence %lld: delivering its failure failed: %s\n",
+                 static_cast<long long>(id), e.what());
+  }
+  callbacks_.erase(it);
+  --in_flight_;
+}
+
 void AsyncEngine::Loop() {
   bool stopping = false;
   bool stalled = false;  // work exists but none could be scheduled: wait for a change
@@ -110,7 +127,15 @@ void AsyncEngine::Loop() {
       new_callbacks_.clear();
       stopping = stop_;
     }
-    for (auto& [request, id] : inbox) engine_.AddValidated(std::move(request), id);
+    for (auto& [request, id] : inbox) {
+      // Adding copies the prompt and builds the sampler and detokenizer: an allocation that
+      // fails here fails this request alone (it would end the process through std::terminate).
+      try {
+        engine_.AddValidated(std::move(request), id);
+      } catch (const std::exception& e) {
+        FailUnadded(id, e.what());
+      }
+    }
     for (int64_t id : aborts) engine_.Abort(id);
     if (stopping) AbortAll();
     stalled = false;

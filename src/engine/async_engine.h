@@ -57,6 +57,8 @@ class AsyncEngine {
   void Loop();
   void AbortAll();  // every sequence in flight (engine thread)
   void Publish();
+  // A request that could not be added (an allocation failed): its client gets an error update.
+  void FailUnadded(int64_t id, const char* what);
 
   Engine engine_;
   std::function<void()> on_sequences_finished_;  // EngineOptions', engine thread only
