@@ -50,6 +50,10 @@ void AddServeFlags(CLI::App& app, ServeArgs* a) {
   app.add_option("--max-cpu-lora-memory", a->max_cpu_lora_memory,
                  "memory the loaded adapters may take together, e.g. 4GiB (least recently used "
                  "evicted; an adapter larger than this alone is refused; default: no limit)");
+  app.add_option("--max-lora-names", a->max_lora_names,
+                 "adapter names the server keeps (--lora, loaded, and found in --lora-dir); past "
+                 "it a new name is refused, after forgetting --lora-dir names not in memory")
+      ->capture_default_str();
   app.add_option("--merge", a->merge, "serve the --lora adapter NAME folded into the base weights");
   app.add_option("--max-num-seqs", a->max_num_seqs, "sequences running at once")->capture_default_str();
   app.add_option("--max-num-batched-tokens", a->max_num_batched_tokens,
@@ -200,6 +204,7 @@ StatusOr<ServePlan> PlanServe(const ServeArgs& a) {
   }
   RETURN_IF_ERROR(positive(a.max_waiting, "--max-waiting", 1 << 20));
   if (a.max_cpu_loras < 0) return InvalidArgument("--max-cpu-loras must be ≥ 0 (0 = no limit)");
+  RETURN_IF_ERROR(positive(a.max_lora_names, "--max-lora-names", 1 << 20));
   if (a.max_lora_rank < 0) return InvalidArgument("--max-lora-rank must be ≥ 0 (0 = any)");
   if (a.max_model_len < 0) return InvalidArgument("--max-model-len must be ≥ 0");
   RETURN_IF_ERROR(ValidateTargetStepMs(a.target_step_ms, "--target-step-ms"));
@@ -242,6 +247,11 @@ StatusOr<ServePlan> PlanServe(const ServeArgs& a) {
     if (std::find(served.begin(), served.end(), n) != served.end()) {
       return InvalidArgument("--lora: adapter name '" + n + "' is the base model's name");
     }
+  }
+  if (plan.loras.size() > static_cast<size_t>(a.max_lora_names)) {
+    return InvalidArgument("--lora: " + std::to_string(plan.loras.size()) +
+                           " adapters given, more than --max-lora-names (" +
+                           std::to_string(a.max_lora_names) + ")");
   }
   if (!a.merge.empty()) {
     if (plan.loras.size() != 1 || plan.loras.front().first != a.merge) {
@@ -294,6 +304,7 @@ StatusOr<ServePlan> PlanServe(const ServeArgs& a) {
     ASSIGN_OR_RETURN(plan.store.max_cpu_bytes, ParseBytes(a.max_cpu_lora_memory, "--max-cpu-lora-memory"));
   }
   plan.store.max_lora_rank = a.max_lora_rank;
+  plan.store.max_names = a.max_lora_names;
   plan.store.lora_dirs = a.lora_dirs;
 
   auto& s = plan.server;

@@ -22,6 +22,7 @@ struct ServeArgs {
   int max_lora_rank = 0;
   int max_cpu_loras = 64;
   std::string max_cpu_lora_memory;  // --max-cpu-lora-memory; empty = no limit
+  int max_lora_names = 4096;        // --max-lora-names: registered + on-demand names
   std::string merge;
   int max_num_seqs = 64;
   int max_num_batched_tokens = 512;

@@ -92,9 +92,10 @@ Status AdapterStore::Register(const std::string& name, const std::string& dir,
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!replace && entries_.count(name) != 0) {
-      return InvalidArgument("adapter '" + name + "' is already loaded");
-    }
+    const bool taken = entries_.count(name) != 0;
+    if (!replace && taken) return InvalidArgument("adapter '" + name + "' is already loaded");
+    // Refused before the load (which reads the whole adapter) when the table is full.
+    if (!taken) RETURN_IF_ERROR(RoomForNameLocked(name, /*forget=*/false));
   }
   // Load before publishing the name: a bad folder never half-registers, and a replacement that
   // fails leaves the old adapter serving.
@@ -107,6 +108,9 @@ Status AdapterStore::Register(const std::string& name, const std::string& dir,
     // old folder still in flight.
     RetireLocked(old->second);
     entries_.erase(old);
+  } else {
+    // Again: names found on demand may have filled the table while this one loaded.
+    RETURN_IF_ERROR(RoomForNameLocked(name, /*forget=*/true));
   }
   Entry& e = entries_[name];
   e.dir = dir;
@@ -114,6 +118,23 @@ Status AdapterStore::Register(const std::string& name, const std::string& dir,
   e.generation = next_generation_++;
   Publish(name, e, std::move(adapter));
   return OkStatus();
+}
+
+Status AdapterStore::RoomForNameLocked(const std::string& name, bool forget) {
+  if (options_.max_names <= 0 || entries_.size() < static_cast<size_t>(options_.max_names)) {
+    return OkStatus();
+  }
+  // A name found on demand whose weights are not in memory costs nothing to forget: its folder
+  // still answers to it (and lists it again once used). One in flight is being reloaded: kept.
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    const Entry& e = it->second;
+    if (!e.on_demand || e.loaded || flights_.count(it->first) != 0) continue;
+    if (forget) entries_.erase(it);
+    return OkStatus();
+  }
+  return ResourceExhausted("adapter '" + name + "' cannot be added: the server holds " +
+                           std::to_string(entries_.size()) + " adapter names, its limit " +
+                           "(--max-lora-names); unload one first");
 }
 
 void AdapterStore::Touch(const std::string& name, Entry& e) {
@@ -201,6 +222,7 @@ StatusOr<std::shared_ptr<const Adapter>> AdapterStore::AcquireOnce(const std::st
   std::string dir;
   std::string root;
   uint64_t generation = 0;
+  bool on_demand = false;
   {
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
@@ -240,6 +262,7 @@ StatusOr<std::shared_ptr<const Adapter>> AdapterStore::AcquireOnce(const std::st
       dir = it->second.dir;
       root = it->second.root;
       generation = it->second.generation;
+      on_demand = it->second.on_demand;
     }
   }
   // Whatever happens (an error, an exception of any type), the flight ends and its waiters wake.
@@ -258,7 +281,7 @@ StatusOr<std::shared_ptr<const Adapter>> AdapterStore::AcquireOnce(const std::st
   } land{this, name, *flight};
   bool changed_hands = false;
   StatusOr<std::shared_ptr<const Adapter>> result =
-      LoadAndPublish(name, dir, root, generation, &changed_hands);
+      LoadAndPublish(name, dir, root, generation, on_demand, &changed_hands);
   std::lock_guard<std::mutex> lock(mu_);
   flight->result = result;
   flight->superseded = changed_hands;
@@ -270,16 +293,35 @@ StatusOr<std::shared_ptr<const Adapter>> AdapterStore::LoadAndPublish(const std:
                                                                       std::string dir,
                                                                       std::string root,
                                                                       uint64_t generation,
+                                                                      bool on_demand,
                                                                       bool* superseded) {
   if (dir.empty()) {  // an unknown name is answered without waiting for other loads
     ASSIGN_OR_RETURN(ConfinedDir found, OnDemandDir(name));
     dir = std::move(found.dir);
     root = std::move(found.root);
+    std::lock_guard<std::mutex> lock(mu_);  // a full table refuses it before the load
+    if (entries_.count(name) == 0) RETURN_IF_ERROR(RoomForNameLocked(name, /*forget=*/false));
   }
   StatusOr<std::shared_ptr<const Adapter>> loaded = Internal("");
   {
     std::lock_guard<std::mutex> load_lock(load_mu_);  // one load at a time (memory, CPU)
     loaded = Load(name, dir, root);
+  }
+  if (!loaded.ok() && on_demand) {
+    // A name found on demand whose sub-folder (or its adapter_config.json) has gone since: the
+    // name is forgotten, as if never used (it stayed in /v1/models, answering 400, forever).
+    // When another root's sub-folder answers to the name now, that one is loaded instead.
+    StatusOr<ConfinedDir> now = OnDemandDir(name);
+    const bool gone = !now.ok() && now.status().code() == StatusCode::kNotFound;
+    if (gone || (now.ok() && now->dir != dir)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = entries_.find(name);
+      if (it != entries_.end() && it->second.generation == generation && !it->second.loaded) {
+        entries_.erase(it);
+      }
+      *superseded = !gone;  // Acquire looks again: the name is a fresh on-demand one
+      return NotFound("no adapter named '" + name + "'");
+    }
   }
   if (!loaded.ok() && generation != 0 && loaded.status().code() == StatusCode::kNotFound) {
     // A registered (listed) adapter whose folder went away after an eviction: not "no such
@@ -310,10 +352,12 @@ StatusOr<std::shared_ptr<const Adapter>> AdapterStore::LoadAndPublish(const std:
     return NotFound("adapter '" + name + "' was registered from another folder while it loaded");
   }
   if (it == entries_.end()) {
+    RETURN_IF_ERROR(RoomForNameLocked(name, /*forget=*/true));
     it = entries_.emplace(name, Entry{}).first;
     it->second.dir = dir;
     it->second.root = root;
     it->second.generation = next_generation_++;
+    it->second.on_demand = true;
   } else if (it->second.loaded) {
     Touch(name, it->second);
     return it->second.loaded;

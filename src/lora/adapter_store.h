@@ -21,6 +21,10 @@ struct AdapterStoreOptions {
   int max_cpu_loras = 0;         // adapters kept loaded; 0 = no limit
   uint64_t max_cpu_bytes = 0;    // Adapter::resident_bytes of those kept loaded; 0 = no limit
   int max_lora_rank = 0;         // 0 = no limit
+  // Names in the table, registered and on demand together (--max-lora-names): each keeps an
+  // entry (and a /v1/models line) after its weights are evicted, so a client loading a new name
+  // each time grew the table, and every /v1/models copy of it, without end. 0 = no limit.
+  int max_names = 0;
   std::vector<std::string> lora_dirs;  // roots for on-demand names and runtime paths
   // Called on the loading thread before each load from disk (an observer: tests, logging).
   std::function<void(const std::string& name)> on_load;
@@ -53,15 +57,20 @@ class AdapterStore {
 
   // Registers `name` → `dir` and loads it (so a bad folder fails here, whole). kInvalidArgument
   // when the name is taken or invalid, kNotFound when the folder does not exist,
-  // kResourceExhausted when the adapter alone holds more than max_cpu_bytes. `root` (a
-  // --lora-dir root, for runtime paths): the adapter's files, now and on every reload, are opened
-  // only inside it (ConfinedOpenScope), whatever is swapped under it meanwhile. With `replace`
+  // kResourceExhausted when the adapter alone holds more than max_cpu_bytes, or when the name is
+  // new and the table is full (max_names; see Acquire). `root` (a --lora-dir root, for runtime
+  // paths): the adapter's files, now and on every reload, are opened only inside it
+  // (ConfinedOpenScope), whatever is swapped under it meanwhile. With `replace`
   // (vLLM's load_inplace) a taken name is given the new folder's adapter once it has loaded (a
   // new identity; sequences holding the old one finish on it; a failed load keeps the old one).
   Status Register(const std::string& name, const std::string& dir, const std::string& root = "",
                   bool replace = false);
   // The adapter for `name`, loading it if needed (also on demand from a --lora-dir root when
-  // the name is a sub-folder there). kNotFound for an unknown name.
+  // the name is a sub-folder there). kNotFound for an unknown name, and for a name found on
+  // demand whose sub-folder has gone when it is next loaded (the name is forgotten then).
+  // A new name that would pass max_names first takes the place of a name found on demand whose
+  // weights are not in memory (it is found again in its folder when next named); with none,
+  // kResourceExhausted.
   StatusOr<std::shared_ptr<const Adapter>> Acquire(const std::string& name);
   // Evicts unleased adapters until the store is back under its bounds (after leases ended).
   void Trim();
@@ -71,7 +80,9 @@ class AdapterStore {
   // Whether Acquire(name) would find the name — registered, or a --lora-dir sub-folder with an
   // adapter_config.json — without loading anything (for routes that need no weights).
   bool Knows(const std::string& name) const;
-  std::vector<AdapterInfo> List() const;  // registered names, sorted
+  // Registered names and those found on demand, sorted (copied under the table lock, sorted
+  // outside it: /v1/models runs on the I/O thread).
+  std::vector<AdapterInfo> List() const;
   // A runtime path (load endpoint) resolved inside one of the lora_dirs roots: symlinks
   // resolved, `..` refused, must be a directory. kInvalidArgument outside the roots,
   // kNotFound when it does not exist.
@@ -95,6 +106,7 @@ class AdapterStore {
     std::string root;                       // non-empty: opened only inside this --lora-dir root
     std::shared_ptr<const Adapter> loaded;  // null when not resident
     uint64_t generation = 0;                // bumps on every (re)registration
+    bool on_demand = false;                 // found in a --lora-dir root, not registered
     std::list<std::string>::iterator lru;   // valid when loaded
   };
   // One load in progress for a name; later requests for it wait on flight_done_ and share it.
@@ -109,9 +121,14 @@ class AdapterStore {
   // Acquire's loader: finds the folder (on demand), loads it (one load at a time), publishes.
   // *superseded when the name changed hands while it loaded (unloaded, replaced, or registered
   // from another folder): what it loaded is not the name's, and nothing was published.
+  // `on_demand`: the entry (generation != 0) was found in a --lora-dir root, not registered.
   StatusOr<std::shared_ptr<const Adapter>> LoadAndPublish(const std::string& name, std::string dir,
                                                           std::string root, uint64_t generation,
-                                                          bool* superseded);
+                                                          bool on_demand, bool* superseded);
+  // Room for one more name under max_names, for new name `name`: OK when there is room, or
+  // (with `forget`) after dropping a name found on demand whose weights are not in memory and
+  // that no load is using; else kResourceExhausted naming the flag. Under mu_.
+  Status RoomForNameLocked(const std::string& name, bool forget);
   // Makes `adapter` the resident one of `e` (the most recent), then evicts to the bounds.
   void Publish(const std::string& name, Entry& e, std::shared_ptr<const Adapter> adapter);
   // LoadAdapter, with every file opened inside `root` when it is not empty.

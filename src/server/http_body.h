@@ -9,15 +9,19 @@
 #include <boost/beast/http.hpp>
 #include <boost/optional.hpp>
 #include <cstdint>
+#include <memory>
 #include <new>
 #include <string>
+#include <utility>
 
 namespace loom::server {
 
-// The bytes every connection's request body being received holds together (capacity, as
-// reserved), against one limit: 4,096 connections each sending 8 MiB and stalling would
-// otherwise pin 32 GiB. Reserve fails past the limit; the reading connection answers 503.
-// Used on the transport's I/O thread only (the counter is atomic for readers elsewhere).
+// The bytes every request body in memory holds together (capacity, as reserved) — being
+// received, or read and waiting for or in its handler — against one limit: 4,096 connections
+// each sending 8 MiB and stalling would otherwise pin 32 GiB. Reserve fails past the limit; the
+// reading connection answers 503. Reserve on the transport's I/O thread only; Release from any
+// thread (a handled request's body is given back where its handler ends), so a Reserve may see
+// a Release late: a refusal then, never an overrun.
 class BodyBudget {
  public:
   explicit BodyBudget(size_t limit) : limit_(limit) {}
@@ -39,7 +43,26 @@ class BodyBudget {
 // `budget` on a parser's body before reading it. Otherwise a std::string.
 struct BudgetedString : std::string {
   BodyBudget* budget = nullptr;
+  size_t reserved = 0;  // from `budget`: the capacity the reader gave this body, not yet released
 };
+
+// Moves `body`'s reservation into a holder that releases it when its last copy goes (the
+// request's body_hold): the parser, and with it the reader that would release it, goes as soon
+// as the request is read. Null when nothing is reserved.
+inline std::shared_ptr<const void> TakeReservation(BudgetedString& body) {
+  if (body.budget == nullptr || body.reserved == 0) return nullptr;
+  struct Hold {
+    Hold(BodyBudget* b, size_t n) : budget(b), bytes(n) {}
+    Hold(const Hold&) = delete;
+    Hold& operator=(const Hold&) = delete;
+    ~Hold() { budget->Release(bytes); }
+    BodyBudget* budget;
+    size_t bytes;
+  };
+  auto hold = std::make_shared<const Hold>(body.budget, body.reserved);
+  body.reserved = 0;  // after make_shared: a bad_alloc leaves the reader to release it
+  return hold;
+}
 
 // Beast's string_body reserves a request's whole Content-Length before any of it arrives: with
 // a large --max-body, one request declaring 500 GB (and sending a few bytes) threw bad_alloc out
@@ -48,8 +71,8 @@ struct BudgetedString : std::string {
 // still refuses a declared or chunked body above its body_limit), and a failed allocation is the
 // request's error (answered 413), not an exception. Reading only: responses are written by hand.
 // With a budget set on the body, every growth of its capacity is reserved from it first (and
-// released when the reader goes, with the parser); past the budget the read fails with
-// boost::asio::error::no_buffer_space.
+// released when the reader goes, with the parser, unless TakeReservation took it); past the
+// budget the read fails with boost::asio::error::no_buffer_space.
 struct GrowingStringBody : boost::beast::http::string_body {
   using value_type = BudgetedString;
 
@@ -58,7 +81,7 @@ struct GrowingStringBody : boost::beast::http::string_body {
     template <bool isRequest, class Fields>
     reader(boost::beast::http::header<isRequest, Fields>&, value_type& body) : body_(body) {}
     ~reader() {
-      if (body_.budget != nullptr) body_.budget->Release(reserved_);
+      if (body_.budget != nullptr) body_.budget->Release(std::exchange(body_.reserved, 0));
     }
     reader(const reader&) = delete;
     reader& operator=(const reader&) = delete;
@@ -80,11 +103,11 @@ struct GrowingStringBody : boost::beast::http::string_body {
           std::size_t cap = std::max(want, 2 * body_.capacity());
           if (declared_ >= want && cap > declared_) cap = static_cast<std::size_t>(declared_);
           if (body_.budget != nullptr) {
-            if (!body_.budget->Reserve(cap - reserved_)) {
+            if (!body_.budget->Reserve(cap - body_.reserved)) {
               ec = boost::asio::error::no_buffer_space;
               return 0;
             }
-            reserved_ = cap;
+            body_.reserved = cap;
           }
           // Into a fresh string: libstdc++'s reserve itself grows to at least twice the old
           // capacity, past the declared length.
@@ -110,7 +133,6 @@ struct GrowingStringBody : boost::beast::http::string_body {
    private:
     value_type& body_;
     std::uint64_t declared_ = 0;  // Content-Length, or 0 (chunked)
-    std::size_t reserved_ = 0;    // from body_.budget: the capacity this body was given
   };
 };
 

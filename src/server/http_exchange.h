@@ -23,6 +23,10 @@ struct HttpRequest {
   // When the request was read whole: the latency metrics count from here (a wait for the
   // handler pool or an adapter load is part of the time to first token).
   std::chrono::steady_clock::time_point received = std::chrono::steady_clock::now();
+  // The body's share of the transport's budget for request bodies in memory, given back when
+  // the last copy of the request goes: a body waiting for a handler thread, or being handled,
+  // still counts (it was given back when the body was parsed, and queued bodies were unbounded).
+  std::shared_ptr<const void> body_hold;
 
   // The first value of `name` (case-insensitive), or "".
   std::string header(const std::string& name) const;

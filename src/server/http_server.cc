@@ -146,8 +146,10 @@ HttpResponse HandleLoad(ServerContext& ctx, const HttpRequest& req) {
     // A folder that exists but does not validate is the client's error (400), never 500.
     ApiError e = FromStatus(st, "lora_path");
     if (e.http_status == 500) e.http_status = 400;
+    // The name is what is wrong: taken, invalid, or one too many (--max-lora-names).
     if (st.message().find("already loaded") != std::string::npos ||
-        st.message().rfind("adapter name '", 0) == 0) {
+        st.message().rfind("adapter name '", 0) == 0 ||
+        st.message().find("(--max-lora-names)") != std::string::npos) {
       e.param = "lora_name";
     }
     return ErrorReply(e);

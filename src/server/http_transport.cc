@@ -76,10 +76,12 @@ class Session : public std::enable_shared_from_this<Session> {
       : socket_(std::move(socket)), timer_(owner->ioc), state_timer_(owner->ioc), owner_(owner) {}
 
   // The session keeps itself alive until Close (a reply waiting on the engine has no pending
-  // operation holding it; the engine's wake holds only a weak reference).
+  // operation holding it; the engine's wake holds only a weak reference). A failure before the
+  // first read is armed (an allocation) closes it: nothing would ever call Close, and the
+  // session kept itself, its descriptor and its connection slot forever.
   void Start() {
     self_ = shared_from_this();
-    ReadRequest();
+    Safely([this] { ReadRequest(); });
   }
 
   // From any thread, for request number `id` (an answer for an earlier request on this
@@ -272,6 +274,9 @@ class Session : public std::enable_shared_from_this<Session> {
     if (phase_ != Phase::kReading) return;
     if (ec) return OnReadError(ec);
     Disarm();
+    // The body's share of the budget goes with the request, to its handler (the parser's
+    // reader gave it back here, and a body queued for a handler thread counted nowhere).
+    std::shared_ptr<const void> body_hold = TakeReservation(parser_->get().body());
     http::request<GrowingStringBody> msg = parser_->release();
     parser_.reset();
     HttpRequest r;
@@ -287,6 +292,7 @@ class Session : public std::enable_shared_from_this<Session> {
     r.version = msg.version();
     for (const auto& field : msg) r.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
     r.body = std::move(msg.body());
+    r.body_hold = std::move(body_hold);
     keep_alive_ = msg.keep_alive();
     http10_ = msg.version() < 11;
     head_ = msg.method() == http::verb::head;

@@ -15,8 +15,10 @@ struct TransportOptions {
   std::string host = "127.0.0.1";
   int port = 8000;                    // 0: any free port
   size_t max_body_bytes = 8u << 20;   // larger bodies: 413
-  // Request bodies being received, all connections together (at least max_body_bytes): a body
-  // that would pass it is answered 503 (retry later) and its connection closed.
+  // Request bodies in memory, all connections together (at least max_body_bytes): being
+  // received, or read and not yet done with by their handler (queued for a worker, or running;
+  // HttpRequest::body_hold). A body that would pass it is answered 503 (retry later) and its
+  // connection closed.
   size_t max_pending_body_bytes = 512u << 20;
   size_t max_header_bytes = 64 << 10; // request line + header fields: 431 beyond
   double request_timeout_s = 30;      // a whole request (headers and body) must arrive in this,

@@ -17,7 +17,11 @@ namespace {
 using nlohmann::json;
 
 constexpr size_t kCacheMaxWordBytes = 256;  // same limit as HF's BPE cache
-constexpr size_t kCacheMaxEntries = 1 << 17;
+
+// What one cached word counts against kBpeCacheMaxBytes.
+size_t CacheEntryBytes(std::string_view word, const std::vector<int32_t>& ids) {
+  return word.size() + ids.size() * sizeof(int32_t) + kBpeCacheEntryBytes;
+}
 
 uint64_t PairKey(int32_t a, int32_t b) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
@@ -332,11 +336,41 @@ Status BpeModel::Tokenize(std::string_view word, std::vector<int32_t>* ids) cons
   const size_t first = ids->size();
   RETURN_IF_ERROR(MergeWord(word, ids));
   if (cacheable) {
+    std::vector<int32_t> merged(ids->begin() + first, ids->end());
     std::lock_guard<std::mutex> lock(cache_mutex_);
-    if (cache_.size() >= kCacheMaxEntries) cache_.clear();
-    cache_.emplace(std::string(word), std::vector<int32_t>(ids->begin() + first, ids->end()));
+    CacheLocked(word, std::move(merged));
   }
   return OkStatus();
+}
+
+void BpeModel::CacheLocked(std::string_view word, std::vector<int32_t> ids) const {
+  if (cache_.find(word) != cache_.end()) return;  // another thread merged it meanwhile
+  const size_t bytes = CacheEntryBytes(word, ids);
+  // Evicts a few words at a time rather than everything (a full cache was cleared, and every
+  // common word merged again), sweeping the buckets in order from where the last eviction
+  // stopped: words of every age go in turn, so the cache follows a change of text. The hash
+  // spreads the words over the buckets, so the sweep takes no word preferentially.
+  while (!cache_.empty() &&
+         (cache_.size() >= kBpeCacheMaxWords || cache_bytes_ + bytes > kBpeCacheMaxBytes)) {
+    const size_t bucket = evict_bucket_++ % cache_.bucket_count();
+    while (cache_.bucket_size(bucket) > 0) {
+      auto it = cache_.find(std::string_view(cache_.begin(bucket)->first));
+      cache_bytes_ -= CacheEntryBytes(it->first, it->second);
+      cache_.erase(it);
+    }
+  }
+  cache_.emplace(std::string(word), std::move(ids));
+  cache_bytes_ += bytes;
+}
+
+size_t BpeModel::cache_words() const {
+  std::lock_guard<std::mutex> lock(cache_mutex_);
+  return cache_.size();
+}
+
+size_t BpeModel::cache_bytes() const {
+  std::lock_guard<std::mutex> lock(cache_mutex_);
+  return cache_bytes_;
 }
 
 }  // namespace loom::tokenizer

@@ -30,6 +30,14 @@ inline constexpr size_t kMaxPieceBytes = 256;
 inline constexpr int64_t kVocabIdSparsity = 64;
 inline constexpr int64_t kVocabIdSlack = 65536;
 
+// The per-model cache of words already merged: at most this many words, and this many bytes
+// counted per word as its bytes, its ids' bytes and kBpeCacheEntryBytes of bookkeeping (a hash
+// node, its string and vector headers). Words of 256 bytes or more are never cached. By count
+// alone, 131,072 words of 255 bytes each merged into ~255 ids held ~180 MB.
+inline constexpr size_t kBpeCacheMaxWords = size_t{1} << 17;
+inline constexpr size_t kBpeCacheMaxBytes = size_t{16} << 20;
+inline constexpr size_t kBpeCacheEntryBytes = 96;
+
 // Heterogeneous lookup (string_view keys) for string-keyed hash maps.
 struct StringHash {
   using is_transparent = void;
@@ -53,6 +61,10 @@ class BpeModel : public Model {
   const std::string* IdToToken(int32_t id) const override;
   // One past the largest id.
   int32_t id_limit() const override { return static_cast<int32_t>(id_to_token_.size()); }
+
+  // The word cache's size now: words, and bytes as counted against kBpeCacheMaxBytes.
+  size_t cache_words() const;
+  size_t cache_bytes() const;
 
  private:
   struct MergeValue {
@@ -96,8 +108,13 @@ class BpeModel : public Model {
   std::string prefix_;  // continuing_subword_prefix
   std::string suffix_;  // end_of_word_suffix
 
+  // Adds `word` → `ids` to the cache, evicting to make room. Under cache_mutex_.
+  void CacheLocked(std::string_view word, std::vector<int32_t> ids) const;
+
   mutable std::mutex cache_mutex_;
   mutable StringMap<std::vector<int32_t>> cache_;
+  mutable size_t cache_bytes_ = 0;   // of cache_'s words, as counted against kBpeCacheMaxBytes
+  mutable size_t evict_bucket_ = 0;  // where the next eviction starts (a sweep over the buckets)
 };
 
 }  // namespace loom::tokenizer

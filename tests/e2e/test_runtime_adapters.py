@@ -397,3 +397,41 @@ def test_registered_adapter_whose_folder_vanished(start_server, llama_dir, lora_
     assert "is registered, but reloading it failed" in str(exc.value)
     assert exc.value.body["param"] == "model"
     assert unload(srv, "g").status_code == 200
+
+
+def test_adapter_names_are_bounded(start_server, llama_dir, lora_dir):
+    # --max-lora-names: every name is kept (and listed) after its weights are evicted, so names
+    # are bounded: a new one past the bound is 400 naming the flag (param lora_name) unless a
+    # --lora-dir name not in memory can be forgotten for it; an unload makes room.
+    srv = start_server(llama_dir, ["--lora-dir", str(lora_dir), "--allow-runtime-lora",
+                                   "--max-lora-names", "2", "--max-cpu-loras", "1"])
+    assert load(srv, "n1", "qv").status_code == 200
+    assert load(srv, "n2", "mlp").status_code == 200
+    r = load(srv, "n3", "all")
+    assert r.status_code == 400 and "--max-lora-names" in r.text, r.text
+    assert r.json()["error"]["param"] == "lora_name"
+    with pytest.raises(openai.BadRequestError) as exc:  # an on-demand name counts too
+        srv.client().completions.create(model="embed", prompt="x", max_tokens=2)
+    assert exc.value.body["param"] == "model" and "--max-lora-names" in exc.value.body["message"]
+    assert set(model_ids(srv)) == {BASE, "n1", "n2"}
+    assert unload(srv, "n1").status_code == 200
+    greedy(srv, "embed", PROMPT)  # on demand: n2 evicted
+    greedy(srv, "n2", PROMPT)     # embed evicted: forgotten for the next new name
+    assert load(srv, "n3", "all").status_code == 200
+    assert set(model_ids(srv)) == {BASE, "n2", "n3"}
+
+
+def test_on_demand_adapter_whose_folder_vanished(start_server, llama_dir, lora_dir):
+    # A --lora-dir name evicted, then its sub-folder removed: forgotten at its next use, so it
+    # leaves /v1/models and is 404 as any unknown name (a registered one stays: test above).
+    import shutil
+    srv = start_server(llama_dir, ["--lora-dir", str(lora_dir), "--max-cpu-loras", "1"])
+    shutil.copytree(lora_dir / "qv", lora_dir / "went")
+    greedy(srv, "went", PROMPT)
+    greedy(srv, "mlp", PROMPT)  # went (unleased) is evicted
+    shutil.rmtree(lora_dir / "went")
+    assert "went" in model_ids(srv)
+    with pytest.raises(openai.NotFoundError) as exc:
+        srv.client().completions.create(model="went", prompt="x", max_tokens=2)
+    assert exc.value.body["param"] == "model"
+    assert "went" not in model_ids(srv)

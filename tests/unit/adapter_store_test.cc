@@ -1,5 +1,6 @@
 // AdapterStore: LRU eviction bounded by max_cpu_loras, leases pin, unload while leased, on-demand
-// loading from --lora-dir, runtime paths confined to the roots.
+// loading from --lora-dir (bounded in names, forgotten when their folder goes), runtime paths
+// confined to the roots.
 #include "lora/adapter_store.h"
 
 #include <gtest/gtest.h>
@@ -328,6 +329,97 @@ TEST(AdapterStore, BytesBoundEvictsAndRefusesAnAdapterLargerThanIt) {
   EXPECT_EQ(st.code(), StatusCode::kResourceExhausted);
   EXPECT_NE(st.message().find("--max-cpu-lora-memory"), std::string::npos) << st.message();
   EXPECT_FALSE(small.Contains("a"));
+}
+
+}  // namespace
+}  // namespace loom
+
+namespace loom {
+namespace {
+
+// --max-lora-names: every name keeps an entry after its weights are evicted, so the table is
+// bounded by names too. A new name past the bound is refused (before its load) unless a name
+// found on demand whose weights are not in memory can be forgotten for it; a taken name may
+// still be replaced, and an unload makes room.
+TEST(AdapterStore, NamesAreBoundedAndOnDemandNamesNotInMemoryMakeRoom) {
+  const fs::path root = fs::temp_directory_path() / "loom_store_names";
+  fs::remove_all(root);
+  fs::create_directories(root);
+  fs::copy(kAdapters + "llama_mlp_r6", root / "x", fs::copy_options::recursive);
+  fs::copy(kAdapters + "llama_qv_r8_f32", root / "y", fs::copy_options::recursive);
+  int loads = 0;
+  AdapterStoreOptions o;
+  o.max_names = 2;
+  o.max_cpu_loras = 1;
+  o.lora_dirs = {root.string()};
+  o.on_load = [&](const std::string&) { ++loads; };
+  AdapterStore store(&Llama().sites(), o);
+  ASSERT_TRUE(store.Register("a", kAdapters + "llama_qv_r8_f32").ok());
+  ASSERT_TRUE(store.Register("b", kAdapters + "llama_mlp_r6").ok());
+  loads = 0;
+  Status st = store.Register("c", kAdapters + "llama_all_r4_f16");
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(st.message().find("--max-lora-names"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("'c'"), std::string::npos) << st.message();
+  EXPECT_EQ(loads, 0);  // refused before reading it
+  EXPECT_FALSE(store.Contains("c"));
+  // Names found on demand count too; both taken names are registered ones: refused.
+  EXPECT_EQ(store.Acquire("x").status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(store.List().size(), 2u);
+  // A taken name can be replaced at the bound; an unload frees a place.
+  EXPECT_TRUE(store.Register("a", kAdapters + "llama_all_r4_f16", "", /*replace=*/true).ok());
+  ASSERT_TRUE(store.Unregister("b").ok());
+  ASSERT_TRUE(store.Acquire("x").ok());  // on demand: a and x now; x in memory, a evicted
+  EXPECT_EQ(store.Acquire("y").status().code(), StatusCode::kResourceExhausted);  // x in memory
+  ASSERT_TRUE(store.Acquire("a").ok());  // a back in memory, x evicted: x may be forgotten
+  ASSERT_TRUE(store.Acquire("y").ok());
+  auto list = store.List();
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0].name, "a");
+  EXPECT_EQ(list[1].name, "y");
+  ASSERT_TRUE(store.Acquire("a").ok());  // y evicted
+  ASSERT_TRUE(store.Acquire("x").ok());  // found again in its folder, in y's place
+  EXPECT_TRUE(store.Contains("x"));
+  EXPECT_FALSE(store.Contains("y"));
+  fs::remove_all(root);
+}
+
+// A name found on demand whose sub-folder is deleted is forgotten when it is next loaded: it
+// leaves List (/v1/models) and answers kNotFound as an unknown name. A registered name whose
+// folder went stays, answering kFailedPrecondition (unload it or restore its folder).
+TEST(AdapterStore, AnOnDemandNameWhoseFolderWentIsForgotten) {
+  const fs::path root = fs::temp_directory_path() / "loom_store_gone";
+  fs::remove_all(root);
+  fs::create_directories(root);
+  fs::copy(kAdapters + "llama_mlp_r6", root / "x", fs::copy_options::recursive);
+  fs::copy(kAdapters + "llama_qv_r8_f32", root / "y", fs::copy_options::recursive);
+  fs::copy(kAdapters + "llama_all_r4_f16", root / "registered", fs::copy_options::recursive);
+  AdapterStoreOptions o;
+  o.max_cpu_loras = 1;
+  o.lora_dirs = {root.string()};
+  AdapterStore store(&Llama().sites(), o);
+  ASSERT_TRUE(store.Register("r", (root / "registered").string()).ok());
+  ASSERT_TRUE(store.Acquire("x").ok());
+  ASSERT_TRUE(store.Acquire("y").ok());  // x and r evicted: not in memory
+  EXPECT_EQ(store.List().size(), 3u);
+  fs::remove_all(root / "x");
+  fs::remove_all(root / "registered");
+  auto x = store.Acquire("x");
+  EXPECT_EQ(x.status().code(), StatusCode::kNotFound) << x.status().ToString();
+  EXPECT_FALSE(store.Contains("x"));
+  EXPECT_FALSE(store.Knows("x"));
+  auto r = store.Acquire("r");
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition) << r.status().ToString();
+  EXPECT_TRUE(store.Contains("r"));
+  auto list = store.List();
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0].name, "r");
+  EXPECT_EQ(list[1].name, "y");
+  // The folder back: the name is found on demand again.
+  fs::copy(kAdapters + "llama_mlp_r6", root / "x", fs::copy_options::recursive);
+  EXPECT_TRUE(store.Acquire("x").ok());
+  EXPECT_TRUE(store.Contains("x"));
+  fs::remove_all(root);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -96,6 +97,20 @@ class TransportTest : public ::testing::Test {
         ex->Reply(r);  // a second answer is ignored
         return;
       }
+      if (req.path == "/queued") {  // as the server's routes: the request goes to a handler thread
+        transport_->Post([this, req = std::move(req), ex]() mutable {
+          {
+            const HttpRequest held = std::move(req);  // the handler has the request until it ends
+            handlers_holding_.fetch_add(1);
+            gate_.wait();
+          }
+          HttpResponse r;
+          r.content_type = "text/plain";
+          r.body = "handled";
+          ex->Reply(r);  // after the request (and its body) went
+        });
+        return;
+      }
       // As the server's handlers: the exchange is not kept once answered (the engine's wake
       // holds a weak reference), except by a handler still working (/slow).
       std::lock_guard<std::mutex> lock(mu_);
@@ -109,6 +124,7 @@ class TransportTest : public ::testing::Test {
     runner_ = std::thread([this] { transport_->Run(); });
   }
   void TearDown() override {
+    OpenGate();  // Stop waits for the handlers
     if (transport_) transport_->Stop();
     if (runner_.joinable()) runner_.join();
   }
@@ -129,6 +145,10 @@ class TransportTest : public ::testing::Test {
     if (auto ex = exchange_.lock()) ex->Wake();
   }
   int port() const { return transport_->port(); }
+  // Lets /queued handlers end (once).
+  void OpenGate() {
+    if (!gate_opened_.exchange(true)) open_gate_.set_value();
+  }
 
   std::unique_ptr<HttpTransport> transport_;
   std::thread runner_;
@@ -136,6 +156,10 @@ class TransportTest : public ::testing::Test {
   std::weak_ptr<Exchange> exchange_;
   std::shared_ptr<Exchange> held_;
   std::shared_ptr<Feed> feed_;
+  std::promise<void> open_gate_;
+  std::shared_future<void> gate_ = open_gate_.get_future().share();
+  std::atomic<bool> gate_opened_{false};
+  std::atomic<int> handlers_holding_{0};  // /queued handlers that took their request
 };
 
 const std::string kGetDeferred = "GET /deferred HTTP/1.1\r\nHost: x\r\n\r\n";
@@ -634,6 +658,33 @@ TEST_F(TransportTest, BodiesBeingReceivedShareOneBudget) {
                                    std::string(1000000, 'c'));
   EXPECT_TRUE(got.rfind("HTTP/1.1 200", 0) == 0) << got.substr(0, 300);
   EXPECT_EQ(got.size() - got.find("\r\n\r\n") - 4, 4 + 1000000u);  // "now:" + the body
+}
+
+TEST_F(TransportTest, ABodyWithItsHandlerKeepsItsShareOfTheBudget) {
+  // A budget that holds one 1 MB body: a body read whole and handed to a handler thread (held
+  // there, as one waiting in the pool's queue is held by its closure) keeps its share, so the
+  // next large body is answered 503; once its handler is done with it, large bodies pass again.
+  // (The share was given back as soon as the body was parsed, and queued bodies were unbounded.)
+  TransportOptions o;
+  o.max_body_bytes = 1 << 20;
+  o.max_pending_body_bytes = 3 << 19;
+  Start(o);
+  const std::string body(1000000, 'a');
+  const std::string head = "Host: x\r\nContent-Length: 1000000\r\n";
+  const int first = Connect(port());
+  Send(first, "POST /queued HTTP/1.1\r\n" + head + "\r\n" + body);
+  for (int i = 0; i < 1000 && handlers_holding_.load() == 0; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(handlers_holding_.load(), 1);
+  std::string got = SendAndReadAll(port(), "POST /now HTTP/1.1\r\n" + head + "\r\n" + body);
+  EXPECT_TRUE(got.rfind("HTTP/1.1 503", 0) == 0) << got.substr(0, 300);
+  EXPECT_TRUE(Contains(got, "request bodies")) << got.substr(0, 300);
+  OpenGate();
+  got = ReadUntil(first, [](const std::string& d) { return Contains(d, "handled"); });
+  EXPECT_TRUE(got.rfind("HTTP/1.1 200", 0) == 0) << got.substr(0, 300);
+  // Its handler ended before it answered: the share is back.
+  got = SendAndReadAll(port(), "POST /now HTTP/1.1\r\n" + head + "Connection: close\r\n\r\n" + body);
+  EXPECT_TRUE(got.rfind("HTTP/1.1 200", 0) == 0) << got.substr(0, 300);
+  ::close(first);
 }
 
 TEST_F(TransportTest, ConnectionsBeyondTheLimitGet503) {

@@ -8,6 +8,7 @@
 #include <random>
 #include <string>
 
+#include "tokenizer/bpe_model.h"
 #include "tokenizer/normalizer.h"
 #include "tokenizer/regex.h"
 #include "tokenizer/json_limits.h"
@@ -504,6 +505,45 @@ TEST(TokenizerHardening, UnigramPiecesAreAtMostKMaxPieceBytes) {
   auto t = Tokenizer::FromJson(unigram(kMaxPieceBytes + 1).dump());
   ASSERT_FALSE(t.ok());
   EXPECT_TRUE(Contains(t.status().message(), "vocab[2] is a piece of 257 bytes")) << t.status().message();
+}
+
+// The BPE word cache is bounded by bytes as well as words: 131,072 words of 255 bytes, each
+// merged into 255 ids, held ~180 MB. Past the bound part of the cache is evicted, not all of it,
+// and what stays answers as a fresh merge would.
+TEST(TokenizerHardening, BpeWordCacheStaysUnderItsByteBound) {
+  json vocab = json::object();
+  for (int c = 0; c < 26; ++c) vocab[std::string(1, static_cast<char>('a' + c))] = c;
+  auto model = BpeModel::FromJson({{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array()}});
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  const BpeModel& bpe = **model;
+  // Unique 255-byte words (no merges: 255 ids each), a few times what the bound holds.
+  auto word = [](size_t i) {
+    std::string w(255, 'a');
+    for (size_t k = 0; k < 8; ++k, i /= 26) w[k] = static_cast<char>('a' + i % 26);
+    return w;
+  };
+  const size_t per_word = 255 + 255 * sizeof(int32_t) + kBpeCacheEntryBytes;
+  const size_t words = 3 * kBpeCacheMaxBytes / per_word;
+  size_t most = 0;
+  for (size_t i = 0; i < words; ++i) {
+    std::vector<int32_t> ids;
+    ASSERT_TRUE(bpe.Tokenize(word(i), &ids).ok());
+    ASSERT_EQ(ids.size(), 255u);
+    ASSERT_LE(bpe.cache_bytes(), kBpeCacheMaxBytes) << "after word " << i;
+    ASSERT_LE(bpe.cache_words(), kBpeCacheMaxWords);
+    most = std::max(most, bpe.cache_words());
+  }
+  EXPECT_EQ(bpe.cache_bytes(), bpe.cache_words() * per_word);
+  EXPECT_GE(most, kBpeCacheMaxBytes / per_word - 1);  // it filled up to the bound
+  EXPECT_GE(bpe.cache_words(), most / 2);             // and kept most of it
+  // Cached or not, a word gives the same ids.
+  for (size_t i : {size_t{0}, words / 2, words - 1}) {
+    std::vector<int32_t> first, again;
+    ASSERT_TRUE(bpe.Tokenize(word(i), &first).ok());
+    ASSERT_TRUE(bpe.Tokenize(word(i), &again).ok());
+    EXPECT_EQ(first, again);
+    EXPECT_EQ(first[0], word(i)[0] - 'a');
+  }
 }
 
 }  // namespace
