@@ -10,12 +10,14 @@
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode.h"
 
 namespace {
 
@@ -50,6 +52,22 @@ void Exercise(const loom::tokenizer::Tokenizer& t, std::string_view text) {
   }
   (void)t.Decode(raw, false);
   (void)t.Decode(raw, true);
+  // The same ids inside the vocabulary streamed as vLLM streams them (prompt half primed, the
+  // rest added): every piece whole UTF-8, whatever byte runs and resets they make.
+  std::vector<int32_t> known;
+  for (int32_t id : raw) {
+    if (id >= 0 && id < t.id_limit()) known.push_back(id);
+  }
+  for (bool skip : {false, true}) {
+    loom::tokenizer::StreamingDetokenizer detok(&t, skip);
+    const size_t half = known.size() / 2;
+    detok.Prime(std::span<const int32_t>(known).first(half));
+    for (size_t i = half; i < known.size(); ++i) {
+      if (!loom::tokenizer::IsValidUtf8(detok.Add(known[i]))) std::abort();
+      if (!loom::tokenizer::IsValidUtf8(detok.Peek())) std::abort();
+    }
+    if (!loom::tokenizer::IsValidUtf8(detok.Finish())) std::abort();
+  }
 }
 
 }  // namespace
