@@ -349,13 +349,22 @@ StatusOr<int32_t> Sampler::Sample(float* logits, int vocab, TokenLogprob* chosen
   ApplyPenalties(logits, vocab);
   // Every later stage (max, exp, sort, the draw) is defined only when some logit is a number
   // below +inf: NaN compares false with everything, +inf gives inf − inf = NaN. Penalties map
-  // NaN to NaN and ±inf to ±inf, so checking after them covers the raw row too.
+  // NaN to NaN and ±inf to ±inf, so checking after them covers the raw row — unless a
+  // constraint masked the token (allowed_token_ids, bad_words, min_tokens set -inf): the raw row
+  // is checked too then, or a broken output would pass under a mask and its log-probs (taken
+  // from the raw row) come back as NaN, clamped to -9999 without an error.
   // One vector pass (cpu/logits_scan_cpu.h): the scalar loop reread logits[best] every step, a
   // load-compare-cmov chain of ~4 ns per logit, ~0.65 ms per row of a 151936-token vocabulary.
   int64_t best = -1, bad = -1;
   ScanLogitsRow(logits, vocab, &best, &bad);
+  const float* bad_row = logits;
+  if (bad < 0 && constrained) {
+    int64_t raw_best = -1;
+    ScanLogitsRow(raw_.data(), vocab, &raw_best, &bad);
+    bad_row = raw_.data();
+  }
   if (bad >= 0) {
-    const float l = logits[bad];
+    const float l = bad_row[bad];
     return InvalidArgument("sampling step " + std::to_string(step) + ": logit of token " +
                            std::to_string(bad) + " is " + (std::isnan(l) ? "NaN" : "+inf") +
                            " (non-finite model output; check the weights)");

@@ -446,6 +446,30 @@ TEST(Sampler, NonFiniteLogitsAreAnErrorNamingTheStep) {
   }
 }
 
+// A non-finite logit is an error also when a constraint masks its token (review finding: the
+// masked row passed the check, and the log-probs, taken from the raw row, came back as -9999).
+TEST(Sampler, NonFiniteLogitsUnderAMaskAreAnError) {
+  const float nan = std::nanf("");
+  for (float bad : {nan, INFINITY}) {
+    for (int constraint = 0; constraint < 3; ++constraint) {
+      SamplingParams p;
+      p.temperature = 0;
+      p.logprobs = 2;
+      if (constraint == 0) p.allowed_token_ids = std::make_shared<std::vector<int32_t>>(std::vector<int32_t>{0, 1});
+      if (constraint == 1) p.bad_words_token_ids = {{3}};
+      if (constraint == 2) p.min_tokens = 1;  // token 3 stands for EOS below
+      Sampler s(p, {0}, /*stop_tokens=*/{3});
+      std::vector<float> row = {0.5f, 1.0f, 0.25f, bad};
+      TokenLogprob chosen{};
+      std::vector<TokenLogprob> top;
+      auto t = s.Sample(row.data(), 4, &chosen, &top);
+      ASSERT_FALSE(t.ok()) << "constraint " << constraint << " token " << *t;
+      EXPECT_NE(t.status().message().find("logit of token 3 is"), std::string::npos)
+          << t.status().message();
+    }
+  }
+}
+
 TEST(Sampler, PartlyMaskedRowsSampleOnlyFiniteTokensAndLogprobsStayFinite) {
   for (float temperature : {0.0f, 1e-4f, 1.0f}) {
     SamplingParams p;
