@@ -272,17 +272,11 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& config_json,
   }
   c.head_dim = 0;
   RETURN_IF_ERROR(ReadInt(j, "head_dim", &c.head_dim, false, where, 0, kMaxConfigHeadDim));
-  if (c.head_dim == 0) {
-    if (c.model_dim % c.num_heads != 0) {
-      return InvalidArgument(where + ": hidden_size is not a multiple of num_attention_heads and "
-                                     "no head_dim is given");
-    }
-    c.head_dim = c.model_dim / c.num_heads;
-  }
-  if (c.head_dim <= 0 || c.head_dim % 2 != 0) {
-    return InvalidArgument(where + ": head_dim must be positive and even, got " +
-                           std::to_string(c.head_dim));
-  }
+  // Absent: hidden_size / num_attention_heads, unless the architecture has its own default
+  // (Gemma 2/3: 256, set by its configure below; a Gemma config whose hidden_size is not a
+  // multiple of its heads was refused here, which transformers loads).
+  const bool head_dim_given = c.head_dim != 0;
+  if (!head_dim_given && c.model_dim % c.num_heads == 0) c.head_dim = c.model_dim / c.num_heads;
   if (auto act = j.find("hidden_act"); arch->reads_hidden_act && act != j.end() && !act->is_null()) {
     if (!act->is_string()) return InvalidArgument(where + ": hidden_act must be a string");
     RETURN_IF_ERROR(ParseActivation(act->get<std::string>(), "hidden_act", where, &c.activation));
@@ -297,6 +291,14 @@ StatusOr<ModelConfig> ParseModelConfig(const std::string& config_json,
   RETURN_IF_ERROR(ParseRope(j, where, c.max_position_embeddings, &c.rope));
   c.layers.assign(static_cast<size_t>(c.num_layers), LayerConfig{});
   RETURN_IF_ERROR(arch->configure(j, where, &c));
+  if (c.head_dim == 0 && !head_dim_given) {
+    return InvalidArgument(where + ": hidden_size is not a multiple of num_attention_heads and "
+                                   "no head_dim is given");
+  }
+  if (c.head_dim <= 0 || c.head_dim % 2 != 0) {
+    return InvalidArgument(where + ": head_dim must be positive and even, got " +
+                           std::to_string(c.head_dim));
+  }
   RETURN_IF_ERROR(CheckRopeDims(c, where));
 
   // The file whose eos_token_id is used names an out-of-vocabulary one (review finding: one

@@ -140,6 +140,13 @@ TEST(GemmaConfigTest, TransformersDefaultsWhenFieldsAreAbsent) {
   EXPECT_EQ(c->activation, Activation::kGeluTanh);
   j["attn_logit_softcapping"] = nullptr;  // explicit null: off
   EXPECT_FLOAT_EQ(Parse(j)->attn_softcap, 0.0f);
+  // The head_dim default holds whatever hidden_size / heads would give: 2304 is not a multiple
+  // of 7 heads, and transformers still loads it with head_dim 256 (review finding: refused).
+  j["num_attention_heads"] = 7;
+  j["num_key_value_heads"] = 7;
+  auto odd = Parse(j);
+  ASSERT_TRUE(odd.ok()) << odd.status().ToString();
+  EXPECT_EQ(odd->head_dim, 256);
 }
 
 // transformers 5.24's Gemma2/Gemma3 MLP is ACT2FN[config.hidden_activation]: "gelu" is the exact

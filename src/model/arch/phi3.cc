@@ -20,6 +20,9 @@ Status ReadPartialRotary(const nlohmann::json& j, const std::string& where, Mode
         ReadDouble(*it, "partial_rotary_factor", &factor, false, where + ": " + key, 1e-6, 1.0));
     break;
   }
+  // A head_dim ParseModelConfig refuses after this (absent and not derivable, or odd): its
+  // error names head_dim, not the rotary dim.
+  if (c->head_dim <= 0 || c->head_dim % 2 != 0) return OkStatus();
   const int dim = static_cast<int>(static_cast<double>(c->head_dim) * factor);
   if (dim <= 0 || dim % 2 != 0) {
     return InvalidArgument(where + ": partial_rotary_factor " + std::to_string(factor) +
