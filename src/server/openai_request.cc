@@ -550,10 +550,13 @@ bool ParseOpenAiRequest(const std::string& body, Endpoint endpoint, OpenAiReques
                                           std::to_string(out->params.min_tokens));
     return false;
   }
-  if (out->prompt_logprobs >= 0 && out->stream) {
-    *error = BadRequest("prompt_logprobs", "prompt_logprobs with stream=true is not supported");
+  // As vLLM: a stream carries no prompt log-probs; 0 is accepted there with no effect (vLLM
+  // computes them and streams nothing), more is refused with vLLM's message.
+  if (out->prompt_logprobs > 0 && out->stream) {
+    *error = BadRequest("prompt_logprobs", "`prompt_logprobs` are not available when `stream=True`.");
     return false;
   }
+  if (out->stream) out->prompt_logprobs = -1;
   return true;
 }
 

@@ -370,5 +370,21 @@ TEST(OpenAiRequest, RejectsMalformedBodies) {
                                  Endpoint::kCompletions, &r, &err, 2)) << err.message;
 }
 
+// As vLLM: prompt_logprobs 0 with stream is accepted with no effect (a stream carries none),
+// more is refused with vLLM's message.
+TEST(OpenAiRequest, PromptLogprobsWithStreamAsVllm) {
+  OpenAiRequest r;
+  ApiError err;
+  ASSERT_TRUE(ParseOpenAiRequest(R"({"model":"m","prompt":"a","stream":true,"prompt_logprobs":0})",
+                                 Endpoint::kCompletions, &r, &err)) << err.message;
+  EXPECT_EQ(r.prompt_logprobs, -1);
+  ASSERT_TRUE(ParseOpenAiRequest(R"({"model":"m","prompt":"a","prompt_logprobs":0})",
+                                 Endpoint::kCompletions, &r, &err)) << err.message;
+  EXPECT_EQ(r.prompt_logprobs, 0);
+  const ApiError e = Reject(R"({"model":"m","prompt":"a","stream":true,"prompt_logprobs":1})");
+  EXPECT_EQ(e.param, "prompt_logprobs");
+  EXPECT_EQ(e.message, "`prompt_logprobs` are not available when `stream=True`.");
+}
+
 }  // namespace
 }  // namespace loom::server
