@@ -296,7 +296,7 @@ void ExpectAttendRowMatchesScalar(AttendRowFn kernel, std::initializer_list<int>
 
 TEST(AttentionKernels, Avx512RowMatchesScalar) {
   if (cpu::DetectIsa() < cpu::Isa::kAvx512) GTEST_SKIP() << "no AVX-512";
-  ExpectAttendRowMatchesScalar(cpu::AttendRowAvx512, {64, 20, 128, 256, 80, 72, 8});
+  ExpectAttendRowMatchesScalar(cpu::AttendRowAvx512, {64, 20, 128, 256, 80, 72, 8, 2, 6, 512});
 }
 
 // Several query heads on one KV head in one call (K rows loaded once for up to 8 heads, V for up
@@ -307,7 +307,7 @@ TEST(AttentionKernels, Avx512RowMatchesScalar) {
 TEST(AttentionKernels, HeadsOfOneKvHeadEqualOneHeadCalls) {
   for (cpu::Isa isa : {cpu::Isa::kScalar, cpu::Isa::kAvx2, cpu::Isa::kAvx512}) {
     if (cpu::DetectIsa() < isa) continue;
-    for (int hd : {64, 128, 256, 80, 20}) {
+    for (int hd : {64, 128, 256, 80, 20, 2, 512}) {
       auto k = Random(10 * 2 * kKvBlockSize * hd, 40), v = Random(k.size(), 41);
       const std::vector<int32_t> table = {2, 0, 3, 1, 9, 5, 7, 4, 8, 6};
       cpu::PagedKvHead head{k.data(), v.data(), int64_t{2} * kKvBlockSize * hd,
@@ -347,7 +347,7 @@ TEST(AttentionKernels, HeadsOfOneKvHeadEqualOneHeadCalls) {
 // The avx2 kernel (8-lane keys, exp and V; head sizes not a multiple of 8 fall back to scalar).
 TEST(AttentionKernels, Avx2RowMatchesScalar) {
   if (cpu::DetectIsa() < cpu::Isa::kAvx2) GTEST_SKIP() << "no AVX2";
-  ExpectAttendRowMatchesScalar(cpu::AttendRowAvx2, {64, 20, 128, 256, 80, 72, 8});
+  ExpectAttendRowMatchesScalar(cpu::AttendRowAvx2, {64, 20, 128, 256, 80, 72, 8, 2, 6, 512});
 }
 
 }  // namespace
