@@ -69,9 +69,16 @@ void Accumulate(ChoiceState* c, const SequenceUpdate& u) {
 void KeepLast(ChoiceState* c, const SequenceUpdate& u) {
   TakePromptLogprobs(c, u);  // an echoed stream sends them with the choice's first chunk
   if (u.has_token) {
-    c->token_ids.assign(1, u.token);
-    c->logprobs.assign(1, u.logprob);
-    c->top.assign(1, u.top);
+    // The last 5 tokens: a chunk's log-prob text is decoded with up to 4 before it (vLLM's
+    // rebuild of a character split over tokens).
+    if (c->token_ids.size() >= 5) {
+      c->token_ids.erase(c->token_ids.begin());
+      c->logprobs.erase(c->logprobs.begin());
+      c->top.erase(c->top.begin());
+    }
+    c->token_ids.push_back(u.token);
+    c->logprobs.push_back(u.logprob);
+    c->top.push_back(u.top);
   }
   TakeFinish(c, u);
 }

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "server/logprob_text.h"
+
 namespace loom::server {
 
 using json = nlohmann::ordered_json;
@@ -21,10 +23,17 @@ const char* FinishReasonField(FinishReason r) {
 
 namespace {
 
+// A token's text decoded alone (what vLLM shows for an entry it has no log-prob record of).
 std::string TokenText(const ServerContext& ctx, int32_t id) {
   if (ctx.tokenizer == nullptr) return "token_id:" + std::to_string(id);
   const int32_t one[1] = {id};
   return ctx.tokenizer->Decode(std::span<const int32_t>(one, 1), /*skip_special_tokens=*/false);
+}
+
+// A token's text in log-probs, as vLLM gives it (server/logprob_text.h).
+std::string DecodedToken(const ServerContext& ctx, int32_t id, std::span<const int32_t> context) {
+  if (ctx.tokenizer == nullptr) return "token_id:" + std::to_string(id);
+  return LogprobTokenText(*ctx.tokenizer, id, context);
 }
 
 // text_offset counts characters, as OpenAI's legacy API and vLLM (Python's len of the token's
@@ -88,10 +97,11 @@ json ChatLogprobs(const ServerContext& ctx, const OpenAiRequest& r, const std::v
                   const std::vector<std::vector<TokenLogprob>>& tops, size_t from, size_t to) {
   json content = json::array();
   for (size_t i = from; i < to; ++i) {
-    const std::string tok = TokenText(ctx, ids[i]);
+    const auto context = LogprobContext(ids, i);
+    const std::string tok = DecodedToken(ctx, ids[i], context);
     json top = json::array();
     for (int k = 0; k < r.logprobs && k < static_cast<int>(tops[i].size()); ++k) {
-      const std::string t = TokenText(ctx, tops[i][static_cast<size_t>(k)].token);
+      const std::string t = DecodedToken(ctx, tops[i][static_cast<size_t>(k)].token, context);
       top.push_back({{"token", t},
                      {"logprob", tops[i][static_cast<size_t>(k)].logprob},
                      {"bytes", Bytes(t)}});
@@ -110,7 +120,8 @@ json CompletionLogprobs(const ServerContext& ctx, const OpenAiRequest& r,
   json tokens = json::array(), token_lps = json::array(), top_lps = json::array(),
        offsets = json::array();
   for (size_t i = from; i < to; ++i) {
-    const std::string tok = TokenText(ctx, ids[i]);
+    const auto context = LogprobContext(ids, i);
+    const std::string tok = DecodedToken(ctx, ids[i], context);
     tokens.push_back(tok);
     token_lps.push_back(lps[i].logprob);
     // OpenAI's legacy contract, as vLLM: the chosen token first, then the top N other than it
@@ -120,7 +131,7 @@ json CompletionLogprobs(const ServerContext& ctx, const OpenAiRequest& r,
     top[tok] = lps[i].logprob;
     for (int k = 0; k < r.logprobs && k < static_cast<int>(tops[i].size()); ++k) {
       const TokenLogprob& alt = tops[i][static_cast<size_t>(k)];
-      if (alt.token != ids[i]) top[TokenText(ctx, alt.token)] = alt.logprob;
+      if (alt.token != ids[i]) top[DecodedToken(ctx, alt.token, context)] = alt.logprob;
     }
     top_lps.push_back(top);
     offsets.push_back(*offset);
@@ -173,9 +184,10 @@ json VllmPromptLogprobs(const ServerContext& ctx, const OpenAiRequest& r,
   for (size_t i = 1; i < prompt.size() && i - 1 < c.prompt_logprobs.size(); ++i) {
     json entry = json::object();
     const int32_t id = prompt[i];
+    const auto context = LogprobContext(prompt, i, 1);  // vLLM's first entry (None) gives none
     entry[std::to_string(id)] = {{"logprob", c.prompt_logprobs[i - 1].logprob},
                                  {"rank", c.prompt_ranks[i - 1]},
-                                 {"decoded_token", TokenText(ctx, id)}};
+                                 {"decoded_token", DecodedToken(ctx, id, context)}};
     const auto& alts = c.prompt_top[i - 1];
     // The engine scored max(prompt_logprobs, logprobs) alternatives when echo asked for more.
     for (size_t k = 0; k < alts.size() && k < static_cast<size_t>(r.prompt_logprobs); ++k) {
@@ -183,7 +195,7 @@ json VllmPromptLogprobs(const ServerContext& ctx, const OpenAiRequest& r,
       if (entry.contains(key)) continue;
       entry[key] = {{"logprob", alts[k].logprob},
                     {"rank", static_cast<int64_t>(k) + 1},
-                    {"decoded_token", TokenText(ctx, alts[k].token)}};
+                    {"decoded_token", DecodedToken(ctx, alts[k].token, context)}};
     }
     out.push_back(std::move(entry));
   }

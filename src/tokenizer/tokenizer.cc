@@ -268,6 +268,28 @@ void Tokenizer::SetConfig(json config) {
   }
 }
 
+namespace {
+// vLLM's get_leading_space_marker: a Metaspace pre-tokenizer's replacement (alone or the first
+// in a Sequence), whose leading instance a one-token decode strips; "" for any other.
+std::string LeadingSpaceMarker(const json& pre) {
+  auto marker = [](const json& m) -> std::string {
+    auto it = m.find("replacement");
+    return it != m.end() && it->is_string() ? it->get<std::string>() : "\xE2\x96\x81";
+  };
+  if (!pre.is_object()) return "";
+  const auto type = pre.find("type");
+  if (type == pre.end() || !type->is_string()) return "";
+  if (*type == "Metaspace") return marker(pre);
+  if (*type != "Sequence") return "";
+  const auto subs = pre.find("pretokenizers");
+  if (subs == pre.end() || !subs->is_array()) return "";
+  for (const json& sub : *subs) {
+    if (sub.is_object() && sub.value("type", json()) == "Metaspace") return marker(sub);
+  }
+  return "";
+}
+}  // namespace
+
 StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Build(const json& j, const json& extra_added) {
   try {
     if (!j.is_object()) return InvalidArgument("expected a JSON object");
@@ -281,6 +303,7 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Build(const json& j, const json&
     ASSIGN_OR_RETURN(t->model_, ParseModel(j["model"]));
     ASSIGN_OR_RETURN(t->normalizer_, ParseNormalizer(field("normalizer")));
     ASSIGN_OR_RETURN(t->pre_tokenizer_, ParsePreTokenizer(field("pre_tokenizer")));
+    t->leading_space_marker_ = LeadingSpaceMarker(field("pre_tokenizer"));
     ASSIGN_OR_RETURN(t->post_processor_, ParsePostProcessor(field("post_processor")));
     ASSIGN_OR_RETURN(t->decoder_, ParseDecoder(field("decoder")));
     t->id_limit_ = t->model_->id_limit();

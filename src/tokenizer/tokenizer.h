@@ -108,6 +108,9 @@ class Tokenizer {
   int32_t id_limit() const { return id_limit_; }
   const std::vector<AddedToken>& added_tokens() const { return added_; }
   const TokenizerConfig& config() const { return config_; }
+  // vLLM's leading-space marker: a Metaspace pre-tokenizer's replacement ("▁"), whose leading
+  // instance a one-token decode strips; empty for other pre-tokenizers.
+  const std::string& leading_space_marker() const { return leading_space_marker_; }
 
  private:
   Tokenizer() = default;
@@ -130,6 +133,7 @@ class Tokenizer {
   std::unique_ptr<Model> model_;
   std::unique_ptr<Normalizer> normalizer_;
   std::unique_ptr<PreTokenizer> pre_tokenizer_;
+  std::string leading_space_marker_;
   std::unique_ptr<PostProcessor> post_processor_;
   std::unique_ptr<Decoder> decoder_;
   std::vector<AddedToken> added_;  // special tokens first (HF's matching priority)

@@ -207,11 +207,14 @@ def test_echo_streamed_equals_echo_in_one_body(server, max_tokens):
 
 def test_text_offset_counts_characters(server):
     # OpenAI's legacy text_offset (and vLLM's): characters of the token strings, not bytes. Each
-    # byte of "é" is a token whose text is one replacement character.
+    # byte of "é" is a token; as vLLM 0.32 (v1/engine/logprobs.py _correct_decoded_token) the
+    # first byte's text is "" (an incomplete character) and the second's the "é" it completes,
+    # so the tokens spell the text and text_offset indexes it (each byte was "\ufffd" before).
     r = complete(server, BASE, "h\u00e9llo \u00e9", max_tokens=3, echo=True, logprobs=0,
                  extra_body={"ignore_eos": True}).choices[0]
     lp = r.logprobs
-    assert "\ufffd" in lp.tokens
+    assert lp.tokens[:9] == ["h", "", "\u00e9", "l", "l", "o", " ", "", "\u00e9"], lp.tokens
+    assert lp.text_offset[:9] == [0, 1, 1, 2, 3, 4, 5, 6, 6], lp.text_offset
     assert lp.text_offset[0] == 0 and all(
         b - a == len(t) for a, b, t in zip(lp.text_offset, lp.text_offset[1:], lp.tokens)), lp
 
