@@ -282,14 +282,17 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
   adapter.reset();
 
   ResponseMeta meta;
-  // vLLM names a response after the client's X-Request-Id (gateways trace by it); kept only
-  // when it is 1..128 visible ASCII characters, else a random one.
+  // vLLM names a response after the client's X-Request-Id (gateways trace by it), else the
+  // body's request_id; the header is kept only when it is 1..128 visible ASCII characters (the
+  // body's was checked by the parser), else a random id.
   const char* id_prefix = endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-";
   const std::string client_id = req.header("X-Request-Id");
   const bool usable_id = !client_id.empty() && client_id.size() <= 128 &&
                          std::all_of(client_id.begin(), client_id.end(),
                                      [](char ch) { return ch > 0x20 && ch < 0x7F; });
-  meta.id = usable_id ? id_prefix + client_id : RandomId(id_prefix);
+  meta.id = usable_id              ? id_prefix + client_id
+            : !r.request_id.empty() ? id_prefix + r.request_id
+                                    : RandomId(id_prefix);
   meta.created = static_cast<int64_t>(std::time(nullptr));
   meta.model = r.model;
   meta.prompt_tokens = sub.prompt_tokens;

@@ -25,6 +25,7 @@ using Prompt = std::variant<std::string, std::vector<int32_t>>;
 struct OpenAiRequest {
   Endpoint endpoint = Endpoint::kCompletions;
   std::string model;  // /tokenize and /detokenize: empty when not sent (the base model)
+  std::string request_id;  // vLLM's: the response id's suffix when no X-Request-Id header
   // /v1/completions
   std::vector<Prompt> prompts;  // one or more; choices are prompt-major, n per prompt
   bool echo = false;

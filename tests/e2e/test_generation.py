@@ -52,6 +52,16 @@ def test_response_id_follows_x_request_id(server):
     r = c.completions.create(model=BASE, prompt="x", max_tokens=1,
                              extra_headers={"X-Request-Id": "has space"})
     assert r.id.startswith("cmpl-") and "space" not in r.id
+    # vLLM's body field request_id names it when no header does; the header wins over it.
+    r = c.chat.completions.create(model=BASE, messages=[{"role": "user", "content": "x"}],
+                                  max_tokens=1, extra_body={"request_id": "body-7"})
+    assert r.id == "chatcmpl-body-7"
+    r = c.completions.create(model=BASE, prompt="x", max_tokens=1, extra_body={"request_id": "b"},
+                             extra_headers={"X-Request-Id": "h"})
+    assert r.id == "cmpl-h"
+    with pytest.raises(openai.BadRequestError) as e:
+        c.completions.create(model=BASE, prompt="x", max_tokens=1, extra_body={"request_id": "a b"})
+    assert e.value.body["param"] == "request_id"
 
 
 def test_completion_greedy_is_deterministic(server):
