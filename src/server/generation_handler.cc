@@ -177,7 +177,11 @@ class CompletionStream : public StreamSource {
   CompletionStream(ServerContext& ctx, const OpenAiRequest& r, ResponseMeta meta,
                    std::shared_ptr<GenerationState> state)
       : ctx_(ctx), state_(state), writer_(ctx, r, std::move(meta), std::move(state)) {}
-  bool Pull(std::string* out) override { return writer_.Pump(out); }
+  bool Pull(std::string* out) override {
+    const bool done = writer_.Pump(out);
+    if (writer_.failed()) AbortUnfinished(ctx_, *state_);  // a choice failed: the stream ended
+    return done;
+  }
   bool NextPullIsLarge() override { return writer_.NextPumpIsLarge(); }
   void Abandon() override { AbortUnfinished(ctx_, *state_); }
 

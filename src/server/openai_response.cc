@@ -440,10 +440,14 @@ bool StreamWriter::Pump(std::string* out) {
     KeepLast(&c, u);  // a chunk needs only its own token: a stream's memory stays flat
     if (u.has_token && !request_.echo_only) ++completion_tokens_;
     if (u.finish_reason == FinishReason::kError) {
+      // As vLLM: the error event ends the whole stream — [DONE] next, no usage chunk, no more
+      // deltas of the other choices (the source aborts them: failed()).
       json err = {{"error", {{"message", "generation failed: " + u.error},
                              {"type", "InternalServerError"}, {"param", nullptr}, {"code", 500}}}};
       Write(out, err);
-      continue;
+      *out += "data: [DONE]\n\n";
+      ended_ = failed_ = true;
+      return true;
     }
     // One chunk per token, as vLLM (text may be empty while a character or a possible stop
     // string is held back), so clients can time every token.

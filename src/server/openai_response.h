@@ -39,6 +39,8 @@ class StreamWriter {
   // Whether the next Pump may write an echo's prompt log-probs (a choice's first chunk with
   // echo and logprobs): megabytes of JSON, built off the I/O thread (StreamSource).
   bool NextPumpIsLarge() const;
+  // The stream ended on a choice's error: the request's other sequences are to be aborted.
+  bool failed() const { return failed_; }
 
  private:
   nlohmann::ordered_json Chunk() const;
@@ -55,6 +57,7 @@ class StreamWriter {
   std::vector<bool> first_sent_;     // completions: the choice's first chunk is out
   int completion_tokens_ = 0;
   bool ended_ = false;
+  bool failed_ = false;
 };
 
 }  // namespace loom::server
