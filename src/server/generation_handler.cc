@@ -16,13 +16,6 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
-std::string RandomId(const char* prefix) {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  char buf[40];
-  std::snprintf(buf, sizeof(buf), "%s%016llx", prefix, static_cast<unsigned long long>(rng()));
-  return buf;
-}
-
 // The error's field for an engine validation failure.
 std::string ParamFor(const Status& st) {
   const std::string& m = st.message();

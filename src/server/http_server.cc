@@ -10,6 +10,7 @@
 
 #include "base/json.h"
 #include "server/generation_handler.h"
+#include "server/openai_response.h"
 #include "server/tokenize_handler.h"
 
 namespace loom::server {
@@ -177,9 +178,17 @@ HttpResponse HandleModels(const ServerContext& ctx) {
   const int64_t created = static_cast<int64_t>(std::time(nullptr));
   json data = json::array();
   auto entry = [&](const std::string& id, const std::string& root, const json& parent) {
+    // vLLM's ModelCard, with its one default ModelPermission (clients written against the
+    // OpenAI models list of 2023 read `permission`).
+    json permission = {{"id", RandomId("modelperm-")}, {"object", "model_permission"},
+                       {"created", created},           {"allow_create_engine", false},
+                       {"allow_sampling", true},       {"allow_logprobs", true},
+                       {"allow_search_indices", false}, {"allow_view", true},
+                       {"allow_fine_tuning", false},   {"organization", "*"},
+                       {"group", nullptr},             {"is_blocking", false}};
     return json{{"id", id},          {"object", "model"}, {"created", created},
                 {"owned_by", "loom"}, {"root", root},     {"parent", parent},
-                {"max_model_len", ctx.max_model_len}};
+                {"max_model_len", ctx.max_model_len}, {"permission", json::array({permission})}};
   };
   const std::string& base = ctx.options.served_model_name();
   if (!ctx.options.merged_adapter.empty()) {

@@ -3,12 +3,21 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <random>
 
 #include "server/logprob_text.h"
 
 namespace loom::server {
 
 using json = nlohmann::ordered_json;
+
+std::string RandomId(const char* prefix) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%s%016llx", prefix, static_cast<unsigned long long>(rng()));
+  return buf;
+}
 
 const char* FinishReasonField(FinishReason r) {
   switch (r) {

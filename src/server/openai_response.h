@@ -20,6 +20,8 @@ struct ResponseMeta {
   int prompt_tokens = 0;
 };
 
+// `prefix` + 16 random hex digits: a response's or a model permission's id.
+std::string RandomId(const char* prefix);
 const char* FinishReasonField(FinishReason r);  // "stop" | "length" | "abort" | "error"
 
 // The non-streaming body; `state`'s choices are all finished and consumed.

@@ -23,6 +23,10 @@ def test_models_lists_base_and_adapters(server, llama_dir):
     assert base["parent"] is None
     assert base["root"] == str(llama_dir)
     assert base["max_model_len"] == MAX_MODEL_LEN
+    # vLLM's ModelCard carries one default ModelPermission.
+    (perm,) = base["permission"]
+    assert perm["object"] == "model_permission" and perm["id"].startswith("modelperm-")
+    assert (perm["allow_sampling"], perm["allow_logprobs"], perm["organization"]) == (True, True, "*")
     adapters = {m["id"]: m for m in data[1:]}
     assert set(adapters) == set(ADAPTERS)
     for name, m in adapters.items():
