@@ -218,12 +218,12 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
   } drop_lease{adapter, ctx.adapters};
   if (!ctx.options.NamesBase(r.model)) {
     if (ctx.adapters == nullptr) {
-      return fail(ApiError{404, "the model '" + r.model + "' does not exist", "model", ""});
+      return fail(ApiError{404, "The model `" + r.model + "` does not exist.", "model", ""});
     }
     auto lease = ctx.adapters->Acquire(r.model);
     if (!lease.ok()) {
       if (lease.status().code() == StatusCode::kNotFound) {
-        return fail(ApiError{404, "the model '" + r.model + "' does not exist", "model", ""});
+        return fail(ApiError{404, "The model `" + r.model + "` does not exist.", "model", ""});
       }
       return fail(FromStatus(lease.status(), "model"));
     }

@@ -19,7 +19,7 @@ bool CheckModel(const ServerContext& ctx, const std::string& model, ApiError* er
   if (model.empty() || ctx.options.NamesBase(model)) return true;
   if (ctx.options.merged_adapter.empty() && ctx.adapters != nullptr && ctx.adapters->Knows(model))
     return true;
-  *error = ApiError{404, "the model '" + model + "' does not exist", "model", ""};
+  *error = ApiError{404, "The model `" + model + "` does not exist.", "model", ""};
   return false;
 }
 
