@@ -54,7 +54,11 @@ Engine::Engine(Model* model, const EngineOptions& options, const tokenizer::Toke
       max_model_len_(options.max_model_len > 0 ? options.max_model_len
                                                : model->config().max_position_embeddings),
       cache_(model->NewKvCache(options.kv_cache_tokens, options.kv_cache_dtype)),
-      scheduler_(cache_.get(), ToSchedulerOptions(options, *model)) {}
+      scheduler_(cache_.get(), ToSchedulerOptions(options, *model)) {
+  if (tokenizer_ != nullptr && !tokenizer_->config().eos_token.empty()) {
+    primary_eos_ = tokenizer_->TokenToId(tokenizer_->config().eos_token);
+  }
+}
 
 int Engine::AddAdapter(std::shared_ptr<const Adapter> adapter) {
   registered_.push_back(std::move(adapter));
@@ -276,6 +280,13 @@ void Engine::ApplyDrawn(Sequence* seq, Drawn drawn) {
   if (!seq->request.params.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) {
     reason = FinishReason::kStop;
     stop_token = true;
+    // As vLLM: only the tokenizer's EOS is EOS proper (stop_reason null); the model's other EOS
+    // ids stop as stop token ids (Llama 3.1's <|eom_id|>: stop_reason 128008). Without a
+    // tokenizer's EOS every one is EOS.
+    if (primary_eos_ >= 0 && token != primary_eos_) {
+      update.stop_token = token;
+      seq->result.stop_token = token;
+    }
   } else if (std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) {
     reason = FinishReason::kStop;
     stop_token = true;

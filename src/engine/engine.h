@@ -112,6 +112,9 @@ class Engine {
   Model* model_;
   EngineOptions options_;
   const tokenizer::Tokenizer* tokenizer_;
+  // The tokenizer's own EOS id (-1 when unknown): vLLM's EOS proper; the model's other EOS ids
+  // (config.json / generation_config.json) stop as stop token ids, reported in stop_reason.
+  int32_t primary_eos_ = -1;
   int max_model_len_;
   std::unique_ptr<KvCache> cache_;
   Scheduler scheduler_;

@@ -76,3 +76,29 @@ def test_bad_generation_config_flags_stop_the_server(llama_dir, args, needle):
     p = subprocess.run([str(loom_bin()), "serve", "--model", str(llama_dir), "--port", "0", *args],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode != 0 and needle in p.stderr, (p.returncode, p.stderr[-400:])
+
+
+def test_only_the_tokenizers_eos_is_eos_proper(start_server, llama_dir, tmp_path):
+    # vLLM: the tokenizer's eos_token is EOS (stop_reason null); the model's other EOS ids
+    # (generation_config.json / config.json) stop as stop token ids, reported in stop_reason —
+    # Llama 3.1 ending a tool turn on <|eom_id|> gives stop_reason 128008. Both end with "stop";
+    # ignore_eos ignores both.
+    d = model_with(tmp_path, llama_dir, {"eos_token_id": [2, 66]})
+    tok = json.loads((d / "tokenizer.json").read_text())
+    eos_piece = next(p for p, i in tok["model"]["vocab"].items() if i == 2)
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    cfg["eos_token"] = eos_piece
+    (d / "tokenizer_config.json").write_text(json.dumps(cfg))
+    srv = start_server(d)
+
+    def run(allowed, ignore_eos=False):
+        r = srv.client().completions.create(
+            model=BASE, prompt="Once", max_tokens=3, temperature=0,
+            extra_body={"allowed_token_ids": [allowed], "ignore_eos": ignore_eos})
+        return r.choices[0]
+
+    c = run(66)
+    assert (c.finish_reason, c.stop_reason, c.text) == ("stop", 66, ""), c
+    c = run(2)
+    assert (c.finish_reason, c.stop_reason) == ("stop", None), c
+    assert run(66, ignore_eos=True).finish_reason == "length"
