@@ -158,8 +158,9 @@ void AddCommon(std::map<std::string, Handler>* h) {
       OptionalBool("include_stop_str_in_output", &OpenAiRequest::include_stop_str_in_output);
   m["skip_special_tokens"] =
       OptionalBool("skip_special_tokens", &OpenAiRequest::skip_special_tokens);
-  // vLLM applies it to slow (Python) tokenizers only; its fast ones, loom's tokenizer.json
-  // included, decode special tokens without spaces between them whatever it says.
+  // Fast tokenizers (loom's tokenizer.json) put no spaces between special tokens either way;
+  // vLLM's fast detokenizer, with it false, writes an added token after another as its raw
+  // content, the same text with loom's decoders but for content they rewrite (docs/API.md).
   m["spaces_between_special_tokens"] =
       NoEffect("spaces_between_special_tokens", IsBool, "spaces_between_special_tokens must be a boolean");
   m["add_special_tokens"] = OptionalBool("add_special_tokens", &OpenAiRequest::add_special_tokens);
