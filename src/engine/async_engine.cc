@@ -127,6 +127,7 @@ void AsyncEngine::Loop() {
       new_callbacks_.clear();
       stopping = stop_;
     }
+    bool failed_to_add = false;  // such a request's adapter lease went: the store may trim
     for (auto& [request, id] : inbox) {
       // Adding copies the prompt and builds the sampler and detokenizer: an allocation that
       // fails here fails this request alone (it would end the process through std::terminate).
@@ -134,6 +135,7 @@ void AsyncEngine::Loop() {
         engine_.AddValidated(std::move(request), id);
       } catch (const std::exception& e) {
         FailUnadded(id, e.what());
+        failed_to_add = true;
       }
     }
     for (int64_t id : aborts) engine_.Abort(id);
@@ -156,7 +158,7 @@ void AsyncEngine::Loop() {
     // The snapshot first: a client woken by its last update then reads /metrics with its
     // sequence's last step counted.
     Publish();
-    bool finished = false;
+    bool finished = failed_to_add;
     for (SequenceUpdate& u : engine_.TakeUpdates()) {
       auto it = callbacks_.find(u.id);
       if (it == callbacks_.end()) continue;

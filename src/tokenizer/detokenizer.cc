@@ -40,45 +40,47 @@ std::string StreamingDetokenizer::Add(int32_t id) {
   // Decode() drops special tokens when skipping, so dropping them here gives the same text.
   if (skip_special_tokens_ && tokenizer_->IsSpecial(id)) return "";
   const size_t held = ids_.size() + 1 - prefix_ids_;
-  if (held < next_try_) {
+  if (held < next_try_) {  // not stepped: Step takes these ids in with the next one
     ids_.push_back(id);
     return "";
   }
   std::string piece = Step(id);
-  if (!piece.empty()) {
-    next_try_ = 0;
-  } else if (held >= kEagerPending) {
-    next_try_ = 2 * held;
-  }
+  const size_t now_held = ids_.size() - prefix_ids_;
+  next_try_ = now_held >= kEagerPending ? 2 * now_held : 0;
   return piece;
 }
 
 std::string StreamingDetokenizer::Step(int32_t id) {
-  // DecodeStream: an empty prefix is recomputed from the window first (ids that decoded to
-  // nothing become the prefix once their text is not an unfinished character).
-  if (prefix_.empty() && !ids_.empty()) {
-    std::string text = tokenizer_->Decode(ids_, false);
-    if (!EndsWithReplacement(text)) {
-      prefix_ = std::move(text);
-      prefix_ids_ = ids_.size();
-    }
+  const size_t unstepped = stepped_;  // ids_[unstepped..) came in without a step (the throttle)
+  // DecodeStream: an empty prefix is recomputed from the window first. Stepped one by one, a
+  // window whose text is empty is all it can take in (a clean non-empty text was emitted at its
+  // last step); ids the throttle let in are never taken in so (their text was not emitted).
+  if (prefix_.empty() && unstepped == ids_.size() && !ids_.empty() &&
+      tokenizer_->Decode(ids_, false).empty()) {
+    prefix_ids_ = ids_.size();
   }
   ids_.push_back(id);
-  const std::string text = tokenizer_->Decode(ids_, false);
+  stepped_ = ids_.size();
+  std::string text = tokenizer_->Decode(ids_, false);
   if (text.size() <= prefix_.size() || EndsWithReplacement(text)) return "";
   if (!StartsWith(text, prefix_)) {
     // DecodeStream's "invalid prefix": vLLM drops the stream and steps this id into a fresh one
-    // (the window's held ids, which turned the emitted text invalid, are never emitted).
-    ids_.clear();
+    // (the window's held ids, which turned the emitted text invalid, are never emitted). Ids
+    // the throttle let in without a step go into the fresh stream too, so no text after them
+    // is lost (vLLM, stepping each, would have reset at the first of them that is text: here
+    // the garbage bytes before it come out as U+FFFD).
+    ids_.erase(ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(unstepped));
     prefix_.clear();
     prefix_ids_ = 0;
-    return Step(id);  // once: an empty prefix starts every text
+    stepped_ = ids_.size();
+    text = tokenizer_->Decode(ids_, false);
+    if (text.empty() || EndsWithReplacement(text)) return "";
   }
   std::string piece = text.substr(prefix_.size());
   // The next window starts at this piece's first id.
   ids_.erase(ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(prefix_ids_));
   prefix_ = tokenizer_->Decode(ids_, false);
-  prefix_ids_ = ids_.size();
+  prefix_ids_ = stepped_ = ids_.size();
   return piece;
 }
 
@@ -99,7 +101,7 @@ std::string StreamingDetokenizer::Finish() {
   std::string rest = Held();
   // Released: the window's text is the next prefix (ids added later continue it).
   prefix_ = tokenizer_->Decode(ids_, false);
-  prefix_ids_ = ids_.size();
+  prefix_ids_ = stepped_ = ids_.size();
   next_try_ = 0;
   return rest;
 }

@@ -26,10 +26,11 @@ namespace loom::tokenizer {
 // prefix") and vLLM starts a fresh stream at that id (the invalid bytes are never emitted).
 //
 // Cost: each Add decodes the window, which grows while its text keeps ending in U+FFFD (a long
-// run of invalid bytes never "completes"). Past kEagerPending pending ids the window is decoded
-// again only when the pending count has doubled since the last try, so a hostile run of n such
-// ids costs O(n) decode work instead of O(n^2); the text is then released later (and where a
-// reset would have fallen inside the skipped steps, it can differ from vLLM's).
+// run of invalid bytes never "completes"). Past kEagerPending held ids the window is decoded
+// again only when the held count has doubled since the last try, so a hostile run of n such ids
+// costs O(n log n) decode work instead of O(n^2). The ids let in meanwhile are stepped together
+// with the next: their text comes out later, merged, and none is lost — where vLLM would have
+// reset inside them, the garbage bytes before the reset come out as U+FFFD (vLLM drops them).
 class StreamingDetokenizer {
  public:
   StreamingDetokenizer(const Tokenizer* tokenizer, bool skip_special_tokens)
@@ -39,9 +40,11 @@ class StreamingDetokenizer {
   // stream. Decoder rules for the first token (Metaspace's prepended "▁", Strip) then act on a
   // prompt token, not on the first generated one: "The capital of France is" continues
   // " Paris." (Llama 2, Mistral, TinyLlama), where decoding the generated ids alone gives
-  // "Paris.". vLLM's suffix: the shortest of the prompt's last 4-23 ids whose text (special
-  // tokens skipped) has no U+FFFD, else the whole prompt; each of its ids is stepped, the text
-  // dropped. The whole prompt costs a step per id (and at most the doubling rule's decodes).
+  // "Paris.". The suffix stepped (the text dropped) is vLLM V1's up to 0.11: the shortest of the
+  // prompt's last 4-23 ids whose text (special tokens skipped) has no U+FFFD, else the whole
+  // prompt. vLLM 0.32 primes DecodeStream with the whole prompt at once (prefill): the same
+  // pieces, except where the prompt's text ends inside a character — its first piece then
+  // repeats the whole prompt's text (a vLLM bug loom does not copy).
   void Prime(std::span<const int32_t> prompt);
   // Text that is final once `id` is known; often empty while a character is incomplete.
   std::string Add(int32_t id);
@@ -67,6 +70,8 @@ class StreamingDetokenizer {
   std::vector<int32_t> ids_;
   std::string prefix_;
   size_t prefix_ids_ = 0;
+  size_t stepped_ = 0;   // ids_[stepped_..) were let in by the throttle without a step
+
   size_t next_try_ = 0;  // held count at which to decode again (0: every Add)
   static constexpr size_t kEagerPending = 8;
   static constexpr size_t kPeekMax = 64;

@@ -171,6 +171,49 @@ TEST(DetokenizerPrimed, ByteRunsStreamPerCharacterAndResetWhenInvalid) {
   }
 }
 
+// Past 8 held ids the window is decoded only when the held count doubles (a hostile run of
+// undecodable ids would cost O(n^2) decodes): the ids let in meanwhile are stepped with the next
+// one, and none of their text is lost (review finding: text after a run of 10 invalid bytes was
+// dropped — taken into the prefix unseen, or skipped by the reset). Expected: vLLM's pieces
+// (tools/ref/make_detokenizer_streams.py's vllm_pieces, tokenizers 0.23.3) joined.
+TEST(DetokenizerPrimed, HeldIdsPastTheThrottleLoseNoText) {
+  auto t = Tokenizer::FromFile((kTokenizers / "TinyLlama-1.1B-Chat-v1.0/tokenizer.json").string());
+  ASSERT_TRUE(t.ok());
+  const std::vector<int32_t> words = {29871, 22172, 3186, 445, 338, 777, 1426,
+                                      393,   4477,  278,  25861, 6262, 1244};
+  const std::string tail = "hello world this is some text that follows the garbage bytes here";
+  const std::string bad = "\xEF\xBF\xBD";
+  auto stream = [&](const std::vector<int32_t>& prompt, const std::vector<int32_t>& ids) {
+    StreamingDetokenizer d(t->get(), true);
+    d.Prime(prompt);
+    std::string out;
+    for (int32_t id : ids) {
+      const std::string piece = d.Add(id);
+      EXPECT_TRUE(IsValidUtf8(piece));
+      out += piece;
+    }
+    return out + d.Finish();
+  };
+  // Ten <0x80> then words, no prompt: no reset, so exactly vLLM's text.
+  std::vector<int32_t> ids(10, 131);
+  ids.insert(ids.end(), words.begin(), words.end());
+  std::string want;
+  for (int i = 0; i < 10; ++i) want += bad;
+  EXPECT_EQ(stream({}, ids), want + "  " + tail);
+  // A valid character, then ten bytes that make its run invalid, then words: vLLM resets at the
+  // first word ("日 hello …"); here the reset comes at the held count's next try, with the bytes
+  // let in since then as U+FFFD — every word is there.
+  ids.assign({233, 154, 168});
+  ids.insert(ids.end(), 10, 131);
+  ids.insert(ids.end(), words.begin(), words.end());
+  for (const std::vector<int32_t>& prompt : {std::vector<int32_t>{}, std::vector<int32_t>{1, 450}}) {
+    const std::string got = stream(prompt, ids);
+    EXPECT_EQ(got.rfind("\u65e5", 0), 0u) << got;
+    ASSERT_GE(got.size(), tail.size());
+    EXPECT_EQ(got.substr(got.size() - tail.size()), tail) << got;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Tokenizers, DetokenizerTest,
                          testing::Values("gpt2/tokenizer.json",
                                          "TinyLlama-1.1B-Chat-v1.0/tokenizer.json",

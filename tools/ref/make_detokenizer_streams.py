@@ -1,8 +1,9 @@
 # Writes streaming-detokenization reference cases: HF tokenizers' DecodeStream driven as vLLM drives it.
 """Reference cases for loom's StreamingDetokenizer (tests/unit/detokenizer_test.cc).
 
-vLLM V1's FastIncrementalDetokenizer (vllm/v1/engine/detokenizer.py) streams a sequence's text
-with the HF `tokenizers` DecodeStream:
+vLLM V1's FastIncrementalDetokenizer (vllm/v1/engine/detokenizer.py, up to 0.11; 0.32 primes
+with DecodeStream(ids=prompt), the same pieces unless the prompt's text ends inside a character)
+streams a sequence's text with the HF `tokenizers` DecodeStream:
   - it primes the stream with the prompt's suffix: the shortest of the last 4..23 ids whose
     Tokenizer.decode (skip_special_tokens=True, the binding's default) has no U+FFFD; the whole
     prompt when it has at most 4 ids or no such suffix exists; each id stepped, output dropped;
