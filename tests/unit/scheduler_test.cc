@@ -476,6 +476,25 @@ std::unique_ptr<Sequence> Seq(int64_t id, int prompt_len, int max_tokens, uint64
   return q;
 }
 
+// One simulated step: every planned row computed; a sequence that completes its tokens takes a
+// token, and the ones that reach max_tokens are retired. The ids retired.
+std::vector<int64_t> RunStep(Scheduler* s, const StepPlan& p) {
+  std::vector<Sequence*> done;
+  for (auto& [q, n] : p.rows) {
+    q->num_computed += n;
+    if (q->remaining() == 0) {
+      q->tokens.push_back(7);
+      q->result.generated.push_back(7);
+      if (static_cast<int>(q->result.generated.size()) >= q->request.params.max_tokens) {
+        done.push_back(q);
+      }
+    }
+  }
+  std::vector<int64_t> ids;
+  for (Sequence* q : done) ids.push_back(s->Retire(q)->id);
+  return ids;
+}
+
 // The running list stays in arrival order when a request passes a head blocked by max_loras
 // and when a preempted sequence comes back, so preemption takes the youngest (review finding:
 // an older sequence was preempted, and lost its whole prefix, while a younger one ran on).
@@ -494,23 +513,12 @@ TEST(Scheduler, RunningStaysInArrivalOrderSoPreemptionTakesTheYoungest) {
   int preemptions = 0;
   for (int step = 0; step < 2000 && s.HasWork(); ++step) {
     StepPlan p = s.Schedule();
-    std::vector<Sequence*> done;
-    for (auto& [q, n] : p.rows) {
-      q->num_computed += n;
-      if (q->remaining() == 0) {
-        q->tokens.push_back(7);
-        q->result.generated.push_back(7);
-        if (static_cast<int>(q->result.generated.size()) >= q->request.params.max_tokens) {
-          done.push_back(q);
-        }
-      }
-    }
     preemptions += static_cast<int>(p.preempted.size());
     const auto& running = s.running();
     for (size_t i = 1; i < running.size(); ++i) {
       ASSERT_LT(running[i - 1]->arrival, running[i]->arrival) << "step " << step;
     }
-    for (Sequence* q : done) s.Retire(q);
+    RunStep(&s, p);
   }
   EXPECT_FALSE(s.HasWork());
   EXPECT_GT(preemptions, 0);  // the cache was too small: the order mattered
@@ -531,25 +539,6 @@ TEST(Scheduler, PromptScoringChunksAreCapped) {
   ASSERT_EQ(p.rows.size(), 2u);
   EXPECT_EQ(p.rows[0].second, 8);
   EXPECT_EQ(p.rows[1].second, 40);
-}
-
-// One simulated step: every planned row computed; a sequence that completes its tokens takes a
-// token, and the ones that reach max_tokens are retired. The ids retired.
-std::vector<int64_t> RunStep(Scheduler* s, const StepPlan& p) {
-  std::vector<Sequence*> done;
-  for (auto& [q, n] : p.rows) {
-    q->num_computed += n;
-    if (q->remaining() == 0) {
-      q->tokens.push_back(7);
-      q->result.generated.push_back(7);
-      if (static_cast<int>(q->result.generated.size()) >= q->request.params.max_tokens) {
-        done.push_back(q);
-      }
-    }
-  }
-  std::vector<int64_t> ids;
-  for (Sequence* q : done) ids.push_back(s->Retire(q)->id);
-  return ids;
 }
 
 // An old prompt still prefilling in small chunks (prompt scoring caps them) among younger
