@@ -355,11 +355,10 @@ StatusOr<int32_t> Sampler::Sample(float* logits, int vocab, TokenLogprob* chosen
   // from the raw row) come back as NaN, clamped to -9999 without an error.
   // One vector pass (cpu/logits_scan_cpu.h): the scalar loop reread logits[best] every step, a
   // load-compare-cmov chain of ~4 ns per logit, ~0.65 ms per row of a 151936-token vocabulary.
-  int64_t best = -1, bad = -1;
+  int64_t best = -1, bad = -1, raw_best = -1;
   ScanLogitsRow(logits, vocab, &best, &bad);
   const float* bad_row = logits;
   if (bad < 0 && constrained) {
-    int64_t raw_best = -1;
     ScanLogitsRow(raw_.data(), vocab, &raw_best, &bad);
     bad_row = raw_.data();
   }
@@ -370,9 +369,7 @@ StatusOr<int32_t> Sampler::Sample(float* logits, int vocab, TokenLogprob* chosen
                            " (non-finite model output; check the weights)");
   }
   if (best < 0) {
-    int64_t raw_best = -1, raw_bad = -1;
-    if (constrained) ScanLogitsRow(raw_.data(), vocab, &raw_best, &raw_bad);
-    if (raw_best >= 0) {
+    if (raw_best >= 0) {  // the raw row (scanned above when constrained) had a token to draw
       return FailedPrecondition("sampling step " + std::to_string(step) +
                                 ": allowed_token_ids, bad_words and min_tokens leave no token "
                                 "to draw");

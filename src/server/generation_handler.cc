@@ -280,14 +280,10 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
 
   ResponseMeta meta;
   // vLLM names a response after the client's X-Request-Id (gateways trace by it), else the
-  // body's request_id; the header is kept only when it is 1..128 visible ASCII characters (the
-  // body's was checked by the parser), else a random id.
+  // body's request_id (checked by the parser); an unusable header is passed over.
   const char* id_prefix = endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-";
   const std::string client_id = req.header("X-Request-Id");
-  const bool usable_id = !client_id.empty() && client_id.size() <= 128 &&
-                         std::all_of(client_id.begin(), client_id.end(),
-                                     [](char ch) { return ch > 0x20 && ch < 0x7F; });
-  meta.id = usable_id              ? id_prefix + client_id
+  meta.id = UsableRequestId(client_id) ? id_prefix + client_id
             : !r.request_id.empty() ? id_prefix + r.request_id
                                     : RandomId(id_prefix);
   meta.created = static_cast<int64_t>(std::time(nullptr));

@@ -198,13 +198,10 @@ void AddCommon(std::map<std::string, Handler>* h) {
   // Accepted with no effect (docs/API.md): an end-user id for abuse monitoring.
   m["user"] = NoEffect("user", IsString, "user must be a string");
   // vLLM's request_id: the response's id ("chatcmpl-" / "cmpl-" + it) when no X-Request-Id
-  // header names one. It lands in response bodies and logs: 1-128 visible ASCII characters.
+  // header names one.
   m["request_id"] = [](Parser& p, const json& v, OpenAiRequest* r) {
     if (v.is_null()) return true;
-    if (!v.is_string() || v.get_ref<const std::string&>().empty() ||
-        v.get_ref<const std::string&>().size() > 128 ||
-        !std::all_of(v.get_ref<const std::string&>().begin(), v.get_ref<const std::string&>().end(),
-                     [](char ch) { return ch > 0x20 && ch < 0x7F; })) {
+    if (!v.is_string() || !UsableRequestId(v.get_ref<const std::string&>())) {
       return p.Fail("request_id", "request_id must be a string of 1 to 128 visible ASCII characters");
     }
     r->request_id = v.get<std::string>();
@@ -572,6 +569,11 @@ bool ParseOpenAiRequest(const std::string& body, Endpoint endpoint, OpenAiReques
   }
   if (out->stream) out->prompt_logprobs = -1;
   return true;
+}
+
+bool UsableRequestId(std::string_view id) {
+  return !id.empty() && id.size() <= 128 &&
+         std::all_of(id.begin(), id.end(), [](char ch) { return ch > 0x20 && ch < 0x7F; });
 }
 
 bool CheckLogitBiasBudget(const OpenAiRequest& r, int64_t sequences, ApiError* error) {

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -77,6 +78,10 @@ struct OpenAiRequest {
 // `sequences` is a 400 naming logit_bias.
 inline constexpr int64_t kMaxLogitBiasEntries = int64_t{1} << 22;
 bool CheckLogitBiasBudget(const OpenAiRequest& r, int64_t sequences, ApiError* error);
+
+// A client's request id (X-Request-Id, or the body's request_id) fit to name a response: it lands
+// in response bodies and logs, so 1-128 visible ASCII characters.
+bool UsableRequestId(std::string_view id);
 
 // Prompt log-probs (prompt_logprobs, or echo with logprobs) come all at once, when a sequence's
 // prompt has run: (top-N + 1) entries per prompt token per sequence, held by the engine's result

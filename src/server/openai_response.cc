@@ -391,6 +391,8 @@ json StreamWriter::ChoiceChunk(size_t index, const SequenceUpdate& u) {
 }
 
 bool StreamWriter::NextPumpIsLarge() const {
+  // Chat echo's first pump: the echoed message (up to a body's size) once per choice.
+  if (!started_ && request_.echo_last_message) return true;
   if (!request_.echo || !request_.want_logprobs || ended_) return false;
   return std::find(first_sent_.begin(), first_sent_.end(), false) != first_sent_.end();
 }

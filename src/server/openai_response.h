@@ -39,7 +39,8 @@ class StreamWriter {
   // once the last chunk and [DONE] are appended.
   bool Pump(std::string* out);
   // Whether the next Pump may write an echo's prompt log-probs (a choice's first chunk with
-  // echo and logprobs): megabytes of JSON, built off the I/O thread (StreamSource).
+  // echo and logprobs) or chat echo's message once per choice: megabytes of JSON, built off the
+  // I/O thread (StreamSource).
   bool NextPumpIsLarge() const;
   // The stream ended on a choice's error: the request's other sequences are to be aborted.
   bool failed() const { return failed_; }

@@ -91,7 +91,9 @@ std::string StreamingDetokenizer::Held() const {
 }
 
 std::string StreamingDetokenizer::Peek() const {
-  if (prefix_ids_ >= ids_.size() || ids_.size() - prefix_ids_ > kPeekMax) return "";
+  // Held ids that were all stepped hold an unfinished character (else the step released them):
+  // only ids the throttle let in can hold whole characters — no decode on every held token.
+  if (stepped_ == ids_.size() || ids_.size() - prefix_ids_ > kPeekMax) return "";
   std::string held = Held();
   return EndsWithReplacement(held) ? "" : held;
 }

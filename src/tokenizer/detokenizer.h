@@ -51,9 +51,10 @@ class StreamingDetokenizer {
   // What is held at the end of the sequence, decoded (an unfinished character as U+FFFD, as
   // transformers' decode gives it; vLLM drops it). Nothing is held afterwards.
   std::string Finish();
-  // What Finish would return now, without changing anything, when it is whole characters; empty
-  // when nothing is held, the held text ends in an unfinished character, or more than kPeekMax
-  // ids are held (a stop-string probe for text held back by the doubling rule).
+  // What Finish would return now, without changing anything, when it is whole characters held
+  // back by the doubling rule (ids it let in without a step); empty otherwise — nothing held,
+  // every held id stepped (their text is an unfinished character), the held text ending in one,
+  // or more than kPeekMax ids held. A stop-string probe.
   std::string Peek() const;
 
  private:
