@@ -5,6 +5,7 @@
 #include <cpuid.h>
 #endif
 
+#include <atomic>
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
@@ -15,7 +16,10 @@
 namespace loom::cpu {
 
 namespace {
-Isa g_active = static_cast<Isa>(-1);
+// SetActiveIsa's level (tests), or -1. Atomic: ActiveIsa is read by every kernel call on the
+// pool's workers while the engine thread may be the first to ask (a plain global written on
+// first use was a data race under ThreadSanitizer, and could print LOOM_ISA's warning twice).
+std::atomic<int> g_override{-1};
 
 #if defined(__x86_64__)
 // CPUID.1:ECX bit 29. Read directly: clang 14's __builtin_cpu_supports has no "f16c".
@@ -49,8 +53,10 @@ Isa DetectIsa() {
   return Isa::kScalar;
 }
 
-Isa ActiveIsa() {
-  if (g_active == static_cast<Isa>(-1)) {
+namespace {
+// DetectIsa() capped by LOOM_ISA, once per process (a function-local static: thread-safe).
+Isa DetectedCapped() {
+  static const Isa active = [] {
     Isa isa = DetectIsa();
     if (const char* env = std::getenv("LOOM_ISA"); env != nullptr && *env != '\0') {
       Isa capped = isa;
@@ -64,12 +70,18 @@ Isa ActiveIsa() {
       }
       isa = capped;
     }
-    g_active = isa;
-  }
-  return g_active;
+    return isa;
+  }();
+  return active;
+}
+}  // namespace
+
+Isa ActiveIsa() {
+  const int forced = g_override.load(std::memory_order_relaxed);
+  return forced >= 0 ? static_cast<Isa>(forced) : DetectedCapped();
 }
 
-void SetActiveIsa(Isa isa) { g_active = isa; }
+void SetActiveIsa(Isa isa) { g_override.store(static_cast<int>(isa), std::memory_order_relaxed); }
 
 const char* IsaName(Isa isa) {
   switch (isa) {
