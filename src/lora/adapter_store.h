@@ -13,6 +13,7 @@
 
 #include "base/status.h"
 #include "lora/adapter.h"
+#include "lora/failed_loads.h"
 #include "lora/site_table.h"
 
 namespace loom {
@@ -134,6 +135,10 @@ class AdapterStore {
   // LoadAdapter, with every file opened inside `root` when it is not empty.
   StatusOr<std::shared_ptr<const Adapter>> Load(const std::string& name, const std::string& dir,
                                                 const std::string& root) const;
+  // Load under load_mu_ (one at a time), unless the folder failed validation before and none of
+  // its files changed since: then that error, without reading or waiting (failed_).
+  StatusOr<std::shared_ptr<const Adapter>> LoadOnce(const std::string& name, const std::string& dir,
+                                                    const std::string& root);
   void Touch(const std::string& name, Entry& e);
   void EvictLocked();
   // Takes a loaded adapter out of the table (unload, replace): its bytes leave the resident
@@ -148,6 +153,7 @@ class AdapterStore {
   std::vector<std::string> roots_;  // canonical lora_dirs
   mutable std::mutex mu_;           // the table
   std::mutex load_mu_;              // one load at a time
+  FailedLoads failed_;              // invalid folders' errors, until their files change
   std::unordered_map<std::string, Entry> entries_;
   std::list<std::string> lru_;      // loaded names, most recent first
   uint64_t resident_bytes_ = 0;     // Adapter::resident_bytes of the loaded ones

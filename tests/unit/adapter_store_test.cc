@@ -7,9 +7,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <thread>
 
+#include "base/file.h"
 #include "model/model.h"
 
 namespace loom {
@@ -419,6 +421,55 @@ TEST(AdapterStore, AnOnDemandNameWhoseFolderWentIsForgotten) {
   fs::copy(kAdapters + "llama_mlp_r6", root / "x", fs::copy_options::recursive);
   EXPECT_TRUE(store.Acquire("x").ok());
   EXPECT_TRUE(store.Contains("x"));
+  fs::remove_all(root);
+}
+
+// A folder that fails validation is not read again while its files stay as they were: the same
+// error comes back without a load (a client naming a broken adapter in a loop re-read it each
+// time under the one-load lock, holding every other adapter's load behind it). Changing a file
+// makes the next request load it again, and a fixed folder then serves.
+TEST(AdapterStore, AnInvalidFolderIsNotReadAgainUntilItsFilesChange) {
+  const fs::path root = fs::temp_directory_path() / "loom_store_failed";
+  fs::remove_all(root);
+  fs::create_directories(root);
+  fs::copy(kAdapters + "llama_mlp_r6", root / "bad", fs::copy_options::recursive);
+  const fs::path config = root / "bad" / "adapter_config.json";
+  const std::string good = ReadTextFile(config.string()).value();
+  std::string broken = good;
+  const size_t r = broken.find("\"r\"");
+  ASSERT_NE(r, std::string::npos);
+  broken.replace(r, 3, "\"r\": -1, \"r_was\"");  // r = -1: invalid
+  auto write = [&](const std::string& text) {
+    FILE* f = std::fopen(config.string().c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(std::fwrite(text.data(), 1, text.size(), f), text.size());
+    std::fclose(f);
+  };
+  write(broken);
+  int loads = 0;
+  AdapterStoreOptions o;
+  o.lora_dirs = {root.string()};
+  o.on_load = [&](const std::string&) { ++loads; };
+  AdapterStore store(&Llama().sites(), o);
+  auto first = store.Acquire("bad");
+  ASSERT_EQ(first.status().code(), StatusCode::kInvalidArgument) << first.status().ToString();
+  EXPECT_EQ(loads, 1);
+  for (int i = 0; i < 3; ++i) {
+    auto again = store.Acquire("bad");
+    EXPECT_EQ(again.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(again.status().message(), first.status().message());
+  }
+  EXPECT_EQ(loads, 1);  // answered from what the first load found
+  // The load endpoint's path (Register) shares it.
+  EXPECT_EQ(store.Register("alias", (root / "bad").string()).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(loads, 2);  // another name: its own load
+  EXPECT_EQ(store.Register("alias", (root / "bad").string()).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(loads, 2);
+  // Fixed on disk: loaded again, and served.
+  write(good);
+  auto fixed = store.Acquire("bad");
+  EXPECT_TRUE(fixed.ok()) << fixed.status().ToString();
+  EXPECT_EQ(loads, 3);
   fs::remove_all(root);
 }
 
