@@ -21,17 +21,21 @@ std::string StopChecker::Add(const std::string& delta, std::string* matched, boo
   }
   const size_t before = pending_.size();
   pending_ += delta;
-  // Earliest complete stop string in pending that ends in `delta` (a stop can only start in
-  // pending: everything released before was checked not to be a stop prefix; one that ended
-  // before `delta` was either matched then or completed while unchecked).
+  // The complete stop string in pending that ends in `delta` and ends first, ties in list order
+  // (vLLM's check_stop_strings: what appending one character at a time would find; "b" in
+  // "abc" before "abc"). A stop can only start in pending: everything released before was
+  // checked not to be a stop prefix; one that ended before `delta` was either matched then or
+  // completed while unchecked.
   size_t best = std::string::npos;
+  size_t best_end = std::string::npos;
   const std::string* best_stop = nullptr;
   for (const auto& s : stops_) {
     if (!check) break;
     const size_t from = before >= s.size() ? before - s.size() + 1 : 0;
     const size_t at = pending_.find(s, from);
-    if (at != std::string::npos && (best == std::string::npos || at < best)) {
+    if (at != std::string::npos && at + s.size() < best_end) {
       best = at;
+      best_end = at + s.size();
       best_stop = &s;
     }
   }

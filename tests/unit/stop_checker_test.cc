@@ -40,6 +40,30 @@ TEST(StopChecker, EarliestOfSeveralAndIncludeStop) {
   EXPECT_EQ(c.text(), "xxabc");
 }
 
+// Of several stop strings completed by one piece, the one that ends first wins, ties in list
+// order, as vLLM 0.32's check_stop_strings (what one character at a time would find): "b" ends
+// before "abc" although "abc" starts first.
+TEST(StopChecker, TheStopThatEndsFirstWinsTiesInListOrder) {
+  {
+    StopChecker c({"abc", "b"}, false);
+    std::string m;
+    EXPECT_EQ(Feed(c, {"xxabcd"}, &m), "xxa");
+    EXPECT_EQ(m, "b");
+  }
+  {
+    StopChecker c({"bc", "abc", "c"}, true);  // all three end at the same character
+    std::string m;
+    EXPECT_EQ(Feed(c, {"x", "abcd"}, &m), "xabc");
+    EXPECT_EQ(m, "bc");
+  }
+  {
+    StopChecker c({"c", "bc"}, false);
+    std::string m;
+    EXPECT_EQ(Feed(c, {"xab", "cd"}, &m), "xab");
+    EXPECT_EQ(m, "c");
+  }
+}
+
 TEST(StopChecker, FlushReleasesAHeldPrefix) {
   StopChecker c({"STOP"}, false);
   std::string m;
