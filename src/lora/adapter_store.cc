@@ -83,13 +83,9 @@ StatusOr<std::shared_ptr<const Adapter>> AdapterStore::Load(const std::string& n
   return adapter;
 }
 
-StatusOr<std::shared_ptr<const Adapter>> AdapterStore::LoadOnce(const std::string& name,
-                                                                 const std::string& dir,
-                                                                 const std::string& root) {
-  const std::string fingerprint = AdapterFolderFingerprint(dir);  // before: a change re-reads
-  Status kept;
-  if (failed_.Find(name, dir, fingerprint, &kept)) return kept;
-  std::lock_guard<std::mutex> load_lock(load_mu_);  // one load at a time (memory, CPU)
+StatusOr<std::shared_ptr<const Adapter>> AdapterStore::LoadRemembering(
+    const std::string& name, const std::string& dir, const std::string& root,
+    const std::string& fingerprint) {
   StatusOr<std::shared_ptr<const Adapter>> loaded = Load(name, dir, root);
   if (loaded.ok()) {
     failed_.Forget(name, dir);
@@ -115,7 +111,15 @@ Status AdapterStore::Register(const std::string& name, const std::string& dir,
   }
   // Load before publishing the name: a bad folder never half-registers, and a replacement that
   // fails leaves the old adapter serving.
-  ASSIGN_OR_RETURN(std::shared_ptr<const Adapter> adapter, LoadOnce(name, dir, root));
+  // A folder that failed before, unchanged since: its error, without waiting for other loads.
+  const std::string fingerprint = AdapterFolderFingerprint(dir);  // before: a change re-reads
+  Status kept;
+  if (failed_.Find(name, dir, fingerprint, &kept)) return kept;
+  // Held until the name is published: an on-demand load of the same name that was waiting
+  // publishes after this registration, never before it (then "already loaded" here).
+  std::lock_guard<std::mutex> load_lock(load_mu_);
+  ASSIGN_OR_RETURN(std::shared_ptr<const Adapter> adapter,
+                   LoadRemembering(name, dir, root, fingerprint));
   std::lock_guard<std::mutex> lock(mu_);
   if (auto old = entries_.find(name); old != entries_.end()) {
     if (!replace) return InvalidArgument("adapter '" + name + "' is already loaded");
@@ -317,7 +321,15 @@ StatusOr<std::shared_ptr<const Adapter>> AdapterStore::LoadAndPublish(const std:
     std::lock_guard<std::mutex> lock(mu_);  // a full table refuses it before the load
     if (entries_.count(name) == 0) RETURN_IF_ERROR(RoomForNameLocked(name, /*forget=*/false));
   }
-  StatusOr<std::shared_ptr<const Adapter>> loaded = LoadOnce(name, dir, root);
+  const std::string fingerprint = AdapterFolderFingerprint(dir);  // before: a change re-reads
+  Status kept;
+  StatusOr<std::shared_ptr<const Adapter>> loaded = Internal("");
+  if (failed_.Find(name, dir, fingerprint, &kept)) {
+    loaded = kept;  // failed before, unchanged since: not read again, nor waited for
+  } else {
+    std::lock_guard<std::mutex> load_lock(load_mu_);  // one load at a time (memory, CPU)
+    loaded = LoadRemembering(name, dir, root, fingerprint);
+  }
   if (!loaded.ok() && on_demand) {
     // A name found on demand whose sub-folder (or its adapter_config.json) has gone since: the
     // name is forgotten, as if never used (it stayed in /v1/models, answering 400, forever).

@@ -135,10 +135,12 @@ class AdapterStore {
   // LoadAdapter, with every file opened inside `root` when it is not empty.
   StatusOr<std::shared_ptr<const Adapter>> Load(const std::string& name, const std::string& dir,
                                                 const std::string& root) const;
-  // Load under load_mu_ (one at a time), unless the folder failed validation before and none of
-  // its files changed since: then that error, without reading or waiting (failed_).
-  StatusOr<std::shared_ptr<const Adapter>> LoadOnce(const std::string& name, const std::string& dir,
-                                                    const std::string& root);
+  // Load, its failure kept in failed_ under `fingerprint` (taken before it; a success forgets
+  // one). The caller holds load_mu_ and has asked failed_ first.
+  StatusOr<std::shared_ptr<const Adapter>> LoadRemembering(const std::string& name,
+                                                           const std::string& dir,
+                                                           const std::string& root,
+                                                           const std::string& fingerprint);
   void Touch(const std::string& name, Entry& e);
   void EvictLocked();
   // Takes a loaded adapter out of the table (unload, replace): its bytes leave the resident
