@@ -17,7 +17,7 @@ OUT=${OUT:-/tmp/loom-tsan}
 rm -rf "$OUT" && mkdir -p "$OUT"
 for t in "${tests[@]}"; do
   echo "tsan: $t"
-  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" "build-tsan/tests/$t" >"$OUT/$t.log" 2>&1 ||
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 allocator_may_return_null=1" "build-tsan/tests/$t" >"$OUT/$t.log" 2>&1 ||
     { tail -60 "$OUT/$t.log"; echo "tsan: $t FAILED (log: $OUT/$t.log)" >&2; exit 1; }
 done
 # The server under the end-to-end suite; LOOM_E2E_TSAN skips what ThreadSanitizer cannot run

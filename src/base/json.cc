@@ -200,6 +200,25 @@ StatusOr<nlohmann::ordered_json> ParseOrderedJson(std::string_view text, std::st
 
 namespace {
 template <typename J>
+StatusOr<std::string> ForFileImpl(const J& j, int indent, const std::string& what) {
+  try {
+    return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+  } catch (const std::exception& e) {
+    return ResourceExhausted(what + ": cannot serialize its JSON: " + e.what());
+  }
+}
+}  // namespace
+
+StatusOr<std::string> JsonForFile(const nlohmann::json& j, int indent, const std::string& what) {
+  return ForFileImpl(j, indent, what);
+}
+StatusOr<std::string> JsonForFile(const nlohmann::ordered_json& j, int indent,
+                                  const std::string& what) {
+  return ForFileImpl(j, indent, what);
+}
+
+namespace {
+template <typename J>
 std::string ToStringImpl(const J& j, int indent, size_t max_chars) {
   std::string s;
   try {

@@ -67,6 +67,11 @@ std::string KeyForMessage(std::string_view key);
 // cuts the result (with "...") for use inside error messages.
 std::string JsonToString(const nlohmann::json& j, int indent = -1, size_t max_chars = 0);
 std::string JsonToString(const nlohmann::ordered_json& j, int indent = -1, size_t max_chars = 0);
+// dump() for a file loom writes (a safetensors header, config.json, an index): a failure (out of
+// memory) is an error naming `what`, never text written in its place (JsonToString's
+// "<unprintable>" made a corrupt file and a success).
+StatusOr<std::string> JsonForFile(const nlohmann::json& j, int indent, const std::string& what);
+StatusOr<std::string> JsonForFile(const nlohmann::ordered_json& j, int indent, const std::string& what);
 
 // Typed getters. `obj` must be an object (else an error naming `what`); `field` is a key of it.
 // The Get* forms require the field; GetOptional* leave *out unchanged when the field is absent or

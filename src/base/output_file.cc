@@ -4,9 +4,11 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -15,6 +17,13 @@ namespace loom {
 namespace fs = std::filesystem;
 
 namespace {
+
+// Linux's terminal majors: 4 (tty0-63, ttyS), 5 (/dev/tty, /dev/console, /dev/ptmx), 136-143
+// (/dev/pts/*).
+bool IsTerminalDevice(dev_t rdev) {
+  const unsigned int m = major(rdev);
+  return m == 4 || m == 5 || (m >= 136 && m <= 143);
+}
 
 bool SameInode(const fs::path& a, const struct stat& b) {
   struct stat st {};
@@ -45,7 +54,18 @@ StatusOr<std::string> CheckOutputFile(const std::string& path, const std::string
   // nothing of loom's inputs is there to overwrite.
   const fs::file_status target = fs::status(path, ec);
   ec.clear();
-  if (exists && (fs::is_character_file(target) || fs::is_fifo(target))) return path;
+  if (exists && fs::is_fifo(target)) return path;
+  if (exists && fs::is_character_file(target)) {
+    // Only what the flag's help promises: a terminal or /dev/null (any device was written:
+    // /dev/kmsg, or /dev/mem as root).
+    struct stat dev {}, null_dev {};
+    const bool ok = ::stat(path.c_str(), &dev) == 0 &&
+                    ((::stat("/dev/null", &null_dev) == 0 && dev.st_rdev == null_dev.st_rdev) ||
+                     IsTerminalDevice(dev.st_rdev));
+    if (ok) return path;
+    return InvalidArgument(flag + " " + path +
+                           " is a device other than a terminal or /dev/null; name a file");
+  }
   if (exists && fs::is_symlink(st)) {
     return InvalidArgument(flag + " " + path + " is a symbolic link; name the file itself");
   }
@@ -92,11 +112,41 @@ int WriteAll(int fd, const std::string& bytes) {
 }
 }  // namespace
 
+mode_t UmaskedMode(mode_t requested) {
+  // Read without changing it (umask(2) can only set it): /proc/self/status's "Umask:" line
+  // (Linux 4.7+); else set and restore, as the CLI runs this before starting its own threads
+  // that create files.
+  mode_t mask = 022;
+  bool known = false;
+  if (FILE* f = std::fopen("/proc/self/status", "re")) {
+    char line[256];
+    unsigned int value = 0;
+    while (std::fgets(line, sizeof(line), f) != nullptr) {
+      if (std::sscanf(line, "Umask: %o", &value) == 1) {
+        mask = static_cast<mode_t>(value);
+        known = true;
+        break;
+      }
+    }
+    std::fclose(f);
+  }
+  if (!known) {
+    mask = ::umask(022);
+    ::umask(mask);
+  }
+  return requested & ~mask & 07777;
+}
+
 Status ReplaceFileAtomically(const std::string& path, const std::string& bytes, const std::string& flag) {
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0 && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))) {
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    // A FIFO with no reader: an error now (a blocking open waited for one forever).
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0 && errno == ENXIO) {
+      return Internal(flag + " " + path + ": a pipe that no process is reading");
+    }
     if (fd < 0) return Internal(flag + " " + path + ": cannot open: " + std::strerror(errno));
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);  // blocking writes from here
     int err = WriteAll(fd, bytes);
     if (::close(fd) != 0 && err == 0) err = errno;
     if (err != 0) return Internal(flag + " " + path + ": write failed: " + std::strerror(err));
@@ -108,7 +158,10 @@ Status ReplaceFileAtomically(const std::string& path, const std::string& bytes, 
   std::string tmpl = (real.parent_path() / name).string();
   const int fd = ::mkstemp(tmpl.data());
   if (fd < 0) return Internal(flag + " " + path + ": cannot create a file beside it: " + std::strerror(errno));
-  ::fchmod(fd, 0644);
+  // mkstemp makes 0600: the mode of the file replaced, else what creating it would give.
+  struct stat old {};
+  const bool replacing = ::stat(real.c_str(), &old) == 0 && S_ISREG(old.st_mode);
+  ::fchmod(fd, replacing ? (old.st_mode & 07777) : UmaskedMode(0666));
   int err = WriteAll(fd, bytes);
   if (err == 0 && ::fsync(fd) != 0) err = errno;
   if (::close(fd) != 0 && err == 0) err = errno;

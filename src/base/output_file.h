@@ -7,6 +7,8 @@
 //   RETURN_IF_ERROR(ReplaceFileAtomically(out, bytes, "--per-token"));
 #pragma once
 
+#include <sys/types.h>
+
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,8 +26,15 @@ namespace loom {
 StatusOr<std::string> CheckOutputFile(const std::string& path, const std::string& flag,
                                       const std::vector<std::pair<std::string, std::string>>& inputs);
 
+// The mode a new file or folder gets from open(2)/mkdir(2) with `requested` (0666 for files, 0777
+// for folders): `requested` less the process's umask. For what loom makes with mkstemp/mkdtemp
+// (always 0600/0700) before renaming it into place: a fixed 0644/0755 ignored the user's umask.
+mode_t UmaskedMode(mode_t requested);
+
 // Writes `bytes` to a new file beside `path` and renames it over `path` (after fsync): a reader
-// sees the old file or the whole new one, and a failure leaves `path` as it was. A terminal,
+// sees the old file or the whole new one, and a failure leaves `path` as it was. The new file
+// keeps the mode of the file it replaces (a private 0600 file stays private), else gets
+// UmaskedMode(0666). A terminal,
 // pipe or /dev/null is written directly.
 Status ReplaceFileAtomically(const std::string& path, const std::string& bytes, const std::string& flag);
 

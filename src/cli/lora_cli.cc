@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/file.h"
+#include "base/interrupt.h"
 #include "base/json.h"
 #include "lora/merge.h"
 #include "model/merged_checkpoint.h"
@@ -268,6 +269,7 @@ int RunMerge(const MergeArgs& a) {
   Status st = WriteMergedCheckpoint(a.model, **model, *adapters->front(), a.out, a.max_shard_bytes);
   if (!st.ok()) {
     std::fprintf(stderr, "error: %s\n", st.message().c_str());
+    RaiseNotedSignal();  // interrupted: its folder removed, end as the signal would have
     return 1;
   }
   std::fprintf(stderr, "merged '%s' into %s in %.2f s; peak RSS %.0f MiB (%.0f MiB before merging)\n",

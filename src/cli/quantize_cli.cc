@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/file.h"
+#include "base/interrupt.h"
 #include "base/output_file.h"
 #include "base/json.h"
 #include "cli/commands.h"
@@ -49,6 +50,7 @@ int RunQuantize(const QuantizeArgs& a) {
   Status st = WriteQuantizedCheckpoint(a.model, o, a.out, !a.no_check_weights);
   if (!st.ok()) {
     std::fprintf(stderr, "error: %s\n", st.message().c_str());
+    RaiseNotedSignal();  // interrupted: its folder removed, end as the signal would have
     return st.code() == StatusCode::kInvalidArgument || st.code() == StatusCode::kFailedPrecondition ? 2 : 1;
   }
   std::fprintf(stderr, "wrote %s (compressed-tensors %s, %s%s) in %.2f s; peak RSS %.0f MiB\n",

@@ -1,6 +1,8 @@
 // safetensors parsing with every untrusted field checked before any byte is read through it.
 #include "io/safetensors.h"
 
+#include "base/interrupt.h"
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -362,7 +364,7 @@ Status WriteSafetensorsStreaming(const std::string& path, const std::vector<Tens
     offset += n;
     sizes.push_back(n);
   }
-  std::string h = JsonToString(header);
+  ASSIGN_OR_RETURN(std::string h, JsonForFile(header, -1, path + ": header"));
   while (h.size() % 8 != 0) h.push_back(' ');
   const std::string tmp = path + ".tmp";
   std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
@@ -381,6 +383,10 @@ Status WriteSafetensorsStreaming(const std::string& path, const std::vector<Tens
       st = ResourceExhausted(path + ": cannot allocate " + std::to_string(sizes[i]) +
                              " bytes for tensor '" + specs[i].name + "'");
     }
+    // Interrupted (a section's signal) or the stream already failed (disk full): stop here
+    // rather than computing the rest of the shard for nothing.
+    if (st.ok() && Interrupted()) st = InterruptedError(path);
+    if (st.ok() && !out) st = Internal(path + ": write failed (disk full?)");
     if (st.ok()) st = fill(i, buf.data());
     if (!st.ok()) {
       out.close();

@@ -278,8 +278,9 @@ Status WriteQuantizedCheckpoint(const std::string& model_dir,
     RETURN_IF_ERROR(WriteCheckpointShards(tmp, specs, fill, options.max_shard_bytes));
     // config.json with the quantization_config (replacing the copy; inside loom's own folder).
     const std::string path = tmp + "/config.json";
+    ASSIGN_OR_RETURN(const std::string text, JsonForFile(cfg, 2, path));
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out << JsonToString(cfg, 2) << "\n";
+    out << text << "\n";
     out.close();
     return out ? OkStatus() : Internal(path + ": write failed (disk full?)");
   });

@@ -15,7 +15,9 @@
 #include <nlohmann/json.hpp>
 
 #include "base/file.h"
+#include "base/interrupt.h"
 #include "base/json.h"
+#include "base/output_file.h"
 #include "io/safetensors.h"
 #include "lora/merge.h"
 #include "model/model.h"
@@ -83,13 +85,26 @@ Status WriteTextFile(const fs::path& path, const std::string& text) {
 // Copies the regular file `src` (any size: a README, a tokenizer, an image in a model card) to
 // `dst` inside loom's own fresh temporary folder, 1 MiB at a time; opened without blocking, so a
 // FIFO swapped in after the listing is refused rather than waited on.
-Status CopyRegularFile(const std::string& src, const fs::path& dst) {
+// `checked`: the file as the caller vetted it (stat of the resolved path); the opened file must
+// be that one (a link swapped between the check and the open was followed to wherever it led).
+Status CopyRegularFile(const std::string& src, const fs::path& dst, const struct stat& checked) {
   uint64_t size = 0;
   ASSIGN_OR_RETURN(const int fd, OpenRegularFile(src, &size));
+  struct stat opened {};
+  if (::fstat(fd, &opened) != 0 || opened.st_dev != checked.st_dev ||
+      opened.st_ino != checked.st_ino) {
+    ::close(fd);
+    return InvalidArgument(src + ": changed while it was copied (replaced or re-linked); nothing "
+                           "was written");
+  }
   std::ofstream out(dst, std::ios::binary | std::ios::trunc);
   std::vector<char> buf(size_t{1} << 20);
   Status st = out ? OkStatus() : Internal(dst.string() + ": cannot open for writing");
   while (st.ok()) {
+    if (Interrupted()) {
+      st = InterruptedError(src);
+      break;
+    }
     const ssize_t n = ::read(fd, buf.data(), buf.size());
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) st = InvalidArgument(src + ": read failed: " + std::strerror(errno));
@@ -191,7 +206,8 @@ Status WriteCheckpointInto(const std::string& model_dir, const Model& model,
     ASSIGN_OR_RETURN(nlohmann::ordered_json cfg, ParseOrderedJson(text, model_dir + "/config.json"));
     if (!cfg.is_object()) return InvalidArgument(model_dir + "/config.json: not a JSON object");
     cfg["tie_word_embeddings"] = false;
-    RETURN_IF_ERROR(WriteTextFile(dir / "config.json", JsonToString(cfg, 2) + "\n"));
+    ASSIGN_OR_RETURN(const std::string dumped, JsonForFile(cfg, 2, (dir / "config.json").string()));
+    RETURN_IF_ERROR(WriteTextFile(dir / "config.json", dumped + "\n"));
   }
   return WriteCheckpointShards(
       out_dir, specs, [&](const TensorSpec& spec, void* dst) { return fill(spec, dst); },
@@ -237,7 +253,9 @@ Status WriteCheckpointShards(const std::string& out_dir, const std::vector<Tenso
   }
   if (shards.size() > 1) {
     nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-    RETURN_IF_ERROR(WriteTextFile(dir / "model.safetensors.index.json", JsonToString(index, 2) + "\n"));
+    ASSIGN_OR_RETURN(const std::string text,
+                     JsonForFile(index, 2, (dir / "model.safetensors.index.json").string()));
+    RETURN_IF_ERROR(WriteTextFile(dir / "model.safetensors.index.json", text + "\n"));
   }
   return OkStatus();
 }
@@ -332,15 +350,27 @@ Status CopyCheckpointSideFiles(const std::string& model_dir, const std::string& 
       }
     }
     const fs::file_status target_st = fs::status(src, ec);
-    if (ec || fs::is_directory(target_st)) {
+    if (ec || !fs::is_regular_file(target_st)) {
+      // A file loom reads (config, tokenizer, template) that is a folder, a FIFO, a device or
+      // unreadable: the checkpoint would lack it, as for a link out of the folder (it was
+      // skipped, with a warning or none, and the command exited 0).
+      const std::string why = ec ? ec.message()
+                              : fs::is_directory(target_st) ? "a folder"
+                                                            : "not a regular file";
+      if (IsFileLoomReads(fname)) {
+        return InvalidArgument(src.string() + ": " + why +
+                               "; the checkpoint would lack it; nothing was written");
+      }
       ec.clear();
-      continue;  // sub-folders are not part of a checkpoint loom writes
-    }
-    if (!fs::is_regular_file(target_st)) {
-      std::fprintf(stderr, "warning: %s: not copied (not a regular file)\n", src.c_str());
+      if (fs::is_directory(target_st)) continue;  // sub-folders are not part of a checkpoint
+      std::fprintf(stderr, "warning: %s: not copied (%s)\n", src.c_str(), why.c_str());
       continue;
     }
-    RETURN_IF_ERROR(CopyRegularFile(src.string(), dir / fname));
+    struct stat checked {};
+    if (::stat(src.c_str(), &checked) != 0) {
+      return InvalidArgument(src.string() + ": cannot stat: " + std::strerror(errno));
+    }
+    RETURN_IF_ERROR(CopyRegularFile(src.string(), dir / fname, checked));
   }
   return OkStatus();
 }
@@ -351,7 +381,11 @@ StatusOr<std::string> CheckMergeOutput(const std::string& model_dir,
   if (out_dir.empty()) return InvalidArgument("--out: empty path");
   std::error_code ec;
   // The output itself: absent, or an empty real folder (never a symbolic link, never a file).
-  const fs::file_status st = fs::symlink_status(out_dir, ec);
+  // Trailing slashes stripped first: "link/" names the link's target, and a symbolic link
+  // --out passed as "link/" was written through.
+  std::string bare = out_dir;
+  while (bare.size() > 1 && bare.back() == '/') bare.pop_back();
+  const fs::file_status st = fs::symlink_status(bare, ec);
   const bool exists = !ec && fs::exists(st);
   if (ec && ec != std::errc::no_such_file_or_directory) {
     return InvalidArgument("--out " + out_dir + ": " + ec.message());
@@ -405,7 +439,22 @@ StatusOr<std::string> CheckMergeOutput(const std::string& model_dir,
   if (real_exists && !fs::is_directory(real_st)) {
     return InvalidArgument("--out " + out_dir + " exists and is not a folder");
   }
+  // The temporary sibling ".NAME.loom-quantize-XXXXXX" must be a valid name (NAME_MAX 255):
+  // refused before the load, not after it.
+  if (out_real.filename().string().size() > 200) {
+    return InvalidArgument("--out " + out_dir.substr(0, 64) +
+                           "...: the folder's name is longer than 200 bytes");
+  }
   if (real_exists) {
+    // A mount point cannot be replaced by a rename (rmdir: EBUSY after all the work).
+    struct stat out_st {}, parent_st {};
+    if (::stat(out_real.c_str(), &out_st) == 0 &&
+        ::stat(out_real.parent_path().c_str(), &parent_st) == 0 &&
+        out_st.st_dev != parent_st.st_dev) {
+      return InvalidArgument("--out " + out_dir + " is a mount point; " + command +
+                             " writes a new folder and renames it into place: give a folder "
+                             "inside the mount");
+    }
     const bool empty = fs::is_empty(out_real, ec);
     if (ec) return InvalidArgument("--out " + out_dir + ": " + ec.message());
     if (!empty) {
@@ -460,6 +509,10 @@ Status WriteCheckpointAtomically(const std::string& out_dir, const std::string& 
   }
   ec.clear();
   std::string tmpl = (out_real.parent_path() / name).string();
+  // From here a Ctrl-C or SIGTERM is noted and polled (between tensors, copied chunks): the
+  // temporary folder, gigabytes, is removed before the command ends as the signal would end it
+  // (the caller's RaiseNotedSignal). It was left behind.
+  InterruptibleSection section;
   if (::mkdtemp(tmpl.data()) == nullptr) {
     const int err = errno;
     remove_created();
@@ -467,9 +520,26 @@ Status WriteCheckpointAtomically(const std::string& out_dir, const std::string& 
                            ": cannot create a temporary folder: " + std::strerror(err));
   }
   const fs::path tmp(tmpl);
-  ::chmod(tmp.c_str(), 0755);  // mkdtemp makes it 0700; the checkpoint is an ordinary folder
+  // mkdtemp makes 0700: the mode of the empty --out folder it replaces, else what mkdir gives
+  // (a fixed 0755 opened a private 0700 --out to everyone, whatever the umask).
+  struct stat out_st {};
+  const bool replacing = ::stat(out_real.c_str(), &out_st) == 0 && S_ISDIR(out_st.st_mode);
+  ::chmod(tmp.c_str(), replacing ? (out_st.st_mode & 07777) : UmaskedMode(0777));
+  // Removed on every way out but success, an exception included (one thrown by `write` left it).
+  struct RemoveUnlessKept {
+    const fs::path& tmp;
+    const std::function<void()> remove_created;
+    bool keep = false;
+    ~RemoveUnlessKept() {
+      if (keep) return;
+      std::error_code ec;
+      fs::remove_all(tmp, ec);  // only loom's own temporary folder
+      remove_created();
+    }
+  } cleanup{tmp, remove_created};
   Status st = write(tmp.string());
   if (st.ok()) st = SyncFolder(tmp, /*files_too=*/true);
+  if (st.ok() && Interrupted()) st = InterruptedError("--out " + out_dir);
   if (st.ok()) {
     // --out was checked empty (or absent); rmdir fails, rather than deleting, if it filled since.
     if (fs::exists(fs::symlink_status(out_real, ec))) {
@@ -486,10 +556,7 @@ Status WriteCheckpointAtomically(const std::string& out_dir, const std::string& 
       if (st.ok()) st = SyncFolder(out_real.parent_path(), /*files_too=*/false);
     }
   }
-  if (!st.ok()) {
-    fs::remove_all(tmp, ec);  // only loom's own temporary folder
-    remove_created();
-  }
+  cleanup.keep = st.ok();
   return st;
 }
 

@@ -55,7 +55,7 @@ TEST_F(AdversarialMerge, OutIsTheModelFolderInAnySpelling) {
   ExpectRefused(model_dir_ + "/../model", "is the model folder");
   fs::create_symlink(model_dir_, dir_.Path("link_to_model"));
   ExpectRefused(dir_.Path("link_to_model"), "is a symbolic link");
-  ExpectRefused(dir_.Path("link_to_model") + "/", "is the model folder");
+  ExpectRefused(dir_.Path("link_to_model") + "/", "is a symbolic link");  // not its target
   ExpectRefused(model_dir_ + "/sub/out", "inside the model folder");
 }
 

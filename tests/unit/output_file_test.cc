@@ -2,6 +2,7 @@
 #include "base/output_file.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -85,6 +86,25 @@ TEST_F(OutputFile, AStreamIsWrittenDirectly) {
     EXPECT_EQ(*r, dev);
   }
   ASSERT_TRUE(ReplaceFileAtomically("/dev/null", "[1]\n", "--out-file").ok());
+}
+
+// Only a terminal or /dev/null among devices (any character device was written: /dev/kmsg,
+// /dev/mem as root); a pipe nobody reads is an error at the write, not a wait forever.
+TEST_F(OutputFile, OtherDevicesAreRefusedAndAPipeWithoutReaderFails) {
+  for (const std::string& dev : {"/dev/zero", "/dev/urandom", "/dev/full"}) {
+    if (!fs::exists(dev)) continue;
+    auto r = Check(dev);
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << dev;
+    EXPECT_NE(r.status().message().find("terminal or /dev/null"), std::string::npos)
+        << r.status().message();
+  }
+  const fs::path fifo = root_ / "out.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto r = Check(fifo);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  Status st = ReplaceFileAtomically(*r, "[1]\n", "--out-file");
+  EXPECT_EQ(st.code(), StatusCode::kInternal) << st.ToString();
+  EXPECT_NE(st.message().find("no process is reading"), std::string::npos) << st.message();
 }
 
 }  // namespace
