@@ -172,7 +172,8 @@ Status WriteQuantizedCheckpoint(const std::string& model_dir,
                                 const QuantizeCheckpointOptions& options,
                                 const std::string& out_dir, bool check_weights) {
   RETURN_IF_ERROR(CheckQuantizeInput(model_dir, options));
-  ASSIGN_OR_RETURN(const std::string out_real, CheckMergeOutput(model_dir, "", out_dir, "loom quantize"));
+  // Before the load: a bad --out fails at once (and again before writing, below).
+  RETURN_IF_ERROR(CheckMergeOutput(model_dir, "", out_dir, "loom quantize").status());
   LoadOptions load;
   load.check_weights = check_weights;
   load.quantize = options.scheme;
@@ -272,7 +273,11 @@ Status WriteQuantizedCheckpoint(const std::string& model_dir,
   if (!cfg.is_object()) return InvalidArgument(model_dir + "/config.json: not a JSON object");
   if (untie) cfg["tie_word_embeddings"] = false;
   cfg["quantization_config"] = QuantizationConfig(options, other_groups, dense);
-  return WriteCheckpointAtomically(out_dir, out_real, "loom quantize", [&](const std::string& tmp) {
+  // Checked again after the load (minutes on a large model), as `loom merge` does: a folder
+  // above --out may have been swapped for a link into the model folder meanwhile.
+  ASSIGN_OR_RETURN(const std::string out_now,
+                   CheckMergeOutput(model_dir, "", out_dir, "loom quantize"));
+  return WriteCheckpointAtomically(out_dir, out_now, "loom quantize", [&](const std::string& tmp) {
     // Side files first: one that cannot be copied fails before the shards are written.
     RETURN_IF_ERROR(CopyCheckpointSideFiles(model_dir, tmp));
     RETURN_IF_ERROR(WriteCheckpointShards(tmp, specs, fill, options.max_shard_bytes));
