@@ -20,10 +20,10 @@ for t in "${tests[@]}"; do
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 allocator_may_return_null=1" "build-tsan/tests/$t" >"$OUT/$t.log" 2>&1 ||
     { tail -60 "$OUT/$t.log"; echo "tsan: $t FAILED (log: $OUT/$t.log)" >&2; exit 1; }
 done
-# The server under the end-to-end suite; LOOM_E2E_TSAN skips what ThreadSanitizer cannot run
+# The server under the end-to-end suite; LOOM_E2E_SANITIZER skips what ThreadSanitizer cannot run
 # (an address-space rlimit below its shadow memory).
 rc=0
-TSAN_OPTIONS="log_path=$OUT/server second_deadlock_stack=1" LOOM_E2E_TSAN=1 \
+TSAN_OPTIONS="log_path=$OUT/server second_deadlock_stack=1" LOOM_E2E_SANITIZER=1 \
   LOOM_BIN=build-tsan/loom bash scripts/run-e2e.sh "$@" || rc=$?
 if compgen -G "$OUT/server.*" >/dev/null; then
   grep -h -A12 'WARNING: ThreadSanitizer' "$OUT"/server.* | head -80

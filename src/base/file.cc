@@ -27,6 +27,17 @@ Status ErrnoStatus(const std::string& path, std::string_view what, int err) {
     case EACCES:
     case EPERM: return InvalidArgument(at + ": permission denied");
     case ENAMETOOLONG: return InvalidArgument(at + ": path too long");
+    // The machine's trouble, not the file's (out of descriptors or memory, an I/O error, a
+    // stale NFS handle): kUnavailable, so no caller keeps it as the file's verdict (503).
+    case EMFILE:
+    case ENFILE:
+    case ENOMEM:
+    case EIO:
+    case EAGAIN:
+    case EINTR:
+    case EBUSY:
+    case ETXTBSY:
+    case ESTALE: return Unavailable(at + ": cannot open: " + std::strerror(err));
     default: return InvalidArgument(at + ": cannot open: " + std::strerror(err));
   }
 }
@@ -153,7 +164,7 @@ StatusOr<std::string> ReadFileBounded(const std::string& path, uint64_t max_byte
     if (n < 0) {
       const int err = errno;
       ::close(fd);
-      return InvalidArgument(Where(path, what) + ": read failed: " + std::strerror(err));
+      return Unavailable(Where(path, what) + ": read failed: " + std::strerror(err));  // I/O
     }
     if (n == 0) break;  // the file shrank while reading
     done += static_cast<size_t>(n);

@@ -12,7 +12,9 @@ namespace {
 constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP};
 std::atomic<bool> g_active{false};
 std::atomic<int> g_noted{0};  // the signal that arrived in a section, or 0
+int g_depth = 0;              // sections alive (nested ones share the outermost's handlers)
 struct sigaction g_previous[3];
+bool g_installed[3] = {};     // whether OnInterrupt replaced g_previous[i]
 
 extern "C" void OnInterrupt(int sig) {
   if (!g_active.load(std::memory_order_relaxed)) {
@@ -27,17 +29,29 @@ extern "C" void OnInterrupt(int sig) {
 }  // namespace
 
 InterruptibleSection::InterruptibleSection() {
+  if (g_depth++ > 0) return;  // nested: the outer section's handlers and noted signal stand
   g_noted.store(0);
   g_active.store(true);
   struct sigaction sa {};
   sa.sa_handler = OnInterrupt;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;  // a write(2) in progress completes; the work polls the flag
-  for (size_t i = 0; i < 3; ++i) ::sigaction(kSignals[i], &sa, &g_previous[i]);
+  for (size_t i = 0; i < 3; ++i) {
+    // A signal the process ignores stays ignored (nohup, a shell's background job: SIGHUP or
+    // SIGINT must not start to end a merge that survived them before).
+    g_installed[i] = false;
+    if (::sigaction(kSignals[i], nullptr, &g_previous[i]) != 0) continue;
+    if (g_previous[i].sa_handler == SIG_IGN) continue;
+    g_installed[i] = ::sigaction(kSignals[i], &sa, nullptr) == 0;
+  }
 }
 
 InterruptibleSection::~InterruptibleSection() {
-  for (size_t i = 0; i < 3; ++i) ::sigaction(kSignals[i], &g_previous[i], nullptr);
+  if (--g_depth > 0) return;
+  for (size_t i = 0; i < 3; ++i) {
+    if (g_installed[i]) ::sigaction(kSignals[i], &g_previous[i], nullptr);
+    g_installed[i] = false;
+  }
   g_active.store(false);
 }
 

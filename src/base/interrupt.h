@@ -12,7 +12,9 @@ namespace loom {
 // and the command then ends as the signal would have ended it (RaiseNotedSignal). Outside a
 // section these signals take their default action at once, as before. `loom merge` and `loom
 // quantize` left their gigabytes-large temporary folder behind when interrupted mid-write.
-// Not for `loom serve`, which handles these signals itself. One section at a time.
+// A signal the process ignores (nohup, a shell's background job) stays ignored. Sections nest
+// (the outermost one's handlers stand); one thread creates them (the CLI's). Not for `loom
+// serve`, which handles these signals itself.
 class InterruptibleSection {
  public:
   InterruptibleSection();

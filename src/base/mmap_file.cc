@@ -73,10 +73,8 @@ Status MappedFile::ReadFrom(int fd) {
   for (size_t done = 0; done < size_;) {
     const ssize_t n = ::read(fd, static_cast<uint8_t*>(p) + done, size_ - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      return InvalidArgument(path_ + ": read failed: " +
-                             (n < 0 ? std::strerror(errno) : "the file shrank while it was read"));
-    }
+    if (n < 0) return Unavailable(path_ + ": read failed: " + std::strerror(errno));  // I/O
+    if (n == 0) return InvalidArgument(path_ + ": the file shrank while it was read");
     done += static_cast<size_t>(n);
   }
   ::mprotect(p, size_, PROT_READ);

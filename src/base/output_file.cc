@@ -18,11 +18,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Linux's terminal majors: 4 (tty0-63, ttyS), 5 (/dev/tty, /dev/console, /dev/ptmx), 136-143
-// (/dev/pts/*).
+// Linux's terminal majors (Documentation/admin-guide/devices.txt): 4 (tty0-63, ttyS), 5
+// (/dev/tty, /dev/console, /dev/ptmx), 136-143 (/dev/pts/*), 166 (ttyACM), 188 (ttyUSB), 204
+// (low-density serial: ttyAMA, ...), 229 (hvc). Decided from the number: opening an unknown
+// device to ask isatty(3) can itself act (/dev/watchdog starts its timer).
 bool IsTerminalDevice(dev_t rdev) {
   const unsigned int m = major(rdev);
-  return m == 4 || m == 5 || (m >= 136 && m <= 143);
+  return m == 4 || m == 5 || (m >= 136 && m <= 143) || m == 166 || m == 188 || m == 204 ||
+         m == 229;
 }
 
 bool SameInode(const fs::path& a, const struct stat& b) {
@@ -142,7 +145,7 @@ Status ReplaceFileAtomically(const std::string& path, const std::string& bytes, 
   if (::stat(path.c_str(), &st) == 0 && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))) {
     // A FIFO with no reader: an error now (a blocking open waited for one forever).
     const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-    if (fd < 0 && errno == ENXIO) {
+    if (fd < 0 && errno == ENXIO && S_ISFIFO(st.st_mode)) {
       return Internal(flag + " " + path + ": a pipe that no process is reading");
     }
     if (fd < 0) return Internal(flag + " " + path + ": cannot open: " + std::strerror(errno));
@@ -161,7 +164,7 @@ Status ReplaceFileAtomically(const std::string& path, const std::string& bytes, 
   // mkstemp makes 0600: the mode of the file replaced, else what creating it would give.
   struct stat old {};
   const bool replacing = ::stat(real.c_str(), &old) == 0 && S_ISREG(old.st_mode);
-  ::fchmod(fd, replacing ? (old.st_mode & 07777) : UmaskedMode(0666));
+  ::fchmod(fd, replacing ? (old.st_mode & 0777) : UmaskedMode(0666));  // never setuid/setgid
   int err = WriteAll(fd, bytes);
   if (err == 0 && ::fsync(fd) != 0) err = errno;
   if (::close(fd) != 0 && err == 0) err = errno;

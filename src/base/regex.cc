@@ -87,6 +87,7 @@ void RegexLimitScope::Spent(std::chrono::steady_clock::duration d) {
   if (s == nullptr) return;
   s->spent_ += d;
   if (s->first_.empty() && s->spent_ > std::chrono::milliseconds(kScopeBudgetMs)) {
+    s->over_time_ = true;
     s->first_ = "regular expressions from the configuration took more than " +
                 std::to_string(kScopeBudgetMs / 1000) +
                 " s in total to match the model's names (too many patterns, or patterns close to "

@@ -53,10 +53,14 @@ class RegexLimitScope {
   // Adds the time one match took to the innermost scope's total (fails it past the budget).
   static void Spent(std::chrono::steady_clock::duration d);
   static constexpr int64_t kScopeBudgetMs = 5000;
+  // Whether the failure is the time budget (which a busy machine can spend on patterns that
+  // pass when it is idle), not a pattern's step limit (the same on every run).
+  bool over_time() const { return over_time_; }
 
  private:
   RegexLimitScope* outer_;
   std::string first_;  // empty: no limit hit
+  bool over_time_ = false;
   std::chrono::steady_clock::duration spent_{};  // inside matches only
 };
 

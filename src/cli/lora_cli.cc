@@ -267,9 +267,11 @@ int RunMerge(const MergeArgs& a) {
   const double rss_before = PeakRssMiB();
   auto t0 = std::chrono::steady_clock::now();
   Status st = WriteMergedCheckpoint(a.model, **model, *adapters->front(), a.out, a.max_shard_bytes);
+  // A signal noted during the write (its folder then removed, or one that came after the last
+  // check, the checkpoint complete) ends the command as the signal would have.
+  if (!st.ok()) std::fprintf(stderr, "error: %s\n", st.message().c_str());
+  RaiseNotedSignal();
   if (!st.ok()) {
-    std::fprintf(stderr, "error: %s\n", st.message().c_str());
-    RaiseNotedSignal();  // interrupted: its folder removed, end as the signal would have
     return 1;
   }
   std::fprintf(stderr, "merged '%s' into %s in %.2f s; peak RSS %.0f MiB (%.0f MiB before merging)\n",

@@ -6,6 +6,7 @@
 #include <set>
 #include <string>
 
+#include "base/interrupt.h"
 #include "base/thread_pool.h"
 #include "cli/commands.h"
 #include "cli/lora_cli.h"
@@ -103,11 +104,11 @@ int main(int argc, char** argv) {
       return run();
     } catch (const std::bad_alloc&) {
       std::fprintf(stderr, "error: out of memory\n");
-      return 1;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "error: %s\n", e.what());
-      return 1;
     }
+    loom::RaiseNotedSignal();  // a Ctrl-C noted before the exception: end as it would have
+    return 1;
   }
   return 2;
 }

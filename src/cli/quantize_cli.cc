@@ -48,9 +48,11 @@ int RunQuantize(const QuantizeArgs& a) {
   }
   auto t0 = std::chrono::steady_clock::now();
   Status st = WriteQuantizedCheckpoint(a.model, o, a.out, !a.no_check_weights);
+  // A signal noted during the write (its folder then removed, or one that came after the last
+  // check, the checkpoint complete) ends the command as the signal would have.
+  if (!st.ok()) std::fprintf(stderr, "error: %s\n", st.message().c_str());
+  RaiseNotedSignal();
   if (!st.ok()) {
-    std::fprintf(stderr, "error: %s\n", st.message().c_str());
-    RaiseNotedSignal();  // interrupted: its folder removed, end as the signal would have
     return st.code() == StatusCode::kInvalidArgument || st.code() == StatusCode::kFailedPrecondition ? 2 : 1;
   }
   std::fprintf(stderr, "wrote %s (compressed-tensors %s, %s%s) in %.2f s; peak RSS %.0f MiB\n",

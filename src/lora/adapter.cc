@@ -632,7 +632,12 @@ StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, co
                                                      bool check_weights) {
   RegexLimitScope limits;  // a timed-out "no match" must not leave a module unadapted silently
   auto adapter = ReadAdapter(name, dir, sites, max_rank, check_weights);
-  if (Status st = limits.status(); !st.ok()) return InvalidArgument("adapter '" + name + "': " + st.message());
+  if (Status st = limits.status(); !st.ok()) {
+    // Over the time budget: kResourceExhausted (still a 400), which the adapter store does not
+    // keep as the folder's fault — an idle machine may match the same patterns in time.
+    const std::string message = "adapter '" + name + "': " + st.message();
+    return limits.over_time() ? ResourceExhausted(message) : InvalidArgument(message);
+  }
   return adapter;
 }
 

@@ -12,7 +12,8 @@ namespace loom {
 
 // What an adapter folder's load reads, as stat(2) sees it: the folder and each file LoadAdapter
 // opens or looks for (device, inode, size, modification and change times, or absence). Two equal
-// fingerprints mean no file was replaced, written or touched between them.
+// fingerprints mean no file was replaced, written or touched between them. Empty (no
+// fingerprint: nothing is kept) when one of them changed in the last 2 s (git's racy rule).
 std::string AdapterFolderFingerprint(const std::string& dir);
 
 // A broken adapter named again and again (a client retrying, or naming a --lora-dir sub-folder
@@ -21,8 +22,9 @@ std::string AdapterFolderFingerprint(const std::string& dir);
 // load behind it each time. An invalid folder's error is kept here with the folder's fingerprint
 // and answered again without reading anything while the fingerprint holds; any change to the
 // folder's files (the adapter fixed or replaced) makes the next request load it again.
-// Only kInvalidArgument is kept (the files' fault); a missing folder, memory or I/O trouble is
-// tried again each time. Thread-safe.
+// Only kInvalidArgument is kept (the files' fault: file.cc and mmap_file.cc give the machine's
+// trouble — descriptors, memory, I/O errors — as kUnavailable, and LoadAdapter a spent regex
+// time budget as kResourceExhausted); a missing folder is tried again each time. Thread-safe.
 class FailedLoads {
  public:
   explicit FailedLoads(size_t capacity = 1024) : capacity_(capacity) {}

@@ -321,6 +321,11 @@ Status CopyCheckpointSideFiles(const std::string& model_dir, const std::string& 
     }
     const fs::file_status link_st = fs::symlink_status(src, ec);
     if (ec) return InvalidArgument(src.string() + ": " + ec.message());
+    // The file as vetted here (a link: its resolved target, just checked to be inside; else
+    // the entry itself): the file opened for the copy must be this one.
+    struct stat checked {};
+    bool vetted = false;
+    if (!fs::is_symlink(link_st)) vetted = ::lstat(src.c_str(), &checked) == 0 && !S_ISLNK(checked.st_mode);
     if (fs::is_symlink(link_st)) {
       const fs::path target = fs::canonical(src, ec);
       if (ec) {
@@ -348,6 +353,7 @@ Status CopyCheckpointSideFiles(const std::string& model_dir, const std::string& 
                      src.c_str(), target.c_str());
         continue;
       }
+      vetted = ::stat(target.c_str(), &checked) == 0;
     }
     const fs::file_status target_st = fs::status(src, ec);
     if (ec || !fs::is_regular_file(target_st)) {
@@ -366,9 +372,9 @@ Status CopyCheckpointSideFiles(const std::string& model_dir, const std::string& 
       std::fprintf(stderr, "warning: %s: not copied (%s)\n", src.c_str(), why.c_str());
       continue;
     }
-    struct stat checked {};
-    if (::stat(src.c_str(), &checked) != 0) {
-      return InvalidArgument(src.string() + ": cannot stat: " + std::strerror(errno));
+    if (!vetted) {
+      return InvalidArgument(src.string() + ": changed while it was checked (replaced or "
+                             "re-linked); nothing was written");
     }
     RETURN_IF_ERROR(CopyRegularFile(src.string(), dir / fname, checked));
   }
@@ -446,11 +452,20 @@ StatusOr<std::string> CheckMergeOutput(const std::string& model_dir,
                            "...: the folder's name is longer than 200 bytes");
   }
   if (real_exists) {
-    // A mount point cannot be replaced by a rename (rmdir: EBUSY after all the work).
-    struct stat out_st {}, parent_st {};
-    if (::stat(out_real.c_str(), &out_st) == 0 &&
-        ::stat(out_real.parent_path().c_str(), &parent_st) == 0 &&
-        out_st.st_dev != parent_st.st_dev) {
+    // A mount point cannot be replaced by a rename (rmdir: EBUSY after all the work). statx
+    // says so of bind mounts too; where it cannot, a device unlike the parent's.
+    bool mount_root = false;
+    struct statx sx {};
+    if (::statx(AT_FDCWD, out_real.c_str(), AT_SYMLINK_NOFOLLOW, STATX_BASIC_STATS, &sx) == 0 &&
+        (sx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) != 0) {
+      mount_root = (sx.stx_attributes & STATX_ATTR_MOUNT_ROOT) != 0;
+    } else {
+      struct stat out_st {}, parent_st {};
+      mount_root = ::stat(out_real.c_str(), &out_st) == 0 &&
+                   ::stat(out_real.parent_path().c_str(), &parent_st) == 0 &&
+                   out_st.st_dev != parent_st.st_dev;
+    }
+    if (mount_root) {
       return InvalidArgument("--out " + out_dir + " is a mount point; " + command +
                              " writes a new folder and renames it into place: give a folder "
                              "inside the mount");
@@ -524,7 +539,7 @@ Status WriteCheckpointAtomically(const std::string& out_dir, const std::string& 
   // (a fixed 0755 opened a private 0700 --out to everyone, whatever the umask).
   struct stat out_st {};
   const bool replacing = ::stat(out_real.c_str(), &out_st) == 0 && S_ISDIR(out_st.st_mode);
-  ::chmod(tmp.c_str(), replacing ? (out_st.st_mode & 07777) : UmaskedMode(0777));
+  ::chmod(tmp.c_str(), replacing ? (out_st.st_mode & (0777 | S_ISGID)) : UmaskedMode(0777));
   // Removed on every way out but success, an exception included (one thrown by `write` left it).
   struct RemoveUnlessKept {
     const fs::path& tmp;

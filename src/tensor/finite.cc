@@ -17,8 +17,10 @@ constexpr int64_t kBlock = 4096;  // elements per vectorised pass
 // linker), so the scan runs at memory speed; only a failing block is searched element by element.
 // ThreadSanitizer instruments the clones' ifunc resolver, which the dynamic linker runs before
 // the sanitizer's runtime is up (a crash at start-up): the tsan build scans with one clone.
-#if defined(__has_feature)
-#if __has_feature(thread_sanitizer)
+#if defined(__SANITIZE_THREAD__)  // gcc
+#define LOOM_NO_TARGET_CLONES 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)  // clang
 #define LOOM_NO_TARGET_CLONES 1
 #endif
 #endif

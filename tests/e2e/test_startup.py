@@ -103,8 +103,8 @@ def test_start_up_error_never_hangs(llama_dir):
     assert code == 1, err
 
 
-@pytest.mark.skipif(os.environ.get("LOOM_E2E_TSAN") == "1",
-                    reason="ThreadSanitizer's shadow memory does not fit an address-space limit")
+@pytest.mark.skipif(os.environ.get("LOOM_E2E_SANITIZER") == "1",
+                    reason="a sanitizer's shadow memory does not fit an address-space limit")
 def test_kv_cache_that_cannot_be_allocated_stops_start_up(llama_dir):
     # Under an address-space limit below the cache (a cgroup or ulimit smaller than the
     # machine), the allocation failed, the cache was left empty, and the server said ready and

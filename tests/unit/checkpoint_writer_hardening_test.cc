@@ -68,6 +68,33 @@ TEST(CheckpointWriter, ASignalMidWriteRemovesTheTemporaryFolder) {
   EXPECT_EQ(now.sa_handler, SIG_DFL);
 }
 
+// A signal the process ignores (nohup, a shell's background job) stays ignored in a section;
+// sections nest, the outer one's handler and noted signal standing until it ends.
+TEST(CheckpointWriter, IgnoredSignalsStayIgnoredAndSectionsNest) {
+  struct sigaction ignore {}, before {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  ASSERT_EQ(::sigaction(SIGHUP, &ignore, &before), 0);
+  {
+    InterruptibleSection outer;
+    ::raise(SIGHUP);
+    EXPECT_FALSE(Interrupted());
+    {
+      InterruptibleSection inner;
+      ::raise(SIGINT);
+      EXPECT_TRUE(Interrupted());
+    }
+    EXPECT_TRUE(Interrupted());  // the inner section's end neither cleared it nor unhooked
+    ::raise(SIGTERM);            // still noted, not fatal
+  }
+  struct sigaction now {};
+  ::sigaction(SIGHUP, nullptr, &now);
+  EXPECT_EQ(now.sa_handler, SIG_IGN);
+  ::sigaction(SIGINT, nullptr, &now);
+  EXPECT_EQ(now.sa_handler, SIG_DFL);
+  ::sigaction(SIGHUP, &before, nullptr);
+}
+
 // An exception out of the writer (it escaped to main's handler) also removes the folder.
 TEST(CheckpointWriter, AnExceptionRemovesTheTemporaryFolder) {
   TempDir dir;
