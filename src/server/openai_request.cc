@@ -337,9 +337,16 @@ void AddChat(std::map<std::string, Handler>* h) {
     if (!v.is_object() || v.size() > 16) {
       return p.Fail("metadata", "metadata must be an object of at most 16 strings");
     }
+    // Characters, as OpenAI counts them (the JSON reader has checked the UTF-8): a 64-character
+    // key in a non-Latin script is up to 256 bytes.
+    auto characters = [](const std::string& s) {
+      size_t n = 0;
+      for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+      return n;
+    };
     for (const auto& [key, value] : v.items()) {
-      if (!value.is_string() || key.size() > 64 ||
-          value.get_ref<const std::string&>().size() > 512) {
+      if (!value.is_string() || characters(key) > 64 ||
+          characters(value.get_ref<const std::string&>()) > 512) {
         return p.Fail("metadata",
                       "metadata values must be strings of at most 512 characters, keys of 64");
       }

@@ -386,5 +386,24 @@ TEST(OpenAiRequest, PromptLogprobsWithStreamAsVllm) {
   EXPECT_EQ(e.message, "`prompt_logprobs` are not available when `stream=True`.");
 }
 
+// metadata's limits count characters, as OpenAI's (they counted bytes: a 40-character key in
+// Cyrillic or CJK was refused).
+TEST(OpenAiRequest, MetadataLimitsCountCharacters) {
+  auto body = [](const std::string& key, const std::string& value) {
+    return R"({"model":"m","messages":[{"role":"user","content":"x"}],"metadata":{")" + key +
+           R"(":")" + value + R"("}})";
+  };
+  std::string key64, key65, value512, value513;
+  for (int i = 0; i < 64; ++i) key64 += "\u00e9";       // é: 2 bytes each
+  key65 = key64 + "e";
+  for (int i = 0; i < 512; ++i) value512 += "\u65e5";  // 日: 3 bytes each
+  value513 = value512 + "x";
+  OpenAiRequest r;
+  ApiError err;
+  EXPECT_TRUE(ParseOpenAiRequest(body(key64, value512), Endpoint::kChat, &r, &err)) << err.message;
+  EXPECT_EQ(Reject(body(key65, "v"), Endpoint::kChat).param, "metadata");
+  EXPECT_EQ(Reject(body("k", value513), Endpoint::kChat).param, "metadata");
+}
+
 }  // namespace
 }  // namespace loom::server
