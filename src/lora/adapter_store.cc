@@ -468,6 +468,11 @@ StatusOr<ConfinedDir> AdapterStore::ResolveRuntimePath(const std::string& path) 
   return InvalidArgument("lora_path '" + path + "' is outside the --lora-dir roots");
 }
 
+size_t AdapterStore::num_names() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.size();
+}
+
 int64_t AdapterStore::num_loads() const {
   std::lock_guard<std::mutex> lock(mu_);
   return loads_;

@@ -93,6 +93,8 @@ class AdapterStore {
   // ValidName as a Status: the error every path that names an adapter gives for a bad name.
   static Status CheckName(const std::string& name);
 
+  // Names in the table (registered and found on demand): what List() would return, counted.
+  size_t num_names() const;
   int64_t num_loads() const;
   // Requests waiting now for another request's load of the same name (to share its result).
   int num_waiting_for_loads() const;

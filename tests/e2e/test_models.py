@@ -123,3 +123,19 @@ def test_version_and_health(server):
     r = requests.get(server.url + "/version", timeout=10)
     assert r.status_code == 200 and isinstance(r.json()["version"], str)
     assert requests.get(server.url + "/health", timeout=10).status_code == 200
+
+
+def test_a_long_model_list_is_answered_whole(start_server, llama_dir):
+    # Past 128 adapter names /v1/models is built on a handler thread (the I/O thread stalled
+    # every stream while it built thousands of cards): the same list, every name in order.
+    names = [f"a{i:03d}" for i in range(200)]
+    args = []
+    for n in names:
+        args += ["--lora", f"{n}={ADAPTER_FIXTURES / ADAPTERS['qv']}"]
+    srv = start_server(llama_dir, args + ["--max-cpu-loras", "4"])
+    for _ in range(3):
+        data = srv.get("/v1/models").json()["data"]
+        assert [m["id"] for m in data] == [BASE] + names
+        assert all(m["parent"] == BASE for m in data[1:])
+    r = requests.head(srv.url + "/v1/models", timeout=10)
+    assert r.status_code == 200
