@@ -325,7 +325,9 @@ Status CopyCheckpointSideFiles(const std::string& model_dir, const std::string& 
     // the entry itself): the file opened for the copy must be this one.
     struct stat checked {};
     bool vetted = false;
-    if (!fs::is_symlink(link_st)) vetted = ::lstat(src.c_str(), &checked) == 0 && !S_ISLNK(checked.st_mode);
+    if (!fs::is_symlink(link_st)) {
+      vetted = ::lstat(src.c_str(), &checked) == 0 && !S_ISLNK(checked.st_mode);
+    }
     if (fs::is_symlink(link_st)) {
       const fs::path target = fs::canonical(src, ec);
       if (ec) {
