@@ -220,12 +220,8 @@ StatusOr<std::string> JsonForFile(const nlohmann::ordered_json& j, int indent,
 namespace {
 template <typename J>
 std::string ToStringImpl(const J& j, int indent, size_t max_chars) {
-  std::string s;
-  try {
-    s = j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
-  } catch (const std::exception&) {
-    s = "<unprintable>";
-  }
+  StatusOr<std::string> dumped = ForFileImpl(j, indent, "");
+  std::string s = dumped.ok() ? std::move(dumped).value() : "<unprintable>";
   if (max_chars > 0 && s.size() > max_chars) {
     s.resize(max_chars);
     // Do not cut a UTF-8 sequence in half.

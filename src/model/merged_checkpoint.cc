@@ -447,8 +447,8 @@ StatusOr<std::string> CheckMergeOutput(const std::string& model_dir,
   if (real_exists && !fs::is_directory(real_st)) {
     return InvalidArgument("--out " + out_dir + " exists and is not a folder");
   }
-  // The temporary sibling ".NAME.loom-quantize-XXXXXX" must be a valid name (NAME_MAX 255):
-  // refused before the load, not after it.
+  // The temporary sibling (".NAME.loom-quantize-" and mkdtemp's six characters) must be a valid
+  // name (NAME_MAX 255): refused before the load, not after it.
   if (out_real.filename().string().size() > 200) {
     return InvalidArgument("--out " + out_dir.substr(0, 64) +
                            "...: the folder's name is longer than 200 bytes");

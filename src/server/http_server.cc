@@ -233,6 +233,19 @@ HttpResponse HandleHealth(const ServerContext& ctx) {
   return Text("", "");
 }
 
+// Runs a handler on a handler thread: an exception it lets out is a 500 to its client, never
+// the end of the thread.
+template <typename F>
+void Guarded(Exchange& ex, F&& handle) {
+  try {
+    handle();
+  } catch (const std::exception& e) {
+    ex.Reply(ErrorReply(ApiError{500, std::string("internal error: ") + e.what(), "", ""}));
+  } catch (...) {
+    ex.Reply(ErrorReply(ApiError{500, "internal error", "", ""}));
+  }
+}
+
 // Whether the request carried a body (Content-Length > 0, or chunked).
 bool HasBody(const HttpRequest& req) { return !req.body.empty() || req.has_header("Transfer-Encoding"); }
 
@@ -290,14 +303,7 @@ void HttpServer::Route(HttpRequest req, std::shared_ptr<Exchange> ex) {
       return ex->Reply(HandleModels(ctx));
     }
     transport_->Post([&ctx, ex] {
-      if (ex->Gone()) return;
-      try {
-        ex->Reply(HandleModels(ctx));
-      } catch (const std::exception& e) {
-        ex->Reply(ErrorReply(ApiError{500, std::string("internal error: ") + e.what(), "", ""}));
-      } catch (...) {
-        ex->Reply(ErrorReply(ApiError{500, "internal error", "", ""}));
-      }
+      if (!ex->Gone()) Guarded(*ex, [&] { ex->Reply(HandleModels(ctx)); });
     });
     return;
   }
@@ -314,7 +320,7 @@ void HttpServer::Route(HttpRequest req, std::shared_ptr<Exchange> ex) {
       // A client that left while this waited for a handler thread: nothing to answer (an
       // adapter load or unload still runs: its effect does not depend on the reply).
       if ((generation || tokenize) && ex->Gone()) return;
-      try {
+      Guarded(*ex, [&] {
         if (generation) {
           HandleGeneration(ctx, req.path == "/v1/chat/completions" ? Endpoint::kChat : Endpoint::kCompletions,
                            req, ex);
@@ -324,11 +330,7 @@ void HttpServer::Route(HttpRequest req, std::shared_ptr<Exchange> ex) {
         } else {
           ex->Reply(req.path == "/v1/load_lora_adapter" ? HandleLoad(ctx, req) : HandleUnload(ctx, req));
         }
-      } catch (const std::exception& e) {
-        ex->Reply(ErrorReply(ApiError{500, std::string("internal error: ") + e.what(), "", ""}));
-      } catch (...) {
-        ex->Reply(ErrorReply(ApiError{500, "internal error", "", ""}));
-      }
+      });
     };
     transport_->Post(std::move(work));
     return;

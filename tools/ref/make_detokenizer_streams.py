@@ -75,7 +75,9 @@ def byte_like_ids(tok):
     return out
 
 
-def random_ids(rng, n, tok, specials, byte_ids):
+def random_ids(rng, n, vocab, specials, byte_ids):
+    """n ids: a tenth special, four tenths byte tokens (when the vocabulary has them), the rest
+    anywhere below `vocab`. Shared with make_logprob_tokens.py."""
     ids = []
     for _ in range(n):
         kind = rng.randrange(10)
@@ -84,7 +86,7 @@ def random_ids(rng, n, tok, specials, byte_ids):
         elif kind < 5 and byte_ids:
             ids.append(rng.choice(byte_ids))
         else:
-            ids.append(rng.randrange(tok.get_vocab_size(with_added_tokens=True)))
+            ids.append(rng.randrange(vocab))
     return ids
 
 
@@ -97,10 +99,11 @@ def main():
         specials = sorted(tok.get_added_tokens_decoder().keys())
         byte_ids = byte_like_ids(tok)
         rng = random.Random(17)
+        vocab = tok.get_vocab_size(with_added_tokens=True)
         mine = []
         for trial in range(40):
-            prompt = random_ids(rng, rng.randrange(0, 30), tok, specials, byte_ids)
-            generated = random_ids(rng, 1 + rng.randrange(40), tok, specials, byte_ids)
+            prompt = random_ids(rng, rng.randrange(0, 30), vocab, specials, byte_ids)
+            generated = random_ids(rng, 1 + rng.randrange(40), vocab, specials, byte_ids)
             mine.append((prompt, generated))
         for text in TEXTS:
             ids = tok.encode(text, add_special_tokens=False).ids

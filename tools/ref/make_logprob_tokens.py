@@ -19,11 +19,15 @@ Usage: /work/peers/vllm-venv/bin/python tools/ref/make_logprob_tokens.py
 import json
 import os
 import random
+import sys
 
 import vllm
 from transformers import AutoTokenizer
 from vllm.tokenizers.detokenizer_utils import convert_ids_list_to_tokens
 from vllm.v1.engine.logprobs import LogprobsProcessor
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_detokenizer_streams import random_ids  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 TOKENIZERS = os.path.join(ROOT, "tests", "fixtures", "tokenizers")
@@ -60,16 +64,7 @@ def main():
         specials = list(tok.all_special_ids)
         seqs = [tok.encode(t, add_special_tokens=True) for t in TEXTS]
         for _ in range(12):
-            seq = []
-            for _ in range(rng.randrange(1, 24)):
-                kind = rng.randrange(10)
-                if kind == 0 and specials:
-                    seq.append(rng.choice(specials))
-                elif kind < 5 and byte_ids:
-                    seq.append(rng.choice(byte_ids))
-                else:
-                    seq.append(rng.randrange(vocab))
-            seqs.append(seq)
+            seqs.append(random_ids(rng, rng.randrange(1, 24), vocab, specials, byte_ids))
         cases[name + "/tokenizer.json"] = [{"ids": s, "texts": vllm_texts(tok, s)} for s in seqs]
     with open(OUT, "w", encoding="utf-8") as f:
         json.dump({"vllm": vllm.__version__, "cases": cases}, f, ensure_ascii=False,
