@@ -57,7 +57,7 @@ Status RejectGlobalQuantizeFlags(const std::string& command) {
 
 void AddSamplingFlags(CLI::App* cmd, SamplingParams* p, int64_t* seed) {
   cmd->add_option("--max-tokens", p->max_tokens, "tokens to generate")->capture_default_str();
-  cmd->add_option("--temperature", p->temperature, "0 = greedy")->capture_default_str();
+  cmd->add_option("--temperature", p->temperature, "≤ 0 = greedy")->capture_default_str();
   cmd->add_option("--top-k", p->top_k, "keep the k most likely tokens (0 = off)");
   cmd->add_option("--top-p", p->top_p, "nucleus sampling mass (1 = off)");
   cmd->add_option("--min-p", p->min_p, "drop tokens below min_p × the top probability");

@@ -142,7 +142,14 @@ bool ParseSamplingField(const std::string& key, const json& v, SamplingParams* p
   if (key == "max_tokens") {
     if (!v.is_null()) st = JsonInt32(key, v, 1, kMaxTokensLimit, &p->max_tokens);
   } else if (key == "temperature") {
-    if (!v.is_null()) st = JsonNumber(key, v, 0, 100, &p->temperature);
+    // SPEC-api: a temperature ≤ 0 is greedy (llama.cpp's reading), so any finite number up to
+    // 100 is taken; vLLM and OpenAI refuse a negative one.
+    if (!v.is_null()) {
+      st = JsonNumber(key, v, -std::numeric_limits<double>::max(), 100, &p->temperature);
+      if (!st.ok() && v.is_number()) {
+        st = InvalidArgument("temperature must be at most 100 (≤ 0 is greedy), got " + v.dump());
+      }
+    }
   } else if (key == "top_p") {
     if (!v.is_null()) st = JsonNumber(key, v, 0, 1, &p->top_p, /*lo_open=*/true);
   } else if (key == "top_k") {

@@ -16,8 +16,9 @@ Status SamplingParams::Validate(int vocab_size) const {
   if (max_tokens < 1) {
     return InvalidArgument("max_tokens must be at least 1, got " + std::to_string(max_tokens));
   }
-  if (!(temperature >= 0) || temperature > 100) {
-    return InvalidArgument("temperature must be in [0, 100], got " + std::to_string(temperature));
+  if (!std::isfinite(temperature) || temperature > 100) {  // ≤ 0 is greedy (SPEC-api)
+    return InvalidArgument("temperature must be a finite number at most 100 (≤ 0 is greedy), got " +
+                           std::to_string(temperature));
   }
   if (top_k < -1) return InvalidArgument("top_k must be -1, 0 or positive");
   if (!(top_p > 0 && top_p <= 1)) {

@@ -412,6 +412,17 @@ def test_top_k_one_is_greedy(server):
         assert r.choices[0].token_ids == greedy
 
 
+@pytest.mark.parametrize("temperature", [-0.5, -100])
+def test_temperature_at_or_below_zero_is_greedy(server, temperature):
+    # SPEC-api: temperature <= 0 is greedy (vLLM and OpenAI refuse a negative one).
+    greedy = complete(server, BASE, "Once upon", max_tokens=16,
+                      extra_body={"ignore_eos": True}).choices[0].token_ids
+    for seed in (1, 2):
+        r = complete(server, BASE, "Once upon", max_tokens=16, temperature=temperature, seed=seed,
+                     extra_body={"ignore_eos": True})
+        assert r.choices[0].token_ids == greedy
+
+
 @pytest.mark.parametrize("field,value", [("presence_penalty", 2.0), ("frequency_penalty", 2.0),
                                          ("repetition_penalty", 2.0)])
 def test_penalties_are_honoured(server, field, value):

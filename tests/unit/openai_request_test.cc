@@ -71,12 +71,24 @@ TEST(OpenAiRequest, MaxCompletionTokensWinsOverMaxTokensInAnyOrder) {
   }
 }
 
+// SPEC-api: temperature ≤ 0 is greedy, so a negative one is taken (vLLM refuses it).
+TEST(OpenAiRequest, NegativeTemperatureIsTaken) {
+  OpenAiRequest r;
+  ApiError err;
+  ASSERT_TRUE(ParseOpenAiRequest(R"({"model":"m","prompt":"x","temperature":-2.5})",
+                                 Endpoint::kCompletions, &r, &err))
+      << err.message;
+  EXPECT_EQ(r.params.temperature, -2.5f);
+}
+
 TEST(OpenAiRequest, RejectsNamingTheField) {
   EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","bogus":1})").param, "bogus");
   EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","max_tokens":-1})").param, "max_tokens");
   EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","max_tokens":"x"})").param, "max_tokens");
   EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","max_tokens":4294967297})").param, "max_tokens");
-  EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","temperature":-1})").param, "temperature");
+  EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","temperature":100.5})").param, "temperature");
+  EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","temperature":1e300})").param, "temperature");
+  EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","temperature":"0"})").param, "temperature");
   EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","top_p":2})").param, "top_p");
   EXPECT_EQ(Reject(R"({"model":"m","prompt":"x","top_p":0})").param, "top_p");
   // Below float's range: 0 once stored as a float, refused as 0 is.

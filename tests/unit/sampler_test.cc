@@ -35,6 +35,21 @@ TEST(Sampler, GreedyIsArgmax) {
   EXPECT_EQ(Draw(p, l, &s), std::max_element(l.begin(), l.end()) - l.begin());
 }
 
+// SPEC-api: temperature ≤ 0 is greedy; a negative one validates and draws the argmax.
+TEST(Sampler, NegativeTemperatureIsGreedy) {
+  for (float t : {-0.5f, -100.0f}) {
+    SamplingParams p;
+    p.temperature = t;
+    p.seed = 7;
+    ASSERT_TRUE(p.Validate(1000).ok()) << t;
+    for (int i = 0; i < 8; ++i) {
+      auto l = Logits(1000, 10 + i);
+      Sampler s(p, {});
+      EXPECT_EQ(Draw(p, l, &s), std::max_element(l.begin(), l.end()) - l.begin()) << t;
+    }
+  }
+}
+
 TEST(Sampler, SameSeedSameTokensDifferentSeedDifferent) {
   SamplingParams p;
   p.temperature = 1.0f;
@@ -355,7 +370,8 @@ TEST(Sampler, ValidateNamesTheField) {
     const char* field;
   } cases[] = {
       {[](SamplingParams& p) { p.max_tokens = 0; }, "max_tokens"},
-      {[](SamplingParams& p) { p.temperature = -1; }, "temperature"},
+      {[](SamplingParams& p) { p.temperature = 101; }, "temperature"},
+      {[](SamplingParams& p) { p.temperature = std::nanf(""); }, "temperature"},
       {[](SamplingParams& p) { p.top_p = 1.5f; }, "top_p"},
       {[](SamplingParams& p) { p.top_p = 0; }, "top_p"},
       {[](SamplingParams& p) { p.min_p = 2; }, "min_p"},
