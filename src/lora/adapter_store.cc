@@ -44,7 +44,10 @@ AdapterStore::AdapterStore(const SiteTable* sites, AdapterStoreOptions options)
   for (const auto& d : options_.lora_dirs) {
     std::error_code ec;
     fs::path c = fs::canonical(d, ec);
-    if (!ec) roots_.push_back(c.string());
+    if (ec) continue;
+    roots_.push_back(c.string());
+    fs::path given = fs::absolute(d, ec);
+    if (!ec) spelled_roots_.push_back(given.lexically_normal().string());
   }
 }
 
@@ -73,6 +76,7 @@ StatusOr<std::shared_ptr<const Adapter>> AdapterStore::Load(const std::string& n
   if (!root.empty()) confined.emplace(root);
   ASSIGN_OR_RETURN(std::shared_ptr<const Adapter> adapter,
                    LoadAdapter(name, dir, *sites_, options_.max_lora_rank));
+  NoteAdapterConfig(*adapter, options_.model_dir);
   // One adapter above the whole bound could never be evicted back under it.
   if (options_.max_cpu_bytes > 0 && adapter->resident_bytes() > options_.max_cpu_bytes) {
     return ResourceExhausted("adapter '" + name + "' takes " +
@@ -444,6 +448,14 @@ StatusOr<ConfinedDir> AdapterStore::ResolveRuntimePath(const std::string& path) 
   }
   std::vector<fs::path> candidates;
   if (fs::path(path).is_absolute()) {
+    // Not under a root as written (the canonical one or as --lora-dir spelled it): refused
+    // before the filesystem is asked, so the answer cannot tell whether the path exists.
+    const fs::path lexical = fs::path(path).lexically_normal();
+    bool under = false;
+    for (const auto* roots : {&roots_, &spelled_roots_}) {
+      for (const auto& root : *roots) under = under || Inside(lexical, root);
+    }
+    if (!under) return InvalidArgument("lora_path '" + path + "' is outside the --lora-dir roots");
     candidates.push_back(path);
   } else {
     for (const auto& root : roots_) candidates.push_back(fs::path(root) / path);

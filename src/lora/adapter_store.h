@@ -27,6 +27,7 @@ struct AdapterStoreOptions {
   // each time grew the table, and every /v1/models copy of it, without end. 0 = no limit.
   int max_names = 0;
   std::vector<std::string> lora_dirs;  // roots for on-demand names and runtime paths
+  std::string model_dir;  // the served model's folder: NoteAdapterConfig compares with it
   // Called on the loading thread before each load from disk (an observer: tests, logging).
   std::function<void(const std::string& name)> on_load;
 };
@@ -155,6 +156,7 @@ class AdapterStore {
   const SiteTable* sites_;
   AdapterStoreOptions options_;
   std::vector<std::string> roots_;  // canonical lora_dirs
+  std::vector<std::string> spelled_roots_;  // the lora_dirs as given, absolute, lexically normal
   mutable std::mutex mu_;           // the table
   std::mutex load_mu_;              // one load at a time
   FailedLoads failed_;              // invalid folders' errors, until their files change

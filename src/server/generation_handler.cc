@@ -109,7 +109,8 @@ bool Submit(ServerContext& ctx, const OpenAiRequest& r, std::shared_ptr<const Ad
       submitted.push_back(*id);
     }
   }
-  ctx.metrics.prompt_tokens.fetch_add(sub->prompt_tokens);
+  // As vLLM's counter: each of the n sequences prefills its prompt (usage counts it once).
+  ctx.metrics.prompt_tokens.fetch_add(static_cast<int64_t>(sub->prompt_tokens) * r.n);
   return true;
 }
 
@@ -233,6 +234,22 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
   if (!BuildPrompts(ctx, r, &sub.prompts, &error, [&ex] { return ex->Gone(); })) return fail(error);
   if (!TruncatePrompts(ctx, &r, &sub.prompts, &error)) return fail(error);
   if (!EncodeBadWords(ctx, &r, &error)) return fail(error);
+  // A prompt that can never fit is a 400 before the queue limit: a 503 would have the client
+  // retry it.
+  const char* prompt_field = endpoint == Endpoint::kChat ? "messages" : "prompt";
+  for (const auto& p : sub.prompts) {
+    if (static_cast<int64_t>(p.size()) >= ctx.max_model_len) {
+      // vLLM's words, which clients match case-sensitively (LiteLLM's context-window check).
+      return fail(BadRequest(prompt_field,
+                             "This model's maximum context length is " +
+                                 std::to_string(ctx.max_model_len) +
+                                 " tokens. However, your request has " + std::to_string(p.size()) +
+                                 " input tokens (room is needed for at least one more). Please "
+                                 "reduce the length of the input " +
+                                 (endpoint == Endpoint::kChat ? "messages." : "prompt.")));
+    }
+    if (p.empty()) return fail(BadRequest(prompt_field, std::string(prompt_field) + " is empty"));
+  }
   // Queue limit: sequences submitted but not running, this request's (prompts × n) included,
   // so one request of 64 prompts × n = 16 cannot carry the queue past it; a request alone in an
   // empty queue is admitted whatever its size (≤ 1024 sequences by the parser's limits). The
@@ -254,20 +271,6 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
     return fail(ApiError{503, "the server is overloaded (" + std::to_string(queued) +
                                             " sequences waiting, this request adds " +
                                             std::to_string(wanted) + "); retry later", "", ""});
-  }
-  const char* prompt_field = endpoint == Endpoint::kChat ? "messages" : "prompt";
-  for (const auto& p : sub.prompts) {
-    if (static_cast<int64_t>(p.size()) >= ctx.max_model_len) {
-      // vLLM's words, which clients match case-sensitively (LiteLLM's context-window check).
-      return fail(BadRequest(prompt_field,
-                             "This model's maximum context length is " +
-                                 std::to_string(ctx.max_model_len) +
-                                 " tokens. However, your request has " + std::to_string(p.size()) +
-                                 " input tokens (room is needed for at least one more). Please "
-                                 "reduce the length of the input " +
-                                 (endpoint == Endpoint::kChat ? "messages." : "prompt.")));
-    }
-    if (p.empty()) return fail(BadRequest(prompt_field, std::string(prompt_field) + " is empty"));
   }
   // After the cheap refusals (queue, lengths): the decode may take the tokenizer's budget.
   if (r.echo && !EchoTokenPromptsAsText(ctx, &r, &error)) return fail(error);

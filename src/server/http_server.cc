@@ -21,11 +21,15 @@ namespace {
 
 constexpr char kVersion[] = "0.2.0";
 
-// Constant-time comparison (the key's length is not secret).
-bool SameKey(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+// Constant-time comparison of a given key with the server's: the time depends on the server
+// key's length only, not on where the given one differs or how long it is.
+bool SameKey(const std::string& given, const std::string& key) {
+  unsigned char diff = given.size() == key.size() ? 0 : 1;
+  const size_t n = given.size();
+  for (size_t i = 0; i < key.size(); ++i) {
+    const unsigned char g = n == 0 ? 0 : static_cast<unsigned char>(given[i % n]);
+    diff |= static_cast<unsigned char>(g ^ static_cast<unsigned char>(key[i]));
+  }
   return diff == 0;
 }
 
@@ -43,15 +47,20 @@ bool JsonContentType(const HttpRequest& req) {
   return ct == "application/json" || (ct.rfind("application/", 0) == 0 && ends_with("+json"));
 }
 
+// With --api-key, a request without the key: its 401.
+std::optional<ApiError> AuthError(const ServerContext& ctx, const HttpRequest& req) {
+  if (ctx.options.api_key.empty()) return std::nullopt;
+  const std::string auth = req.header("Authorization");
+  const std::string prefix = "Bearer ";
+  if (auth.rfind(prefix, 0) != 0 || !SameKey(auth.substr(prefix.size()), ctx.options.api_key)) {
+    return ApiError{401, "missing or invalid API key (Authorization: Bearer ...)", "", ""};
+  }
+  return std::nullopt;
+}
+
 // Auth, readiness and the body's content type for a /v1 request; nothing when it may go on.
 std::optional<ApiError> AdmissionError(const ServerContext& ctx, const HttpRequest& req) {
-  if (!ctx.options.api_key.empty()) {
-    const std::string auth = req.header("Authorization");
-    const std::string prefix = "Bearer ";
-    if (auth.rfind(prefix, 0) != 0 || !SameKey(auth.substr(prefix.size()), ctx.options.api_key)) {
-      return ApiError{401, "missing or invalid API key (Authorization: Bearer ...)", "", ""};
-    }
-  }
+  if (std::optional<ApiError> error = AuthError(ctx, req)) return error;
   if (!ctx.ready.load()) return ApiError{503, "the model is still loading", "", ""};
   if (req.method == "POST" && !JsonContentType(req)) {
     return ApiError{415, "Content-Type must be application/json", "", "UnsupportedMediaType"};
@@ -222,7 +231,7 @@ HttpResponse HandleMetrics(const ServerContext& ctx) {
   s.large_prompts_tokenizing = ctx.encode_gate.busy() ? 1 : 0;
   s.large_prompts_waiting = ctx.encode_gate.waiting();
   s.large_prompts_abandoned = ctx.encode_gate.abandoned();
-  return Text(RenderMetrics(ctx.metrics, s, ctx.options.served_model_name()),
+  return Text(RenderMetrics(ctx.metrics, s, ctx.options.DefaultModel()),
               "text/plain; version=0.0.4; charset=utf-8");
 }
 
@@ -334,6 +343,11 @@ void HttpServer::Route(HttpRequest req, std::shared_ptr<Exchange> ex) {
     };
     transport_->Post(std::move(work));
     return;
+  }
+  // Without the key, nothing under /v1 answers more than 401 (as vLLM's middleware): a 404 or
+  // 405 would tell which routes exist.
+  if (p.rfind("/v1", 0) == 0) {
+    if (std::optional<ApiError> error = AuthError(ctx, req)) return ex->Reply(ErrorReply(*error));
   }
   const bool known = p == "/health" || p == "/version" || p == "/metrics" || p == "/v1/models" ||
                      p == "/ping" || generation || admin || tokenize;

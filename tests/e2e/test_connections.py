@@ -85,6 +85,10 @@ def test_overload_is_503_with_retry_after(start_server, long_dir):
         assert r.status_code == 503, r.text
         assert r.headers.get("Retry-After")
         assert r.json()["error"]["code"] == 503
+        # A prompt that can never fit is its 400 even now: a 503 would have it retried.
+        r = requests.post(srv.url + "/v1/completions", timeout=30,
+                          json={"model": "llama_long", "prompt": [5] * 16384, "max_tokens": 2})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "prompt", r.text
     finally:
         for s in streams:
             s.close()

@@ -275,10 +275,19 @@ def test_auth(auth_server):
     url = auth_server.url
     body = '{"model": "llama", "prompt": "hi", "max_tokens": 2}'
     ct = {"Content-Type": "application/json"}
-    for path in ("/v1/completions", "/v1/chat/completions", "/v1/load_lora_adapter"):
+    for path in ("/v1/completions", "/v1/chat/completions", "/v1/load_lora_adapter",
+                 "/v1/unload_lora_adapter", "/v1/no-such-route"):
         r = requests.post(url + path, data=body, headers=ct, timeout=10)
         assert r.status_code == 401, (path, r.status_code)
         error_of(r)
+    # Nor does a wrong method or an unknown path under /v1 say which routes exist (vLLM: 401).
+    for method, path in (("GET", "/v1/completions"), ("DELETE", "/v1/models"),
+                         ("GET", "/v1/no-such-route")):
+        r = requests.request(method, url + path, timeout=10)
+        assert r.status_code == 401, (method, path, r.status_code)
+    key = {"Authorization": "Bearer " + auth_server.api_key}
+    assert requests.get(url + "/v1/no-such-route", headers=key, timeout=10).status_code == 404
+    assert requests.get(url + "/v1/completions", headers=key, timeout=10).status_code == 405
     r = requests.get(url + "/v1/models", timeout=10)
     assert r.status_code == 401
     # A body on the GET skipped the pre-routing check (meant for POSTs, checked in their

@@ -190,6 +190,14 @@ def test_counters_move(msrv):
     assert d["vllm:time_to_first_token_seconds_count"] == 2
     assert d["vllm:e2e_request_latency_seconds_count"] == 2
     assert d["vllm:inter_token_latency_seconds_count"] == 6 + 4
+    # n = 2: each sequence prefills the prompt, so vLLM's counter counts it twice (usage once).
+    before = snap()
+    r3 = msrv.client().completions.create(model=LONG, prompt=prompt, max_tokens=3, n=2,
+                                          temperature=0, extra_body={"ignore_eos": True})
+    after = snap()
+    assert r3.usage.prompt_tokens == len(prompt)
+    assert after["vllm:prompt_tokens_total"] - before["vllm:prompt_tokens_total"] == 2 * len(prompt)
+    assert after["length"] - before["length"] == 2
     # A stop-string finish counts as "stop".
     ids = msrv.client().completions.create(model=LONG, prompt="abc", max_tokens=30, temperature=0,
                                            extra_body={"ignore_eos": True,

@@ -102,6 +102,11 @@ def test_merged_adapter(start_server, llama_dir, reference):
     assert r.status_code == 200, r.text
     assert r.json()["model"] == "qv"
     assert r.json()["choices"][0]["token_ids"] == greedy(srv, "qv", "Hello", max_tokens=4)[0]
+    # The metrics carry the name requests and /v1/models use (a gateway joins on it), not the
+    # folder's.
+    metrics = srv.get("/metrics").text
+    assert 'vllm:num_requests_running{model_name="qv"}' in metrics, metrics[:2000]
+    assert f'model_name="{BASE}"' not in metrics
 
 
 def test_request_without_model_is_the_base(server):

@@ -87,6 +87,7 @@ def test_load_unload_endpoints(start_server, llama_dir, lora_dir, reference, tmp
     expect(load(srv, "a6", tmp_path / "outside" / "qv_copy"), 400, "lora_path")  # abs outside
     expect(load(srv, "a6", "/etc"), 400, "lora_path")
     expect(load(srv, "a6", "/etc/passwd"), 400, "lora_path")
+    expect(load(srv, "a6", "/etc/no-such-file"), 400, "lora_path")  # not 404: no probing
     expect(load(srv, "a7", "."), 400, "lora_path")            # the root itself
     r = load(srv, "a8", "junk")                               # a folder with no adapter
     assert r.status_code in (400, 404), r.text                # (vLLM: 404; docs/API.md: 400)

@@ -126,6 +126,14 @@ TEST(AdapterStore, OnDemandAndRuntimePathsStayInsideTheRoots) {
   EXPECT_EQ(store.ResolveRuntimePath(outside.string()).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(store.ResolveRuntimePath("mlp/../mlp").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(store.ResolveRuntimePath("missing").status().code(), StatusCode::kNotFound);
+  // An absolute path: missing under a root is 404; outside the roots 400 whether it exists or
+  // not (a 404 there told a caller which files the machine has).
+  EXPECT_EQ(store.ResolveRuntimePath((root / "missing").string()).status().code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(store.ResolveRuntimePath((outside / "missing").string()).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(store.ResolveRuntimePath("/no/such/folder").status().code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(store.ResolveRuntimePath((root / "." / "mlp").string()).ok());
   fs::remove_all(root);
   fs::remove_all(outside);
 }
