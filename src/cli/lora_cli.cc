@@ -24,7 +24,8 @@ std::string LoraFolder(const std::string& spec) {
 }
 
 StatusOr<std::vector<std::shared_ptr<const Adapter>>> LoadCliAdapters(
-    const Model& model, const std::vector<std::string>& specs, int max_rank, bool check_weights) {
+    const Model& model, const std::vector<std::string>& specs, int max_rank, bool check_weights,
+    bool notes) {
   std::vector<std::shared_ptr<const Adapter>> out;
   for (const std::string& spec : specs) {
     const size_t eq = spec.find('=');
@@ -37,6 +38,7 @@ StatusOr<std::vector<std::shared_ptr<const Adapter>>> LoadCliAdapters(
     }
     ASSIGN_OR_RETURN(auto adapter,
                      LoadAdapter(name, dir, model.sites(), max_rank, check_weights));
+    if (notes) NoteAdapterConfig(*adapter, model.dir());
     out.push_back(std::move(adapter));
   }
   return out;
@@ -165,7 +167,7 @@ int RunInspect(const InspectArgs& a) {
   AddWeightMemoryJson(**model, &j);
   if (!a.lora.empty()) {
     auto t0 = std::chrono::steady_clock::now();
-    auto adapters = LoadCliAdapters(**model, {a.lora}, a.max_rank, !a.no_check_weights);
+    auto adapters = LoadCliAdapters(**model, {a.lora}, a.max_rank, !a.no_check_weights, /*notes=*/false);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (!adapters.ok()) {
       std::fprintf(stderr, "error: %s\n", adapters.status().message().c_str());

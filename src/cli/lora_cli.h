@@ -19,10 +19,11 @@ RunFn AddMergeCommand(CLI::App& app);
 // The folder of a "NAME=DIR" or "DIR" spec ("" for "").
 std::string LoraFolder(const std::string& spec);
 
-// "NAME=DIR" or "DIR" (name = the folder's name) → loaded adapters, in order.
+// "NAME=DIR" or "DIR" (name = the folder's name) → loaded adapters, in order. `notes`: each
+// adapter's NoteAdapterConfig on stderr (inspect reports those itself).
 StatusOr<std::vector<std::shared_ptr<const Adapter>>> LoadCliAdapters(
     const Model& model, const std::vector<std::string>& specs, int max_rank,
-    bool check_weights = true);
+    bool check_weights = true, bool notes = true);
 
 // --batch FILE.json: [{"prompt_tokens": [ids], "adapter": NAME | null, "max_tokens": N}, ...]
 // run together as one continuous batch; prints a JSON list of per-entry results.

@@ -166,6 +166,7 @@ int RunServe(ServeArgs& a) {
   std::unique_ptr<AdapterStore> store;
   if (!plan->merge.empty()) {
     auto adapter = LoadAdapter(plan->merge, plan->loras.front().second, (*model)->sites(), a.max_lora_rank);
+    if (adapter.ok()) NoteAdapterConfig(**adapter, a.model);
     Status st = adapter.ok() ? (*model)->MergeAdapter(**adapter) : adapter.status();
     if (!st.ok()) {
       stop_listener();

@@ -306,6 +306,7 @@ StatusOr<ServePlan> PlanServe(const ServeArgs& a) {
   plan.store.max_lora_rank = a.max_lora_rank;
   plan.store.max_names = a.max_lora_names;
   plan.store.lora_dirs = a.lora_dirs;
+  plan.store.model_dir = a.model;
 
   auto& s = plan.server;
   s.http.host = a.host;

@@ -1,11 +1,13 @@
 // LoadAdapter: PEFT tensor names → canonical per-module LoRA weights, with every check the spec asks.
 #include "lora/adapter.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <set>
 
 #include "base/file.h"
@@ -460,6 +462,11 @@ StatusOr<std::shared_ptr<const Adapter>> ReadAdapter(const std::string& name, co
     a->max_rank_ = std::max(a->max_rank_, rank);
     if (embedding) {
       for (const auto& [part, tensor] : t.parts) {
+        if (part == "lora_magnitude_vector" && cfg.use_dora) {  // PEFT has them; loom not yet
+          return InvalidArgument(where + ": tensor " + tensor +
+                                 ": DoRA on an embedding (use_dora with an embedding target) is "
+                                 "not supported yet");
+        }
         if (part != "lora_embedding_A" && part != "lora_embedding_B") {
           return InvalidArgument(where + ": tensor " + tensor + " is not valid on an embedding");
         }
@@ -625,6 +632,35 @@ StatusOr<std::shared_ptr<const Adapter>> ReadAdapter(const std::string& name, co
                  name.c_str(), dir.c_str());
   }
   return std::shared_ptr<const Adapter>(std::move(a));
+}
+
+void NoteAdapterConfig(const Adapter& adapter, const std::string& model_dir) {
+  std::vector<std::string> notes;
+  const LoraConfig& c = adapter.config();
+  if (!c.ignored_keys.empty()) {
+    std::string keys;
+    for (const auto& k : c.ignored_keys) keys += (keys.empty() ? "" : ", ") + k.substr(0, 64);
+    notes.push_back("adapter_config.json keys loom does not know, ignored: " + keys.substr(0, 512));
+  }
+  auto last_part = [](const std::string& p) {
+    std::string s = fs::path(p).lexically_normal().filename().string();
+    if (s.empty()) s = fs::path(p).lexically_normal().parent_path().filename().string();
+    for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return s;
+  };
+  if (!model_dir.empty() && !c.base_model_name_or_path.empty() &&
+      last_part(c.base_model_name_or_path) != last_part(model_dir)) {
+    notes.push_back("base_model_name_or_path '" + c.base_model_name_or_path.substr(0, 256) +
+                    "' is not the served model's folder '" + last_part(model_dir) +
+                    "' (a warning only: the shapes matched)");
+  }
+  static std::mutex mu;
+  static std::set<std::string> said;
+  std::lock_guard<std::mutex> lock(mu);
+  for (const auto& n : notes) {
+    if (said.size() >= 256 || !said.insert(n).second) continue;
+    std::fprintf(stderr, "note: adapter '%s': %s\n", adapter.name().c_str(), n.c_str());
+  }
 }
 
 StatusOr<std::shared_ptr<const Adapter>> LoadAdapter(const std::string& name, const std::string& dir,

@@ -84,6 +84,12 @@ class Adapter {
 // (and lora_B bias) all zero, and no DoRA magnitude. LoadAdapter warns on stderr for such.
 bool ChangesNothing(const Adapter& adapter);
 
+// What a loaded adapter's config says that loading did not act on, as notes on stderr: the
+// config keys loom does not know (ignored; SPEC-adapters: a debug log) and a
+// base_model_name_or_path whose last part is not the served model folder's name (a warning
+// only: the shapes matched). Each distinct note once per process (the first 256).
+void NoteAdapterConfig(const Adapter& adapter, const std::string& model_dir);
+
 // Loads and validates DIR/adapter_config.json + DIR/adapter_model.safetensors against the base
 // model's projections `sites` (Model::sites()): every tensor consumed, every A with its B, shapes
 // and ranks checked, at least one module attached. `max_rank` 0 = no limit. `check_weights`: every tensor is scanned for

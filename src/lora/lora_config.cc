@@ -37,7 +37,9 @@ const std::set<std::string>& KnownKeys() {
       "revision", "auto_mapping", "megatron_config", "megatron_core", "loftq_config",
       "eva_config", "corda_config", "qalora_group_size", "lora_ga_config", "use_bdlora",
       "bdlora_config", "variant", "velora_config", "monteclora_config", "arrow_config",
-      "kasa_config"};
+      "kasa_config",
+      // Informational, or acting only with keys refused above (modules_to_save, trainable tokens).
+      "peft_version", "ensure_weight_tying"};
   return keys;
 }
 
@@ -211,7 +213,7 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
     return InvalidArgument(where + ": target_modules is not set; PEFT fills it from the model type "
                                    "at training time and saves the list, loom needs that list");
   } else if (targets.is_array() && targets.empty()) {
-    return InvalidArgument(where + ": target_modules is empty; the adapter would change nothing");
+    // Checked below with target_parameters: PEFT's LoRA on parameters saves target_modules [].
   } else {
     RETURN_IF_ERROR(ReadStringOrList(targets, where, "target_modules", &c.target_list, &c.target_regex));
   }
@@ -223,6 +225,9 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
       if (!v.is_string()) return InvalidArgument(where + ": target_parameters entries must be strings");
       c.target_parameters.push_back(v.get<std::string>());
     }
+  }
+  if (targets.is_array() && targets.empty() && c.target_parameters.empty()) {
+    return InvalidArgument(where + ": target_modules is empty; the adapter would change nothing");
   }
   const json exclude = get("exclude_modules");
   if (!exclude.is_null()) {
@@ -258,6 +263,15 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
     return InvalidArgument(where + ": layers_pattern must be a string or a list of strings, got " +
                            JsonToString(lp, -1, 80));
   }
+  // PEFT's LoraConfig refuses these with a string target_modules (a regex, or "all-linear"):
+  // they would be ignored.
+  for (const char* key : {"layers_to_transform", "layers_pattern"}) {
+    if (targets.is_string() && !get(key).is_null()) {
+      return InvalidArgument(where + ": " + key +
+                             " cannot be used when target_modules is a string (a regex or "
+                             "\"all-linear\"); PEFT refuses this config");
+    }
+  }
   auto get_ordered = [&](const char* key) -> nlohmann::ordered_json {
     auto it = j.find(key);
     return it == j.end() ? nlohmann::ordered_json() : *it;
@@ -286,24 +300,45 @@ bool InList(const std::string& path, const std::vector<std::string>& list) {
   return false;
 }
 
-// PEFT: the first numbered segment after layers_pattern (or after any name when unset).
+// PEFT's layer index (check_target_module_exists): with no layers_pattern, re.match
+// `.*\.[^.]*\.(\d+)\.` — the LAST all-digit segment that has two segments before it and one
+// after (greedy `.*`: on model.layers.3.mlp.experts.5.w1 it is 5); with patterns, for the first
+// pattern that matches, the last `.{pattern}.(\d+).` (a pattern taken as literal text, dots
+// included: "model.layers" works). -1 when none.
 int LayerIndex(const std::string& path, const std::vector<std::string>& patterns) {
   std::vector<std::string> parts;
+  std::vector<size_t> starts;  // where each part begins in `path`
   size_t start = 0;
   for (size_t i = 0; i <= path.size(); ++i) {
     if (i == path.size() || path[i] == '.') {
       parts.push_back(path.substr(start, i - start));
+      starts.push_back(start);
       start = i + 1;
     }
   }
-  for (size_t i = 1; i + 1 < parts.size(); ++i) {
+  auto number = [&](size_t i) {
     const std::string& p = parts[i];
-    if (p.empty() || p.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (p.empty() || p.find_first_not_of("0123456789") != std::string::npos) return -2;
     // More digits than any layer count: no layer of this model (never an int overflow).
-    const int index = p.size() > 9 ? -1 : std::stoi(p);
-    if (patterns.empty()) return index;
-    for (const auto& pat : patterns) {
-      if (parts[i - 1] == pat) return index;
+    return p.size() > 9 ? -1 : std::stoi(p);
+  };
+  if (patterns.empty()) {
+    for (size_t i = parts.size() < 2 ? 0 : parts.size() - 2; i >= 2; --i) {
+      const int index = number(i);
+      if (index != -2) return index;
+    }
+    return -1;
+  }
+  for (const auto& pat : patterns) {
+    for (size_t i = parts.size() < 2 ? 0 : parts.size() - 2; i >= 1; --i) {
+      const int index = number(i);
+      if (index == -2) continue;
+      // The text before ".N." must end with ".{pat}" (something, a dot, the pattern).
+      const size_t before = starts[i] - 1;  // the dot before the number
+      if (before > pat.size() && path.compare(before - pat.size(), pat.size(), pat) == 0 &&
+          path[before - pat.size() - 1] == '.') {
+        return index;
+      }
     }
   }
   return -1;

@@ -11,7 +11,8 @@
 namespace loom {
 
 // Computes the merged weight of one projection into `out` ([out, in] of base.dtype), one
-// row at a time in f32 and rounded once to the weight dtype (round to nearest even).
+// row at a time in f32 and rounded once to the weight dtype (round to nearest even). `out` may
+// be base.data (each row is read whole before it is written).
 void MergeLinearWeight(const Tensor& base, const LoraWeights& lw, void* out);
 
 // Merged embedding table: E'[t] = E[t] + scale · B · A[:, t]; out: [vocab, d] of base.dtype.

@@ -259,6 +259,7 @@ Status Model::MergeAdapter(const Adapter& adapter) {
     const int site = sites_.Find(lw->module_path);
     LOOM_CHECK(site >= 0);  // LoadAdapter matched it against this table
     Linear* lin = site_linears_[static_cast<size_t>(site)];
+    void* merged = nullptr;
     if (lin->weight.data == nullptr) {
       // Pre-quantized: the adapter folds into a dequantized f32 copy (scale · q), and this
       // projection is served dense from then on; the others stay quantized.
@@ -272,8 +273,10 @@ Status Model::MergeAdapter(const Adapter& adapter) {
       lin->int4.reset();
       lin->nf4.reset();
       ++dequantized;
+      merged = dense;  // merged in place (row by row: each row is read whole before it is
+                       // written), so one f32 copy of the projection, not two
     }
-    void* merged = own(lin->weight);
+    if (merged == nullptr) merged = own(lin->weight);
     if (merged == nullptr) return ResourceExhausted("merging " + lw->module_path + ": " + alloc_error.message());
     MergeLinearWeight(lin->weight, *lw, merged);
     RETURN_IF_ERROR(check_finite("weight of " + lw->module_path, lin->weight, merged, "row",

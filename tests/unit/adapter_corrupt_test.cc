@@ -243,6 +243,21 @@ TEST(CorruptAdapterFileTest, MagnitudeVectorOnAnEmbedding) {
                        "valid on an embedding"));
 }
 
+// PEFT trains DoRA on embeddings (use_dora with an embedding target); loom says it cannot yet.
+TEST(CorruptAdapterFileTest, DoraOnAnEmbeddingIsNotSupportedYet) {
+  Draft d = ReadDraft(kAdapters + "llama_embed");
+  d.Add("base_model.model.model.embed_tokens.lora_magnitude_vector", {256}, 1.0f);
+  d.config["use_dora"] = true;
+  TempDir tmp;
+  WriteDraft(d, tmp.File("a"));
+  auto a = Load(tmp.File("a"), FixtureModel("llama_f32"));
+  ASSERT_FALSE(a.ok());
+  EXPECT_TRUE(Contains(a.status().message(),
+                       "lora_magnitude_vector: DoRA on an embedding (use_dora with an embedding "
+                       "target) is not supported yet"))
+      << a.status().message();
+}
+
 TEST_F(CorruptAdapterTest, BaseLayerCopyOfALinearIsAModulesToSaveStyleReplacement) {
   draft_.Add(Key(0, "q_proj", "base_layer.weight"), {64, 64});
   ExpectRejected({"tensor " + Key(0, "q_proj", "base_layer.weight") +
@@ -534,6 +549,36 @@ TEST(AdapterHashTest, SameBytesSameHashAnyChangeANewOne) {
   EXPECT_EQ(ReadBytes(tmp.File("config") + "/adapter_model.safetensors"),
             ReadBytes(tmp.File("a") + "/adapter_model.safetensors"));
   EXPECT_NE(hash(tmp.File("config")), h);
+}
+
+// SPEC-adapters §5: unknown config keys are ignored with a log line, and a
+// base_model_name_or_path other than the served model is a warning only; each note once.
+TEST(AdapterNotesTest, UnknownKeysAndAnotherBaseAreNotedOnce) {
+  Draft d = ReadDraft(kAdapters + "llama_embed");
+  d.config["a_future_peft_key"] = 1;
+  d.config["base_model_name_or_path"] = "Org/Some-Other-Model";
+  TempDir tmp;
+  WriteDraft(d, tmp.File("a"));
+  auto a = Load(tmp.File("a"), FixtureModel("llama_f32"));
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  testing::internal::CaptureStderr();
+  NoteAdapterConfig(**a, kModels + "llama_f32");
+  NoteAdapterConfig(**a, kModels + "llama_f32");
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(Contains(err, "keys loom does not know, ignored: a_future_peft_key")) << err;
+  EXPECT_TRUE(Contains(err, "base_model_name_or_path 'Org/Some-Other-Model' is not the served "
+                            "model's folder 'llama_f32'"))
+      << err;
+  EXPECT_EQ(err.find("a_future_peft_key"), err.rfind("a_future_peft_key")) << err;  // once
+  // The same folder name in another case or under an org prefix is no warning.
+  d.config.erase("a_future_peft_key");
+  d.config["base_model_name_or_path"] = "someone/LLAMA_F32";
+  WriteDraft(d, tmp.File("b"));
+  auto b = Load(tmp.File("b"), FixtureModel("llama_f32"));
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  testing::internal::CaptureStderr();
+  NoteAdapterConfig(**b, kModels + "llama_f32/");
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
 }
 
 }  // namespace

@@ -77,7 +77,7 @@ TEST(GenerationDefaults, BadValuesNameTheSourceAndTheField) {
     const char* want1;
     const char* want2;
   } cases[] = {
-      {R"({"temperature": -1})", "", "auto", "generation_config.json", "temperature"},
+      {R"({"temperature": 101})", "", "auto", "generation_config.json", "temperature"},
       {R"({"top_k": "x"})", "", "auto", "generation_config.json", "top_k"},
       {R"({"top_p": 0})", "", "auto", "generation_config.json", "top_p"},
       {R"({"max_new_tokens": 0})", "", "auto", "generation_config.json", "max_new_tokens"},

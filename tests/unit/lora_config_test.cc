@@ -284,6 +284,15 @@ TEST(LoraConfigTest, ReadsValuesAndDefaults) {
   EXPECT_DOUBLE_EQ(d.ScaleFor("model.layers.0.self_attn.q_proj"), 1.0);
 }
 
+// PEFT's LoRA on parameters (fused MoE experts) saves target_modules [] beside its
+// target_parameters: that is an adapter, not an empty one.
+TEST(LoraConfigTest, EmptyTargetModulesWithTargetParametersIsAccepted) {
+  LoraConfig c = MustParse(Config({{"target_modules", ojson::array()},
+                                   {"target_parameters", {"mlp.experts.down_proj"}}}));
+  EXPECT_EQ(c.target_parameters, std::vector<std::string>{"mlp.experts.down_proj"});
+  EXPECT_TRUE(c.target_list.empty());
+}
+
 TEST(LoraConfigTest, NullOrEmptyUnsupportedFieldsAndPlainInitsAreAccepted) {
   // What PEFT writes when a feature is off: null, [], {}, false, "none".
   MustParse(Config({{"layer_replication", nullptr},
@@ -329,8 +338,9 @@ TEST(LoraConfigTest, UnknownKeysAreIgnoredAndListedInFileOrder) {
     "auto_mapping": null
   })";
   LoraConfig c = MustParse(text);
-  EXPECT_EQ(c.ignored_keys, (std::vector<std::string>{"zeta_future_field", "peft_version",
-                                                      "ensure_weight_tying", "alpha_future"}));
+  // peft_version and ensure_weight_tying are PEFT's own (every 0.17+ config has them): known,
+  // so no adapter of a current PEFT is noted for them.
+  EXPECT_EQ(c.ignored_keys, (std::vector<std::string>{"zeta_future_field", "alpha_future"}));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -367,10 +377,49 @@ TEST(LoraConfigTargetsTest, RegexStringMustMatchTheWholePath) {
   EXPECT_TRUE(Targeted(bare, 2).empty());
   LoraConfig any = MustParse(Config({{"target_modules", ".*q_proj"}}));
   EXPECT_EQ(Targeted(any, 2).size(), 2u);
-  // PEFT ignores layers_to_transform when target_modules is a regex.
-  LoraConfig with_layers =
-      MustParse(Config({{"target_modules", ".*\\.q_proj"}, {"layers_to_transform", 0}}));
-  EXPECT_TRUE(with_layers.Targets("model.layers.1.self_attn.q_proj", kLinearNames));
+}
+
+// PEFT's LoraConfig.__post_init__ refuses layers_to_transform / layers_pattern (any non-null
+// value, [] included) with a string target_modules, "all-linear" included: loom ignored them.
+TEST(LoraConfigTargetsTest, LayerFiltersWithAStringTargetAreRefused) {
+  for (const char* target : {".*\\.q_proj", "all-linear"}) {
+    for (const char* key : {"layers_to_transform", "layers_pattern"}) {
+      for (const ojson& value : {ojson(0), ojson::array(), ojson("layers")}) {
+        // Values of each key's own type (a wrong type is its own error, checked first).
+        if (std::string(key) == "layers_to_transform" ? value.is_string() : value.is_number()) continue;
+        auto parsed = ParseLoraConfig(Config({{"target_modules", target}, {key, value}}), "cfg");
+        ASSERT_FALSE(parsed.ok()) << target << " " << key << " " << value.dump();
+        EXPECT_NE(parsed.status().message().find(std::string(key) + " cannot be used when "
+                                                 "target_modules is a string"),
+                  std::string::npos)
+            << parsed.status().message();
+      }
+    }
+  }
+  // Null is PEFT's default: accepted.
+  EXPECT_TRUE(ParseLoraConfig(Config({{"target_modules", "all-linear"}, {"layers_to_transform", nullptr},
+                                      {"layers_pattern", nullptr}}), "cfg").ok());
+}
+
+// PEFT's check_target_module_exists takes the LAST numbered segment (greedy `.*`), or the last
+// after a layers_pattern: an expert index after the layer index is the one compared.
+TEST(LoraConfigTargetsTest, LayerIndexIsTheLastNumberedSegmentAsPeft) {
+  const std::vector<std::string> names = {"w1"};
+  LoraConfig c = MustParse(Config({{"target_modules", {"w1"}}, {"layers_to_transform", {5}}}));
+  EXPECT_TRUE(c.Targets("model.layers.3.mlp.experts.5.w1", names));
+  EXPECT_FALSE(c.Targets("model.layers.5.mlp.experts.3.w1", names));
+  // Two segments before the number and one after (`.*\.[^.]*\.(\d+)\.`): "layers.5.w1" has
+  // no index, "x.layers.5" neither.
+  EXPECT_FALSE(c.Targets("layers.5.w1", names));
+  LoraConfig p = MustParse(
+      Config({{"target_modules", {"w1"}}, {"layers_to_transform", {3}}, {"layers_pattern", "layers"}}));
+  EXPECT_TRUE(p.Targets("model.layers.3.mlp.experts.5.w1", names));
+  EXPECT_FALSE(p.Targets("model.layers.5.mlp.experts.3.w1", names));
+  // A dotted pattern is the literal text before the number.
+  LoraConfig dotted = MustParse(Config(
+      {{"target_modules", {"w1"}}, {"layers_to_transform", {3}}, {"layers_pattern", "model.layers"}}));
+  EXPECT_TRUE(dotted.Targets("base.model.layers.3.mlp.w1", names));
+  EXPECT_FALSE(dotted.Targets("base.other.layers.3.mlp.w1", names));
 }
 
 TEST(LoraConfigTargetsTest, LayerIndexPastAnyIntIsNoLayer) {
