@@ -49,6 +49,16 @@ AdapterStore::AdapterStore(const SiteTable* sites, AdapterStoreOptions options)
     fs::path given = fs::absolute(d, ec);
     if (!ec) spelled_roots_.push_back(given.lexically_normal().string());
   }
+  if (!roots_.empty()) {
+    listing_ = std::make_unique<LoraDirListing>(
+        roots_,
+        [this](const std::string& name) -> std::optional<std::string> {
+          StatusOr<ConfinedDir> found = OnDemandDir(name);
+          if (!found.ok()) return std::nullopt;
+          return found->dir;
+        },
+        4096);
+  }
 }
 
 Status AdapterStore::CheckName(const std::string& name) {
@@ -143,15 +153,23 @@ Status AdapterStore::Register(const std::string& name, const std::string& dir,
   return OkStatus();
 }
 
-Status AdapterStore::RoomForNameLocked(const std::string& name, bool forget) {
-  if (options_.max_names <= 0 || entries_.size() < static_cast<size_t>(options_.max_names)) {
-    return OkStatus();
-  }
-  // A name found on demand whose weights are not in memory costs nothing to forget: its folder
-  // still answers to it (and lists it again once used). One in flight is being reloaded: kept.
+bool AdapterStore::FullLocked() const {
+  return options_.max_names > 0 && entries_.size() >= static_cast<size_t>(options_.max_names);
+}
+
+// A name found on demand whose weights are not in memory costs nothing to forget: its folder
+// still answers to it (and lists it again once used). One in flight is being reloaded: kept.
+AdapterStore::Table::const_iterator AdapterStore::ForgettableLocked() const {
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {
     const Entry& e = it->second;
-    if (!e.on_demand || e.loaded || flights_.count(it->first) != 0) continue;
+    if (e.on_demand && !e.loaded && flights_.count(it->first) == 0) return it;
+  }
+  return entries_.end();
+}
+
+Status AdapterStore::RoomForNameLocked(const std::string& name, bool forget) {
+  if (!FullLocked()) return OkStatus();
+  if (auto it = ForgettableLocked(); it != entries_.end()) {
     if (forget) entries_.erase(it);
     return OkStatus();
   }
@@ -431,6 +449,21 @@ std::vector<AdapterInfo> AdapterStore::List() const {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [name, e] : entries_) out.push_back({name, e.dir, e.loaded != nullptr});
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  return out;
+}
+
+std::vector<AdapterInfo> AdapterStore::ListNameable() const {
+  std::vector<AdapterInfo> out = List();
+  if (!listing_) return out;
+  const std::vector<std::pair<std::string, std::string>> found = listing_->Names();  // no lock held
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (FullLocked() && ForgettableLocked() == entries_.end()) return out;  // none could be named
+    for (const auto& [name, dir] : found) {
+      if (entries_.count(name) == 0) out.push_back({name, dir, false});
+    }
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
   return out;

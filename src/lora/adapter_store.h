@@ -14,6 +14,7 @@
 #include "base/status.h"
 #include "lora/adapter.h"
 #include "lora/failed_loads.h"
+#include "lora/lora_dir_listing.h"
 #include "lora/site_table.h"
 
 namespace loom {
@@ -85,6 +86,13 @@ class AdapterStore {
   // Registered names and those found on demand, sorted (copied under the table lock, sorted
   // outside it: /v1/models runs on the I/O thread).
   std::vector<AdapterInfo> List() const;
+  // Every name a request may give now (SPEC-api's /v1/models): List(), then the --lora-dir
+  // sub-folders that would load on demand and are not in the table (loaded = false; at most
+  // 4,096, the roots read at most once a second: LoraDirListing) — none while the table is full
+  // (--max-lora-names) with no name it could forget for them. Sorted by name. Not under the
+  // table lock while the roots are read: call it off the I/O thread when has_roots().
+  std::vector<AdapterInfo> ListNameable() const;
+  bool has_roots() const { return !roots_.empty(); }
   // A runtime path (load endpoint) resolved inside one of the lora_dirs roots: symlinks
   // resolved, `..` refused, must be a directory. kInvalidArgument outside the roots,
   // kNotFound when it does not exist.
@@ -113,6 +121,7 @@ class AdapterStore {
     bool on_demand = false;                 // found in a --lora-dir root, not registered
     std::list<std::string>::iterator lru;   // valid when loaded
   };
+  using Table = std::unordered_map<std::string, Entry>;
   // One load in progress for a name; later requests for it wait on flight_done_ and share it.
   struct Flight {
     bool done = false;
@@ -133,6 +142,8 @@ class AdapterStore {
   // (with `forget`) after dropping a name found on demand whose weights are not in memory and
   // that no load is using; else kResourceExhausted naming the flag. Under mu_.
   Status RoomForNameLocked(const std::string& name, bool forget);
+  bool FullLocked() const;  // the table holds --max-lora-names names
+  Table::const_iterator ForgettableLocked() const;  // an entry a new name may replace, or end()
   // Makes `adapter` the resident one of `e` (the most recent), then evicts to the bounds.
   void Publish(const std::string& name, Entry& e, std::shared_ptr<const Adapter> adapter);
   // LoadAdapter, with every file opened inside `root` when it is not empty.
@@ -160,7 +171,8 @@ class AdapterStore {
   mutable std::mutex mu_;           // the table
   std::mutex load_mu_;              // one load at a time
   FailedLoads failed_;              // invalid folders' errors, until their files change
-  std::unordered_map<std::string, Entry> entries_;
+  std::unique_ptr<LoraDirListing> listing_;  // the roots' sub-folders (ListNameable)
+  Table entries_;
   std::list<std::string> lru_;      // loaded names, most recent first
   uint64_t resident_bytes_ = 0;     // Adapter::resident_bytes of the loaded ones
   // Unloaded or replaced while sequences ran on them: in memory until those end, so counted

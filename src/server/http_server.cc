@@ -211,7 +211,7 @@ HttpResponse HandleModels(const ServerContext& ctx) {
     }
   }
   if (ctx.adapters != nullptr) {
-    for (const auto& a : ctx.adapters->List()) data.push_back(entry(a.name, a.dir, base));
+    for (const auto& a : ctx.adapters->ListNameable()) data.push_back(entry(a.name, a.dir, base));
   }
   return Text(json{{"object", "list"}, {"data", data}}.dump(-1, ' ', false, json::error_handler_t::replace),
               "application/json");
@@ -308,7 +308,10 @@ void HttpServer::Route(HttpRequest req, std::shared_ptr<Exchange> ex) {
     // A short list is answered here at once; a long one (thousands of adapter names: ~1.8 MB,
     // ~45 ms to build at 4096) on a handler thread, so that every stream's next token does not
     // wait for it (a client polling /v1/models stalled them all).
-    if (ctx.adapters == nullptr || ctx.adapters->num_names() <= kModelsOnIoThread) {
+    // With --lora-dir the roots' sub-folders are listed too (read at most once a second): on a
+    // handler thread.
+    if (ctx.adapters == nullptr ||
+        (ctx.adapters->num_names() <= kModelsOnIoThread && !ctx.adapters->has_roots())) {
       return ex->Reply(HandleModels(ctx));
     }
     transport_->Post([&ctx, ex] {

@@ -138,6 +138,40 @@ TEST(AdapterStore, OnDemandAndRuntimePathsStayInsideTheRoots) {
   fs::remove_all(outside);
 }
 
+// SPEC-api's /v1/models: every name a request may give — the table's and the --lora-dir
+// sub-folders that would load on demand — and none of the latter while the table is full.
+TEST(AdapterStore, ListNameableHasTheRootsSubFoldersThatWouldLoad) {
+  const fs::path root = fs::temp_directory_path() / "loom_store_listing";
+  const fs::path outside = fs::temp_directory_path() / "loom_store_listing_out";
+  fs::remove_all(root);
+  fs::remove_all(outside);
+  fs::create_directories(root / "junk");  // no adapter_config.json
+  fs::copy(kAdapters + "llama_mlp_r6", root / "mlp", fs::copy_options::recursive);
+  fs::copy(kAdapters + "llama_qv_r8_f32", root / "qv", fs::copy_options::recursive);
+  fs::copy(kAdapters + "llama_qv_r8_f32", outside, fs::copy_options::recursive);
+  fs::create_directory_symlink(outside, root / "escape");
+  fs::copy(kAdapters + "llama_qv_r8_f32", root / "bad name", fs::copy_options::recursive);
+  AdapterStoreOptions o;
+  o.lora_dirs = {root.string()};
+  o.max_names = 2;
+  AdapterStore store(&Llama().sites(), o);
+  auto names = [&] {
+    std::vector<std::string> out;
+    for (const auto& a : store.ListNameable()) out.push_back(a.name + (a.loaded ? "*" : ""));
+    return out;
+  };
+  EXPECT_EQ(names(), (std::vector<std::string>{"mlp", "qv"}));
+  EXPECT_TRUE(store.List().empty());
+  EXPECT_EQ(store.ListNameable()[0].dir, fs::canonical(root / "mlp").string());
+  ASSERT_TRUE(store.Register("reg", kAdapters + "llama_all_r4_f16").ok());
+  ASSERT_TRUE(store.Acquire("mlp").ok());
+  EXPECT_EQ(names(), (std::vector<std::string>{"mlp*", "reg*"}));  // full: qv cannot be named
+  ASSERT_TRUE(store.Unregister("reg").ok());
+  EXPECT_EQ(names(), (std::vector<std::string>{"mlp*", "qv"}));
+  fs::remove_all(root);
+  fs::remove_all(outside);
+}
+
 // Requests naming an adapter that is being loaded wait for that one load and share its result,
 // success or error (each ran the whole load again, one after another). The first load is held
 // until the 7 other threads wait for it inside the store (at most 10 s).
