@@ -200,8 +200,7 @@ int RunInspect(const InspectArgs& a) {
                     {"load_ms", ms},
                     {"ignored_config_keys", ad.config().ignored_keys},
                     {"modules", modules}};
-    if (!ad.config().base_model_name_or_path.empty() &&
-        fs::path(ad.config().base_model_name_or_path).filename() != fs::path(a.model).lexically_normal().filename()) {
+    if (TrainedOnAnotherBase(ad.config(), a.model)) {
       j["adapter"]["warning"] = "base_model_name_or_path '" + ad.config().base_model_name_or_path +
                                 "' differs from the served model's folder; shapes matched";
     }

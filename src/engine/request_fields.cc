@@ -144,8 +144,11 @@ bool ParseSamplingField(const std::string& key, const json& v, SamplingParams* p
   } else if (key == "temperature") {
     // SPEC-api: a temperature ≤ 0 is greedy (llama.cpp's reading), so any finite number up to
     // 100 is taken; vLLM and OpenAI refuse a negative one.
-    if (!v.is_null()) {
-      st = JsonNumber(key, v, -std::numeric_limits<double>::max(), 100, &p->temperature);
+    // Any value ≤ 0 is stored as 0 (-1e39 is out of a float's range).
+    if (v.is_number() && v.get<double>() <= 0) {
+      p->temperature = 0;
+    } else if (!v.is_null()) {
+      st = JsonNumber(key, v, 0, 100, &p->temperature);
       if (!st.ok() && v.is_number()) {
         st = InvalidArgument("temperature must be at most 100 (≤ 0 is greedy), got " + v.dump());
       }

@@ -16,8 +16,8 @@ Status SamplingParams::Validate(int vocab_size) const {
   if (max_tokens < 1) {
     return InvalidArgument("max_tokens must be at least 1, got " + std::to_string(max_tokens));
   }
-  if (!std::isfinite(temperature) || temperature > 100) {  // ≤ 0 is greedy (SPEC-api)
-    return InvalidArgument("temperature must be a finite number at most 100 (≤ 0 is greedy), got " +
+  if (std::isnan(temperature) || temperature > 100) {  // ≤ 0 (-inf too) is greedy (SPEC-api)
+    return InvalidArgument("temperature must be a number at most 100 (≤ 0 is greedy), got " +
                            std::to_string(temperature));
   }
   if (top_k < -1) return InvalidArgument("top_k must be -1, 0 or positive");

@@ -634,6 +634,28 @@ StatusOr<std::shared_ptr<const Adapter>> ReadAdapter(const std::string& name, co
   return std::shared_ptr<const Adapter>(std::move(a));
 }
 
+std::string ModelFolderName(const std::string& path) {
+  std::error_code ec;
+  fs::path p = fs::absolute(path, ec);
+  if (ec) p = path;
+  p = p.lexically_normal();
+  std::string s = p.filename().string();
+  if (s.empty()) s = p.parent_path().filename().string();  // "/models/x/" → "x"
+  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+bool TrainedOnAnotherBase(const LoraConfig& config, const std::string& model_dir) {
+  // base_model_name_or_path is a hub id ("Org/Name") or a path: its last part against the
+  // folder's (a relative id is not resolved against the working folder: only its last part).
+  const std::string& base = config.base_model_name_or_path;
+  if (model_dir.empty() || base.empty()) return false;
+  std::string last = fs::path(base).lexically_normal().filename().string();
+  if (last.empty()) last = fs::path(base).lexically_normal().parent_path().filename().string();
+  for (char& ch : last) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return last != ModelFolderName(model_dir);
+}
+
 void NoteAdapterConfig(const Adapter& adapter, const std::string& model_dir) {
   std::vector<std::string> notes;
   const LoraConfig& c = adapter.config();
@@ -642,16 +664,9 @@ void NoteAdapterConfig(const Adapter& adapter, const std::string& model_dir) {
     for (const auto& k : c.ignored_keys) keys += (keys.empty() ? "" : ", ") + k.substr(0, 64);
     notes.push_back("adapter_config.json keys loom does not know, ignored: " + keys.substr(0, 512));
   }
-  auto last_part = [](const std::string& p) {
-    std::string s = fs::path(p).lexically_normal().filename().string();
-    if (s.empty()) s = fs::path(p).lexically_normal().parent_path().filename().string();
-    for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    return s;
-  };
-  if (!model_dir.empty() && !c.base_model_name_or_path.empty() &&
-      last_part(c.base_model_name_or_path) != last_part(model_dir)) {
+  if (TrainedOnAnotherBase(c, model_dir)) {
     notes.push_back("base_model_name_or_path '" + c.base_model_name_or_path.substr(0, 256) +
-                    "' is not the served model's folder '" + last_part(model_dir) +
+                    "' is not the served model's folder '" + ModelFolderName(model_dir) +
                     "' (a warning only: the shapes matched)");
   }
   static std::mutex mu;

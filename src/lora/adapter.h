@@ -89,6 +89,12 @@ bool ChangesNothing(const Adapter& adapter);
 // base_model_name_or_path whose last part is not the served model folder's name (a warning
 // only: the shapes matched). Each distinct note once per process (the first 256).
 void NoteAdapterConfig(const Adapter& adapter, const std::string& model_dir);
+// A model folder's name as base_model_name_or_path is compared with it: the last part of its
+// absolute path, lowercased ("." in /models/Qwen2.5-0.5B → "qwen2.5-0.5b").
+std::string ModelFolderName(const std::string& path);
+// Whether the config's base_model_name_or_path (a hub id or a path) ends in another name than
+// the model folder's (case aside): the warning NoteAdapterConfig and `loom inspect` give.
+bool TrainedOnAnotherBase(const LoraConfig& config, const std::string& model_dir);
 
 // Loads and validates DIR/adapter_config.json + DIR/adapter_model.safetensors against the base
 // model's projections `sites` (Model::sites()): every tensor consumed, every A with its B, shapes

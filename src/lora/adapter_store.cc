@@ -46,8 +46,9 @@ AdapterStore::AdapterStore(const SiteTable* sites, AdapterStoreOptions options)
     fs::path c = fs::canonical(d, ec);
     if (ec) continue;
     roots_.push_back(c.string());
-    fs::path given = fs::absolute(d, ec);
-    if (!ec) spelled_roots_.push_back(given.lexically_normal().string());
+    fs::path given = fs::absolute(d, ec).lexically_normal();
+    if (!given.has_filename()) given = given.parent_path();  // "/a/b/" → "/a/b"
+    if (!ec) spelled_roots_.push_back(given.string());
   }
   if (!roots_.empty()) {
     listing_ = std::make_unique<LoraDirListing>(
@@ -455,14 +456,16 @@ std::vector<AdapterInfo> AdapterStore::List() const {
 }
 
 std::vector<AdapterInfo> AdapterStore::ListNameable() const {
-  std::vector<AdapterInfo> out = List();
-  if (!listing_) return out;
+  if (!listing_) return List();
   const std::vector<std::pair<std::string, std::string>> found = listing_->Names();  // no lock held
-  {
+  std::vector<AdapterInfo> out;
+  {  // the table and the filter in one look: a name unloaded in between is listed once
     std::lock_guard<std::mutex> lock(mu_);
-    if (FullLocked() && ForgettableLocked() == entries_.end()) return out;  // none could be named
-    for (const auto& [name, dir] : found) {
-      if (entries_.count(name) == 0) out.push_back({name, dir, false});
+    for (const auto& [name, e] : entries_) out.push_back({name, e.dir, e.loaded != nullptr});
+    if (!FullLocked() || ForgettableLocked() != entries_.end()) {  // else none could be named
+      for (const auto& [name, dir] : found) {
+        if (entries_.count(name) == 0) out.push_back({name, dir, false});
+      }
     }
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
@@ -494,10 +497,20 @@ StatusOr<ConfinedDir> AdapterStore::ResolveRuntimePath(const std::string& path) 
     for (const auto& root : roots_) candidates.push_back(fs::path(root) / path);
   }
   bool exists_somewhere = false;
+  bool leads_outside = false;  // a missing path whose existing part resolves out of the roots
   for (const auto& candidate : candidates) {
     std::error_code ec;
     fs::path c = fs::canonical(candidate, ec);
-    if (ec) continue;
+    if (ec) {
+      // Through a symlink inside a root to a missing file outside: 400 as if it existed (a 404
+      // there told whether files outside the roots exist).
+      std::error_code wec;
+      const fs::path w = fs::weakly_canonical(candidate, wec);
+      bool inside = false;
+      for (const auto& root : roots_) inside = inside || (!wec && Inside(w, root));
+      leads_outside = leads_outside || !inside;
+      continue;
+    }
     exists_somewhere = true;
     for (const auto& root : roots_) {
       if (Inside(c, root) && c != fs::path(root)) {
@@ -509,7 +522,7 @@ StatusOr<ConfinedDir> AdapterStore::ResolveRuntimePath(const std::string& path) 
       }
     }
   }
-  if (!exists_somewhere) return NotFound("lora_path '" + path + "' does not exist");
+  if (!exists_somewhere && !leads_outside) return NotFound("lora_path '" + path + "' does not exist");
   return InvalidArgument("lora_path '" + path + "' is outside the --lora-dir roots");
 }
 

@@ -304,7 +304,8 @@ bool InList(const std::string& path, const std::vector<std::string>& list) {
 // `.*\.[^.]*\.(\d+)\.` — the LAST all-digit segment that has two segments before it and one
 // after (greedy `.*`: on model.layers.3.mlp.experts.5.w1 it is 5); with patterns, for the first
 // pattern that matches, the last `.{pattern}.(\d+).` (a pattern taken as literal text, dots
-// included: "model.layers" works). -1 when none.
+// included, and after a dot: "language_model.layers" in model.language_model.layers.3.…;
+// "model.layers" matches no path that starts with it, in PEFT too). -1 when none.
 int LayerIndex(const std::string& path, const std::vector<std::string>& patterns) {
   std::vector<std::string> parts;
   std::vector<size_t> starts;  // where each part begins in `path`

@@ -211,7 +211,10 @@ HttpResponse HandleModels(const ServerContext& ctx) {
     }
   }
   if (ctx.adapters != nullptr) {
-    for (const auto& a : ctx.adapters->ListNameable()) data.push_back(entry(a.name, a.dir, base));
+    for (const auto& a : ctx.adapters->ListNameable()) {
+      // A --lora-dir sub-folder named as the base: a request naming it gets the base.
+      if (!ctx.options.NamesBase(a.name)) data.push_back(entry(a.name, a.dir, base));
+    }
   }
   return Text(json{{"object", "list"}, {"data", data}}.dump(-1, ' ', false, json::error_handler_t::replace),
               "application/json");

@@ -35,6 +35,12 @@ def test_on_demand_loading(start_server, llama_dir, lora_dir, reference):
     assert set(listed) == {BASE, *ADAPTERS, "broken", "noweights"}, sorted(listed)
     assert listed["mlp"]["parent"] == BASE
     assert os.path.realpath(listed["mlp"]["root"]) == os.path.realpath(lora_dir / "mlp")
+    # A sub-folder named as the base is not listed as an adapter (a request naming it gets the
+    # base): one entry per id.
+    shutil.copytree(lora_dir / "qv", lora_dir / BASE)
+    ids = [m["id"] for m in srv.get("/v1/models").json()["data"]]
+    assert ids.count(BASE) == 1, ids
+    shutil.rmtree(lora_dir / BASE)
     # A sub-folder added later is listed at once (the root's mtime changed), a removed one goes.
     shutil.copytree(lora_dir / "qv", lora_dir / "later")
     assert "later" in model_ids(srv)

@@ -579,6 +579,11 @@ TEST(AdapterNotesTest, UnknownKeysAndAnotherBaseAreNotedOnce) {
   testing::internal::CaptureStderr();
   NoteAdapterConfig(**b, kModels + "llama_f32/");
   EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+  // The folder given as "." is named by the working folder (and a trailing slash is no name).
+  EXPECT_EQ(ModelFolderName("/models/Qwen2.5-0.5B/"), "qwen2.5-0.5b");
+  EXPECT_EQ(ModelFolderName("."), ModelFolderName(fs::current_path().string()));
+  EXPECT_FALSE(TrainedOnAnotherBase((*b)->config(), kModels + "llama_f32/."));
+  EXPECT_TRUE(TrainedOnAnotherBase((*a)->config(), kModels + "llama_f32"));
 }
 
 }  // namespace

@@ -134,6 +134,24 @@ TEST(AdapterStore, OnDemandAndRuntimePathsStayInsideTheRoots) {
             StatusCode::kInvalidArgument);
   EXPECT_EQ(store.ResolveRuntimePath("/no/such/folder").status().code(), StatusCode::kInvalidArgument);
   ASSERT_TRUE(store.ResolveRuntimePath((root / "." / "mlp").string()).ok());
+  // Through the symlink out of the root to a missing file: 400 too, not 404.
+  EXPECT_EQ(store.ResolveRuntimePath("escape/missing").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(store.ResolveRuntimePath((root / "escape" / "missing").string()).status().code(),
+            StatusCode::kInvalidArgument);
+  // A root given with a trailing slash (and through a symlink): an absolute path in its
+  // spelling is inside it.
+  const fs::path alias = fs::temp_directory_path() / "loom_store_root_alias";
+  fs::remove(alias);
+  fs::create_directory_symlink(root, alias);
+  AdapterStoreOptions slash;
+  slash.lora_dirs = {alias.string() + "/"};
+  AdapterStore aliased(&Llama().sites(), slash);
+  auto via_alias = aliased.ResolveRuntimePath((alias / "mlp").string());
+  ASSERT_TRUE(via_alias.ok()) << via_alias.status().ToString();
+  EXPECT_EQ(via_alias->dir, fs::canonical(root / "mlp").string());
+  EXPECT_EQ(aliased.ResolveRuntimePath((alias / "missing").string()).status().code(),
+            StatusCode::kNotFound);
+  fs::remove(alias);
   fs::remove_all(root);
   fs::remove_all(outside);
 }

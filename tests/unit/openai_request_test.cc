@@ -75,10 +75,12 @@ TEST(OpenAiRequest, MaxCompletionTokensWinsOverMaxTokensInAnyOrder) {
 TEST(OpenAiRequest, NegativeTemperatureIsTaken) {
   OpenAiRequest r;
   ApiError err;
-  ASSERT_TRUE(ParseOpenAiRequest(R"({"model":"m","prompt":"x","temperature":-2.5})",
-                                 Endpoint::kCompletions, &r, &err))
-      << err.message;
-  EXPECT_EQ(r.params.temperature, -2.5f);
+  for (const char* t : {"-2.5", "-1e39", "-1e308", "-0.0"}) {
+    ASSERT_TRUE(ParseOpenAiRequest(std::string(R"({"model":"m","prompt":"x","temperature":)") + t + "}",
+                                   Endpoint::kCompletions, &r, &err))
+        << t << ": " << err.message;
+    EXPECT_EQ(r.params.temperature, 0.0f) << t;  // greedy
+  }
 }
 
 TEST(OpenAiRequest, RejectsNamingTheField) {

@@ -37,7 +37,7 @@ TEST(Sampler, GreedyIsArgmax) {
 
 // SPEC-api: temperature ≤ 0 is greedy; a negative one validates and draws the argmax.
 TEST(Sampler, NegativeTemperatureIsGreedy) {
-  for (float t : {-0.5f, -100.0f}) {
+  for (float t : {-0.5f, -100.0f, -std::numeric_limits<float>::infinity()}) {
     SamplingParams p;
     p.temperature = t;
     p.seed = 7;
