@@ -2,6 +2,7 @@
 #include "model/compressed_tensors.h"
 
 #include <algorithm>
+#include <unordered_set>
 #include <nlohmann/json.hpp>
 
 #include "base/file.h"
@@ -196,12 +197,16 @@ StatusOr<CtConfig> CtConfig::Parse(const json& qc, const std::string& where) {
         target.regex = std::move(r);
       }
       // A later group naming the same target replaces it (compressed-tensors' dict of targets).
+      if (!target.regex && target.text != "Linear") {  // a module name: looked up, not scanned
+        c.target_names_[target.text] = index;
+        continue;
+      }
       std::erase_if(c.targets_, [&](const Target& x) { return x.text == target.text; });
       c.targets_.push_back(std::move(target));
     }
   }
-  // compressed-tensors' priority: exact names, then regexes (each by sorted target text), then
-  // the class name ("Linear" sorts with the exact names but matches only as a class, last).
+  // compressed-tensors' priority: exact names (target_names_), then regexes (each by sorted
+  // target text), then the class name ("Linear" matches only as a class, last).
   auto rank = [](const Target& t) { return t.regex ? 1 : (t.text == "Linear" ? 2 : 0); };
   std::stable_sort(c.targets_.begin(), c.targets_.end(), [&](const Target& a, const Target& b) {
     return rank(a) != rank(b) ? rank(a) < rank(b) : a.text < b.text;
@@ -217,6 +222,10 @@ StatusOr<CtConfig> CtConfig::Parse(const json& qc, const std::string& where) {
       if (target.text.starts_with("re:")) {
         ASSIGN_OR_RETURN(Regex r, Regex::Compile(target.text.substr(3), what + ".ignore"));
         target.regex = std::move(r);
+      }
+      if (!target.regex && target.text != "Linear") {  // a module name: a set lookup per module
+        c.ignore_names_.insert(std::move(target.text));
+        continue;
       }
       c.ignore_.push_back(std::move(target));
     }
@@ -240,9 +249,15 @@ bool CtConfig::Matches(const Target& t, const std::string& name) {
   return t.text == name || t.text == "Linear";     // every projection is an nn.Linear
 }
 
+// A config of tens of thousands of plain names (ignore lists every expert of a large MoE) is
+// looked up per projection, not compared with each: 196k projections × 65k names was minutes.
 const CtScheme* CtConfig::Find(const std::string& name) const {
+  if (ignore_names_.count(name) != 0) return nullptr;
   for (const Target& t : ignore_) {
     if (Matches(t, name)) return nullptr;
+  }
+  if (auto it = target_names_.find(name); it != target_names_.end()) {
+    return &schemes_[static_cast<size_t>(it->second)];
   }
   for (const Target& t : targets_) {
     if (Matches(t, name)) return &schemes_[static_cast<size_t>(t.scheme)];
@@ -251,12 +266,12 @@ const CtScheme* CtConfig::Find(const std::string& name) const {
 }
 
 Status CtConfig::CheckTargets(const std::vector<std::string>& linear_names) const {
-  for (const Target& t : targets_) {
-    if (t.regex || t.text == "Linear") continue;
-    if (std::find(linear_names.begin(), linear_names.end(), t.text) == linear_names.end()) {
+  const std::unordered_set<std::string> names(linear_names.begin(), linear_names.end());
+  for (const auto& [text, scheme] : target_names_) {  // sorted: the first bad one is named
+    if (names.count(text) == 0) {
       return InvalidArgument(where_ + ": quantization_config.config_groups." +
-                             schemes_[static_cast<size_t>(t.scheme)].group_name + ": target '" +
-                             t.text + "' is neither the class \"Linear\", a \"re:\" pattern, nor a "
+                             schemes_[static_cast<size_t>(scheme)].group_name + ": target '" +
+                             text + "' is neither the class \"Linear\", a \"re:\" pattern, nor a "
                              "projection of this model (loom quantizes linear projections only)");
     }
   }

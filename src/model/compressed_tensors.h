@@ -3,9 +3,11 @@
 
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "base/regex.h"
@@ -55,8 +57,10 @@ class CtConfig {
   };
   static bool Matches(const Target& t, const std::string& name);
   std::vector<CtScheme> schemes_;
-  std::vector<Target> targets_;  // in compressed-tensors' priority order
-  std::vector<Target> ignore_;
+  std::map<std::string, int> target_names_;  // exact module names → scheme (they come first)
+  std::vector<Target> targets_;  // regexes, then "Linear": compressed-tensors' priority order
+  std::unordered_set<std::string> ignore_names_;  // exact module names
+  std::vector<Target> ignore_;                    // regexes and "Linear"
   std::string where_;
 };
 

@@ -35,8 +35,9 @@ struct GptqConfig {
   std::string Name() const;
 };
 
-// What the config may not ask of this model: experts (not supported), a quantized head tied to
-// the embedding, lm_head quantized in the files but not in the config (or the reverse).
+// What the config may not ask of this model: a quantized head tied to the embedding, lm_head
+// quantized in the files but not in the config (or the reverse). (Experts load one by one, as
+// any projection.)
 Status CheckGptqModel(const ModelConfig& model, const SafetensorsStore& store, const GptqConfig& quant);
 
 // True when projection `name` is stored quantized (`name`.qweight exists).

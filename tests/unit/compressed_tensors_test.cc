@@ -51,6 +51,42 @@ TEST(CtConfig, MatchesLikeCompressedTensors) {
   EXPECT_FALSE(c->CheckTargets({"model.layers.0.mlp.down_proj"}).ok());
 }
 
+// Exact names (tens of thousands: an ignore list naming every expert of a large MoE) are looked
+// up, not compared one by one: the same answers as the ordered scan, a later group's exact
+// target replacing an earlier one's (compressed-tensors' dict of targets).
+TEST(CtConfig, ManyExactNamesMatchAsTheOrderedScan) {
+  json ignore = json::array();
+  for (int e = 0; e < 65535; ++e) ignore.push_back("model.layers.0.mlp.experts." + std::to_string(e) + ".w1");
+  ignore.push_back("re:model.layers.3.*");
+  json exact = json::array();
+  for (int e = 0; e < 4000; ++e) exact.push_back("model.layers.1.mlp.experts." + std::to_string(e) + ".w2");
+  json qc = {{"quant_method", "compressed-tensors"}, {"format", "pack-quantized"},
+             {"quantization_status", "compressed"},
+             {"config_groups", {{"a", Group({"Linear"}, W4(32))},
+                                {"b", Group(exact, W4(128))},
+                                {"c", Group({"model.layers.1.mlp.experts.7.w2", "re:.*w3$"}, W4(64))}}},
+             {"ignore", ignore}};
+  auto c = CtConfig::Parse(qc, "config.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  for (int e = 0; e < 20000; ++e) {  // 80,000 lookups: 14.5 s as a scan, 0.1 s now (Zen 3)
+    const std::string i = std::to_string(e);
+    EXPECT_EQ(c->Find("model.layers.0.mlp.experts." + i + ".w1"), nullptr);
+    const CtScheme* w2 = c->Find("model.layers.1.mlp.experts." + i + ".w2");
+    ASSERT_NE(w2, nullptr);
+    EXPECT_EQ(w2->group_name, e == 7 ? "c" : e < 4000 ? "b" : "a") << e;  // later group wins
+    EXPECT_EQ(c->Find("model.layers.1.mlp.experts." + i + ".w3")->group_name, "c");  // regex
+    EXPECT_EQ(c->Find("model.layers.3.mlp.experts." + i + ".w2"), nullptr);  // ignore regex
+  }
+  std::vector<std::string> names;
+  for (int e = 0; e < 4000; ++e) names.push_back("model.layers.1.mlp.experts." + std::to_string(e) + ".w2");
+  EXPECT_TRUE(c->CheckTargets(names).ok());
+  names.erase(names.begin() + 5);
+  auto missing = c->CheckTargets(names);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.message().find("target 'model.layers.1.mlp.experts.5.w2'"), std::string::npos)
+      << missing.message();
+}
+
 // Parse errors for one changed field of a valid W4A16 config.
 std::string ParseError(const std::function<void(json&)>& edit) {
   json qc = {{"quant_method", "compressed-tensors"}, {"format", "pack-quantized"},
