@@ -275,7 +275,7 @@ def test_eos_ends_with_stop(server, stream):
         if c.finish_reason == "stop":
             break
     else:
-        pytest.skip("no seed reached EOS")
+        pytest.fail("no seed reached EOS in 300 tokens: the tiny model samples it for most seeds")
     assert c.token_ids[-1] == EOS and EOS not in c.token_ids[:-1]
     assert r.usage.completion_tokens == len(c.token_ids), "EOS counts as a generated token"
     assert c.stop_reason is None
@@ -366,7 +366,7 @@ def test_chat_stop_string(server):
     ks = [k for k in range(2, len(ids)) if printable(ids[k])
           and chr(ids[k]) not in bytes(ids[:k]).decode("utf-8", "replace")]
     if not ks:
-        pytest.skip("no ASCII stop candidate in this greedy output")
+        pytest.fail("no ASCII stop candidate in this greedy output (the fixture is deterministic)")
     k = ks[0]
     stop = chr(ids[k])
     r = server.client().chat.completions.create(
@@ -599,7 +599,7 @@ def test_stop_prefix_at_the_end_is_released(server, stream):
         if printable(full.token_ids[-1]):
             break
     else:
-        pytest.skip("no greedy output ending in an ASCII character")
+        pytest.fail("no greedy output ending in an ASCII character (the fixture is deterministic)")
     stop = chr(full.token_ids[-1]) + "\x01\x01never"
     kw = dict(model=BASE, prompt=prompt, max_tokens=20, temperature=0, stop=[stop],
               extra_body={"ignore_eos": True})

@@ -133,9 +133,10 @@ def test_truncated_body_then_close(hsrv, streaming):
     s = socket.create_connection(("127.0.0.1", hsrv.port), timeout=10)
     s.sendall(head + b'{"model": "llama_long", "prom')
     s.close()
-    # Half-closed: the server sees the end of the body early; it answers 4xx or just closes.
+    # Half-closed: the server sees the end of the body early, and closes without an answer
+    # (there is no request to answer).
     resp = exchange(hsrv.port, head + b'{"model": "llama_long", "prom', shut_wr=True)
-    assert resp == b"" or 400 <= status_of(resp) < 500, resp[:200]
+    assert resp == b"", resp[:200]
     still_serving(hsrv)
 
 
@@ -215,13 +216,13 @@ def test_huge_header(hsrv, streaming):
     big = b"X-Big: " + b"a" * 100_000 + b"\r\n"
     body = json.dumps({"model": LONG, "prompt": "x", "max_tokens": 2}).encode()
     resp = exchange(hsrv.port, post_bytes(body, extra_headers=big))
-    assert resp, "the server closed the connection without an answer (expected 431 or 400)"
-    assert 400 <= status_of(resp) < 500, resp[:200]
+    assert resp, "the server closed the connection without an answer (expected 431)"
+    assert status_of(resp) == 431, resp[:200]
     # The same 100+ KB as many short headers: the total must be bounded too.
     many = b"".join(b"X-H%d: v\r\n" % i for i in range(10000))
     resp = exchange(hsrv.port, post_bytes(body, extra_headers=many))
     assert resp, "no answer to 10000 headers"
-    assert 400 <= status_of(resp) < 500, \
+    assert status_of(resp) == 431, \
         f"{len(many)} bytes of headers (10000 headers) accepted: {resp[:40]!r}"
     still_serving(hsrv)
 
@@ -230,7 +231,7 @@ def test_garbage_request_line(hsrv, streaming):
     for junk in (b"GARBAGE\r\n\r\n", b"POST /v1/completions HTTP/9.9\r\n\r\n",
                  b"\x00\xff\xfe\r\n\r\n"):
         resp = exchange(hsrv.port, junk)
-        assert resp == b"" or 400 <= status_of(resp) < 500, (junk, resp[:200])
+        assert status_of(resp) == 400, (junk, resp[:200])
     still_serving(hsrv)
 
 

@@ -130,7 +130,7 @@ def test_sigterm_aborts_at_shutdown_timeout(start_server, long_dir):
     elapsed = time.monotonic() - t0
     for s in streams:
         s.join(30)
-    assert 200 not in outcomes, outcomes
+    assert outcomes and set(outcomes) <= {503, "refused"}, outcomes  # never served, never a 5xx crash
     for s in streams:
         assert s.error is None, f"stream broke instead of ending with abort: {s.error}"
         assert s.finish == "abort" and s.done, (s.finish, s.done, s.tokens)

@@ -75,6 +75,12 @@ void ExpectInvariant(const Case& c) {
   if (c.adapters.size() >= 2) {
     EXPECT_GT(mixed_steps, 0);
   }
+  // Whatever the adapter count, the batch ran sequences together (base rows beside adapter rows
+  // with one adapter: every other request is the base's).
+  int64_t shared_steps = 0;
+  // (sequences' bounds are 1, 2, 4, …: bucket 0 holds the steps of one sequence)
+  for (size_t b = 1; b < sc.sequences.counts.size(); ++b) shared_steps += sc.sequences.counts[b];
+  EXPECT_GT(shared_steps, 0) << c.model;
   // The solo runs read the bf16 weights repacked as AMX tiles, as loom serve packs them (a no-op
   // without AMX or bf16 weights): the bits must be those the batch got from row-major weights.
   ASSERT_TRUE((*model)->PackWeightsForAmx().ok());
@@ -85,8 +91,15 @@ void ExpectInvariant(const Case& c) {
     ASSERT_TRUE(alone.Add(reqs[static_cast<size_t>(got.id)]).ok());
     const GenerationResult want = alone.RunToCompletion().at(0);
     EXPECT_EQ(got.generated, want.generated) << c.model << " request " << got.id;
+    ASSERT_EQ(want.top_logprobs.size(), 12u);  // max_tokens, each with its top 3 and chosen one
     ASSERT_EQ(got.top_logprobs.size(), want.top_logprobs.size());
+    ASSERT_EQ(got.logprobs.size(), want.logprobs.size());
     for (size_t t = 0; t < want.top_logprobs.size(); ++t) {
+      EXPECT_EQ(got.logprobs[t].token, want.logprobs[t].token);
+      EXPECT_EQ(got.logprobs[t].logprob, want.logprobs[t].logprob)
+          << c.model << " request " << got.id << " step " << t << " (chosen token)";
+      ASSERT_EQ(want.top_logprobs[t].size(), 3u);
+      ASSERT_EQ(got.top_logprobs[t].size(), 3u);
       for (size_t k = 0; k < want.top_logprobs[t].size(); ++k) {
         EXPECT_EQ(got.top_logprobs[t][k].token, want.top_logprobs[t][k].token);
         // Bitwise: exact float equality, not a tolerance.

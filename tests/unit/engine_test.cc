@@ -1,6 +1,8 @@
 // Engine: request validation, EOS from generation_config.json, KV-cache admission and reuse.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <filesystem>
 #include <fstream>
 
@@ -125,7 +127,10 @@ TEST(Engine, AdaptersOfOneIdentityShareAStepSegment) {
   ASSERT_TRUE(engine.Add(with(Greedy({11, 12, 13}, 6), *b)).ok());
   auto results = engine.RunToCompletion();
   ASSERT_EQ(results.size(), 2u);
+  std::sort(results.begin(), results.end(), [](const auto& x, const auto& y) { return x.id < y.id; });
   EXPECT_EQ(results[1].generated, alone);
+  // The two ran in the same steps (else "one segment" would hold trivially).
+  EXPECT_GT(engine.step_counts().sequences.counts[1], 0);  // bounds 1, 2, 4: bucket 1 holds 2
   const auto& h = engine.step_counts().adapters;  // bounds 0, 1, 2, …: bucket i counts i adapters
   EXPECT_GT(h.counts[1], 0);
   EXPECT_EQ(h.counts[2], 0) << "a step ran the two copies as two segments";

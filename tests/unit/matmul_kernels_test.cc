@@ -54,6 +54,20 @@ TEST(MatmulKernels, EveryIsaMatchesScalarForEveryWeightDtype) {
       Problem p = MakeProblem(s[0], s[1], s[2], dtype, static_cast<uint32_t>(s[0] * 1000 + s[2]));
       std::vector<float> ref(static_cast<size_t>(p.n * p.m));
       MatmulF32Scalar(dtype, p.x.data(), p.n, p.k, p.w.data(), 0, p.m, ref.data(), p.m);
+      // The scalar kernel itself against a plain loop in double here (y = x·Wᵀ, W [m, k]): a
+      // layout error in the production scalar path would otherwise be the reference's too.
+      std::vector<float> wf(static_cast<size_t>(p.m * p.k));
+      ConvertToF32(dtype, p.w.data(), wf.data(), p.m * p.k);
+      for (int64_t i = 0; i < p.n; ++i) {
+        for (int64_t j = 0; j < p.m; ++j) {
+          double acc = 0;
+          for (int64_t t = 0; t < p.k; ++t) {
+            acc += static_cast<double>(p.x[static_cast<size_t>(i * p.k + t)]) *
+                   wf[static_cast<size_t>(j * p.k + t)];
+          }
+          ASSERT_NEAR(ref[static_cast<size_t>(i * p.m + j)], acc, Tolerance(p.k)) << i << "," << j;
+        }
+      }
       for (Isa isa : SupportedIsas()) {
         SCOPED_TRACE(std::string(IsaName(isa)) + " " + DTypeName(dtype) + " n=" +
                      std::to_string(p.n) + " m=" + std::to_string(p.m) + " k=" + std::to_string(p.k));
