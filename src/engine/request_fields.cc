@@ -142,9 +142,8 @@ bool ParseSamplingField(const std::string& key, const json& v, SamplingParams* p
   if (key == "max_tokens") {
     if (!v.is_null()) st = JsonInt32(key, v, 1, kMaxTokensLimit, &p->max_tokens);
   } else if (key == "temperature") {
-    // SPEC-api: a temperature ≤ 0 is greedy (llama.cpp's reading), so any finite number up to
-    // 100 is taken; vLLM and OpenAI refuse a negative one.
-    // Any value ≤ 0 is stored as 0 (-1e39 is out of a float's range).
+    // SPEC-api: a temperature ≤ 0 is greedy (llama.cpp's reading; vLLM and OpenAI refuse a
+    // negative one). Any value ≤ 0 is stored as 0 (-1e39 is out of a float's range).
     if (v.is_number() && v.get<double>() <= 0) {
       p->temperature = 0;
     } else if (!v.is_null()) {

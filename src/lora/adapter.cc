@@ -9,8 +9,10 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <string_view>
 
 #include "base/file.h"
+#include "base/json.h"
 #include "base/mmap_file.h"
 #include "base/siphash.h"
 #include "lora/peft_moe.h"
@@ -634,15 +636,21 @@ StatusOr<std::shared_ptr<const Adapter>> ReadAdapter(const std::string& name, co
   return std::shared_ptr<const Adapter>(std::move(a));
 }
 
-std::string ModelFolderName(const std::string& path) {
-  std::error_code ec;
-  fs::path p = fs::absolute(path, ec);
-  if (ec) p = path;
-  p = p.lexically_normal();
+namespace {
+// The last part of a path, lowercased ("/models/X/" → "x").
+std::string LastPartLower(const fs::path& path) {
+  const fs::path p = path.lexically_normal();
   std::string s = p.filename().string();
-  if (s.empty()) s = p.parent_path().filename().string();  // "/models/x/" → "x"
+  if (s.empty()) s = p.parent_path().filename().string();
   for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   return s;
+}
+}  // namespace
+
+std::string ModelFolderName(const std::string& path) {
+  std::error_code ec;
+  const fs::path p = fs::absolute(path, ec);
+  return LastPartLower(ec ? fs::path(path) : p);
 }
 
 bool TrainedOnAnotherBase(const LoraConfig& config, const std::string& model_dir) {
@@ -650,23 +658,23 @@ bool TrainedOnAnotherBase(const LoraConfig& config, const std::string& model_dir
   // folder's (a relative id is not resolved against the working folder: only its last part).
   const std::string& base = config.base_model_name_or_path;
   if (model_dir.empty() || base.empty()) return false;
-  std::string last = fs::path(base).lexically_normal().filename().string();
-  if (last.empty()) last = fs::path(base).lexically_normal().parent_path().filename().string();
-  for (char& ch : last) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  return last != ModelFolderName(model_dir);
+  return LastPartLower(base) != ModelFolderName(model_dir);
 }
 
 void NoteAdapterConfig(const Adapter& adapter, const std::string& model_dir) {
   std::vector<std::string> notes;
   const LoraConfig& c = adapter.config();
+  // File text quoted as messages quote it (printable ASCII, bounded): a key or name holding
+  // terminal escapes never reaches the terminal as they are.
   if (!c.ignored_keys.empty()) {
     std::string keys;
-    for (const auto& k : c.ignored_keys) keys += (keys.empty() ? "" : ", ") + k.substr(0, 64);
+    for (const auto& k : c.ignored_keys) keys += (keys.empty() ? "" : ", ") + KeyForMessage(k);
     notes.push_back("adapter_config.json keys loom does not know, ignored: " + keys.substr(0, 512));
   }
   if (TrainedOnAnotherBase(c, model_dir)) {
-    notes.push_back("base_model_name_or_path '" + c.base_model_name_or_path.substr(0, 256) +
-                    "' is not the served model's folder '" + ModelFolderName(model_dir) +
+    notes.push_back("base_model_name_or_path '" +
+                    PrintableAscii(std::string_view(c.base_model_name_or_path).substr(0, 256)) +
+                    "' is not the served model's folder '" + PrintableAscii(ModelFolderName(model_dir)) +
                     "' (a warning only: the shapes matched)");
   }
   static std::mutex mu;
@@ -674,7 +682,7 @@ void NoteAdapterConfig(const Adapter& adapter, const std::string& model_dir) {
   std::lock_guard<std::mutex> lock(mu);
   for (const auto& n : notes) {
     if (said.size() >= 256 || !said.insert(n).second) continue;
-    std::fprintf(stderr, "note: adapter '%s': %s\n", adapter.name().c_str(), n.c_str());
+    std::fprintf(stderr, "note: adapter '%s': %s\n", PrintableAscii(adapter.name()).c_str(), n.c_str());
   }
 }
 

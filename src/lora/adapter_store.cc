@@ -22,6 +22,13 @@ bool Inside(const fs::path& p, const fs::path& root) {
   return true;
 }
 
+bool InsideAny(const fs::path& p, const std::vector<std::string>& roots) {
+  for (const auto& root : roots) {
+    if (Inside(p, root)) return true;
+  }
+  return false;
+}
+
 // The adapter's two files, when they are symbolic links, must resolve inside `root` too (the
 // folder's own check does not cover them: a link to /etc/passwd was read, and its bytes quoted
 // back in the error). `what` names the request field in the error.
@@ -445,19 +452,13 @@ bool AdapterStore::Knows(const std::string& name) const {
   return Contains(name) || OnDemandDir(name).ok();
 }
 
-std::vector<AdapterInfo> AdapterStore::List() const {
-  std::vector<AdapterInfo> out;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [name, e] : entries_) out.push_back({name, e.dir, e.loaded != nullptr});
-  }
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
-  return out;
-}
+std::vector<AdapterInfo> AdapterStore::List() const { return Listed(/*sub_folders=*/false); }
 
-std::vector<AdapterInfo> AdapterStore::ListNameable() const {
-  if (!listing_) return List();
-  const std::vector<std::pair<std::string, std::string>> found = listing_->Names();  // no lock held
+std::vector<AdapterInfo> AdapterStore::ListNameable() const { return Listed(/*sub_folders=*/true); }
+
+std::vector<AdapterInfo> AdapterStore::Listed(bool sub_folders) const {
+  std::vector<std::pair<std::string, std::string>> found;
+  if (sub_folders && listing_) found = listing_->Names();  // the roots read with no lock held
   std::vector<AdapterInfo> out;
   {  // the table and the filter in one look: a name unloaded in between is listed once
     std::lock_guard<std::mutex> lock(mu_);
@@ -487,11 +488,9 @@ StatusOr<ConfinedDir> AdapterStore::ResolveRuntimePath(const std::string& path) 
     // Not under a root as written (the canonical one or as --lora-dir spelled it): refused
     // before the filesystem is asked, so the answer cannot tell whether the path exists.
     const fs::path lexical = fs::path(path).lexically_normal();
-    bool under = false;
-    for (const auto* roots : {&roots_, &spelled_roots_}) {
-      for (const auto& root : *roots) under = under || Inside(lexical, root);
+    if (!InsideAny(lexical, roots_) && !InsideAny(lexical, spelled_roots_)) {
+      return InvalidArgument("lora_path '" + path + "' is outside the --lora-dir roots");
     }
-    if (!under) return InvalidArgument("lora_path '" + path + "' is outside the --lora-dir roots");
     candidates.push_back(path);
   } else {
     for (const auto& root : roots_) candidates.push_back(fs::path(root) / path);
@@ -506,9 +505,7 @@ StatusOr<ConfinedDir> AdapterStore::ResolveRuntimePath(const std::string& path) 
       // there told whether files outside the roots exist).
       std::error_code wec;
       const fs::path w = fs::weakly_canonical(candidate, wec);
-      bool inside = false;
-      for (const auto& root : roots_) inside = inside || (!wec && Inside(w, root));
-      leads_outside = leads_outside || !inside;
+      leads_outside = leads_outside || wec || !InsideAny(w, roots_);
       continue;
     }
     exists_somewhere = true;

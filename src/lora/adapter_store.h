@@ -143,6 +143,8 @@ class AdapterStore {
   // that no load is using; else kResourceExhausted naming the flag. Under mu_.
   Status RoomForNameLocked(const std::string& name, bool forget);
   bool FullLocked() const;  // the table holds --max-lora-names names
+  // List() (`sub_folders` false) and ListNameable() (true).
+  std::vector<AdapterInfo> Listed(bool sub_folders) const;
   Table::const_iterator ForgettableLocked() const;  // an entry a new name may replace, or end()
   // Makes `adapter` the resident one of `e` (the most recent), then evicts to the bounds.
   void Publish(const std::string& name, Entry& e, std::shared_ptr<const Adapter> adapter);
