@@ -174,7 +174,7 @@ TEST(CtCorrupt, EachMismatchIsAClearErrorNamingTheTensor) {
       {"ct_w8a8_llama", none, keep, ""},
       // Wrong group size: the scales no longer fit 64 inputs.
       {"ct_w4a16_qwen3", [](json& q) { q["config_groups"]["group_0"]["weights"]["group_size"] = 128; }, keep,
-       "model.layers.0.self_attn.q_proj: 64 input features are not a multiple of compressed-tensors "
+       "model.layers.0.self_attn.q_proj: 64 input features (config.json) are not a multiple of compressed-tensors "
        "config group 'group_0' (pack-quantized int4, group 128)'s group_size 128"},
       {"ct_w4a16_qwen3", [](json& q) { q["config_groups"]["group_1"]["weights"]["group_size"] = 32; }, keep,
        "tensor 'model.layers.0.self_attn.o_proj.weight_scale' has dtype BF16 and shape [64, 1]; "
