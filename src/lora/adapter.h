@@ -69,7 +69,7 @@ class Adapter {
   uint64_t content_hash_ = 0;
   uint64_t cache_identity_ = 0;
   LoraConfig config_;
-  std::unique_ptr<SafetensorsStore> store_;  // owns the mmap the A/B views point into
+  std::unique_ptr<SafetensorsStore> store_;  // owns the in-memory copy the A/B views point into
   // Per-expert A/B cut from PEFT's fused expert LoRA (target_parameters), by derived name.
   std::map<std::string, Tensor> derived_;
   std::vector<std::unique_ptr<std::vector<uint8_t>>> derived_storage_;
