@@ -1,4 +1,5 @@
 // `loom serve`: load the model and adapters, start the engine thread and the HTTP server; drain on SIGTERM.
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -246,15 +247,19 @@ int RunServe(ServeArgs& a) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   };
-  wait_while([&] { return engine.num_in_flight() > 0 || http.num_unanswered() > 0; }, deadline);
+  wait_while([&] {
+    return engine.num_in_flight() > 0 || http.num_unanswered() > 0 || http.num_handler_tasks() > 0;
+  }, deadline);
   const int aborted = engine.num_in_flight();
   ctx.encode_gate.Close();  // prompts waiting to be tokenized or being tokenized: 503
   engine.Stop();  // aborts what is left: their streams end with finish_reason "abort"
   // Their last chunks and bodies (and the 503s of handlers that submit now) are written, for
   // at most 2 s more: a client that does not read is not waited for.
-  wait_while([&] { return http.num_unanswered() > 0; },
+  wait_while([&] { return http.num_unanswered() > 0 || http.num_handler_tasks() > 0; },
              std::chrono::steady_clock::now() + std::chrono::seconds(2));
-  if (const int64_t busy = http.num_unanswered(); busy > 0) {
+  // Handler tasks count too: one whose client has left (an adapter load, say) is no longer
+  // unanswered, and stopping the listener joins it.
+  if (const int64_t busy = std::max(http.num_unanswered(), http.num_handler_tasks()); busy > 0) {
     // A handler still working (loading an adapter, say; tokenizing stops at Close) would hold
     // the exit past the deadline for as long as it takes (four 24 MiB prompts took 22 s before
     // tokenizing stopped there). The deadline is the deadline: exit now; the kernel closes their

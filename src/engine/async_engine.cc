@@ -4,9 +4,26 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <set>
+#include <string>
 
 namespace loom {
+
+namespace {
+
+// The exception being handled, in words (call inside a catch block only).
+std::string CurrentExceptionText() {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "an exception of no standard type";
+  }
+}
+
+}  // namespace
 
 AsyncEngine::AsyncEngine(Model* model, const EngineOptions& options,
                          const tokenizer::Tokenizer* tokenizer)
@@ -127,63 +144,81 @@ void AsyncEngine::Loop() {
       new_callbacks_.clear();
       stopping = stop_;
     }
-    bool failed_to_add = false;  // such a request's adapter lease went: the store may trim
-    for (auto& [request, id] : inbox) {
-      // Adding copies the prompt and builds the sampler and detokenizer: an allocation that
-      // fails here fails this request alone (it would end the process through std::terminate).
+    // Whatever throws in a round (an allocation that fails in Abort, Publish, TakeUpdates or
+    // the bookkeeping around them, or a non-std exception) aborts what is in flight and the loop
+    // goes on: escaping this thread's function would end the process through std::terminate.
+    try {
+      Round(inbox, aborts, stopping, &stalled);
+    } catch (...) {
+      std::fprintf(stderr, "loom: engine round failed (%s); aborting all %zu sequence(s)\n",
+                   CurrentExceptionText().c_str(), callbacks_.size());
       try {
-        engine_.AddValidated(std::move(request), id);
-      } catch (const std::exception& e) {
-        FailUnadded(id, e.what());
-        failed_to_add = true;
-      }
-    }
-    for (int64_t id : aborts) engine_.Abort(id);
-    if (stopping) AbortAll();
-    stalled = false;
-    if (!stopping && engine_.HasWork()) {
-      // An exception here (an allocation that failed mid-step, on this thread or in a pool
-      // task: ThreadPool::ParallelFor rethrows it here once its workers are done) would end the
-      // process through std::terminate. The step's sequences may be half-advanced: every
-      // sequence in flight is aborted (its blocks freed, its client told), and the engine goes
-      // on with new requests.
-      try {
-        stalled = !engine_.Step();
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "loom: engine step failed (%s); aborting all %zu sequence(s)\n",
-                     e.what(), callbacks_.size());
         AbortAll();
-      }
-    }
-    // The snapshot first: a client woken by its last update then reads /metrics with its
-    // sequence's last step counted.
-    Publish();
-    bool finished = failed_to_add;
-    for (SequenceUpdate& u : engine_.TakeUpdates()) {
-      auto it = callbacks_.find(u.id);
-      if (it == callbacks_.end()) continue;
-      const bool last = u.finish_reason != FinishReason::kNone;
-      finished = finished || last;
-      try {
-        it->second(std::move(u));
-      } catch (const std::exception& e) {  // one client's callback must not end the others
-        std::fprintf(stderr, "loom: sequence %lld: delivering an update failed: %s\n",
-                     static_cast<long long>(it->first), e.what());
-      }
-      if (last) {
-        callbacks_.erase(it);
-        --in_flight_;
-      }
-    }
-    engine_.TakeFinished();  // results are delivered through updates
-    if (finished && on_sequences_finished_) {
-      try {
-        on_sequences_finished_();
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "loom: after finished sequences: %s\n", e.what());
+      } catch (...) {
+        std::fprintf(stderr, "loom: aborting after a failed round failed too\n");
       }
     }
     if (stopping) return;
+  }
+}
+
+void AsyncEngine::Round(std::vector<std::pair<GenerationRequest, int64_t>>& inbox,
+                        const std::vector<int64_t>& aborts, bool stopping, bool* stalled) {
+  bool failed_to_add = false;  // such a request's adapter lease went: the store may trim
+  for (auto& [request, id] : inbox) {
+    // Adding copies the prompt and builds the sampler and detokenizer: an allocation that
+    // fails here fails this request alone (it would end the process through std::terminate).
+    try {
+      engine_.AddValidated(std::move(request), id);
+    } catch (const std::exception& e) {
+      FailUnadded(id, e.what());
+      failed_to_add = true;
+    }
+  }
+  for (int64_t id : aborts) engine_.Abort(id);
+  if (stopping) AbortAll();
+  *stalled = false;
+  if (!stopping && engine_.HasWork()) {
+    // An exception here (an allocation that failed mid-step, on this thread or in a pool
+    // task: ThreadPool::ParallelFor rethrows it here once its workers are done) would end the
+    // process through std::terminate. The step's sequences may be half-advanced: every
+    // sequence in flight is aborted (its blocks freed, its client told), and the engine goes
+    // on with new requests.
+    try {
+      *stalled = !engine_.Step();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "loom: engine step failed (%s); aborting all %zu sequence(s)\n",
+                   e.what(), callbacks_.size());
+      AbortAll();
+    }
+  }
+  // The snapshot first: a client woken by its last update then reads /metrics with its
+  // sequence's last step counted.
+  Publish();
+  bool finished = failed_to_add;
+  for (SequenceUpdate& u : engine_.TakeUpdates()) {
+    auto it = callbacks_.find(u.id);
+    if (it == callbacks_.end()) continue;
+    const bool last = u.finish_reason != FinishReason::kNone;
+    finished = finished || last;
+    try {
+      it->second(std::move(u));
+    } catch (const std::exception& e) {  // one client's callback must not end the others
+      std::fprintf(stderr, "loom: sequence %lld: delivering an update failed: %s\n",
+                   static_cast<long long>(it->first), e.what());
+    }
+    if (last) {
+      callbacks_.erase(it);
+      --in_flight_;
+    }
+  }
+  engine_.TakeFinished();  // results are delivered through updates
+  if (finished && on_sequences_finished_) {
+    try {
+      on_sequences_finished_();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "loom: after finished sequences: %s\n", e.what());
+    }
   }
 }
 

@@ -55,6 +55,10 @@ class AsyncEngine {
 
  private:
   void Loop();
+  // One pass of Loop with the lock released: adds the new requests, aborts, steps the engine,
+  // delivers the updates. `*stalled` when there was work but nothing could be scheduled.
+  void Round(std::vector<std::pair<GenerationRequest, int64_t>>& inbox,
+             const std::vector<int64_t>& aborts, bool stopping, bool* stalled);
   void AbortAll();  // every sequence in flight (engine thread)
   void Publish();
   // A request that could not be added (an allocation failed): its client gets an error update.

@@ -290,6 +290,12 @@ StatusOr<std::shared_ptr<const Adapter>> AdapterStore::AcquireOnce(const std::st
       // One load per name: requests that name an adapter being loaded wait for that load and
       // share its result, success or error (16 requests for a slow or failing adapter each ran
       // the whole load again, one after another, holding 16 handler threads for seconds).
+      const int busy = waiting_for_flights_ + static_cast<int>(flights_.size());
+      if (options_.max_load_threads > 0 && busy >= options_.max_load_threads) {
+        return Unavailable("adapter '" + name + "' is not loaded, and " + std::to_string(busy) +
+                           " requests are loading adapters or waiting for a load (at most " +
+                           std::to_string(options_.max_load_threads) + " at once); retry");
+      }
       auto f = flights_.find(name);
       if (f == flights_.end()) break;
       std::shared_ptr<Flight> theirs = f->second;

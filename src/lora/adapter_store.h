@@ -27,6 +27,11 @@ struct AdapterStoreOptions {
   // entry (and a /v1/models line) after its weights are evicted, so a client loading a new name
   // each time grew the table, and every /v1/models copy of it, without end. 0 = no limit.
   int max_names = 0;
+  // Requests loading an adapter or waiting for a load (Acquire), all names together; one more is
+  // refused at once (kUnavailable: a 503 with Retry-After). Each holds an HTTP handler thread
+  // meanwhile, and loads run one at a time, so requests naming N new adapters held N threads for
+  // N loads: with all of them held, no other response was written. 0 = no limit.
+  int max_load_threads = 0;
   std::vector<std::string> lora_dirs;  // roots for on-demand names and runtime paths
   std::string model_dir;  // the served model's folder: NoteAdapterConfig compares with it
   // Called on the loading thread before each load from disk (an observer: tests, logging).

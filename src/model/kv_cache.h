@@ -45,7 +45,9 @@ class KvCache {
   // Prefix cache. A full block's key is a keyed hash (SipHash, the process's secret key) of
   // (adapter identity, previous block's key, its 16 tokens), so a hit means the same adapter
   // saw the same tokens at the same positions; clients cannot compute colliding keys, and a hit
-  // is taken only when the block's stored tokens equal the asked ones as well.
+  // is taken only when the block's stored tokens equal the asked ones as well. What the key
+  // stands for beyond those 16 tokens (the adapter, the earlier blocks, longrope's factor set)
+  // rests on the 63-bit keyed hash alone: a wrong hit needs a chance collision, ~2⁻⁶³ a lookup.
   // Appends to `table` the cached blocks of the longest prefix of `keys` found; returns how
   // many. `tokens` holds 16 tokens per key (block i: tokens[16 i, 16 i + 16)). The blocks are
   // shared (reference counted) and never written again.

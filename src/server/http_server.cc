@@ -328,7 +328,7 @@ void HttpServer::Route(HttpRequest req, std::shared_ptr<Exchange> ex) {
   if ((generation || admin || tokenize) && m == "POST") {
     if (std::optional<ApiError> error = AdmissionError(ctx, req))
       return ex->Reply(ErrorReply(*error));
-    if ((generation || tokenize) && ctx.draining.load()) {
+    if (ctx.draining.load()) {  // an adapter load too: it would hold the exit
       return ex->Reply(ErrorReply(ApiError{503, "the server is shutting down", "", ""}));
     }
     auto work = [&ctx, generation, tokenize, req = std::move(req), ex]() mutable {

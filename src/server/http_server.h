@@ -21,6 +21,7 @@ class HttpServer {
   Status Bind();
   int port() const { return transport_->port(); }
   int num_unanswered() const { return transport_->num_unanswered(); }
+  int num_handler_tasks() const { return transport_->num_handler_tasks(); }
   // Serves until Stop (blocking).
   void Listen();
   // Closes every connection (streams still open are cut) and makes Listen return.

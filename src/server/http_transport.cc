@@ -47,6 +47,9 @@ class RequestExchange;
 struct HttpTransport::Impl {
   TransportOptions options;
   RouteFn route;
+  // Before ioc: sessions that ioc's destructor frees (their handlers never ran after Stop) give
+  // their reserved body bytes back to it.
+  BodyBudget body_budget{std::max(options.max_pending_body_bytes, options.max_body_bytes)};
   asio::io_context ioc;
   tcp::acceptor acceptor{ioc};
   asio::steady_timer accept_backoff{ioc};
@@ -59,9 +62,21 @@ struct HttpTransport::Impl {
   // Where lingering connections' input is read and dropped (one for all: the bytes are
   // never looked at).
   std::array<char, 16384> discard;
-  BodyBudget body_budget{std::max(options.max_pending_body_bytes, options.max_body_bytes)};
 
-  void workers_post(std::function<void()> work) { asio::post(workers, std::move(work)); }
+  // Tasks posted to the handler threads and not yet done (queued or running): a handler whose
+  // client has left is no longer counted in num_unanswered, yet joining the pool waits for it.
+  std::atomic<int> num_handler_tasks{0};
+  void workers_post(std::function<void()> work) {
+    num_handler_tasks.fetch_add(1);
+    struct Done {
+      std::atomic<int>* n;
+      ~Done() { n->fetch_sub(1); }
+    };
+    asio::post(workers, [this, work = std::move(work)]() mutable {
+      Done done{&num_handler_tasks};
+      work();
+    });
+  }
 
   Impl(TransportOptions o, RouteFn r)
       : options(std::move(o)), route(std::move(r)),
@@ -787,6 +802,7 @@ void HttpTransport::Stop() {
   impl_->workers.join();
 }
 
-void HttpTransport::Post(std::function<void()> work) { asio::post(impl_->workers, std::move(work)); }
+void HttpTransport::Post(std::function<void()> work) { impl_->workers_post(std::move(work)); }
+int HttpTransport::num_handler_tasks() const { return impl_->num_handler_tasks.load(); }
 
 }  // namespace loom::server

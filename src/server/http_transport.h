@@ -54,6 +54,9 @@ class HttpTransport {
   // Requests read and not yet answered in full: being handled, waiting on the engine, or
   // their response (a stream included) still being written. SIGTERM's drain waits on it.
   int num_unanswered() const;
+  // Tasks on the handler threads, queued or running (Post's and the transport's own): Stop
+  // joins them all, including those whose clients have left.
+  int num_handler_tasks() const;
 
   struct Impl;  // the I/O loop, acceptor, workers and connections (http_transport.cc)
 

@@ -237,6 +237,53 @@ TEST(AdapterStore, ConcurrentAcquiresOfOneNameShareOneLoad) {
   fs::remove_all(root);
 }
 
+// At most max_load_threads requests load or wait for a load; one more is refused at once with
+// kUnavailable (a 503), so loads cannot hold every HTTP handler thread. The first load is held
+// until a second request waits for it (at most 10 s); a third, for another name, is refused; the
+// two held ones then succeed, and once they are done a new name loads again.
+TEST(AdapterStore, LoadsBeyondTheThreadCapAreRefusedAtOnce) {
+  const fs::path root = fs::temp_directory_path() / "loom_store_load_cap";
+  fs::remove_all(root);
+  fs::create_directories(root);
+  fs::copy(kAdapters + "llama_mlp_r6", root / "mlp", fs::copy_options::recursive);
+  fs::copy(kAdapters + "llama_mlp_r6", root / "other", fs::copy_options::recursive);
+  std::atomic<int> loads{0};
+  std::atomic<bool> release{false};
+  AdapterStore* current = nullptr;
+  AdapterStoreOptions o;
+  o.lora_dirs = {root.string()};
+  o.max_load_threads = 2;
+  o.on_load = [&](const std::string&) {
+    if (loads.fetch_add(1) != 0) return;
+    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!release && std::chrono::steady_clock::now() < limit) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  };
+  AdapterStore store(&Llama().sites(), o);
+  current = &store;
+  StatusOr<std::shared_ptr<const Adapter>> first = Internal("not run"), second = Internal("not run");
+  std::thread a([&] { first = store.Acquire("mlp"); });
+  while (loads.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::thread b([&] { second = store.Acquire("mlp"); });
+  while (current->num_waiting_for_loads() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const auto refused = store.Acquire("other");
+  release = true;
+  a.join();
+  b.join();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(refused.status().message().find("adapter 'other' is not loaded, and 2 requests"),
+            std::string::npos)
+      << refused.status().message();
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_EQ(first->get(), second->get());
+  EXPECT_TRUE(store.Acquire("other").ok());
+  EXPECT_EQ(loads.load(), 2);
+  fs::remove_all(root);
+}
+
 // A read-only audit's race: an on-demand load of sub-folder X waits for the load lock while
 // /v1/load_lora_adapter registers the name X from another folder; that entry is evicted before
 // the on-demand load publishes. The on-demand weights must not land in the entry (they served

@@ -689,6 +689,25 @@ TEST_F(TransportTest, ABodyWithItsHandlerKeepsItsShareOfTheBudget) {
   ::close(first);
 }
 
+TEST_F(TransportTest, AHandlerWhoseClientLeftIsStillCountedAsATask) {
+  // SIGTERM's drain waited on num_unanswered only: a handler still working for a client that
+  // had left (an adapter load) was not counted there, and Stop joined it past the deadline.
+  Start();
+  EXPECT_EQ(transport_->num_handler_tasks(), 0);
+  const int fd = Connect(port());
+  Send(fd, "POST /queued HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
+  for (int i = 0; i < 1000 && handlers_holding_.load() == 0; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(handlers_holding_.load(), 1);
+  EXPECT_EQ(transport_->num_unanswered(), 1);
+  ::close(fd);
+  for (int i = 0; i < 1000 && transport_->num_unanswered() > 0; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(transport_->num_unanswered(), 0);  // the client left
+  EXPECT_EQ(transport_->num_handler_tasks(), 1);  // its handler still runs
+  OpenGate();
+  for (int i = 0; i < 1000 && transport_->num_handler_tasks() > 0; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(transport_->num_handler_tasks(), 0);
+}
+
 TEST_F(TransportTest, ConnectionsBeyondTheLimitGet503) {
   TransportOptions o;
   o.max_connections = 2;
