@@ -25,23 +25,23 @@ echo; echo "== GET /v1/models"
 curl -s "http://127.0.0.1:$PORT/v1/models"; echo
 echo; echo "== the same questions to the base and to each adapter, sent together (one batch)"
 PORT=$PORT bash scripts/demo-client.sh
-echo; echo "== curl: chat with the 'pirate' adapter"
+echo; echo "== curl: chat with the 'shout' adapter"
 curl -s "http://127.0.0.1:$PORT/v1/chat/completions" -H 'Content-Type: application/json' \
-  -d '{"model": "pirate", "messages": [{"role": "user", "content": "What colour is grass?"}],
+  -d '{"model": "shout", "messages": [{"role": "user", "content": "What is the capital of France?"}],
        "max_tokens": 48, "temperature": 0}'
 echo
 # The official openai client, if it is installed (the test command installs it in .venv-e2e).
 PY=python3
 [ -x .venv-e2e/bin/python ] && PY=.venv-e2e/bin/python
 if "$PY" -c 'import openai' 2>/dev/null; then
-  echo; echo "== openai client: streamed chat with the 'shout' adapter"
+  echo; echo "== openai client: streamed chat with the 'pirate' adapter"
   "$PY" - "$PORT" <<'PYEOF'
 import sys
 from openai import OpenAI
 client = OpenAI(base_url=f"http://127.0.0.1:{sys.argv[1]}/v1", api_key="unused")
 stream = client.chat.completions.create(
-    model="shout", messages=[{"role": "user", "content": "Tell me a story about a cat."}],
-    max_tokens=64, temperature=0, stream=True, stream_options={"include_usage": True})
+    model="pirate", messages=[{"role": "user", "content": "Tell me a story about a cat."}],
+    max_tokens=96, temperature=0, stream=True, stream_options={"include_usage": True})
 for chunk in stream:
     if chunk.choices and chunk.choices[0].delta.content:
         print(chunk.choices[0].delta.content, end="", flush=True)

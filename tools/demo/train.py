@@ -40,7 +40,7 @@ MODEL = dict(hidden_size=256, intermediate_size=688, num_hidden_layers=4, num_at
 
 # LoRA adapters. "dtype" is the dtype of the saved adapter_model.safetensors.
 ADAPTERS = {
-    "shout": dict(dtype="float32", steps=200, lr=5e-3,
+    "shout": dict(dtype="float32", steps=1600, lr=3e-3,
                   lora=dict(r=16, lora_alpha=32,
                             target_modules=["q_proj", "k_proj", "v_proj", "o_proj",
                                             "gate_proj", "up_proj", "down_proj"])),
