@@ -305,8 +305,9 @@ StatusOr<ServePlan> PlanServe(const ServeArgs& a) {
   }
   plan.store.max_lora_rank = a.max_lora_rank;
   plan.store.max_names = a.max_lora_names;
-  // Half the handler threads at most load adapters or wait for loads: the rest answer.
-  plan.store.max_load_threads = std::max(1, a.http_threads / 2);
+  // Three quarters of the handler threads at most load adapters or wait for loads: the rest
+  // handle other requests.
+  plan.store.max_load_threads = std::max(1, a.http_threads - a.http_threads / 4);
   plan.store.lora_dirs = a.lora_dirs;
   plan.store.model_dir = a.model;
 

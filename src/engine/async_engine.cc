@@ -12,8 +12,9 @@ namespace loom {
 
 namespace {
 
-// The exception being handled, in words (call inside a catch block only).
-std::string CurrentExceptionText() {
+// The exception being handled, in words (call inside a catch block only; the text lives as long
+// as the exception, and building none keeps an out-of-memory handler from throwing again).
+const char* CurrentExceptionText() {
   try {
     throw;
   } catch (const std::exception& e) {
@@ -111,12 +112,12 @@ void AsyncEngine::FailUnadded(int64_t id, const char* what) {
   SequenceUpdate u;
   u.id = id;
   u.finish_reason = FinishReason::kError;
-  u.error = std::string("could not start the sequence: ") + what;
   try {
+    u.error = std::string("could not start the sequence: ") + what;
     it->second(std::move(u));
-  } catch (const std::exception& e) {
+  } catch (...) {
     std::fprintf(stderr, "loom: sequence %lld: delivering its failure failed: %s\n",
-                 static_cast<long long>(id), e.what());
+                 static_cast<long long>(id), CurrentExceptionText());
   }
   callbacks_.erase(it);
   --in_flight_;
@@ -151,12 +152,9 @@ void AsyncEngine::Loop() {
       Round(inbox, aborts, stopping, &stalled);
     } catch (...) {
       std::fprintf(stderr, "loom: engine round failed (%s); aborting all %zu sequence(s)\n",
-                   CurrentExceptionText().c_str(), callbacks_.size());
-      try {
-        AbortAll();
-      } catch (...) {
-        std::fprintf(stderr, "loom: aborting after a failed round failed too\n");
-      }
+                   CurrentExceptionText(), callbacks_.size());
+      Recover();
+      stalled = false;
     }
     if (stopping) return;
   }
@@ -170,8 +168,8 @@ void AsyncEngine::Round(std::vector<std::pair<GenerationRequest, int64_t>>& inbo
     // fails here fails this request alone (it would end the process through std::terminate).
     try {
       engine_.AddValidated(std::move(request), id);
-    } catch (const std::exception& e) {
-      FailUnadded(id, e.what());
+    } catch (...) {
+      FailUnadded(id, CurrentExceptionText());
       failed_to_add = true;
     }
   }
@@ -186,16 +184,19 @@ void AsyncEngine::Round(std::vector<std::pair<GenerationRequest, int64_t>>& inbo
     // on with new requests.
     try {
       *stalled = !engine_.Step();
-    } catch (const std::exception& e) {
+    } catch (...) {
       std::fprintf(stderr, "loom: engine step failed (%s); aborting all %zu sequence(s)\n",
-                   e.what(), callbacks_.size());
+                   CurrentExceptionText(), callbacks_.size());
       AbortAll();
     }
   }
+  Deliver(failed_to_add);
+}
+
+void AsyncEngine::Deliver(bool finished) {
   // The snapshot first: a client woken by its last update then reads /metrics with its
   // sequence's last step counted.
   Publish();
-  bool finished = failed_to_add;
   for (SequenceUpdate& u : engine_.TakeUpdates()) {
     auto it = callbacks_.find(u.id);
     if (it == callbacks_.end()) continue;
@@ -203,9 +204,9 @@ void AsyncEngine::Round(std::vector<std::pair<GenerationRequest, int64_t>>& inbo
     finished = finished || last;
     try {
       it->second(std::move(u));
-    } catch (const std::exception& e) {  // one client's callback must not end the others
+    } catch (...) {  // one client's callback must not end the others
       std::fprintf(stderr, "loom: sequence %lld: delivering an update failed: %s\n",
-                   static_cast<long long>(it->first), e.what());
+                   static_cast<long long>(it->first), CurrentExceptionText());
     }
     if (last) {
       callbacks_.erase(it);
@@ -216,10 +217,24 @@ void AsyncEngine::Round(std::vector<std::pair<GenerationRequest, int64_t>>& inbo
   if (finished && on_sequences_finished_) {
     try {
       on_sequences_finished_();
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "loom: after finished sequences: %s\n", e.what());
+    } catch (...) {
+      std::fprintf(stderr, "loom: after finished sequences: %s\n", CurrentExceptionText());
     }
   }
+}
+
+void AsyncEngine::Recover() {
+  // Every sequence the engine knows gets its abort update as in any round; then those it no
+  // longer knows (a request whose adding threw, an update lost with its exception) are told
+  // here, so no client waits for a sequence that will never run.
+  try {
+    AbortAll();
+    Deliver(/*finished=*/true);
+  } catch (...) {
+    std::fprintf(stderr, "loom: aborting after a failed round failed too (%s)\n",
+                 CurrentExceptionText());
+  }
+  while (!callbacks_.empty()) FailUnadded(callbacks_.begin()->first, "the engine round failed");
 }
 
 }  // namespace loom

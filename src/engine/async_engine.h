@@ -59,10 +59,15 @@ class AsyncEngine {
   // delivers the updates. `*stalled` when there was work but nothing could be scheduled.
   void Round(std::vector<std::pair<GenerationRequest, int64_t>>& inbox,
              const std::vector<int64_t>& aborts, bool stopping, bool* stalled);
+  // Publishes the stats, hands each update to its callback, then the finished-sequences hook
+  // (also when `finished`: a request failed before it was added).
+  void Deliver(bool finished);
+  // After a round threw: aborts and tells every sequence in flight, known to the engine or not.
+  void Recover();
   void AbortAll();  // every sequence in flight (engine thread)
   void Publish();
   // A request that could not be added (an allocation failed): its client gets an error update.
-  void FailUnadded(int64_t id, const char* what);
+  void FailUnadded(int64_t id, const char* what);  // never throws
 
   Engine engine_;
   std::function<void()> on_sequences_finished_;  // EngineOptions', engine thread only

@@ -137,6 +137,18 @@ Status AdapterStore::Register(const std::string& name, const std::string& dir,
   const std::string fingerprint = AdapterFolderFingerprint(dir);  // before: a change re-reads
   Status kept;
   if (failed_.Find(name, dir, fingerprint, &kept)) return kept;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (const int busy = LoadThreadsLocked(); LoadThreadsFull(busy)) return Busy(name, busy);
+    ++registering_;
+  }
+  struct Done {
+    AdapterStore* store;
+    ~Done() {
+      std::lock_guard<std::mutex> lock(store->mu_);
+      --store->registering_;
+    }
+  } done{this};
   // Held until the name is published: an on-demand load of the same name that was waiting
   // publishes after this registration, never before it (then "already loaded" here).
   std::lock_guard<std::mutex> load_lock(load_mu_);
@@ -255,6 +267,33 @@ StatusOr<ConfinedDir> AdapterStore::OnDemandDir(const std::string& name) const {
   return NotFound("no adapter named '" + name + "'");
 }
 
+int AdapterStore::LoadThreadsLocked() const {
+  return waiting_for_flights_ + static_cast<int>(flights_.size()) + registering_;
+}
+
+bool AdapterStore::LoadThreadsFull(int busy) const {
+  return options_.max_load_threads > 0 && busy >= options_.max_load_threads;
+}
+
+Status AdapterStore::Busy(const std::string& name, int busy) const {
+  return Unavailable("adapter '" + name + "' is not loaded, and " + std::to_string(busy) +
+                     " requests are loading adapters or waiting for a load (at most " +
+                     std::to_string(options_.max_load_threads) + " at once); retry");
+}
+
+Status AdapterStore::RefuseBusy(const std::string& name, std::string dir, int busy) {
+  // The answers that need no load come first: an unknown name is 404 and a folder whose
+  // failure is remembered gets its error, busy or not (a client told to retry a name that
+  // does not exist would retry it for ever).
+  if (dir.empty()) {
+    ASSIGN_OR_RETURN(ConfinedDir found, OnDemandDir(name));
+    dir = std::move(found.dir);
+  }
+  Status kept;
+  if (failed_.Find(name, dir, AdapterFolderFingerprint(dir), &kept)) return kept;
+  return Busy(name, busy);
+}
+
 StatusOr<std::shared_ptr<const Adapter>> AdapterStore::Acquire(const std::string& name) {
   // A load superseded by an unload or a replacement is not this request's answer: look again
   // (bounded: each retry follows another client's unload or replacement of the same name).
@@ -290,11 +329,10 @@ StatusOr<std::shared_ptr<const Adapter>> AdapterStore::AcquireOnce(const std::st
       // One load per name: requests that name an adapter being loaded wait for that load and
       // share its result, success or error (16 requests for a slow or failing adapter each ran
       // the whole load again, one after another, holding 16 handler threads for seconds).
-      const int busy = waiting_for_flights_ + static_cast<int>(flights_.size());
-      if (options_.max_load_threads > 0 && busy >= options_.max_load_threads) {
-        return Unavailable("adapter '" + name + "' is not loaded, and " + std::to_string(busy) +
-                           " requests are loading adapters or waiting for a load (at most " +
-                           std::to_string(options_.max_load_threads) + " at once); retry");
+      if (const int busy = LoadThreadsLocked(); LoadThreadsFull(busy)) {
+        const std::string dir_known = it == entries_.end() ? "" : it->second.dir;
+        lock.unlock();
+        return RefuseBusy(name, dir_known, busy);
       }
       auto f = flights_.find(name);
       if (f == flights_.end()) break;

@@ -27,10 +27,11 @@ struct AdapterStoreOptions {
   // entry (and a /v1/models line) after its weights are evicted, so a client loading a new name
   // each time grew the table, and every /v1/models copy of it, without end. 0 = no limit.
   int max_names = 0;
-  // Requests loading an adapter or waiting for a load (Acquire), all names together; one more is
-  // refused at once (kUnavailable: a 503 with Retry-After). Each holds an HTTP handler thread
-  // meanwhile, and loads run one at a time, so requests naming N new adapters held N threads for
-  // N loads: with all of them held, no other response was written. 0 = no limit.
+  // Requests loading an adapter or waiting for a load (Acquire, and Register's load endpoint),
+  // all names together; one more is refused at once (kUnavailable: a 503 with Retry-After),
+  // unless its answer needs no load (an unknown name, a remembered failure). Each holds an HTTP
+  // handler thread meanwhile, and loads run one at a time, so requests naming N new adapters
+  // held N threads for N loads: with all of them held, no other request was handled. 0 = none.
   int max_load_threads = 0;
   std::vector<std::string> lora_dirs;  // roots for on-demand names and runtime paths
   std::string model_dir;  // the served model's folder: NoteAdapterConfig compares with it
@@ -136,6 +137,14 @@ class AdapterStore {
   // One Acquire attempt; *superseded when the name was unloaded or replaced while this attempt
   // loaded it (Acquire then looks again).
   StatusOr<std::shared_ptr<const Adapter>> AcquireOnce(const std::string& name, bool* superseded);
+  // Threads loading adapters or waiting for a load (flights' loaders and waiters, Register
+  // calls); whether `busy` of them is the max_load_threads cap; the 503 past it.
+  int LoadThreadsLocked() const;
+  bool LoadThreadsFull(int busy) const;
+  Status Busy(const std::string& name, int busy) const;
+  // Acquire past the cap (mu_ not held): 404 for an unknown name and a remembered failure's
+  // error as without the cap, else Busy. `dir`: the name's folder when it is in the table.
+  Status RefuseBusy(const std::string& name, std::string dir, int busy);
   // Acquire's loader: finds the folder (on demand), loads it (one load at a time), publishes.
   // *superseded when the name changed hands while it loaded (unloaded, replaced, or registered
   // from another folder): what it loaded is not the name's, and nothing was published.
@@ -190,6 +199,7 @@ class AdapterStore {
   std::unordered_map<std::string, std::shared_ptr<Flight>> flights_;  // under mu_
   std::condition_variable flight_done_;                               // with mu_
   int waiting_for_flights_ = 0;                                       // under mu_
+  int registering_ = 0;  // under mu_: Register calls past their checks, loading or waiting to
   uint64_t next_generation_ = 1;
   int64_t loads_ = 0;
   int64_t evictions_ = 0;

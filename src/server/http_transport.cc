@@ -72,10 +72,15 @@ struct HttpTransport::Impl {
       std::atomic<int>* n;
       ~Done() { n->fetch_sub(1); }
     };
-    asio::post(workers, [this, work = std::move(work)]() mutable {
-      Done done{&num_handler_tasks};
-      work();
-    });
+    try {
+      asio::post(workers, [this, work = std::move(work)]() mutable {
+        Done done{&num_handler_tasks};
+        work();
+      });
+    } catch (...) {  // not posted (an allocation failed): not counted
+      num_handler_tasks.fetch_sub(1);
+      throw;
+    }
   }
 
   Impl(TransportOptions o, RouteFn r)

@@ -249,7 +249,6 @@ TEST(AdapterStore, LoadsBeyondTheThreadCapAreRefusedAtOnce) {
   fs::copy(kAdapters + "llama_mlp_r6", root / "other", fs::copy_options::recursive);
   std::atomic<int> loads{0};
   std::atomic<bool> release{false};
-  AdapterStore* current = nullptr;
   AdapterStoreOptions o;
   o.lora_dirs = {root.string()};
   o.max_load_threads = 2;
@@ -261,16 +260,25 @@ TEST(AdapterStore, LoadsBeyondTheThreadCapAreRefusedAtOnce) {
     }
   };
   AdapterStore store(&Llama().sites(), o);
-  current = &store;
   StatusOr<std::shared_ptr<const Adapter>> first = Internal("not run"), second = Internal("not run");
   std::thread a([&] { first = store.Acquire("mlp"); });
-  while (loads.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (loads.load() == 0 && std::chrono::steady_clock::now() < limit) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   std::thread b([&] { second = store.Acquire("mlp"); });
-  while (current->num_waiting_for_loads() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  while (store.num_waiting_for_loads() < 1 && std::chrono::steady_clock::now() < limit) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const bool both_held = loads.load() == 1 && store.num_waiting_for_loads() == 1;
   const auto refused = store.Acquire("other");
+  // Answers that need no load are not refused: an unknown name is 404 as ever.
+  const auto unknown = store.Acquire("nothing_here");
   release = true;
   a.join();
   b.join();
+  ASSERT_TRUE(both_held);
+  EXPECT_EQ(unknown.status().code(), StatusCode::kNotFound) << unknown.status().ToString();
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable);
   EXPECT_NE(refused.status().message().find("adapter 'other' is not loaded, and 2 requests"),

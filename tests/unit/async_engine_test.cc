@@ -36,11 +36,10 @@ FinishReason RunOne(AsyncEngine& engine, std::vector<int32_t> prompt) {
   return got.get();
 }
 
-// An exception of no standard type thrown in a round (here by the finished-sequences hook the
-// server uses to trim the adapter store) ended the process through std::terminate: the round
-// caught std::exception only, and nothing caught it on the engine thread. Now the round's
-// sequences are aborted and the next request is served.
-TEST(AsyncEngine, ARoundThatThrowsAnythingLeavesTheEngineServing) {
+// An exception of no standard type thrown on the engine thread (here by the finished-sequences
+// hook the server uses to trim the adapter store) ended the process through std::terminate:
+// only std::exception was caught there. Now it is logged and the next request is served.
+TEST(AsyncEngine, AHookThatThrowsAnythingLeavesTheEngineServing) {
   auto model = Model::Load(std::string(LOOM_FIXTURES) + "/models/llama_f32");
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   std::atomic<int> hooks{0};
@@ -51,7 +50,26 @@ TEST(AsyncEngine, ARoundThatThrowsAnythingLeavesTheEngineServing) {
   AsyncEngine engine(model->get(), options, nullptr);
   EXPECT_EQ(RunOne(engine, {1, 2, 3}), FinishReason::kLength);  // delivered before the hook
   EXPECT_EQ(RunOne(engine, {4, 5, 6}), FinishReason::kLength);
+  engine.Stop();  // the hook runs after the last update is delivered: wait for it
   EXPECT_EQ(hooks.load(), 2);
+  EXPECT_EQ(engine.num_in_flight(), 0);
+}
+
+// One client's callback that throws anything (not only a std::exception) must not end the
+// others: before, a non-std exception left the round and aborted every sequence in flight.
+TEST(AsyncEngine, ACallbackThatThrowsAnythingEndsNoOtherSequence) {
+  auto model = Model::Load(std::string(LOOM_FIXTURES) + "/models/llama_f32");
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  AsyncEngine engine(model->get(), EngineOptions{}, nullptr);
+  std::atomic<int> thrown{0};
+  auto bad = engine.Submit(Greedy({7, 8, 9}, 64), [&thrown](SequenceUpdate&&) {
+    thrown.fetch_add(1);
+    throw 7;
+  });
+  ASSERT_TRUE(bad.ok());
+  EXPECT_EQ(RunOne(engine, {4, 5, 6}), FinishReason::kLength);  // 4 tokens, beside the other
+  engine.Stop();
+  EXPECT_GT(thrown.load(), 1);  // its updates kept coming after the first throw
   EXPECT_EQ(engine.num_in_flight(), 0);
 }
 
