@@ -44,7 +44,7 @@ ADAPTERS = {
                   lora=dict(r=16, lora_alpha=32,
                             target_modules=["q_proj", "k_proj", "v_proj", "o_proj",
                                             "gate_proj", "up_proj", "down_proj"])),
-    "pirate": dict(dtype="bfloat16", steps=500, lr=3e-3,
+    "pirate": dict(dtype="bfloat16", steps=1000, lr=3e-3,
                    lora=dict(r=16, lora_alpha=8, use_rslora=True,  # scale 8/sqrt(16) = 2
                              target_modules=["q_proj", "v_proj", "o_proj",
                                              "gate_proj", "up_proj", "down_proj"])),
