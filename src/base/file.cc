@@ -56,18 +56,26 @@ bool RelativeInside(const std::string& path, const std::string& root, std::strin
   return true;
 }
 
+// `path` resolved, and its part below `root` (non-empty); an error when it resolves elsewhere.
+// The message does not quote where: a client must not learn the machine's paths outside.
+Status ResolveInside(const std::string& path, const std::string& root, std::string_view what,
+                     std::string* canonical, std::string* rel) {
+  char* resolved = ::realpath(path.c_str(), nullptr);
+  if (resolved == nullptr) return ErrnoStatus(path, what, errno);
+  *canonical = resolved;
+  std::free(resolved);
+  if (!RelativeInside(*canonical, root, rel) || rel->empty()) {
+    return InvalidArgument(Where(path, what) + ": resolves outside " + root);
+  }
+  return OkStatus();
+}
+
 // Opens `path` (which must resolve inside `root`) by walking its canonical form from a
 // descriptor of `root` with O_NOFOLLOW at each step; see ConfinedOpenScope.
 StatusOr<int> OpenConfined(const std::string& path, const std::string& root, std::string_view what,
                            int flags) {
-  char* resolved = ::realpath(path.c_str(), nullptr);
-  if (resolved == nullptr) return ErrnoStatus(path, what, errno);
-  const std::string canonical(resolved);
-  std::free(resolved);
-  std::string rel;
-  if (!RelativeInside(canonical, root, &rel) || rel.empty()) {
-    return InvalidArgument(Where(path, what) + ": resolves to " + canonical + ", outside " + root);
-  }
+  std::string canonical, rel;
+  RETURN_IF_ERROR(ResolveInside(path, root, what, &canonical, &rel));
   int dir = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir < 0) return ErrnoStatus(root, what, errno);
   size_t start = 0;
@@ -112,6 +120,12 @@ const char* FileTypeName(unsigned int st_mode) {
 }
 
 StatusOr<int> OpenRegularFile(const std::string& path, uint64_t* size, std::string_view what) {
+  // Confined: a path that resolves outside the root is refused before anything else is asked
+  // about it (the stat below said what kind of file it was).
+  if (t_confined != nullptr) {
+    std::string canonical, rel;
+    RETURN_IF_ERROR(ResolveInside(path, t_confined->root(), what, &canonical, &rel));
+  }
   // Refuse before opening too: open() on a device can have side effects (tapes, ttys).
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return ErrnoStatus(path, what, errno);

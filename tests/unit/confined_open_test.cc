@@ -54,6 +54,16 @@ TEST(ConfinedOpen, OpensInsideTheRootAndRefusesLinksOut) {
         << text.status().message();
   }
   EXPECT_EQ(ReadFileBounded(root + "/missing", 100).status().code(), StatusCode::kNotFound);
+  // A link out of the root says so and nothing else about its target: not where it resolves to
+  // (the path said where), not what kind of file is there (the stat before the open said "is a
+  // character device" for a link to /dev/null).
+  fs::create_symlink("/dev/null", root + "/dev");
+  for (const std::string& p : {root + "/out", root + "/dev"}) {
+    const std::string message(ReadFileBounded(p, 100).status().message());
+    EXPECT_NE(message.find("resolves outside " + root), std::string::npos) << message;
+    EXPECT_EQ(message.find(tmp.Path("outside")), std::string::npos) << message;
+    EXPECT_EQ(message.find("device"), std::string::npos) << message;
+  }
   {
     ConfinedOpenScope inner(fs::canonical(tmp.path()).string());  // the innermost scope applies
     EXPECT_TRUE(ReadFileBounded(tmp.Path("outside"), 100).ok());
