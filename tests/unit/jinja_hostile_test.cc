@@ -53,6 +53,17 @@ TEST(JinjaHostileTest, LongChainsAreRefusedNotAStackOverflow) {
   ExpectError("{{ x" + Repeat("[0]", 100000) + " }}", StatusCode::kInvalidArgument, "nested too deeply");
   ExpectError("{% if x %}" + Repeat("{% elif x %}", 100000) + "{% endif %}",
               StatusCode::kInvalidArgument, "nested too deeply");
+  // Nested ifs, each a chain of 256 elifs: each elif nests the next, so 250 × 257 levels of
+  // statements passed the parser (each chain alone was within the limit) into the recursive
+  // load-time name check and destructor (deep enough to overflow a sanitized build's stack).
+  // The elifs count against the nesting limit now.
+  std::string nested;
+  for (int i = 0; i < 250; ++i) nested += "{% if a %}" + Repeat("{% elif a %}", 256);
+  for (int i = 0; i < 250; ++i) nested += "{% endif %}";
+  ExpectError(nested, StatusCode::kInvalidArgument, "nested too deeply");
+  ExpectRender("{% set a = 2 %}" + Repeat("{% if b %}{% elif a %}", 100) + "x" +
+                   Repeat("{% endif %}", 100),
+               "x");
   // Chains of the length real templates use still render.
   ExpectRender("{{ 1" + Repeat(" + 1", 100) + " }}", "101");
   ExpectRender("{{ 'a'" + Repeat(" ~ 'a'", 99) + " }}", std::string(100, 'a'));
@@ -60,6 +71,18 @@ TEST(JinjaHostileTest, LongChainsAreRefusedNotAStackOverflow) {
                    "{% elif x == 3 %}3{% endif %}",
                "3");
   ExpectRender("{{ ' a '" + Repeat("|trim", 50) + " }}", "a");
+}
+
+// map('map', 'map', ...) called a filter by name per argument, each level copying the rest: a
+// C++ frame a level with no stack check (a crash under ASan) and quadratic memory. A call takes
+// at most 256 arguments, and filters called by name check the stack as Eval does.
+TEST(JinjaHostileTest, FiltersCallingFiltersByNameAreBounded) {
+  ExpectError("{{ 'a' | map(" + Repeat("'map', ", 300) + "'upper') | list }}",
+              StatusCode::kInvalidArgument, "more than 256 arguments in one call");
+  ExpectError("{{ f(" + Repeat("1, ", 300) + "1) }}", StatusCode::kInvalidArgument,
+              "more than 256 arguments in one call");
+  ExpectRender("{{ ['a', 'b'] | map('upper') | join(',') }}", "A,B");
+  ExpectRender("{{ ['ab'] | map('map', 'upper') | map('join') | join }}", "AB");
 }
 
 // Substring search is linear (std::string::find is O(n·m): minutes in one uncharged step), and

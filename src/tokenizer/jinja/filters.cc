@@ -278,7 +278,8 @@ StatusOr<Value> Map(Interpreter& interp, const Value& v, CallArgs& args) {
   if (args.positional.empty()) return InvalidArgument("map needs a filter name or attribute=");
   std::string filter = SoftStr(args.positional[0]);
   for (const Value& item : items) {
-    RETURN_IF_ERROR(interp.Charge());
+    // The copy of the other arguments is work too.
+    RETURN_IF_ERROR(interp.Charge(static_cast<int64_t>(args.positional.size())));
     CallArgs a;
     a.positional.assign(args.positional.begin() + 1, args.positional.end());
     a.keyword = args.keyword;

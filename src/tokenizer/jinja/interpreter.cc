@@ -436,6 +436,7 @@ StatusOr<CallArgs> Interpreter::EvalArgs(const Expr& e, const std::shared_ptr<Sc
 }
 
 StatusOr<Value> Interpreter::CallValue(const Value& fn, CallArgs& args) {
+  RETURN_IF_ERROR(CheckStack());  // callables reached from filters too
   if (fn.is_function()) return fn.function()->Call(*this, args);
   if (fn.is_undefined()) return UndefinedError(fn);
   return InvalidArgument("'" + fn.TypeName() + "' object is not callable");
@@ -449,6 +450,9 @@ StatusOr<Value> Interpreter::EvalCall(const Expr& e, const std::shared_ptr<Scope
 
 StatusOr<Value> Interpreter::ApplyFilter(const std::string& name, const Value& input,
                                          CallArgs& args) {
+  // Filters call filters by name (map('map', 'map', ...)): a C++ frame each, never through
+  // Eval, so the stack is checked here as well.
+  RETURN_IF_ERROR(CheckStack());
   FilterFn f = FindFilter(name);
   if (f == nullptr) return InvalidArgument("no filter named '" + name + "'");
   return f(*this, input, args);
@@ -456,6 +460,7 @@ StatusOr<Value> Interpreter::ApplyFilter(const std::string& name, const Value& i
 
 StatusOr<bool> Interpreter::ApplyTest(const std::string& name, const Value& input,
                                       CallArgs& args) {
+  RETURN_IF_ERROR(CheckStack());  // select('...')-style filters call tests by name
   TestFn t = FindTest(name);
   if (t == nullptr) return InvalidArgument("no test named '" + name + "'");
   return t(*this, input, args);

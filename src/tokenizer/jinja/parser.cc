@@ -10,6 +10,9 @@ namespace {
 
 // Nesting deeper than this (parentheses, blocks) is rejected instead of overflowing the stack.
 constexpr int kMaxNesting = 256;
+// Arguments of one call, filter or test. map('map', 'map', ...) calls a filter per argument, each
+// level copying the rest: unbounded, that was quadratic memory and a C++ frame per argument.
+constexpr size_t kMaxCallArgs = 256;
 
 class Parser {
  public:
@@ -168,10 +171,13 @@ class Parser {
       RETURN_IF_ERROR(ExpectBlockEnd());
       RETURN_IF_ERROR(ParseBody({"elif", "else", "endif"}, &s->body, &end));
       Stmt* cur = s.get();
-      int elifs = 0;  // each nests the next in its else branch
+      // Each elif nests the next in its else branch: a level of the tree as a block is, so it
+      // counts against the same nesting limit (255 nested ifs of 256 elifs each made 65,535
+      // levels, past the stack of the recursive name check and destructor).
+      int elifs = 0;
       while (end == "elif") {
-        if (++elifs > kMaxNesting) return Error("blocks nested too deeply (more than " +
-                                                std::to_string(kMaxNesting) + " elif)");
+        ++elifs;
+        if (++depth_ > kMaxNesting) return Error("blocks nested too deeply (elif chains count)");
         auto elif = std::make_unique<Stmt>();
         elif->kind = StmtKind::kIf;
         elif->line = Cur().line;
@@ -186,6 +192,7 @@ class Parser {
         RETURN_IF_ERROR(ExpectBlockEnd());
         RETURN_IF_ERROR(ParseBody({"endif"}, &cur->else_body, &end));
       }
+      depth_ -= elifs;
       RETURN_IF_ERROR(ExpectBlockEnd());
       return s;
     }
@@ -671,6 +678,9 @@ class Parser {
       if (!first) RETURN_IF_ERROR(ExpectOp(","));
       first = false;
       if (SkipOp(")")) break;
+      if (call->args.size() + call->kwargs.size() >= kMaxCallArgs) {
+        return Error("more than " + std::to_string(kMaxCallArgs) + " arguments in one call");
+      }
       if (IsOp("*") || IsOp("**")) return Error("unsupported: *args / **kwargs in calls");
       if (Cur().type == TokenType::kName && Peek().type == TokenType::kOperator &&
           Peek().value == "=") {
