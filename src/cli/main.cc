@@ -5,6 +5,7 @@
 #include <new>
 #include <set>
 #include <string>
+#include <system_error>
 
 #include "base/interrupt.h"
 #include "base/thread_pool.h"
@@ -104,6 +105,9 @@ int main(int argc, char** argv) {
       return run();
     } catch (const std::bad_alloc&) {
       std::fprintf(stderr, "error: out of memory\n");
+    } catch (const std::system_error& e) {  // a thread, a lock: what the system could not give
+      std::fprintf(stderr, "error: the system refused a resource (a thread, memory for it): %s\n",
+                   e.what());
     } catch (const std::exception& e) {
       std::fprintf(stderr, "error: %s\n", e.what());
     }

@@ -74,6 +74,21 @@ int RunServe(ServeArgs& a) {
                 ": " + bound.message());
   }
   std::thread listener([&http] { http.Listen(); });
+  // An exception from here on (out of memory loading the model, a thread that cannot start)
+  // would unwind past a joinable thread: std::terminate instead of main's "error: out of
+  // memory". The listener is stopped and joined on every way out.
+  struct JoinListener {
+    server::HttpServer& http;
+    std::thread& listener;
+    ~JoinListener() {
+      if (!listener.joinable()) return;
+      try {
+        http.Stop();
+      } catch (...) {
+      }
+      listener.join();
+    }
+  } join_listener{http, listener};
   if (a.api_key_given && ctx.options.api_key.empty()) {
     std::fprintf(stderr, "loom: warning: --api-key (or LOOM_API_KEY) is empty: authentication is off\n");
   }

@@ -41,8 +41,13 @@ StatusOr<int64_t> AsyncEngine::Submit(GenerationRequest request, Callback callba
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_) return Unavailable("the engine is shutting down");
-    inbox_.emplace_back(std::move(request), id);
     new_callbacks_.emplace_back(id, std::move(callback));
+    try {  // never a request without its callback
+      inbox_.emplace_back(std::move(request), id);
+    } catch (...) {
+      new_callbacks_.pop_back();
+      throw;
+    }
     ++in_flight_;
   }
   cv_.notify_one();
@@ -129,6 +134,7 @@ void AsyncEngine::Loop() {
   while (true) {
     std::vector<std::pair<GenerationRequest, int64_t>> inbox;
     std::vector<int64_t> aborts;
+    std::vector<std::pair<int64_t, Callback>> unmerged;
     {
       std::unique_lock<std::mutex> lock(mu_);
       auto ready = [&] {
@@ -141,10 +147,30 @@ void AsyncEngine::Loop() {
       }
       inbox.swap(inbox_);
       aborts.swap(aborts_);
-      for (auto& [id, cb] : new_callbacks_) callbacks_.emplace(id, std::move(cb));
-      new_callbacks_.clear();
+      // A map node each: an allocation that fails leaves the rest here, failed below (their
+      // requests would run with nobody to tell).
+      try {
+        for (auto& [id, cb] : new_callbacks_) callbacks_.emplace(id, std::move(cb));
+        new_callbacks_.clear();
+      } catch (...) {
+        unmerged.swap(new_callbacks_);
+      }
       stopping = stop_;
     }
+    for (auto& [id, cb] : unmerged) {
+      if (callbacks_.count(id) != 0) continue;  // merged before the failure
+      std::erase_if(inbox, [id = id](const auto& entry) { return entry.second == id; });
+      try {
+        SequenceUpdate u;
+        u.id = id;
+        u.finish_reason = FinishReason::kError;
+        u.error = "could not start the sequence: out of memory";
+        if (cb) cb(std::move(u));
+      } catch (...) {
+      }
+      --in_flight_;
+    }
+    unmerged.clear();
     // Whatever throws in a round (an allocation that fails in Abort, Publish, TakeUpdates or
     // the bookkeeping around them, or a non-std exception) aborts what is in flight and the loop
     // goes on: escaping this thread's function would end the process through std::terminate.

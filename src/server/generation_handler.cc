@@ -214,7 +214,10 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
     ~DropLease() {
       if (adapter == nullptr || store == nullptr) return;
       adapter.reset();
-      store->Trim();
+      try {  // a destructor: nothing may leave it
+        store->Trim();
+      } catch (...) {
+      }
     }
   } drop_lease{adapter, ctx.adapters};
   if (!ctx.options.NamesBase(r.model)) {
@@ -274,6 +277,20 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
   }
   // After the cheap refusals (queue, lengths): the decode may take the tokenizer's budget.
   if (r.echo && !EchoTokenPromptsAsText(ctx, &r, &error)) return fail(error);
+  // Until the response owns them, the request's sequences are aborted on any way out (an
+  // exception while submitting or building the response left them running for nobody).
+  struct AbortUnlessAnswered {
+    ServerContext& ctx;
+    const std::shared_ptr<GenerationState>& state;  // sub.state: Submit makes it
+    bool answered = false;
+    ~AbortUnlessAnswered() {
+      if (answered || state == nullptr) return;
+      try {
+        AbortUnfinished(ctx, *state);
+      } catch (...) {
+      }
+    }
+  } abort_unless_answered{ctx, sub.state};
   const bool submitted = Submit(ctx, r, adapter, ex, req.received, &sub, &error);
   unreserve.Release();  // in num_in_flight now (or refused): not counted twice
   if (!submitted) return fail(error);
@@ -293,7 +310,9 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
   meta.model = r.model;
   meta.prompt_tokens = sub.prompt_tokens;
   if (!r.stream) {
-    ex->Defer(std::make_shared<CompletionReply>(ctx, std::move(r), std::move(meta), std::move(sub)));
+    auto reply = std::make_shared<CompletionReply>(ctx, std::move(r), std::move(meta), std::move(sub));
+    abort_unless_answered.answered = true;  // the reply aborts what is left if its client goes
+    ex->Defer(std::move(reply));
     return;
   }
   HttpResponse head;
@@ -301,7 +320,9 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
   head.headers.emplace_back("Cache-Control", "no-cache");
   auto state = sub.state;
   if (r.return_token_ids || r.echo) state->prompt_ids = std::move(sub.prompts);
-  ex->Stream(std::move(head), std::make_shared<CompletionStream>(ctx, r, std::move(meta), std::move(state)));
+  auto stream = std::make_shared<CompletionStream>(ctx, r, std::move(meta), std::move(state));
+  abort_unless_answered.answered = true;
+  ex->Stream(std::move(head), std::move(stream));
 }
 
 }  // namespace loom::server

@@ -75,7 +75,16 @@ struct HttpTransport::Impl {
     try {
       asio::post(workers, [this, work = std::move(work)]() mutable {
         Done done{&num_handler_tasks};
-        work();
+        // Whatever escapes a task ends the process (asio's pool calls std::terminate): the
+        // handlers answer their own errors, so what gets here is the answering failing too
+        // (out of memory twice).
+        try {
+          work();
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "loom: HTTP handler failed: %s\n", e.what());
+        } catch (...) {
+          std::fprintf(stderr, "loom: HTTP handler failed\n");
+        }
       });
     } catch (...) {  // not posted (an allocation failed): not counted
       num_handler_tasks.fetch_sub(1);
@@ -711,11 +720,22 @@ void HttpTransport::Impl::Accept() {
         sessions.emplace(session.get(), session);
         num_connections.fetch_add(1);
         session->Start();
-      } catch (const std::exception& e) {  // out of memory: this connection is dropped, not the
-        std::fprintf(stderr, "loom: HTTP connection refused: %s\n", e.what());  // listener
+      } catch (const std::exception& e) {  // out of memory: this connection is dropped, not
+        std::fprintf(stderr, "loom: HTTP connection refused: %s\n", e.what());  // the listener
+      } catch (...) {
+        std::fprintf(stderr, "loom: HTTP connection refused\n");
       }
     }
-    Accept();
+    // Re-armed whatever happened above; if even that fails (out of memory), a second later.
+    try {
+      Accept();
+    } catch (...) {
+      std::fprintf(stderr, "loom: HTTP listener: re-arming failed; retrying in 1 s\n");
+      accept_backoff.expires_after(std::chrono::seconds(1));
+      accept_backoff.async_wait([this](error_code e) {
+        if (!e) Accept();
+      });
+    }
   });
 }
 
@@ -723,7 +743,10 @@ HttpTransport::HttpTransport(TransportOptions options, RouteFn route)
     : impl_(std::make_unique<Impl>(std::move(options), std::move(route))) {}
 
 HttpTransport::~HttpTransport() {
-  Stop();
+  try {  // a destructor: nothing may leave it
+    Stop();
+  } catch (...) {
+  }
 }
 
 Status HttpTransport::Bind() {
