@@ -64,9 +64,10 @@ Status ResolveInside(const std::string& path, const std::string& root, std::stri
   if (resolved == nullptr) return ErrnoStatus(path, what, errno);
   *canonical = resolved;
   std::free(resolved);
-  if (!RelativeInside(*canonical, root, rel) || rel->empty()) {
+  if (!RelativeInside(*canonical, root, rel)) {
     return InvalidArgument(Where(path, what) + ": resolves outside " + root);
   }
+  if (rel->empty()) return InvalidArgument(Where(path, what) + ": is the root " + root + " itself");
   return OkStatus();
 }
 

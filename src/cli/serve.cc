@@ -227,6 +227,18 @@ int RunServe(ServeArgs& a) {
                 2);
   }
   ctx.engine = &engine;
+  // Declared after the engine (and the store), so destroyed before them: an exception from
+  // here on stops the HTTP side first, and no handler routes into a destroyed engine while
+  // JoinListener (declared before them) waits to join.
+  struct StopHttpFirst {
+    server::HttpServer& http;
+    ~StopHttpFirst() {
+      try {
+        http.Stop();
+      } catch (...) {
+      }
+    }
+  } stop_http_first{http};
   ctx.adapters = store.get();
   ctx.tokenizer = tok.get();
   ctx.max_model_len = engine.max_model_len();

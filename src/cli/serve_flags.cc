@@ -305,9 +305,10 @@ StatusOr<ServePlan> PlanServe(const ServeArgs& a) {
   }
   plan.store.max_lora_rank = a.max_lora_rank;
   plan.store.max_names = a.max_lora_names;
-  // Three quarters of the handler threads at most load adapters or wait for loads: the rest
-  // handle other requests.
-  plan.store.max_load_threads = std::max(1, a.http_threads - a.http_threads / 4);
+  // Three quarters of the handler threads at most (and one fewer than all) load adapters or
+  // wait for loads: the rest handle other requests.
+  plan.store.max_load_threads =
+      std::max(1, std::min(a.http_threads - 1, a.http_threads - a.http_threads / 4));
   plan.store.lora_dirs = a.lora_dirs;
   plan.store.model_dir = a.model;
 

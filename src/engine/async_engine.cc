@@ -150,6 +150,9 @@ void AsyncEngine::Loop() {
       // A map node each: an allocation that fails leaves the rest here, failed below (their
       // requests would run with nobody to tell).
       try {
+        // Buckets first: an emplace that grows them destroys the node (and the callback moved
+        // into it) when growing fails; the node's own allocation fails before the move.
+        callbacks_.reserve(callbacks_.size() + new_callbacks_.size());
         for (auto& [id, cb] : new_callbacks_) callbacks_.emplace(id, std::move(cb));
         new_callbacks_.clear();
       } catch (...) {
@@ -160,11 +163,14 @@ void AsyncEngine::Loop() {
     for (auto& [id, cb] : unmerged) {
       if (callbacks_.count(id) != 0) continue;  // merged before the failure
       std::erase_if(inbox, [id = id](const auto& entry) { return entry.second == id; });
+      SequenceUpdate u;
+      u.id = id;
+      u.finish_reason = FinishReason::kError;
       try {
-        SequenceUpdate u;
-        u.id = id;
-        u.finish_reason = FinishReason::kError;
         u.error = "could not start the sequence: out of memory";
+      } catch (...) {  // told without the text
+      }
+      try {
         if (cb) cb(std::move(u));
       } catch (...) {
       }

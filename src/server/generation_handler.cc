@@ -281,7 +281,7 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
   // exception while submitting or building the response left them running for nobody).
   struct AbortUnlessAnswered {
     ServerContext& ctx;
-    const std::shared_ptr<GenerationState>& state;  // sub.state: Submit makes it
+    std::shared_ptr<GenerationState> state;  // set once Submit made it
     bool answered = false;
     ~AbortUnlessAnswered() {
       if (answered || state == nullptr) return;
@@ -290,8 +290,9 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
       } catch (...) {
       }
     }
-  } abort_unless_answered{ctx, sub.state};
+  } abort_unless_answered{ctx, nullptr};
   const bool submitted = Submit(ctx, r, adapter, ex, req.received, &sub, &error);
+  abort_unless_answered.state = sub.state;
   unreserve.Release();  // in num_in_flight now (or refused): not counted twice
   if (!submitted) return fail(error);
   // The sequences hold their own leases now; holding this one until the response is written
@@ -310,9 +311,8 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
   meta.model = r.model;
   meta.prompt_tokens = sub.prompt_tokens;
   if (!r.stream) {
-    auto reply = std::make_shared<CompletionReply>(ctx, std::move(r), std::move(meta), std::move(sub));
+    ex->Defer(std::make_shared<CompletionReply>(ctx, std::move(r), std::move(meta), std::move(sub)));
     abort_unless_answered.answered = true;  // the reply aborts what is left if its client goes
-    ex->Defer(std::move(reply));
     return;
   }
   HttpResponse head;
@@ -320,9 +320,8 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
   head.headers.emplace_back("Cache-Control", "no-cache");
   auto state = sub.state;
   if (r.return_token_ids || r.echo) state->prompt_ids = std::move(sub.prompts);
-  auto stream = std::make_shared<CompletionStream>(ctx, r, std::move(meta), std::move(state));
+  ex->Stream(std::move(head), std::make_shared<CompletionStream>(ctx, r, std::move(meta), std::move(state)));
   abort_unless_answered.answered = true;
-  ex->Stream(std::move(head), std::move(stream));
 }
 
 }  // namespace loom::server

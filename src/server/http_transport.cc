@@ -731,10 +731,14 @@ void HttpTransport::Impl::Accept() {
       Accept();
     } catch (...) {
       std::fprintf(stderr, "loom: HTTP listener: re-arming failed; retrying in 1 s\n");
-      accept_backoff.expires_after(std::chrono::seconds(1));
-      accept_backoff.async_wait([this](error_code e) {
-        if (!e) Accept();
-      });
+      try {
+        accept_backoff.expires_after(std::chrono::seconds(1));
+        accept_backoff.async_wait([this](error_code e) {
+          if (!e) Accept();
+        });
+      } catch (...) {
+        std::fprintf(stderr, "loom: HTTP listener: cannot re-arm; no new connections are taken\n");
+      }
     }
   });
 }
@@ -811,20 +815,26 @@ void HttpTransport::Stop() {
   impl_->stopped = true;
   // Close the acceptor and every connection on the I/O thread; give it a second (Run may not
   // have started, or have returned).
-  auto closed = std::make_shared<std::promise<void>>();
-  auto done = closed->get_future();
-  asio::post(impl_->ioc, [this, closed] {
-    error_code ignored;
-    impl_->acceptor.close(ignored);
-    impl_->accept_backoff.cancel();
-    std::vector<std::shared_ptr<Session>> open;
-    for (auto& [ptr, weak] : impl_->sessions) {
-      if (auto s = weak.lock()) open.push_back(std::move(s));
-    }
-    for (auto& s : open) s->Close();
-    closed->set_value();
-  });
-  done.wait_for(std::chrono::seconds(1));
+  // (If that cannot be posted — out of memory — the loop is stopped all the same: a Stop that
+  // threw here left stopped set and the I/O thread running, and joining it hung.)
+  try {
+    auto closed = std::make_shared<std::promise<void>>();
+    auto done = closed->get_future();
+    asio::post(impl_->ioc, [this, closed] {
+      error_code ignored;
+      impl_->acceptor.close(ignored);
+      impl_->accept_backoff.cancel();
+      std::vector<std::shared_ptr<Session>> open;
+      for (auto& [ptr, weak] : impl_->sessions) {
+        if (auto s = weak.lock()) open.push_back(std::move(s));
+      }
+      for (auto& s : open) s->Close();
+      closed->set_value();
+    });
+    done.wait_for(std::chrono::seconds(1));
+  } catch (...) {
+    std::fprintf(stderr, "loom: HTTP stop: connections not closed first (out of memory)\n");
+  }
   impl_->ioc.stop();
   // Handlers still running finish (they answer into the stopped loop, which drops it).
   impl_->workers.join();
