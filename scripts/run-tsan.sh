@@ -10,7 +10,7 @@ export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 tests=(thread_pool_test adapter_store_test stream_writer_test http_body_test http_transport_test
-       scheduler_test engine_test)
+       scheduler_test engine_test async_engine_test)
 cmake --preset tsan "${launcher[@]}" >/dev/null
 cmake --build build-tsan -j"$(nproc)" --target loom "${tests[@]}"
 OUT=${OUT:-/tmp/loom-tsan}
