@@ -6,7 +6,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
-jobs=$(nproc)
+jobs=$(nproc)  # the affinity mask; a container's CPU quota bounds it too (cgroup v2, then v1)
+quota=0
+if [ -r /sys/fs/cgroup/cpu.max ]; then
+  read -r q p < /sys/fs/cgroup/cpu.max || true
+  [ "${q:-max}" != max ] && [ "${p:-0}" -gt 0 ] && quota=$(( (q + p - 1) / p ))
+elif [ -r /sys/fs/cgroup/cpu/cpu.cfs_quota_us ] && [ -r /sys/fs/cgroup/cpu/cpu.cfs_period_us ]; then
+  q=$(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us); p=$(cat /sys/fs/cgroup/cpu/cpu.cfs_period_us)
+  [ "$q" -gt 0 ] && [ "$p" -gt 0 ] && quota=$(( (q + p - 1) / p ))
+fi
+[ "$quota" -gt 0 ] && [ "$quota" -lt "$jobs" ] && jobs=$quota
 # ccache keys on paths relative to the checkout, so a fresh clone reuses earlier compiles.
 export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 launcher=()

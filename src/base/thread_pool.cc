@@ -1,10 +1,13 @@
 // ThreadPool: spin-then-sleep workers claiming tasks from a shared atomic counter.
 #include "base/thread_pool.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <string>
 #include <utility>
 
 #if defined(__x86_64__)
@@ -25,10 +28,79 @@ std::mutex& GlobalMutex() {  // first use of Global() may race between threads
   static std::mutex mu;
   return mu;
 }
+
+// The CFS quota of the cgroup (v2 cpu.max "QUOTA PERIOD", v1 cpu.cfs_quota_us and
+// cpu.cfs_period_us; the paths of the process's own cgroup as /proc/self/cgroup names them,
+// as the container sees them), rounded up to whole cores; 0 without one.
+int CgroupCpuQuota() {
+  auto read_two = [](const std::string& path, const char* format, long long* a, long long* b) {
+    FILE* f = std::fopen(path.c_str(), "r");
+    if (f == nullptr) return 0;
+    const int n = std::fscanf(f, format, a, b);
+    std::fclose(f);
+    return n;
+  };
+  std::string v1, v2;
+  if (FILE* f = std::fopen("/proc/self/cgroup", "r")) {
+    char line[512];
+    while (std::fgets(line, sizeof(line), f) != nullptr) {
+      std::string l(line);
+      while (!l.empty() && (l.back() == '\n' || l.back() == '\r')) l.pop_back();
+      const size_t a = l.find(':'), b = l.find(':', a == std::string::npos ? a : a + 1);
+      if (a == std::string::npos || b == std::string::npos) continue;
+      const std::string controllers = l.substr(a + 1, b - a - 1), path = l.substr(b + 1);
+      if (l.compare(0, a, "0") == 0 && controllers.empty()) v2 = path;
+      for (size_t i = 0; i <= controllers.size();) {  // "cpu,cpuacct"
+        const size_t c = std::min(controllers.find(',', i), controllers.size());
+        if (controllers.compare(i, c - i, "cpu") == 0) v1 = path;
+        i = c + 1;
+      }
+    }
+    std::fclose(f);
+  }
+  long long quota = 0, period = 0;
+  char word[16] = {};
+  for (const std::string& dir : {"/sys/fs/cgroup" + v2, std::string("/sys/fs/cgroup")}) {
+    FILE* f = std::fopen((dir + "/cpu.max").c_str(), "r");
+    if (f == nullptr) continue;
+    const int n = std::fscanf(f, "%15s %lld", word, &period);
+    std::fclose(f);
+    if (n == 2 && std::string(word) != "max") {
+      quota = std::atoll(word);
+      if (quota > 0 && period > 0) return static_cast<int>((quota + period - 1) / period);
+    }
+    return 0;  // "max": no quota
+  }
+  for (const std::string& dir : {"/sys/fs/cgroup/cpu" + v1, std::string("/sys/fs/cgroup/cpu")}) {
+    long long q = 0, p = 0, unused = 0;
+    if (read_two(dir + "/cpu.cfs_quota_us", "%lld", &q, &unused) != 1) continue;
+    if (read_two(dir + "/cpu.cfs_period_us", "%lld", &p, &unused) != 1) continue;
+    if (q > 0 && p > 0) return static_cast<int>((q + p - 1) / p);
+    return 0;
+  }
+  return 0;
+}
+
 }  // namespace
 
+int ThreadPool::UsableCores() {
+  // hardware_concurrency counts the host's online CPUs: in a container limited to 2 of a 64-CPU
+  // host that was 64 spinning compute threads. The affinity mask and the cgroup quota bound it.
+  static const int cores = [] {
+    int n = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) {
+      n = std::min(n, CPU_COUNT(&set));
+    }
+    if (const int quota = CgroupCpuQuota(); quota > 0) n = std::min(n, quota);
+    return n;
+  }();
+  return cores;
+}
+
 int ThreadPool::CapThreads(int requested) {
-  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int cores = UsableCores();
   if (requested <= 0) return cores;
   if (requested > cores) {
     // More compute threads than cores only adds contention (and 100000 threads would exhaust

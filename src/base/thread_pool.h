@@ -29,6 +29,9 @@ class ThreadPool {
   explicit ThreadPool(int num_threads = 0);
   // The thread count a request for `requested` gets (0 or less: all cores).
   static int CapThreads(int requested);
+  // The cores this process may use: the online CPUs, bounded by its affinity mask and its
+  // cgroup's CPU quota (a container limited to 2 CPUs of a large host gets 2). Read once.
+  static int UsableCores();
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;

@@ -14,6 +14,9 @@ from conftest import DEMO, step_buckets, steps_above
 GOLDENS = json.loads((DEMO / "goldens.json").read_text())
 MODELS = GOLDENS["models"]  # "base" first, then the adapters
 BASE = "demo"  # the served name of the base: its folder's name
+# A greedy path whose closest top-1/top-2 margin is below this is compared up to that step
+# only: twice the largest logit change bf16 activation rounding made on the golden fixtures.
+NEAR_TIE = 0.11
 
 
 def served_name(model):
@@ -46,6 +49,12 @@ def test_greedy_answers_equal_peft_token_for_token(demo, model):
         want = golden(model, i)
         ids, text, finish, prompt_ids = chat(demo, model, p["messages"], max_new)
         assert prompt_ids == p["prompt_token_ids"], p["messages"]  # the chat template + tokenizer
+        if want["min_margin"] < NEAR_TIE:
+            # Served with bf16 activations (AVX512_BF16 CPUs) the logits move by up to ~0.05
+            # from the f32 reference: equal up to the path's closest call, not past it.
+            n = want["min_margin_step"]
+            assert ids[:n] == want["output_token_ids"][:n], (model, p["messages"], text)
+            continue
         assert ids == want["output_token_ids"], (model, p["messages"], text, want["text"])
         assert text == want["text"]
         assert finish == want["finish_reason"]

@@ -3,6 +3,7 @@ do not starve others, hundreds of open streams hold no threads, request deadline
 streams, chunked uploads, Expect: 100-continue, pipelining, refusals that really close."""
 import http.client
 import json
+import os
 import socket
 import time
 
@@ -152,7 +153,10 @@ def test_hundreds_of_streams_hold_no_threads(tsrv):
         wait_until(lambda: tsrv.metric("vllm:num_requests_waiting") == 300, 30, 0.02,
                    "the 300 streams queued")
         threads = threads_of(tsrv)
-        assert threads < 64, f"{threads} threads with 316 streams open"
+        # compute threads (one per usable core), 16 handlers, the I/O and engine threads: far
+        # fewer than the 316 streams, whatever the machine's size
+        limit = 48 + len(os.sched_getaffinity(0))
+        assert threads < limit, f"{threads} threads with 316 streams open"
         for b in blockers:
             b.close()
         for c in conns:

@@ -37,6 +37,12 @@ const Fixture& Get() {
     std::string tmpl = (std::filesystem::temp_directory_path() / "loom_adapter_fuzz_XXXXXX").string();
     if (::mkdtemp(tmpl.data()) == nullptr) std::abort();
     f.dir = tmpl;
+    // Removed when the fuzzer exits (every run left a folder in /tmp).
+    static std::string to_remove = f.dir;
+    std::atexit([] {
+      std::error_code ignored;
+      std::filesystem::remove_all(to_remove, ignored);
+    });
     std::ofstream(f.dir + "/adapter_config.json")
         << R"({"peft_type": "LORA", "r": 8, "lora_alpha": 16, "target_modules": "all-linear",
               "rank_pattern": {"q_proj": 8, "k_proj": 4, "v_proj": 8, "o_proj": 4,

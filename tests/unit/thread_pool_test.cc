@@ -5,12 +5,34 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdio>
+#include <string>
 #include <stdexcept>
 #include <thread>
 #include <vector>
 
 namespace loom {
 namespace {
+
+// The cores are those the process may run on: hardware_concurrency counted the host's CPUs, so
+// a process pinned to one (or a container limited to 2 of 64) ran a compute thread per host CPU.
+// The CLI pinned to CPU 0 takes one thread and says so.
+TEST(ThreadPool, UsableCoresFollowTheAffinityMask) {
+  EXPECT_GE(ThreadPool::UsableCores(), 1);
+  EXPECT_LE(ThreadPool::UsableCores(), static_cast<int>(std::thread::hardware_concurrency()));
+  if (std::system("command -v taskset >/dev/null 2>&1") != 0) GTEST_SKIP() << "no taskset";
+  const std::string cmd = std::string("taskset -c 0 ") + LOOM_BINARY +
+                          " --threads 2 generate --model " + LOOM_FIXTURES +
+                          "/models/llama_f32 --prompt-tokens 1,2 --max-tokens 1 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[512];
+  while (std::fgets(buf, sizeof(buf), p) != nullptr) out += buf;
+  ASSERT_EQ(pclose(p), 0) << out;
+  EXPECT_NE(out.find("2 threads requested, this machine has 1 cores; using 1"), std::string::npos)
+      << out;
+}
 
 TEST(ThreadPool, ConcurrentCallersEachRunAllTheirTasksOnce) {
   ThreadPool pool(2);
