@@ -234,7 +234,15 @@ TEST_F(TransportTest, ALargeStreamChunkIsPulledOffTheIoThread) {
   feed->large = true;
   feed->Add("b\n", false);
   Wake();
-  std::this_thread::sleep_for(100ms);  // inside the worker's Pull
+  // Inside the worker's Pull (it took "b" and sleeps 300 ms there); waited for, not assumed
+  // after a fixed sleep (a busy machine started the worker later: "c" went with "b").
+  for (int i = 0; i < 1000; ++i) {
+    {
+      std::lock_guard<std::mutex> lock(feed->mu);
+      if (feed->large_on != std::thread::id()) break;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
   feed->Add("c\n", true);
   Wake();  // while it pulls: not a second Pull at once, and not lost
   const std::string got =
