@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -29,54 +30,55 @@ std::mutex& GlobalMutex() {  // first use of Global() may race between threads
   return mu;
 }
 
-// The CFS quota of the cgroup (v2 cpu.max "QUOTA PERIOD", v1 cpu.cfs_quota_us and
-// cpu.cfs_period_us; the paths of the process's own cgroup as /proc/self/cgroup names them,
-// as the container sees them), rounded up to whole cores; 0 without one.
+// The first whitespace-separated words of a small kernel file (procfs and sysfs files report no
+// size, so ReadFileBounded does not read them); empty when it cannot be read.
+std::vector<std::string> Words(const std::string& path, int count) {
+  std::vector<std::string> out;
+  FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) return out;
+  char word[64];
+  while (static_cast<int>(out.size()) < count && std::fscanf(f, "%63s", word) == 1) {
+    out.emplace_back(word);
+  }
+  std::fclose(f);
+  return out;
+}
+
+// CPUs a quota of `quota` µs per `period` µs allows, rounded up; 0 for none ("max", -1).
+int QuotaCores(const std::string& quota, const std::string& period) {
+  const long long q = std::atoll(quota.c_str()), p = std::atoll(period.c_str());
+  return q > 0 && p > 0 ? static_cast<int>((q + p - 1) / p) : 0;
+}
+
+// The CFS quota of the process's cgroup, in whole CPUs (0 without one): v2 `cpu.max`
+// ("QUOTA PERIOD"), else v1 `cpu.cfs_quota_us` / `cpu.cfs_period_us`, at the paths
+// /proc/self/cgroup names (as the container sees them), then at the hierarchy's root.
 int CgroupCpuQuota() {
-  auto read_two = [](const std::string& path, const char* format, long long* a, long long* b) {
-    FILE* f = std::fopen(path.c_str(), "r");
-    if (f == nullptr) return 0;
-    const int n = std::fscanf(f, format, a, b);
-    std::fclose(f);
-    return n;
-  };
   std::string v1, v2;
   if (FILE* f = std::fopen("/proc/self/cgroup", "r")) {
     char line[512];
-    while (std::fgets(line, sizeof(line), f) != nullptr) {
+    while (std::fgets(line, sizeof(line), f) != nullptr) {  // "0::/path", "3:cpu,cpuacct:/path"
       std::string l(line);
       while (!l.empty() && (l.back() == '\n' || l.back() == '\r')) l.pop_back();
-      const size_t a = l.find(':'), b = l.find(':', a == std::string::npos ? a : a + 1);
-      if (a == std::string::npos || b == std::string::npos) continue;
-      const std::string controllers = l.substr(a + 1, b - a - 1), path = l.substr(b + 1);
-      if (l.compare(0, a, "0") == 0 && controllers.empty()) v2 = path;
-      for (size_t i = 0; i <= controllers.size();) {  // "cpu,cpuacct"
-        const size_t c = std::min(controllers.find(',', i), controllers.size());
-        if (controllers.compare(i, c - i, "cpu") == 0) v1 = path;
-        i = c + 1;
-      }
+      const size_t a = l.find(':');
+      const size_t b = a == std::string::npos ? a : l.find(':', a + 1);
+      if (b == std::string::npos) continue;
+      std::string controllers(1, ',');  // ",cpu,cpuacct," (built so: GCC 12 misreads "," + …)
+      controllers.append(l, a + 1, b - a - 1);
+      controllers += ',';
+      if (l.compare(0, a, "0") == 0 && controllers == ",,") v2 = l.substr(b + 1);
+      if (controllers.find(",cpu,") != std::string::npos) v1 = l.substr(b + 1);
     }
     std::fclose(f);
   }
-  long long quota = 0, period = 0;
-  char word[16] = {};
   for (const std::string& dir : {"/sys/fs/cgroup" + v2, std::string("/sys/fs/cgroup")}) {
-    FILE* f = std::fopen((dir + "/cpu.max").c_str(), "r");
-    if (f == nullptr) continue;
-    const int n = std::fscanf(f, "%15s %lld", word, &period);
-    std::fclose(f);
-    if (n == 2 && std::string(word) != "max") {
-      quota = std::atoll(word);
-      if (quota > 0 && period > 0) return static_cast<int>((quota + period - 1) / period);
-    }
-    return 0;  // "max": no quota
+    const std::vector<std::string> max = Words(dir + "/cpu.max", 2);
+    if (max.size() == 2) return QuotaCores(max[0], max[1]);
   }
   for (const std::string& dir : {"/sys/fs/cgroup/cpu" + v1, std::string("/sys/fs/cgroup/cpu")}) {
-    long long q = 0, p = 0, unused = 0;
-    if (read_two(dir + "/cpu.cfs_quota_us", "%lld", &q, &unused) != 1) continue;
-    if (read_two(dir + "/cpu.cfs_period_us", "%lld", &p, &unused) != 1) continue;
-    if (q > 0 && p > 0) return static_cast<int>((q + p - 1) / p);
-    return 0;
+    const std::vector<std::string> quota = Words(dir + "/cpu.cfs_quota_us", 1);
+    const std::vector<std::string> period = Words(dir + "/cpu.cfs_period_us", 1);
+    if (quota.size() == 1 && period.size() == 1) return QuotaCores(quota[0], period[0]);
   }
   return 0;
 }

@@ -24,6 +24,24 @@ const char* CurrentExceptionText() {
   }
 }
 
+// The last update of a sequence that never started (its error text dropped if even that cannot
+// be built); never throws.
+void TellNotStarted(int64_t id, const AsyncEngine::Callback& callback, const char* what) {
+  SequenceUpdate u;
+  u.id = id;
+  u.finish_reason = FinishReason::kError;
+  try {
+    u.error = std::string("could not start the sequence: ") + what;
+  } catch (...) {
+  }
+  try {
+    if (callback) callback(std::move(u));
+  } catch (...) {
+    std::fprintf(stderr, "loom: sequence %lld: delivering its failure failed: %s\n",
+                 static_cast<long long>(id), CurrentExceptionText());
+  }
+}
+
 }  // namespace
 
 AsyncEngine::AsyncEngine(Model* model, const EngineOptions& options,
@@ -114,16 +132,7 @@ void AsyncEngine::AbortAll() {
 void AsyncEngine::FailUnadded(int64_t id, const char* what) {
   auto it = callbacks_.find(id);
   if (it == callbacks_.end()) return;
-  SequenceUpdate u;
-  u.id = id;
-  u.finish_reason = FinishReason::kError;
-  try {
-    u.error = std::string("could not start the sequence: ") + what;
-    it->second(std::move(u));
-  } catch (...) {
-    std::fprintf(stderr, "loom: sequence %lld: delivering its failure failed: %s\n",
-                 static_cast<long long>(id), CurrentExceptionText());
-  }
+  TellNotStarted(id, it->second, what);
   callbacks_.erase(it);
   --in_flight_;
 }
@@ -163,17 +172,7 @@ void AsyncEngine::Loop() {
     for (auto& [id, cb] : unmerged) {
       if (callbacks_.count(id) != 0) continue;  // merged before the failure
       std::erase_if(inbox, [id = id](const auto& entry) { return entry.second == id; });
-      SequenceUpdate u;
-      u.id = id;
-      u.finish_reason = FinishReason::kError;
-      try {
-        u.error = "could not start the sequence: out of memory";
-      } catch (...) {  // told without the text
-      }
-      try {
-        if (cb) cb(std::move(u));
-      } catch (...) {
-      }
+      TellNotStarted(id, cb, "out of memory");
       --in_flight_;
     }
     unmerged.clear();

@@ -674,7 +674,8 @@ void NoteAdapterConfig(const Adapter& adapter, const std::string& model_dir) {
   if (TrainedOnAnotherBase(c, model_dir)) {
     notes.push_back("base_model_name_or_path '" +
                     PrintableAscii(std::string_view(c.base_model_name_or_path).substr(0, 256)) +
-                    "' is not the served model's folder '" + PrintableAscii(ModelFolderName(model_dir)) +
+                    "' is not the served model's folder '" +
+                    PrintableAscii(ModelFolderName(model_dir)) +
                     "' (a warning only: the shapes matched)");
   }
   static std::mutex mu;
@@ -682,7 +683,8 @@ void NoteAdapterConfig(const Adapter& adapter, const std::string& model_dir) {
   std::lock_guard<std::mutex> lock(mu);
   for (const auto& n : notes) {
     if (said.size() >= 256 || !said.insert(n).second) continue;
-    std::fprintf(stderr, "note: adapter '%s': %s\n", PrintableAscii(adapter.name()).c_str(), n.c_str());
+    std::fprintf(stderr, "note: adapter '%s': %s\n", PrintableAscii(adapter.name()).c_str(),
+                 n.c_str());
   }
 }
 

@@ -563,7 +563,9 @@ StatusOr<ConfinedDir> AdapterStore::ResolveRuntimePath(const std::string& path) 
       }
     }
   }
-  if (!exists_somewhere && !leads_outside) return NotFound("lora_path '" + path + "' does not exist");
+  if (!exists_somewhere && !leads_outside) {
+    return NotFound("lora_path '" + path + "' does not exist");
+  }
   return InvalidArgument("lora_path '" + path + "' is outside the --lora-dir roots");
 }
 

@@ -47,10 +47,7 @@ Status RejectExtras(const SafetensorsStore& store, const std::string& name, cons
 
 Status LoadInt8(const SafetensorsStore& store, const std::string& name, const std::string& scheme,
                 int64_t out, int64_t in, Linear* lin, std::set<std::string>* consumed) {
-  if (in > cpu::kMaxInt8Depth) {
-    return InvalidArgument(name + ": " + std::to_string(in) + " input features (config.json) exceed the int8 "
-                           "kernels' limit of " + std::to_string(cpu::kMaxInt8Depth));
-  }
+  RETURN_IF_ERROR(CheckKernelDepth(name, in, "int8"));
   ASSIGN_OR_RETURN(const TensorInfo* q, NeedTensor(store, name + ".weight", {"I8"}, {out, in}, scheme, consumed));
   ASSIGN_OR_RETURN(const TensorInfo* sc, NeedTensor(store, name + ".weight_scale", {"F32", "F16", "BF16"},
                                               {out, 1}, scheme, consumed));
@@ -66,13 +63,10 @@ Status LoadInt8(const SafetensorsStore& store, const std::string& name, const st
 Status LoadInt4(const SafetensorsStore& store, const std::string& name, const std::string& scheme,
                 int group, int64_t out, int64_t in, Linear* lin, std::set<std::string>* consumed) {
   if (in % group != 0) {
-    return InvalidArgument(name + ": " + std::to_string(in) + " input features (config.json) are not a multiple "
-                           "of " + scheme + "'s group_size " + std::to_string(group));
+    return InvalidArgument(name + ": " + std::to_string(in) + " input features (config.json) are "
+                           "not a multiple of " + scheme + "'s group_size " + std::to_string(group));
   }
-  if (in > cpu::kMaxInt8Depth) {
-    return InvalidArgument(name + ": " + std::to_string(in) + " input features (config.json) exceed the int4 "
-                           "kernels' limit of " + std::to_string(cpu::kMaxInt8Depth));
-  }
+  RETURN_IF_ERROR(CheckKernelDepth(name, in, "int4"));
   const int64_t words = in / 8;  // group_size ≥ 32, so whole words
   ASSIGN_OR_RETURN(const TensorInfo* packed, NeedTensor(store, name + ".weight_packed", {"I32"},
                                                   {out, words}, scheme, consumed));

@@ -34,7 +34,8 @@ StatusOr<GptqCodes> UnpackGptqLinear(const SafetensorsStore& store, const GptqCo
   const bool awq = quant.method == GptqConfig::Method::kAwq;
   const std::string scheme = quant.Name() + " (" + quant.where + ")";
   if (in % 32 != 0 || out % 8 != 0) {
-    return InvalidArgument(name + ": shape " + ShapeString({out, in}) + " (config.json) cannot be read as " + scheme +
+    return InvalidArgument(name + ": shape " + ShapeString({out, in}) +
+                           " (config.json) cannot be read as " + scheme +
                            " (inputs must be a multiple of 32, outputs of 8)");
   }
   GptqCodes c;
@@ -42,7 +43,8 @@ StatusOr<GptqCodes> UnpackGptqLinear(const SafetensorsStore& store, const GptqCo
   // GPTQ: ceil(in / group) groups, the last one possibly short (a group_size of 128 over 64
   // inputs is one group); AWQ needs whole groups.
   if (awq && in % c.group != 0) {
-    return InvalidArgument(name + ": " + std::to_string(in) + " input features (config.json) are not a multiple of "
+    return InvalidArgument(name + ": " + std::to_string(in) +
+                           " input features (config.json) are not a multiple of "
                            "group_size " + std::to_string(c.group) + " (" + scheme + ")");
   }
   c.groups = (in + c.group - 1) / c.group;
@@ -159,10 +161,7 @@ StatusOr<GptqCodes> UnpackGptqLinear(const SafetensorsStore& store, const GptqCo
 Status LoadGptqLinear(const SafetensorsStore& store, const GptqConfig& quant, int64_t out,
                       int64_t in, Linear* lin, std::set<std::string>* consumed, uint64_t* bytes) {
   const std::string& name = lin->name;
-  if (in > cpu::kMaxInt8Depth) {
-    return InvalidArgument(name + ": " + std::to_string(in) + " input features (config.json) exceed the int4 kernels' limit of " +
-                           std::to_string(cpu::kMaxInt8Depth));
-  }
+  RETURN_IF_ERROR(CheckKernelDepth(name, in, "int4"));
   ASSIGN_OR_RETURN(GptqCodes c, UnpackGptqLinear(store, quant, name, out, in, consumed));
   // Inputs in kernel order: sorted by group (stable), so each group is contiguous.
   std::vector<int32_t> perm(static_cast<size_t>(in));

@@ -1,6 +1,7 @@
-// NeedTensor: presence, dtype and shape of a tensor a pre-quantized reader needs.
+// NeedTensor: presence, dtype and shape of a tensor a pre-quantized reader needs; CheckKernelDepth.
 #include "model/tensor_need.h"
 
+#include "cpu/int8_cpu.h"
 #include "tensor/tensor.h"
 
 namespace loom {
@@ -27,6 +28,13 @@ StatusOr<const TensorInfo*> NeedTensor(const SafetensorsStore& store, const std:
   }
   consumed->insert(name);
   return t;
+}
+
+Status CheckKernelDepth(const std::string& name, int64_t in, const char* kernels) {
+  if (in <= cpu::kMaxInt8Depth) return OkStatus();
+  return InvalidArgument(name + ": " + std::to_string(in) + " input features (config.json) exceed " +
+                         "the " + kernels + " kernels' limit of " +
+                         std::to_string(cpu::kMaxInt8Depth));
 }
 
 }  // namespace loom

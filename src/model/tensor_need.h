@@ -1,4 +1,4 @@
-// The one check every pre-quantized reader makes of a tensor it needs: present, with an allowed dtype and the exact shape, or an error naming it.
+// The checks every pre-quantized reader makes: a tensor it needs present, with an allowed dtype and the exact shape; a projection's width within the int kernels'.
 #pragma once
 
 #include <initializer_list>
@@ -17,5 +17,9 @@ StatusOr<const TensorInfo*> NeedTensor(const SafetensorsStore& store, const std:
                                        std::initializer_list<const char*> dtypes,
                                        const std::vector<int64_t>& shape, const std::string& scheme,
                                        std::set<std::string>* consumed);
+
+// A projection's input width (from config.json) that the int8/int4 kernels cannot take: an error
+// naming `name` and `kernels` ("int8", "int4"), else OK.
+Status CheckKernelDepth(const std::string& name, int64_t in, const char* kernels);
 
 }  // namespace loom
