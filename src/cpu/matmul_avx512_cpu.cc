@@ -57,13 +57,26 @@ LOOM_AVX512 void TileF32(const float* x, int64_t k, const typename L::Elem* w, f
   for (int a = 0; a < NI; ++a)
     for (int b = 0; b < NJ; ++b) acc[a][b] = _mm512_setzero_ps();
   const int64_t kfull = k & ~int64_t{15};
-  for (int64_t p = 0; p < kfull; p += 16) {
-    __m512 wv[NJ];
-    // Decode streams 4 weight rows at once; prefetching 2 KiB ahead keeps enough misses in
-    // flight (measured on the 272 MB lm_head, 2 threads: 12 GB/s without, 19.5 GB/s with,
-    // 22 GB/s for a plain integer sum over the same rows).
+  if constexpr (NI == 1) {
+    // One row (decode) walks the weight rows one after another (the same products in the same
+    // order per output): one sequential stream, which the hardware prefetcher follows at the
+    // memory's speed, where 4 interleaved row streams with a software prefetch 2 KiB ahead in
+    // each reached about half of it on a Zen 4 (docs/PERFORMANCE.md).
     for (int b = 0; b < NJ; ++b) {
-      _mm_prefetch(reinterpret_cast<const char*>(w + b * k + p) + 2048, _MM_HINT_T0);
+      for (int64_t p = 0; p < kfull; p += 16) {
+        acc[0][b] = _mm512_fmadd_ps(_mm512_loadu_ps(x + p), L::Load(w + b * k + p), acc[0][b]);
+      }
+    }
+  }
+  for (int64_t p = 0; NI > 1 && p < kfull; p += 16) {
+    __m512 wv[NJ];
+    // Several rows: the first row tile streams these 4 weight rows from memory while it asks for
+    // the next 4 (the same offset in each) into L2. Short row streams (k = 896: 56 lines) are
+    // more than the hardware prefetcher follows; a prefetch 2 KiB ahead in the same rows into L1
+    // (Emerald Rapids, 2026-11: 12 → 19.5 GB/s on the lm_head) left bf16 decode at batch 4 / 8
+    // at 74 / 108-114 tok/s on a Zen 4, against 140-146 / 169-177 this way (docs/PERFORMANCE.md).
+    for (int b = 0; b < NJ; ++b) {
+      _mm_prefetch(reinterpret_cast<const char*>(w + (NJ + b) * k + p), _MM_HINT_T1);
     }
     for (int b = 0; b < NJ; ++b) wv[b] = L::Load(w + b * k + p);
     for (int a = 0; a < NI; ++a) {
