@@ -136,7 +136,7 @@ void AddedTokenMatcher::Split(std::string_view text, std::vector<TextSegment>* o
     }
     if (token.lstrip) {
       size_t s = start;
-      while (s > 0) {
+      while (s > start_offset) {  // the strip never reaches before the previous match
         size_t c = s - 1;
         while (c > 0 && (static_cast<uint8_t>(text[c]) & 0xC0) == 0x80) --c;
         size_t tmp = c;

@@ -126,6 +126,17 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const json& j) {
   m->ignore_merges_ = bool_field("ignore_merges");
   m->prefix_ = str_field("continuing_subword_prefix");
   m->suffix_ = str_field("end_of_word_suffix");
+  // Each is copied for every character of a word (and the unk token looked up for every unknown
+  // one): a long one would make every request's text cost its length per character.
+  for (const auto& [key, value] : {std::pair<const char*, const std::string*>{"unk_token", &m->unk_token_},
+                                   {"continuing_subword_prefix", &m->prefix_},
+                                   {"end_of_word_suffix", &m->suffix_}}) {
+    if (value->size() > kMaxPieceBytes) {
+      return InvalidArgument("model BPE: \"" + std::string(key) + "\" is " +
+                             std::to_string(value->size()) + " bytes long (at most " +
+                             std::to_string(kMaxPieceBytes) + ")");
+    }
+  }
 
   // Merges: "a b" strings (tokenizers < 0.20) or ["a", "b"] pairs.
   std::vector<std::pair<uint64_t, MergeValue>> merges;
@@ -184,6 +195,7 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const json& j) {
     std::snprintf(name, sizeof(name), "<0x%02X>", b);
     m->byte_ids_[b] = m->TokenToId(name);
   }
+  if (m->has_unk_) m->unk_id_ = m->TokenToId(m->unk_token_);
   return m;
 }
 
@@ -229,6 +241,11 @@ Status BpeModel::MergeWord(std::string_view word, std::vector<int32_t>* ids) con
   size_t pos = 0;
   while (pos < word.size()) {
     if (EncodeCancelled()) return EncodeCancelledError("a BPE word");
+    // Symbols are indexed by int32 (and byte fallback adds up to 4 + 2 * 256 per character).
+    if (symbols.size() > static_cast<size_t>(INT32_MAX) - 1024) {
+      return InvalidArgument("model BPE: a word of " + std::to_string(word.size()) +
+                             " bytes is too long to encode");
+    }
     const size_t start = pos;
     pos += Utf8Length(static_cast<uint8_t>(word[pos]));
     pos = std::min(pos, word.size());
@@ -256,7 +273,7 @@ Status BpeModel::MergeWord(std::string_view word, std::vector<int32_t>* ids) con
       }
     }
     if (has_unk_) {
-      const int32_t unk_id = TokenToId(unk_token_);
+      const int32_t unk_id = unk_id_;
       if (unk_id < 0) {
         return InvalidArgument("model BPE: unk_token '" + unk_token_ + "' is not in the vocab");
       }

@@ -101,6 +101,7 @@ class BpeModel : public Model {
   std::vector<int32_t> bmp_char_id_;  // code point < 0x10000 → id, when no prefix/suffix applies
   int32_t byte_ids_[256];              // <0xNN> tokens for byte_fallback, -1 if absent
   std::string unk_token_;
+  int32_t unk_id_ = -1;  // unk_token_'s id, -1 if it is not in the vocab
   bool has_unk_ = false;
   bool fuse_unk_ = false;
   bool byte_fallback_ = false;

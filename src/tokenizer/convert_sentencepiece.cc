@@ -30,15 +30,30 @@ std::vector<size_t> InnerBoundaries(std::string_view s) {
   return out;
 }
 
+// Merges a tokenizer.model may generate: every split of every piece whose halves are pieces is
+// one, so a crafted vocab (all short strings over two letters: 4 Mi pieces, a 126 MB file) would
+// generate ~80 M, tens of GB as JSON. Real vocabs generate about 2 per piece (Llama 2: 61,249
+// for 32,000 pieces); at most 16 per piece (plus 64 Ki), and 8 Mi in all.
+size_t MaxGeneratedMerges(size_t pieces) {
+  return std::min<size_t>(size_t{1} << 23, 16 * pieces + (size_t{1} << 16));
+}
+
+Status TooManyMerges(size_t limit) {
+  return InvalidArgument("tokenizer.model: its pieces generate more than " +
+                         std::to_string(limit) + " BPE merges");
+}
+
 // transformers' generate_merges(vocab) without scores: every split of every piece into two
 // pieces, ordered by the merged piece's id, then by the left part's length.
-json MergesById(const StringMap<int32_t>& vocab) {
+StatusOr<json> MergesById(const StringMap<int32_t>& vocab) {
   std::vector<std::tuple<int32_t, size_t, std::string_view, std::string_view>> merges;
+  const size_t limit = MaxGeneratedMerges(vocab.size());
   for (const auto& [piece, id] : vocab) {
     const std::string_view p(piece);
     for (size_t cut : InnerBoundaries(p)) {
       const std::string_view l = p.substr(0, cut), r = p.substr(cut);
       if (vocab.find(l) != vocab.end() && vocab.find(r) != vocab.end()) {
+        if (merges.size() == limit) return TooManyMerges(limit);
         merges.emplace_back(id, cut, l, r);
       }
     }
@@ -175,8 +190,9 @@ StatusOr<Converted> ConvertSentencePiece(const SpModel& sp, const json& config,
     }
     AddNamedSpecials(config, d, false, &c);
     for (json& a : spm_added) c.added.push_back(std::move(a));
+    ASSIGN_OR_RETURN(json merges, MergesById(vocab));
     t["model"] = {{"type", "BPE"},         {"dropout", nullptr},     {"fuse_unk", true},
-                  {"byte_fallback", true}, {"ignore_merges", false}, {"merges", MergesById(vocab)},
+                  {"byte_fallback", true}, {"ignore_merges", false}, {"merges", std::move(merges)},
                   {"vocab", vocab_json()}};
     if (llama) {
       t["model"]["unk_token"] = nullptr;
@@ -252,11 +268,13 @@ StatusOr<Converted> ConvertSentencePiece(const SpModel& sp, const json& config,
         normal[it->second] = {sp.pieces[i].score, static_cast<int32_t>(i)};
     }
     std::vector<std::tuple<float, int32_t, std::string_view, std::string_view>> ranked;
+    const size_t limit = MaxGeneratedMerges(normal.size());
     for (const auto& [token, rank] : normal) {
       const std::string_view p(token);
       for (size_t cut : InnerBoundaries(p)) {
         const std::string_view l = p.substr(0, cut), r = p.substr(cut);
         if (normal.find(l) != normal.end() && normal.find(r) != normal.end()) {
+          if (ranked.size() == limit) return TooManyMerges(limit);
           ranked.emplace_back(-rank.first, rank.second, l, r);
         }
       }

@@ -55,6 +55,10 @@ class SequencePostProcessor final : public PostProcessor {
 // Ids a post-processor may add: non-negative and inside the id range a vocab may use.
 constexpr int64_t kMaxPostProcessorId = (int64_t{1} << 24) - 1;
 
+// Special ids one template adds around the sequence (real ones add 1-3); with at most 256
+// templates in a Sequence, a prompt grows by at most 64 Ki ids.
+constexpr size_t kMaxTemplateIds = 256;
+
 bool IsTokenId(const json& v) {
   return v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= kMaxPostProcessorId;
 }
@@ -75,8 +79,15 @@ StatusOr<std::unique_ptr<PostProcessor>> ParseTemplate(const json& j) {
   }
   const json specials = j.value("special_tokens", json::object());
   std::vector<std::vector<int32_t>> items;
+  int sequences = 0;
+  size_t added = 0;
   for (const auto& piece : j["single"]) {
     if (piece.contains("Sequence")) {
+      // A second copy of the sequence would double the ids at every stage of a Sequence of
+      // templates (2^stages times the prompt from one request); no real template repeats it.
+      if (++sequences > 1) {
+        return InvalidArgument(where + ": \"single\" holds the sequence more than once");
+      }
       items.emplace_back();
     } else if (piece.contains("SpecialToken") && piece["SpecialToken"].is_object() &&
                piece["SpecialToken"].contains("id") && piece["SpecialToken"]["id"].is_string()) {
@@ -95,6 +106,11 @@ StatusOr<std::unique_ptr<PostProcessor>> ParseTemplate(const json& j) {
                                  std::to_string(kMaxPostProcessorId) + "])");
         }
         ids.push_back(id.get<int32_t>());
+      }
+      added += ids.size();
+      if (added > kMaxTemplateIds) {
+        return InvalidArgument(where + ": the template adds more than " +
+                               std::to_string(kMaxTemplateIds) + " special token ids");
       }
       items.push_back(std::move(ids));
     } else {

@@ -120,6 +120,11 @@ Status UnigramModel::Tokenize(std::string_view word, std::vector<int32_t>* ids) 
     int32_t id = 0;
   };
   const size_t size = word.size();
+  // The lattice keeps each node's start as int32.
+  if (size > static_cast<size_t>(INT32_MAX)) {
+    return InvalidArgument("model Unigram: a word of " + std::to_string(size) +
+                           " bytes is too long to encode");
+  }
   const double unk_score = min_score_ - kUnkPenalty;
   std::vector<Best> best(size + 1);
   size_t start = 0;
