@@ -123,20 +123,13 @@ template <int R, int G, bool Z>
 LOOM_VNNI void Rows(const int8_t* xq, const float* sx, const int32_t* corr, int64_t kp,
                     const uint8_t* wq, const uint16_t* wd, const uint8_t* wz, int64_t j0,
                     int64_t j1, float* y, int64_t ldy, SidePrefetch* side) {
-  constexpr int P = R == 1 ? 4 : R == 8 ? 1 : 2;
+  // One row: one panel at a time, so the weights are one sequential stream. Four panels a quarter
+  // of the block apart (4 long streams; Emerald Rapids, 2026-12: 102-110 → 111-115 tok/s against
+  // 4 adjacent panels) were slower on a Zen 4, whose prefetcher follows one stream best: 0.5B
+  // shape, int4 g128 + head, 2 threads, 3 interleaved runs, batch 1 133-139 → 150-152 tok/s.
+  constexpr int P = R == 1 ? 1 : R == 8 ? 1 : 2;
   const int64_t first = j0 / kInt4Panel, last = (j1 + kInt4Panel - 1) / kInt4Panel;
   int64_t p = first;
-  if constexpr (R == 1) {
-    // The 4 panels of a decode tile are i, q + i, 2q + i and 3q + i of the block's q·4 full
-    // panels: 4 long sequential streams instead of one stream jumping 4 panels every tile (as
-    // the AVX2 kernel's 2). 0.5B shape, int4 g128 + head, 2 threads, Emerald Rapids, with the
-    // prefetch: 102-110 → 111-115 tok/s (3 interleaved runs).
-    const int64_t q = (j1 / kInt4Panel - first) / 4;
-    for (int64_t i = 0; i < q; ++i) {
-      Tile<R, 4, G, Z>(xq, sx, corr, kp, wq, wd, wz, first + i, q, 16, y + i * kInt4Panel, ldy, side);
-    }
-    p += 4 * q;
-  }
   for (; p + P < last || (p + P == last && j1 % kInt4Panel == 0); p += P) {
     Tile<R, P, G, Z>(xq, sx, corr, kp, wq, wd, wz, p, 1, 16, y + (p - first) * kInt4Panel, ldy, side);
   }
