@@ -42,7 +42,7 @@ LOOM_VNNI inline __m512i Broadcast4(const int8_t* x) {
 template <int R, int P, int G, bool Z>
 LOOM_VNNI inline void Tile(const int8_t* xq, const float* sx, const int32_t* corr, int64_t kp,
                            const uint8_t* wq, const uint16_t* wd, const uint8_t* wz, int64_t p0,
-                           int64_t ps, int cols, float* y, int64_t ldy, SidePrefetch* side) {
+                           int cols, float* y, int64_t ldy, SidePrefetch* side) {
   const int64_t groups = kp / G, panel_bytes = kInt4Panel * kp / 2;
   const __m512i nib = _mm512_set1_epi8(0x0F);
   __m512 acc[R][P];
@@ -55,7 +55,7 @@ LOOM_VNNI inline void Tile(const int8_t* xq, const float* sx, const int32_t* cor
       __m512i z[P];
       for (int p = 0; p < P; ++p) {
         z[p] = _mm512_cvtepu8_epi32(_mm_loadu_si128(
-            reinterpret_cast<const __m128i*>(wz + ((p0 + p * ps) * groups + g) * kInt4Panel)));
+            reinterpret_cast<const __m128i*>(wz + ((p0 + p) * groups + g) * kInt4Panel)));
       }
       for (int r = 0; r < R; ++r) {
         const __m512i s = _mm512_set1_epi32(-corr[r * groups + g]);
@@ -77,13 +77,13 @@ LOOM_VNNI inline void Tile(const int8_t* xq, const float* sx, const int32_t* cor
       __m512i wl[P], wh[P];
       // every row count: see kInt4PrefetchAhead
       for (int p = 0; p < P; ++p) {
-        _mm_prefetch(reinterpret_cast<const char*>(wq + (p0 + p * ps) * panel_bytes + t * 64) +
+        _mm_prefetch(reinterpret_cast<const char*>(wq + (p0 + p) * panel_bytes + t * 64) +
                          kInt4PrefetchAhead,
                      _MM_HINT_T0);
       }
       if (side != nullptr) side->Next();
       for (int p = 0; p < P; ++p) {
-        const __m512i raw = _mm512_loadu_si512(wq + (p0 + p * ps) * panel_bytes + t * 64);
+        const __m512i raw = _mm512_loadu_si512(wq + (p0 + p) * panel_bytes + t * 64);
         wl[p] = _mm512_and_si512(raw, nib);
         wh[p] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), nib);
       }
@@ -98,7 +98,7 @@ LOOM_VNNI inline void Tile(const int8_t* xq, const float* sx, const int32_t* cor
     }
     for (int p = 0; p < P; ++p) {
       const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(
-          reinterpret_cast<const __m256i*>(wd + ((p0 + p * ps) * groups + g) * kInt4Panel)));
+          reinterpret_cast<const __m256i*>(wd + ((p0 + p) * groups + g) * kInt4Panel)));
       for (int r = 0; r < R; ++r) {
         const __m512 t = _mm512_cvtepi32_ps(_mm512_add_epi32(lo[r][p], hi[r][p]));
         acc[r][p] = _mm512_fmadd_ps(t, d, acc[r][p]);
@@ -109,7 +109,7 @@ LOOM_VNNI inline void Tile(const int8_t* xq, const float* sx, const int32_t* cor
     const __m512 s = _mm512_set1_ps(sx[r]);
     for (int p = 0; p < P; ++p) {
       const __m512 v = _mm512_mul_ps(acc[r][p], s);
-      float* out = y + r * ldy + p * ps * kInt4Panel;
+      float* out = y + r * ldy + p * kInt4Panel;
       if (p == P - 1 && cols < kInt4Panel) {
         _mm512_mask_storeu_ps(out, static_cast<__mmask16>((1u << cols) - 1), v);
       } else {
@@ -131,11 +131,12 @@ LOOM_VNNI void Rows(const int8_t* xq, const float* sx, const int32_t* corr, int6
   const int64_t first = j0 / kInt4Panel, last = (j1 + kInt4Panel - 1) / kInt4Panel;
   int64_t p = first;
   for (; p + P < last || (p + P == last && j1 % kInt4Panel == 0); p += P) {
-    Tile<R, P, G, Z>(xq, sx, corr, kp, wq, wd, wz, p, 1, 16, y + (p - first) * kInt4Panel, ldy, side);
+    Tile<R, P, G, Z>(xq, sx, corr, kp, wq, wd, wz, p, 16, y + (p - first) * kInt4Panel, ldy, side);
   }
   for (; p < last; ++p) {
     const int cols = static_cast<int>(std::min<int64_t>(kInt4Panel, j1 - p * kInt4Panel));
-    Tile<R, 1, G, Z>(xq, sx, corr, kp, wq, wd, wz, p, 1, cols, y + (p - first) * kInt4Panel, ldy, side);
+    Tile<R, 1, G, Z>(xq, sx, corr, kp, wq, wd, wz, p, cols, y + (p - first) * kInt4Panel, ldy,
+                     side);
   }
 }
 

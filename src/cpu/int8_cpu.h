@@ -34,7 +34,8 @@ inline constexpr int64_t kInt8PrefetchAhead = 2048;
 // once. With more than one row, MatmulInt8 / MatmulInt4 hand a block to the kernel in chunks of
 // kIntChunkColumns (8 panels: 57 KB of int4 at k = 896, 608 KB of int8 at k = 4864), so a later
 // group finds the chunk in L2 instead of streaming the block from DRAM again. One row keeps the
-// whole block (its kernel reads it as several long streams).
+// whole block (the AVX2-level kernels read it as several long streams, AVX512_VNNI panel by
+// panel as one).
 inline constexpr int64_t kIntChunkColumns = 128;
 // fn(c0, c1) over [j0, j1) in chunks of kIntChunkColumns for more than one row, else once.
 template <typename Fn>

@@ -70,11 +70,12 @@ LOOM_AVX512 void TileF32(const float* x, int64_t k, const typename L::Elem* w, f
   }
   for (int64_t p = 0; NI > 1 && p < kfull; p += 16) {
     __m512 wv[NJ];
-    // Several rows: the first row tile streams these 4 weight rows from memory while it asks for
-    // the next 4 (the same offset in each) into L2. Short row streams (k = 896: 56 lines) are
-    // more than the hardware prefetcher follows; a prefetch 2 KiB ahead in the same rows into L1
-    // (Emerald Rapids, 2026-11: 12 → 19.5 GB/s on the lm_head) left bf16 decode at batch 4 / 8
-    // at 74 / 108-114 tok/s on a Zen 4, against 140-146 / 169-177 this way (docs/PERFORMANCE.md).
+    // Several rows: each row tile asks for the next NJ weight rows (the same offset in each) into
+    // L2 while it reads these (the first from memory, later ones from L1/L2). Short row streams (k
+    // = 896: 56 lines) are more than the hardware prefetcher follows; a prefetch 2 KiB ahead in the
+    // same rows into L1 (Emerald Rapids, 2026-11: 12 → 19.5 GB/s on the lm_head) left bf16 decode
+    // at batch 4 / 8 at 74 / 108-114 tok/s on a Zen 4, against 140-146 / 169-177 this way
+    // (docs/PERFORMANCE.md).
     for (int b = 0; b < NJ; ++b) {
       _mm_prefetch(reinterpret_cast<const char*>(w + (NJ + b) * k + p), _MM_HINT_T1);
     }

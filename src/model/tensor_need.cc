@@ -19,7 +19,8 @@ StatusOr<const TensorInfo*> NeedTensor(const SafetensorsStore& store, const std:
   std::string want;
   for (const char* d : dtypes) {
     dtype_ok = dtype_ok || t->dtype_name == d;
-    want += (want.empty() ? "" : "/") + std::string(d);
+    if (!want.empty()) want += '/';  // (a "" + std::string here drew GCC 12's false -Wrestrict)
+    want += d;
   }
   if (!dtype_ok || t->shape != shape) {
     return InvalidArgument(t->file + ": tensor '" + name + "' has dtype " + t->dtype_name +

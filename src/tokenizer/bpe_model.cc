@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <queue>
 #include <random>
+#include <tuple>
 
 #include "tokenizer/cancel.h"
 #include "tokenizer/unicode.h"
@@ -126,15 +127,19 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const json& j) {
   m->ignore_merges_ = bool_field("ignore_merges");
   m->prefix_ = str_field("continuing_subword_prefix");
   m->suffix_ = str_field("end_of_word_suffix");
-  // Each is copied for every character of a word (and the unk token looked up for every unknown
-  // one): a long one would make every request's text cost its length per character.
-  for (const auto& [key, value] : {std::pair<const char*, const std::string*>{"unk_token", &m->unk_token_},
-                                   {"continuing_subword_prefix", &m->prefix_},
-                                   {"end_of_word_suffix", &m->suffix_}}) {
-    if (value->size() > kMaxPieceBytes) {
+  // The affixes are copied for every character of a word, and with byte fallback each of their
+  // bytes becomes a symbol per character: a long one would multiply every request's work and
+  // memory by its length. Real ones are "##", "</w>". (The unk token is looked up once.)
+  constexpr size_t kMaxAffixBytes = 16;
+  for (const auto& [key, value, limit] :
+       {std::tuple<const char*, const std::string*, size_t>{"unk_token", &m->unk_token_,
+                                                            kMaxPieceBytes},
+        {"continuing_subword_prefix", &m->prefix_, kMaxAffixBytes},
+        {"end_of_word_suffix", &m->suffix_, kMaxAffixBytes}}) {
+    if (value->size() > limit) {
       return InvalidArgument("model BPE: \"" + std::string(key) + "\" is " +
                              std::to_string(value->size()) + " bytes long (at most " +
-                             std::to_string(kMaxPieceBytes) + ")");
+                             std::to_string(limit) + ")");
     }
   }
 

@@ -107,9 +107,9 @@ TEST(Int4Kernels, EveryKernelEqualsTheScalarReferenceAtEveryRowCountAndAtTheExtr
         cpu::MatmulInt4Scalar(xq.data(), sx.data(), corr.data(), n, kp, w.wq.data(), w.wd.data(), group, 0, m,
                               want.data(), m);
         // Column blocks as ForEachPanelBlock cuts them: several (1, 3 full panels, 5 full and a
-        // ragged one) or one block of all (9 full panels and a ragged one: the one-row tiles
-        // take panels i, q + i, ... before the rest: AVX-512 4 streams of q = 2 panels, AVX2
-        // and AVX-VNNI 2 streams of 4).
+        // ragged one) or one block of all (9 full panels and a ragged one: the AVX2 and
+        // AVX-VNNI one-row tiles take panels i, q + i, ... before the rest, 2 streams of 4; the
+        // AVX-512 one reads one panel at a time).
         using Blocks = std::vector<std::pair<int64_t, int64_t>>;
         for (const Blocks& blocks : {Blocks{{0, 16}, {16, 64}, {64, m}}, Blocks{{0, m}}}) {
           for (auto [name, fn] : Kernels()) {

@@ -70,8 +70,8 @@ TEST(Int4ZpKernels, EveryIsaMatchesTheScalarReferenceBitwise) {
           SCOPED_TRACE(std::string(cpu::IsaName(isa)) + " group=" + std::to_string(group) +
                        " k=" + std::to_string(kp) + " n=" + std::to_string(n));
           // Column ranges as the op splits them (whole panels, a ragged end), and one range of
-          // all 9 full panels and the ragged one: the one-row tiles take panels i, q + i, ...
-          // (AVX-512: 4 streams of q = 2 panels; AVX2: 2 streams of 4) before the rest.
+          // all 9 full panels and the ragged one: the AVX2 one-row tiles take panels i, q + i,
+          // ... (2 streams of 4) before the rest; the AVX-512 ones read one panel at a time.
           using Blocks = std::vector<std::pair<int64_t, int64_t>>;
           for (const Blocks& blocks :
                {Blocks{{0, 16}, {16, 80}, {80, 96}, {96, m}}, Blocks{{0, m}}}) {

@@ -74,14 +74,19 @@ TEST(TokenizerBounds, APostProcessorCannotRepeatThePrompt) {
 }
 
 TEST(TokenizerBounds, BpeAffixesAndUnkTokenAreBounded) {
-  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix", "unk_token"}) {
+  for (const auto& [key, limit] : {std::pair<const char*, int>{"continuing_subword_prefix", 16},
+                                   {"end_of_word_suffix", 16},
+                                   {"unk_token", 256}}) {
     json j = TinyByteLevel();
     j["model"][key] = std::string(1 << 20, 'a');  // copied (and hashed) for every character
     auto t = Tokenizer::FromJson(j.dump());
     ASSERT_FALSE(t.ok()) << key;
-    EXPECT_TRUE(Contains(t.status().message(),
-                         std::string("\"") + key + "\" is 1048576 bytes long (at most 256)"))
+    EXPECT_TRUE(Contains(t.status().message(), std::string("\"") + key +
+                                                   "\" is 1048576 bytes long (at most " +
+                                                   std::to_string(limit) + ")"))
         << t.status().message();
+    j["model"][key] = std::string(static_cast<size_t>(limit), '#');  // the limit itself loads
+    EXPECT_TRUE(Tokenizer::FromJson(j.dump()).ok()) << key;
   }
   json j = TinyByteLevel();
   j["model"]["continuing_subword_prefix"] = "##";
@@ -140,7 +145,7 @@ std::string WriteLlamaModel(const std::string& name, int n) {
 }
 
 TEST(TokenizerBounds, MergesGeneratedFromATokenizerModelAreBounded) {
-  // 6,218 pieces generating ~443,000 merges (at most 16 per piece + 65,536 = 165,024).
+  // 6,218 pieces generating 449,625 merges (at most 16 per piece + 65,536 = 165,024).
   const std::string big = WriteLlamaModel("big", 110);
   auto t = Tokenizer::FromModelDir(big);
   ASSERT_FALSE(t.ok());
