@@ -261,9 +261,11 @@ def main():
          f"**{cpu}** ({', '.join(flags)}), {args.threads} threads, prompt {args.prompt_len}, "
          f"{args.gen_tokens} generated tokens per sequence, best of {args.repeats} after a warm-up; same random "
          f"weights (loom from the bf16 safetensors, quantized at load; llama.cpp from the F16 GGUF, quantized "
-         f"by its own `llama_model_quantize`; its quantized types with `--extra-bufts off`: its AMX-INT8 buffer "
-         f"type dies with SIGILL at its first `tileloadd` on this VM, so they run its AVX512-VNNI kernels). Roofline = {gbps:.1f} GB/s streaming read / bytes one decode step "
-         f"reads in that format.",
+         f"by its own `llama_model_quantize`; its quantized types with `--extra-bufts off`: "
+         + ("its AMX-INT8 buffer type dies with SIGILL at its first `tileloadd` on this VM, so they run its "
+            "AVX512-VNNI kernels" if any(f.startswith("amx") for f in flags)
+            else "no AMX on this CPU, so that changes nothing")
+         + f"). Roofline = {gbps:.1f} GB/s streaming read / bytes one decode step reads in that format.",
          "",
          "| engine, weights | decode b1 tok/s | decode b8 tok/s | prefill b1 tok/s | prefill b8 tok/s "
          "| peak RSS MiB | b1 roofline tok/s (share) |",
