@@ -132,8 +132,14 @@ class CompletionReply : public DeferredReply {
       : ctx_(ctx), r_(std::move(r)), meta_(std::move(meta)), sub_(std::move(sub)) {}
 
   bool Ready() override {
-    std::lock_guard<std::mutex> lock(sub_.state->mu);
-    return sub_.state->unfinished == 0;
+    {
+      std::lock_guard<std::mutex> lock(sub_.state->mu);
+      if (sub_.state->unfinished == 0) return true;
+      if (!sub_.state->failed || cancelled_siblings_) return false;
+    }
+    cancelled_siblings_ = true;  // a choice failed: the reply is a 500 once the others stop
+    AbortUnfinished(ctx_, *sub_.state);
+    return false;
   }
 
   HttpResponse Build() override {
@@ -163,6 +169,7 @@ class CompletionReply : public DeferredReply {
   OpenAiRequest r_;
   ResponseMeta meta_;
   Submission sub_;
+  bool cancelled_siblings_ = false;
 };
 
 // A streamed completion: SSE chunks as the engine delivers tokens.
@@ -291,6 +298,9 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
       }
     }
   } abort_unless_answered{ctx, nullptr};
+  // A client that left while its adapter loaded (or its prompt was tokenized) is not submitted:
+  // its sequences would only be aborted again on the first write, counted and timed as aborts.
+  if (ex->Gone()) return;
   const bool submitted = Submit(ctx, r, adapter, ex, req.received, &sub, &error);
   abort_unless_answered.state = sub.state;
   unreserve.Release();  // in num_in_flight now (or refused): not counted twice

@@ -25,14 +25,20 @@ AsyncEngine::Callback MakeChoiceCallback(std::shared_ptr<GenerationState> state,
         case FinishReason::kStop: metrics->success_stop.fetch_add(1); break;
         case FinishReason::kLength: metrics->success_length.fetch_add(1); break;
         case FinishReason::kAbort: metrics->success_abort.fetch_add(1); break;
-        case FinishReason::kError: break;
+        case FinishReason::kError:
+          metrics->success_error.fetch_add(1);
+          break;
         case FinishReason::kNone: break;
       }
       c.finished = true;
       --state->unfinished;
     }
+    // A failed choice wakes a waiting (non-streamed) reply too, which then cancels the others:
+    // the client gets its 500 now, not after the siblings ran to max_tokens for nobody.
+    const bool failed_now = u.finish_reason == FinishReason::kError && !state->failed;
+    if (failed_now) state->failed = true;
     c.pending.push_back(std::move(u));
-    const bool wake = state->wake_each_update || state->unfinished == 0;
+    const bool wake = state->wake_each_update || state->unfinished == 0 || failed_now;
     lock.unlock();
     if (wake && state->wake) state->wake();
   };

@@ -46,6 +46,7 @@ struct GenerationState {
   std::mutex mu;
   std::vector<ChoiceState> choices;
   int unfinished = 0;
+  bool failed = false;  // a choice ended in error: the others are cancelled (see CompletionReply)
   std::function<void()> wake;     // tells the connection there is something to write
   bool wake_each_update = false;  // a stream; else only when every choice has finished
   Clock::time_point start = Clock::now();

@@ -123,9 +123,10 @@ std::string RenderMetrics(const Metrics& m, const MetricsSnapshot& s, const std:
   counter("vllm:generation_tokens", "Number of generation tokens processed.",
           m.generation_tokens.load());
   Family(&out, "vllm:request_success_total", "counter", "Count of successfully processed requests.");
-  const std::pair<const char*, int64_t> reasons[] = {
-      {"stop", m.success_stop.load()}, {"length", m.success_length.load()},
-      {"abort", m.success_abort.load()}};
+  const std::pair<const char*, int64_t> reasons[] = {{"stop", m.success_stop.load()},
+                                                     {"length", m.success_length.load()},
+                                                     {"abort", m.success_abort.load()},
+                                                     {"error", m.success_error.load()}};
   for (const auto& [reason, v] : reasons) {
     out += "vllm:request_success_total{" + ml + ",finished_reason=\"" + reason + "\"} " +
            std::to_string(v) + "\n";

@@ -38,6 +38,7 @@ struct Metrics {
   std::atomic<int64_t> success_stop{0};
   std::atomic<int64_t> success_length{0};
   std::atomic<int64_t> success_abort{0};
+  std::atomic<int64_t> success_error{0};  // vLLM's finished_reason "error"
   Histogram ttft;
   Histogram itl;
   Histogram e2e;

@@ -1,0 +1,94 @@
+// The per-choice engine callback's metrics: every way a sequence finishes is counted under vLLM's
+// finished_reason (stop, length, abort, error), and the e2e histogram never holds a request the
+// counters do not.
+#include "server/generation_state.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "server/metrics.h"
+
+namespace loom::server {
+namespace {
+
+SequenceUpdate Token(int32_t id) {
+  SequenceUpdate u;
+  u.has_token = true;
+  u.token = id;
+  return u;
+}
+
+SequenceUpdate Finish(FinishReason reason) {
+  SequenceUpdate u;
+  u.finish_reason = reason;
+  if (reason == FinishReason::kError) u.error = "non-finite logits";
+  return u;
+}
+
+TEST(GenerationState, EveryFinishReasonIsCountedOnce) {
+  Metrics metrics;
+  auto state = std::make_shared<GenerationState>();
+  state->choices.resize(4);
+  state->unfinished = 4;
+  int wakes = 0;
+  state->wake = [&wakes] { ++wakes; };
+  const FinishReason reasons[] = {FinishReason::kStop, FinishReason::kLength, FinishReason::kAbort,
+                                  FinishReason::kError};
+  for (size_t i = 0; i < 4; ++i) {
+    auto cb = MakeChoiceCallback(state, i, &metrics);
+    if (i < 2) cb(Token(7));  // the abort and the error come before any token
+    cb(Finish(reasons[i]));
+  }
+  EXPECT_EQ(metrics.success_stop.load(), 1);
+  EXPECT_EQ(metrics.success_length.load(), 1);
+  EXPECT_EQ(metrics.success_abort.load(), 1);
+  EXPECT_EQ(metrics.success_error.load(), 1);
+  EXPECT_EQ(metrics.generation_tokens.load(), 2);
+  EXPECT_EQ(state->unfinished, 0);
+  EXPECT_EQ(wakes, 1);  // not a stream: woken once, when the last choice finished
+
+  const std::string text = RenderMetrics(metrics, MetricsSnapshot{}, "m");
+  for (const char* reason : {"stop", "length", "abort", "error"}) {
+    EXPECT_NE(
+        text.find(std::string("vllm:request_success_total{model_name=\"m\",finished_reason=\"") +
+                  reason + "\"} 1\n"),
+        std::string::npos)
+        << reason << "\n"
+        << text;
+  }
+  // Four requests finished: the e2e histogram's count equals the counters' sum.
+  EXPECT_NE(text.find("vllm:e2e_request_latency_seconds_count{model_name=\"m\"} 4\n"),
+            std::string::npos)
+      << text;
+}
+
+TEST(GenerationState, AFailedChoiceWakesAWaitingReplyAtOnce) {
+  // Not a stream: a reply waits for every choice, so a failed one must wake it (to cancel the
+  // others) instead of waiting for its siblings to run to max_tokens.
+  Metrics metrics;
+  auto state = std::make_shared<GenerationState>();
+  state->choices.resize(3);
+  state->unfinished = 3;
+  int wakes = 0;
+  state->wake = [&wakes] { ++wakes; };
+  auto c0 = MakeChoiceCallback(state, 0, &metrics);
+  auto c1 = MakeChoiceCallback(state, 1, &metrics);
+  auto c2 = MakeChoiceCallback(state, 2, &metrics);
+  c0(Token(3));
+  c1(Token(4));
+  EXPECT_EQ(wakes, 0);
+  c0(Finish(FinishReason::kError));
+  EXPECT_EQ(wakes, 1);
+  EXPECT_TRUE(state->failed);
+  c1(Token(5));  // still running: no wake for its token
+  EXPECT_EQ(wakes, 1);
+  c1(Finish(FinishReason::kAbort));  // cancelled
+  c2(Finish(FinishReason::kAbort));
+  EXPECT_EQ(wakes, 2);  // the last one finished
+  EXPECT_EQ(state->unfinished, 0);
+}
+
+}  // namespace
+}  // namespace loom::server
