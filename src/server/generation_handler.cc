@@ -40,8 +40,7 @@ struct Submission {
 bool Submit(ServerContext& ctx, const OpenAiRequest& r, std::shared_ptr<const Adapter> adapter,
             const std::shared_ptr<Exchange>& ex, Clock::time_point received, Submission* sub,
             ApiError* error) {
-  sub->state = std::make_shared<GenerationState>();
-  auto& state = *sub->state;
+  auto& state = *sub->state;  // made by the caller, whose guard aborts what is submitted here
   state.start = received;
   // The engine's callbacks wake the connection (a weak reference: a connection that is gone
   // is not kept alive by its sequences). A completion only needs its last update.
@@ -288,7 +287,7 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
   // exception while submitting or building the response left them running for nobody).
   struct AbortUnlessAnswered {
     ServerContext& ctx;
-    std::shared_ptr<GenerationState> state;  // set once Submit made it
+    std::shared_ptr<GenerationState> state;  // set before Submit
     bool answered = false;
     ~AbortUnlessAnswered() {
       if (answered || state == nullptr) return;
@@ -301,8 +300,11 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
   // A client that left while its adapter loaded (or its prompt was tokenized) is not submitted:
   // its sequences would only be aborted again on the first write, counted and timed as aborts.
   if (ex->Gone()) return;
-  const bool submitted = Submit(ctx, r, adapter, ex, req.received, &sub, &error);
+  // The guard holds the state before the first sequence is submitted: an exception inside Submit
+  // after some went in (out of memory building the next) aborts those too.
+  sub.state = std::make_shared<GenerationState>();
   abort_unless_answered.state = sub.state;
+  const bool submitted = Submit(ctx, r, adapter, ex, req.received, &sub, &error);
   unreserve.Release();  // in num_in_flight now (or refused): not counted twice
   if (!submitted) return fail(error);
   // The sequences hold their own leases now; holding this one until the response is written
