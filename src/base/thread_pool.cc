@@ -47,7 +47,9 @@ std::vector<std::string> Words(const std::string& path, int count) {
 // CPUs a quota of `quota` µs per `period` µs allows, rounded up; 0 for none ("max", -1).
 int QuotaCores(const std::string& quota, const std::string& period) {
   const long long q = std::atoll(quota.c_str()), p = std::atoll(period.c_str());
-  return q > 0 && p > 0 ? static_cast<int>((q + p - 1) / p) : 0;
+  if (q <= 0 || p <= 0) return 0;
+  const long long cores = q / p + (q % p != 0);  // no q + p - 1: it could wrap
+  return static_cast<int>(std::min<long long>(cores, 1 << 20));
 }
 
 // The CFS quota of the process's cgroup, in whole CPUs (0 without one): v2 `cpu.max`

@@ -114,6 +114,17 @@ LOOM_BF16 void Tile(const uint16_t* x, int64_t lo_offset, int64_t k, const uint1
   Store<NI, NJ>(acc, y, ldy);
 }
 
+// Tile<NI, ...> at rows x, prefetching (the first row tile over these weight rows) or not.
+template <int NI, int NJ, bool SPLIT>
+LOOM_BF16 inline void TileAt(bool prefetch, const uint16_t* x, int64_t lo_offset, int64_t k,
+                             const uint16_t* w, float* y, int64_t ldy) {
+  if (prefetch) {
+    Tile<NI, NJ, SPLIT, true>(x, lo_offset, k, w, y, ldy);
+  } else {
+    Tile<NI, NJ, SPLIT, false>(x, lo_offset, k, w, y, ldy);
+  }
+}
+
 // Rows [0, n) over NJ weight rows, NI rows at a time (the first tile prefetching), then two rows
 // (NI = 3: 8 rows as 3 + 3 + 2, not 3 + 3 + 1 + 1, which read the weights from L1 once more),
 // then one at a time.
@@ -122,19 +133,11 @@ LOOM_BF16 void Rows(const uint16_t* x, int64_t lo_offset, int64_t n, int64_t k, 
                     float* y, int64_t ldy, bool first_chunk) {
   int64_t i = 0;
   for (; i + NI <= n; i += NI) {
-    if (first_chunk && i == 0) {
-      Tile<NI, NJ, SPLIT, true>(x, lo_offset, k, w, y, ldy);
-    } else {
-      Tile<NI, NJ, SPLIT, false>(x + i * k, lo_offset, k, w, y + i * ldy, ldy);
-    }
+    TileAt<NI, NJ, SPLIT>(first_chunk && i == 0, x + i * k, lo_offset, k, w, y + i * ldy, ldy);
   }
   if constexpr (NI == 3) {
     if (n - i == 2) {
-      if (first_chunk && i == 0) {
-        Tile<2, NJ, SPLIT, true>(x, lo_offset, k, w, y, ldy);
-      } else {
-        Tile<2, NJ, SPLIT, false>(x + i * k, lo_offset, k, w, y + i * ldy, ldy);
-      }
+      TileAt<2, NJ, SPLIT>(first_chunk && i == 0, x + i * k, lo_offset, k, w, y + i * ldy, ldy);
       i += 2;
     }
   }

@@ -27,13 +27,19 @@ SequenceUpdate Finish(FinishReason reason) {
   return u;
 }
 
+// A non-streamed request's state with n choices; `wakes` counts the connection's wake-ups.
+std::shared_ptr<GenerationState> NonStreamed(int n, int* wakes) {
+  auto state = std::make_shared<GenerationState>();
+  state->choices.resize(static_cast<size_t>(n));
+  state->unfinished = n;
+  state->wake = [wakes] { ++*wakes; };
+  return state;
+}
+
 TEST(GenerationState, EveryFinishReasonIsCountedOnce) {
   Metrics metrics;
-  auto state = std::make_shared<GenerationState>();
-  state->choices.resize(4);
-  state->unfinished = 4;
   int wakes = 0;
-  state->wake = [&wakes] { ++wakes; };
+  auto state = NonStreamed(4, &wakes);
   const FinishReason reasons[] = {FinishReason::kStop, FinishReason::kLength, FinishReason::kAbort,
                                   FinishReason::kError};
   for (size_t i = 0; i < 4; ++i) {
@@ -68,11 +74,8 @@ TEST(GenerationState, AFailedChoiceWakesAWaitingReplyAtOnce) {
   // Not a stream: a reply waits for every choice, so a failed one must wake it (to cancel the
   // others) instead of waiting for its siblings to run to max_tokens.
   Metrics metrics;
-  auto state = std::make_shared<GenerationState>();
-  state->choices.resize(3);
-  state->unfinished = 3;
   int wakes = 0;
-  state->wake = [&wakes] { ++wakes; };
+  auto state = NonStreamed(3, &wakes);
   auto c0 = MakeChoiceCallback(state, 0, &metrics);
   auto c1 = MakeChoiceCallback(state, 1, &metrics);
   auto c2 = MakeChoiceCallback(state, 2, &metrics);
