@@ -108,8 +108,6 @@ bool Submit(ServerContext& ctx, const OpenAiRequest& r, std::shared_ptr<const Ad
       submitted.push_back(*id);
     }
   }
-  // As vLLM's counter: each of the n sequences prefills its prompt (usage counts it once).
-  ctx.metrics.prompt_tokens.fetch_add(static_cast<int64_t>(sub->prompt_tokens) * r.n);
   return true;
 }
 

@@ -12,6 +12,9 @@ AsyncEngine::Callback MakeChoiceCallback(std::shared_ptr<GenerationState> state,
     if (u.has_token) {
       metrics->generation_tokens.fetch_add(1);
       if (!c.got_first) {
+        // As vLLM's counter: a sequence's prompt counts once its prefill ends (its first token),
+        // so a request aborted or failed in the queue adds nothing; each of n sequences counts it.
+        metrics->prompt_tokens.fetch_add(u.prompt_tokens);
         metrics->ttft.Observe(std::chrono::duration<double>(now - state->start).count());
         c.got_first = true;
       } else {

@@ -13,10 +13,11 @@
 namespace loom::server {
 namespace {
 
-SequenceUpdate Token(int32_t id) {
+SequenceUpdate Token(int32_t id, int prompt_tokens = 5) {
   SequenceUpdate u;
   u.has_token = true;
   u.token = id;
+  u.prompt_tokens = prompt_tokens;  // every token's update carries its sequence's prompt length
   return u;
 }
 
@@ -91,6 +92,27 @@ TEST(GenerationState, AFailedChoiceWakesAWaitingReplyAtOnce) {
   c2(Finish(FinishReason::kAbort));
   EXPECT_EQ(wakes, 2);  // the last one finished
   EXPECT_EQ(state->unfinished, 0);
+}
+
+TEST(GenerationState, PromptTokensCountOnceAPrefilledSequence) {
+  // As vLLM: a sequence's prompt is counted when its prefill ends (its first token), once per
+  // sequence (n sequences count it n times), and not at all for one aborted before its first.
+  Metrics metrics;
+  int wakes = 0;
+  auto state = NonStreamed(3, &wakes);
+  auto c0 = MakeChoiceCallback(state, 0, &metrics);
+  auto c1 = MakeChoiceCallback(state, 1, &metrics);
+  auto c2 = MakeChoiceCallback(state, 2, &metrics);
+  c0(Token(1, 11));
+  c0(Token(2, 11));
+  c0(Token(3, 11));
+  c1(Token(4, 11));
+  EXPECT_EQ(metrics.prompt_tokens.load(), 22);
+  c2(Finish(FinishReason::kAbort));  // left the queue before its prefill ended
+  c0(Finish(FinishReason::kLength));
+  c1(Finish(FinishReason::kLength));
+  EXPECT_EQ(metrics.prompt_tokens.load(), 22);
+  EXPECT_EQ(metrics.generation_tokens.load(), 4);
 }
 
 }  // namespace
