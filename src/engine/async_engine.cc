@@ -108,19 +108,29 @@ void AsyncEngine::Publish() {
   s.step_counts = engine_.step_counts();
   s.prefix_queries = sched.prefix_queries();
   s.prefix_hits = sched.prefix_hits();
-  std::set<std::string> running, waiting;
-  for (const auto& q : sched.running()) {
-    if (q->request.adapter) running.insert(q->request.adapter->name());
+  // The adapter names are the only part that allocates: if that fails, the counts are
+  // published without them rather than not at all (a throw here left every gauge as it was
+  // before the step, and failed the round's updates with it).
+  try {
+    std::set<std::string> running, waiting;
+    for (const auto& q : sched.running()) {
+      if (q->request.adapter) running.insert(q->request.adapter->name());
+    }
+    for (const auto& q : sched.waiting()) {
+      if (q->request.adapter) waiting.insert(q->request.adapter->name());
+    }
+    s.running_adapters.assign(running.begin(), running.end());
+    s.waiting_adapters.assign(waiting.begin(), waiting.end());
+  } catch (...) {
+    std::fprintf(stderr, "loom: metrics: listing the adapters in use failed (%s)\n",
+                 CurrentExceptionText());
+    s.running_adapters.clear();
+    s.waiting_adapters.clear();
   }
-  for (const auto& q : sched.waiting()) {
-    if (q->request.adapter) waiting.insert(q->request.adapter->name());
-  }
-  s.running_adapters.assign(running.begin(), running.end());
-  s.waiting_adapters.assign(waiting.begin(), waiting.end());
   s.updated_unix_s =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   std::lock_guard<std::mutex> lock(mu_);
-  stats_ = std::move(s);
+  stats_ = std::move(s);  // moves: no allocation
 }
 
 void AsyncEngine::AbortAll() {
