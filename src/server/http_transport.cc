@@ -171,4 +171,6 @@ void HttpTransport::Stop() {
 void HttpTransport::Post(std::function<void()> work) { impl_->workers_post(std::move(work)); }
 int HttpTransport::num_handler_tasks() const { return impl_->num_handler_tasks.load(); }
 
+size_t HttpTransport::pending_body_bytes() const { return impl_->body_budget.used(); }
+
 }  // namespace loom::server

@@ -57,6 +57,9 @@ class HttpTransport {
   // Tasks on the handler threads, queued or running (Post's and the transport's own): Stop
   // joins them all, including those whose clients have left.
   int num_handler_tasks() const;
+  // Request-body bytes held against max_pending_body_bytes: being received, or read and not yet
+  // done with by their handler.
+  size_t pending_body_bytes() const;
 
   struct Impl;  // the I/O loop, acceptor, workers and connections (http_transport.cc)
 

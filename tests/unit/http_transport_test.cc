@@ -650,7 +650,11 @@ TEST_F(TransportTest, BodiesBeingReceivedShareOneBudget) {
   const std::string head = "POST /now HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n";
   const int stalled = Connect(port());
   Send(stalled, head + std::string(900000, 'a'));  // 100,000 bytes short: waits for them
-  std::this_thread::sleep_for(200ms);              // read by the server meanwhile
+  // Read by the server (its share held) before the next body starts: polled, not slept on.
+  for (int i = 0; i < 3000 && transport_->pending_body_bytes() < 900000; ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_GE(transport_->pending_body_bytes(), 900000u);
   const int next = Connect(port());
   Send(next, head);
   // The 503 comes once this body's growth passes what the stalled one left of the budget.
@@ -663,7 +667,9 @@ TEST_F(TransportTest, BodiesBeingReceivedShareOneBudget) {
   EXPECT_EQ(SendAndReadAll(port(), "POST /now HTTP/1.1\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
                 .substr(0, 12), "HTTP/1.1 200");
   ::close(stalled);
-  std::this_thread::sleep_for(200ms);  // its parser goes with its connection
+  // Its parser, and its share, go with its connection.
+  for (int i = 0; i < 3000 && transport_->pending_body_bytes() > 0; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(transport_->pending_body_bytes(), 0u);
   got = SendAndReadAll(port(), "POST /now HTTP/1.1\r\nContent-Length: 1000000\r\nConnection: close\r\n\r\n" +
                                    std::string(1000000, 'c'));
   EXPECT_TRUE(got.rfind("HTTP/1.1 200", 0) == 0) << got.substr(0, 300);
