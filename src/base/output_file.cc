@@ -41,6 +41,25 @@ bool IsOrIsUnder(const fs::path& path, const struct stat& input) {
   }
 }
 
+// The file in `folder` (up to 4 levels below it, links followed) that is `out` by inode, or "":
+// a model folder's files are often links to elsewhere (a hub cache snapshot's to ../../blobs/,
+// make_serve_model.py's to the model it serves), and the output replacing such a target
+// replaces the model's weights. More than 100,000 entries is an error (*too_many).
+std::string FolderEntryThatIs(const fs::path& folder, const struct stat& out, bool* too_many) {
+  std::error_code ec;
+  fs::recursive_directory_iterator it(folder, fs::directory_options::skip_permission_denied, ec);
+  size_t seen = 0;
+  for (; !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (++seen > 100000) {
+      *too_many = true;
+      return "";
+    }
+    if (it.depth() >= 4) it.disable_recursion_pending();
+    if (SameInode(it->path(), out)) return it->path().string();
+  }
+  return "";
+}
+
 }  // namespace
 
 StatusOr<std::string> CheckOutputFile(const std::string& path, const std::string& flag,
@@ -95,6 +114,20 @@ StatusOr<std::string> CheckOutputFile(const std::string& path, const std::string
       return InvalidArgument(flag + " " + path + " is " +
                              (S_ISDIR(in.st_mode) ? "inside " : "") + in_flag + " " + input +
                              "; loom never writes into its inputs");
+    }
+    struct stat out {};
+    if (exists && S_ISDIR(in.st_mode) && ::stat(real.c_str(), &out) == 0) {
+      bool too_many = false;
+      const std::string entry = FolderEntryThatIs(in_real, out, &too_many);
+      if (too_many) {
+        return InvalidArgument(flag + " " + path + ": " + in_flag + " " + input +
+                               " holds more than 100,000 files; cannot check that " + path +
+                               " is none of them");
+      }
+      if (!entry.empty()) {
+        return InvalidArgument(flag + " " + path + " is " + entry + " of " + in_flag + " " +
+                               input + " (through a link); loom never writes into its inputs");
+      }
     }
   }
   return real.string();

@@ -18,7 +18,9 @@
 namespace loom {
 
 // Checked before any work: `path` (resolved: symlinks, "." and "..") must not be, by path or by
-// inode, an input file nor lie inside an input folder; `inputs` are (flag, path) pairs, an
+// inode, an input file nor lie inside an input folder, nor (when it exists) be the file a link
+// in an input folder leads to (a hub cache snapshot's model.safetensors →
+// ../../blobs/<sha>); `inputs` are (flag, path) pairs, an
 // empty path skipped. `path` itself must not be a symbolic link, a folder or a special file (an
 // existing regular file is replaced, as `-o` does), except a terminal, pipe or /dev/null (also
 // through a link, /dev/stdout), which is returned as given and written as a stream. Returns the

@@ -63,6 +63,22 @@ TEST_F(OutputFile, AnInputByAnySpellingIsRefused) {
   EXPECT_EQ(Read(root_ / "model" / "model.safetensors"), "weights");
 }
 
+TEST_F(OutputFile, TheTargetOfALinkInAnInputFolderIsRefused) {
+  // A hub cache snapshot: the model folder's files are links to blobs elsewhere. Writing the
+  // output over a blob replaced the model's weights (helper 88's finding).
+  fs::create_directories(root_ / "blobs");
+  Write(root_ / "blobs" / "abc123", "real weights");
+  fs::create_directories(root_ / "model" / "sub");
+  fs::create_symlink(root_ / "blobs" / "abc123", root_ / "model" / "sub" / "shard.safetensors");
+  Write(root_ / "blobs" / "unrelated", "x");
+  auto r = Check(root_ / "blobs" / "abc123");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("shard.safetensors of --model"), std::string::npos)
+      << r.status().message();
+  EXPECT_EQ(Read(root_ / "blobs" / "abc123"), "real weights");
+  EXPECT_TRUE(Check(root_ / "blobs" / "unrelated").ok());  // a file no input leads to
+}
+
 TEST_F(OutputFile, ANewOrExistingFileElsewhereIsReplacedWhole) {
   for (const fs::path& p : {root_ / "new.json", root_ / "old.json"}) {
     if (p.filename() == "old.json") Write(p, "a much longer old content than the new one");
@@ -91,7 +107,7 @@ TEST_F(OutputFile, AStreamIsWrittenDirectly) {
 // Only a terminal or /dev/null among devices (any character device was written: /dev/kmsg,
 // /dev/mem as root); a pipe nobody reads is an error at the write, not a wait forever.
 TEST_F(OutputFile, OtherDevicesAreRefusedAndAPipeWithoutReaderFails) {
-  for (const std::string& dev : {"/dev/zero", "/dev/urandom", "/dev/full"}) {
+  for (const char* dev : {"/dev/zero", "/dev/urandom", "/dev/full"}) {
     if (!fs::exists(dev)) continue;
     auto r = Check(dev);
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << dev;
