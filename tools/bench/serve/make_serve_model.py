@@ -83,6 +83,11 @@ def synthetic_tokenizer(vocab_size):
 def make(model_dir, out_dir, force=False):
     model_dir = os.path.abspath(model_dir)
     out_dir = os.path.abspath(out_dir)
+    # Never into the model: the links below replace same-named files in out_dir (with out_dir
+    # the model folder, each weight file was deleted and replaced by a link to itself).
+    real_model, real_out = os.path.realpath(model_dir), os.path.realpath(out_dir)
+    if os.path.commonpath([real_model, real_out]) == real_model:
+        raise SystemExit(f"make_serve_model.py: --out {out_dir} is --model {model_dir} or inside it")
     with open(os.path.join(model_dir, "config.json")) as f:
         config = json.load(f)
     vocab_size = int(config["vocab_size"])
@@ -100,8 +105,10 @@ def make(model_dir, out_dir, force=False):
         dst = os.path.join(out_dir, name)
         if name in skip or not os.path.isfile(src):
             continue
-        if os.path.lexists(dst):
+        if os.path.islink(dst):
             os.remove(dst)
+        elif os.path.lexists(dst):
+            raise SystemExit(f"make_serve_model.py: {dst} exists and is not a link; not replacing it")
         os.symlink(os.path.relpath(src, out_dir), dst)
     tok = synthetic_tokenizer(vocab_size)
     tmp = os.path.join(out_dir, "tokenizer.json.tmp")
