@@ -537,11 +537,13 @@ Status WriteCheckpointAtomically(const std::string& out_dir, const std::string& 
                            ": cannot create a temporary folder: " + std::strerror(err));
   }
   const fs::path tmp(tmpl);
-  // mkdtemp makes 0700: the mode of the empty --out folder it replaces, else what mkdir gives
-  // (a fixed 0755 opened a private 0700 --out to everyone, whatever the umask).
+  // mkdtemp makes 0700, kept while the files are written (opened to others then, a user who can
+  // write an 0777 --out's mode could plant a link under a name loom then opens and truncates);
+  // then the mode of the empty --out folder it replaces, else what mkdir gives (a fixed 0755
+  // opened a private 0700 --out to everyone, whatever the umask).
   struct stat out_st {};
   const bool replacing = ::stat(out_real.c_str(), &out_st) == 0 && S_ISDIR(out_st.st_mode);
-  ::chmod(tmp.c_str(), replacing ? (out_st.st_mode & (0777 | S_ISGID)) : UmaskedMode(0777));
+  const mode_t mode = replacing ? (out_st.st_mode & (0777 | S_ISGID | S_ISVTX)) : UmaskedMode(0777);
   // Removed on every way out but success, an exception included (one thrown by `write` left it).
   struct RemoveUnlessKept {
     const fs::path& tmp;
@@ -555,22 +557,30 @@ Status WriteCheckpointAtomically(const std::string& out_dir, const std::string& 
     }
   } cleanup{tmp, remove_created};
   Status st = write(tmp.string());
+  if (st.ok() && ::chmod(tmp.c_str(), mode) != 0) {
+    st = Internal(tmp.string() + ": chmod failed: " + std::strerror(errno));
+  }
   if (st.ok()) st = SyncFolder(tmp, /*files_too=*/true);
   if (st.ok() && Interrupted()) st = InterruptedError("--out " + out_dir);
   if (st.ok()) {
-    // --out was checked empty (or absent); rmdir fails, rather than deleting, if it filled since.
-    if (fs::exists(fs::symlink_status(out_real, ec))) {
-      if (::rmdir(out_real.c_str()) != 0) {
-        st = FailedPrecondition("--out " + out_dir + " changed while " + command + " ran: " +
-                                std::strerror(errno));
-      }
+    // --out was checked empty (or absent): rename(2) replaces an empty folder in one step, and
+    // fails (ENOTEMPTY, ENOTDIR) rather than deleting anything if it filled or changed since.
+    // (An rmdir first left the user without their --out when the rename then failed.)
+    if (::rename(tmp.c_str(), out_real.c_str()) != 0) {
+      const int err = errno;
+      st = err == ENOTEMPTY || err == EEXIST || err == ENOTDIR || err == EISDIR
+               ? FailedPrecondition("--out " + out_dir + " changed while " + command + " ran: " +
+                                    std::strerror(err))
+               : Internal("--out " + out_dir + ": rename failed: " + std::strerror(err));
     }
-    ec.clear();
+    // The rename itself reaches the disk with its folder's entry. The checkpoint is in place
+    // whatever this gives: a failure is said, not turned into an error for a complete --out.
     if (st.ok()) {
-      fs::rename(tmp, out_real, ec);
-      if (ec) st = Internal("--out " + out_dir + ": rename failed: " + ec.message());
-      // The rename itself reaches the disk with its folder's entry.
-      if (st.ok()) st = SyncFolder(out_real.parent_path(), /*files_too=*/false);
+      const Status synced = SyncFolder(out_real.parent_path(), /*files_too=*/false);
+      if (!synced.ok()) {
+        std::fprintf(stderr, "loom: warning: %s is complete, but syncing its folder failed: %s\n",
+                     out_dir.c_str(), synced.message().c_str());
+      }
     }
   }
   cleanup.keep = st.ok();

@@ -146,6 +146,26 @@ TEST(CheckpointWriter, ModesFollowTheUmaskOrWhatIsReplaced) {
   }
 }
 
+TEST(CheckpointWriter, TheFolderIsPrivateWhileItsFilesAreWritten) {
+  // A shared scratch --out (1777): the files are written into a 0700 folder, which gets --out's
+  // mode (sticky bit included) only once they are all there; opened to others during the write,
+  // another user could plant a link under a name the writer then opened and truncated.
+  TempDir dir;
+  ScopedUmask mask(022);
+  const std::string out = dir.Path("shared");
+  fs::create_directories(out);
+  ASSERT_EQ(::chmod(out.c_str(), 01777), 0);
+  unsigned int mode_while_writing = 0;
+  auto write = [&](const std::string& tmp) {
+    mode_while_writing = ModeOf(tmp);
+    WriteBytes(tmp + "/f", "x");
+    return OkStatus();
+  };
+  ASSERT_TRUE(WriteCheckpointAtomically(out, out, "loom merge", write).ok());
+  EXPECT_EQ(mode_while_writing, 0700u);
+  EXPECT_EQ(ModeOf(out), 01777u);
+}
+
 class CheckpointWriterMerge : public ::testing::Test {
  protected:
   void SetUp() override {
