@@ -136,6 +136,51 @@ TEST(JinjaLimitsTest, TotalBuiltBytesAreBounded) {
               StatusCode::kResourceExhausted, "max_built_bytes", limits);
 }
 
+TEST(JinjaLimitsTest, ResultsThatOutliveTheirExpressionAreCounted) {
+  // Helper 89's audit, no clock (only the byte budgets may stop these): a filter's per-item
+  // results, a batch's fill, a loop's copy of its list and namespaces' attributes stay alive
+  // outside the expression that built them, and were counted nowhere (several GB each).
+  ExpectError("{{ [0]|batch(1000000, 'x' * 16000000)|list|length }}",
+              StatusCode::kResourceExhausted, "max_collection_bytes", NoClock());
+  ExpectError("{% set s = 'x' * 16000000 %}{{ ([none] * 100000)|map('default', s, true)|list|length }}",
+              StatusCode::kResourceExhausted, "max_collection_bytes", NoClock());
+  ExpectError("{{ (['a'] * 100000)|map('indent', 8000000, true)|list|length }}",
+              StatusCode::kResourceExhausted, "max_collection_bytes", NoClock());
+  RenderLimits small = NoClock();
+  small.max_built_bytes = 4 << 20;
+  // 1,000 loops over a 10,000-element list: each copies its slots.
+  ExpectError("{% set big = [0] * 10000 %}{% for i in range(1000) %}{% for x in big %}{% endfor %}"
+              "{% endfor %}",
+              StatusCode::kResourceExhausted, "max_built_bytes", small);
+  ExpectError("{% for i in range(100000) %}{% set n = namespace(a=1) %}{% set n.b = 2 %}{% endfor %}",
+              StatusCode::kResourceExhausted, "max_built_bytes", small);
+}
+
+TEST(JinjaLimitsTest, CopiesOfALargeStringShareIt) {
+  // A 16 MB string held by 100,000 namespaces (3.2 TB as copies), and by the loop copies of 60
+  // nested macro calls (~11 GB): one string, shared, as Python shares it.
+  const std::string s = "{% set s = 'x' * 16000000 %}";
+  ExpectRender(s + "{% for i in range(100000) %}{% set n = namespace(v=s) %}{% set n.w = s %}"
+                   "{% endfor %}done",
+               "done", NoClock());
+  ExpectRender(s + "{% set big = [s, s, s, s] %}{% macro f(d) %}{% for x in big %}"
+                   "{% if loop.first and d < 60 %}{{ f(d + 1) }}{% endif %}{% endfor %}"
+                   "{% endmacro %}{{ f(0) }}ok",
+               "ok", NoClock());
+}
+
+TEST(JinjaLimitsTest, ALongTemplateIsRefusedBeforeParsing) {
+  // 2 MiB of `[0,0,…]` parsed into hundreds of MB of tokens and nodes (a 200 MB one, tens of GB).
+  std::string text = "{{ [0";
+  while (text.size() < (size_t{2} << 20)) text += ",0";
+  text += "] }}";
+  StatusOr<Program> p = Parse(text);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(p.status().message().find("more than the 1048576"), std::string::npos)
+      << p.status().message();
+}
+
 TEST(JinjaLimitsTest, MacroRecursionIsBounded) {
   ExpectError("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
               StatusCode::kResourceExhausted, "macro calls nested deeper than 64");

@@ -277,6 +277,7 @@ StatusOr<Value> Map(Interpreter& interp, const Value& v, CallArgs& args) {
   }
   if (args.positional.empty()) return InvalidArgument("map needs a filter name or attribute=");
   std::string filter = SoftStr(args.positional[0]);
+  size_t bytes = 0;
   for (const Value& item : items) {
     // The copy of the other arguments is work too.
     RETURN_IF_ERROR(interp.Charge(static_cast<int64_t>(args.positional.size())));
@@ -284,6 +285,12 @@ StatusOr<Value> Map(Interpreter& interp, const Value& v, CallArgs& args) {
     a.positional.assign(args.positional.begin() + 1, args.positional.end());
     a.keyword = args.keyword;
     ASSIGN_OR_RETURN(Value x, interp.ApplyFilter(filter, item, a));
+    // The list's size as it grows (the whole list was checked only once built: 100,000 results
+    // of 16 MB each first).
+    const size_t cap = interp.options().limits.max_collection_bytes;
+    bytes += kValueBytes + Interpreter::ValueBytes(x, cap);
+    RETURN_IF_ERROR(interp.CheckCollectionBytes(bytes));
+    RETURN_IF_ERROR(interp.ChargeBuilt(kValueBytes + (x.is_string() ? x.str().size() : 0)));
     out.push_back(std::move(x));
   }
   return Value::MakeIterator(std::move(out), "generator");
@@ -334,15 +341,20 @@ StatusOr<Value> Indent(Interpreter& interp, const Value& v, CallArgs& args) {
   }
   RETURN_IF_ERROR(interp.CheckSize(grown));
   std::string out;
+  // Appended piece by piece (GCC 12 warned -Wrestrict on the temporaries of "\n" + ind).
   if (blank && blank->Truthy()) {
-    for (size_t i = 0; i < lines.size(); ++i) out += (i ? "\n" + ind : "") + lines[i];
+    for (size_t i = 0; i < lines.size(); ++i) {
+      if (i > 0) out.append(1, '\n').append(ind);
+      out.append(lines[i]);
+    }
   } else {
-    out = lines.empty() ? "" : lines[0];
+    if (!lines.empty()) out = lines[0];
     for (size_t i = 1; i < lines.size(); ++i) {
-      out += "\n" + (lines[i].empty() ? "" : ind + lines[i]);
+      out.append(1, '\n');
+      if (!lines[i].empty()) out.append(ind).append(lines[i]);
     }
   }
-  if (first && first->Truthy()) out = ind + out;
+  if (first && first->Truthy()) out.insert(0, ind);
   RETURN_IF_ERROR(interp.CheckSize(out.size()));
   return Value::String(std::move(out));
 }
@@ -450,11 +462,14 @@ StatusOr<Value> Batch(Interpreter& interp, const Value& v, CallArgs& args) {
   }
   ASSIGN_OR_RETURN(List items, interp.Iterate(v));
   if (fill && !fill->is_none()) {
-    // The last batch is padded to linecount: bound it before filling.
-    RETURN_IF_ERROR(interp.CheckCollectionBytes(
-        count->as_int() > static_cast<int64_t>(SIZE_MAX / (2 * kValueBytes))
-            ? SIZE_MAX
-            : static_cast<size_t>(count->as_int()) * kValueBytes));
+    // The last batch is padded to linecount: bound it before filling, the fill value counted in
+    // every slot as a list of them is (a 16 MB fill a million times passed a slots-only check).
+    const size_t each = kValueBytes + Interpreter::ValueBytes(*fill, SIZE_MAX / 2);
+    const size_t bytes = static_cast<uint64_t>(count->as_int()) > SIZE_MAX / each
+                             ? SIZE_MAX
+                             : static_cast<size_t>(count->as_int()) * each;
+    RETURN_IF_ERROR(interp.CheckCollectionBytes(bytes));
+    RETURN_IF_ERROR(interp.ChargeBuilt(static_cast<size_t>(count->as_int()) * kValueBytes));
   }
   List out, cur;
   for (Value& item : items) {

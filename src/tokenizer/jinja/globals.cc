@@ -80,6 +80,8 @@ StatusOr<Value> Namespace(Interpreter& interp, CallArgs& args) {
           k + "'. Please rename the attribute.");
     }
   }
+  // Kept until the render ends (tracked to break cycles): counted as built.
+  RETURN_IF_ERROR(interp.ChargeBuilt(kValueBytes * (1 + d.size())));
   Value ns = Value::MakeNamespace(std::move(d));
   interp.TrackMutable(ns);  // `ns.self = ns` makes a cycle; the render breaks it at its end
   return ns;

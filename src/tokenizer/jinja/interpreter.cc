@@ -239,6 +239,10 @@ Status Interpreter::ExecFor(const Stmt& s, const std::shared_ptr<Scope>& scope,
                             std::string* out) {
   ASSIGN_OR_RETURN(Value iterable, Eval(*s.expr, scope));
   ASSIGN_OR_RETURN(List items, Iterate(iterable));
+  // The loop holds its copy of a list's element slots (strings shared) while it runs: nested
+  // macro calls, each looping over a large list, held a copy each. (A filter's copy goes when
+  // the filter returns; a string's or dict's items are counted by Iterate.)
+  if (iterable.is_list()) RETURN_IF_ERROR(ChargeBuilt(items.size() * kValueBytes));
   if (s.cond) {
     // jinja2 filters first, so loop.length/last count only the items that pass.
     List kept;
@@ -297,6 +301,8 @@ Status Interpreter::ExecSet(const Stmt& s, const std::shared_ptr<Scope>& scope) 
           "Chat templates cannot store underscore-prefixed attributes on a namespace, but got '" +
           s.attr + "'. Please rename the attribute.");
     }
+    // Kept until the render ends (namespaces are tracked to break cycles).
+    RETURN_IF_ERROR(ChargeBuilt(kValueBytes + s.attr.size()));
     ns.mutable_dict().Set(s.attr, std::move(v));
     return OkStatus();
   }
@@ -492,6 +498,10 @@ StatusOr<List> Interpreter::Iterate(const Value& v) {
     case ValueKind::kList:
       return v.list();
     case ValueKind::kDict: {
+      // New strings, one per key (a dict's keys are not values to share).
+      size_t bytes = 0;
+      for (const auto& [k, unused] : v.dict().items()) bytes += kValueBytes + k.size();
+      RETURN_IF_ERROR(ChargeBuilt(bytes));
       List keys;
       for (const auto& [k, unused] : v.dict().items()) keys.push_back(Value::String(k));
       return keys;

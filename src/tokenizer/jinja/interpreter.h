@@ -52,7 +52,7 @@ struct RenderLimits {
   size_t max_stack_bytes = kDefaultMaxStackBytes;
   int max_value_depth = 128;       // nesting of lists / dicts a template builds
   int64_t max_steps = 20'000'000;  // evaluated expressions + loop iterations
-  // Wall-clock budget of one render, in milliseconds (0: none). Checked every 16 steps.
+  // Wall-clock budget of one render, in milliseconds (0: none). Checked every 4 steps.
   int64_t max_render_ms = 1000;
 };
 
@@ -108,7 +108,7 @@ class Interpreter {
   StatusOr<Value> GetItem(const Value& obj, const Value& key);
   // Items a for loop / filter iterates: list items, dict keys, string characters.
   StatusOr<List> Iterate(const Value& v);
-  // Counts work against max_steps (and, every 1024 steps, the clock against max_render_ms);
+  // Counts work against max_steps (and, every 4 steps, the clock against max_render_ms);
   // errors once a budget is spent.
   Status Charge(int64_t steps = 1);
   // Errors when a string of `bytes` would exceed max_output_bytes.

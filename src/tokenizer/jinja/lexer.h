@@ -29,9 +29,16 @@ struct Token {
 };
 
 // Lexer options; transformers renders chat templates with both on.
+// The longest template Parse takes by default (real chat templates are 1–50 KB).
+inline constexpr size_t kMaxTemplateBytes = size_t{1} << 20;
+
 struct LexerOptions {
   bool trim_blocks = true;
   bool lstrip_blocks = true;
+  // Tokens and syntax nodes take ~50–300 bytes each for as little as 2 bytes of source: a
+  // 200 MB template of `{{[0,0,0,…]}}` would take tens of GB to parse. (Tests of the parser's
+  // depth limits raise it.)
+  size_t max_source_bytes = kMaxTemplateBytes;
 };
 
 // Tokenizes `source`. `{% raw %}` blocks come out as kText. Errors name the line.

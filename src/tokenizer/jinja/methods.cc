@@ -379,7 +379,7 @@ const MethodEntry kMethods[] = {
       for (size_t i = 0; i < self.list().size(); ++i) {
         if (self.list()[i].Equals(*x)) return Value::Int(static_cast<int64_t>(i));
       }
-      return InvalidArgument(x->Repr() + " is not in list");
+      return InvalidArgument(x->ShortRepr() + " is not in list");
     }),
     M(kList, "count", {
       const Value* x = FindArg(args, 0, "value");

@@ -780,6 +780,11 @@ class Parser {
 }  // namespace
 
 StatusOr<Program> Parse(const std::string& source, const LexerOptions& options) {
+  if (source.size() > options.max_source_bytes) {
+    return ResourceExhausted("template is " + std::to_string(source.size()) +
+                             " bytes, more than the " + std::to_string(options.max_source_bytes) +
+                             " a template may have (chat templates are a few KB)");
+  }
   ASSIGN_OR_RETURN(std::vector<Token> tokens, Tokenize(source, options));
   return Parser(std::move(tokens)).Run();
 }

@@ -10,6 +10,8 @@
 
 namespace loom::jinja {
 
+const std::string Value::kEmpty;
+
 const Value* Dict::Find(const std::string& key) const {
   for (const auto& [k, v] : items_) {
     if (k == key) return &v;
@@ -38,7 +40,7 @@ void Dict::AppendNew(std::string key, Value value) {
 
 Value Value::Undefined(std::string hint) {
   Value v;
-  v.s_ = std::move(hint);
+  if (!hint.empty()) v.s_ = std::make_shared<const std::string>(std::move(hint));
   return v;
 }
 Value Value::None() {
@@ -67,7 +69,7 @@ Value Value::Float(double f) {
 Value Value::String(std::string s) {
   Value v;
   v.kind_ = ValueKind::kString;
-  v.s_ = std::move(s);
+  if (!s.empty()) v.s_ = std::make_shared<const std::string>(std::move(s));
   return v;
 }
 Value Value::SafeString(std::string s) {
@@ -209,7 +211,7 @@ bool Value::Truthy() const {
     case ValueKind::kFloat:
       return f_ != 0.0;
     case ValueKind::kString:
-      return !s_.empty();
+      return !str().empty();
     case ValueKind::kList:
       return (is_iterator() && !is_view()) || !list_->empty();
     case ValueKind::kDict:
@@ -383,7 +385,7 @@ std::string Value::ToString() const {
     case ValueKind::kUndefined:
       return "";
     case ValueKind::kString:
-      return s_;
+      return str();
     case ValueKind::kNone:
     case ValueKind::kBool:
     case ValueKind::kInt:
@@ -421,8 +423,8 @@ void Value::ReprInto(std::string* out, int depth, size_t max_bytes) const {
       return;
     case ValueKind::kString:
       // A string longer than the whole budget is cut first: its repr would be cut anyway.
-      *out += s_.size() > max_bytes ? StringRepr(std::string(Utf8Prefix(s_, max_bytes)))
-                                    : StringRepr(s_);
+      *out += str().size() > max_bytes ? StringRepr(std::string(Utf8Prefix(str(), max_bytes)))
+                                       : StringRepr(str());
       return;
     case ValueKind::kList: {
       if (is_iterator() && !is_view()) {
@@ -472,7 +474,7 @@ bool Value::Equals(const Value& other) const {
     case ValueKind::kNone:
       return true;
     case ValueKind::kString:
-      return s_ == other.s_;
+      return str() == other.str();
     case ValueKind::kList:
       if (is_iterator() || other.is_iterator()) return list_ == other.list_;
       if (is_tuple_ != other.is_tuple_ || list_->size() != other.list_->size()) return false;
@@ -504,7 +506,7 @@ StatusOr<bool> Value::Less(const Value& other) const {
     if (is_float() || other.is_float()) return as_double() < other.as_double();
     return as_int() < other.as_int();
   }
-  if (is_string() && other.is_string()) return s_ < other.s_;  // UTF-8 order = code point order
+  if (is_string() && other.is_string()) return str() < other.str();  // UTF-8 order = code point order
   if (is_list() && other.is_list() && is_tuple_ == other.is_tuple_) {
     const List& a = *list_;
     const List& b = *other.list_;

@@ -65,7 +65,9 @@ class Dict {
   std::vector<std::pair<std::string, Value>> items_;
 };
 
-// A value. Copies share lists, dicts and namespaces (like Python references); strings are copied.
+// A value. Copies share lists, dicts and namespaces (like Python references) and strings
+// (immutable, as Python's: a copy of a 16 MB string held by a loop variable, a namespace or a
+// filter's result list costs a reference, not 16 MB).
 // Not thread-safe.
 class Value {
  public:
@@ -121,9 +123,9 @@ class Value {
   bool as_bool() const { return b_; }
   int64_t as_int() const { return is_bool() ? (b_ ? 1 : 0) : i_; }
   double as_double() const { return is_float() ? f_ : static_cast<double>(as_int()); }
-  const std::string& str() const { return s_; }
+  const std::string& str() const { return s_ ? *s_ : kEmpty; }
   // Undefined: why it is undefined ("'foo' is undefined"); used in error messages.
-  const std::string& undefined_hint() const { return s_; }
+  const std::string& undefined_hint() const { return str(); }
   const List& list() const { return *list_; }
   const Dict& dict() const { return *dict_; }
   Dict& mutable_dict() const { return *dict_; }  // namespaces only
@@ -147,7 +149,10 @@ class Value {
     ReprInto(&out, 0, kMaxReprBytes);
     return out;
   }
-  static constexpr size_t kMaxReprBytes = size_t{64} << 20;
+  // Just above RenderLimits' default max_output_bytes (16 MiB): a longer text could not be
+  // output anyway, and one step that prints a self-referencing namespace (a `lower` test on it
+  // inside `select` over 100,000 items) built 64 MiB and decoded it, ~0.5 s a step.
+  static constexpr size_t kMaxReprBytes = (size_t{16} << 20) + 64;
   // repr(x) cut to `max_bytes` (on a character boundary) followed by "..." when longer, built
   // without writing more than about that much: what an error or Undefined message quotes of a
   // key a template computed (a dict key may be a 16 MB string).
@@ -175,7 +180,8 @@ class Value {
   std::string iter_type_;
   int64_t i_ = 0;
   double f_ = 0;
-  std::string s_;
+  std::shared_ptr<const std::string> s_;  // strings and Undefined hints; null = ""
+  static const std::string kEmpty;
   std::shared_ptr<List> list_;
   std::shared_ptr<Dict> dict_;
   std::shared_ptr<Callable> fn_;
