@@ -125,8 +125,8 @@ StatusOr<std::string> CheckOutputFile(const std::string& path, const std::string
                                " is none of them");
       }
       if (!entry.empty()) {
-        return InvalidArgument(flag + " " + path + " is " + entry + " of " + in_flag + " " +
-                               input + " (through a link); loom never writes into its inputs");
+        return InvalidArgument(flag + " " + path + " is " + entry + " of " + in_flag + " " + input +
+                               " (through a link); loom never writes into its inputs");
       }
     }
   }

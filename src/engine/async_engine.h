@@ -65,7 +65,7 @@ class AsyncEngine {
   // After a round threw: aborts and tells every sequence in flight, known to the engine or not.
   void Recover();
   void AbortAll();  // every sequence in flight (engine thread)
-  void Publish();  // never throws (the adapter lists are left empty when they cannot be built)
+  void Publish();   // never throws (the adapter lists are left empty when they cannot be built)
   // A request that could not be added (an allocation failed): its client gets an error update.
   void FailUnadded(int64_t id, const char* what);  // never throws
 

@@ -569,8 +569,8 @@ Status WriteCheckpointAtomically(const std::string& out_dir, const std::string& 
     if (::rename(tmp.c_str(), out_real.c_str()) != 0) {
       const int err = errno;
       st = err == ENOTEMPTY || err == EEXIST || err == ENOTDIR || err == EISDIR
-               ? FailedPrecondition("--out " + out_dir + " changed while " + command + " ran: " +
-                                    std::strerror(err))
+               ? FailedPrecondition("--out " + out_dir + " changed while " + command +
+                                    " ran: " + std::strerror(err))
                : Internal("--out " + out_dir + ": rename failed: " + std::strerror(err));
     }
     // The rename itself reaches the disk with its folder's entry. The checkpoint is in place

@@ -668,7 +668,8 @@ TEST_F(TransportTest, BodiesBeingReceivedShareOneBudget) {
                 .substr(0, 12), "HTTP/1.1 200");
   ::close(stalled);
   // Its parser, and its share, go with its connection.
-  for (int i = 0; i < 3000 && transport_->pending_body_bytes() > 0; ++i) std::this_thread::sleep_for(10ms);
+  for (int i = 0; i < 3000 && transport_->pending_body_bytes() > 0; ++i)
+    std::this_thread::sleep_for(10ms);
   ASSERT_EQ(transport_->pending_body_bytes(), 0u);
   got = SendAndReadAll(port(), "POST /now HTTP/1.1\r\nContent-Length: 1000000\r\nConnection: close\r\n\r\n" +
                                    std::string(1000000, 'c'));

@@ -142,18 +142,21 @@ TEST(JinjaLimitsTest, ResultsThatOutliveTheirExpressionAreCounted) {
   // outside the expression that built them, and were counted nowhere (several GB each).
   ExpectError("{{ [0]|batch(1000000, 'x' * 16000000)|list|length }}",
               StatusCode::kResourceExhausted, "max_collection_bytes", NoClock());
-  ExpectError("{% set s = 'x' * 16000000 %}{{ ([none] * 100000)|map('default', s, true)|list|length }}",
-              StatusCode::kResourceExhausted, "max_collection_bytes", NoClock());
+  ExpectError(
+      "{% set s = 'x' * 16000000 %}{{ ([none] * 100000)|map('default', s, true)|list|length }}",
+      StatusCode::kResourceExhausted, "max_collection_bytes", NoClock());
   ExpectError("{{ (['a'] * 100000)|map('indent', 8000000, true)|list|length }}",
               StatusCode::kResourceExhausted, "max_collection_bytes", NoClock());
   RenderLimits small = NoClock();
   small.max_built_bytes = 4 << 20;
   // 1,000 loops over a 10,000-element list: each copies its slots.
-  ExpectError("{% set big = [0] * 10000 %}{% for i in range(1000) %}{% for x in big %}{% endfor %}"
-              "{% endfor %}",
-              StatusCode::kResourceExhausted, "max_built_bytes", small);
-  ExpectError("{% for i in range(100000) %}{% set n = namespace(a=1) %}{% set n.b = 2 %}{% endfor %}",
-              StatusCode::kResourceExhausted, "max_built_bytes", small);
+  ExpectError(
+      "{% set big = [0] * 10000 %}{% for i in range(1000) %}{% for x in big %}{% endfor %}"
+      "{% endfor %}",
+      StatusCode::kResourceExhausted, "max_built_bytes", small);
+  ExpectError(
+      "{% for i in range(100000) %}{% set n = namespace(a=1) %}{% set n.b = 2 %}{% endfor %}",
+      StatusCode::kResourceExhausted, "max_built_bytes", small);
 }
 
 TEST(JinjaLimitsTest, CopiesOfALargeStringShareIt) {

@@ -506,7 +506,8 @@ StatusOr<bool> Value::Less(const Value& other) const {
     if (is_float() || other.is_float()) return as_double() < other.as_double();
     return as_int() < other.as_int();
   }
-  if (is_string() && other.is_string()) return str() < other.str();  // UTF-8 order = code point order
+  if (is_string() && other.is_string())
+    return str() < other.str();  // UTF-8 order = code point order
   if (is_list() && other.is_list() && is_tuple_ == other.is_tuple_) {
     const List& a = *list_;
     const List& b = *other.list_;
