@@ -57,6 +57,15 @@ TEST(JinjaInterpreterTest, SnippetsMatchJinja2) {
   }
 }
 
+TEST(JinjaInterpreterTest, UnsignedJsonAboveInt64StaysPositive) {
+  // Request JSON (chat_template_kwargs) may hold 2^64 − 1: it wrapped to −1. Python keeps the
+  // big integer; loom's nearest is the float.
+  const auto ctx = nlohmann::ordered_json::parse(R"({"x": 18446744073709551615, "y": 7})");
+  StatusOr<std::string> got = RenderText("{{ x > 0 }} {{ x }} {{ y }}", ctx);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, "True 1.8446744073709552e+19 7");
+}
+
 // What loom says for each template jinja2 also rejects (snippets.json "errors").
 struct ExpectedError {
   const char* name;

@@ -142,8 +142,12 @@ Value Value::FromJson(const nlohmann::ordered_json& j) {
       return Bool(j.get<bool>());
     case nlohmann::ordered_json::value_t::number_integer:
       return Int(j.get<int64_t>());
-    case nlohmann::ordered_json::value_t::number_unsigned:
-      return Int(static_cast<int64_t>(j.get<uint64_t>()));
+    case nlohmann::ordered_json::value_t::number_unsigned: {
+      // Above 2^63 − 1 as a float (Python keeps a big int; wrapping made 2^64 − 1 read as −1).
+      const uint64_t u = j.get<uint64_t>();
+      return u > static_cast<uint64_t>(INT64_MAX) ? Float(static_cast<double>(u))
+                                                  : Int(static_cast<int64_t>(u));
+    }
     case nlohmann::ordered_json::value_t::number_float:
       return Float(j.get<double>());
     case nlohmann::ordered_json::value_t::string:
