@@ -79,6 +79,7 @@ class Engine {
   std::vector<GenerationResult> RunToCompletion();
 
   int max_model_len() const { return max_model_len_; }
+  int max_num_seqs() const { return options_.max_num_seqs; }
   const KvCache& kv_cache() const { return *cache_; }
   const Scheduler& scheduler() const { return scheduler_; }
   const Model& model() const { return *model_; }
@@ -88,7 +89,8 @@ class Engine {
   // Measured milliseconds per row of a step (moving average over steps of ≥ 16 rows); 0 until
   // one ran. Only kept when target_step_ms is set.
   double ms_per_row() const { return ms_per_row_; }
-  // Keep per-step updates (the server does); the CLI only reads finished results.
+  // Keep per-step updates (the server does); the CLI only reads finished results. With updates,
+  // the log-probs (and prompt log-probs) go out with them and the results keep none.
   void set_emit_updates(bool on) { emit_updates_ = on; }
 
  private:

@@ -31,6 +31,47 @@ std::string ParamFor(const Status& st) {
   return "";
 }
 
+// A sequence's max_tokens: vLLM's get_max_tokens (chat without max_tokens fills the context, or
+// stops at the model's recommended max_new_tokens; --override-generation-config's cap caps
+// every request).
+int MaxTokensFor(const ServerContext& ctx, const OpenAiRequest& r, size_t prompt_len) {
+  int max_tokens = r.params.max_tokens;
+  const GenerationDefaults& defaults = ctx.options.generation_defaults;
+  if (!r.max_tokens_given && r.endpoint == Endpoint::kChat) {
+    max_tokens = std::max(1, ctx.max_model_len - static_cast<int>(prompt_len));
+    if (defaults.max_tokens) max_tokens = std::min(max_tokens, *defaults.max_tokens);
+  }
+  if (defaults.max_tokens_cap) max_tokens = std::min(max_tokens, *defaults.max_tokens_cap);
+  return max_tokens;
+}
+
+// A non-streamed reply is held whole until its last sequence ends (each token's update, then
+// the JSON tree and its text at once): 64 prompts × n 16 × 4,000 tokens × 21 log-probs asked
+// ~8 GB of one request. At most kMaxReplyEntries tokens and alternatives (~75 bytes each at the
+// peak, ~300 MB); beyond, a 400 naming the field that sized it. A stream keeps a few tokens.
+constexpr int64_t kMaxReplyEntries = int64_t{1} << 22;
+bool CheckReplyBudget(const ServerContext& ctx, const OpenAiRequest& r,
+                      const std::vector<std::vector<int32_t>>& prompts, ApiError* error) {
+  if (r.stream) return true;
+  const int64_t per_token = 1 + (r.want_logprobs ? std::max(1, r.logprobs) : 0);
+  int64_t tokens = 0;
+  for (const auto& p : prompts)
+    tokens += static_cast<int64_t>(MaxTokensFor(ctx, r, p.size())) * r.n;
+  if (tokens * per_token <= kMaxReplyEntries) return true;  // ≤ 1024 × 2^31 × 21: no overflow
+  const std::string field = r.max_tokens_given || r.endpoint == Endpoint::kCompletions
+                                ? r.max_tokens_field
+                                : std::string(r.n > 1 ? "n" : "messages");
+  *error = BadRequest(field, "this request could return " + std::to_string(tokens) +
+                                 " tokens (prompts × n × max_tokens) with " +
+                                 std::to_string(per_token - 1) +
+                                 " log-prob alternatives each; a reply without stream holds at "
+                                 "most " +
+                                 std::to_string(kMaxReplyEntries) +
+                                 " tokens and alternatives: set stream, or lower max_tokens, n "
+                                 "or logprobs");
+  return false;
+}
+
 struct Submission {
   std::shared_ptr<GenerationState> state;
   std::vector<std::vector<int32_t>> prompts;
@@ -57,17 +98,7 @@ bool Submit(ServerContext& ctx, const OpenAiRequest& r, std::shared_ptr<const Ad
     g.adapter = adapter;
     g.params = r.params;
     if (r.params.seed.has_value()) g.params.seed = *r.params.seed + static_cast<uint64_t>(j);
-    // vLLM's get_max_tokens: chat without max_tokens fills the context, or stops at the
-    // model's recommended max_new_tokens; --override-generation-config's caps every request.
-    const GenerationDefaults& defaults = ctx.options.generation_defaults;
-    if (!r.max_tokens_given && r.endpoint == Endpoint::kChat) {
-      g.params.max_tokens = std::max(1, ctx.max_model_len - static_cast<int>(g.prompt.size()));
-      if (defaults.max_tokens)
-        g.params.max_tokens = std::min(g.params.max_tokens, *defaults.max_tokens);
-    }
-    if (defaults.max_tokens_cap) {
-      g.params.max_tokens = std::min(g.params.max_tokens, *defaults.max_tokens_cap);
-    }
+    g.params.max_tokens = MaxTokensFor(ctx, r, g.prompt.size());
     g.params.logprobs = r.want_logprobs ? std::max(1, r.logprobs) : 0;
     // echo with logprobs scores the prompt too (what lm-evaluation-harness's loglikelihood
     // sends); prompt_logprobs asks for it directly.
@@ -258,14 +289,24 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
     if (p.empty()) return fail(BadRequest(prompt_field, std::string(prompt_field) + " is empty"));
   }
   // Queue limit: sequences submitted but not running, this request's (prompts × n) included,
-  // so one request of 64 prompts × n = 16 cannot carry the queue past it; a request alone in an
-  // empty queue is admitted whatever its size (≤ 1024 sequences by the parser's limits). The
-  // engine's last snapshot may lag a step behind: the bound is approximate by a few sequences,
-  // never unbounded. This request's are reserved from the check until Submit has handed them to
-  // the engine (num_in_flight): handlers checking at once see each other's.
+  // so one request of 64 prompts × n = 16 cannot carry the queue past it. A request of more
+  // sequences than run and wait at once is a 400 (it was admitted into an empty queue whatever
+  // its size, and everyone else got 503 until hundreds of its sequences had run). The engine's last
+  // snapshot may lag a step behind: the bound is approximate by a few sequences, never unbounded.
+  // This request's are reserved from the check until Submit has handed them to the engine
+  // (num_in_flight): handlers checking at once see each other's.
   const int64_t wanted = static_cast<int64_t>(sub.prompts.size()) * r.n;
+  const int64_t room = int64_t{ctx.options.max_waiting} + ctx.engine->engine().max_num_seqs();
+  if (wanted > room) {
+    return fail(BadRequest(r.n > 1 ? "n" : prompt_field,
+                           "this request asks for " + std::to_string(wanted) +
+                               " sequences (prompts × n), more than the " + std::to_string(room) +
+                               " the server runs and queues at once (--max-num-seqs + "
+                               "--max-waiting); send fewer prompts or a lower n"));
+  }
   if (!CheckLogitBiasBudget(r, wanted, &error)) return fail(error);
   if (!CheckPromptLogprobBudget(r, sub.prompts, &error)) return fail(error);
+  if (!CheckReplyBudget(ctx, r, sub.prompts, &error)) return fail(error);
   const int64_t others = ctx.admitting.fetch_add(wanted);
   struct Unreserve {
     std::atomic<int64_t>& admitting;
@@ -320,6 +361,17 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
   meta.created = static_cast<int64_t>(std::time(nullptr));
   meta.model = r.model;
   meta.prompt_tokens = sub.prompt_tokens;
+  // The reply keeps the request while its sequences run: of the chat only the last message (the
+  // response's role, chat echo), of the prompts only their text for echo. A long chat, its
+  // chat_template_kwargs and token-id prompts were held whole until the end, outside the body
+  // budget (an 8 MiB body parses into ~64 MB of JSON; 512 waiting requests, GBs).
+  r.chat_template_kwargs = nullptr;
+  if (r.messages.is_array() && r.messages.size() > 1) {
+    json last = std::move(r.messages.back());
+    r.messages = json::array();
+    r.messages.push_back(std::move(last));
+  }
+  if (!r.echo) std::vector<Prompt>().swap(r.prompts);
   if (!r.stream) {
     ex->Defer(std::make_shared<CompletionReply>(ctx, std::move(r), std::move(meta), std::move(sub)));
     abort_unless_answered.answered = true;  // the reply aborts what is left if its client goes

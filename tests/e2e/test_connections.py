@@ -101,7 +101,8 @@ def test_queue_limit_counts_each_requests_sequences(start_server, long_dir):
     # --max-num-seqs 1 --max-waiting 4: one stream runs, one waits; a request of n = 4 would
     # make 5 waiting sequences: 503 (before, only the queue's length was checked, so one
     # request of 64 prompts × n = 16 went far past the limit). Alone in an empty queue, a
-    # request larger than the limit is still served.
+    # request that fits what runs and waits at once (1 + 4) is served; a larger one is a 400
+    # naming n (it was admitted, and everyone else got 503 until most of it had run).
     import requests
     srv = start_server(long_dir, ["--max-num-seqs", "1", "--max-waiting", "4"])
     streams = []
@@ -115,6 +116,39 @@ def test_queue_limit_counts_each_requests_sequences(start_server, long_dir):
     finally:
         for s in streams:
             s.close()
-    r = served_again(srv, {"model": "llama_long", "prompt": "x", "max_tokens": 2, "n": 8})
+    r = served_again(srv, {"model": "llama_long", "prompt": "x", "max_tokens": 2, "n": 5})
     assert r.status_code == 200, r.text
-    assert len(r.json()["choices"]) == 8
+    assert len(r.json()["choices"]) == 5
+    r = requests.post(srv.url + "/v1/completions", timeout=30,
+                      json={"model": "llama_long", "prompt": ["x", "y"], "max_tokens": 2, "n": 3})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == "n" and "6 sequences" in err["message"] and "--max-waiting" in err["message"]
+
+
+def test_a_reply_held_whole_is_bounded(start_server, long_dir):
+    # A reply without stream is held whole until its last sequence ends: 8 prompts × n 16 ×
+    # 16,000 tokens × (1 + 5 log-probs) is 12 M entries, past the 4 Mi a reply may hold: a 400
+    # naming max_tokens (chat without max_tokens fills the 16 K context: naming n), and the same
+    # as a stream is admitted (a stream keeps a few tokens). Nothing of either runs long: the
+    # stream is closed at its first bytes.
+    import requests
+    srv = start_server(long_dir, [])
+    body = {"model": "llama_long", "prompt": ["x"] * 8, "n": 16, "max_tokens": 16000, "logprobs": 5}
+    r = requests.post(srv.url + "/v1/completions", timeout=30, json=body)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == "max_tokens" and "set stream" in err["message"], err
+    chat = {"model": "llama_long", "messages": [{"role": "user", "content": "hi"}], "n": 16,
+            "logprobs": True, "top_logprobs": 20}
+    r = requests.post(srv.url + "/v1/chat/completions", timeout=30, json=chat)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "n", r.text
+    with requests.post(srv.url + "/v1/completions", timeout=30, stream=True,
+                       json=dict(body, stream=True)) as s:
+        assert s.status_code == 200, s.text
+        next(s.iter_lines())
+    # A modest one is served as before.
+    r = requests.post(srv.url + "/v1/completions", timeout=60,
+                      json={"model": "llama_long", "prompt": "x", "n": 2, "max_tokens": 3, "logprobs": 5})
+    assert r.status_code == 200, r.text
