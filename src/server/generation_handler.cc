@@ -54,15 +54,21 @@ bool CheckReplyBudget(const ServerContext& ctx, const OpenAiRequest& r,
                       const std::vector<std::vector<int32_t>>& prompts, ApiError* error) {
   if (r.stream) return true;
   const int64_t per_token = 1 + (r.want_logprobs ? std::max(1, r.logprobs) : 0);
+  // echo: each choice also carries its prompt (its text; with logprobs its entries, which the
+  // prompt log-prob budget bounds too).
   int64_t tokens = 0;
-  for (const auto& p : prompts)
-    tokens += static_cast<int64_t>(MaxTokensFor(ctx, r, p.size())) * r.n;
+  for (const auto& p : prompts) {
+    tokens += (static_cast<int64_t>(MaxTokensFor(ctx, r, p.size())) +
+               (r.echo ? static_cast<int64_t>(p.size()) : 0)) *
+              r.n;
+  }
   if (tokens * per_token <= kMaxReplyEntries) return true;  // ≤ 1024 × 2^31 × 21: no overflow
   const std::string field = r.max_tokens_given || r.endpoint == Endpoint::kCompletions
                                 ? r.max_tokens_field
                                 : std::string(r.n > 1 ? "n" : "messages");
   *error = BadRequest(field, "this request could return " + std::to_string(tokens) +
-                                 " tokens (prompts × n × max_tokens) with " +
+                                 " tokens (prompts × n × max_tokens" +
+                                 (r.echo ? ", and the prompts echoed" : "") + ") with " +
                                  std::to_string(per_token - 1) +
                                  " log-prob alternatives each; a reply without stream holds at "
                                  "most " +

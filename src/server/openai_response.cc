@@ -393,7 +393,9 @@ json StreamWriter::ChoiceChunk(size_t index, const SequenceUpdate& u) {
 bool StreamWriter::NextPumpIsLarge() const {
   // Chat echo's first pump: the echoed message (up to a body's size) once per choice.
   if (!started_ && request_.echo_last_message) return true;
-  if (!request_.echo || !request_.want_logprobs || ended_) return false;
+  // Completions echo: each choice's first chunk leads with its prompt's text (64 prompts × n 16 of
+  // long token-id prompts: megabytes a pump), with logprobs its entries too.
+  if (!request_.echo || ended_) return false;
   return std::find(first_sent_.begin(), first_sent_.end(), false) != first_sent_.end();
 }
 

@@ -148,6 +148,13 @@ def test_a_reply_held_whole_is_bounded(start_server, long_dir):
                        json=dict(body, stream=True)) as s:
         assert s.status_code == 200, s.text
         next(s.iter_lines())
+    # echo: each choice carries its prompt too (64 prompts of 9,000 ids × n 8 echoed: 4.6 M).
+    r = requests.post(srv.url + "/v1/completions", timeout=30,
+                      json={"model": "llama_long", "prompt": [[5] * 9000] * 64, "n": 8, "echo": True,
+                            "max_tokens": 0})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == "max_tokens" and "echoed" in err["message"], err
     # A modest one is served as before.
     r = requests.post(srv.url + "/v1/completions", timeout=60,
                       json={"model": "llama_long", "prompt": "x", "n": 2, "max_tokens": 3, "logprobs": 5})
