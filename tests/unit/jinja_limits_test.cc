@@ -18,7 +18,16 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::ordered_json;
 
-StatusOr<std::string> RenderText(const std::string& text, RenderLimits limits = {}) {
+// The default limits without the time budget: every case here is about another limit (the
+// time budget's own test sets it), which must stop it however slow the machine (a sanitized
+// build on a busy CI core took the 1 s budget first on some).
+RenderLimits NoClock() {
+  RenderLimits limits;
+  limits.max_render_ms = 0;
+  return limits;
+}
+
+StatusOr<std::string> RenderText(const std::string& text, RenderLimits limits = NoClock()) {
   ASSIGN_OR_RETURN(Program program, Parse(text));
   RETURN_IF_ERROR(ValidateNames(program));
   RenderOptions options;
@@ -27,7 +36,7 @@ StatusOr<std::string> RenderText(const std::string& text, RenderLimits limits = 
 }
 
 void ExpectError(const std::string& text, StatusCode code, const std::string& fragment,
-                 RenderLimits limits = {}) {
+                 RenderLimits limits = NoClock()) {
   StatusOr<std::string> r = RenderText(text, limits);
   ASSERT_FALSE(r.ok()) << text << " gave " << *r;
   EXPECT_EQ(r.status().code(), code) << text << ": " << r.status().ToString();
@@ -36,18 +45,10 @@ void ExpectError(const std::string& text, StatusCode code, const std::string& fr
 }
 
 void ExpectRender(const std::string& text, const std::string& expected,
-                  RenderLimits limits = {}) {
+                  RenderLimits limits = NoClock()) {
   StatusOr<std::string> r = RenderText(text, limits);
   ASSERT_TRUE(r.ok()) << text << ": " << r.status().ToString();
   EXPECT_EQ(*r, expected) << text;
-}
-
-// The default limits without the time budget: for renders that must succeed however slow the
-// machine (a sanitized build on a busy CI core took the 1 s budget on one of them).
-RenderLimits NoClock() {
-  RenderLimits limits;
-  limits.max_render_ms = 0;
-  return limits;
 }
 
 TEST(JinjaLimitsTest, SizesAreCheckedBeforeBuildingWithoutWrapping) {
