@@ -63,9 +63,10 @@ bool CheckReplyBudget(const ServerContext& ctx, const OpenAiRequest& r,
               r.n;
   }
   if (tokens * per_token <= kMaxReplyEntries) return true;  // ≤ 1024 × 2^31 × 21: no overflow
-  const std::string field = r.max_tokens_given || r.endpoint == Endpoint::kCompletions
+  // A chat without max_tokens (it fills the context) names n when several, else max_tokens.
+  const std::string field = r.max_tokens_given || r.endpoint == Endpoint::kCompletions || r.n == 1
                                 ? r.max_tokens_field
-                                : std::string(r.n > 1 ? "n" : "messages");
+                                : std::string("n");
   *error = BadRequest(field, "this request could return " + std::to_string(tokens) +
                                  " tokens (prompts × n × max_tokens" +
                                  (r.echo ? ", and the prompts echoed" : "") + ") with " +
