@@ -88,6 +88,13 @@ HttpResponse HandleDetokenize(ServerContext& ctx, const HttpRequest& req) {
                    "the model folder has no tokenizer (tokenizer.json, tokenizer.model or "
                    "vocab.json + merges.txt)"));
   }
+  // No sequence of this model is longer: an 8 MiB body of long-token ids decoded to ~300 MB on
+  // a handler thread (helper 90).
+  if (static_cast<int64_t>(r.tokens.size()) > ctx.max_model_len) {
+    return ErrorReply(BadRequest(
+        "tokens", std::to_string(r.tokens.size()) + " tokens, more than the model's context (" +
+                      std::to_string(ctx.max_model_len) + ", --max-model-len)"));
+  }
   for (size_t i = 0; i < r.tokens.size(); ++i) {
     if (r.tokens[i] >= ctx.tokenizer->id_limit()) {
       return ErrorReply(BadRequest(

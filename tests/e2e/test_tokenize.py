@@ -110,6 +110,12 @@ def test_refusals_name_the_field(server):
         assert r.status_code == status, (path, body, r.text)
         err = r.json()["error"]
         assert err["param"] == param and err["code"] == status, (path, body, err)
+    # /detokenize takes at most the context's worth of ids (no sequence is longer).
+    mml = server.post("/tokenize", {"prompt": "a"}).json()["max_model_len"]
+    assert server.post("/detokenize", {"tokens": [97] * mml}).json() == {"prompt": "a" * mml}
+    r = server.post("/detokenize", {"tokens": [97] * (mml + 1)})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tokens", r.text
+    assert "more than the model's context" in r.json()["error"]["message"]
     # On the byte-level tokenizer every byte is one token, and decoding gives them back.
     r = server.post("/tokenize", {"model": "qv", "prompt": "héllo"}).json()
     assert r["tokens"] == list("héllo".encode()) and r["count"] == 6
