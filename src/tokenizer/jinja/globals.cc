@@ -4,6 +4,7 @@
 
 #include "tokenizer/jinja/builtins.h"
 #include "tokenizer/jinja/interpreter.h"
+#include "tokenizer/jinja/utf8.h"
 
 namespace loom::jinja {
 namespace {
@@ -94,7 +95,11 @@ StatusOr<Value> DictFn(Interpreter& interp, CallArgs& args) {
 
 StatusOr<Value> RaiseException(Interpreter& interp, CallArgs& args) {
   const Value* msg = FindArg(args, 0, "message");
-  return Status(kRaisedCode, msg == nullptr ? "" : PyStr(*msg));
+  std::string text = msg == nullptr ? "" : PyStr(*msg);
+  // The client reads it in a 400: real templates raise a sentence; a 16 MB one is cut.
+  constexpr size_t kMaxRaisedBytes = 4096;
+  if (text.size() > kMaxRaisedBytes) text = std::string(Utf8Prefix(text, kMaxRaisedBytes)) + "...";
+  return Status(kRaisedCode, std::move(text));
 }
 
 StatusOr<Value> StrftimeNow(Interpreter& interp, CallArgs& args) {

@@ -225,7 +225,7 @@ StatusOr<Value> Format(Interpreter& interp, const Value& self, CallArgs& args) {
       if (e == std::string::npos) return InvalidArgument("Single '{' encountered in format string");
       std::string field = f.substr(i + 1, e - i - 1);
       if (field.find_first_of(":!.[") != std::string::npos) {
-        return InvalidArgument("unsupported: str.format field '{" + field + "}'");
+        return InvalidArgument("unsupported: str.format field '{" + CutForMessage(field) + "}'");
       }
       const Value* v = nullptr;
       if (field.empty() || std::all_of(field.begin(), field.end(), ::isdigit)) {
@@ -237,7 +237,8 @@ StatusOr<Value> Format(Interpreter& interp, const Value& self, CallArgs& args) {
           idx = SIZE_MAX;  // more digits than a size_t: out of range like any other
         }
         if (idx >= args.positional.size()) {
-          return InvalidArgument("Replacement index " + (field.empty() ? std::to_string(idx) : field) +
+          return InvalidArgument("Replacement index " +
+                                 (field.empty() ? std::to_string(idx) : CutForMessage(field)) +
                                  " out of range for positional args tuple");
         }
         v = &args.positional[idx];
@@ -245,7 +246,7 @@ StatusOr<Value> Format(Interpreter& interp, const Value& self, CallArgs& args) {
         for (const auto& [k, kv] : args.keyword) {
           if (k == field) v = &kv;
         }
-        if (v == nullptr) return InvalidArgument("'" + field + "'");
+        if (v == nullptr) return InvalidArgument("'" + CutForMessage(field) + "'");
       }
       const std::string piece = PyStr(*v);
       RETURN_IF_ERROR(interp.CheckSize(out.size() + piece.size()));
