@@ -41,22 +41,25 @@ bool IsOrIsUnder(const fs::path& path, const struct stat& input) {
   }
 }
 
-// The file in `folder` (up to 4 levels below it, links followed) that is `out` by inode, or "":
+// The file in `folder` (its entries and 4 levels of folders below, links followed) that is
+// `out` by inode, or "":
 // a model folder's files are often links to elsewhere (a hub cache snapshot's to ../../blobs/,
 // make_serve_model.py's to the model it serves), and the output replacing such a target
-// replaces the model's weights. More than 100,000 entries is an error (*too_many).
-std::string FolderEntryThatIs(const fs::path& folder, const struct stat& out, bool* too_many) {
+// replaces the model's weights. More than 100,000 entries, or a listing that fails part-way,
+// is *unchecked (the caller refuses rather than guess).
+std::string FolderEntryThatIs(const fs::path& folder, const struct stat& out, bool* unchecked) {
   std::error_code ec;
   fs::recursive_directory_iterator it(folder, fs::directory_options::skip_permission_denied, ec);
   size_t seen = 0;
   for (; !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
     if (++seen > 100000) {
-      *too_many = true;
+      *unchecked = true;
       return "";
     }
     if (it.depth() >= 4) it.disable_recursion_pending();
     if (SameInode(it->path(), out)) return it->path().string();
   }
+  if (ec) *unchecked = true;
   return "";
 }
 
@@ -117,12 +120,12 @@ StatusOr<std::string> CheckOutputFile(const std::string& path, const std::string
     }
     struct stat out {};
     if (exists && S_ISDIR(in.st_mode) && ::stat(real.c_str(), &out) == 0) {
-      bool too_many = false;
-      const std::string entry = FolderEntryThatIs(in_real, out, &too_many);
-      if (too_many) {
-        return InvalidArgument(flag + " " + path + ": " + in_flag + " " + input +
-                               " holds more than 100,000 files; cannot check that " + path +
-                               " is none of them");
+      bool unchecked = false;
+      const std::string entry = FolderEntryThatIs(in_real, out, &unchecked);
+      if (unchecked) {
+        return InvalidArgument(flag + " " + path + ": cannot list all of " + in_flag + " " + input +
+                               " (more than 100,000 files, or a listing error) to check that " +
+                               path + " is none of them");
       }
       if (!entry.empty()) {
         return InvalidArgument(flag + " " + path + " is " + entry + " of " + in_flag + " " + input +

@@ -261,15 +261,16 @@ void Engine::ApplyDrawn(Sequence* seq, Drawn drawn) {
   seq->result.generated.push_back(token);
   update.has_token = true;
   update.token = token;
-  // With updates (the server), each log-prob goes out with its token's update and the result
-  // keeps none: both kept ~210 bytes a token (20 alternatives) for a result nobody reads, and the
-  // prompt's were copied.
+  // The prompt's log-probs are copied, not moved: their count is also how many prompt positions
+  // are scored (a preempted sequence's recompute must not score them again).
   if (emit_updates_ && seq->request.prompt_logprobs >= 0 && !seq->prompt_logprobs_sent) {
     seq->prompt_logprobs_sent = true;
-    update.prompt_logprobs = std::move(seq->result.prompt_logprobs);
-    update.prompt_ranks = std::move(seq->result.prompt_ranks);
-    update.prompt_top_logprobs = std::move(seq->result.prompt_top_logprobs);
+    update.prompt_logprobs = seq->result.prompt_logprobs;
+    update.prompt_ranks = seq->result.prompt_ranks;
+    update.prompt_top_logprobs = seq->result.prompt_top_logprobs;
   }
+  // With updates (the server), each token's log-probs go out with its update and the result
+  // keeps none: they kept ~210 bytes a token (20 alternatives) for a result nobody reads.
   if (seq->request.params.logprobs > 0) {
     if (emit_updates_) {
       update.logprob = chosen;

@@ -90,7 +90,7 @@ class Engine {
   // one ran. Only kept when target_step_ms is set.
   double ms_per_row() const { return ms_per_row_; }
   // Keep per-step updates (the server does); the CLI only reads finished results. With updates,
-  // the log-probs (and prompt log-probs) go out with them and the results keep none.
+  // each token's log-probs go out with its update and the results keep none.
   void set_emit_updates(bool on) { emit_updates_ = on; }
 
  private:

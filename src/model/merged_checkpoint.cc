@@ -558,7 +558,8 @@ Status WriteCheckpointAtomically(const std::string& out_dir, const std::string& 
   } cleanup{tmp, remove_created};
   Status st = write(tmp.string());
   if (st.ok() && ::chmod(tmp.c_str(), mode) != 0) {
-    st = Internal(tmp.string() + ": chmod failed: " + std::strerror(errno));
+    const int err = errno;  // before the message's allocations
+    st = Internal(tmp.string() + ": chmod failed: " + std::strerror(err));
   }
   if (st.ok()) st = SyncFolder(tmp, /*files_too=*/true);
   if (st.ok() && Interrupted()) st = InterruptedError("--out " + out_dir);

@@ -56,17 +56,21 @@ bool CheckReplyBudget(const ServerContext& ctx, const OpenAiRequest& r,
   const int64_t per_token = 1 + (r.want_logprobs ? std::max(1, r.logprobs) : 0);
   // echo: each choice also carries its prompt (its text; with logprobs its entries, which the
   // prompt log-prob budget bounds too).
-  int64_t tokens = 0;
+  int64_t tokens = 0, echoed = 0;
   for (const auto& p : prompts) {
-    tokens += (static_cast<int64_t>(MaxTokensFor(ctx, r, p.size())) +
-               (r.echo ? static_cast<int64_t>(p.size()) : 0)) *
-              r.n;
+    tokens += static_cast<int64_t>(MaxTokensFor(ctx, r, p.size())) * r.n;
+    if (r.echo) echoed += static_cast<int64_t>(p.size()) * r.n;
   }
+  const int64_t generated = tokens;
+  tokens += echoed;
   if (tokens * per_token <= kMaxReplyEntries) return true;  // ≤ 1024 × 2^31 × 21: no overflow
-  // A chat without max_tokens (it fills the context) names n when several, else max_tokens.
-  const std::string field = r.max_tokens_given || r.endpoint == Endpoint::kCompletions || r.n == 1
-                                ? r.max_tokens_field
-                                : std::string("n");
+  // A chat without max_tokens (it fills the context) names n when several, else max_tokens;
+  // echo when the echoed prompts are most of it.
+  const std::string field =
+      echoed > generated ? std::string("echo")
+      : r.max_tokens_given || r.endpoint == Endpoint::kCompletions || r.n == 1
+          ? r.max_tokens_field
+          : std::string("n");
   *error = BadRequest(field, "this request could return " + std::to_string(tokens) +
                                  " tokens (prompts × n × max_tokens" +
                                  (r.echo ? ", and the prompts echoed" : "") + ") with " +

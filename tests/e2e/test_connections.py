@@ -154,7 +154,7 @@ def test_a_reply_held_whole_is_bounded(start_server, long_dir):
                             "max_tokens": 0})
     assert r.status_code == 400, r.text
     err = r.json()["error"]
-    assert err["param"] == "max_tokens" and "echoed" in err["message"], err
+    assert err["param"] == "echo" and "echoed" in err["message"], err
     # A modest one is served as before.
     r = requests.post(srv.url + "/v1/completions", timeout=60,
                       json={"model": "llama_long", "prompt": "x", "n": 2, "max_tokens": 3, "logprobs": 5})

@@ -242,7 +242,15 @@ Status Interpreter::ExecFor(const Stmt& s, const std::shared_ptr<Scope>& scope,
   // The loop holds its copy of a list's element slots (strings shared) while it runs: nested
   // macro calls, each looping over a large list, held a copy each. (A filter's copy goes when
   // the filter returns; a string's or dict's items are counted by Iterate.)
-  if (iterable.is_list()) RETURN_IF_ERROR(ChargeBuilt(items.size() * kValueBytes));
+  // Counted while the loop runs, given back when it ends (a loop over the messages inside a
+  // loop over them would otherwise spend the render's budget at ~2,000 messages).
+  const size_t held = iterable.is_list() ? items.size() * kValueBytes : 0;
+  RETURN_IF_ERROR(ChargeBuilt(held));
+  struct GiveBack {
+    size_t& built;
+    size_t n;
+    ~GiveBack() { built -= std::min(built, n); }
+  } give_back{built_bytes_, held};
   if (s.cond) {
     // jinja2 filters first, so loop.length/last count only the items that pass.
     List kept;
@@ -585,7 +593,7 @@ StatusOr<Value> Interpreter::EvalInner(const Expr& e, const std::shared_ptr<Scop
         ASSIGN_OR_RETURN(Value k, Eval(*e.args[i], scope));
         ASSIGN_OR_RETURN(Value v, Eval(*e.args[i + 1], scope));
         if (!k.is_string()) {
-          return InvalidArgument("unsupported: dict literal with a non-string key " + k.Repr());
+          return InvalidArgument("unsupported: dict literal with a non-string key " + k.ShortRepr());
         }
         d.Set(k.str(), std::move(v));
       }

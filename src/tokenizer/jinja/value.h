@@ -197,7 +197,7 @@ std::string FloatRepr(double f);
 std::string StringRepr(const std::string& s);
 // `name` cut to Value::kMaxMessageQuote bytes (on a character boundary) followed by "..." when
 // longer: what an error or Undefined message quotes of an attribute name a template computed.
-// Every copy of an Undefined copies its message.
+// Copies of an Undefined share its message.
 std::string CutForMessage(const std::string& name);
 
 }  // namespace loom::jinja

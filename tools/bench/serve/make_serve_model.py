@@ -99,7 +99,7 @@ def make(model_dir, out_dir, force=False):
                 return out_dir
     os.makedirs(out_dir, exist_ok=True)
     skip = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
-            "merges.txt"}
+            "merges.txt", "serve_model.json"}  # the stamp, written below: never a link into --model
     for name in sorted(os.listdir(model_dir)):
         src = os.path.join(model_dir, name)
         dst = os.path.join(out_dir, name)
