@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "server/metrics.h"
 
@@ -35,6 +36,15 @@ std::shared_ptr<GenerationState> NonStreamed(int n, int* wakes) {
   state->unfinished = n;
   state->wake = [wakes] { ++*wakes; };
   return state;
+}
+
+// Each choice's engine callback, in choice order.
+std::vector<AsyncEngine::Callback> Callbacks(const std::shared_ptr<GenerationState>& state,
+                                             Metrics* metrics) {
+  std::vector<AsyncEngine::Callback> cb;
+  for (size_t i = 0; i < state->choices.size(); ++i)
+    cb.push_back(MakeChoiceCallback(state, i, metrics));
+  return cb;
 }
 
 TEST(GenerationState, EveryFinishReasonIsCountedOnce) {
@@ -77,19 +87,17 @@ TEST(GenerationState, AFailedChoiceWakesAWaitingReplyAtOnce) {
   Metrics metrics;
   int wakes = 0;
   auto state = NonStreamed(3, &wakes);
-  auto c0 = MakeChoiceCallback(state, 0, &metrics);
-  auto c1 = MakeChoiceCallback(state, 1, &metrics);
-  auto c2 = MakeChoiceCallback(state, 2, &metrics);
-  c0(Token(3));
-  c1(Token(4));
+  auto cb = Callbacks(state, &metrics);
+  cb[0](Token(3));
+  cb[1](Token(4));
   EXPECT_EQ(wakes, 0);
-  c0(Finish(FinishReason::kError));
+  cb[0](Finish(FinishReason::kError));
   EXPECT_EQ(wakes, 1);
   EXPECT_TRUE(state->failed);
-  c1(Token(5));  // still running: no wake for its token
+  cb[1](Token(5));  // still running: no wake for its token
   EXPECT_EQ(wakes, 1);
-  c1(Finish(FinishReason::kAbort));  // cancelled
-  c2(Finish(FinishReason::kAbort));
+  cb[1](Finish(FinishReason::kAbort));  // cancelled
+  cb[2](Finish(FinishReason::kAbort));
   EXPECT_EQ(wakes, 2);  // the last one finished
   EXPECT_EQ(state->unfinished, 0);
 }
@@ -100,17 +108,15 @@ TEST(GenerationState, PromptTokensCountOnceAPrefilledSequence) {
   Metrics metrics;
   int wakes = 0;
   auto state = NonStreamed(3, &wakes);
-  auto c0 = MakeChoiceCallback(state, 0, &metrics);
-  auto c1 = MakeChoiceCallback(state, 1, &metrics);
-  auto c2 = MakeChoiceCallback(state, 2, &metrics);
-  c0(Token(1, 11));
-  c0(Token(2, 11));
-  c0(Token(3, 11));
-  c1(Token(4, 11));
+  auto cb = Callbacks(state, &metrics);
+  cb[0](Token(1, 11));
+  cb[0](Token(2, 11));
+  cb[0](Token(3, 11));
+  cb[1](Token(4, 11));
   EXPECT_EQ(metrics.prompt_tokens.load(), 22);
-  c2(Finish(FinishReason::kAbort));  // left the queue before its prefill ended
-  c0(Finish(FinishReason::kLength));
-  c1(Finish(FinishReason::kLength));
+  cb[2](Finish(FinishReason::kAbort));  // left the queue before its prefill ended
+  cb[0](Finish(FinishReason::kLength));
+  cb[1](Finish(FinishReason::kLength));
   EXPECT_EQ(metrics.prompt_tokens.load(), 22);
   EXPECT_EQ(metrics.generation_tokens.load(), 4);
 }

@@ -8,28 +8,18 @@
 #include <string>
 
 #include "tokenizer/tokenizer.h"
+#include "unit/tokenizer_test_util.h"
 
 namespace loom::tokenizer {
 namespace {
+
+using test::TinyByteLevel;
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 bool Contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
-}
-
-json TinyByteLevel() {
-  json vocab = json::object();
-  for (int c = 33; c < 127; ++c) vocab[std::string(1, static_cast<char>(c))] = c - 33;
-  vocab["\xC4\xA0"] = 94;  // "Ġ" = space
-  return {{"version", "1.0"},
-          {"added_tokens", json::array()},
-          {"normalizer", nullptr},
-          {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
-          {"post_processor", nullptr},
-          {"decoder", {{"type", "ByteLevel"}}},
-          {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array()}}}};
 }
 
 json Template(int sequences, int specials) {
@@ -49,7 +39,7 @@ json Template(int sequences, int specials) {
 
 TEST(TokenizerBounds, APostProcessorCannotRepeatThePrompt) {
   // 85 templates that each doubled the ids: one prompt token became 2^85 ids.
-  json j = TinyByteLevel();
+  json j = TinyByteLevel(/*ab_merge=*/false);
   j["post_processor"] = {{"type", "Sequence"},
                          {"processors", json::array({Template(2, 0), Template(2, 0)})}};
   auto t = Tokenizer::FromJson(j.dump());
@@ -77,7 +67,7 @@ TEST(TokenizerBounds, BpeAffixesAndUnkTokenAreBounded) {
   for (const auto& [key, limit] : {std::pair<const char*, int>{"continuing_subword_prefix", 16},
                                    {"end_of_word_suffix", 16},
                                    {"unk_token", 256}}) {
-    json j = TinyByteLevel();
+    json j = TinyByteLevel(/*ab_merge=*/false);
     j["model"][key] = std::string(1 << 20, 'a');  // copied (and hashed) for every character
     auto t = Tokenizer::FromJson(j.dump());
     ASSERT_FALSE(t.ok()) << key;
@@ -88,7 +78,7 @@ TEST(TokenizerBounds, BpeAffixesAndUnkTokenAreBounded) {
     j["model"][key] = std::string(static_cast<size_t>(limit), '#');  // the limit itself loads
     EXPECT_TRUE(Tokenizer::FromJson(j.dump()).ok()) << key;
   }
-  json j = TinyByteLevel();
+  json j = TinyByteLevel(/*ab_merge=*/false);
   j["model"]["continuing_subword_prefix"] = "##";
   j["model"]["unk_token"] = "!";
   ASSERT_TRUE(Tokenizer::FromJson(j.dump()).ok());
@@ -96,7 +86,7 @@ TEST(TokenizerBounds, BpeAffixesAndUnkTokenAreBounded) {
 
 TEST(TokenizerBounds, AnLstripTokenOverLongWhitespaceIsLinear) {
   // Each match walked back over every space before it: 5e11 steps for this text.
-  json j = TinyByteLevel();
+  json j = TinyByteLevel(/*ab_merge=*/false);
   j["added_tokens"] = json::array({{{"id", 95},
                                     {"content", " "},
                                     {"special", false},

@@ -9,30 +9,19 @@
 #include <string>
 
 #include "tokenizer/bpe_model.h"
+#include "tokenizer/json_limits.h"
 #include "tokenizer/normalizer.h"
 #include "tokenizer/regex.h"
-#include "tokenizer/json_limits.h"
 #include "tokenizer/tokenizer.h"
+#include "unit/tokenizer_test_util.h"
 
 namespace loom::tokenizer {
 namespace {
 
+using test::TinyByteLevel;
+
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-json TinyByteLevel() {
-  json vocab = json::object();
-  for (int c = 33; c < 127; ++c) vocab[std::string(1, static_cast<char>(c))] = c - 33;
-  vocab["\xC4\xA0"] = 94;  // "Ġ" = space
-  vocab["ab"] = 95;
-  return {{"version", "1.0"},
-          {"added_tokens", json::array()},
-          {"normalizer", nullptr},
-          {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
-          {"post_processor", nullptr},
-          {"decoder", {{"type", "ByteLevel"}}},
-          {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array({"a b"})}}}};
-}
 
 // TinyByteLevel with one Split pre-tokenizer on `regex` (isolated matches).
 json WithSplit(const std::string& regex) {

@@ -10,8 +10,12 @@
 #include <memory>
 #include <sstream>
 
+#include "unit/tokenizer_test_util.h"
+
 namespace loom::tokenizer {
 namespace {
+
+using test::TinyByteLevel;
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -230,20 +234,6 @@ TEST(TokenizerAddedTokens, SingleWordUsesTheWordCharacterClass) {
     ASSERT_TRUE(ids.ok()) << text;
     EXPECT_EQ(*ids, want) << text;
   }
-}
-
-json TinyByteLevel() {
-  json vocab = json::object();
-  for (int c = 33; c < 127; ++c) vocab[std::string(1, static_cast<char>(c))] = c - 33;
-  vocab["\xC4\xA0"] = 94;  // "Ġ" = space
-  vocab["ab"] = 95;
-  return {{"version", "1.0"},
-          {"added_tokens", json::array()},
-          {"normalizer", nullptr},
-          {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
-          {"post_processor", nullptr},
-          {"decoder", {{"type", "ByteLevel"}}},
-          {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array({"a b"})}}}};
 }
 
 TEST(TokenizerLoad, TinyByteLevelWorks) {
