@@ -114,22 +114,28 @@ TEST(MatmulKernels, Bf16DotRowIndependentOfRowCount) {
   std::vector<uint16_t> hi(p.x.size()), lo(p.x.size());
   RoundToBf16(Isa::kScalar, p.x.data(), static_cast<int64_t>(p.x.size()), hi.data(), lo.data());
   const auto* w = reinterpret_cast<const uint16_t*>(p.w.data());
-  // 13 rows: 3-row tiles and a 1-row tail; 8 and 2: a 2-row tile (and 2-row tiles with the split).
-  for (bool split : {false, true}) for (int64_t rows : {p.n, int64_t{8}, int64_t{2}}) {
-    const uint16_t* l = split ? lo.data() : nullptr;
-    std::vector<float> all(static_cast<size_t>(rows * p.m));
-    MatmulBf16Avx512(hi.data(), l, rows, p.k, w, 0, 32, all.data(), p.m);
-    MatmulBf16Avx512(hi.data(), l, rows, p.k, w, 32, p.m, all.data(), p.m);
-    for (int64_t i = 0; i < rows; ++i) {
-      std::vector<float> one(static_cast<size_t>(p.m));
-      const int64_t off = i * p.k;
-      MatmulBf16Avx512(hi.data() + off, split ? lo.data() + off : nullptr, 1, p.k, w, 0, 16, one.data(), p.m);
-      MatmulBf16Avx512(hi.data() + off, split ? lo.data() + off : nullptr, 1, p.k, w, 16, p.m, one.data(), p.m);
-      for (int64_t j = 0; j < p.m; ++j) {
-        ASSERT_EQ(one[static_cast<size_t>(j)], all[static_cast<size_t>(i * p.m + j)]) << "row " << i << " of " << rows << " col " << j << " split " << split;
+  // 13 rows: 3-row tiles and a 1-row tail; 2-8: one weight row at a time against all of them
+  // (Columns; 2-row tiles with the split).
+  for (bool split : {false, true})
+    for (int64_t rows :
+         {p.n, int64_t{8}, int64_t{7}, int64_t{5}, int64_t{4}, int64_t{3}, int64_t{2}}) {
+      const uint16_t* l = split ? lo.data() : nullptr;
+      std::vector<float> all(static_cast<size_t>(rows * p.m));
+      MatmulBf16Avx512(hi.data(), l, rows, p.k, w, 0, 32, all.data(), p.m);
+      MatmulBf16Avx512(hi.data(), l, rows, p.k, w, 32, p.m, all.data(), p.m);
+      for (int64_t i = 0; i < rows; ++i) {
+        std::vector<float> one(static_cast<size_t>(p.m));
+        const int64_t off = i * p.k;
+        MatmulBf16Avx512(hi.data() + off, split ? lo.data() + off : nullptr, 1, p.k, w, 0, 16,
+                         one.data(), p.m);
+        MatmulBf16Avx512(hi.data() + off, split ? lo.data() + off : nullptr, 1, p.k, w, 16, p.m,
+                         one.data(), p.m);
+        for (int64_t j = 0; j < p.m; ++j) {
+          ASSERT_EQ(one[static_cast<size_t>(j)], all[static_cast<size_t>(i * p.m + j)])
+              << "row " << i << " of " << rows << " col " << j << " split " << split;
+        }
       }
     }
-  }
 }
 
 // The f32-activation kernels (every level, every weight dtype) give each row the same bits whether

@@ -88,7 +88,9 @@ BENCHMARK(BM_Matmul)
     // Llama-3.2-1B's k = 2048 (gate/up: 8192 × 2048) at prefill rows.
     ->ArgsProduct({{128}, {8192}, {2048}, {0}})
     // Decode to prefill row counts with the weights hot (in L2/L3) and cold (from DRAM).
-    ->ArgsProduct({{1, 8, 32, 128}, {4864}, {896}, {3}})
+    ->ArgsProduct({{1, 2, 4, 8, 16, 32, 128}, {4864}, {896}, {3}})
+    ->ArgsProduct({{2, 3, 4, 8}, {8192}, {2048}, {3}})
+    ->ArgsProduct({{4, 8}, {8960}, {1536}, {3}})
     ->ArgsProduct({{1, 8, 32, 128}, {896}, {4864}, {2, 3}})
     // The packed layout `loom serve` reads, hot and cold, at serving step sizes.
     ->ArgsProduct({{1, 32, 64, 96, 128}, {4864}, {896}, {4, 5}})
