@@ -192,8 +192,8 @@ TEST(JinjaInterpreterTest, FiltersAndOperatorsMatchJinja2) {
        "{{ 1.5|round(-1, 'ceil') }} {{ 7|round(-1, 'floor') }} "
        "{{ 5|round(2, 'floor') }} {{ -0.001|round(2, 'ceil') }} "
        "{{ -0.001|round(2, 'floor') }} {{ 0.1|round(30, 'floor') }} "
-       "{{ 42.55|round(1, 'floor') }} {{ 5|round(400, 'ceil') }}",
-       "2.67 1.3 10.0 0.0 5.0 0.0 -0.01 0.1 42.5 5.0"},
+       "{{ 42.55|round(1, 'floor') }} {{ 5|round(400, 'ceil') }} {{ 5|round(-320, 'ceil') }}",
+       "2.67 1.3 10.0 0.0 5.0 0.0 -0.01 0.1 42.5 5.0 inf"},
       {"{{ 'abc'.replace('b', 'x', true) }} {{ 'abcb'|replace('b', 'x', none) }} "
        "{{ 'abcb'|replace('b', 'x', 1) }} {{ 'abcb'.replace('b', 'x', -1) }}",
        "axc axcx axcb axcx"},
@@ -227,6 +227,8 @@ TEST(JinjaInterpreterTest, FilterErrorsMatchJinja2) {
       {"{{ nope|int }}", "'nope' is undefined"},
       {"{{ nope|float }}", "'nope' is undefined"},
       {"{{ 1.5|round(1, 'up') }}", "method must be common, ceil or floor"},
+      {"{{ 5|round(-400, 'floor') }}", "float division by zero"},
+      {"{{ 1e300|round(-324, 'ceil') }}", "float division by zero"},
       {"{{ 9223372036854775807|round(-1) }}", "round: integer overflow"},
       {"{{ '0x10000000000000000'|int(base=16) }}", "does not fit in a 64-bit integer"},
   };

@@ -290,6 +290,8 @@ StatusOr<Value> RoundFilter(Interpreter&, const Value& v, CallArgs& args) {
     // 10**precision is a float here: all in doubles, as Python computes it.
     const double scale = std::pow(10.0, static_cast<double>(precision));
     ASSIGN_OR_RETURN(double r, apply(v.as_double() * scale));
+    // 10**-324 and below is 0.0: Python divides by it and raises (0 / 0 here was NaN).
+    if (scale == 0.0) return InvalidArgument("round: float division by zero (ZeroDivisionError)");
     return Value::Float(r / scale);
   }
   // An int times 10**precision is exact and so is its floor: the quotient is the int.
