@@ -74,15 +74,19 @@ TEST(JinjaLimitsTest, SizesAreCheckedBeforeBuildingWithoutWrapping) {
               "max_output_bytes");
   ExpectError("{{ [1]|batch(10**15, 0)|list }}", StatusCode::kResourceExhausted,
               "max_collection_bytes");
+  // An element is counted as the Value it is (~128 bytes): 600,000 of them are ~77 MB, over the
+  // 64 MiB a collection may hold (counted as 64 bytes each they passed as 38 MB).
+  ExpectError("{{ ([0] * 600000)|length }}", StatusCode::kResourceExhausted,
+              "max_collection_bytes");
   // A list that shares one big list many times prints as all of it.
   ExpectError("{% set x = ['a' * 1000] * 1000 %}{% set y = [x] * 100000 %}{{ y|length }}",
               StatusCode::kResourceExhausted, "max_collection_bytes");
   ExpectError("{% for c in 'x' * 10000000 %}{% endfor %}", StatusCode::kResourceExhausted,
               "max_collection_bytes");
   // tojson's indent repeats per level on every line: the text is bounded as it is written.
-  ExpectError("{{ " + std::string(20, '[') + "[0] * 100000" + std::string(20, ']') +
-                  "|tojson(indent=64) }}",
-              StatusCode::kResourceExhausted, "tojson: text exceeds");
+  ExpectError(
+      "{{ " + std::string(20, '[') + "[0] * 40000" + std::string(20, ']') + "|tojson(indent=64) }}",
+      StatusCode::kResourceExhausted, "tojson: text exceeds");
   ExpectError("{{ [1, 2, 3]|tojson(separators=('x' * 10000000, ':')) }}",
               StatusCode::kResourceExhausted, "max_output_bytes");
   ExpectError("{{ '{99999999999999999999999}'.format(1) }}", StatusCode::kInvalidArgument,

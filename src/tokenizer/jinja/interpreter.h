@@ -56,8 +56,9 @@ struct RenderLimits {
   int64_t max_render_ms = 1000;
 };
 
-// What one element of a list / dict is counted as by the collection limits.
-inline constexpr size_t kValueBytes = 64;
+// What one element of a list / dict is counted as by the collection limits: the Value itself
+// (~128 bytes; 64 before, which let a render hold twice its budgets).
+inline constexpr size_t kValueBytes = sizeof(Value);
 
 struct RenderOptions {
   RenderLimits limits;
