@@ -348,8 +348,9 @@ StatusOr<std::shared_ptr<const Adapter>> AdapterStore::AcquireOnce(const std::st
       if (e != entries_.end() && e->second.loaded == *theirs->result) Touch(name, e->second);
       return theirs->result;
     }
-    flight = std::make_shared<Flight>();
-    flights_[name] = flight;
+    // Everything that may throw (the copies, the allocations) comes before the flight is in
+    // flights_: from there until `land` below owns it nothing may throw, or the flight would
+    // stay and every later Acquire(name) would wait for it for ever.
     auto it = entries_.find(name);
     if (it != entries_.end()) {
       dir = it->second.dir;
@@ -357,6 +358,8 @@ StatusOr<std::shared_ptr<const Adapter>> AdapterStore::AcquireOnce(const std::st
       generation = it->second.generation;
       on_demand = it->second.on_demand;
     }
+    flight = std::make_shared<Flight>();
+    flights_[name] = flight;  // on a throw, nothing is inserted
   }
   // Whatever happens (an error, an exception of any type), the flight ends and its waiters wake.
   struct Land {
