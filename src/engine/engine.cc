@@ -161,9 +161,16 @@ void Engine::AddValidated(GenerationRequest request, int64_t id) {
   }
   seq->adapter_key = request.adapter ? request.adapter->cache_identity() : 0;
   if (tokenizer_ != nullptr && (request.detokenize || !request.stop.empty())) {
-    seq->detokenizer =
-        std::make_unique<tokenizer::StreamingDetokenizer>(tokenizer_, request.skip_special_tokens);
-    seq->detokenizer->Prime(request.prompt);  // the text continues the prompt's (vLLM)
+    const auto* primed = request.primed.get();
+    if (primed != nullptr && primed->tokenizer() == tokenizer_ &&
+        primed->skip_special_tokens() == request.skip_special_tokens) {
+      seq->detokenizer = std::make_unique<tokenizer::StreamingDetokenizer>(*primed);
+    } else {
+      seq->detokenizer = std::make_unique<tokenizer::StreamingDetokenizer>(
+          tokenizer_, request.skip_special_tokens);
+      seq->detokenizer->Prime(request.prompt);  // the text continues the prompt's (vLLM)
+    }
+    request.primed.reset();
     seq->stop = StopChecker(request.stop, request.include_stop_str_in_output);
   }
   seq->request = std::move(request);

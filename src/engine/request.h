@@ -8,6 +8,7 @@
 
 #include "engine/sampler.h"
 #include "lora/adapter.h"
+#include "tokenizer/detokenizer.h"
 
 namespace loom {
 
@@ -24,6 +25,13 @@ struct GenerationRequest {
   bool include_stop_str_in_output = false;
   bool detokenize = false;               // produce text (stream deltas) with the engine's tokenizer
   bool skip_special_tokens = true;
+  // Optional: a detokenizer already primed with `prompt` (StreamingDetokenizer::Prime) by the
+  // caller, over the engine's tokenizer with skip_special_tokens as here; the engine copies it
+  // instead of priming on its own thread. A prompt whose last 4-23 ids never decode cleanly
+  // primes with every prompt id (as vLLM): the server primes each prompt once on its handler
+  // thread, not once per `n` copy on the engine thread (64 prompts × n 9 × 32k ids stalled
+  // every stream for tens of seconds).
+  std::shared_ptr<const tokenizer::StreamingDetokenizer> primed;
   // ≥ 0: the log-prob of every prompt token after the first (given the tokens before it) and
   // the top `prompt_logprobs` alternatives there (vLLM's prompt_logprobs; echo + logprobs).
   // Such a request does not use the prefix cache (cached positions compute no logits).

@@ -135,10 +135,21 @@ bool Submit(ServerContext& ctx, const OpenAiRequest& r, std::shared_ptr<const Ad
   std::vector<int64_t> submitted;
   for (size_t p = 0; p < sub->prompts.size(); ++p) {
     sub->prompt_tokens += static_cast<int>(sub->prompts[p].size());
+    // Primed here, once per prompt: a prompt ending in ids that never decode cleanly primes
+    // with all of its ids (as vLLM), which on the engine thread, once per copy, stalled
+    // every stream.
+    std::shared_ptr<tokenizer::StreamingDetokenizer> primed;
+    if (ctx.tokenizer != nullptr) {
+      primed = std::make_shared<tokenizer::StreamingDetokenizer>(ctx.tokenizer,
+                                                                 r.skip_special_tokens);
+      primed->Prime(sub->prompts[p]);
+    }
     for (int j = 0; j < r.n; ++j) {
       const size_t index = p * static_cast<size_t>(r.n) + static_cast<size_t>(j);
       state.choices[index].prompt_index = static_cast<int>(p);
-      auto id = ctx.engine->Submit(make(p, j), MakeChoiceCallback(sub->state, index, &ctx.metrics));
+      GenerationRequest g = make(p, j);
+      g.primed = primed;
+      auto id = ctx.engine->Submit(std::move(g), MakeChoiceCallback(sub->state, index, &ctx.metrics));
       if (!id.ok()) {  // only "shutting down" is left to fail here
         for (int64_t s : submitted) ctx.engine->Abort(s);
         return refuse(id.status());

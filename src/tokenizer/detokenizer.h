@@ -46,6 +46,8 @@ class StreamingDetokenizer {
   // pieces, except where the prompt's text ends inside a character — its first piece then
   // repeats the whole prompt's text (a vLLM bug loom does not copy).
   void Prime(std::span<const int32_t> prompt);
+  const Tokenizer* tokenizer() const { return tokenizer_; }
+  bool skip_special_tokens() const { return skip_special_tokens_; }
   // Text that is final once `id` is known; often empty while a character is incomplete.
   std::string Add(int32_t id);
   // What is held at the end of the sequence, decoded (an unfinished character as U+FFFD, as

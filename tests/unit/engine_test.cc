@@ -9,6 +9,8 @@
 #include "engine/engine.h"
 #include "lora/adapter.h"
 #include "model/model.h"
+#include "tokenizer/detokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace loom {
 namespace {
@@ -77,6 +79,48 @@ TEST(Engine, StopsAtEosFromGenerationConfig) {
   EXPECT_EQ(results[1].generated.size(), 10u);
   EXPECT_EQ(results[1].finish_reason, FinishReason::kLength);
   fs::remove_all(dir);
+}
+
+// A request that brings a detokenizer primed with its prompt (the server primes each prompt once,
+// on its handler thread) is detokenized from a copy of it, not primed again on the engine
+// thread: primed here with a prompt whose last id is a lone UTF-8 byte (so priming takes every
+// prompt id, as vLLM), the text differs from the request's own prompt's priming and equals the
+// copy's.
+TEST(Engine, DetokenizesFromTheDetokenizerTheCallerPrimed) {
+  auto model = Model::Load(FixtureModel("llama_f32"));
+  ASSERT_TRUE(model.ok());
+  auto tok = tokenizer::Tokenizer::FromFile(std::string(LOOM_FIXTURES) +
+                                            "/tokenizers/gpt2/tokenizer.json");
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  int32_t lone = -1;  // GPT-2's ids below 256 are its byte tokens: one is a lone high byte
+  for (int32_t id = 0; id < 256 && lone < 0; ++id) {
+    const int32_t one[] = {id};
+    if ((*tok)->Decode(one, false) == "\xEF\xBF\xBD") lone = id;
+  }
+  ASSERT_GE(lone, 0);
+  const std::vector<int32_t> plain = {40, 41, 42, 43, 44, 45, 46};
+  std::vector<int32_t> ragged = plain;
+  ragged.push_back(lone);
+  auto primed = std::make_shared<tokenizer::StreamingDetokenizer>(tok->get(), true);
+  primed->Prime(ragged);
+  Engine engine(model->get(), EngineOptions{}, tok->get());
+  GenerationRequest r = Greedy(plain, 8);
+  r.params.ignore_eos = true;
+  r.detokenize = true;
+  r.primed = primed;
+  ASSERT_TRUE(engine.Add(r).ok());
+  auto results = engine.RunToCompletion();
+  ASSERT_EQ(results.size(), 1u);
+  auto stream = [&](tokenizer::StreamingDetokenizer d) {
+    std::string text;
+    for (int32_t id : results[0].generated) text += d.Add(id);
+    return text + d.Finish();
+  };
+  tokenizer::StreamingDetokenizer own(tok->get(), true);
+  own.Prime(plain);
+  const std::string from_copy = stream(*primed);
+  ASSERT_NE(from_copy, stream(own)) << "the two primings should give different text here";
+  EXPECT_EQ(results[0].text, from_copy);
 }
 
 // More requests than the cache holds at once: they wait, then reuse freed blocks, and the
