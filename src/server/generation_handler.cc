@@ -140,8 +140,8 @@ bool Submit(ServerContext& ctx, const OpenAiRequest& r, std::shared_ptr<const Ad
     // every stream.
     std::shared_ptr<tokenizer::StreamingDetokenizer> primed;
     if (ctx.tokenizer != nullptr) {
-      primed = std::make_shared<tokenizer::StreamingDetokenizer>(ctx.tokenizer,
-                                                                 r.skip_special_tokens);
+      primed =
+          std::make_shared<tokenizer::StreamingDetokenizer>(ctx.tokenizer, r.skip_special_tokens);
       primed->Prime(sub->prompts[p]);
     }
     for (int j = 0; j < r.n; ++j) {
@@ -149,7 +149,8 @@ bool Submit(ServerContext& ctx, const OpenAiRequest& r, std::shared_ptr<const Ad
       state.choices[index].prompt_index = static_cast<int>(p);
       GenerationRequest g = make(p, j);
       g.primed = primed;
-      auto id = ctx.engine->Submit(std::move(g), MakeChoiceCallback(sub->state, index, &ctx.metrics));
+      auto id =
+          ctx.engine->Submit(std::move(g), MakeChoiceCallback(sub->state, index, &ctx.metrics));
       if (!id.ok()) {  // only "shutting down" is left to fail here
         for (int64_t s : submitted) ctx.engine->Abort(s);
         return refuse(id.status());

@@ -1,12 +1,12 @@
 // Engine: request validation, EOS from generation_config.json, KV-cache admission and reuse.
+#include "engine/engine.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
-
 #include <filesystem>
 #include <fstream>
 
-#include "engine/engine.h"
 #include "lora/adapter.h"
 #include "model/model.h"
 #include "tokenizer/detokenizer.h"
