@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <numeric>
 
@@ -194,8 +195,8 @@ void ComputeLogprobs(const float* logits, int vocab, int32_t token, int top_n,
 
 // Sorting a 150k vocabulary per token costs ~10 ms, so only what a filter needs is ordered:
 // top-k ≤ 64 and top-p's first try (the 64 most likely) select in one pass, a larger top-k
-// sorts k entries, top-p past 64 tokens sorts growing prefixes until they hold the mass; plain
-// temperature sampling and min-p order nothing.
+// finds its k-th value by bucket counts (O(vocab)), top-p past 64 tokens walks bucket masses
+// and orders one bucket; plain temperature sampling and min-p order nothing.
 namespace {
 // Top-k up to this k selects by insertion in one pass; larger k by partial_sort.
 constexpr int kTopKInsertMax = 64;
@@ -203,8 +204,9 @@ constexpr int kTopKInsertMax = 64;
 // The top-p set of p [n] (p ≥ 0) without sorting the row: the bit patterns of non-negative
 // floats order as their values, so the row is bucketed by its top 11 bits (exponent and 3
 // mantissa bits: buckets 9 % wide), the buckets' masses walked from the top to the one where
-// the mass reaches `target`, and only that bucket's tokens sorted (probability desc, token asc)
-// and taken until it does. order: the tokens of the buckets above, in token order, then those.
+// the mass reaches `target`, that bucket split again by the next 11 bits, and only the crossing
+// sub-bucket's tokens sorted (probability desc, token asc) and taken until it does. order: the
+// tokens of the buckets and sub-buckets above, in token order, then those.
 // The set is the smallest sorted prefix holding the mass, up to the rounding of the sums. A
 // flat 151936-token row needing thousands of tokens took ~3.5 ms with growing partial_sorts.
 size_t TopPByBuckets(const float* p, int n, double target, std::vector<int32_t>* order,
@@ -234,14 +236,73 @@ size_t TopPByBuckets(const float* p, int n, double target, std::vector<int32_t>*
     if (b > crossing) order->push_back(i);
     if (b == crossing) tail->push_back(i);
   }
-  std::sort(tail->begin(), tail->end(),
-            [&](int32_t a, int32_t c) { return p[a] > p[c] || (p[a] == p[c] && a < c); });
+  // The crossing bucket again by its next 11 bits, the same walk: only the tokens of the
+  // sub-bucket where the mass crosses are sorted (at temperature 100 a third of a 151936-token
+  // row fell in one bucket, ~4 ms of sorting a token).
+  auto sub_bucket = [&](int32_t i) {
+    uint32_t bits;
+    std::memcpy(&bits, &p[i], sizeof bits);
+    return static_cast<int>((bits >> (kShift - 11)) & 2047);
+  };
+  std::vector<double> sub_mass(2048, 0.0);
+  for (int32_t t : *tail) sub_mass[static_cast<size_t>(sub_bucket(t))] += p[t];
+  int sub_crossing = 0;
+  for (int b = 2047; b >= 0; --b) {
+    if (cum + sub_mass[static_cast<size_t>(b)] >= target) {
+      sub_crossing = b;
+      break;
+    }
+    cum += sub_mass[static_cast<size_t>(b)];
+  }
+  size_t kept = 0;
+  for (int32_t t : *tail) {
+    const int b = sub_bucket(t);
+    if (b > sub_crossing) order->push_back(t);
+    if (b == sub_crossing) (*tail)[kept++] = t;
+  }
+  tail->resize(kept);
+  auto by_prob = [&](int32_t a, int32_t c) { return p[a] > p[c] || (p[a] == p[c] && a < c); };
+  if (!std::is_sorted(tail->begin(), tail->end(), by_prob)) {  // equal ones are in token order
+    std::sort(tail->begin(), tail->end(), by_prob);
+  }
   for (int32_t t : *tail) {
     if (cum >= target) break;
     order->push_back(t);
     cum += p[t];
   }
   return order->size();
+}
+
+// The k-th largest of p [n] (p ≥ 0, 0 < k ≤ n) in O(n): counted into the buckets of
+// TopPByBuckets, the bucket holding the k-th from the top found, and only its values selected.
+// A partial_sort of the row for top_k = 151,935 cost ~10 ms a token.
+float KthLargest(const float* p, int n, size_t k, std::vector<float>* scratch) {
+  constexpr int kShift = 20;
+  constexpr int kBuckets = 1 << (31 - kShift);
+  auto bucket = [&](int i) {
+    uint32_t bits;
+    std::memcpy(&bits, &p[i], sizeof bits);
+    return static_cast<int>(bits >> kShift);
+  };
+  std::vector<uint32_t> count(kBuckets, 0);
+  for (int i = 0; i < n; ++i) ++count[static_cast<size_t>(bucket(i))];
+  size_t above = 0;
+  int crossing = 0;
+  for (int b = kBuckets - 1; b >= 0; --b) {
+    if (above + count[static_cast<size_t>(b)] >= k) {
+      crossing = b;
+      break;
+    }
+    above += count[static_cast<size_t>(b)];
+  }
+  scratch->clear();
+  for (int i = 0; i < n; ++i) {
+    if (bucket(i) == crossing) scratch->push_back(p[i]);
+  }
+  const auto rank = static_cast<long>(k - above - 1);  // from the top, inside the bucket
+  std::nth_element(scratch->begin(), scratch->begin() + rank, scratch->end(),
+                   std::greater<float>());
+  return (*scratch)[static_cast<size_t>(rank)];
 }
 }  // namespace
 
@@ -284,23 +345,44 @@ int32_t Sampler::Draw(const float* logits, int vocab, int64_t best) {
     const float pa = probs_[static_cast<size_t>(a)], pb = probs_[static_cast<size_t>(b)];
     return pa > pb || (pa == pb && a < b);
   };
+  // Top-k keeps every token tied with the k-th (vLLM masks only the logits below it). Up to
+  // kTopKInsertMax the survivors are listed in order_ (larger first, ties in token order);
+  // past it they are marked in probs_ itself (the others zeroed), found in O(vocab).
   size_t keep = static_cast<size_t>(vocab);
+  bool marked = false;
   if (top_k) {
     keep = static_cast<size_t>(params_.top_k);
     if (params_.top_k <= kTopKInsertMax) {
       TopByInsertion(probs_.data(), vocab, keep, &order_);
+      // Ties are kept in token order, so those left out follow the last one listed.
+      const float kth = order_.empty() ? 0.0f : probs_[static_cast<size_t>(order_.back())];
+      for (int i = order_.empty() ? vocab : order_.back() + 1; kth > 0 && i < vocab; ++i) {
+        if (probs_[static_cast<size_t>(i)] == kth) order_.push_back(i);
+      }
+      keep = order_.size();
+      total = 0;
+      for (size_t i = 0; i < keep; ++i) total += probs_[static_cast<size_t>(order_[i])];
     } else {
-      order_.resize(static_cast<size_t>(vocab));
-      std::iota(order_.begin(), order_.end(), 0);
-      std::partial_sort(order_.begin(), order_.begin() + static_cast<long>(keep), order_.end(), by_prob);
+      const float kth = KthLargest(probs_.data(), vocab, keep, &kth_scratch_);
+      total = 0;
+      for (float& p : probs_) {
+        if (p < kth) p = 0;
+        total += p;
+      }
+      marked = true;
     }
-    total = 0;
-    for (size_t i = 0; i < keep; ++i) total += probs_[static_cast<size_t>(order_[i])];
+  }
+  if (marked && params_.top_p >= 1.0f) {
+    const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng_) * total;
+    return static_cast<int32_t>(DrawByMassRow(probs_.data(), vocab, u));
   }
   if (params_.top_p < 1.0f) {
     const double target = params_.top_p * total;
     bool done = false;
-    if (!top_k) {  // the usual case first: the top kTopKInsertMax hold the mass
+    if (marked) {  // the survivors' top-p set (the zeroed tokens add no mass)
+      keep = TopPByBuckets(probs_.data(), vocab, target, &order_, &tail_);
+      done = true;
+    } else if (!top_k) {  // the usual case first: the top kTopKInsertMax hold the mass
       TopByInsertion(probs_.data(), vocab, std::min<size_t>(keep, kTopKInsertMax), &order_);
       double cum = 0;
       size_t n = 0;

@@ -96,6 +96,7 @@ class Sampler {
   std::vector<float> probs_;     // [vocab] exp(logit/T − max), scratch
   std::vector<int32_t> order_;  // [vocab] candidate token ids, scratch
   std::vector<int32_t> tail_;   // top-p's crossing bucket, scratch
+  std::vector<float> kth_scratch_;  // top-k's crossing bucket, scratch
 };
 
 // log_softmax(logits)[token] and the top-n entries, sorted by log-prob descending. `logits` holds

@@ -532,19 +532,36 @@ TEST(Sampler, LargeVocabularyDrawsFollowTheReferenceFilters) {
   auto l = Logits(vocab, 11);
   std::vector<float> sorted = l;
   std::sort(sorted.begin(), sorted.end(), std::greater<float>());
-  // 40 tokens tied at the 20th largest logit: top_k = 30 cuts through them (token order decides)
+  // 40 tokens tied at the 20th largest logit and 40 at the 150th: top_k = 30 and 170 cut
+  // through them, and every tied token stays (vLLM masks only the logits below the k-th)
   for (int i = 100; i < 140; ++i) l[static_cast<size_t>(i)] = sorted[19];
+  std::vector<float> rest;  // the 151st largest of the others: 150 tokens above the second tie
+  for (int i = 0; i < vocab; ++i) {
+    if (i < 1000 || i >= 1040) rest.push_back(l[static_cast<size_t>(i)]);
+  }
+  std::nth_element(rest.begin(), rest.begin() + 150, rest.end(), std::greater<float>());
+  for (int i = 1000; i < 1040; ++i) l[static_cast<size_t>(i)] = rest[150];
   l[42] = -INFINITY;                                                  // a masked token
   struct Cfg {
     float t;
     int k;
     float top_p, min_p;
   };
-  const Cfg cfgs[] = {{1.0f, 0, 1.0f, 0},   {0.8f, 30, 1.0f, 0}, {1.0f, 300, 1.0f, 0},
-                      {1.0f, 0, 0.9f, 0},   {3.0f, 0, 0.9f, 0},  {1.0f, 40, 0.8f, 0},
-                      {1.0f, 0, 1.0f, 0.05f}, {3.0f, 300, 0.95f, 0.2f},
+  const Cfg cfgs[] = {{1.0f, 0, 1.0f, 0},
+                      {0.8f, 30, 1.0f, 0},
+                      {1.0f, 300, 1.0f, 0},
+                      {1.0f, 0, 0.9f, 0},
+                      {3.0f, 0, 0.9f, 0},
+                      {1.0f, 40, 0.8f, 0},
+                      {1.0f, 0, 1.0f, 0.05f},
+                      {3.0f, 300, 0.95f, 0.2f},
                       // min-p then top-p keeps fewer than top-p then min-p (the V0 order)
-                      {1.0f, 0, 0.5f, 0.3f}, {2.0f, 50, 0.6f, 0.5f}};
+                      {1.0f, 0, 0.5f, 0.3f},
+                      {2.0f, 50, 0.6f, 0.5f},
+                      // past the one-pass top-k (k > 64): the k-th found by bucket counts
+                      {1.0f, 170, 1.0f, 0},
+                      {100.0f, 170, 0.9f, 0},
+                      {100.0f, 0, 0.999f, 0}};
   for (const Cfg& c : cfgs) {
     SCOPED_TRACE("T " + std::to_string(c.t) + " top_k " + std::to_string(c.k) + " top_p " +
                  std::to_string(c.top_p) + " min_p " + std::to_string(c.min_p));
@@ -558,6 +575,10 @@ TEST(Sampler, LargeVocabularyDrawsFollowTheReferenceFilters) {
     }
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return prob[a] > prob[b]; });
     size_t keep = c.k > 0 ? std::min(static_cast<size_t>(c.k), order.size()) : order.size();
+    if (c.k == 30 || c.k == 170) {
+      ASSERT_EQ(prob[order[keep]], prob[order[keep - 1]]) << "the k-th should be tied";
+    }
+    while (keep > 0 && keep < order.size() && prob[order[keep]] == prob[order[keep - 1]]) ++keep;
     double total = 0;
     for (size_t i = 0; i < keep; ++i) total += prob[order[i]];
     if (c.top_p < 1) {
@@ -569,7 +590,7 @@ TEST(Sampler, LargeVocabularyDrawsFollowTheReferenceFilters) {
     std::vector<double> want(vocab, 0.0);
     double mass = 0;
     for (size_t i = 0; i < keep; ++i) mass += (want[order[i]] = prob[order[i]]);
-    if (c.top_p < 1 && c.t == 3.0f) {
+    if (c.top_p < 1 && c.t >= 3.0f) {
       ASSERT_GT(keep, 64u);  // past the one-pass first attempt
     }
     SamplingParams p;
@@ -591,6 +612,16 @@ TEST(Sampler, LargeVocabularyDrawsFollowTheReferenceFilters) {
       const int t = order[i];
       if (want[t] == 0) continue;
       EXPECT_NEAR(counts[t] / double(draws), want[t] / mass, 0.025) << "token " << t;  // ≥ 3σ
+    }
+    if ((c.k == 30 || c.k == 170) && c.top_p >= 1) {  // ties past the k-th are drawn too
+      const int first = c.k == 30 ? 100 : 1000;
+      double share = 0, drawn = 0;
+      for (int i = first + 30; i < first + 40; ++i) {
+        share += want[i] / mass;
+        drawn += counts[i] / double(draws);
+      }
+      EXPECT_NEAR(drawn, share, 0.03);
+      EXPECT_GT(drawn, 0.0);
     }
   }
 }
