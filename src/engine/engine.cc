@@ -324,10 +324,15 @@ void Engine::ApplyDrawn(Sequence* seq, Drawn drawn) {
         }
       }
     }
-    if (!matched.empty() && reason == FinishReason::kNone) {
+    // A stop string in the text is the stop reason even when a stop token ended the sequence
+    // (its text, with include_stop_str_in_output, completed the string), as vLLM's output
+    // processor replaces stop_reason with the detokenizer's stop string.
+    if (!matched.empty()) {
       reason = FinishReason::kStop;
       seq->result.stop_reason = matched;
       update.stop_reason = matched;
+      seq->result.stop_token = -1;
+      update.stop_token = -1;
     }
   }
   if (reason == FinishReason::kNone &&
@@ -502,10 +507,7 @@ void Engine::ComputePromptLogprobs() {
     const int32_t next = s->request.prompt[pos + 1];
     ComputeLogprobs(row, static_cast<int>(vocab), next, s->request.prompt_logprobs, &out.chosen,
                     &out.top);
-    const float mine = row[next];
-    int32_t above = 0;
-    for (size_t t = 0; t < vocab; ++t) above += row[t] > mine;
-    out.rank = above + 1;
+    out.rank = TokenRank(row, static_cast<int>(vocab), next);
   };
   if (rows.size() > 1) {
     ThreadPool::Global().ParallelFor(static_cast<int64_t>(rows.size()), score);

@@ -193,12 +193,19 @@ void ComputeLogprobs(const float* logits, int vocab, int32_t token, int top_n,
   }
 }
 
+int32_t TokenRank(const float* logits, int vocab, int32_t token) {
+  const float mine = logits[token];
+  int32_t at_or_above = 0;
+  for (int t = 0; t < vocab; ++t) at_or_above += logits[t] >= mine;
+  return at_or_above;
+}
+
 // Sorting a 150k vocabulary per token costs ~10 ms, so only what a filter needs is ordered:
 // top-k ≤ 64 and top-p's first try (the 64 most likely) select in one pass, a larger top-k
 // finds its k-th value by bucket counts (O(vocab)), top-p past 64 tokens walks bucket masses
 // and orders one bucket; plain temperature sampling and min-p order nothing.
 namespace {
-// Top-k up to this k selects by insertion in one pass; larger k by partial_sort.
+// Top-k up to this k selects by insertion in one pass; larger k by KthLargest.
 constexpr int kTopKInsertMax = 64;
 
 // The top-p set of p [n] (p ≥ 0) without sorting the row: the bit patterns of non-negative

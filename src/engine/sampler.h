@@ -104,4 +104,9 @@ class Sampler {
 void ComputeLogprobs(const float* logits, int vocab, int32_t token, int top_n,
                      TokenLogprob* chosen, std::vector<TokenLogprob>* top);
 
+// vLLM's rank of `token` in a row: how many tokens have a logit at or above its own (1 = the
+// most likely; a token tied with others ranks after all of them, as vLLM's
+// batched_count_greater_than counts x >= value).
+int32_t TokenRank(const float* logits, int vocab, int32_t token);
+
 }  // namespace loom

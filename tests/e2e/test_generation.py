@@ -266,6 +266,22 @@ def test_stop_token_ids(server):
     assert not problems, "; ".join(problems)
 
 
+def test_stop_string_completed_by_a_stop_token_is_the_stop_reason(server):
+    prompt = PROMPTS[1]
+    full = _greedy_long(server, prompt, 32)
+    ids = full.token_ids
+    k = next(i for i in range(2, len(ids)) if printable(ids[i]) and ids[i] not in ids[:i])
+    r = complete(server, BASE, prompt, max_tokens=32, stop=[chr(ids[k])],
+                 extra_body={"ignore_eos": True, "stop_token_ids": [ids[k]],
+                             "include_stop_str_in_output": True})
+    c = r.choices[0]
+    assert c.finish_reason == "stop"
+    assert c.token_ids == ids[:k + 1]
+    assert c.text == bytes(ids[:k + 1]).decode("utf-8", "replace")
+    # As vLLM's output processor: the stop string the detokenizer found replaces the token id.
+    assert c.stop_reason == chr(ids[k]), f"stop_reason {c.stop_reason!r}"
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["full", "stream"])
 def test_eos_ends_with_stop(server, stream):
     # The tiny model samples EOS (id 2) within a few hundred tokens for most seeds.

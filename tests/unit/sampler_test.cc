@@ -368,6 +368,17 @@ TEST(Sampler, TopLogprobsAreTheLargestInTokenOrderOnTies) {
   }
 }
 
+// A prompt token's rank is how many logits are at or above its own (vLLM's
+// batched_count_greater_than: x >= value), so a tie ranks after everything it ties with.
+TEST(Sampler, TokenRankCountsTiesAsVllm) {
+  const std::vector<float> l = {1.0f, 3.0f, 2.0f, 3.0f, 3.0f, -INFINITY};
+  EXPECT_EQ(TokenRank(l.data(), 6, 1), 3);
+  EXPECT_EQ(TokenRank(l.data(), 6, 4), 3);
+  EXPECT_EQ(TokenRank(l.data(), 6, 2), 4);
+  EXPECT_EQ(TokenRank(l.data(), 6, 0), 5);
+  EXPECT_EQ(TokenRank(l.data(), 6, 5), 6);
+}
+
 TEST(Sampler, ValidateNamesTheField) {
   struct Case {
     void (*set)(SamplingParams&);
