@@ -140,6 +140,7 @@ Status AdapterStore::Register(const std::string& name, const std::string& dir,
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (const int busy = LoadThreadsLocked(); LoadThreadsFull(busy)) return Busy(name, busy);
+    RETURN_IF_ERROR(RoomToLoadLocked(name, 0));  // before the load, which reads the whole adapter
     ++registering_;
   }
   struct Done {
@@ -155,8 +156,13 @@ Status AdapterStore::Register(const std::string& name, const std::string& dir,
   ASSIGN_OR_RETURN(std::shared_ptr<const Adapter> adapter,
                    LoadRemembering(name, dir, root, fingerprint));
   std::lock_guard<std::mutex> lock(mu_);
-  if (auto old = entries_.find(name); old != entries_.end()) {
-    if (!replace) return InvalidArgument("adapter '" + name + "' is already loaded");
+  auto old = entries_.find(name);
+  if (old != entries_.end() && !replace) {
+    return InvalidArgument("adapter '" + name + "' is already loaded");
+  }
+  // Again, now that its size is known: requests may have taken the other adapters meanwhile.
+  RETURN_IF_ERROR(RoomToLoadLocked(name, adapter->resident_bytes()));
+  if (old != entries_.end()) {
     // The old entry goes as Unregister takes it; its new generation supersedes any load of the
     // old folder still in flight.
     RetireLocked(old->second);
@@ -238,8 +244,9 @@ void AdapterStore::EvictLocked() {
            (options_.max_cpu_bytes > 0 && resident_bytes_ + retired_bytes_ > options_.max_cpu_bytes);
   };
   // Oldest first; an adapter some sequence holds (use_count > 1) is pinned. The most recent
-  // one (just loaded or acquired) is never evicted, so the store may exceed its bound while
-  // every other adapter is leased.
+  // one (just loaded or acquired) is never evicted. A load is refused when no room can be made
+  // for it (RoomToLoadLocked), so the adapters held stay within the bounds and this gets back
+  // to them.
   for (auto it = lru_.end(); it != lru_.begin() && over();) {
     --it;
     if (it == lru_.begin()) break;
@@ -250,6 +257,40 @@ void AdapterStore::EvictLocked() {
     it = lru_.erase(it);
     ++evictions_;
   }
+}
+
+Status AdapterStore::RoomToLoadLocked(const std::string& name, uint64_t bytes) {
+  if (options_.max_cpu_loras <= 0 && options_.max_cpu_bytes == 0) return OkStatus();
+  PruneRetiredLocked();
+  // What eviction cannot take: adapters that requests hold (each waiting sequence holds one),
+  // loaded or unloaded and still in use. Without this check every request naming another
+  // adapter loaded one more past the bound while all were held.
+  size_t held = retired_.size();
+  uint64_t held_bytes = retired_bytes_;
+  for (const std::string& n : lru_) {
+    const Entry& e = entries_.at(n);
+    if (e.loaded.use_count() > 1) {
+      ++held;
+      held_bytes += e.loaded->resident_bytes();
+    }
+  }
+  if (options_.max_cpu_loras > 0 && held >= static_cast<size_t>(options_.max_cpu_loras)) {
+    return Unavailable("adapter '" + name + "' cannot be loaded: the " + std::to_string(held) +
+                       " adapters in memory (--max-cpu-loras " +
+                       std::to_string(options_.max_cpu_loras) +
+                       ") are all in use by requests; retry later");
+  }
+  // Before the load its size is unknown (0): there must be room for at least a byte.
+  if (options_.max_cpu_bytes > 0 &&
+      held_bytes + std::max<uint64_t>(bytes, 1) > options_.max_cpu_bytes) {
+    return Unavailable("adapter '" + name + "'" +
+                       (bytes > 0 ? " (" + std::to_string(bytes) + " bytes loaded)" : "") +
+                       " cannot be loaded: adapters in use by requests hold " +
+                       std::to_string(held_bytes) + " of the " +
+                       std::to_string(options_.max_cpu_bytes) +
+                       " bytes of --max-cpu-lora-memory; retry later");
+  }
+  return OkStatus();
 }
 
 StatusOr<ConfinedDir> AdapterStore::OnDemandDir(const std::string& name) const {
@@ -318,8 +359,8 @@ StatusOr<std::shared_ptr<const Adapter>> AdapterStore::AcquireOnce(const std::st
       if (it != entries_.end() && it->second.loaded) {
         Touch(name, it->second);
         std::shared_ptr<const Adapter> lease = it->second.loaded;
-        // Over the bound because adapters were leased when others loaded: back to it now that
-        // some may be free (the one just acquired is the most recent, never a victim).
+        // Back to the bounds should the store be past them (the one just acquired is the most
+        // recent, never a victim).
         EvictLocked();
         return lease;
       }
@@ -404,6 +445,10 @@ StatusOr<std::shared_ptr<const Adapter>> AdapterStore::LoadAndPublish(const std:
   if (failed_.Find(name, dir, fingerprint, &kept)) {
     loaded = kept;  // failed before, unchanged since: not read again, nor waited for
   } else {
+    {
+      std::lock_guard<std::mutex> lock(mu_);  // refused before the load (and its wait)
+      RETURN_IF_ERROR(RoomToLoadLocked(name, 0));
+    }
     std::lock_guard<std::mutex> load_lock(load_mu_);  // one load at a time (memory, CPU)
     loaded = LoadRemembering(name, dir, root, fingerprint);
   }
@@ -451,6 +496,12 @@ StatusOr<std::shared_ptr<const Adapter>> AdapterStore::LoadAndPublish(const std:
     *superseded = true;
     return NotFound("adapter '" + name + "' was registered from another folder while it loaded");
   }
+  if (it != entries_.end() && it->second.loaded) {
+    Touch(name, it->second);
+    return it->second.loaded;
+  }
+  // Again, now that its size is known: requests may have taken the other adapters meanwhile.
+  RETURN_IF_ERROR(RoomToLoadLocked(name, adapter->resident_bytes()));
   if (it == entries_.end()) {
     RETURN_IF_ERROR(RoomForNameLocked(name, /*forget=*/true));
     it = entries_.emplace(name, Entry{}).first;
@@ -458,9 +509,6 @@ StatusOr<std::shared_ptr<const Adapter>> AdapterStore::LoadAndPublish(const std:
     it->second.root = root;
     it->second.generation = next_generation_++;
     it->second.on_demand = true;
-  } else if (it->second.loaded) {
-    Touch(name, it->second);
-    return it->second.loaded;
   }
   Publish(name, it->second, std::move(adapter));
   return it->second.loaded;

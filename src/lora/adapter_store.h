@@ -72,6 +72,9 @@ class AdapterStore {
   // (ConfinedOpenScope), whatever is swapped under it meanwhile. With `replace`
   // (vLLM's load_inplace) a taken name is given the new folder's adapter once it has loaded (a
   // new identity; sequences holding the old one finish on it; a failed load keeps the old one).
+  // kUnavailable when requests hold every adapter in memory and no room can be made under
+  // max_cpu_loras / max_cpu_bytes (checked before the load and again before publishing); never
+  // before serving (start-up --lora adapters): with nothing held, eviction always makes room.
   Status Register(const std::string& name, const std::string& dir, const std::string& root = "",
                   bool replace = false);
   // The adapter for `name`, loading it if needed (also on demand from a --lora-dir root when
@@ -79,7 +82,9 @@ class AdapterStore {
   // demand whose sub-folder has gone when it is next loaded (the name is forgotten then).
   // A new name that would pass max_names first takes the place of a name found on demand whose
   // weights are not in memory (it is found again in its folder when next named); with none,
-  // kResourceExhausted.
+  // kResourceExhausted. A name whose adapter must be loaded while requests hold every adapter
+  // in memory, with no room under max_cpu_loras / max_cpu_bytes: kUnavailable (as Register);
+  // one in memory is always given.
   StatusOr<std::shared_ptr<const Adapter>> Acquire(const std::string& name);
   // Evicts unleased adapters until the store is back under its bounds (after leases ended).
   void Trim();
@@ -173,6 +178,11 @@ class AdapterStore {
                                                            const std::string& fingerprint);
   void Touch(const std::string& name, Entry& e);
   void EvictLocked();
+  // kUnavailable (a 503 with Retry-After) naming `name` and the flag when no room can be made
+  // for one more adapter of `bytes` resident bytes (0 before its load: unknown): with every
+  // adapter no request holds evicted, the store would still be past --max-cpu-loras or
+  // --max-cpu-lora-memory. Under mu_.
+  Status RoomToLoadLocked(const std::string& name, uint64_t bytes);
   // Takes a loaded adapter out of the table (unload, replace): its bytes leave the resident
   // total; if sequences still hold it, it joins retired_ and still counts against the bounds.
   void RetireLocked(Entry& e);

@@ -296,8 +296,9 @@ TEST(AdapterStore, LoadsBeyondTheThreadCapAreRefusedAtOnce) {
 // /v1/load_lora_adapter registers the name X from another folder; that entry is evicted before
 // the on-demand load publishes. The on-demand weights must not land in the entry (they served
 // under the registered name, whose /v1/models root said the other folder). The on_load hook
-// orders the steps: the registration's load waits until the on-demand request is in flight,
-// and the on-demand load evicts the registered entry (a fast-path acquire of a leased adapter).
+// and the waits order the steps: the registration's load waits until another registration (Y,
+// whose publish evicts the registered X under --max-cpu-loras 1) and then the on-demand request
+// have queued for the load lock.
 TEST(AdapterStore, AnOnDemandLoadNeverLandsInANameRegisteredFromAnotherFolder) {
   const fs::path root = fs::temp_directory_path() / "loom_store_race";
   fs::remove_all(root);
@@ -305,40 +306,39 @@ TEST(AdapterStore, AnOnDemandLoadNeverLandsInANameRegisteredFromAnotherFolder) {
   fs::copy(kAdapters + "llama_qv_r8_f32", root / "X", fs::copy_options::recursive);
   fs::copy(kAdapters + "llama_mlp_r6", root / "other", fs::copy_options::recursive);
   fs::copy(kAdapters + "llama_all_r4_f16", root / "Y", fs::copy_options::recursive);
-  AdapterStore* store_ptr = nullptr;
   std::atomic<int> x_loads{0};
-  std::atomic<bool> in_flight{false};
+  std::atomic<bool> go{false};
   AdapterStoreOptions o;
   o.lora_dirs = {root.string()};
   o.max_cpu_loras = 1;
   o.on_load = [&](const std::string& name) {
     if (name != "X") return;
-    const int k = x_loads.fetch_add(1);
-    if (k == 0) {  // the registration's load: until the on-demand request is in flight
+    if (x_loads.fetch_add(1) == 0) {  // the registration's load: until the others queue behind it
       const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      while (!in_flight.load() && std::chrono::steady_clock::now() < limit) {
+      while (!go.load() && std::chrono::steady_clock::now() < limit) {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // it reaches the load lock
-    } else if (k == 1) {  // the on-demand load: Y (leased, resident) acquired evicts X's entry
-      auto y = store_ptr->Acquire("Y");
-      EXPECT_TRUE(y.ok());
     }
   };
   AdapterStore store(&Llama().sites(), o);
-  store_ptr = &store;
-  ASSERT_TRUE(store.Register("Y", (root / "Y").string()).ok());
-  auto y_lease = store.Acquire("Y");  // leased: stays resident over the bound
-  ASSERT_TRUE(y_lease.ok());
   auto other = store.ResolveRuntimePath("other");
   ASSERT_TRUE(other.ok());
+  // Loads run one at a time, in the order they queue: the registration of X (from the other
+  // folder), then Y's (whose publish evicts the registered X), then the on-demand load of X that
+  // began while X was not a name yet.
   std::thread registrar([&] { EXPECT_TRUE(store.Register("X", other->dir, other->root).ok()); });
   while (x_loads.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::thread evictor([&] { EXPECT_TRUE(store.Register("Y", (root / "Y").string()).ok()); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // it reaches the load lock
   StatusOr<std::shared_ptr<const Adapter>> got = Internal("not run");
   std::thread on_demand([&] { got = store.Acquire("X"); });
-  in_flight = true;  // the registration's load lets it reach the load lock (100 ms), then goes on
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // it reaches the load lock
+  go = true;
   registrar.join();
+  evictor.join();
   on_demand.join();
+  // The on-demand load (of root/X) was not published; the registered folder was loaded again.
+  EXPECT_EQ(x_loads.load(), 3);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   // The name serves what it was registered from (the other folder), now and on the next use.
   auto want = LoadAdapter("X", (root / "other").string(), Llama().sites(), 0);
@@ -390,24 +390,97 @@ TEST(AdapterStore, RuntimeLoadingNeedsRoots) {
 namespace loom {
 namespace {
 
-// Adapters loaded while every other one was leased push the store over its bound; the next
-// acquire after the leases end brings it back.
-TEST(AdapterStore, OverTheBoundWhileLeasedThenEvictedOnTheNextAcquire) {
+// Requests hold (lease) their adapters while they wait: with every adapter in memory held, a
+// load of another (registered, on demand, or one whose weights were evicted) is refused with
+// kUnavailable naming it and the flag, instead of loading past --max-cpu-loras (every queued
+// request for a new --lora-dir name loaded one more). Adapters in memory are still given; once a
+// lease ends, the load evicts it.
+TEST(AdapterStore, LoadsPastTheBoundWhileEveryAdapterIsLeasedAreRefused) {
+  const fs::path root = fs::temp_directory_path() / "loom_store_leased_bound";
+  fs::remove_all(root);
+  fs::create_directories(root);
+  fs::copy(kAdapters + "llama_all_r4_f16", root / "d", fs::copy_options::recursive);
   AdapterStoreOptions o;
   o.max_cpu_loras = 2;
+  o.lora_dirs = {root.string()};
   AdapterStore store(&Llama().sites(), o);
   ASSERT_TRUE(store.Register("a", kAdapters + "llama_qv_r8_f32").ok());
   ASSERT_TRUE(store.Register("b", kAdapters + "llama_mlp_r6").ok());
   {
     auto la = store.Acquire("a");
     auto lb = store.Acquire("b");
-    ASSERT_TRUE(store.Register("c", kAdapters + "llama_all_r4_f16").ok());
-    EXPECT_EQ(store.num_resident(), 3);  // a and b pinned, c the newest
-    EXPECT_EQ(store.num_evictions(), 0);
+    ASSERT_TRUE(la.ok() && lb.ok());
+    Status st = store.Register("c", kAdapters + "llama_all_r4_f16");
+    EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+    EXPECT_NE(st.message().find("adapter 'c' cannot be loaded"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("--max-cpu-loras 2"), std::string::npos) << st.message();
+    EXPECT_FALSE(store.Contains("c"));
+    auto d = store.Acquire("d");  // on demand
+    EXPECT_EQ(d.status().code(), StatusCode::kUnavailable) << d.status().ToString();
+    EXPECT_NE(d.status().message().find("adapter 'd'"), std::string::npos);
+    EXPECT_FALSE(store.Contains("d"));
+    EXPECT_EQ(store.num_resident(), 2);
+    EXPECT_EQ(store.num_loads(), 2);
+    EXPECT_TRUE(store.Acquire("a").ok());  // in memory: given
+    lb = Internal("the request ended");
+    ASSERT_TRUE(store.Register("c", kAdapters + "llama_all_r4_f16").ok());  // b makes room
+    EXPECT_EQ(store.num_resident(), 2);
+    EXPECT_EQ(store.num_evictions(), 1);
   }
-  ASSERT_TRUE(store.Acquire("c").ok());
+  // A load takes time: leases taken while it reads are seen before it is published.
+  AdapterStore* late = nullptr;
+  std::vector<StatusOr<std::shared_ptr<const Adapter>>> taken;
+  AdapterStoreOptions slow = o;
+  slow.on_load = [&](const std::string& name) {
+    if (name != "d" || late == nullptr) return;
+    taken.push_back(late->Acquire("a"));
+    taken.push_back(late->Acquire("b"));
+  };
+  AdapterStore store2(&Llama().sites(), slow);
+  ASSERT_TRUE(store2.Register("a", kAdapters + "llama_qv_r8_f32").ok());
+  ASSERT_TRUE(store2.Register("b", kAdapters + "llama_mlp_r6").ok());
+  late = &store2;
+  auto d = store2.Acquire("d");
+  ASSERT_EQ(taken.size(), 2u);
+  EXPECT_TRUE(taken[0].ok() && taken[1].ok());
+  EXPECT_EQ(d.status().code(), StatusCode::kUnavailable) << d.status().ToString();
+  EXPECT_EQ(store2.num_resident(), 2);
+  taken.clear();
+  late = nullptr;
+  auto d2 = store2.Acquire("d");  // nothing held now: a or b is evicted for it
+  EXPECT_TRUE(d2.ok()) << d2.status().ToString();
+  EXPECT_EQ(store2.num_resident(), 2);
+  fs::remove_all(root);
+}
+
+// --max-cpu-lora-memory likewise: adapters held by requests leave no room for another's bytes.
+TEST(AdapterStore, LoadsPastTheBytesBoundWhileAdaptersAreLeasedAreRefused) {
+  auto a = LoadAdapter("a", kAdapters + "llama_mlp_r6", Llama().sites(), 0);
+  auto b = LoadAdapter("b", kAdapters + "llama_qv_r8_f32", Llama().sites(), 0);
+  ASSERT_TRUE(a.ok() && b.ok());
+  AdapterStoreOptions o;
+  o.max_cpu_bytes = (*a)->resident_bytes() + (*b)->resident_bytes();
+  AdapterStore store(&Llama().sites(), o);
+  ASSERT_TRUE(store.Register("a", kAdapters + "llama_mlp_r6").ok());
+  ASSERT_TRUE(store.Register("b", kAdapters + "llama_qv_r8_f32").ok());
+  auto la = store.Acquire("a");
+  auto lb = store.Acquire("b");
+  Status st = store.Register("c", kAdapters + "llama_qv_r8_f32");
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+  EXPECT_NE(st.message().find("adapter 'c'"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("--max-cpu-lora-memory"), std::string::npos) << st.message();
+  // b free, a (the larger) held: room for b's size, not for a second a, known once it loaded.
+  ASSERT_GT((*a)->resident_bytes(), (*b)->resident_bytes());
+  lb = Internal("the request ended");
+  st = store.Register("c", kAdapters + "llama_mlp_r6");
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+  EXPECT_NE(st.message().find("adapter 'c' (" + std::to_string((*a)->resident_bytes()) +
+                              " bytes loaded) cannot be loaded"),
+            std::string::npos)
+      << st.message();
+  EXPECT_FALSE(store.Contains("c"));
+  EXPECT_TRUE(store.Register("c", kAdapters + "llama_qv_r8_f32").ok());  // b evicted for it
   EXPECT_EQ(store.num_resident(), 2);
-  EXPECT_EQ(store.num_evictions(), 1);
 }
 
 }  // namespace
