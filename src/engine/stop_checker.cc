@@ -1,4 +1,5 @@
-// StopChecker: incremental stop-string search with a minimal hold-back.
+// StopChecker: incremental stop-string search with a minimal hold-back (none when the stop string
+// is returned).
 #include "engine/stop_checker.h"
 
 #include <algorithm>
@@ -39,9 +40,23 @@ std::string StopChecker::Add(const std::string& delta, std::string* matched, boo
       best_stop = &s;
     }
   }
+  if (include_stop_) {
+    // As vLLM (no hold-back when the stop string is returned): `delta` is final at once, up to
+    // the end of a stop string it completes; pending_ keeps the released text's last
+    // max_stop_ - 1 bytes as the context a stop string spanning pieces is found in.
+    std::string out = best_stop != nullptr ? pending_.substr(before, best_end - before) : delta;
+    if (best_stop != nullptr) {
+      *matched = *best_stop;
+      pending_.clear();
+    } else if (pending_.size() >= max_stop_) {
+      pending_.erase(0, pending_.size() - (max_stop_ - 1));
+    }
+    text_ += out;
+    return out;
+  }
   if (best_stop != nullptr) {
     *matched = *best_stop;
-    std::string out = pending_.substr(0, best + (include_stop_ ? best_stop->size() : 0));
+    std::string out = pending_.substr(0, best);
     pending_.clear();
     text_ += out;
     return out;
@@ -83,6 +98,7 @@ bool StopChecker::WouldMatch(const std::string& more) const {
 std::string StopChecker::Flush() {
   std::string out;
   out.swap(pending_);
+  if (include_stop_) return "";  // already released: only the search context
   text_ += out;
   return out;
 }

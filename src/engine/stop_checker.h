@@ -13,7 +13,9 @@ class StopChecker {
   StopChecker() = default;
   StopChecker(std::vector<std::string> stops, bool include_stop);
 
-  // Appends `delta` to the text. Returns the text that is now final (safe to send). Sets
+  // Appends `delta` to the text. Returns the text that is now final (safe to send; with
+  // include_stop all of `delta` up to the end of a stop string it completes, as vLLM holds
+  // nothing back then). Sets
   // *matched to the stop string when one completed (the sequence must then finish): one that
   // ends inside `delta`. With `check` false (a token within min_tokens, as vLLM) nothing is
   // matched, and what could start a stop string is still held back: a stop string that begins
@@ -30,7 +32,9 @@ class StopChecker {
   std::vector<std::string> stops_;
   bool include_stop_ = false;
   size_t max_stop_ = 0;
-  std::string pending_;  // not yet final: may be the start of a stop string
+  // Not yet final: may be the start of a stop string. With include_stop, the released text's
+  // last max_stop_ - 1 bytes instead (final already; where a spanning stop string is sought).
+  std::string pending_;
   std::string text_;
 };
 

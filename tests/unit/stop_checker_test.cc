@@ -64,6 +64,31 @@ TEST(StopChecker, TheStopThatEndsFirstWinsTiesInListOrder) {
   }
 }
 
+// With the stop string returned, vLLM holds nothing back (stop_buffer_length 0): every piece is
+// final at once, and a stop string spanning pieces still ends the text where it ends.
+TEST(StopChecker, IncludeStopHoldsNothingBack) {
+  StopChecker c({"END", "\n\nUser:"}, true);
+  std::string m;
+  EXPECT_EQ(c.Add("hello E", &m), "hello E");
+  EXPECT_EQ(c.Add("N", &m), "N");
+  EXPECT_TRUE(m.empty());
+  EXPECT_EQ(c.Add("D tail", &m), "D");
+  EXPECT_EQ(m, "END");
+  EXPECT_EQ(c.text(), "hello END");
+  EXPECT_EQ(c.Flush(), "");
+  StopChecker d({"\n\nUser:"}, true);
+  EXPECT_EQ(d.Add("a\n", &m), "a\n");
+  EXPECT_EQ(d.Add("\nUs", &m), "\nUs");
+  EXPECT_TRUE(d.WouldMatch("er:"));
+  EXPECT_EQ(d.Add("er: more", &m), "er:");
+  EXPECT_EQ(m, "\n\nUser:");
+  EXPECT_EQ(d.text(), "a\n\nUser:");
+  StopChecker e({"xyz"}, true);  // a long text keeps only a short search context
+  EXPECT_EQ(e.Add(std::string(1000, 'a') + "x", &m), std::string(1000, 'a') + "x");
+  EXPECT_EQ(e.Add("yzq", &m), "yz");
+  EXPECT_EQ(m, "xyz");
+}
+
 TEST(StopChecker, FlushReleasesAHeldPrefix) {
   StopChecker c({"STOP"}, false);
   std::string m;
