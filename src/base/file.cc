@@ -102,6 +102,49 @@ StatusOr<int> OpenConfined(const std::string& path, const std::string& root, std
   }
 }
 
+// Under a ConfinedOpenScope: OK when `path` resolves inside the root or leads to nothing there
+// (*missing then); the error ResolveInside gives when it, or a symbolic link on the way, leads
+// out of the root, whether or not something exists there (a different answer for a link to an
+// existing file outside than for one to a missing path told which files the machine has).
+// `hops`: symbolic links followed so far.
+Status CheckConfined(const std::string& path, const std::string& root, std::string_view what,
+                     bool* missing, int hops = 0) {
+  const std::string outside = Where(path, what) + ": resolves outside " + root;
+  if (hops > 40) return ErrnoStatus(path, what, ELOOP);
+  *missing = false;
+  if (char* resolved = ::realpath(path.c_str(), nullptr)) {
+    const std::string canonical = resolved;
+    std::free(resolved);
+    std::string rel;
+    if (!RelativeInside(canonical, root, &rel)) return InvalidArgument(outside);
+    return OkStatus();
+  }
+  const int err = errno;
+  if (err != ENOENT && err != ENOTDIR) return ErrnoStatus(path, what, err);
+  const size_t slash = path.find_last_of('/');
+  const std::string parent = slash == std::string::npos ? "."
+                             : slash == 0               ? "/"
+                                                        : path.substr(0, slash);
+  struct stat lst {};
+  if (::lstat(path.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode)) {
+    // A link to nothing: where it points decides (relative to the folder it is in).
+    std::string target(4096, '\0');
+    const ssize_t n = ::readlink(path.c_str(), target.data(), target.size());
+    if (n < 0 || static_cast<size_t>(n) >= target.size()) return InvalidArgument(outside);
+    target.resize(static_cast<size_t>(n));
+    if (target.empty() || target[0] != '/') target = parent + "/" + target;
+    Status st = CheckConfined(target, root, what, missing, hops + 1);
+    if (!st.ok()) return InvalidArgument(outside);  // named by `path`, not by where it leads
+    return OkStatus();
+  }
+  // Nothing at `path` itself: the folder it would be in decides.
+  if (parent == path) return InvalidArgument(outside);
+  Status st = CheckConfined(parent, root, what, missing, hops);
+  if (!st.ok()) return InvalidArgument(outside);
+  *missing = true;
+  return OkStatus();
+}
+
 }  // namespace
 
 ConfinedOpenScope::ConfinedOpenScope(std::string root) : outer_(t_confined), root_(std::move(root)) {
@@ -203,6 +246,10 @@ StatusOr<std::string> ReadFileBounded(const std::string& path, uint64_t max_byte
 }
 
 StatusOr<bool> RegularFileExists(const std::string& path, std::string_view what) {
+  if (t_confined != nullptr) {  // as OpenRegularFile: nothing is told about a path outside
+    bool missing = false;
+    RETURN_IF_ERROR(CheckConfined(path, t_confined->root(), what, &missing));
+  }
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     if (errno == ENOENT) {
@@ -223,6 +270,10 @@ StatusOr<bool> RegularFileExists(const std::string& path, std::string_view what)
 }
 
 StatusOr<bool> IsDirectory(const std::string& path, std::string_view what) {
+  if (t_confined != nullptr) {  // as OpenRegularFile: nothing is told about a path outside
+    bool missing = false;
+    RETURN_IF_ERROR(CheckConfined(path, t_confined->root(), what, &missing));
+  }
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     if (errno == ENOENT || errno == ENOTDIR) return false;

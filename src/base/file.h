@@ -54,6 +54,8 @@ class ConfinedOpenScope {
 
 // For optional files: false when nothing is at `path`; true when it is a regular file (after
 // symlinks); an error when something else is there (a folder, FIFO, loop, no permission).
+// Under a ConfinedOpenScope, kInvalidArgument ("resolves outside ROOT") when `path` or a
+// symbolic link on it leads out of the root, whether or not anything is there (IsDirectory too).
 StatusOr<bool> RegularFileExists(const std::string& path, std::string_view what = "");
 
 // Whether `path` is a folder (after symlinks): false when absent or something else; an error only

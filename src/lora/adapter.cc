@@ -140,7 +140,10 @@ StatusOr<std::shared_ptr<const Adapter>> ReadAdapter(const std::string& name, co
     return Status(has_tensors.status().code(), where + ": " + has_tensors.status().message());
   }
   auto has_bin = RegularFileExists((folder / "adapter_model.bin").string());
-  if (!*has_tensors && has_bin.ok() && *has_bin) {
+  if (!*has_tensors && !has_bin.ok()) {  // e.g. a link out of a --lora-dir root (confined)
+    return Status(has_bin.status().code(), where + ": " + has_bin.status().message());
+  }
+  if (!*has_tensors && *has_bin) {
     return InvalidArgument(where + ": " + dir +
                            " has only adapter_model.bin, a pickle file that could run arbitrary "
                            "code when loaded; loom does not unpickle. Re-save the adapter with "

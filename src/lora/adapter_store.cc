@@ -29,11 +29,13 @@ bool InsideAny(const fs::path& p, const std::vector<std::string>& roots) {
   return false;
 }
 
-// The adapter's two files, when they are symbolic links, must resolve inside `root` too (the
+// The adapter's files, when they are symbolic links, must resolve inside `root` too (the
 // folder's own check does not cover them: a link to /etc/passwd was read, and its bytes quoted
-// back in the error). `what` names the request field in the error.
+// back in the error; a link adapter_model.bin to an existing file outside answered otherwise
+// than one to a missing path). `what` names the request field in the error.
 Status FilesStayInside(const fs::path& dir, const fs::path& root, const std::string& what) {
-  for (const char* file : {"adapter_config.json", "adapter_model.safetensors"}) {
+  for (const char* file :
+       {"adapter_config.json", "adapter_model.safetensors", "adapter_model.bin"}) {
     std::error_code ec;
     const fs::path p = dir / file;
     if (!fs::is_symlink(fs::symlink_status(p, ec))) continue;

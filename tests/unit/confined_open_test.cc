@@ -159,5 +159,105 @@ TEST(ConfinedOpen, AdapterStoreNeverLoadsAFolderSwappedAfterItsCheck) {
   EXPECT_EQ((*reloaded)->config().r, 6);
 }
 
+// RegularFileExists and IsDirectory under the scope: a path that leads out of the root is refused
+// as OpenRegularFile refuses it, with one answer whether or not something is there (they followed
+// the link: false for a missing target, true or "is a folder" for an existing one, which told a
+// client of the load endpoint which files the machine has).
+TEST(ConfinedOpen, ExistenceChecksRefuseLinksOutWhetherOrNotTheTargetExists) {
+  TempDir tmp;
+  const std::string base = fs::canonical(tmp.path()).string();
+  const std::string root = base + "/root";
+  fs::create_directories(root + "/sub");
+  fs::create_directories(base + "/outdir");
+  Write(root + "/sub/f", "inside");
+  Write(base + "/outfile", "outside");
+  fs::create_symlink(base + "/outfile", root + "/to_file");          // an existing file outside
+  fs::create_symlink(base + "/missing", root + "/to_missing");       // nothing outside
+  fs::create_symlink(base + "/outdir", root + "/to_dir");            // an existing folder outside
+  fs::create_symlink("../missing2", root + "/rel_missing");          // relative, nothing outside
+  fs::create_symlink(root + "/to_missing", root + "/chain");         // a link to the link out
+  fs::create_symlink(root + "/sub/none", root + "/inside_missing");  // nothing, inside
+  ConfinedOpenScope scope(root);
+  for (const char* p : {"/to_file", "/to_missing", "/to_dir", "/rel_missing", "/chain", "/to_dir/x",
+                        "/to_missing/x"}) {
+    for (int dir = 0; dir < 2; ++dir) {
+      StatusOr<bool> got = dir ? IsDirectory(root + p) : RegularFileExists(root + p);
+      ASSERT_FALSE(got.ok()) << p << (dir ? " IsDirectory" : " RegularFileExists");
+      EXPECT_EQ(got.status().code(), StatusCode::kInvalidArgument) << p;
+      EXPECT_EQ(got.status().message(), root + p + ": resolves outside " + root) << p;
+    }
+  }
+  EXPECT_TRUE(*RegularFileExists(root + "/sub/f"));
+  EXPECT_FALSE(*RegularFileExists(root + "/sub/none"));
+  EXPECT_FALSE(*RegularFileExists(root + "/none/deeper"));
+  EXPECT_TRUE(*IsDirectory(root + "/sub"));
+  EXPECT_FALSE(*IsDirectory(root + "/none"));
+  // A link inside to nothing inside keeps its own answer.
+  auto dangling = RegularFileExists(root + "/inside_missing");
+  ASSERT_FALSE(dangling.ok());
+  EXPECT_NE(dangling.status().message().find("symbolic link to nothing"), std::string::npos);
+  {
+    ConfinedOpenScope wider(base);  // the innermost scope applies
+    EXPECT_TRUE(*RegularFileExists(root + "/to_file"));
+    EXPECT_FALSE(*IsDirectory(root + "/to_missing"));
+  }
+}
+
+// An adapter folder in a --lora-dir root whose adapter_model.bin (with no safetensors beside it)
+// is a link out of the root: one answer whether the target exists (it was 400 "has only
+// adapter_model.bin" for an existing file, 404 for a missing one), on demand, for a runtime path,
+// and for a load after the path was checked (the link made in between).
+TEST(ConfinedOpen, AdapterModelBinLinkedOutOfTheRootAnswersAlikeWhetherOrNotItExists) {
+  const std::string adapters = std::string(LOOM_FIXTURES) + "/adapters/";
+  auto model = Model::Load(std::string(LOOM_FIXTURES) + "/models/llama_f32");
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  TempDir tmp;
+  const std::string base = fs::canonical(tmp.path()).string();
+  const std::string root = base + "/root";
+  for (const char* name : {"x", "y", "late_x", "late_y"}) {
+    fs::create_directories(root + "/" + name);
+    fs::copy(adapters + "llama_mlp_r6/adapter_config.json", root + "/" + name);
+  }
+  Write(base + "/exists.bin", "outside");
+  fs::create_symlink(base + "/exists.bin", root + "/x/adapter_model.bin");
+  fs::create_symlink(base + "/missing.bin", root + "/y/adapter_model.bin");
+  AdapterStoreOptions o;
+  o.lora_dirs = {root};
+  AdapterStore store(&(*model)->sites(), o);
+  auto x = store.Acquire("x");
+  auto y = store.Acquire("y");
+  ASSERT_FALSE(x.ok());
+  ASSERT_FALSE(y.ok());
+  EXPECT_EQ(x.status().code(), y.status().code());
+  for (const auto& st : {x.status(), y.status()}) {
+    EXPECT_NE(st.message().find("adapter_model.bin is a symbolic link out of the --lora-dir root"),
+              std::string::npos)
+        << st.message();
+  }
+  auto rx = store.ResolveRuntimePath("x");
+  auto ry = store.ResolveRuntimePath("y");
+  ASSERT_FALSE(rx.ok());
+  ASSERT_FALSE(ry.ok());
+  EXPECT_EQ(rx.status().code(), ry.status().code());
+  EXPECT_NE(
+      ry.status().message().find("adapter_model.bin is a symbolic link out of the --lora-dir"),
+      std::string::npos)
+      << ry.status().message();
+  // Checked, then linked out before the load: the load's existence check is confined too.
+  auto lx = store.ResolveRuntimePath("late_x");
+  auto ly = store.ResolveRuntimePath("late_y");
+  ASSERT_TRUE(lx.ok() && ly.ok());
+  fs::create_symlink(base + "/exists.bin", root + "/late_x/adapter_model.bin");
+  fs::create_symlink(base + "/missing.bin", root + "/late_y/adapter_model.bin");
+  Status sx = store.Register("late_x", lx->dir, lx->root);
+  Status sy = store.Register("late_y", ly->dir, ly->root);
+  EXPECT_EQ(sx.code(), StatusCode::kInvalidArgument) << sx.ToString();
+  EXPECT_EQ(sy.code(), StatusCode::kInvalidArgument) << sy.ToString();
+  for (const auto& st : {sx, sy}) {
+    EXPECT_NE(st.message().find("adapter_model.bin: resolves outside " + root), std::string::npos)
+        << st.message();
+  }
+}
+
 }  // namespace
 }  // namespace loom
