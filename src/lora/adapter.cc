@@ -166,6 +166,12 @@ StatusOr<std::shared_ptr<const Adapter>> ReadAdapter(const std::string& name, co
     Status st = ApplyPeftMoeAllLinear(sites, config_path, &a->config_);
     if (!st.ok()) return InvalidArgument(where + ": " + st.message());
   }
+  if (!*has_tensors) {
+    // As vLLM: a folder with an adapter config and no tensors is a broken adapter (400), not a
+    // missing one (kNotFound, 404, is for a folder or adapter_config.json that is not there).
+    return InvalidArgument(where + ": " + dir +
+                           " has adapter_config.json but no adapter_model.safetensors");
+  }
   // Read into memory, not mapped: an adapter file replaced or truncated while it is served (a
   // `cp` over it in a --lora-dir) would SIGBUS the server or change the weights in place.
   auto store = SafetensorsStore::Open(tensors_path, "model", /*in_memory=*/true);

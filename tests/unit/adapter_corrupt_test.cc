@@ -386,13 +386,17 @@ TEST(CorruptAdapterFileTest, PickleOnlyAndMissingFiles) {
   fs::remove(dir + "/adapter_model.bin");
   auto none = Load(dir, model);
   ASSERT_FALSE(none.ok());
-  EXPECT_TRUE(Contains(none.status().message(),
-                       "adapter 'bad': " + dir + "/adapter_model.safetensors: no such file"));
+  // A broken adapter (400 as vLLM's "doesn't contain tensors"), not a missing one (404).
+  EXPECT_EQ(none.status().code(), StatusCode::kInvalidArgument) << none.status().ToString();
+  EXPECT_TRUE(Contains(
+      none.status().message(),
+      "adapter 'bad': " + dir + " has adapter_config.json but no adapter_model.safetensors"));
 
   WriteDraft(d, dir);
   fs::remove(dir + "/adapter_config.json");
   auto no_config = Load(dir, model);
   ASSERT_FALSE(no_config.ok());
+  EXPECT_EQ(no_config.status().code(), StatusCode::kNotFound);  // no adapter there: 404
   EXPECT_TRUE(Contains(no_config.status().message(),
                        "adapter 'bad': " + dir + "/adapter_config.json: no such file"));
 
