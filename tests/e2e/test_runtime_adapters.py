@@ -109,6 +109,12 @@ def test_load_unload_endpoints(start_server, llama_dir, lora_dir, reference, tmp
     expect(load(srv, "a7", "."), 400, "lora_path")            # the root itself
     expect(load(srv, "a8", "junk"), 404, "lora_path")         # a folder with no adapter (vLLM)
     expect(load(srv, "a8", "broken"), 400, "lora_path")       # an adapter that does not load
+    # A config without its tensors: 400 as vLLM ("doesn't contain tensors"), as on demand (it
+    # was 404, the answer for a folder or config that is not there).
+    r = load(srv, "a8", "noweights")
+    expect(r, 400, "lora_path")
+    assert r.json()["error"]["type"] == "BadRequestError", r.text
+    assert "no adapter_model.safetensors" in r.json()["error"]["message"], r.text
     expect(srv.post("/v1/load_lora_adapter", {"lora_name": "a9"}), 400, "lora_path")
     expect(srv.post("/v1/load_lora_adapter", {"lora_name": "a9", "lora_path": "qv", "x": 1}),
            400, "x")
@@ -209,6 +215,19 @@ def test_load_unload_while_streaming(start_server, long_dir, lora_dir, reference
     wait_until(lambda: srv.metric("vllm:num_requests_running") == 0, 30, what="nothing running")
 
 
+def greedy_retrying(srv, model, prompt, tries=600):
+    """greedy(), sent again after each 503 (Retry-After: the store had no adapter to evict)."""
+    for _ in range(tries):
+        try:
+            return greedy(srv, model, prompt)
+        except openai.APIStatusError as e:
+            if e.status_code != 503:
+                raise
+            assert e.response.headers.get("retry-after") == "1", e.response.headers
+            time.sleep(0.05)
+    raise AssertionError(f"{model}: still 503 after {tries} tries")
+
+
 def test_eviction_with_max_cpu_loras(start_server, llama_dir, lora_dir, reference):
     srv = start_server(llama_dir, ["--lora-dir", str(lora_dir), "--max-cpu-loras", "2"])
     names = list(ADAPTERS)  # 4 adapters, at most 2 kept loaded
@@ -223,37 +242,67 @@ def test_eviction_with_max_cpu_loras(start_server, llama_dir, lora_dir, referenc
     assert srv.metric("loom_adapter_loads_total") >= 8
     # Evicted adapters can still be named.
     assert set(names) <= set(model_ids(srv))
-    # Concurrently: leased adapters are pinned, every answer still right.
+    # Concurrently: leased adapters are pinned (a request needing a third while two are held is
+    # told to retry), every answer still right.
     jobs = [(n, p) for n in names for p in (PROMPT, "Hi there")] * 3
     with ThreadPoolExecutor(12) as pool:
-        outs = list(pool.map(lambda j: (j, greedy(srv, j[0], j[1])), jobs, timeout=120))
+        outs = list(pool.map(lambda j: (j, greedy_retrying(srv, j[0], j[1])), jobs, timeout=120))
     for (name, prompt), got in outs:
         assert got[:2] == reference(name, prompt)[:2], f"{name} {prompt!r} wrong under eviction"
     assert srv.metric("loom_adapter_evictions_total") - ev0 > evictions
+    assert srv.metric("loom_adapters_resident") <= 2
 
 
-def test_store_trims_to_max_cpu_loras_once_requests_end(start_server, long_dir, lora_dir,
-                                                        reference):
+def test_loads_past_max_cpu_loras_while_every_adapter_is_leased_are_refused(
+        start_server, long_dir, lora_dir, reference):
     # 12 requests on 3 adapters with room for 1, queued behind a long base stream
-    # (--max-num-seqs 1): each holds its adapter's lease while it waits, so the store goes over
-    # its bound (seen in /metrics). Once they end it must come back to 1 by itself (it stayed at
-    # 3 until the next adapter request before). long_dir: the same weights, a long context.
+    # (--max-num-seqs 1): each waiting request holds its adapter's lease, so once one adapter is
+    # held no other can be loaded: those requests, and the load endpoint, get 503 with
+    # Retry-After naming the adapter and the flag (they loaded past the bound before: 3 resident
+    # against 1, ~576 against 64 on a server with a large queue). long_dir: the same weights, a
+    # long context.
     srv = start_server(long_dir, ["--lora-dir", str(lora_dir), "--max-cpu-loras", "1",
                                   "--max-loras", "1", "--max-num-seqs", "1",
-                                  "--served-model-name", BASE])
+                                  "--allow-runtime-lora", "--served-model-name", BASE])
     blocker = Blocker(srv, BASE)
     names = list(ADAPTERS)[:3]
     jobs = [n for n in names for _ in range(4)]
+
+    def attempt(name):
+        try:
+            return greedy(srv, name, PROMPT)
+        except openai.APIStatusError as e:
+            return e
+
     with ThreadPoolExecutor(12) as pool:
-        futures = [(n, pool.submit(greedy, srv, n, PROMPT)) for n in jobs]
-        wait_until(lambda: srv.metric("loom_adapters_resident") == 3, 30, 0.01,
-                   "three adapters leased by queued requests")
+        futures = [(n, pool.submit(attempt, n)) for n in jobs]
+        # One adapter's 4 requests wait behind the blocker (the first adapter loaded); the
+        # other 8 are answered at once.
+        wait_until(lambda: sum(f.done() for _, f in futures) >= 8, 30, 0.01, "8 requests refused")
+        time.sleep(0.2)
+        refused = [(n, f.result()) for n, f in futures if f.done()]
+        assert len(refused) == 8, refused
+        for n, e in refused:
+            assert isinstance(e, openai.APIStatusError) and e.status_code == 503, (n, e)
+            assert e.response.headers.get("retry-after") == "1", e.response.headers
+            message = e.body["message"]
+            assert f"adapter '{n}' cannot be loaded" in message and "--max-cpu-loras 1" in message, message
+        served = {n for n, f in futures if not f.done()}
+        assert len(served) == 1 and not served & {n for n, _ in refused}, (served, refused)
+        assert srv.metric("loom_adapters_resident") == 1
+        # The load endpoint is refused alike.
+        r = load(srv, "z", "mlp")
+        assert r.status_code == 503 and r.headers.get("Retry-After") == "1", r.text
+        assert "adapter 'z' cannot be loaded" in r.json()["error"]["message"], r.text
         blocker.close()
-        outs = [(n, f.result(timeout=120)) for n, f in futures]
+        outs = [(n, f.result(timeout=120)) for n, f in futures if n in served]
     for name, got in outs:
         assert got[:2] == reference(name, PROMPT)[:2], name
-    wait_until(lambda: srv.metric("loom_adapters_resident") == 1, 10, what="the store trimmed")
     wait_until(lambda: srv.metric("vllm:num_requests_running") == 0, 30, what="nothing running")
+    # Once the leases are gone, the refused ones load (evicting the one that was held).
+    for name, _ in refused[:2]:
+        assert greedy(srv, name, PROMPT)[:2] == reference(name, PROMPT)[:2], name
+        assert srv.metric("loom_adapters_resident") == 1
 
 
 def test_unload_while_queued(start_server, long_dir, lora_dir, reference):
