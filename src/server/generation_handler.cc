@@ -269,14 +269,15 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
   struct DropLease {
     std::shared_ptr<const Adapter>& adapter;
     AdapterStore* store;
-    ~DropLease() {
+    void Drop() noexcept {
       if (adapter == nullptr || store == nullptr) return;
       adapter.reset();
-      try {  // a destructor: nothing may leave it
+      try {  // called from a destructor: nothing may leave it
         store->Trim();
       } catch (...) {
       }
     }
+    ~DropLease() { Drop(); }
   } drop_lease{adapter, ctx.adapters};
   if (!ctx.options.NamesBase(r.model)) {
     if (ctx.adapters == nullptr) {
@@ -370,8 +371,10 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
   unreserve.Release();  // in num_in_flight now (or refused): not counted twice
   if (!submitted) return fail(error);
   // The sequences hold their own leases now; holding this one until the response is written
-  // kept the adapter pinned past the engine's release (the store trims when sequences finish).
-  adapter.reset();
+  // kept the adapter pinned past the engine's release. Dropped with a Trim, as on the ways out
+  // above: the engine's trim when the sequences finish may run before this reset (a no-op
+  // while the store is within its bounds, which it keeps by refusing loads past them).
+  drop_lease.Drop();
 
   ResponseMeta meta;
   // vLLM names a response after the client's X-Request-Id (gateways trace by it), else the
