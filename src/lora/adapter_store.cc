@@ -157,6 +157,7 @@ Status AdapterStore::Register(const std::string& name, const std::string& dir,
   std::lock_guard<std::mutex> load_lock(load_mu_);
   ASSIGN_OR_RETURN(std::shared_ptr<const Adapter> adapter,
                    LoadRemembering(name, dir, root, fingerprint));
+  Dropped dropped;  // freed after the lock below is released
   std::lock_guard<std::mutex> lock(mu_);
   auto old = entries_.find(name);
   if (old != entries_.end() && !replace) {
@@ -167,7 +168,7 @@ Status AdapterStore::Register(const std::string& name, const std::string& dir,
   if (old != entries_.end()) {
     // The old entry goes as Unregister takes it; its new generation supersedes any load of the
     // old folder still in flight.
-    RetireLocked(old->second);
+    RetireLocked(old->second, &dropped);
     entries_.erase(old);
   } else {
     // Again: names found on demand may have filled the table while this one loaded.
@@ -177,7 +178,7 @@ Status AdapterStore::Register(const std::string& name, const std::string& dir,
   e.dir = dir;
   e.root = root;
   e.generation = next_generation_++;
-  Publish(name, e, std::move(adapter));
+  Publish(name, e, std::move(adapter), &dropped);
   return OkStatus();
 }
 
@@ -212,7 +213,15 @@ void AdapterStore::Touch(const std::string& name, Entry& e) {
   e.lru = lru_.begin();
 }
 
-void AdapterStore::RetireLocked(Entry& e) {
+void AdapterStore::DropLocked(std::shared_ptr<const Adapter>& adapter, Dropped* dropped) noexcept {
+  try {
+    dropped->push_back(std::move(adapter));  // on a throw nothing moved: freed below
+  } catch (...) {
+  }
+  adapter.reset();
+}
+
+void AdapterStore::RetireLocked(Entry& e, Dropped* dropped) {
   if (!e.loaded) return;
   lru_.erase(e.lru);
   resident_bytes_ -= e.loaded->resident_bytes();
@@ -220,7 +229,7 @@ void AdapterStore::RetireLocked(Entry& e) {
     retired_.push_back(e.loaded);
     retired_bytes_ += e.loaded->resident_bytes();
   }
-  e.loaded.reset();
+  DropLocked(e.loaded, dropped);
 }
 
 void AdapterStore::PruneRetiredLocked() {
@@ -237,7 +246,7 @@ void AdapterStore::PruneRetiredLocked() {
   retired_.resize(kept);
 }
 
-void AdapterStore::EvictLocked() {
+void AdapterStore::EvictLocked(Dropped* dropped) {
   PruneRetiredLocked();
   // The running totals: a scan of the list per victim was quadratic, on the engine thread.
   auto over = [&] {
@@ -255,7 +264,7 @@ void AdapterStore::EvictLocked() {
     Entry& e = entries_.at(*it);
     if (e.loaded.use_count() > 1) continue;
     resident_bytes_ -= e.loaded->resident_bytes();
-    e.loaded.reset();
+    DropLocked(e.loaded, dropped);
     it = lru_.erase(it);
     ++evictions_;
   }
@@ -354,6 +363,7 @@ StatusOr<std::shared_ptr<const Adapter>> AdapterStore::AcquireOnce(const std::st
   std::string root;
   uint64_t generation = 0;
   bool on_demand = false;
+  Dropped dropped;  // freed after the lock below is released
   {
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
@@ -363,7 +373,7 @@ StatusOr<std::shared_ptr<const Adapter>> AdapterStore::AcquireOnce(const std::st
         std::shared_ptr<const Adapter> lease = it->second.loaded;
         // Back to the bounds should the store be past them (the one just acquired is the most
         // recent, never a victim).
-        EvictLocked();
+        EvictLocked(&dropped);
         return lease;
       }
       if (it == entries_.end() && roots_.empty()) {
@@ -484,6 +494,7 @@ StatusOr<std::shared_ptr<const Adapter>> AdapterStore::LoadAndPublish(const std:
   }
   if (!loaded.ok()) return loaded.status();
   std::shared_ptr<const Adapter> adapter = std::move(loaded).value();
+  Dropped dropped;  // freed after the lock below is released
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(name);
   if (generation != 0 && (it == entries_.end() || it->second.generation != generation)) {
@@ -512,30 +523,32 @@ StatusOr<std::shared_ptr<const Adapter>> AdapterStore::LoadAndPublish(const std:
     it->second.generation = next_generation_++;
     it->second.on_demand = true;
   }
-  Publish(name, it->second, std::move(adapter));
+  Publish(name, it->second, std::move(adapter), &dropped);
   return it->second.loaded;
 }
 
 void AdapterStore::Publish(const std::string& name, Entry& e,
-                           std::shared_ptr<const Adapter> adapter) {
+                           std::shared_ptr<const Adapter> adapter, Dropped* dropped) {
   resident_bytes_ += adapter->resident_bytes();
   e.loaded = std::move(adapter);
   lru_.push_front(name);
   e.lru = lru_.begin();
   ++loads_;
-  EvictLocked();
+  EvictLocked(dropped);
 }
 
 void AdapterStore::Trim() {
+  Dropped dropped;  // freed after the lock below is released
   std::lock_guard<std::mutex> lock(mu_);
-  EvictLocked();
+  EvictLocked(&dropped);
 }
 
 Status AdapterStore::Unregister(const std::string& name) {
+  Dropped dropped;  // freed after the lock below is released
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(name);
   if (it == entries_.end()) return NotFound("adapter '" + name + "' is not loaded");
-  RetireLocked(it->second);
+  RetireLocked(it->second, &dropped);
   entries_.erase(it);
   return OkStatus();
 }

@@ -165,8 +165,16 @@ class AdapterStore {
   // List() (`sub_folders` false) and ListNameable() (true).
   std::vector<AdapterInfo> Listed(bool sub_folders) const;
   Table::const_iterator ForgettableLocked() const;  // an entry a new name may replace, or end()
+  // The store's references to adapters it let go of under mu_ (evicted, unloaded, replaced):
+  // each public method declares one before taking mu_, so that the last reference to an adapter
+  // (hundreds of MB) is dropped after mu_ is released, not while /metrics on the I/O thread and
+  // the engine's Trim wait for the lock.
+  using Dropped = std::vector<std::shared_ptr<const Adapter>>;
+  // Moves `adapter` into *dropped (or, when that cannot allocate, releases it here).
+  static void DropLocked(std::shared_ptr<const Adapter>& adapter, Dropped* dropped) noexcept;
   // Makes `adapter` the resident one of `e` (the most recent), then evicts to the bounds.
-  void Publish(const std::string& name, Entry& e, std::shared_ptr<const Adapter> adapter);
+  void Publish(const std::string& name, Entry& e, std::shared_ptr<const Adapter> adapter,
+               Dropped* dropped);
   // LoadAdapter, with every file opened inside `root` when it is not empty.
   StatusOr<std::shared_ptr<const Adapter>> Load(const std::string& name, const std::string& dir,
                                                 const std::string& root) const;
@@ -177,7 +185,7 @@ class AdapterStore {
                                                            const std::string& root,
                                                            const std::string& fingerprint);
   void Touch(const std::string& name, Entry& e);
-  void EvictLocked();
+  void EvictLocked(Dropped* dropped);
   // kUnavailable (a 503 with Retry-After) naming `name` and the flag when no room can be made
   // for one more adapter of `bytes` resident bytes (0 before its load: unknown): with every
   // adapter no request holds evicted, the store would still be past --max-cpu-loras or
@@ -185,7 +193,7 @@ class AdapterStore {
   Status RoomToLoadLocked(const std::string& name, uint64_t bytes);
   // Takes a loaded adapter out of the table (unload, replace): its bytes leave the resident
   // total; if sequences still hold it, it joins retired_ and still counts against the bounds.
-  void RetireLocked(Entry& e);
+  void RetireLocked(Entry& e, Dropped* dropped);
   // Drops retired adapters no sequence holds any more; their count and bytes are what is left.
   void PruneRetiredLocked();
   StatusOr<ConfinedDir> OnDemandDir(const std::string& name) const;
