@@ -102,21 +102,19 @@ StatusOr<int> OpenConfined(const std::string& path, const std::string& root, std
   }
 }
 
-// Under a ConfinedOpenScope: OK when `path` resolves inside the root or leads to nothing there
-// (*missing then); the error ResolveInside gives when it, or a symbolic link on the way, leads
-// out of the root, whether or not something exists there (a different answer for a link to an
-// existing file outside than for one to a missing path told which files the machine has).
-// `hops`: symbolic links followed so far.
-Status CheckConfined(const std::string& path, const std::string& root, std::string_view what,
-                     bool* missing, int hops = 0) {
-  const std::string outside = Where(path, what) + ": resolves outside " + root;
+// Whether `path` leads out of `root` (*out): it, or a symbolic link on the way, resolves outside,
+// whether or not something exists there; a missing path inside a folder inside the root does
+// not. `hops`: symbolic links followed so far. An error when it cannot be told (no permission, a
+// loop); what a dangling link points at is never told (any error there counts as out).
+Status LeadsOutside(const std::string& path, const std::string& root, std::string_view what,
+                    bool* out, int hops) {
+  *out = false;
   if (hops > 40) return ErrnoStatus(path, what, ELOOP);
-  *missing = false;
   if (char* resolved = ::realpath(path.c_str(), nullptr)) {
     const std::string canonical = resolved;
     std::free(resolved);
     std::string rel;
-    if (!RelativeInside(canonical, root, &rel)) return InvalidArgument(outside);
+    *out = !RelativeInside(canonical, root, &rel);
     return OkStatus();
   }
   const int err = errno;
@@ -130,18 +128,27 @@ Status CheckConfined(const std::string& path, const std::string& root, std::stri
     // A link to nothing: where it points decides (relative to the folder it is in).
     std::string target(4096, '\0');
     const ssize_t n = ::readlink(path.c_str(), target.data(), target.size());
-    if (n < 0 || static_cast<size_t>(n) >= target.size()) return InvalidArgument(outside);
+    if (n < 0 || static_cast<size_t>(n) >= target.size()) {
+      *out = true;
+      return OkStatus();
+    }
     target.resize(static_cast<size_t>(n));
     if (target.empty() || target[0] != '/') target = parent + "/" + target;
-    Status st = CheckConfined(target, root, what, missing, hops + 1);
-    if (!st.ok()) return InvalidArgument(outside);  // named by `path`, not by where it leads
+    if (!LeadsOutside(target, root, what, out, hops + 1).ok()) *out = true;
     return OkStatus();
   }
-  // Nothing at `path` itself: the folder it would be in decides.
-  if (parent == path) return InvalidArgument(outside);
-  Status st = CheckConfined(parent, root, what, missing, hops);
-  if (!st.ok()) return InvalidArgument(outside);
-  *missing = true;
+  if (parent == path) return OkStatus();               // "/" or ".": nothing above it to ask
+  return LeadsOutside(parent, root, what, out, hops);  // nothing at `path`: its folder decides
+}
+
+// Under a ConfinedOpenScope: the error OpenRegularFile gives for a path that leads out of the
+// root, for one that does whether or not something is there (a different answer for a link to
+// an existing file outside than for one to a missing path told which files the machine has).
+Status CheckConfined(const std::string& path, std::string_view what) {
+  if (t_confined == nullptr) return OkStatus();
+  bool out = false;
+  RETURN_IF_ERROR(LeadsOutside(path, t_confined->root(), what, &out, 0));
+  if (out) return InvalidArgument(Where(path, what) + ": resolves outside " + t_confined->root());
   return OkStatus();
 }
 
@@ -246,10 +253,7 @@ StatusOr<std::string> ReadFileBounded(const std::string& path, uint64_t max_byte
 }
 
 StatusOr<bool> RegularFileExists(const std::string& path, std::string_view what) {
-  if (t_confined != nullptr) {  // as OpenRegularFile: nothing is told about a path outside
-    bool missing = false;
-    RETURN_IF_ERROR(CheckConfined(path, t_confined->root(), what, &missing));
-  }
+  RETURN_IF_ERROR(CheckConfined(path, what));  // as OpenRegularFile: nothing told about outside
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     if (errno == ENOENT) {
@@ -270,10 +274,7 @@ StatusOr<bool> RegularFileExists(const std::string& path, std::string_view what)
 }
 
 StatusOr<bool> IsDirectory(const std::string& path, std::string_view what) {
-  if (t_confined != nullptr) {  // as OpenRegularFile: nothing is told about a path outside
-    bool missing = false;
-    RETURN_IF_ERROR(CheckConfined(path, t_confined->root(), what, &missing));
-  }
+  RETURN_IF_ERROR(CheckConfined(path, what));  // as OpenRegularFile: nothing told about outside
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     if (errno == ENOENT || errno == ENOTDIR) return false;
