@@ -283,6 +283,17 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
     if (ctx.adapters == nullptr) {
       return fail(ApiError{404, "The model `" + r.model + "` does not exist.", "model", ""});
     }
+    // A full queue is refused before the adapter is acquired: a load (serialized, on the CPU
+    // the engine needs) and the eviction of a warm adapter for a request answered 503 anyway.
+    // The exact check, with the request's own sequences, follows below.
+    const int64_t queued_now =
+        ctx.engine->num_in_flight() - ctx.engine->Stats().num_running + ctx.admitting.load();
+    if (queued_now > 0 && queued_now + 1 > ctx.options.max_waiting) {
+      return fail(ApiError{503,
+                           "the server is overloaded (" + std::to_string(queued_now) +
+                               " sequences waiting); retry later",
+                           "", ""});
+    }
     auto lease = ctx.adapters->Acquire(r.model);
     if (!lease.ok()) {
       if (lease.status().code() == StatusCode::kNotFound) {

@@ -97,6 +97,30 @@ def test_overload_is_503_with_retry_after(start_server, long_dir):
     assert r.status_code == 200, r.text
 
 
+def test_overload_is_refused_before_loading_an_adapter(start_server, long_dir, lora_dir):
+    # A full queue is a 503 before the request's adapter is loaded from --lora-dir: the load
+    # (serialized, on the CPU the engine needs) and the eviction of a warm adapter were spent on
+    # a request refused anyway, once per client retry.
+    import requests
+    srv = start_server(long_dir, ["--max-num-seqs", "1", "--max-waiting", "1",
+                                  "--lora-dir", str(lora_dir)])
+    streams = []
+    try:
+        lines = one_running_one_waiting(srv, streams)  # noqa: F841 (kept alive)
+        loads0 = srv.metric("loom_adapter_loads_total")
+        r = requests.post(srv.url + "/v1/completions", timeout=30,
+                          json={"model": "mlp", "prompt": "x", "max_tokens": 2})
+        assert r.status_code == 503, r.text
+        assert r.headers.get("Retry-After")
+        assert srv.metric("loom_adapter_loads_total") == loads0, "loaded for a refused request"
+    finally:
+        for s in streams:
+            s.close()
+    r = served_again(srv, {"model": "mlp", "prompt": "x", "max_tokens": 2})
+    assert r.status_code == 200, r.text
+    assert srv.metric("loom_adapter_loads_total") == loads0 + 1
+
+
 def test_queue_limit_counts_each_requests_sequences(start_server, long_dir):
     # --max-num-seqs 1 --max-waiting 4: one stream runs, one waits; a request of n = 4 would
     # make 5 waiting sequences: 503 (before, only the queue's length was checked, so one
