@@ -132,23 +132,24 @@ bool Submit(ServerContext& ctx, const OpenAiRequest& r, std::shared_ptr<const Ad
   for (size_t p = 0; p < sub->prompts.size(); ++p) {
     if (Status st = ctx.engine->engine().Validate(make(p, 0)); !st.ok()) return refuse(st);
   }
+  // Each prompt's detokenizer is primed here, once per prompt, and before any is submitted (so
+  // that no other handler's queue check counts this request's first sequences while the rest
+  // prime): a prompt ending in ids that never decode cleanly primes with all of its ids (as
+  // vLLM), which on the engine thread, once per copy, stalled every stream.
+  std::vector<std::shared_ptr<tokenizer::StreamingDetokenizer>> primed(sub->prompts.size());
+  for (size_t p = 0; ctx.tokenizer != nullptr && p < sub->prompts.size(); ++p) {
+    primed[p] =
+        std::make_shared<tokenizer::StreamingDetokenizer>(ctx.tokenizer, r.skip_special_tokens);
+    primed[p]->Prime(sub->prompts[p]);
+  }
   std::vector<int64_t> submitted;
   for (size_t p = 0; p < sub->prompts.size(); ++p) {
     sub->prompt_tokens += static_cast<int>(sub->prompts[p].size());
-    // Primed here, once per prompt: a prompt ending in ids that never decode cleanly primes
-    // with all of its ids (as vLLM), which on the engine thread, once per copy, stalled
-    // every stream.
-    std::shared_ptr<tokenizer::StreamingDetokenizer> primed;
-    if (ctx.tokenizer != nullptr) {
-      primed =
-          std::make_shared<tokenizer::StreamingDetokenizer>(ctx.tokenizer, r.skip_special_tokens);
-      primed->Prime(sub->prompts[p]);
-    }
     for (int j = 0; j < r.n; ++j) {
       const size_t index = p * static_cast<size_t>(r.n) + static_cast<size_t>(j);
       state.choices[index].prompt_index = static_cast<int>(p);
       GenerationRequest g = make(p, j);
-      g.primed = primed;
+      g.primed = primed[p];
       auto id =
           ctx.engine->Submit(std::move(g), MakeChoiceCallback(sub->state, index, &ctx.metrics));
       if (!id.ok()) {  // only "shutting down" is left to fail here
@@ -279,30 +280,30 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
     }
     ~DropLease() { Drop(); }
   } drop_lease{adapter, ctx.adapters};
-  if (!ctx.options.NamesBase(r.model)) {
-    if (ctx.adapters == nullptr) {
-      return fail(ApiError{404, "The model `" + r.model + "` does not exist.", "model", ""});
-    }
-    // A full queue is refused before the adapter is acquired: a load (serialized, on the CPU
-    // the engine needs) and the eviction of a warm adapter for a request answered 503 anyway.
-    // The exact check, with the request's own sequences, follows below.
-    const int64_t queued_now =
-        ctx.engine->num_in_flight() - ctx.engine->Stats().num_running + ctx.admitting.load();
-    if (queued_now > 0 && queued_now + 1 > ctx.options.max_waiting) {
-      return fail(ApiError{503,
-                           "the server is overloaded (" + std::to_string(queued_now) +
-                               " sequences waiting); retry later",
-                           "", ""});
-    }
+  // An adapter's name is checked now (404), its weights acquired (loaded if needed) only after
+  // the cheap refusals — the request's 400s and a full queue's 503: a load (serialized, on the
+  // CPU the engine needs) and the eviction of a warm adapter were spent on requests refused
+  // anyway, once per client retry of an overloaded server.
+  const bool wants_adapter = !ctx.options.NamesBase(r.model);
+  if (wants_adapter && ctx.adapters == nullptr) {
+    return fail(ApiError{404, "The model `" + r.model + "` does not exist.", "model", ""});
+  }
+  auto acquire = [&]() -> bool {
     auto lease = ctx.adapters->Acquire(r.model);
     if (!lease.ok()) {
       if (lease.status().code() == StatusCode::kNotFound) {
-        return fail(ApiError{404, "The model `" + r.model + "` does not exist.", "model", ""});
+        fail(ApiError{404, "The model `" + r.model + "` does not exist.", "model", ""});
+      } else {
+        fail(FromStatus(lease.status(), "model"));
       }
-      return fail(FromStatus(lease.status(), "model"));
+      return false;
     }
     adapter = std::move(lease).value();
-  }
+    return true;
+  };
+  // A name the store does not know (or whose folder it refuses: a link out of the root) is
+  // answered now; Acquire loads nothing for it.
+  if (wants_adapter && !ctx.adapters->Knows(r.model) && !acquire()) return;
   Submission sub;
   if (!BuildPrompts(ctx, r, &sub.prompts, &error, [&ex] { return ex->Gone(); })) return fail(error);
   if (!TruncatePrompts(ctx, &r, &sub.prompts, &error)) return fail(error);
@@ -355,6 +356,7 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
                                             " sequences waiting, this request adds " +
                                             std::to_string(wanted) + "); retry later", "", ""});
   }
+  if (wants_adapter && adapter == nullptr && !acquire()) return;
   // After the cheap refusals (queue, lengths): the decode may take the tokenizer's budget.
   if (r.echo && !EchoTokenPromptsAsText(ctx, &r, &error)) return fail(error);
   // Until the response owns them, the request's sequences are aborted on any way out (an
