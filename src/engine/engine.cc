@@ -206,13 +206,16 @@ void Engine::Finish(Sequence* seq, FinishReason reason, SequenceUpdate* update) 
     update->text += seq->stop.Add(seq->detokenizer->Finish(), &matched, PastMinTokens(*seq));
     if (matched.empty()) {
       update->text += seq->stop.Flush();
-    } else if (reason == FinishReason::kLength) {  // an EOS / stop-token finish keeps its own
-                                                   // reason: vLLM checks those first
+    } else {
       // The held-back tail (an unfinished UTF-8 sequence flushed as U+FFFD, a byte-fallback
-      // run) completed a stop string: as vLLM, which checks stop strings before max_tokens.
+      // run) completed a stop string: as vLLM, which checks stop strings before max_tokens, and
+      // whose output processor makes the stop string the stop_reason also when EOS or a stop
+      // token ended the sequence (as ApplyDrawn does).
       reason = FinishReason::kStop;
       seq->result.stop_reason = matched;
       update->stop_reason = matched;
+      seq->result.stop_token = -1;
+      update->stop_token = -1;
     }
   }
   seq->result.finish_reason = reason;

@@ -185,7 +185,8 @@ json PromptCompletionLogprobs(const ServerContext& ctx, const OpenAiRequest& r,
 }
 
 // vLLM's prompt_logprobs: [null, {"id": {logprob, rank, decoded_token}}, ...], each entry the
-// prompt token itself (its rank in the vocabulary) and the top-N (ranks 1..N).
+// prompt token itself (its rank in the vocabulary: the logits at or above its own) and the
+// top-N (ranks 1..N; the prompt token, when among them, has its place there).
 json VllmPromptLogprobs(const ServerContext& ctx, const OpenAiRequest& r,
                         const std::vector<int32_t>& prompt, const ChoiceState& c) {
   json out = json::array();
@@ -200,8 +201,9 @@ json VllmPromptLogprobs(const ServerContext& ctx, const OpenAiRequest& r,
     const auto& alts = c.prompt_top[i - 1];
     // The engine scored max(prompt_logprobs, logprobs) alternatives when echo asked for more.
     for (size_t k = 0; k < alts.size() && k < static_cast<size_t>(r.prompt_logprobs); ++k) {
+      // The prompt token among them takes its place here (vLLM builds a dict, the top-N
+      // written after the prompt token): rank k + 1, whatever ties its own rank counted.
       const std::string key = std::to_string(alts[k].token);
-      if (entry.contains(key)) continue;
       entry[key] = {{"logprob", alts[k].logprob},
                     {"rank", static_cast<int64_t>(k) + 1},
                     {"decoded_token", DecodedToken(ctx, alts[k].token, context)}};
