@@ -300,6 +300,7 @@ StatusOr<ServePlan> PlanServe(const ServeArgs& a) {
   plan.engine.enable_prefix_caching = !a.no_prefix_caching;
 
   plan.store.max_cpu_loras = a.max_cpu_loras;
+  plan.store.max_cpu_overshoot = a.max_loras;
   if (!a.max_cpu_lora_memory.empty()) {
     ASSIGN_OR_RETURN(plan.store.max_cpu_bytes, ParseBytes(a.max_cpu_lora_memory, "--max-cpu-lora-memory"));
   }

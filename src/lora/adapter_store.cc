@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <optional>
+#include <string_view>
 
 #include "base/file.h"
 
@@ -32,14 +33,23 @@ bool InsideAny(const fs::path& p, const std::vector<std::string>& roots) {
 // The adapter's files, when they are symbolic links, must resolve inside `root` too (the
 // folder's own check does not cover them: a link to /etc/passwd was read, and its bytes quoted
 // back in the error; a link adapter_model.bin to an existing file outside answered otherwise
-// than one to a missing path). `what` names the request field in the error.
+// than one to a missing path). adapter_model.bin only matters (and is only checked) when there
+// is no adapter_model.safetensors. A link is followed as far as its target exists, so one that
+// dangles inside the root is inside and one to a missing path outside is out. `what` names the
+// request field in the error.
 Status FilesStayInside(const fs::path& dir, const fs::path& root, const std::string& what) {
   for (const char* file :
        {"adapter_config.json", "adapter_model.safetensors", "adapter_model.bin"}) {
     std::error_code ec;
     const fs::path p = dir / file;
+    if (std::string_view(file) == "adapter_model.bin" &&
+        fs::exists(fs::symlink_status(dir / "adapter_model.safetensors", ec))) {
+      continue;
+    }
     if (!fs::is_symlink(fs::symlink_status(p, ec))) continue;
-    const fs::path target = fs::canonical(p, ec);
+    fs::path target = fs::read_symlink(p, ec);
+    if (!ec && target.is_relative()) target = dir / target;
+    if (!ec) target = fs::weakly_canonical(target, ec);
     if (ec || !Inside(target, root)) {
       return InvalidArgument(what + ": " + file + " is a symbolic link out of the --lora-dir root");
     }
@@ -285,11 +295,16 @@ Status AdapterStore::RoomToLoadLocked(const std::string& name, uint64_t bytes) {
       held_bytes += e.loaded->resident_bytes();
     }
   }
-  if (options_.max_cpu_loras > 0 && held >= static_cast<size_t>(options_.max_cpu_loras)) {
-    return Unavailable("adapter '" + name + "' cannot be loaded: the " + std::to_string(held) +
-                       " adapters in memory (--max-cpu-loras " +
-                       std::to_string(options_.max_cpu_loras) +
-                       ") are all in use by requests; retry later");
+  const size_t most = static_cast<size_t>(options_.max_cpu_loras) +
+                      static_cast<size_t>(std::max(0, options_.max_cpu_overshoot));
+  if (options_.max_cpu_loras > 0 && held >= most) {
+    return Unavailable(
+        "adapter '" + name + "' cannot be loaded: the " + std::to_string(held) +
+        " adapters in memory (--max-cpu-loras " + std::to_string(options_.max_cpu_loras) +
+        (options_.max_cpu_overshoot > 0 ? ", and " + std::to_string(options_.max_cpu_overshoot) +
+                                              " more (--max-loras) while requests hold them"
+                                        : std::string()) +
+        ") are all in use by requests; retry later");
   }
   // Before the load its size is unknown (0): there must be room for at least a byte.
   if (options_.max_cpu_bytes > 0 &&

@@ -21,6 +21,11 @@ namespace loom {
 
 struct AdapterStoreOptions {
   int max_cpu_loras = 0;         // adapters kept loaded; 0 = no limit
+  // Adapters past max_cpu_loras that requests may hold (loads are refused only beyond it;
+  // evicted back to max_cpu_loras as their requests end): `loom serve` gives --max-loras, what
+  // one step can run, so that requests for one busy adapter cannot starve every other adapter
+  // at --max-cpu-loras 1.
+  int max_cpu_overshoot = 0;
   uint64_t max_cpu_bytes = 0;    // Adapter::resident_bytes of those kept loaded; 0 = no limit
   int max_lora_rank = 0;         // 0 = no limit
   // Names in the table, registered and on demand together (--max-lora-names): each keeps an

@@ -453,6 +453,36 @@ TEST(AdapterStore, LoadsPastTheBoundWhileEveryAdapterIsLeasedAreRefused) {
   fs::remove_all(root);
 }
 
+// `loom serve` lets requests hold --max-loras adapters past --max-cpu-loras (what one step can
+// run): at --max-cpu-loras 1, requests that always hold one busy adapter do not refuse every
+// other adapter; past the overshoot loads are refused; once released the store trims back.
+TEST(AdapterStore, RequestsMayHoldTheOvershootPastTheBound) {
+  AdapterStoreOptions o;
+  o.max_cpu_loras = 1;
+  o.max_cpu_overshoot = 1;
+  AdapterStore store(&Llama().sites(), o);
+  ASSERT_TRUE(store.Register("a", kAdapters + "llama_qv_r8_f32").ok());
+  auto la = store.Acquire("a");
+  ASSERT_TRUE(la.ok());
+  {
+    Status b = store.Register("b", kAdapters + "llama_mlp_r6");
+    ASSERT_TRUE(b.ok()) << b.ToString();  // a is held: one past the bound
+    auto lb = store.Acquire("b");
+    ASSERT_TRUE(lb.ok()) << lb.status().ToString();
+    EXPECT_EQ(store.num_resident(), 2);
+    Status c = store.Register("c", kAdapters + "llama_all_r4_f16");
+    EXPECT_EQ(c.code(), StatusCode::kUnavailable) << c.ToString();
+    EXPECT_NE(c.message().find("--max-loras"), std::string::npos) << c.message();
+  }
+  // b's lease ended: c loads in its place (a is still held), and once a's lease ends too the
+  // store is back at its bound (the most recent adapter stays).
+  EXPECT_TRUE(store.Register("c", kAdapters + "llama_all_r4_f16").ok());
+  EXPECT_EQ(store.num_resident(), 2);
+  la = Internal("the request ended");
+  store.Trim();
+  EXPECT_EQ(store.num_resident(), 1);
+}
+
 // --max-cpu-lora-memory likewise: adapters held by requests leave no room for another's bytes.
 TEST(AdapterStore, LoadsPastTheBytesBoundWhileAdaptersAreLeasedAreRefused) {
   auto a = LoadAdapter("a", kAdapters + "llama_mlp_r6", Llama().sites(), 0);

@@ -257,6 +257,27 @@ TEST(ConfinedOpen, AdapterModelBinLinkedOutOfTheRootAnswersAlikeWhetherOrNotItEx
     EXPECT_NE(st.message().find("adapter_model.bin: resolves outside " + root), std::string::npos)
         << st.message();
   }
+  // Beside an adapter_model.safetensors, an adapter_model.bin is never read: a stray link there
+  // (out of the root, or dangling inside it) does not refuse the adapter.
+  for (const char* name : {"with_stray_out", "with_stray_dangling"}) {
+    fs::create_directories(root + "/" + name);
+    fs::copy(adapters + "llama_mlp_r6/adapter_config.json", root + "/" + name);
+    fs::copy(adapters + "llama_mlp_r6/adapter_model.safetensors", root + "/" + name);
+  }
+  fs::create_symlink(base + "/exists.bin", root + "/with_stray_out/adapter_model.bin");
+  fs::create_symlink(root + "/nothing.bin", root + "/with_stray_dangling/adapter_model.bin");
+  for (const char* name : {"with_stray_out", "with_stray_dangling"}) {
+    auto a = store.Acquire(name);
+    EXPECT_TRUE(a.ok()) << name << ": " << a.status().message();
+  }
+  // Without one, a .bin link dangling inside the root is a missing file, not a link out.
+  fs::create_directories(root + "/dangling_only");
+  fs::copy(adapters + "llama_mlp_r6/adapter_config.json", root + "/dangling_only");
+  fs::create_symlink(root + "/nothing.bin", root + "/dangling_only/adapter_model.bin");
+  auto d = store.Acquire("dangling_only");
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().message().find("out of the --lora-dir root"), std::string::npos)
+      << d.status().message();
 }
 
 }  // namespace
