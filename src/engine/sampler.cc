@@ -208,6 +208,16 @@ namespace {
 // Top-k up to this k selects by insertion in one pass; larger k by KthLargest.
 constexpr int kTopKInsertMax = 64;
 
+// A non-negative float's bucket: its bit pattern's top bits (they order as the values do).
+// kTopShift = 20 keeps 11 bits (exponent and 3 mantissa bits: buckets 9 % wide).
+constexpr int kTopShift = 20;
+constexpr int kTopBuckets = 1 << (31 - kTopShift);  // every non-negative float
+inline int TopBucket(const float* p, int64_t i) {
+  uint32_t bits;
+  std::memcpy(&bits, &p[i], sizeof bits);
+  return static_cast<int>(bits >> kTopShift);
+}
+
 // The top-p set of p [n] (p ≥ 0) without sorting the row: the bit patterns of non-negative
 // floats order as their values, so the row is bucketed by its top 11 bits (exponent and 3
 // mantissa bits: buckets 9 % wide), the buckets' masses walked from the top to the one where
@@ -218,13 +228,9 @@ constexpr int kTopKInsertMax = 64;
 // flat 151936-token row needing thousands of tokens took ~3.5 ms with growing partial_sorts.
 size_t TopPByBuckets(const float* p, int n, double target, std::vector<int32_t>* order,
                      std::vector<int32_t>* tail) {
-  constexpr int kShift = 20;
-  constexpr int kBuckets = 1 << (31 - kShift);  // every non-negative float
-  auto bucket = [&](int i) {
-    uint32_t bits;
-    std::memcpy(&bits, &p[i], sizeof bits);
-    return static_cast<int>(bits >> kShift);
-  };
+  constexpr int kShift = kTopShift;
+  constexpr int kBuckets = kTopBuckets;
+  auto bucket = [&](int i) { return TopBucket(p, i); };
   std::vector<double> mass(kBuckets, 0.0);
   for (int i = 0; i < n; ++i) mass[static_cast<size_t>(bucket(i))] += p[i];
   double cum = 0;
@@ -284,13 +290,8 @@ size_t TopPByBuckets(const float* p, int n, double target, std::vector<int32_t>*
 // TopPByBuckets, the bucket holding the k-th from the top found, and only its values selected.
 // A partial_sort of the row for top_k = 151,935 cost ~26 ms a token (loom_sampler_bench).
 float KthLargest(const float* p, int n, size_t k, std::vector<float>* scratch) {
-  constexpr int kShift = 20;
-  constexpr int kBuckets = 1 << (31 - kShift);
-  auto bucket = [&](int i) {
-    uint32_t bits;
-    std::memcpy(&bits, &p[i], sizeof bits);
-    return static_cast<int>(bits >> kShift);
-  };
+  constexpr int kBuckets = kTopBuckets;
+  auto bucket = [&](int i) { return TopBucket(p, i); };
   std::vector<uint32_t> count(kBuckets, 0);
   for (int i = 0; i < n; ++i) ++count[static_cast<size_t>(bucket(i))];
   size_t above = 0;
