@@ -281,6 +281,11 @@ def complete(srv, model, prompt, max_tokens=16, **kw):
     return r
 
 
+def greedy_long(srv, prompt, n=48):
+    """The base model's greedy choice of n tokens for `prompt`, EOS ignored."""
+    return complete(srv, BASE, prompt, max_tokens=n, extra_body={"ignore_eos": True}).choices[0]
+
+
 def tokens_in(srv, model, seconds, lo, hi):
     """How many greedy tokens one request of `model` generates in about `seconds` here, within
     [lo, hi]: measured on a 256-token request alone. Sizes requests that must still be running
