@@ -194,7 +194,7 @@ LOOM_BF16 void Columns(const uint16_t* x, int64_t k, const uint16_t* w, int64_t 
 __attribute__((noinline)) LOOM_BF16 bool FewRows(const uint16_t* x, int64_t n, int64_t k,
                                                  const uint16_t* w, int64_t j0, int64_t j1,
                                                  float* y, int64_t ldy) {
-  if (n < 2 || k > 1024 || n * k > 7 * 1024) return false;
+  if (k > 1024 || n * k > 7 * 1024) return false;  // and n outside 2-8: below
   switch (n) {
     case 2:
       Columns<2>(x, k, w, j0, j1, y, ldy);

@@ -198,6 +198,16 @@ bool Engine::PastMinTokens(const Sequence& seq) {
   return static_cast<int64_t>(seq.result.generated.size()) > seq.request.params.min_tokens;
 }
 
+// The stop string the text completed is the stop reason, in place of a stop token id.
+FinishReason Engine::StoppedByString(Sequence* seq, const std::string& matched,
+                                     SequenceUpdate* update) {
+  seq->result.stop_reason = matched;
+  update->stop_reason = matched;
+  seq->result.stop_token = -1;
+  update->stop_token = -1;
+  return FinishReason::kStop;
+}
+
 void Engine::Finish(Sequence* seq, FinishReason reason, SequenceUpdate* update) {
   // Whatever the detokenizer and the stop checker still hold is final text, unless a stop
   // string ended the sequence (then nothing after it is returned).
@@ -211,11 +221,7 @@ void Engine::Finish(Sequence* seq, FinishReason reason, SequenceUpdate* update) 
       // run) completed a stop string: as vLLM, which checks stop strings before max_tokens, and
       // whose output processor makes the stop string the stop_reason also when EOS or a stop
       // token ended the sequence (as ApplyDrawn does).
-      reason = FinishReason::kStop;
-      seq->result.stop_reason = matched;
-      update->stop_reason = matched;
-      seq->result.stop_token = -1;
-      update->stop_token = -1;
+      reason = StoppedByString(seq, matched, update);
     }
   }
   seq->result.finish_reason = reason;
@@ -330,13 +336,7 @@ void Engine::ApplyDrawn(Sequence* seq, Drawn drawn) {
     // A stop string in the text is the stop reason even when a stop token ended the sequence
     // (its text, with include_stop_str_in_output, completed the string), as vLLM's output
     // processor replaces stop_reason with the detokenizer's stop string.
-    if (!matched.empty()) {
-      reason = FinishReason::kStop;
-      seq->result.stop_reason = matched;
-      update.stop_reason = matched;
-      seq->result.stop_token = -1;
-      update.stop_token = -1;
-    }
+    if (!matched.empty()) reason = StoppedByString(seq, matched, &update);
   }
   if (reason == FinishReason::kNone &&
       static_cast<int>(seq->result.generated.size()) >= seq->request.params.max_tokens) {

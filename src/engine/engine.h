@@ -96,6 +96,8 @@ class Engine {
  private:
   const Adapter* AdapterOf(const Sequence& seq) const;
   static bool PastMinTokens(const Sequence& seq);
+  static FinishReason StoppedByString(Sequence* seq, const std::string& matched,
+                                      SequenceUpdate* update);
   void Finish(Sequence* seq, FinishReason reason, SequenceUpdate* update);
   // A sampled row: the token (or why none), its log-prob and the top list.
   struct Drawn {

@@ -218,6 +218,17 @@ inline int TopBucket(const float* p, int64_t i) {
   return static_cast<int>(bits >> kTopShift);
 }
 
+// Walking buckets from the top, adding each to *acc: the first whose addition would reach
+// `target` (*acc then holds what lies above it), or 0 when none does (*acc holds them all).
+template <typename T, typename A>
+int CrossingFromTop(const std::vector<T>& v, A target, A* acc) {
+  for (int b = static_cast<int>(v.size()) - 1; b >= 0; --b) {
+    if (*acc + v[static_cast<size_t>(b)] >= target) return b;
+    *acc += v[static_cast<size_t>(b)];
+  }
+  return 0;
+}
+
 // The top-p set of p [n] (p ≥ 0) without sorting the row: the bit patterns of non-negative
 // floats order as their values, so the row is bucketed by its top 11 bits (exponent and 3
 // mantissa bits: buckets 9 % wide), the buckets' masses walked from the top to the one where
@@ -234,14 +245,8 @@ size_t TopPByBuckets(const float* p, int n, double target, std::vector<int32_t>*
   std::vector<double> mass(kBuckets, 0.0);
   for (int i = 0; i < n; ++i) mass[static_cast<size_t>(bucket(i))] += p[i];
   double cum = 0;
-  int crossing = 0;  // if rounding keeps the mass below target to the end: every token
-  for (int b = kBuckets - 1; b >= 0; --b) {
-    if (cum + mass[static_cast<size_t>(b)] >= target) {
-      crossing = b;
-      break;
-    }
-    cum += mass[static_cast<size_t>(b)];
-  }
+  // If rounding keeps the mass below target to the end: 0, every token.
+  const int crossing = CrossingFromTop(mass, target, &cum);
   order->clear();
   tail->clear();
   for (int i = 0; i < n; ++i) {
@@ -259,14 +264,7 @@ size_t TopPByBuckets(const float* p, int n, double target, std::vector<int32_t>*
   };
   std::vector<double> sub_mass(2048, 0.0);
   for (int32_t t : *tail) sub_mass[static_cast<size_t>(sub_bucket(t))] += p[t];
-  int sub_crossing = 0;
-  for (int b = 2047; b >= 0; --b) {
-    if (cum + sub_mass[static_cast<size_t>(b)] >= target) {
-      sub_crossing = b;
-      break;
-    }
-    cum += sub_mass[static_cast<size_t>(b)];
-  }
+  const int sub_crossing = CrossingFromTop(sub_mass, target, &cum);
   size_t kept = 0;
   for (int32_t t : *tail) {
     const int b = sub_bucket(t);
@@ -295,14 +293,7 @@ float KthLargest(const float* p, int n, size_t k, std::vector<float>* scratch) {
   std::vector<uint32_t> count(kBuckets, 0);
   for (int i = 0; i < n; ++i) ++count[static_cast<size_t>(bucket(i))];
   size_t above = 0;
-  int crossing = 0;
-  for (int b = kBuckets - 1; b >= 0; --b) {
-    if (above + count[static_cast<size_t>(b)] >= k) {
-      crossing = b;
-      break;
-    }
-    above += count[static_cast<size_t>(b)];
-  }
+  const int crossing = CrossingFromTop(count, k, &above);
   scratch->clear();
   for (int i = 0; i < n; ++i) {
     if (bucket(i) == crossing) scratch->push_back(p[i]);

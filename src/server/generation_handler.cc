@@ -285,17 +285,13 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
   // CPU the engine needs) and the eviction of a warm adapter were spent on requests refused
   // anyway, once per client retry of an overloaded server.
   const bool wants_adapter = !ctx.options.NamesBase(r.model);
-  if (wants_adapter && ctx.adapters == nullptr) {
-    return fail(ApiError{404, "The model `" + r.model + "` does not exist.", "model", ""});
-  }
+  const ApiError no_such_model{404, "The model `" + r.model + "` does not exist.", "model", ""};
+  if (wants_adapter && ctx.adapters == nullptr) return fail(no_such_model);
   auto acquire = [&]() -> bool {
     auto lease = ctx.adapters->Acquire(r.model);
     if (!lease.ok()) {
-      if (lease.status().code() == StatusCode::kNotFound) {
-        fail(ApiError{404, "The model `" + r.model + "` does not exist.", "model", ""});
-      } else {
-        fail(FromStatus(lease.status(), "model"));
-      }
+      fail(lease.status().code() == StatusCode::kNotFound ? no_such_model
+                                                          : FromStatus(lease.status(), "model"));
       return false;
     }
     adapter = std::move(lease).value();
