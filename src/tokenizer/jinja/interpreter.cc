@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/no_throw.h"
 #include "tokenizer/jinja/builtins.h"
 #include "tokenizer/jinja/operators.h"
 #include "tokenizer/jinja/utf8.h"
@@ -719,8 +720,10 @@ Status ValidateNames(const Program& program) {
 
 StatusOr<std::string> Render(const Program& program, const Dict& globals,
                              const RenderOptions& options) {
-  Interpreter interp(globals, options);
-  return interp.Run(program);
+  return NoThrow("template render", [&]() -> StatusOr<std::string> {
+    Interpreter interp(globals, options);
+    return interp.Run(program);
+  });
 }
 
 }  // namespace loom::jinja

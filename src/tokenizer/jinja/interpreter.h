@@ -73,7 +73,8 @@ Status ValidateNames(const Program& program);
 // Renders `program` with `globals` as the template's top-level variables (messages,
 // add_generation_prompt, ...) next to the built-in globals (range, namespace, dict,
 // raise_exception, strftime_now). Errors carry the template line; raise_exception's error is
-// exactly its message, with code kFailedPrecondition.
+// exactly its message, with code kFailedPrecondition. Throws nothing (out of memory:
+// kResourceExhausted).
 StatusOr<std::string> Render(const Program& program, const Dict& globals,
                              const RenderOptions& options);
 

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <initializer_list>
 
+#include "base/no_throw.h"
+
 namespace loom::jinja {
 namespace {
 
@@ -785,8 +787,10 @@ StatusOr<Program> Parse(const std::string& source, const LexerOptions& options) 
                              " bytes, more than the " + std::to_string(options.max_source_bytes) +
                              " a template may have (chat templates are a few KB)");
   }
-  ASSIGN_OR_RETURN(std::vector<Token> tokens, Tokenize(source, options));
-  return Parser(std::move(tokens)).Run();
+  return NoThrow("template parse", [&]() -> StatusOr<Program> {
+    ASSIGN_OR_RETURN(std::vector<Token> tokens, Tokenize(source, options));
+    return Parser(std::move(tokens)).Run();
+  });
 }
 
 }  // namespace loom::jinja

@@ -16,7 +16,8 @@ struct Program {
 
 // Parses `source`. A construct loom does not implement (extends, include, import, call blocks,
 // ...) is an error naming the tag and its line; so is any syntax error; so is a source longer
-// than options.max_source_bytes (kResourceExhausted).
+// than options.max_source_bytes (kResourceExhausted). Throws nothing (out of memory:
+// kResourceExhausted).
 StatusOr<Program> Parse(const std::string& source, const LexerOptions& options = {});
 
 }  // namespace loom::jinja
