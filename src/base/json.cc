@@ -48,6 +48,9 @@ StatusOr<J> ParseImpl(std::string_view text, std::string_view what, JsonLimits l
   if (limits.max_array_elements > 0) {
     RETURN_IF_ERROR(CheckJsonArrayElements(text, what, limits.max_array_elements));
   }
+  if (limits.max_containers > 0 || limits.max_values > 0) {
+    RETURN_IF_ERROR(CheckJsonSize(text, what, limits.max_containers, limits.max_values));
+  }
   try {
     J j = J::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded()) {
@@ -174,6 +177,48 @@ Status CheckContainerCounts(std::string_view text, std::string_view what, char o
   return OkStatus();
 }
 }  // namespace
+
+Status CheckJsonSize(std::string_view text, std::string_view what, int64_t max_containers,
+                     int64_t max_values) {
+  int64_t containers = 0, values = 1;
+  const size_t n = text.size();
+  for (size_t i = 0; i < n; ++i) {
+    const char c = text[i];
+    if (c == '"') {
+      i = SkipString(text, i);
+    } else if (c == '[' || c == '{') {
+      ++containers;
+      ++values;  // its first element, if it has one
+      if (max_containers > 0 && containers > max_containers) {
+        return InvalidArgument(Prefix(what) + "more than " + std::to_string(max_containers) +
+                               " JSON arrays and objects (at byte " + std::to_string(i) + ")");
+      }
+    } else if (c == ',') {
+      ++values;
+    } else {
+      continue;
+    }
+    if (max_values > 0 && values > max_values) {
+      return InvalidArgument(Prefix(what) + "more than " + std::to_string(max_values) +
+                             " JSON values (at byte " + std::to_string(i) + ")");
+    }
+  }
+  return OkStatus();
+}
+
+int64_t CountJsonValues(const nlohmann::ordered_json& j, int64_t stop_after) {
+  std::vector<const nlohmann::ordered_json*> pending{&j};
+  int64_t count = 0;
+  while (!pending.empty() && count <= stop_after) {
+    const nlohmann::ordered_json* v = pending.back();
+    pending.pop_back();
+    ++count;
+    if (v->is_structured()) {
+      for (const auto& child : *v) pending.push_back(&child);
+    }
+  }
+  return count;
+}
 
 Status CheckJsonArrayElements(std::string_view text, std::string_view what, int64_t max_elements) {
   return CheckContainerCounts(text, what, '[', ',', 1, max_elements);

@@ -36,6 +36,13 @@ struct JsonLimits {
   // 100 MB safetensors header of one 50M-entry shape cost 2.3 GB as a DOM, and freeing that
   // DOM under a memory limit threw bad_alloc from a destructor (abort).
   int64_t max_array_elements = 0;
+  // Arrays and objects in the whole document (0: no limit), and its values (an upper bound: 1 +
+  // containers + commas), both counted on the text before any value is built. A DOM costs
+  // 16 bytes a scalar and ~50-300 bytes a container: an 8 MiB request body of "[[],[],…]" built
+  // 2.8 M empty arrays (812 MB with the copies a chat request makes), a 99 MB safetensors header
+  // of 1.7 M empty tensors 1.6 GB.
+  int64_t max_containers = 0;
+  int64_t max_values = 0;
 };
 
 // Parses `text` as one JSON document. `what` names the source in errors (a file path, "request
@@ -52,6 +59,14 @@ StatusOr<nlohmann::ordered_json> ParseOrderedJson(std::string_view text, std::st
 Status CheckJsonDepth(std::string_view text, std::string_view what, int max_depth);
 // The O(n) scan for JsonLimits::max_array_elements (an upper bound: commas at the array's level).
 Status CheckJsonArrayElements(std::string_view text, std::string_view what, int64_t max_elements);
+
+// The O(n) scan for JsonLimits::max_containers / max_values (0: that one unchecked).
+Status CheckJsonSize(std::string_view text, std::string_view what, int64_t max_containers,
+                     int64_t max_values);
+
+// Values in `j` (itself, and every element and member value below it), counted up to
+// `stop_after` + 1 at most (iteratively: no recursion).
+int64_t CountJsonValues(const nlohmann::ordered_json& j, int64_t stop_after);
 
 // O(n) scan: kInvalidArgument when one object has more than `max_keys` members.
 Status CheckJsonObjectKeys(std::string_view text, std::string_view what, int max_keys);

@@ -42,6 +42,15 @@ std::optional<DType> ComputeDType(const std::string& d) {
 }
 
 constexpr uint64_t kMaxHeaderBytes = 100ull << 20;  // same limit as the reference library
+
+// An index's weight_map: one string a tensor, and the largest real checkpoints name ~150 K
+// tensors; 512 K entries are ~200 MB as a DOM (1.1 M in a 65 MB index built 408 MB).
+JsonLimits IndexJsonLimits() {
+  JsonLimits limits;
+  limits.max_containers = 1024;
+  limits.max_values = int64_t{1} << 19;
+  return limits;
+}
 constexpr int64_t kMaxRank = 16;                    // dimensions of one tensor (real ones: 1-5)
 constexpr size_t kMaxTensorNameBytes = 4096;
 
@@ -65,6 +74,12 @@ StatusOr<std::vector<TensorInfo>> ParseSafetensors(const uint8_t* bytes, size_t 
                              ": is a git-LFS pointer file, not the tensor data; fetch it with "
                              "`git lfs pull`");
     }
+    if (header_len > kMaxHeaderBytes) {
+      // Not a length at all: quoting it would print the first 8 bytes of whatever file this is.
+      return InvalidArgument(path +
+                             ": not a safetensors file (its first 8 bytes are no header "
+                             "length)");
+    }
     return InvalidArgument(path + ": header length " + std::to_string(header_len) +
                            " exceeds the file size " + std::to_string(size));
   }
@@ -77,10 +92,15 @@ StatusOr<std::vector<TensorInfo>> ParseSafetensors(const uint8_t* bytes, size_t 
   limits.max_bytes = kMaxHeaderBytes;
   limits.max_depth = 8;  // a header nests 3 levels
   limits.max_array_elements = kMaxRank;  // shapes and data_offsets are its only arrays
+  // 3 containers and ~9 values a tensor: ~170 K tensors in one file (a real shard holds a few
+  // thousand), a DOM of ~70 MB at most (1.7 M empty tensors in a 99 MB header built 1.6 GB).
+  limits.max_containers = int64_t{1} << 19;
+  limits.max_values = int64_t{1} << 21;
   auto parsed = ParseJson(std::string_view(header, header_len), path + ": header", limits);
   if (!parsed.ok()) {
     if (parsed.status().message().find("nested deeper") != std::string::npos ||
-        parsed.status().message().find("elements") != std::string::npos) {
+        parsed.status().message().find("elements") != std::string::npos ||
+        parsed.status().message().find("more than") != std::string::npos) {
       return parsed.status();
     }
     return InvalidArgument(path + ": header is not valid JSON");
@@ -253,7 +273,7 @@ StatusOr<std::unique_ptr<SafetensorsStore>> SafetensorsStore::Open(const std::st
       // only that file (mlx-lm writes one even for a single shard), the same folder would serve
       // different weights depending on the reader.
       ASSIGN_OR_RETURN(std::string text, ReadFileBounded(index, kMaxConfigFileBytes * 4));
-      ASSIGN_OR_RETURN(json j, ParseJson(text, index));
+      ASSIGN_OR_RETURN(json j, ParseJson(text, index, IndexJsonLimits()));
       const auto wm = j.is_object() ? j.find("weight_map") : j.end();
       const bool only_single =
           wm != j.end() && wm->is_object() && !wm->empty() &&
@@ -288,7 +308,7 @@ StatusOr<std::unique_ptr<SafetensorsStore>> SafetensorsStore::Open(const std::st
   }
   store->source_ = index_path;
   ASSIGN_OR_RETURN(std::string text, ReadFileBounded(index_path, kMaxConfigFileBytes * 4));
-  ASSIGN_OR_RETURN(json j, ParseJson(text, index_path));
+  ASSIGN_OR_RETURN(json j, ParseJson(text, index_path, IndexJsonLimits()));
   if (!j.is_object()) return InvalidArgument(index_path + ": not a valid JSON object");
   auto wm = j.find("weight_map");
   if (wm == j.end() || !wm->is_object() || wm->empty()) {

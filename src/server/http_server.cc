@@ -73,6 +73,7 @@ bool ParseAdminBody(const std::string& body, const std::vector<std::string>& req
                     const std::vector<std::string>& optional, json* out, ApiError* error) {
   JsonLimits limits;
   limits.max_depth = 8;
+  limits.max_containers = kMaxRequestContainers;
   auto parsed = ParseOrderedJson(body, "request body", limits);
   if (!parsed.ok()) {
     *error = BadRequest("", parsed.status().message());

@@ -265,6 +265,10 @@ void AddChatPrompt(std::map<std::string, Handler>* h) {
   m["messages"] = [](Parser& p, const json& v, OpenAiRequest* r) {
     if (v.is_null()) return true;  // as absent: chat requires it, /tokenize then needs prompt
     if (!v.is_array() || v.empty()) return p.Fail("messages", "messages must be a non-empty list");
+    if (CountJsonValues(v, kMaxTemplateValues) > kMaxTemplateValues) {
+      return p.Fail("messages", "messages holds more than " + std::to_string(kMaxTemplateValues) +
+                                    " JSON values (each becomes a template value)");
+    }
     for (size_t i = 0; i < v.size(); ++i) {
       const json& msg = v[i];
       const std::string where = "messages[" + std::to_string(i) + "]";
@@ -295,6 +299,11 @@ void AddChatPrompt(std::map<std::string, Handler>* h) {
   m["chat_template_kwargs"] = [](Parser& p, const json& v, OpenAiRequest* r) {
     if (v.is_null()) return true;
     if (!v.is_object()) return p.Fail("chat_template_kwargs", "chat_template_kwargs must be an object");
+    if (CountJsonValues(v, kMaxTemplateValues) > kMaxTemplateValues) {
+      return p.Fail("chat_template_kwargs", "chat_template_kwargs holds more than " +
+                                                std::to_string(kMaxTemplateValues) +
+                                                " JSON values");
+    }
     r->chat_template_kwargs = v;
     return true;
   };
@@ -418,6 +427,7 @@ bool ParseOpenAiRequest(const std::string& body, Endpoint endpoint, OpenAiReques
   JsonLimits limits;
   limits.max_bytes = body.size();  // the HTTP layer bounds it (--max-body)
   limits.max_depth = max_nesting;
+  limits.max_containers = kMaxRequestContainers;
   auto parsed = ParseOrderedJson(body, "request body", limits);
   if (!parsed.ok()) {
     *error = BadRequest("", parsed.status().message());

@@ -98,6 +98,14 @@ int PromptLogprobsTop(const OpenAiRequest& r);
 bool CheckPromptLogprobBudget(const OpenAiRequest& r, const std::vector<std::vector<int32_t>>& prompts,
                               ApiError* error);
 
+// Arrays and objects in one request body (JsonLimits::max_containers): a DOM costs ~50-300 bytes
+// a container, and an 8 MiB body of "[[],[],…]" held 2.8 M of them (812 MB with a chat request's
+// copies). Real requests have a few per message; a token-id prompt is one array.
+inline constexpr int64_t kMaxRequestContainers = int64_t{1} << 16;
+// JSON values in `messages`, and in `chat_template_kwargs`: each becomes a template value
+// (~128 bytes) beside its copies, where a long chat has a few thousand.
+inline constexpr int64_t kMaxTemplateValues = int64_t{1} << 17;
+
 // Parses and validates a body. On failure fills *error (400 naming the field) and returns false.
 // `max_nesting` bounds the JSON depth (checked before parsing).
 bool ParseOpenAiRequest(const std::string& body, Endpoint endpoint, OpenAiRequest* out,

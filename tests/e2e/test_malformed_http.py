@@ -288,6 +288,34 @@ def test_body_over_max_body_is_413(hsrv, streaming):
     still_serving(hsrv)
 
 
+def test_bodies_of_many_json_values_are_refused_before_they_cost_memory(hsrv, streaming):
+    # 2.8 M empty arrays under one message key (an 8 MiB body) cost ~730 MB once parsed, copied
+    # and made template values; a body may hold 65,536 arrays and objects, messages 131,072
+    # values (this server's --max-body is 1 MiB).
+    arrays = b'{"model": "llama_long", "messages": [{"role": "user", "content": "hi", "x": [' + \
+        b",".join([b"[]"] * 300_000) + b']}], "max_tokens": 1}'
+    resp = exchange(hsrv.port, post_bytes(arrays, path="/v1/chat/completions"), timeout=30)
+    assert status_of(resp) == 400, resp[:300]
+    assert "more than 65536 JSON arrays and objects" in json_error(resp)["message"]
+    scalars = b'{"model": "llama_long", "messages": [{"role": "user", "content": "hi", "x": [' + \
+        b",".join([b"0"] * 200_000) + b']}], "max_tokens": 1}'
+    resp = exchange(hsrv.port, post_bytes(scalars, path="/v1/chat/completions"), timeout=30)
+    assert status_of(resp) == 400, resp[:300]
+    err = json_error(resp)
+    assert err["param"] == "messages" and "more than 131072 JSON values" in err["message"], err
+    kwargs = b'{"model": "llama_long", "messages": [{"role": "user", "content": "hi"}], ' + \
+        b'"chat_template_kwargs": {"x": [' + b",".join([b"0"] * 200_000) + b']}, "max_tokens": 1}'
+    resp = exchange(hsrv.port, post_bytes(kwargs, path="/v1/chat/completions"), timeout=30)
+    assert status_of(resp) == 400, resp[:300]
+    assert json_error(resp)["param"] == "chat_template_kwargs"
+    # A prompt of many token ids is one array: still taken (a 400 for the context length only).
+    ids = json.dumps({"model": LONG, "prompt": [1] * 300_000, "max_tokens": 1}).encode()
+    resp = exchange(hsrv.port, post_bytes(ids), timeout=30)
+    assert status_of(resp) == 400, resp[:300]
+    assert json_error(resp)["param"] != "" and "JSON" not in json_error(resp)["message"]
+    still_serving(hsrv)
+
+
 def test_many_idle_connections_do_not_block(hsrv, streaming):
     # Slowloris-lite: 50 connections that send half a request and wait; others still get served.
     socks = []

@@ -170,5 +170,41 @@ TEST(ParseJson, OrderedParseBoundsMembersPerObject) {
   EXPECT_TRUE(nested.ok()) << nested.status().ToString();
 }
 
+TEST(ParseJson, ContainersAndValuesOfTheWholeDocumentAreBounded) {
+  // 3 containers ({, [, {}) and 1 + 3 + 5 commas = 9 values at most (the true count is 8: the
+  // empty object's first element is counted); commas, brackets and braces inside strings do not.
+  const std::string doc = R"({"a": [1, 2, "x,[{", {}], "b": 3, "c": "]}, ,"})";
+  JsonLimits limits;
+  limits.max_containers = 3;
+  limits.max_values = 9;
+  EXPECT_TRUE(ParseJson(doc, "t", limits).ok());
+  limits.max_containers = 2;
+  auto containers = ParseJson(doc, "t", limits);
+  ASSERT_FALSE(containers.ok());
+  EXPECT_NE(containers.status().message().find("t: more than 2 JSON arrays and objects"),
+            std::string::npos)
+      << containers.status().message();
+  limits.max_containers = 3;
+  limits.max_values = 8;
+  auto values = ParseOrderedJson(doc, "t", limits);
+  ASSERT_FALSE(values.ok());
+  EXPECT_NE(values.status().message().find("more than 8 JSON values"), std::string::npos);
+  // Many empty arrays in one array: refused on the text, before any is built.
+  std::string many = "[";
+  for (int i = 0; i < 100000; ++i) many += i ? ",[]" : "[]";
+  many += "]";
+  limits = JsonLimits{};
+  limits.max_containers = 65536;
+  EXPECT_FALSE(ParseJson(many, "body", limits).ok());
+}
+
+TEST(CountJsonValues, CountsEveryValueAndStopsPastTheBound) {
+  const auto j = nlohmann::ordered_json::parse(R"([{"role": "user", "x": [1, [2, 3], {}]}, "s"])");
+  // [ {..} role-value x-value 1 [2,3] 2 3 {} "s" = 10
+  EXPECT_EQ(CountJsonValues(j, 100), 10);
+  EXPECT_EQ(CountJsonValues(j, 4), 5);  // one past the bound, then it stops
+  EXPECT_EQ(CountJsonValues(nlohmann::ordered_json(1), 0), 1);
+}
+
 }  // namespace
 }  // namespace loom

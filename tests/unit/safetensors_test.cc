@@ -260,7 +260,14 @@ TEST(SafetensorsRejectTest, HeaderLengthLargerThanFile) {
   std::string huge(16, static_cast<char>(0xff));
   auto h = Parse(huge, "huge.safetensors");
   ASSERT_FALSE(h.ok());
-  EXPECT_TRUE(Contains(h.status().message(), "exceeds the file size 16"));
+  EXPECT_TRUE(Contains(h.status().message(), "huge.safetensors: not a safetensors file"));
+
+  // Some other file (a link out of the folder, say) whose first bytes are text: its bytes are not
+  // printed back as a number ("secretXX" read as a length was 6365966052347831667).
+  auto text = Parse("secretXX and more", "link.safetensors");
+  ASSERT_FALSE(text.ok());
+  EXPECT_EQ(text.status().message(),
+            "link.safetensors: not a safetensors file (its first 8 bytes are no header length)");
 }
 
 TEST(SafetensorsRejectTest, GitLfsPointerText) {
@@ -507,6 +514,33 @@ TEST(SafetensorsShardTest, ShardNameWithPathIsRejected) {
     EXPECT_TRUE(Contains(s.status().message(), "'" + shard + "'"));
     EXPECT_TRUE(Contains(s.status().message(), "same folder"));
   }
+}
+
+TEST(SafetensorsShardTest, HeadersAndIndexesOfTooManyEntriesAreRefusedBeforeTheyAreBuilt) {
+  // 1.7 M empty tensors in a 99 MB header built a 1.6 GB DOM; 200 K here pass the header's
+  // 512 K arrays and objects (3 a tensor).
+  std::string header = "{";
+  for (int i = 0; i < 200000; ++i) {
+    header += (i ? ",\"t" : "\"t") + std::to_string(i) +
+              R"(":{"dtype":"U8","shape":[0],"data_offsets":[0,0]})";
+  }
+  header += "}";
+  auto r = Parse(Image(header, ""), "many.safetensors");
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(
+      Contains(r.status().message(), "many.safetensors: header: more than 524288 JSON arrays"))
+      << r.status().message();
+  // An index naming 600 K tensors (the largest real ones name ~150 K).
+  TempDir dir;
+  WriteShard(dir.File("a.safetensors"), {"x.weight"}, 1);
+  json weight_map = json::object();
+  for (int i = 0; i < 600000; ++i) weight_map["t" + std::to_string(i)] = "a.safetensors";
+  const std::string index = dir.File("model.safetensors.index.json");
+  WriteIndex(index, weight_map);
+  auto s = SafetensorsStore::Open(index);
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(Contains(s.status().message(), index + ": more than 524288 JSON values"))
+      << s.status().message();
 }
 
 TEST(SafetensorsShardTest, MissingShardFile) {
