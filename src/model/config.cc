@@ -82,22 +82,28 @@ Status ParseLongRope(const json& j, const json& params, int max_positions, const
 Status ParseRope(const json& j, const std::string& where, int max_positions, RopeConfig* rope) {
   RETURN_IF_ERROR(ReadDouble(j, "rope_theta", &rope->theta, false, where));
   RETURN_IF_ERROR(CheckRope(*rope, where));
-  const json* params = nullptr;
   std::string field;
-  for (const char* key : {"rope_parameters", "rope_scaling"}) {
-    auto it = j.find(key);
-    if (it != j.end() && !it->is_null()) {
-      if (!it->is_object()) return InvalidArgument(where + ": '" + key + "' must be an object");
-      params = &*it;
-      field = key;
-      break;
-    }
-  }
+  ASSIGN_OR_RETURN(const json* params, RopeParametersField(j, where, &field));
   if (!params) return OkStatus();
   return ParseRopeParameters(*params, where + ": " + field, rope, &j, max_positions);
 }
 
 }  // namespace
+
+StatusOr<const json*> RopeParametersField(const json& j, const std::string& where,
+                                          std::string* field) {
+  // transformers 5 (RotaryEmbeddingConfigMixin): rope_parameters = rope_scaling or
+  // rope_parameters, so a non-empty rope_scaling wins where a file carries both.
+  const auto scaling = j.find("rope_scaling");
+  const bool use_scaling =
+      scaling != j.end() && !scaling->is_null() && !(scaling->is_object() && scaling->empty());
+  const char* key = use_scaling ? "rope_scaling" : "rope_parameters";
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return static_cast<const json*>(nullptr);
+  if (!it->is_object()) return InvalidArgument(where + ": '" + key + "' must be an object");
+  *field = key;
+  return &*it;
+}
 
 Status ParseRopeParameters(const json& params, const std::string& at, RopeConfig* rope,
                            const json* config, int max_positions) {

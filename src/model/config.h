@@ -104,6 +104,11 @@ Status ReadBool(const nlohmann::json& j, const char* key, bool* out, const std::
 // longrope reads too (null where the parameters stand alone, e.g. Gemma 3's local rope).
 Status ParseRopeParameters(const nlohmann::json& params, const std::string& at, RopeConfig* rope,
                            const nlohmann::json* config = nullptr, int max_positions = 0);
+// The RoPE parameter object transformers 5 reads from a config.json (`rope_scaling or
+// rope_parameters`: the legacy field wins where it is a non-empty object) and its name in *field;
+// null when neither is given. kInvalidArgument when the chosen field is not an object.
+StatusOr<const nlohmann::json*> RopeParametersField(const nlohmann::json& j,
+                                                    const std::string& where, std::string* field);
 // The MLP activation named by `name` (silu, gelu_pytorch_tanh); errors name `field`.
 Status ParseActivation(const std::string& name, const std::string& field, const std::string& where,
                        Activation* out);

@@ -649,6 +649,18 @@ TEST(ConfigTest, RopeScalingAndRopeParametersFormsAgree) {
     EXPECT_DOUBLE_EQ(c->rope.high_freq_factor, 4.0);
     EXPECT_EQ(c->rope.original_max_position, 8192);
   }
+  // Both given: transformers 5 reads `rope_scaling or rope_parameters` (the legacy field wins
+  // unless it is empty); loom once read rope_parameters and dropped a linear ×4 without a word.
+  json both = v5;
+  both["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 4.0}};
+  auto b = Parse(both);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(b->rope.scaling, RopeScaling::kLinear);
+  EXPECT_DOUBLE_EQ(b->rope.factor, 4.0);
+  both["rope_scaling"] = json::object();
+  b = Parse(both);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(b->rope.scaling, RopeScaling::kLlama3);
   // Linear scaling in the old "type" spelling.
   json lin = BaseConfig();
   lin["rope_scaling"] = {{"type", "linear"}, {"factor", 2.5}};

@@ -8,17 +8,17 @@ namespace loom {
 
 namespace {
 
-// partial_rotary_factor: rope_parameters' value wins over the top-level one (transformers 5
-// moves the top-level field into rope_parameters with setdefault). Rotary dim = int(head_dim·f).
+// partial_rotary_factor: the RoPE parameter object's value (RopeParametersField) wins over the
+// top-level one moves the top-level field into rope_parameters with setdefault). Rotary dim =
+// int(head_dim·f).
 Status ReadPartialRotary(const nlohmann::json& j, const std::string& where, ModelConfig* c) {
   double factor = 1.0;
   RETURN_IF_ERROR(ReadDouble(j, "partial_rotary_factor", &factor, false, where, 1e-6, 1.0));
-  for (const char* key : {"rope_parameters", "rope_scaling"}) {
-    auto it = j.find(key);
-    if (it == j.end() || !it->is_object()) continue;
-    RETURN_IF_ERROR(
-        ReadDouble(*it, "partial_rotary_factor", &factor, false, where + ": " + key, 1e-6, 1.0));
-    break;
+  std::string field;
+  ASSIGN_OR_RETURN(const nlohmann::json* params, RopeParametersField(j, where, &field));
+  if (params) {
+    RETURN_IF_ERROR(ReadDouble(*params, "partial_rotary_factor", &factor, false,
+                               where + ": " + field, 1e-6, 1.0));
   }
   // A head_dim ParseModelConfig refuses after this (absent and not derivable, or odd): its
   // error names head_dim, not the rotary dim.
