@@ -67,8 +67,9 @@ class StreamSource {
   // the body is complete (nothing more will come).
   virtual bool Pull(std::string* out, size_t max_bytes) = 0;
   // Whether the next Pull may build a large chunk (an echo's prompt log-probs, up to 2^18
-  // entries, megabytes of JSON): then it runs on a worker thread, as a DeferredReply's Build,
-  // so the I/O thread's other connections' tokens do not wait behind it. I/O thread.
+  // entries, megabytes of JSON; many tokens' log-prob entries): then it runs on a worker thread,
+  // as a DeferredReply's Build, so the I/O thread's other connections' tokens do not wait
+  // behind it. I/O thread.
   virtual bool NextPullIsLarge() { return false; }
   // Whether what waits in the source for a client that is not reading (its connection's output
   // is at the bound) has passed the source's own bound: the connection is then closed and the

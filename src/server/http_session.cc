@@ -421,7 +421,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // Pulls the stream's next chunk, unless its client has not taken what is queued. One Pull
   // builds at most PullBytes (plus one event), on this thread or, when the source calls it large
-  // (an echo's prompt), on a worker; a Pull that stops at the
+  // (log-prob entries of many tokens, an echo's prompt), on a worker; a Pull that stops at the
   // bound is followed by another (posted: the other connections' work comes between).
   void PumpStream() {
     if (pulling_) return;  // a worker is pulling; it pumps again when it is back

@@ -424,12 +424,20 @@ bool StreamWriter::WriteUpdate(std::string* out, size_t i, const SequenceUpdate&
 }
 
 bool StreamWriter::NextPumpIsLarge() const {
+  if (ended_) return false;
   // Chat echo's first pump: the echoed message (up to a body's size) once per choice.
   if (!started_ && request_.echo_last_message) return true;
   // Completions echo: each choice's first chunk leads with its prompt's text (64 prompts × n 16 of
   // long token-id prompts: megabytes a pump), with logprobs its entries too.
-  if (!request_.echo || ended_) return false;
-  return std::find(first_sent_.begin(), first_sent_.end(), false) != first_sent_.end();
+  if (request_.echo &&
+      std::find(first_sent_.begin(), first_sent_.end(), false) != first_sent_.end()) {
+    return true;
+  }
+  // Each pending token's chunk: its text, and with logprobs the token and each alternative
+  // decoded (a character split over tokens decoded again with up to 4 tokens before it).
+  const size_t entries = 1 + (request_.want_logprobs ? static_cast<size_t>(request_.logprobs) : 0);
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->pending_updates * entries > kLargePumpEntries;
 }
 
 bool StreamWriter::Overrun() const {

@@ -42,14 +42,18 @@ class StreamWriter {
   // next Pump goes on from that choice, so the events come in the order one Pump would write
   // them); true once the last chunk and [DONE] are appended.
   bool Pump(std::string* out, size_t max_bytes = SIZE_MAX);
-  // Whether the next Pump may write an echo's prompt log-probs (a choice's first chunk with
-  // echo and logprobs) or chat echo's message once per choice: megabytes of JSON, built off the
-  // I/O thread (StreamSource).
+  // Whether the next Pump may build much JSON: an echo's prompt log-probs (a choice's first chunk
+  // with echo and logprobs) or chat echo's message once per choice, megabytes; or the log-prob
+  // entries of more than kLargePumpEntries pending tokens and alternatives, each decoded with its
+  // context (512 sequences × 20 alternatives: ~10,000 a step). Built off the I/O thread
+  // (StreamSource).
   bool NextPumpIsLarge() const;
   // Whether the updates waiting for this stream hold more than kMaxPendingBytes: its client, not
   // reading, is dropped (StreamSource::Overrun) rather than pinning the engine's output for it.
   bool Overrun() const;
 
+  // A pending token weighs 1, plus its alternatives with logprobs: a Pump of more is large.
+  static constexpr size_t kLargePumpEntries = 64;
   // Generous: 512 sequences × 120 tokens with 20 alternatives, the whole request, hold ~25 MiB.
   static constexpr size_t kMaxPendingBytes = 64u << 20;
 

@@ -1,5 +1,5 @@
 // SSE stream writing: a choice's failure ends the whole stream, as vLLM's does; bounded pumps
-// write what one pump would; a backlog too large is told.
+// write what one pump would; large pumps and a backlog too large are told apart.
 #include "server/openai_response.h"
 
 #include <gtest/gtest.h>
@@ -129,6 +129,35 @@ TEST(StreamWriter, BoundedPumpsWriteWhatOnePumpWould) {
   EXPECT_EQ(got, want);
   EXPECT_EQ(bounded.state->pending_updates, 0u);
   EXPECT_EQ(bounded.state->pending_bytes, 0u);
+}
+
+// A stream's chunks with log-probs decode every alternative (with context where a character is
+// split over tokens): many pending tokens' worth is built off the I/O thread, as an echo's prompt
+// is. Without logprobs a token weighs 1.
+TEST(StreamWriter, ManyPendingLogprobTokensAreALargePump) {
+  ServerContext ctx;
+  const OpenAiRequest lp =
+      Parse(R"({"model":"m","prompt":"a","n":16,"stream":true,"logprobs":20})");
+  Delivery d(16);
+  StreamWriter writer(ctx, lp, ResponseMeta{"cmpl-x", 1, "m", 1}, d.state);
+  EXPECT_FALSE(writer.NextPumpIsLarge());
+  d.Deliver(0, Token(0, 5, "x", 20));
+  EXPECT_FALSE(writer.NextPumpIsLarge());  // one token and its 20 alternatives
+  for (size_t i = 1; i < 16; ++i) d.Deliver(i, Token(static_cast<int64_t>(i), 5, "x", 20));
+  EXPECT_TRUE(writer.NextPumpIsLarge());  // one engine step of 16 sequences
+  std::string out;
+  writer.Pump(&out);
+  EXPECT_FALSE(writer.NextPumpIsLarge());
+
+  const OpenAiRequest plain = Parse(R"({"model":"m","prompt":"a","n":16,"stream":true})");
+  Delivery e(16);
+  StreamWriter text_only(ctx, plain, ResponseMeta{"cmpl-y", 1, "m", 1}, e.state);
+  for (size_t i = 0; i < 16; ++i) e.Deliver(i, Token(static_cast<int64_t>(i), 5, "x"));
+  EXPECT_FALSE(text_only.NextPumpIsLarge());
+  for (int step = 0; step < 4; ++step) {
+    for (size_t i = 0; i < 16; ++i) e.Deliver(i, Token(static_cast<int64_t>(i), 5, "x"));
+  }
+  EXPECT_TRUE(text_only.NextPumpIsLarge());  // 80 tokens waiting
 }
 
 // What waits for a client that does not read is bounded: past kMaxPendingBytes of updates the
