@@ -202,6 +202,7 @@ class CompletionReply : public DeferredReply {
         for (const auto& u : c.pending) Accumulate(&c, u);
         c.pending.clear();
       }
+      state.pending_updates = state.pending_bytes = 0;
     }
     for (const auto& c : state.choices) {
       if (c.finish_reason == FinishReason::kError) {
@@ -230,12 +231,13 @@ class CompletionStream : public StreamSource {
   CompletionStream(ServerContext& ctx, const OpenAiRequest& r, ResponseMeta meta,
                    std::shared_ptr<GenerationState> state)
       : ctx_(ctx), state_(state), writer_(ctx, r, std::move(meta), std::move(state)) {}
-  bool Pull(std::string* out) override {
-    const bool done = writer_.Pump(out);
+  bool Pull(std::string* out, size_t max_bytes) override {
+    const bool done = writer_.Pump(out, max_bytes);
     if (writer_.failed()) AbortUnfinished(ctx_, *state_);  // a choice failed: the stream ended
     return done;
   }
   bool NextPullIsLarge() override { return writer_.NextPumpIsLarge(); }
+  bool Overrun() override { return writer_.Overrun(); }
   void Abandon() override { AbortUnfinished(ctx_, *state_); }
 
  private:

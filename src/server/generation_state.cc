@@ -40,11 +40,23 @@ AsyncEngine::Callback MakeChoiceCallback(std::shared_ptr<GenerationState> state,
     // the client gets its 500 now, not after the siblings ran to max_tokens for nobody.
     const bool failed_now = u.finish_reason == FinishReason::kError && !state->failed;
     if (failed_now) state->failed = true;
+    ++state->pending_updates;
+    state->pending_bytes += PendingBytes(u);
     c.pending.push_back(std::move(u));
     const bool wake = state->wake_each_update || state->unfinished == 0 || failed_now;
     lock.unlock();
     if (wake && state->wake) state->wake();
   };
+}
+
+size_t PendingBytes(const SequenceUpdate& u) {
+  size_t bytes = sizeof(SequenceUpdate) + u.text.size() + u.error.size() + u.stop_reason.size() +
+                 (u.top.size() + u.prompt_logprobs.size()) * sizeof(TokenLogprob) +
+                 u.prompt_ranks.size() * sizeof(int32_t);
+  for (const auto& top : u.prompt_top_logprobs) {
+    bytes += sizeof(top) + top.size() * sizeof(TokenLogprob);
+  }
+  return bytes;
 }
 
 namespace {

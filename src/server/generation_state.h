@@ -46,6 +46,10 @@ struct GenerationState {
   std::mutex mu;
   std::vector<ChoiceState> choices;
   int unfinished = 0;
+  // The choices' pending updates together: how many, and about how much memory they hold
+  // (PendingBytes), what a stream's client has not taken yet.
+  size_t pending_updates = 0;
+  size_t pending_bytes = 0;
   bool failed = false;  // a choice ended in error: the others are cancelled (see CompletionReply)
   std::function<void()> wake;     // tells the connection there is something to write
   bool wake_each_update = false;  // a stream; else only when every choice has finished
@@ -58,6 +62,10 @@ struct GenerationState {
 // The engine callback of choice `index`: records metrics and queues the update.
 AsyncEngine::Callback MakeChoiceCallback(std::shared_ptr<GenerationState> state, size_t index,
                                          Metrics* metrics);
+
+// About how much memory `u` holds while it waits in `pending`: the update itself, its text and
+// its log-prob entries (a prompt's included).
+size_t PendingBytes(const SequenceUpdate& u);
 
 // Moves a consumed update into the choice's accumulated fields.
 void Accumulate(ChoiceState* choice, const SequenceUpdate& u);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <memory>
 #include <optional>
 #include <string>
@@ -56,15 +57,24 @@ class DeferredReply {
 
 // A streamed body (SSE): pulled on the I/O thread after each Wake, or on a worker thread when
 // NextPullIsLarge (never two Pulls at once, and Abandon may come from the I/O thread meanwhile).
+// The connection pulls only while its output waiting to be written is under
+// TransportOptions::max_buffered_bytes, so what a client has not taken yet waits in the source.
 class StreamSource {
  public:
   virtual ~StreamSource() = default;
-  // Appends what is ready to *out; true once the body is complete (nothing more will come).
-  virtual bool Pull(std::string* out) = 0;
+  // Appends what is ready to *out, stopping after the event that brings *out to `max_bytes` or
+  // more (the rest waits for the next Pull; one event larger than that comes whole); true once
+  // the body is complete (nothing more will come).
+  virtual bool Pull(std::string* out, size_t max_bytes) = 0;
   // Whether the next Pull may build a large chunk (an echo's prompt log-probs, up to 2^18
-  // entries, megabytes of JSON): then it runs on a worker thread, as a DeferredReply's Build,
-  // so the I/O thread's other connections' tokens do not wait behind it. I/O thread.
+  // entries, megabytes of JSON; many tokens' log-prob entries): then it runs on a worker thread,
+  // as a DeferredReply's Build, so the I/O thread's other connections' tokens do not wait
+  // behind it. I/O thread.
   virtual bool NextPullIsLarge() { return false; }
+  // Whether what waits in the source for a client that is not reading (its connection's output
+  // is at the bound) has passed the source's own bound: the connection is then closed and the
+  // source abandoned, as a client that makes no progress for write_timeout_s is. I/O thread.
+  virtual bool Overrun() { return false; }
   virtual void Abandon() = 0;
 };
 

@@ -6,6 +6,7 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <array>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -15,6 +16,7 @@
 #include <cstdio>
 #include <deque>
 #include <unordered_map>
+#include <utility>
 
 #include "server/api_error.h"
 #include "server/http_body.h"
@@ -417,16 +419,29 @@ class Session : public std::enable_shared_from_this<Session> {
     PumpStream();
   }
 
+  // Pulls the stream's next chunk, unless its client has not taken what is queued. One Pull
+  // builds at most PullBytes (plus one event), on this thread or, when the source calls it large
+  // (log-prob entries of many tokens, an echo's prompt), on a worker; a Pull that stops at the
+  // bound is followed by another (posted: the other connections' work comes between).
   void PumpStream() {
     if (pulling_) return;  // a worker is pulling; it pumps again when it is back
+    if (writing_ && queued_bytes_ >= owner_->options.max_buffered_bytes) {
+      // Backpressure: nothing more is built while max_buffered_bytes wait behind a write; the
+      // write's completion pumps again. What the engine delivers meanwhile waits in the source,
+      // which bounds it (a client that takes nothing is dropped by the write timeout first).
+      pump_held_ = true;
+      if (stream_->Overrun()) Close();
+      return;
+    }
+    const size_t max_bytes = PullBytes();
     if (stream_->NextPullIsLarge()) {
       pulling_ = true;
-      owner_->workers_post([self = shared_from_this(), stream = stream_] {
+      owner_->workers_post([self = shared_from_this(), stream = stream_, max_bytes] {
         std::string data;
         bool done = false;
         bool failed = false;
         try {
-          done = stream->Pull(&data);
+          done = stream->Pull(&data, max_bytes);
         } catch (...) {  // a failed allocation: this connection closes, the server goes on
           failed = true;
         }
@@ -436,15 +451,24 @@ class Session : public std::enable_shared_from_this<Session> {
             if (failed) return self->Close();
             if (self->phase_ == Phase::kClosed || !self->stream_) return;
             self->Pulled(std::move(data), done);
-            if (self->stream_) self->PumpStream();  // what arrived while the worker pulled
+            // What arrived while the worker pulled, or what the bound left.
+            if (self->stream_) self->PumpStream();
           });
         });
       });
       return;
     }
     std::string data;
-    const bool done = stream_->Pull(&data);
+    const bool done = stream_->Pull(&data, max_bytes);
+    const bool more = !done && data.size() >= max_bytes;  // it stopped at the bound
     Pulled(std::move(data), done);
+    if (more && stream_) PostWake();
+  }
+
+  // A Pull's bound: small enough that one Pull's work is short, large enough that a busy stream
+  // is a few pulls per engine step.
+  size_t PullBytes() const {
+    return std::max<size_t>(1, std::min<size_t>(256u << 10, owner_->options.max_buffered_bytes));
   }
 
   // What a Pull gave: queued as one HTTP chunk and written.
@@ -464,12 +488,6 @@ class Session : public std::enable_shared_from_this<Session> {
       stream_.reset();
       if (chunked_) Queue("0\r\n\r\n");
       complete_ = true;
-    } else if (writing_ && queued_bytes_ > owner_->options.max_buffered_bytes) {
-      // The client reads slower than tokens come: dropped, its work cancelled. Only bytes
-      // waiting behind a write count: one large chunk (an echo's prompt log-probs, bounded by
-      // CheckPromptLogprobBudget) is handed to the socket whole, where counting it closed the
-      // connection before its head was sent.
-      return Close();
     }
     Flush();
   }
@@ -524,6 +542,11 @@ class Session : public std::enable_shared_from_this<Session> {
         self->in_flight_bytes_ = 0;
         if (ec) return self->PeerGone();
         self->Flush();
+        // The client took the queue: the stream held back for it goes on.
+        if (std::exchange(self->pump_held_, false) && self->stream_ &&
+            self->phase_ != Phase::kClosed) {
+          self->PumpStream();
+        }
       });
     });
   }
@@ -598,7 +621,8 @@ class Session : public std::enable_shared_from_this<Session> {
   size_t in_flight_bytes_ = 0;  // in in_flight_ (being written)
   std::vector<std::string> in_flight_;
   bool writing_ = false;
-  bool pulling_ = false;  // a worker thread is running stream_->Pull
+  bool pulling_ = false;    // a worker thread is running stream_->Pull
+  bool pump_held_ = false;  // a pump waits for the write to take the queue (backpressure)
   bool watching_ = false;
   uint64_t watch_gen_ = 0, timer_gen_ = 0;
   std::atomic<bool> wake_posted_{false};

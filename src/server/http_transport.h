@@ -24,7 +24,9 @@ struct TransportOptions {
   double request_timeout_s = 30;      // a whole request (headers and body) must arrive in this,
                                       // counted from the previous response on a kept-alive one
   double write_timeout_s = 10;        // a write with no progress this long: the client is dropped
-  size_t max_buffered_bytes = 8u << 20;  // a stream's output waiting behind a write; beyond, dropped
+  // A stream's output waiting behind a write: at this bound the stream is not pulled until the
+  // write takes it (what the engine delivers meanwhile waits in the StreamSource, which bounds it).
+  size_t max_buffered_bytes = 8u << 20;
   int max_connections = 4096;         // beyond, new connections are closed at once
   int worker_threads = 16;            // run handlers (Post)
 };

@@ -392,17 +392,62 @@ json StreamWriter::ChoiceChunk(size_t index, const SequenceUpdate& u) {
   return choice;
 }
 
+bool StreamWriter::WriteUpdate(std::string* out, size_t i, const SequenceUpdate& u) {
+  ChoiceState& c = state_->choices[i];
+  KeepLast(&c, u);  // a chunk needs only its own token: a stream's memory stays flat
+  if (u.has_token && !request_.echo_only) ++completion_tokens_;
+  if (u.finish_reason == FinishReason::kError) {
+    // As vLLM: the error event ends the whole stream — [DONE] next, no usage chunk, no more
+    // deltas of the other choices (the source aborts them: failed()).
+    json err = {{"error",
+                 {{"message", "generation failed: " + u.error},
+                  {"type", "InternalServerError"},
+                  {"param", nullptr},
+                  {"code", 500}}}};
+    Write(out, err);
+    *out += "data: [DONE]\n\n";
+    ended_ = failed_ = true;
+    return false;
+  }
+  // One chunk per token, as vLLM (text may be empty while a character or a possible stop
+  // string is held back), so clients can time every token.
+  const bool worth = u.has_token || !u.text.empty() || u.finish_reason != FinishReason::kNone;
+  if (!worth) return true;
+  json j = Chunk();
+  j["choices"] = json::array({ChoiceChunk(i, u)});
+  // vLLM's continuous usage: this choice's prompt and the tokens it has generated so far.
+  if (request_.include_usage && request_.continuous_usage_stats) {
+    j["usage"] = UsageJson(u.prompt_tokens, request_.echo_only ? 0 : u.generated_tokens);
+  }
+  Write(out, j);
+  return true;
+}
+
 bool StreamWriter::NextPumpIsLarge() const {
+  if (ended_) return false;
   // Chat echo's first pump: the echoed message (up to a body's size) once per choice.
   if (!started_ && request_.echo_last_message) return true;
   // Completions echo: each choice's first chunk leads with its prompt's text (64 prompts × n 16 of
   // long token-id prompts: megabytes a pump), with logprobs its entries too.
-  if (!request_.echo || ended_) return false;
-  return std::find(first_sent_.begin(), first_sent_.end(), false) != first_sent_.end();
+  if (request_.echo &&
+      std::find(first_sent_.begin(), first_sent_.end(), false) != first_sent_.end()) {
+    return true;
+  }
+  // Each pending token's chunk: its text, and with logprobs the token and each alternative
+  // decoded (a character split over tokens decoded again with up to 4 tokens before it).
+  const size_t entries = 1 + (request_.want_logprobs ? static_cast<size_t>(request_.logprobs) : 0);
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->pending_updates * entries > kLargePumpEntries;
 }
 
-bool StreamWriter::Pump(std::string* out) {
+bool StreamWriter::Overrun() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->pending_bytes > kMaxPendingBytes;
+}
+
+bool StreamWriter::Pump(std::string* out, size_t max_bytes) {
   if (ended_) return true;
+  const size_t appended_from = out->size();
   const bool chat = request_.endpoint == Endpoint::kChat;
   if (!started_) {
     started_ = true;
@@ -437,44 +482,33 @@ bool StreamWriter::Pump(std::string* out) {
       }
     }
   }
-  std::vector<std::pair<size_t, SequenceUpdate>> updates;
+  const size_t num_choices = state_->choices.size();
+  // One pass over the choices from next_choice_, each one's pending updates in order; the pass
+  // stops at the bound, and the next Pump resumes at that choice.
+  for (size_t k = 0; k < num_choices; ++k) {
+    const size_t i = (next_choice_ + k) % num_choices;
+    ChoiceState& c = state_->choices[i];
+    for (;;) {
+      if (out->size() - appended_from >= max_bytes) {
+        next_choice_ = i;
+        return false;
+      }
+      SequenceUpdate u;
+      {
+        std::lock_guard<std::mutex> lock(state_->mu);
+        if (c.pending.empty()) break;
+        u = std::move(c.pending.front());
+        c.pending.pop_front();
+        --state_->pending_updates;
+        state_->pending_bytes -= PendingBytes(u);
+      }
+      if (!WriteUpdate(out, i, u)) return true;  // an error event ended the stream
+    }
+  }
   bool all_done = false;
   {
     std::lock_guard<std::mutex> lock(state_->mu);
-    for (size_t i = 0; i < state_->choices.size(); ++i) {
-      auto& c = state_->choices[i];
-      while (!c.pending.empty()) {
-        updates.emplace_back(i, std::move(c.pending.front()));
-        c.pending.pop_front();
-      }
-    }
-    all_done = state_->unfinished == 0;
-  }
-  for (auto& [i, u] : updates) {
-    ChoiceState& c = state_->choices[i];
-    KeepLast(&c, u);  // a chunk needs only its own token: a stream's memory stays flat
-    if (u.has_token && !request_.echo_only) ++completion_tokens_;
-    if (u.finish_reason == FinishReason::kError) {
-      // As vLLM: the error event ends the whole stream — [DONE] next, no usage chunk, no more
-      // deltas of the other choices (the source aborts them: failed()).
-      json err = {{"error", {{"message", "generation failed: " + u.error},
-                             {"type", "InternalServerError"}, {"param", nullptr}, {"code", 500}}}};
-      Write(out, err);
-      *out += "data: [DONE]\n\n";
-      ended_ = failed_ = true;
-      return true;
-    }
-    // One chunk per token, as vLLM (text may be empty while a character or a possible stop
-    // string is held back), so clients can time every token.
-    const bool worth = u.has_token || !u.text.empty() || u.finish_reason != FinishReason::kNone;
-    if (!worth) continue;
-    json j = Chunk();
-    j["choices"] = json::array({ChoiceChunk(i, u)});
-    // vLLM's continuous usage: this choice's prompt and the tokens it has generated so far.
-    if (request_.include_usage && request_.continuous_usage_stats) {
-      j["usage"] = UsageJson(u.prompt_tokens, request_.echo_only ? 0 : u.generated_tokens);
-    }
-    Write(out, j);
+    all_done = state_->unfinished == 0 && state_->pending_updates == 0;
   }
   if (all_done) {
     if (request_.include_usage) {

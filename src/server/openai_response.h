@@ -1,6 +1,8 @@
 // OpenAI response bodies: full completions / chat completions and their SSE stream chunks.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,13 +37,26 @@ class StreamWriter {
  public:
   StreamWriter(const ServerContext& ctx, const OpenAiRequest& r, ResponseMeta meta,
                std::shared_ptr<GenerationState> state);
-  // Appends the SSE events of the updates delivered so far to *out, without waiting; true
-  // once the last chunk and [DONE] are appended.
-  bool Pump(std::string* out);
-  // Whether the next Pump may write an echo's prompt log-probs (a choice's first chunk with
-  // echo and logprobs) or chat echo's message once per choice: megabytes of JSON, built off the
-  // I/O thread (StreamSource).
+  // Appends the SSE events of the updates delivered so far to *out, without waiting, stopping
+  // after the event that makes what it appended `max_bytes` or more (the rest stays pending; the
+  // next Pump goes on from that choice, so the events come in the order one Pump would write
+  // them); true once the last chunk and [DONE] are appended.
+  bool Pump(std::string* out, size_t max_bytes = SIZE_MAX);
+  // Whether the next Pump may build much JSON: an echo's prompt log-probs (a choice's first chunk
+  // with echo and logprobs) or chat echo's message once per choice, megabytes; or the log-prob
+  // entries of more than kLargePumpEntries pending tokens and alternatives, each decoded with its
+  // context (512 sequences × 20 alternatives: ~10,000 a step). Built off the I/O thread
+  // (StreamSource).
   bool NextPumpIsLarge() const;
+  // Whether the updates waiting for this stream hold more than kMaxPendingBytes: its client, not
+  // reading, is dropped (StreamSource::Overrun) rather than pinning the engine's output for it.
+  bool Overrun() const;
+
+  // A pending token weighs 1, plus its alternatives with logprobs: a Pump of more is large.
+  static constexpr size_t kLargePumpEntries = 64;
+  // Generous: 512 sequences × 120 tokens with 20 alternatives, the whole request, hold ~25 MiB.
+  static constexpr size_t kMaxPendingBytes = 64u << 20;
+
   // The stream ended on a choice's error: the request's other sequences are to be aborted.
   bool failed() const { return failed_; }
 
@@ -49,6 +64,9 @@ class StreamWriter {
   nlohmann::ordered_json Chunk() const;
   nlohmann::ordered_json ChoiceChunk(size_t index, const SequenceUpdate& u);
   nlohmann::ordered_json Usage() const;
+  // Writes choice `i`'s update `u` as its chunk (if it carries anything); false when it was the
+  // choice's error, which ends the stream.
+  bool WriteUpdate(std::string* out, size_t i, const SequenceUpdate& u);
   static void Write(std::string* out, const nlohmann::ordered_json& j);
 
   const ServerContext& ctx_;
@@ -58,6 +76,7 @@ class StreamWriter {
   bool started_ = false;
   std::vector<size_t> text_offset_;  // completions logprobs text_offset per choice
   std::vector<bool> first_sent_;     // completions: the choice's first chunk is out
+  size_t next_choice_ = 0;           // where the next Pump starts taking updates
   int completion_tokens_ = 0;
   bool ended_ = false;
   bool failed_ = false;

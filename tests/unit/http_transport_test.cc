@@ -10,6 +10,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <cstdio>
 #include <future>
 #include <mutex>
 #include <string>
@@ -583,8 +585,9 @@ TEST_F(TransportTest, AStreamClientThatStopsReadingIsDroppedAndItsWorkAbandoned)
   const int fd = Connect(port());
   Send(fd, kGetStream);
   auto feed = WaitFeed();
-  // Tokens keep coming; the client reads none of them. The socket buffers fill, then either
-  // the backlog passes 64 KiB or the write makes no progress for 0.5 s: dropped, abandoned.
+  // Tokens keep coming; the client reads none of them. The socket buffers fill, 64 KiB wait
+  // behind the write and the stream is pulled no more; the write makes no progress for 0.5 s:
+  // dropped, abandoned.
   const std::string piece(16 << 10, 'y');
   for (int i = 0; i < 4000 && feed->abandoned.load() == 0; ++i) {
     feed->Add(piece, false);
@@ -594,6 +597,90 @@ TEST_F(TransportTest, AStreamClientThatStopsReadingIsDroppedAndItsWorkAbandoned)
   EXPECT_EQ(feed->abandoned.load(), 1);
   for (int i = 0; i < 300 && transport_->num_connections() > 0; ++i) std::this_thread::sleep_for(10ms);
   EXPECT_EQ(transport_->num_connections(), 0);
+  ::close(fd);
+}
+
+// One Pull took whatever the source held, and the connection was closed when that, behind a
+// write, passed max_buffered_bytes: a client that read everything, only later than the source
+// filled, lost its stream mid-chunk. The stream is pulled a bounded piece at a time, and not at
+// all while max_buffered_bytes wait (backpressure): a client that pauses, then reads, gets all of
+// it, and meanwhile the rest waits in the source.
+TEST_F(TransportTest, AStreamIsPulledNoFasterThanItsClientReads) {
+  TransportOptions o;
+  o.max_buffered_bytes = 64 << 10;
+  Start(o);
+  const int fd = Connect(port());
+  const int small = 16 << 10;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  Send(fd, kGetStream);
+  auto feed = WaitFeed();
+  // The most the kernel buffers for the server's side (its send buffer grows up to tcp_wmem's
+  // third field); the client's receive buffer is 32 KiB at most.
+  size_t kernel = 4u << 20;
+  if (FILE* f = std::fopen("/proc/sys/net/ipv4/tcp_wmem", "r")) {
+    size_t lo = 0, mid = 0, hi = 0;
+    if (std::fscanf(f, "%zu %zu %zu", &lo, &mid, &hi) == 3) kernel = hi;
+    std::fclose(f);
+  }
+  // That and 16 MiB more, in 16 KiB events, a wake each 1 MiB, while the client reads nothing.
+  const int pieces = static_cast<int>((kernel + (16u << 20)) >> 14);
+  std::string want;
+  for (int i = 0; i < pieces; ++i) {
+    const std::string piece(16 << 10, static_cast<char>('a' + i % 26));
+    want += piece;
+    feed->Add(piece, i == pieces - 1);
+    if (i % 64 == 63 || i == pieces - 1) Wake();
+  }
+  size_t last = SIZE_MAX;
+  for (int i = 0; i < 250; ++i) {  // until the pulls stop (5 s at most)
+    std::this_thread::sleep_for(20ms);
+    std::lock_guard<std::mutex> lock(feed->mu);
+    if (feed->pulled_bytes == last) break;
+    last = feed->pulled_bytes;
+  }
+  {
+    // The kernel's buffers and max_buffered_bytes hold what was pulled (with a write's and a
+    // Pull's worth, a few hundred KiB), not everything; one Pull gave its bound and one event at
+    // most.
+    std::lock_guard<std::mutex> lock(feed->mu);
+    EXPECT_LT(feed->pulled_bytes, kernel + (1u << 20));
+    EXPECT_LE(feed->max_pulled, (64u << 10) + (16u << 10));
+  }
+  EXPECT_EQ(feed->abandoned.load(), 0);
+  const std::string end = "\r\n0\r\n\r\n";
+  const std::string got = ReadUntil(
+      fd,
+      [&](const std::string& d) {
+        return d.size() >= end.size() && d.compare(d.size() - end.size(), end.size(), end) == 0;
+      },
+      60000ms);
+  const std::string body = Dechunk(got);
+  EXPECT_EQ(body.size(), want.size());
+  EXPECT_TRUE(body == want);
+  EXPECT_EQ(feed->abandoned.load(), 0);
+  ::close(fd);
+}
+
+// Backpressure leaves what the client has not taken in the source, which bounds it: a client that
+// reads too slowly for that bound (StreamSource::Overrun) is dropped, long before the write
+// timeout, and its work abandoned.
+TEST_F(TransportTest, AStreamClientTooFarBehindForTheSourcesBoundIsDropped) {
+  TransportOptions o;
+  o.max_buffered_bytes = 64 << 10;
+  o.write_timeout_s = 60;
+  Start(o);
+  const int fd = Connect(port());
+  Send(fd, kGetStream);
+  auto feed = WaitFeed();
+  feed->overrun = true;  // asked only while the client is not taking the queue
+  const std::string piece(16 << 10, 'y');
+  for (int i = 0; i < 4000 && feed->abandoned.load() == 0; ++i) {
+    feed->Add(piece, false);
+    Wake();
+    std::this_thread::sleep_for(2ms);
+  }
+  EXPECT_EQ(feed->abandoned.load(), 1);
+  EXPECT_TRUE(ClosedWithin(fd, 5000ms));
   ::close(fd);
 }
 
