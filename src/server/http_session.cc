@@ -122,6 +122,12 @@ class Session : public std::enable_shared_from_this<Session> {
   // ---- reading a request ----
   void ReadRequest() {
     phase_ = Phase::kReading;
+    // What the previous request set: a refusal before this one's header is read (431, a bad
+    // request line) must not be answered as a HEAD's bodiless reply or as HTTP/1.0.
+    keep_alive_ = false;
+    http10_ = false;
+    head_ = false;
+    header_.clear();
     parser_.emplace();
     parser_->header_limit(static_cast<uint32_t>(owner_->options.max_header_bytes));
     parser_->body_limit(owner_->options.max_body_bytes);
@@ -169,6 +175,14 @@ class Session : public std::enable_shared_from_this<Session> {
     if (phase_ != Phase::kReading) return;
     if (ec) return OnReadError(ec);
     const auto& req = parser_->get();
+    // The header's fields, copied now: a chunked body's trailer fields are added to the same
+    // field list when it ends (beside a field of the same name), and are not headers (RFC 9110
+    // §6.5.1: a trailing Authorization, Content-Type or Connection was obeyed as one).
+    for (const auto& field : req)
+      header_.emplace_back(std::string(field.name_string()), std::string(field.value()));
+    keep_alive_ = req.keep_alive();
+    http10_ = req.version() < 11;
+    head_ = req.method() == http::verb::head;
     // Transfer-Encoding: only `chunked`, alone. Another coding last leaves the body's end
     // unknown (Beast read it as empty and its bytes as the next request); one before chunked
     // (gzip, chunked) would hand the handler encoded bytes; with a Content-Length the two
@@ -185,7 +199,9 @@ class Session : public std::enable_shared_from_this<Session> {
                                              "' is not supported (only chunked)"));
       }
     }
-    if (beast::iequals(req[http::field::expect], "100-continue") && !parser_->is_done()) {
+    // An HTTP/1.0 client's Expect is ignored (RFC 9110 §10.1.1): it does not know 100.
+    if (!http10_ && beast::iequals(req[http::field::expect], "100-continue") &&
+        !parser_->is_done()) {
       static const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
       asio::async_write(socket_, asio::buffer(kContinue, sizeof(kContinue) - 1),
                         [self = shared_from_this()](error_code e, size_t) {
@@ -261,12 +277,9 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     r.path = std::string(path);
     r.version = msg.version();
-    for (const auto& field : msg) r.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
+    r.headers = std::move(header_);  // the header's fields, not the trailer's
     r.body = std::move(msg.body());
     r.body_hold = std::move(body_hold);
-    keep_alive_ = msg.keep_alive();
-    http10_ = msg.version() < 11;
-    head_ = msg.method() == http::verb::head;
     linger_ = false;
     answered_ = false;
     phase_ = Phase::kHandling;
@@ -607,7 +620,8 @@ class Session : public std::enable_shared_from_this<Session> {
   beast::flat_buffer buffer_{owner_->options.max_header_bytes + (64u << 10)};
   std::optional<http::request_parser<GrowingStringBody>> parser_;
   Phase phase_ = Phase::kReading;
-  bool keep_alive_ = false, http10_ = false, head_ = false;
+  bool keep_alive_ = false, http10_ = false, head_ = false;  // of the request being read
+  std::vector<std::pair<std::string, std::string>> header_;  // its header's fields, in order
   bool answered_ = false;     // the handler has answered this request
   bool close_after_ = false;  // close once the response is written
   bool linger_ = false;       // ... after draining what the client still sends

@@ -316,6 +316,52 @@ def test_bodies_of_many_json_values_are_refused_before_they_cost_memory(hsrv, st
     still_serving(hsrv)
 
 
+def read_until_close(port, data: bytes, timeout=15.0) -> bytes:
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        s.sendall(data)
+        out = b""
+        while True:
+            try:
+                chunk = s.recv(65536)
+            except (socket.timeout, ConnectionResetError):
+                break
+            if not chunk:
+                break
+            out += chunk
+        return out
+    finally:
+        s.close()
+
+
+def test_chunked_trailer_fields_are_not_headers(hsrv, streaming):
+    # RFC 9110 §6.5.1: trailer fields must not be merged into the header. A Content-Type (or an
+    # Authorization) missing from the header and sent as a trailer was read as the header's.
+    body = json.dumps({"model": LONG, "prompt": "trailers", "max_tokens": 2}).encode()
+    chunked = f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n"
+    head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n"
+    for header, trailer in ((b"", b"Content-Type: text/plain\r\n"),  # no type: JSON, as FastAPI
+                            (b"Content-Type: application/json\r\n", b"Content-Type: text/plain\r\n"),
+                            (b"Content-Type: application/json\r\n", b"X-A: 1\r\nContent-Type: text/plain\r\n")):
+        resp = exchange(hsrv.port, head + header + b"\r\n" + chunked + trailer + b"\r\n")
+        assert status_of(resp) == 200, (header, trailer, resp[:300])
+    still_serving(hsrv)
+
+
+def test_a_refusal_after_a_head_request_has_its_body(hsrv, streaming):
+    # The refused request's own method decides: after a HEAD on the same connection its 501 was
+    # sent with a Content-Length and no body.
+    resp = read_until_close(hsrv.port, b"HEAD /health HTTP/1.1\r\nHost: x\r\n\r\n"
+                            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                            b"Transfer-Encoding: gzip\r\n\r\n")
+    second = resp[resp.index(b"HTTP/1.1 501"):]
+    head, _, rest = second.partition(b"\r\n\r\n")
+    length = [int(ln.split(b":")[1]) for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length:")]
+    assert length and len(rest) == length[0], second[:400]
+    assert "gzip" in json.loads(rest)["error"]["message"]
+    still_serving(hsrv)
+
+
 def test_many_idle_connections_do_not_block(hsrv, streaming):
     # Slowloris-lite: 50 connections that send half a request and wait; others still get served.
     socks = []
