@@ -448,7 +448,7 @@ void Model::ForwardLayer(int layer, const Batch& batch, KvCache* cache, const Lo
   // MLP block.
   RmsNorm(s.x.data(), n, d, w.post_norm.data(), c.rms_norm_eps, s.h.data());
   if (c.layers[static_cast<size_t>(layer)].moe) {  // mixture of experts instead (arch/moe.cc)
-    MoeForward(w.moe, c.moe, s.h.data(), n, s.out.data(), lora);
+    MoeForward(w.moe, c.moe, c.activation, s.h.data(), n, s.out.data(), lora);
     AddInPlace(s.x.data(), s.out.data(), n * d);
     return;
   }
@@ -464,13 +464,7 @@ void Model::ForwardLayer(int layer, const Batch& batch, KvCache* cache, const Lo
       w.gate_proj.Forward(s.h.data(), n, s.gate.data(), lora);
       w.up_proj.Forward(s.h.data(), n, s.up.data(), lora);
     }
-    if (c.activation == Activation::kGeluTanh) {
-      GeluTanhMulInPlace(s.gate.data(), s.up.data(), n * c.ffn_dim);
-    } else if (c.activation == Activation::kGeluErf) {
-      GeluErfMulInPlace(s.gate.data(), s.up.data(), n * c.ffn_dim);
-    } else {
-      SiluMulInPlace(s.gate.data(), s.up.data(), n * c.ffn_dim);
-    }
+    GatedActivationInPlace(c.activation, s.gate.data(), s.up.data(), n * c.ffn_dim);
   }
   w.down_proj.Forward(s.gate.data(), n, s.out.data(), lora);
   if (!w.ffn_out_norm.empty()) {

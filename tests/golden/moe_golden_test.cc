@@ -49,6 +49,10 @@ class MoeGolden : public ::testing::TestWithParam<std::string> {
 };
 
 TEST_P(MoeGolden, EachPromptAloneMatchesTransformers) {
+  const Activation want = GetParam().find("gelu_tanh") != std::string::npos ? Activation::kGeluTanh
+                          : GetParam().find("gelu") != std::string::npos    ? Activation::kGeluErf
+                                                                            : Activation::kSilu;
+  ASSERT_EQ(model_->config().activation, want);
   for (size_t p = 0; p < golden_.prompts.size(); ++p) {
     Engine engine(model_.get(), EngineOptions{});
     ASSERT_TRUE(engine.Add(Request(p)).ok());
@@ -69,10 +73,14 @@ TEST_P(MoeGolden, MixedContinuousBatchMatchesEachAlone) {
 }
 
 // tools/ref/make_models_moe.py: 8 experts top-2 with a dense mlp_only layer (Qwen3-MoE), 4
-// experts top-2 with a sliding window (Mixtral); router top-k margins ≥ 3e-4 on every row.
+// experts top-2 with a sliding window (Mixtral); router top-k margins ≥ 3e-4 on every row (≥ 1e-4
+// for the GELU variants). mixtral_gelu_f32 (hidden_act "gelu", the erf GELU) and
+// qwen3_moe_gelu_tanh_f32 ("gelu_pytorch_tanh"): transformers' experts apply the config's
+// activation, and loom's ran SiLU whatever it said.
 INSTANTIATE_TEST_SUITE_P(MoeModels, MoeGolden,
                          ::testing::Values("qwen3_moe_f32", "qwen3_moe_bf16", "mixtral_f32",
-                                           "mixtral_bf16"),
+                                           "mixtral_bf16", "mixtral_gelu_f32",
+                                           "qwen3_moe_gelu_tanh_f32"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

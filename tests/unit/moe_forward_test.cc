@@ -26,12 +26,13 @@ TEST(MoeForwardTest, DecodeRowReadsOnlyTheRoutedExperts) {
     std::vector<float> h(static_cast<size_t>(c.model_dim)), out(h.size());
     for (int t = 0; t < 20; ++t) {  // 20 different rows: each reads exactly top_k experts
       for (size_t i = 0; i < h.size(); ++i) h[i] = static_cast<float>(((i * 7 + static_cast<size_t>(t) * 13) % 17)) / 8.0f - 1.0f;
-      EXPECT_EQ(MoeForward(w, c.moe, h.data(), 1, out.data(), {}), c.moe.top_k * per_expert);
+      EXPECT_EQ(MoeForward(w, c.moe, c.activation, h.data(), 1, out.data(), {}),
+                c.moe.top_k * per_expert);
     }
     // A batch reads each routed expert once, at most the whole stack.
     std::vector<float> hb(static_cast<size_t>(64 * c.model_dim)), ob(hb.size());
     for (size_t i = 0; i < hb.size(); ++i) hb[i] = static_cast<float>((i * 31) % 23) / 11.0f - 1.0f;
-    const int64_t batch_bytes = MoeForward(w, c.moe, hb.data(), 64, ob.data(), {});
+    const int64_t batch_bytes = MoeForward(w, c.moe, c.activation, hb.data(), 64, ob.data(), {});
     EXPECT_LE(batch_bytes, c.moe.num_experts * per_expert);
     EXPECT_GE(batch_bytes, c.moe.top_k * per_expert);
   }

@@ -11,6 +11,11 @@ and dump transformers' reference outputs in the same format as make_models.py:
 name in {qwen3_moe_f32, qwen3_moe_bf16, mixtral_f32, mixtral_bf16}. The prompts are
 golden/prompts.json's (make_models.py's make_prompts()).
 
+--variants writes only VARIANTS (f32): an architecture's config and seed with overrides —
+mixtral_gelu_f32 (hidden_act "gelu", the exact erf GELU) and qwen3_moe_gelu_tanh_f32
+("gelu_pytorch_tanh"): transformers' experts apply ACT2FN[config.hidden_act], as the dense MLP
+does, and loom's experts once ran SiLU whatever the config said.
+
 transformers 5 holds experts fused in memory (mlp.experts.gate_up_proj [E, 2I, H],
 mlp.experts.down_proj [E, H, I]) but save_pretrained writes the Hub's per-expert layout
 (Qwen3-MoE: mlp.experts.E.{gate,up,down}_proj.weight; Mixtral:
@@ -39,6 +44,12 @@ from make_models import (  # noqa: E402  (shared helpers)
     COMMON, LOGIT_SCALE, N_GEN, greedy, make_prompts, prompt_logits, save_model)
 
 SEEDS = {"qwen3_moe": 502, "mixtral": 620}
+# f32-only variants: name -> (arch whose config they start from, config overrides, seed). With
+# GELU, Mixtral's seed 620 routes near ties; 641 is the first of 621-641 whose margins hold.
+VARIANTS = {
+    "mixtral_gelu": ("mixtral", dict(hidden_act="gelu"), 641),
+    "qwen3_moe_gelu_tanh": ("qwen3_moe", dict(hidden_act="gelu_pytorch_tanh"), SEEDS["qwen3_moe"]),
+}
 MIN_ROUTER_MARGIN = 5e-5  # smallest allowed p_k - p_(k+1) over every routed row (f32 noise ~1e-6)
 ROUTER_STD = 3.0          # router weights N(0, ROUTER_STD/sqrt(hidden)): decisive routing
 
@@ -133,11 +144,14 @@ class RouterProbe:
             h.remove()
 
 
-def build_one(arch, dtype_name, out, prompts, summary):
-    name = f"{arch}_{dtype_name}"
-    seed = SEEDS[arch]
+def build_one(arch, dtype_name, out, prompts, summary, variant=None):
+    name = f"{variant or arch}_{dtype_name}"
+    seed = VARIANTS[variant][2] if variant else SEEDS[arch]
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(make_config(arch), attn_implementation="eager", dtype=torch.float32)
+    cfg = make_config(arch)
+    for key, value in (VARIANTS[variant][1] if variant else {}).items():
+        setattr(cfg, key, value)
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", dtype=torch.float32)
     reinit_(model, seed)
     if dtype_name == "bf16":
         with torch.no_grad():
@@ -221,6 +235,7 @@ def main():
     ap.add_argument("--out", default="tests/fixtures")
     ap.add_argument("--no-verify", action="store_true")
     ap.add_argument("--arch", nargs="*", default=["qwen3_moe", "mixtral"])
+    ap.add_argument("--variants", action="store_true", help="write (and check) only the VARIANTS fixtures")
     args = ap.parse_args()
     torch.set_num_threads(2)
     torch.use_deterministic_algorithms(True)
@@ -230,7 +245,11 @@ def main():
     with open(os.path.join(args.out, "golden", "prompts.json")) as f:
         assert json.load(f)["prompts"] == prompts, "golden/prompts.json differs from make_prompts()"
     summary, names = [], []
-    for arch in args.arch:
+    if args.variants:
+        for variant, (arch, _, _) in VARIANTS.items():
+            build_one(arch, "f32", args.out, prompts, summary, variant)
+            names.append(f"{variant}_f32")
+    for arch in [] if args.variants else args.arch:
         for dn in ("f32", "bf16"):
             build_one(arch, dn, args.out, prompts, summary)
             names.append(f"{arch}_{dn}")

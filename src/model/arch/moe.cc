@@ -82,8 +82,22 @@ void GatherSegments(const std::vector<Segment>& segments, const std::vector<int>
 
 }  // namespace
 
-int64_t MoeForward(const MoeWeights& w, const MoeConfig& c, const float* h, int64_t n, float* out,
-                const LoraBatch& lora) {
+void GatedActivationInPlace(Activation act, float* gate, const float* up, int64_t count) {
+  switch (act) {
+    case Activation::kGeluTanh:
+      GeluTanhMulInPlace(gate, up, count);
+      return;
+    case Activation::kGeluErf:
+      GeluErfMulInPlace(gate, up, count);
+      return;
+    case Activation::kSilu:
+      break;
+  }
+  SiluMulInPlace(gate, up, count);
+}
+
+int64_t MoeForward(const MoeWeights& w, const MoeConfig& c, Activation act, const float* h,
+                   int64_t n, float* out, const LoraBatch& lora) {
   MoeScratch& s = Scratch();
   const int num_experts = c.num_experts;
   const int k = c.top_k;
@@ -129,7 +143,7 @@ int64_t MoeForward(const MoeWeights& w, const MoeConfig& c, const float* h, int6
     bytes_read += static_cast<int64_t>(ex.gate.weight.nbytes() + ex.up.weight.nbytes() + ex.down.weight.nbytes());
     ex.gate.Forward(s.x.data(), m, s.gate.data(), sub);
     ex.up.Forward(s.x.data(), m, s.up.data(), sub);
-    SiluMulInPlace(s.gate.data(), s.up.data(), m * ffn);
+    GatedActivationInPlace(act, s.gate.data(), s.up.data(), m * ffn);
     ex.down.Forward(s.gate.data(), m, s.y.data(), sub);
     for (int64_t i = 0; i < m; ++i) {
       float* dst = out + static_cast<int64_t>(s.rows[static_cast<size_t>(i)]) * d;

@@ -13,8 +13,9 @@
 
 namespace loom {
 
-// One expert: a gated SiLU MLP, named by its checkpoint module path
-// (model.layers.L.mlp.experts.E.gate_proj / ...block_sparse_moe.experts.E.w1).
+// One expert: a gated MLP (the model's hidden_act, as transformers' ACT2FN[config.hidden_act]),
+// named by its checkpoint module path (model.layers.L.mlp.experts.E.gate_proj /
+// ...block_sparse_moe.experts.E.w1).
 struct ExpertWeights {
   Linear gate;  // [expert_ffn_dim, model_dim]
   Linear up;    // [expert_ffn_dim, model_dim]
@@ -31,8 +32,12 @@ struct MoeWeights {
 // expert runs once on the rows routed to it (gathered, with their adapters' segments), and a
 // row's expert outputs are added in ascending expert order. h: [n, model_dim]. Returns the bytes
 // of expert weights read: only the routed experts' (top_k experts' three matrices for one row).
-int64_t MoeForward(const MoeWeights& w, const MoeConfig& c, const float* h, int64_t n, float* out,
-                const LoraBatch& lora);
+// `act`: the model's activation (config.hidden_act), which transformers' experts apply too.
+int64_t MoeForward(const MoeWeights& w, const MoeConfig& c, Activation act, const float* h,
+                   int64_t n, float* out, const LoraBatch& lora);
+
+// gate[i] = act(gate[i]) · up[i] for i < count: the gated MLP's activation, dense and expert.
+void GatedActivationInPlace(Activation act, float* gate, const float* up, int64_t count);
 
 // Registers a sparse layer's expert parameters as transformers 5 names them
 // (`prefix`mlp.experts.gate_up_proj / down_proj) and, where the checkpoint's block is not "mlp",
