@@ -42,7 +42,7 @@ int Fail(const std::string& message, int code = 1) {
 std::string ResolveLora(const std::string& model_dir, const std::string& lora) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (lora.empty() || lora.find('=') != std::string::npos || fs::exists(lora, ec)) return lora;
+  if (lora.empty() || !SplitLoraSpec(lora).name.empty() || fs::exists(lora, ec)) return lora;
   const fs::path bundled = fs::path(model_dir) / "adapters" / lora;
   if (fs::is_regular_file(bundled / "adapter_config.json", ec)) return lora + "=" + bundled.string();
   return lora;

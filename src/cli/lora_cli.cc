@@ -9,6 +9,7 @@
 #include "base/file.h"
 #include "base/interrupt.h"
 #include "base/json.h"
+#include "lora/adapter_store.h"
 #include "lora/merge.h"
 #include "model/merged_checkpoint.h"
 #include "model/weight_memory.h"
@@ -18,19 +19,24 @@ namespace loom::cli {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-std::string LoraFolder(const std::string& spec) {
+LoraSpec SplitLoraSpec(const std::string& spec) {
   const size_t eq = spec.find('=');
-  return eq == std::string::npos ? spec : spec.substr(eq + 1);
+  std::error_code ec;
+  if (eq == std::string::npos || !AdapterStore::ValidName(spec.substr(0, eq)) ||
+      fs::exists(spec, ec)) {
+    return {"", spec};
+  }
+  return {spec.substr(0, eq), spec.substr(eq + 1)};
 }
+
+std::string LoraFolder(const std::string& spec) { return SplitLoraSpec(spec).dir; }
 
 StatusOr<std::vector<std::shared_ptr<const Adapter>>> LoadCliAdapters(
     const Model& model, const std::vector<std::string>& specs, int max_rank, bool check_weights,
     bool notes) {
   std::vector<std::shared_ptr<const Adapter>> out;
   for (const std::string& spec : specs) {
-    const size_t eq = spec.find('=');
-    std::string name = eq == std::string::npos ? "" : spec.substr(0, eq);
-    const std::string dir = LoraFolder(spec);
+    auto [name, dir] = SplitLoraSpec(spec);
     if (name.empty()) name = fs::path(dir).lexically_normal().filename().string();
     if (name.empty()) name = fs::path(dir).lexically_normal().parent_path().filename().string();
     for (const auto& a : out) {

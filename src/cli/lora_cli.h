@@ -16,7 +16,16 @@ namespace loom::cli {
 RunFn AddInspectCommand(CLI::App& app);
 RunFn AddMergeCommand(CLI::App& app);
 
-// The folder of a "NAME=DIR" or "DIR" spec ("" for "").
+// A --lora value: "NAME=DIR" or "DIR". It is split at its first '=' only when what comes before
+// is a valid adapter name (AdapterStore::ValidName: no '/') and the whole value is not an
+// existing path, so "sweep/lr=2e-4" is a folder (it loaded ./2e-4 as adapter "sweep/lr").
+// `name` is empty for a plain DIR.
+struct LoraSpec {
+  std::string name;
+  std::string dir;
+};
+LoraSpec SplitLoraSpec(const std::string& spec);
+// SplitLoraSpec(spec).dir ("" for "").
 std::string LoraFolder(const std::string& spec);
 
 // "NAME=DIR" or "DIR" (name = the folder's name) → loaded adapters, in order. `notes`: each

@@ -6,8 +6,10 @@
 #include <set>
 #include <string>
 #include <system_error>
+#include <utility>
 
 #include "base/interrupt.h"
+#include "base/json.h"
 #include "base/thread_pool.h"
 #include "cli/commands.h"
 #include "cli/lora_cli.h"
@@ -34,6 +36,31 @@ std::string EmptyValueOption(const CLI::App& app) {
     if (std::string name = EmptyValueOption(*sub); !name.empty()) return name;
   }
   return "";
+}
+
+// The first integer option of `app` or its parsed subcommands whose value is not plain decimal
+// (an optional sign, then 0 or digits without a leading zero), with that value; or "". CLI11 2.1
+// reads integers in C's base 0: "--port 010" listened on port 8, "--group-size 040" wrote
+// group 32, "--max-tokens 0x10" ran 16.
+std::pair<std::string, std::string> NonDecimalIntegerOption(const CLI::App& app) {
+  for (const CLI::Option* opt : app.get_options()) {
+    // "INT", or "INT:<validator description>" (CLI11 appends its validators').
+    const std::string full = opt->get_type_name();
+    const std::string type = full.substr(0, full.find(':'));
+    if (opt->count() == 0 || (type != "INT" && type != "UINT")) continue;
+    for (const std::string& v : opt->results()) {
+      const size_t start = !v.empty() && (v[0] == '-' || v[0] == '+') ? 1 : 0;
+      const std::string digits = v.substr(start);
+      const bool decimal = !digits.empty() &&
+                           digits.find_first_not_of("0123456789") == std::string::npos &&
+                           (digits.size() == 1 || digits[0] != '0');
+      if (!decimal) return {opt->get_name(), v};
+    }
+  }
+  for (const CLI::App* sub : app.get_subcommands()) {
+    if (auto found = NonDecimalIntegerOption(*sub); !found.first.empty()) return found;
+  }
+  return {};
 }
 
 }  // namespace
@@ -88,6 +115,11 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (const std::string empty = EmptyValueOption(app); !empty.empty()) {
     std::fprintf(stderr, "error: %s was given an empty value\n", empty.c_str());
+    return 2;
+  }
+  if (const auto [name, value] = NonDecimalIntegerOption(app); !name.empty()) {
+    std::fprintf(stderr, "error: %s '%s': integers are written in decimal, without leading zeros\n",
+                 name.c_str(), loom::PrintableAscii(value.substr(0, 40)).c_str());
     return 2;
   }
   if (threads > 0) loom::ThreadPool::SetGlobalThreads(threads);

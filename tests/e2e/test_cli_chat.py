@@ -2,6 +2,7 @@
 `loom generate --chat` gives for the same conversation (greedy), /reset starts over, and an
 adapter changes the answer."""
 import json
+import shutil
 import subprocess
 
 from conftest import ADAPTER_FIXTURES, loom_bin
@@ -51,3 +52,18 @@ def test_adapter_changes_the_answer(llama_dir, tmp_path):
     assert with_adapter == generate_chat(llama_dir, tmp_path,
                                          [{"role": "user", "content": "Hello there"}],
                                          "--lora", spec)
+
+
+def test_a_folder_with_an_equals_sign_is_a_folder(llama_dir, tmp_path):
+    # "sweep/lr=2e-4" is a folder, not NAME=DIR: it loaded ./2e-4 (another adapter, or none) as
+    # adapter "sweep/lr". What comes before '=' must be an adapter name, and an existing path wins.
+    sweep = tmp_path / "sweep" / "lr=2e-4"
+    shutil.copytree(ADAPTER_FIXTURES / "llama_qv_r8_f32", sweep)
+    shutil.copytree(ADAPTER_FIXTURES / "llama_mlp_r6", tmp_path / "2e-4")
+    p = subprocess.run([str(loom_bin()), "inspect", "--model", str(llama_dir), "--lora", "sweep/lr=2e-4"],
+                       capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "adapter 'lr=2e-4' (sweep/lr=2e-4)" in p.stdout + p.stderr, p.stdout + p.stderr
+    with_path = run_chat(llama_dir, ["Hello there"], "--lora", str(sweep))
+    assert with_path == run_chat(llama_dir, ["Hello there"], "--lora", f"qv={ADAPTER_FIXTURES / 'llama_qv_r8_f32'}")
+

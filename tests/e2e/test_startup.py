@@ -89,6 +89,21 @@ def test_an_empty_flag_value_is_an_error_naming_it(llama_dir, args, needle):
     assert p.returncode == 2 and needle in p.stderr and "empty value" in p.stderr, p.stderr
 
 
+@pytest.mark.parametrize("args,needle", [
+    (["--port", "010"], "--port '010'"),  # listened on port 8 (C's base 0: octal)
+    (["--max-num-seqs", "0x8"], "--max-num-seqs '0x8'"),
+    (["--threads", "010"], "--threads '010'"),  # a global flag
+], ids=["port_octal", "max_num_seqs_hex", "threads_octal"])
+def test_an_integer_flag_not_in_decimal_is_an_error_naming_it(llama_dir, args, needle):
+    _wait_for_binary(loom_bin())
+    base = {"--model": str(llama_dir), "--port": "0"}
+    for k in args[::2]:
+        base.pop(k, None)
+    cmd = [str(loom_bin()), "serve", *[x for kv in base.items() for x in kv], *args]
+    p = subprocess.run(cmd, capture_output=True, timeout=10, text=True)
+    assert p.returncode == 2 and needle in p.stderr and "decimal" in p.stderr, p.stderr
+
+
 def test_missing_model_dir(tmp_path):
     code, err = run_serve(tmp_path / "nothing")
     assert code > 0 and "nothing" in err, err
