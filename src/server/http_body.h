@@ -22,11 +22,19 @@ namespace loom::server {
 // reading connection answers 503. Reserve on the transport's I/O thread only; Release from any
 // thread (a handled request's body is given back where its handler ends), so a Reserve may see
 // a Release late: a refusal then, never an overrun.
+//
+// The last `small_reserve` bytes are for small bodies (whose capacity stays within kSmallBody):
+// first come, first served alone let ~64 connections each send half of an 8 MiB body and stall,
+// and every request with a body, 100 bytes included, was refused until they timed out.
 class BodyBudget {
  public:
-  explicit BodyBudget(size_t limit) : limit_(limit) {}
-  bool Reserve(size_t n) {
-    if (n > limit_ - std::min(limit_, used_.load(std::memory_order_relaxed))) return false;
+  static constexpr size_t kSmallBody = size_t{64} << 10;
+  explicit BodyBudget(size_t limit, size_t small_reserve = 0)
+      : limit_(limit), small_reserve_(std::min(small_reserve, limit)) {}
+  // `n` more bytes for a body whose capacity becomes `capacity` with them.
+  bool Reserve(size_t n, size_t capacity = 0) {
+    const size_t cap = capacity <= kSmallBody ? limit_ : limit_ - small_reserve_;
+    if (n > cap - std::min(cap, used_.load(std::memory_order_relaxed))) return false;
     used_.fetch_add(n, std::memory_order_relaxed);
     return true;
   }
@@ -36,6 +44,7 @@ class BodyBudget {
 
  private:
   const size_t limit_;
+  const size_t small_reserve_;  // of limit_: only for bodies of at most kSmallBody
   std::atomic<size_t> used_{0};
 };
 
@@ -103,7 +112,7 @@ struct GrowingStringBody : boost::beast::http::string_body {
           std::size_t cap = std::max(want, 2 * body_.capacity());
           if (declared_ >= want && cap > declared_) cap = static_cast<std::size_t>(declared_);
           if (body_.budget != nullptr) {
-            if (!body_.budget->Reserve(cap - body_.reserved)) {
+            if (!body_.budget->Reserve(cap - body_.reserved, cap)) {
               ec = boost::asio::error::no_buffer_space;
               return 0;
             }

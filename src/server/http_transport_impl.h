@@ -27,7 +27,13 @@ struct HttpTransport::Impl {
   RouteFn route;
   // Before ioc: sessions that ioc's destructor frees (their handlers never ran after Stop) give
   // their reserved body bytes back to it.
-  BodyBudget body_budget{std::max(options.max_pending_body_bytes, options.max_body_bytes)};
+  // Its last 1/16 (32 MiB of the default 512 MiB) for bodies of at most 64 KiB, as far as one
+  // largest body still fits beside it.
+  BodyBudget body_budget{
+      std::max(options.max_pending_body_bytes, options.max_body_bytes),
+      std::min(std::max(options.max_pending_body_bytes, options.max_body_bytes) / 16,
+               std::max(options.max_pending_body_bytes, options.max_body_bytes) -
+                   options.max_body_bytes)};
   asio::io_context ioc;
   tcp::acceptor acceptor{ioc};
   asio::steady_timer accept_backoff{ioc};

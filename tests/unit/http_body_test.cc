@@ -112,6 +112,31 @@ TEST(GrowingStringBody, AWholeBodyAndTheLimitStillHold) {
   }
 }
 
+TEST(GrowingStringBody, SmallBodiesKeepAReserveLargeOnesCannotTake) {
+  // 1 MB of budget, its last 200 KB for bodies of at most 64 KiB: large bodies stop at 800 KB,
+  // a small one is still taken beside them.
+  BodyBudget budget(1000000, 200000);
+  const std::string big_head = "POST / HTTP/1.1\r\nContent-Length: 300000\r\n\r\n";
+  std::vector<std::unique_ptr<http::request_parser<GrowingStringBody>>> big;
+  beast::error_code ec;
+  for (int i = 0; i < 3 && !ec; ++i) {
+    big.push_back(std::make_unique<http::request_parser<GrowingStringBody>>());
+    big.back()->get().body().budget = &budget;
+    big.back()->body_limit(1 << 20);
+    const std::string msg = big_head + std::string(300000, 'x');
+    const size_t used = Feed(big.back().get(), msg, &ec);
+    if (!ec) Feed(big.back().get(), msg.substr(used), &ec);
+    if (ec == http::error::need_more) ec = {};
+  }
+  EXPECT_EQ(ec, boost::asio::error::no_buffer_space);  // the third: 900 KB > 800 KB
+  EXPECT_LE(budget.used(), 800000u);
+  http::request_parser<GrowingStringBody> small;
+  small.get().body().budget = &budget;
+  ASSERT_TRUE(FeedInPieces(
+      &small, "POST / HTTP/1.1\r\nContent-Length: 5000\r\n\r\n" + std::string(5000, 's'), 700));
+  EXPECT_EQ(small.get().body().size(), 5000u);
+}
+
 TEST(GrowingStringBody, ABudgetBoundsTheBodiesOfAllParsersTogether) {
   // Two bodies with 40,000 of their 60,000 declared bytes received fit a 100,000-byte budget; a
   // third does not (its read fails with no_buffer_space: the transport's 503); a parser that
