@@ -45,6 +45,23 @@ TEST_F(CorruptAdapterTest, ATargetModulesRegexPastTheStepLimitIsAnError) {
   ExpectRejected({"adapter_config.json target_modules", "took more than 100000 backtracking steps"});
 }
 
+// The audit's case: PEFT applies alpha_pattern {"layers\.[0-9]{,1}\.self_attn\.q_proj": 3} to
+// q_proj of layers 0..9 (Python reads {,1} as {0,1}); PCRE2 read "{,1}" as text and left every
+// module at lora_alpha 16, silently.
+TEST_F(CorruptAdapterTest, AnAlphaPatternKeyInPythonSyntaxIsApplied) {
+  draft_.config["alpha_pattern"] = {{R"(layers\.[0-9]{,1}\.self_attn\.q_proj)", 3}};
+  WriteDraft(draft_, tmp_.File("a"));
+  auto a = Load(tmp_.File("a"), FixtureModel("llama_f32"));
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  int q = 0;
+  for (const LoraWeights* lw : (*a)->modules()) {
+    const bool is_q = lw->module_path.ends_with(".q_proj");
+    q += is_q;
+    EXPECT_FLOAT_EQ(lw->scale, is_q ? 3.0f / 8 : 16.0f / 8) << lw->module_path;
+  }
+  EXPECT_EQ(q, 3);
+}
+
 TEST_F(CorruptAdapterTest, WrongShapeOfA) {
   DraftTensor* t = draft_.Find(Key(1, "v_proj", "lora_A.weight"));
   t->shape = {8, 63};
