@@ -406,9 +406,13 @@ StatusOr<std::shared_ptr<const Adapter>> ReadAdapter(const std::string& name, co
     }
   }
   if (targeted.empty()) {
+    // The targets are file text: quoted clipped and escaped (a list may hold megabytes).
     std::string targets = cfg.all_linear ? "all-linear" : "";
     if (cfg.target_regex) targets = "'" + cfg.target_regex->pattern() + "'";
-    for (const auto& t : cfg.target_list) targets += (targets.empty() ? "" : ", ") + t;
+    for (size_t i = 0; i < cfg.target_list.size() && targets.size() <= 200; ++i) {
+      targets += (targets.empty() ? "" : ", ") + cfg.target_list[i];
+    }
+    targets = TextForMessage(targets);
     std::string leaves;
     for (const auto& leaf : sites.LeafNames()) leaves += (leaves.empty() ? "" : ", ") + leaf;
     return InvalidArgument(where + ": target_modules [" + targets + "] match no module of " +

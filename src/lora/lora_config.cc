@@ -14,12 +14,16 @@
 
 namespace loom {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;  // file order: PEFT takes the first matching pattern key
 
 namespace {
 
 constexpr int64_t kMaxRank = 4096;  // sanity bound on r and rank_pattern values
 constexpr int kMaxJsonDepth = 32;
+// layers_to_transform entries (a model has at most a few hundred layers); and any list in the
+// file, bounded before the DOM is built (16 MB of "0," made a 5.4M-element list and 318 MB).
+constexpr int64_t kMaxLayersToTransform = 65536;
+constexpr int64_t kMaxJsonArrayElements = int64_t{1} << 20;
 
 std::string Lower(std::string s) {
   for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
@@ -73,28 +77,29 @@ Status CheckAlphaFitsFloat(double alpha, const std::string& field, const std::st
                          " is beyond float range (3.4e38): the adapter's scale would be infinite");
 }
 
-// `v` must stay an ordered_json: converting it to json (a std::map) would sort the keys, and
-// PEFT takes the first matching key in file order.
+// `v` must stay an ordered_json: converting it to nlohmann::json (a std::map) would sort the
+// keys, and PEFT takes the first matching key in file order.
 template <typename T>
-Status ReadPattern(const nlohmann::ordered_json& v, const std::string& where, const char* key,
+Status ReadPattern(const json& v, const std::string& where, const char* key,
                    std::vector<std::pair<Regex, T>>* out) {
   if (v.is_null()) return OkStatus();
   if (!v.is_object()) return InvalidArgument(where + ": " + key + " must be an object");
   for (auto it = v.begin(); it != v.end(); ++it) {  // the file's order
     if (!it.value().is_number()) {
-      return InvalidArgument(where + ": " + key + " value for '" + it.key() + "' must be a number");
+      return InvalidArgument(where + ": " + key + " value for '" + KeyForMessage(it.key()) +
+                             "' must be a number");
     }
     if constexpr (std::is_integral_v<T>) {  // a rank: an integer in r's range
       if (!it.value().is_number_integer() || it.value().template get<int64_t>() <= 0 ||
           it.value().template get<int64_t>() > kMaxRank) {
-        return InvalidArgument(where + ": " + key + " value for '" + it.key() +
+        return InvalidArgument(where + ": " + key + " value for '" + KeyForMessage(it.key()) +
                                "' must be a positive integer (at most " + std::to_string(kMaxRank) +
                                "), got " + JsonToString(it.value(), -1, 80));
       }
     }
     if constexpr (std::is_floating_point_v<T>) {
       double alpha = 0;
-      const std::string field = std::string(key) + " value for '" + it.key() + "'";
+      const std::string field = std::string(key) + " value for '" + KeyForMessage(it.key()) + "'";
       RETURN_IF_ERROR(JsonValueToFloat(it.value(), field, where, &alpha));
       RETURN_IF_ERROR(CheckAlphaFitsFloat(alpha, field, where));
     }
@@ -113,23 +118,25 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
   JsonLimits limits;
   limits.max_depth = kMaxJsonDepth;
   limits.max_bytes = size_t{16} << 20;
-  ASSIGN_OR_RETURN(nlohmann::ordered_json j, ParseOrderedJson(json_text, where, limits));
+  limits.max_array_elements = kMaxJsonArrayElements;
+  ASSIGN_OR_RETURN(json j, ParseOrderedJson(json_text, where, limits));
   if (!j.is_object()) return InvalidArgument(where + ": not a valid JSON object");
-  auto get = [&](const char* key) -> json {
+  static const json kAbsent;                        // null
+  auto get = [&](const char* key) -> const json& {  // by reference: a value may be megabytes
     auto it = j.find(key);
-    return it == j.end() ? json() : json(*it);
+    return it == j.end() ? kAbsent : *it;
   };
-  const json peft_type = get("peft_type");
+  const json& peft_type = get("peft_type");
   if (!peft_type.is_string()) {
     return InvalidArgument(where + ": no peft_type; not a PEFT adapter config (loom serves PEFT "
                                    "LoRA adapters)");
   }
   if (peft_type != "LORA") {
-    return InvalidArgument(where + ": peft_type " + peft_type.get<std::string>() +
+    return InvalidArgument(where + ": peft_type " + TextForMessage(peft_type.get<std::string>()) +
                            " is not supported: loom serves LoRA adapters (peft_type LORA) only");
   }
   LoraConfig c;
-  const json r = get("r");
+  const json& r = get("r");
   if (!r.is_null() || j.contains("r")) {  // absent: PEFT's default r = 8
     if (!r.is_number_integer() || r.get<int64_t>() <= 0 || r.get<int64_t>() > kMaxRank) {
       return InvalidArgument(where + ": r must be a positive integer (at most " +
@@ -145,7 +152,7 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
   RETURN_IF_ERROR(GetOptionalFloat(j, "lora_alpha", where, &c.lora_alpha));
   RETURN_IF_ERROR(CheckAlphaFitsFloat(c.lora_alpha, "lora_alpha", where));
   for (const char* key : {"use_rslora", "use_dora", "lora_bias"}) {
-    const json v = get(key);
+    const json& v = get(key);
     if (!v.is_null() && !v.is_boolean()) return InvalidArgument(where + ": " + key + " must be true or false");
   }
   c.use_rslora = get("use_rslora").is_boolean() && get("use_rslora").get<bool>();
@@ -157,21 +164,23 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
   // gaussian / eva / orthogonal set the starting A and B only: a trained adapter is a plain LoRA
   // and PEFT loads it as one. pissa / olora / corda / loftq / lora_ga subtract the initial B·A
   // from the base weights; mica is a LoRA variant.
-  const json init = get("init_lora_weights");
+  const json& init = get("init_lora_weights");
   if (init.is_string()) {
     const std::string v = init.get<std::string>();
     const bool plain = v == "gaussian" || v == "eva" || v == "orthogonal";
     const bool changes_base = v.rfind("pissa", 0) == 0 || v.rfind("corda", 0) == 0 ||
                               v == "olora" || v == "loftq" || v == "lora_ga";
     if (changes_base) {
-      return InvalidArgument(where + ": init_lora_weights '" + v +
-                             "' is not supported: this initialisation changes the base weights, so "
-                             "the adapter is only valid against a modified base model (convert it to "
-                             "a plain LoRA first)");
+      return InvalidArgument(
+          where + ": init_lora_weights '" + TextForMessage(v) +
+          "' is not supported: this initialisation changes the base weights, so "
+          "the adapter is only valid against a modified base model (convert it to "
+          "a plain LoRA first)");
     }
     if (!plain) {
-      return InvalidArgument(where + ": init_lora_weights '" + v +
-                             "' is not supported yet (a LoRA variant or an unknown initialisation)");
+      return InvalidArgument(
+          where + ": init_lora_weights '" + TextForMessage(v) +
+          "' is not supported yet (a LoRA variant or an unknown initialisation)");
     }
   }
   struct Unsupported {
@@ -192,21 +201,21 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
       {"trainable_token_indices", "trainable_token_indices is not supported yet: it replaces embedding rows per adapter"},
   };
   for (const auto& u : kNotYet) {
-    const json v = get(u.key);
+    const json& v = get(u.key);
     if (!IsNullOrEmpty(v)) return InvalidArgument(where + ": " + u.why + " (" + u.key + " = " + JsonToString(v, -1, 80) + ")");
   }
-  const json bias = get("bias");
+  const json& bias = get("bias");
   if (!bias.is_null() && !bias.is_string()) {
     return InvalidArgument(where + ": bias must be \"none\", \"all\" or \"lora_only\", got " +
                            JsonToString(bias, -1, 80));
   }
   if (bias.is_string() && bias != "none") {
-    return InvalidArgument(where + ": bias '" + bias.get<std::string>() +
+    return InvalidArgument(where + ": bias '" + TextForMessage(bias.get<std::string>()) +
                            "' is not supported yet: it trains base-model biases per adapter "
                            "(only bias = \"none\")");
   }
 
-  const json targets = get("target_modules");
+  const json& targets = get("target_modules");
   if (targets.is_string() && Lower(targets.get<std::string>()) == "all-linear") {  // as PEFT
     c.all_linear = true;
   } else if (targets.is_null()) {
@@ -218,7 +227,7 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
     RETURN_IF_ERROR(ReadStringOrList(targets, where, "target_modules", &c.target_list, &c.target_regex));
   }
   // PEFT's LoRA on parameters (transformers 5's fused MoE experts): a list of parameter paths.
-  const json params = get("target_parameters");
+  const json& params = get("target_parameters");
   if (!IsNullOrEmpty(params)) {
     if (!params.is_array()) return InvalidArgument(where + ": target_parameters must be a list");
     for (const json& v : params) {
@@ -229,16 +238,21 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
   if (targets.is_array() && targets.empty() && c.target_parameters.empty()) {
     return InvalidArgument(where + ": target_modules is empty; the adapter would change nothing");
   }
-  const json exclude = get("exclude_modules");
+  const json& exclude = get("exclude_modules");
   if (!exclude.is_null()) {
     RETURN_IF_ERROR(ReadStringOrList(exclude, where, "exclude_modules", &c.exclude_list, &c.exclude_regex));
   }
-  const json layers = get("layers_to_transform");
+  const json& layers = get("layers_to_transform");
   if (layers.is_number()) {
     int64_t layer = 0;
     RETURN_IF_ERROR(JsonValueToInt(layers, "layers_to_transform", where, &layer, 0, INT32_MAX));
     c.layers_to_transform.push_back(static_cast<int>(layer));
   } else if (layers.is_array()) {
+    if (static_cast<int64_t>(layers.size()) > kMaxLayersToTransform) {
+      return InvalidArgument(where + ": layers_to_transform has " + std::to_string(layers.size()) +
+                             " entries, more than " + std::to_string(kMaxLayersToTransform) +
+                             " (layer indices of one model)");
+    }
     for (const auto& l : layers) {
       if (!l.is_number_integer()) return InvalidArgument(where + ": layers_to_transform entries must be integers");
       int64_t layer = 0;
@@ -248,7 +262,7 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
   } else if (!layers.is_null()) {
     return InvalidArgument(where + ": layers_to_transform must be an integer or a list");
   }
-  const json lp = get("layers_pattern");
+  const json& lp = get("layers_pattern");
   if (lp.is_string() && !lp.get<std::string>().empty()) c.layers_pattern.push_back(lp.get<std::string>());
   if (lp.is_array()) {
     for (const auto& p : lp) {
@@ -272,12 +286,8 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
                              "\"all-linear\"); PEFT refuses this config");
     }
   }
-  auto get_ordered = [&](const char* key) -> nlohmann::ordered_json {
-    auto it = j.find(key);
-    return it == j.end() ? nlohmann::ordered_json() : *it;
-  };
-  RETURN_IF_ERROR(ReadPattern(get_ordered("rank_pattern"), where, "rank_pattern", &c.rank_pattern));
-  RETURN_IF_ERROR(ReadPattern(get_ordered("alpha_pattern"), where, "alpha_pattern", &c.alpha_pattern));
+  RETURN_IF_ERROR(ReadPattern(get("rank_pattern"), where, "rank_pattern", &c.rank_pattern));
+  RETURN_IF_ERROR(ReadPattern(get("alpha_pattern"), where, "alpha_pattern", &c.alpha_pattern));
   if (get("base_model_name_or_path").is_string()) {
     c.base_model_name_or_path = get("base_model_name_or_path").get<std::string>();
   }

@@ -62,6 +62,21 @@ TEST_F(CorruptAdapterTest, AnAlphaPatternKeyInPythonSyntaxIsApplied) {
   EXPECT_EQ(q, 3);
 }
 
+// Targets that match nothing are listed in the message, clipped and escaped (they are file text).
+TEST_F(CorruptAdapterTest, TargetsThatMatchNothingAreQuotedClippedAndEscaped) {
+  std::vector<std::string> targets(1000, "\x1b[2J" + std::string(1000, 'w'));
+  draft_.config["target_modules"] = targets;
+  const std::string dir = tmp_.File("bad");
+  WriteDraft(draft_, dir);
+  auto a = Load(dir, FixtureModel("llama_f32"));
+  ASSERT_FALSE(a.ok());
+  const std::string& m = a.status().message();
+  EXPECT_TRUE(Contains(m, "target_modules [\\x1b[2Jwww")) << m.substr(0, 300);
+  EXPECT_TRUE(Contains(m, "match no module of"));
+  EXPECT_EQ(m.find('\x1b'), std::string::npos);
+  EXPECT_LT(m.size(), 1000u);
+}
+
 TEST_F(CorruptAdapterTest, WrongShapeOfA) {
   DraftTensor* t = draft_.Find(Key(1, "v_proj", "lora_A.weight"));
   t->shape = {8, 63};

@@ -346,6 +346,46 @@ TEST(LoraConfigTest, UnknownKeysAreIgnoredAndListedInFileOrder) {
 // ---------------------------------------------------------------------------------------
 // Which modules: PEFT's check_target_module_exists.
 
+// File text reaches a message clipped to 200 bytes and with control bytes escaped: a 16 MB
+// peft_type made a 16 MB 400 body, and an ESC byte reached the terminal reading the log.
+TEST(LoraConfigTest, FileTextInMessagesIsClippedAndEscaped) {
+  const std::string text = "\x1b]0;pwned\x07" + std::string(1 << 20, 'x');
+  for (const char* field : {"peft_type", "init_lora_weights", "bias"}) {
+    ojson patch = {{field, text}};
+    auto c = ParseLoraConfig(Config(patch), kWhere);
+    ASSERT_FALSE(c.ok()) << field;
+    const std::string& m = c.status().message();
+    EXPECT_LT(m.size(), 500u) << field;
+    EXPECT_EQ(m.find('\x1b'), std::string::npos) << field;
+    EXPECT_TRUE(Contains(m, std::string(field) + " '\\x1b]0;pwned\\x07xxx") ||
+                Contains(m, std::string(field) + " \\x1b]0;pwned\\x07xxx"))
+        << m.substr(0, 300);
+  }
+  const std::string key = "\x1b[2J" + std::string(100000, 'k');
+  auto c = ParseLoraConfig(Config({{"rank_pattern", {{key, "4"}}}}), kWhere);
+  ASSERT_FALSE(c.ok());
+  EXPECT_LT(c.status().message().size(), 300u);
+  EXPECT_TRUE(Contains(c.status().message(), "rank_pattern value for '\\x1b[2Jkkk"));
+}
+
+// layers_to_transform is bounded (a model has at most hundreds of layers), and so is every list
+// before the JSON is built: 16 MB of "0," was a 5.4M-entry list and 318 MB of memory.
+TEST(LoraConfigTest, LayersToTransformAndListsAreBounded) {
+  std::vector<int> many(70000, 1);
+  auto c = ParseLoraConfig(Config({{"layers_to_transform", many}}), kWhere);
+  ASSERT_FALSE(c.ok());
+  EXPECT_TRUE(
+      Contains(c.status().message(), "layers_to_transform has 70000 entries, more than 65536"));
+  std::string huge =
+      R"({"peft_type": "LORA", "target_modules": ["q_proj"], "layers_to_transform": [)";
+  for (int i = 0; i < 5400000; ++i) huge += i ? ",0" : "0";
+  huge += "]}";
+  c = ParseLoraConfig(huge, kWhere);
+  ASSERT_FALSE(c.ok());
+  EXPECT_TRUE(Contains(c.status().message(), "a JSON array has more than 1048576 elements"));
+  MustParse(Config({{"layers_to_transform", std::vector<int>(65536, 2)}}));
+}
+
 TEST(LoraConfigTargetsTest, ListMatchesExactPathOrDottedSuffix) {
   LoraConfig c = MustParse(Config({{"target_modules", {"q_proj", "model.layers.1.mlp.up_proj"}}}));
   EXPECT_TRUE(c.Targets("model.layers.0.self_attn.q_proj", kLinearNames));
