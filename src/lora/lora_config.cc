@@ -286,6 +286,25 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
                              "\"all-linear\"); PEFT refuses this config");
     }
   }
+  for (const std::string& pattern : c.layers_pattern) {
+    // Same as PEFT (check_target_module_exists): re.match(rf".*\.{pattern}\.(\d+)\.", path), the
+    // layer being int(match.group(1)); the pattern is pasted in as it is, not bracketed.
+    const std::string what = where + " layers_pattern";
+    ASSIGN_OR_RETURN(Regex re, Regex::Compile(".*\\." + pattern + "\\.(\\d+)\\.", what,
+                                              /*capture_group1=*/true));
+    if (re.python_groups() != 1) {
+      return InvalidArgument(what + " '" + TextForMessage(pattern) +
+                             "' has a capturing group: PEFT reads the layer index from group 1, "
+                             "which would be that group's text (and fails on it); use (?:...)");
+    }
+    if (re.top_level_alternation()) {
+      return InvalidArgument(what + " '" + TextForMessage(pattern) +
+                             "' has a | outside any group: PEFT pastes it into "
+                             ".*\\.{pattern}\\.(\\d+)\\. as it is, so one side has no layer index "
+                             "(and PEFT fails on it); use (?:a|b)");
+    }
+    c.layers_regex.push_back(std::move(re));
+  }
   RETURN_IF_ERROR(ReadPattern(get("rank_pattern"), where, "rank_pattern", &c.rank_pattern));
   RETURN_IF_ERROR(ReadPattern(get("alpha_pattern"), where, "alpha_pattern", &c.alpha_pattern));
   if (get("base_model_name_or_path").is_string()) {
@@ -312,45 +331,34 @@ bool InList(const std::string& path, const std::vector<std::string>& list) {
 
 // PEFT's layer index (check_target_module_exists): with no layers_pattern, re.match
 // `.*\.[^.]*\.(\d+)\.` — the LAST all-digit segment that has two segments before it and one
-// after (greedy `.*`: on model.layers.3.mlp.experts.5.w1 it is 5); with patterns, for the first
-// pattern that matches, the last `.{pattern}.(\d+).` (a pattern taken as literal text, dots
-// included, and after a dot: "language_model.layers" in model.language_model.layers.3.…;
-// "model.layers" matches no path that starts with it, in PEFT too). -1 when none.
-int LayerIndex(const std::string& path, const std::vector<std::string>& patterns) {
-  std::vector<std::string> parts;
-  std::vector<size_t> starts;  // where each part begins in `path`
-  size_t start = 0;
-  for (size_t i = 0; i <= path.size(); ++i) {
-    if (i == path.size() || path[i] == '.') {
-      parts.push_back(path.substr(start, i - start));
-      starts.push_back(start);
-      start = i + 1;
-    }
-  }
-  auto number = [&](size_t i) {
-    const std::string& p = parts[i];
+// after (greedy `.*`: on model.layers.3.mlp.experts.5.w1 it is 5); with patterns, group 1 of
+// the first `patterns` regex (.*\.{pattern}\.(\d+)\.) that matches: "language_model.layers"
+// finds 3 in model.language_model.layers.3.…, "model.layers" no path that starts with it (in
+// PEFT too), "lay.rs" the layers. -1 when none.
+int LayerIndex(const std::string& path, const std::vector<Regex>& patterns) {
+  auto number = [](const std::string& p) {
     if (p.empty() || p.find_first_not_of("0123456789") != std::string::npos) return -2;
     // More digits than any layer count: no layer of this model (never an int overflow).
     return p.size() > 9 ? -1 : std::stoi(p);
   };
-  if (patterns.empty()) {
-    for (size_t i = parts.size() < 2 ? 0 : parts.size() - 2; i >= 2; --i) {
-      const int index = number(i);
-      if (index != -2) return index;
-    }
-    return -1;
+  for (const Regex& re : patterns) {
+    std::optional<std::string> digits;
+    if (!re.PrefixMatch(path, &digits)) continue;
+    // (\d+) takes any Unicode digit in Python; a module path has ASCII ones.
+    return digits ? std::max(number(*digits), -1) : -1;
   }
-  for (const auto& pat : patterns) {
-    for (size_t i = parts.size() < 2 ? 0 : parts.size() - 2; i >= 1; --i) {
-      const int index = number(i);
-      if (index == -2) continue;
-      // The text before ".N." must end with ".{pat}" (something, a dot, the pattern).
-      const size_t before = starts[i] - 1;  // the dot before the number
-      if (before > pat.size() && path.compare(before - pat.size(), pat.size(), pat) == 0 &&
-          path[before - pat.size() - 1] == '.') {
-        return index;
-      }
+  if (!patterns.empty()) return -1;
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (size_t i = 0; i <= path.size(); ++i) {
+    if (i == path.size() || path[i] == '.') {
+      parts.push_back(path.substr(start, i - start));
+      start = i + 1;
     }
+  }
+  for (size_t i = parts.size() < 2 ? 0 : parts.size() - 2; i >= 2; --i) {
+    const int index = number(parts[i]);
+    if (index != -2) return index;
   }
   return -1;
 }
@@ -364,7 +372,7 @@ bool LoraConfig::Targets(const std::string& path, const std::vector<std::string>
   }
   const bool found = InList(path, all_linear ? linear_names : target_list);
   if (!found || layers_to_transform.empty()) return found;
-  const int layer = LayerIndex(path, layers_pattern);
+  const int layer = LayerIndex(path, layers_regex);
   return layer >= 0 && std::find(layers_to_transform.begin(), layers_to_transform.end(), layer) !=
                            layers_to_transform.end();
 }

@@ -455,7 +455,7 @@ TEST(LoraConfigTargetsTest, LayerIndexIsTheLastNumberedSegmentAsPeft) {
       Config({{"target_modules", {"w1"}}, {"layers_to_transform", {3}}, {"layers_pattern", "layers"}}));
   EXPECT_TRUE(p.Targets("model.layers.3.mlp.experts.5.w1", names));
   EXPECT_FALSE(p.Targets("model.layers.5.mlp.experts.3.w1", names));
-  // A dotted pattern is the literal text before the number.
+  // A dotted pattern: the text before the number, after a dot (its dots match any character).
   LoraConfig dotted = MustParse(Config(
       {{"target_modules", {"w1"}}, {"layers_to_transform", {3}}, {"layers_pattern", "model.layers"}}));
   EXPECT_TRUE(dotted.Targets("base.model.layers.3.mlp.w1", names));
@@ -499,6 +499,36 @@ TEST(LoraConfigTargetsTest, ExcludeListAndRegexWinOverTargets) {
   // An exclude regex is a full match as well.
   LoraConfig partial = MustParse(Config({{"exclude_modules", "layers\\.1"}}));
   EXPECT_TRUE(partial.Targets("model.layers.1.self_attn.q_proj", kLinearNames));
+}
+
+// PEFT matches re.match(rf".*\.{layers_pattern}\.(\d+)\.", path) and takes group 1 as the layer:
+// "lay.rs" and "(?:layers|h)" find layer 3 there, where loom compared literal text and found
+// none (nothing targeted). Patterns PEFT fails on are refused, each with its reason.
+TEST(LoraConfigTargetsTest, LayersPatternIsARegexAsInPeft) {
+  const std::vector<std::string> names = {"q_proj"};
+  for (const char* pattern : {"lay.rs", "(?:layers|h)", "l[a-z]+", "layers?"}) {
+    LoraConfig c = MustParse(Config({{"target_modules", {"q_proj"}},
+                                     {"layers_to_transform", {3}},
+                                     {"layers_pattern", pattern}}));
+    EXPECT_TRUE(c.Targets("model.layers.3.self_attn.q_proj", names)) << pattern;
+    EXPECT_FALSE(c.Targets("model.layers.4.self_attn.q_proj", names)) << pattern;
+  }
+  const std::vector<std::pair<const char*, const char*>> refused = {
+      // group(1) is "layers" (int() fails), or None on the left of the |.
+      {"(layers)", "layers_pattern '(layers)' has a capturing group"},
+      {"layers|h", "layers_pattern 'layers|h' has a | outside any group"},
+      {"lay(?i)ers", "global flags not at the start of the expression"},
+      {"lay(ers", "missing ), unterminated subpattern"},
+  };
+  for (const auto& [pattern, why] : refused) {
+    auto c = ParseLoraConfig(Config({{"target_modules", {"q_proj"}},
+                                     {"layers_to_transform", {3}},
+                                     {"layers_pattern", {"h", pattern}}}),
+                             kWhere);
+    ASSERT_FALSE(c.ok()) << pattern;
+    EXPECT_TRUE(Contains(c.status().message(), why));
+    EXPECT_TRUE(Contains(c.status().message(), "layers_pattern"));
+  }
 }
 
 TEST(LoraConfigTargetsTest, LayersToTransformIntOrListWithAndWithoutPattern) {
