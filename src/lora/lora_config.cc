@@ -165,11 +165,28 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
   // and PEFT loads it as one. pissa / olora / corda / loftq / lora_ga subtract the initial B·A
   // from the base weights; mica is a LoRA variant.
   const json& init = get("init_lora_weights");
+  // PEFT (LoraLayer.update_layer) takes true, false or a string; any other value that is true
+  // in Python (5, 1.5, [1]) reaches init_lora_weights.lower() and fails, a false one (0, null,
+  // []) skips the initialisation and loads.
+  const bool init_zero = init.is_number() && init.get<double>() == 0;
+  if (!init.is_boolean() && !init.is_string() && !IsNullOrEmpty(init) && !init_zero) {
+    return InvalidArgument(where + ": init_lora_weights must be true, false or a string, got " +
+                           JsonToString(init, -1, 80) + " (PEFT fails initialising the layers)");
+  }
+  // PEFT's LoraConfig: lora_bias only with init_lora_weights in (True, False), which 0 equals.
+  if (c.lora_bias && j.contains("init_lora_weights") && !init.is_boolean() && !init_zero) {
+    return InvalidArgument(where + ": lora_bias is only supported with init_lora_weights true or " +
+                           "false, got " + JsonToString(init, -1, 80) +
+                           "; PEFT refuses this config");
+  }
   if (init.is_string()) {
     const std::string v = init.get<std::string>();
-    const bool plain = v == "gaussian" || v == "eva" || v == "orthogonal";
+    // As PEFT compares them: "gaussian" and "olora" in any case, the others exactly; "" is
+    // false in Python (no initialisation).
+    const std::string lower = Lower(v);
+    const bool plain = v.empty() || lower == "gaussian" || v == "eva" || v == "orthogonal";
     const bool changes_base = v.rfind("pissa", 0) == 0 || v.rfind("corda", 0) == 0 ||
-                              v == "olora" || v == "loftq" || v == "lora_ga";
+                              lower == "olora" || v == "loftq" || v == "lora_ga";
     if (changes_base) {
       return InvalidArgument(
           where + ": init_lora_weights '" + TextForMessage(v) +
@@ -285,6 +302,17 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
                              " cannot be used when target_modules is a string (a regex or "
                              "\"all-linear\"); PEFT refuses this config");
     }
+  }
+  // PEFT's LoraConfig refuses a layers_pattern without layers_to_transform (both as Python
+  // truth values: "", [] and null are unset, and so is a layers_to_transform of 0).
+  const bool pattern_set = (lp.is_string() && !lp.get_ref<const std::string&>().empty()) ||
+                           (lp.is_array() && !lp.empty());
+  const bool layers_set =
+      (layers.is_number() && layers.get<double>() != 0) || (layers.is_array() && !layers.empty());
+  if (pattern_set && !layers_set) {
+    return InvalidArgument(where + ": layers_pattern is set but layers_to_transform is not (" +
+                           JsonToString(layers, -1, 80) +
+                           "): it would be ignored; PEFT refuses this config");
   }
   for (const std::string& pattern : c.layers_pattern) {
     // Same as PEFT (check_target_module_exists): re.match(rf".*\.{pattern}\.(\d+)\.", path), the

@@ -77,6 +77,29 @@ TEST_F(CorruptAdapterTest, TargetsThatMatchNothingAreQuotedClippedAndEscaped) {
   EXPECT_LT(m.size(), 1000u);
 }
 
+// PEFT raises "Target module ... is not supported" for a matched module that is not a linear
+// projection or an embedding; loom ignored such an entry beside the others (q and v loaded).
+TEST_F(CorruptAdapterTest, ATargetThatNamesANormOrABlockIsRefusedAsPeftRefusesIt) {
+  const std::vector<std::pair<ojson, std::string>> cases = {
+      {ojson({"q_proj", "v_proj", "norm"}), "'model.norm'"},
+      {ojson({"q_proj", "v_proj", "input_layernorm"}), "'model.layers.0.input_layernorm'"},
+      {ojson({"q_proj", "v_proj", "mlp"}), "'model.layers.0.mlp'"},
+      {ojson({"q_proj", "v_proj", "layers.1"}), "'model.layers.1'"},
+      {ojson(R"(.*\.(q_proj|v_proj|self_attn))"), "'model.layers.0.self_attn'"},
+  };
+  for (const auto& [targets, module] : cases) {
+    SCOPED_TRACE(targets.dump());
+    draft_.config["target_modules"] = targets;
+    ExpectRejected(
+        {"target_modules match " + module, "not a linear projection", "PEFT refuses it"});
+  }
+  // Excluded, it is not targeted (PEFT checks exclude_modules first).
+  draft_.config["target_modules"] = {"q_proj", "v_proj", "norm"};
+  draft_.config["exclude_modules"] = {"norm"};
+  WriteDraft(draft_, tmp_.File("excluded"));
+  EXPECT_TRUE(Load(tmp_.File("excluded"), FixtureModel("llama_f32")).ok());
+}
+
 TEST_F(CorruptAdapterTest, WrongShapeOfA) {
   DraftTensor* t = draft_.Find(Key(1, "v_proj", "lora_A.weight"));
   t->shape = {8, 63};

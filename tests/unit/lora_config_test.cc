@@ -317,6 +317,57 @@ TEST(LoraConfigTest, NullOrEmptyUnsupportedFieldsAndPlainInitsAreAccepted) {
   }
 }
 
+// What PEFT does with values of another type, checked in its code (peft 0.21: LoraConfig.
+// __post_init__, LoraLayer.update_layer / reset_lora_parameters, dispatch_default).
+TEST(LoraConfigTest, ValuesOfAnotherTypeAreReadAsPeftReadsThem) {
+  // init_lora_weights: a true value that is neither True nor a string reaches .lower() and
+  // fails; a false one skips the initialisation; "Gaussian" is compared lowercased.
+  for (const ojson& bad : {ojson(5), ojson(1), ojson(0.5), ojson({1}), ojson({{"a", 1}})}) {
+    auto c = ParseLoraConfig(Config({{"init_lora_weights", bad}}), kWhere);
+    ASSERT_FALSE(c.ok()) << bad.dump();
+    EXPECT_TRUE(Contains(c.status().message(),
+                         "init_lora_weights must be true, false or a string, got " + bad.dump()));
+  }
+  for (const ojson& ok : {ojson(0), ojson(nullptr), ojson::array(), ojson("Gaussian"), ojson("")}) {
+    SCOPED_TRACE(ok.dump());
+    MustParse(Config({{"init_lora_weights", ok}}));
+  }
+  auto olora = ParseLoraConfig(Config({{"init_lora_weights", "OLoRA"}}), kWhere);
+  ASSERT_FALSE(olora.ok());
+  EXPECT_TRUE(Contains(olora.status().message(), "changes the base weights"));
+  // lora_bias with an initialisation other than true / false: PEFT's __post_init__ raises.
+  auto bias =
+      ParseLoraConfig(Config({{"lora_bias", true}, {"init_lora_weights", "gaussian"}}), kWhere);
+  ASSERT_FALSE(bias.ok());
+  EXPECT_TRUE(Contains(
+      bias.status().message(),
+      "lora_bias is only supported with init_lora_weights true or false, got \"gaussian\""));
+  MustParse(Config({{"lora_bias", true}, {"init_lora_weights", false}}));
+  MustParse(Config({{"lora_bias", true}}));  // absent: PEFT's default, true
+  // fan_in_fan_out: PEFT resets it to what the layer type needs (False for nn.Linear, with a
+  // warning), whatever the file says.
+  for (const ojson& any : {ojson(true), ojson("yes"), ojson(1)}) {
+    MustParse(Config({{"fan_in_fan_out", any}}));
+  }
+}
+
+// PEFT's LoraConfig: "When `layers_pattern` is specified, `layers_to_transform` must also be
+// specified" (Python truth values: a layers_to_transform of 0 or [] counts as unset).
+TEST(LoraConfigTest, LayersPatternWithoutLayersToTransformIsRefused) {
+  for (const ojson& layers : {ojson(nullptr), ojson(0), ojson::array()}) {
+    ojson patch = {{"layers_pattern", "layers"}, {"layers_to_transform", layers}};
+    auto c = ParseLoraConfig(Config(patch), kWhere);
+    ASSERT_FALSE(c.ok()) << layers.dump();
+    EXPECT_TRUE(
+        Contains(c.status().message(), "layers_pattern is set but layers_to_transform is not"));
+  }
+  auto absent = ParseLoraConfig(Config({{"layers_pattern", {"h", "layers"}}}), kWhere);
+  EXPECT_FALSE(absent.ok());
+  for (const ojson& unset : {ojson(nullptr), ojson(""), ojson::array()}) {
+    MustParse(Config({{"layers_pattern", unset}}));
+  }
+}
+
 TEST(LoraConfigTest, NestingOfRealConfigsIsAccepted) {
   // An unknown key nested 30 levels deep is still just an ignored key.
   LoraConfig c = MustParse(
