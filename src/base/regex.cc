@@ -19,6 +19,7 @@ struct Regex::Code {
   pcre2_code* code = nullptr;
   pcre2_match_context* limits = nullptr;  // kMatchLimit; read-only while matching
   std::string what;                       // the pattern's origin, for RegexLimitScope
+  bool group1 = false;                    // PCRE2's group 1 is Python's (capture_group1)
   ~Code() {
     pcre2_match_context_free(limits);
     pcre2_code_free(code);
@@ -68,6 +69,7 @@ StatusOr<Regex> Regex::Compile(const std::string& pattern, const std::string& wh
   r.code_ = std::make_shared<Code>();
   r.code_->code = code;
   r.code_->what = what;
+  r.code_->group1 = capture_group1;
   r.code_->limits = pcre2_match_context_create(nullptr);
   if (r.code_->limits == nullptr) return ResourceExhausted(what + ": out of memory");
   pcre2_set_match_limit(r.code_->limits, kMatchLimit);
@@ -114,6 +116,10 @@ bool Regex::PrefixMatch(const std::string& text) const {
 }
 
 bool Regex::PrefixMatch(const std::string& text, std::optional<std::string>* group1) const {
+  if (!code_->group1) {  // PCRE2's group 1, if any, is another group: nothing to read
+    group1->reset();
+    return PrefixMatch(text);
+  }
   return Match(pattern_, code_->what, code_->code, code_->limits, text, PCRE2_ANCHORED, group1);
 }
 

@@ -28,7 +28,8 @@ class Regex {
   bool FullMatch(const std::string& text) const;
   // Python re.match(pattern, text) is not None (anchored at the start only).
   bool PrefixMatch(const std::string& text) const;
-  // The same, and match.group(1) (nullopt when the group took no part). Needs capture_group1.
+  // The same, and match.group(1) (nullopt when the group took no part, or without
+  // capture_group1 at Compile).
   bool PrefixMatch(const std::string& text, std::optional<std::string>* group1) const;
   const std::string& pattern() const { return pattern_; }  // as given, in Python's syntax
   int python_groups() const { return python_groups_; }     // capturing groups Python counts
