@@ -31,9 +31,10 @@ std::string PrintableAscii(std::string_view s) {
   return out;
 }
 
-std::string KeyForMessage(std::string_view key) {
-  constexpr size_t kMaxChars = 40;
-  return PrintableAscii(key.substr(0, kMaxChars)) + (key.size() > kMaxChars ? "..." : "");
+std::string KeyForMessage(std::string_view key) { return TextForMessage(key, 40); }
+
+std::string TextForMessage(std::string_view text, size_t max_bytes) {
+  return PrintableAscii(text.substr(0, max_bytes)) + (text.size() > max_bytes ? "..." : "");
 }
 
 namespace {

@@ -78,6 +78,9 @@ std::string PrintableAscii(std::string_view s);
 // first 40 bytes, "..." after them if it is longer (a key of megabytes never becomes a message
 // of megabytes).
 std::string KeyForMessage(std::string_view key);
+// Any other text from a file or a request that a message quotes (a value, a pattern):
+// PrintableAscii of its first `max_bytes` bytes, "..." after them if it is longer.
+std::string TextForMessage(std::string_view text, size_t max_bytes = 200);
 // dump() that never throws: invalid UTF-8 in strings is replaced by U+FFFD. `max_chars` > 0
 // cuts the result (with "...") for use inside error messages.
 std::string JsonToString(const nlohmann::json& j, int indent = -1, size_t max_chars = 0);

@@ -1,8 +1,9 @@
-// Regex (PCRE2, Python-compatible syntax for the patterns PEFT configs use): full and prefix matches.
+// Regex: Python `re` patterns from config files (PEFT, quantization), matched by PCRE2.
 #pragma once
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "base/status.h"
@@ -12,8 +13,14 @@ namespace loom {
 // Thread-safety: a compiled Regex may be matched from several threads (match data is per call).
 class Regex {
  public:
-  // `what` names the pattern's origin in errors, e.g. "adapter_config.json target_modules".
-  static StatusOr<Regex> Compile(const std::string& pattern, const std::string& what);
+  // `pattern` in Python's syntax, with Python's meaning (TranslatePythonRegex: a construct PCRE2
+  // would read otherwise is rewritten or refused). `what` names the pattern's origin in errors,
+  // e.g. "adapter_config.json target_modules". `capture_group1`: PrefixMatch can read group 1.
+  // A pattern that keeps more than kMaxCaptures groups capturing (those back-references and
+  // conditions name) is refused: each costs PCRE2 a copy per backtracking step.
+  static StatusOr<Regex> Compile(const std::string& pattern, const std::string& what,
+                                 bool capture_group1 = false);
+  static constexpr int kMaxCaptures = 32;
 
   // Python re.fullmatch(pattern, text) is not None. A match that would take more than 100,000
   // backtracking steps counts as no match (patterns come from files: bounded time per name) and
@@ -21,11 +28,18 @@ class Regex {
   bool FullMatch(const std::string& text) const;
   // Python re.match(pattern, text) is not None (anchored at the start only).
   bool PrefixMatch(const std::string& text) const;
-  const std::string& pattern() const { return pattern_; }
+  // The same, and match.group(1) (nullopt when the group took no part, or without
+  // capture_group1 at Compile).
+  bool PrefixMatch(const std::string& text, std::optional<std::string>* group1) const;
+  const std::string& pattern() const { return pattern_; }  // as given, in Python's syntax
+  int python_groups() const { return python_groups_; }     // capturing groups Python counts
+  bool top_level_alternation() const { return top_level_alternation_; }  // a | outside groups
 
  private:
   struct Code;
   std::string pattern_;
+  int python_groups_ = 0;
+  bool top_level_alternation_ = false;
   std::shared_ptr<Code> code_;
 };
 

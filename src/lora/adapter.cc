@@ -400,6 +400,16 @@ StatusOr<std::shared_ptr<const Adapter>> ReadAdapter(const std::string& name, co
     if (cfg.Targets(sites.site(i).path, linear_names)) targeted.insert(sites.site(i).path);
   }
   targeted.insert(expert_targeted.begin(), expert_targeted.end());
+  // PEFT raises "Target module ... is not supported" for a matched module it cannot adapt (a
+  // norm, a decoder layer, an MLP block); beside other targets such an entry was ignored here.
+  for (const std::string& m : sites.other_modules()) {
+    if (cfg.Targets(m, linear_names)) {
+      return InvalidArgument(where + ": target_modules match '" + m + "', which " +
+                             sites.architecture() +
+                             " has as a norm or a block of modules, not a linear projection or "
+                             "the embedding; PEFT refuses it (Target module ... is not supported)");
+    }
+  }
   // Per-expert modules (the v4 layout) of an expert parameter target_parameters names: PEFT fuses
   // them into that parameter's LoRA on load.
   std::set<std::string> param_covered;
@@ -446,9 +456,13 @@ StatusOr<std::shared_ptr<const Adapter>> ReadAdapter(const std::string& name, co
     }
   }
   if (targeted.empty()) {
+    // The targets are file text: quoted clipped and escaped (a list may hold megabytes).
     std::string targets = cfg.all_linear ? "all-linear" : "";
     if (cfg.target_regex) targets = "'" + cfg.target_regex->pattern() + "'";
-    for (const auto& t : cfg.target_list) targets += (targets.empty() ? "" : ", ") + t;
+    for (size_t i = 0; i < cfg.target_list.size() && targets.size() <= 200; ++i) {
+      targets += (targets.empty() ? "" : ", ") + cfg.target_list[i];
+    }
+    targets = TextForMessage(targets);
     std::string leaves;
     for (const auto& leaf : sites.LeafNames()) leaves += (leaves.empty() ? "" : ", ") + leaf;
     return InvalidArgument(where + ": target_modules [" + targets + "] match no module of " +

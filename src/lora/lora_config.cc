@@ -14,12 +14,16 @@
 
 namespace loom {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;  // file order: PEFT takes the first matching pattern key
 
 namespace {
 
 constexpr int64_t kMaxRank = 4096;  // sanity bound on r and rank_pattern values
 constexpr int kMaxJsonDepth = 32;
+// layers_to_transform entries (a model has at most a few hundred layers); and any list in the
+// file, bounded before the DOM is built (16 MB of "0," made a 5.4M-element list and 318 MB).
+constexpr int64_t kMaxLayersToTransform = 65536;
+constexpr int64_t kMaxJsonArrayElements = int64_t{1} << 20;
 
 std::string Lower(std::string s) {
   for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
@@ -73,28 +77,29 @@ Status CheckAlphaFitsFloat(double alpha, const std::string& field, const std::st
                          " is beyond float range (3.4e38): the adapter's scale would be infinite");
 }
 
-// `v` must stay an ordered_json: converting it to json (a std::map) would sort the keys, and
-// PEFT takes the first matching key in file order.
+// `v` must stay an ordered_json: converting it to nlohmann::json (a std::map) would sort the
+// keys, and PEFT takes the first matching key in file order.
 template <typename T>
-Status ReadPattern(const nlohmann::ordered_json& v, const std::string& where, const char* key,
+Status ReadPattern(const json& v, const std::string& where, const char* key,
                    std::vector<std::pair<Regex, T>>* out) {
   if (v.is_null()) return OkStatus();
   if (!v.is_object()) return InvalidArgument(where + ": " + key + " must be an object");
   for (auto it = v.begin(); it != v.end(); ++it) {  // the file's order
     if (!it.value().is_number()) {
-      return InvalidArgument(where + ": " + key + " value for '" + it.key() + "' must be a number");
+      return InvalidArgument(where + ": " + key + " value for '" + KeyForMessage(it.key()) +
+                             "' must be a number");
     }
     if constexpr (std::is_integral_v<T>) {  // a rank: an integer in r's range
       if (!it.value().is_number_integer() || it.value().template get<int64_t>() <= 0 ||
           it.value().template get<int64_t>() > kMaxRank) {
-        return InvalidArgument(where + ": " + key + " value for '" + it.key() +
+        return InvalidArgument(where + ": " + key + " value for '" + KeyForMessage(it.key()) +
                                "' must be a positive integer (at most " + std::to_string(kMaxRank) +
                                "), got " + JsonToString(it.value(), -1, 80));
       }
     }
     if constexpr (std::is_floating_point_v<T>) {
       double alpha = 0;
-      const std::string field = std::string(key) + " value for '" + it.key() + "'";
+      const std::string field = std::string(key) + " value for '" + KeyForMessage(it.key()) + "'";
       RETURN_IF_ERROR(JsonValueToFloat(it.value(), field, where, &alpha));
       RETURN_IF_ERROR(CheckAlphaFitsFloat(alpha, field, where));
     }
@@ -113,23 +118,25 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
   JsonLimits limits;
   limits.max_depth = kMaxJsonDepth;
   limits.max_bytes = size_t{16} << 20;
-  ASSIGN_OR_RETURN(nlohmann::ordered_json j, ParseOrderedJson(json_text, where, limits));
+  limits.max_array_elements = kMaxJsonArrayElements;
+  ASSIGN_OR_RETURN(json j, ParseOrderedJson(json_text, where, limits));
   if (!j.is_object()) return InvalidArgument(where + ": not a valid JSON object");
-  auto get = [&](const char* key) -> json {
+  static const json kAbsent;                        // null
+  auto get = [&](const char* key) -> const json& {  // by reference: a value may be megabytes
     auto it = j.find(key);
-    return it == j.end() ? json() : json(*it);
+    return it == j.end() ? kAbsent : *it;
   };
-  const json peft_type = get("peft_type");
+  const json& peft_type = get("peft_type");
   if (!peft_type.is_string()) {
     return InvalidArgument(where + ": no peft_type; not a PEFT adapter config (loom serves PEFT "
                                    "LoRA adapters)");
   }
   if (peft_type != "LORA") {
-    return InvalidArgument(where + ": peft_type " + peft_type.get<std::string>() +
+    return InvalidArgument(where + ": peft_type " + TextForMessage(peft_type.get<std::string>()) +
                            " is not supported: loom serves LoRA adapters (peft_type LORA) only");
   }
   LoraConfig c;
-  const json r = get("r");
+  const json& r = get("r");
   if (!r.is_null() || j.contains("r")) {  // absent: PEFT's default r = 8
     if (!r.is_number_integer() || r.get<int64_t>() <= 0 || r.get<int64_t>() > kMaxRank) {
       return InvalidArgument(where + ": r must be a positive integer (at most " +
@@ -145,7 +152,7 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
   RETURN_IF_ERROR(GetOptionalFloat(j, "lora_alpha", where, &c.lora_alpha));
   RETURN_IF_ERROR(CheckAlphaFitsFloat(c.lora_alpha, "lora_alpha", where));
   for (const char* key : {"use_rslora", "use_dora", "lora_bias"}) {
-    const json v = get(key);
+    const json& v = get(key);
     if (!v.is_null() && !v.is_boolean()) return InvalidArgument(where + ": " + key + " must be true or false");
   }
   c.use_rslora = get("use_rslora").is_boolean() && get("use_rslora").get<bool>();
@@ -157,21 +164,40 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
   // gaussian / eva / orthogonal set the starting A and B only: a trained adapter is a plain LoRA
   // and PEFT loads it as one. pissa / olora / corda / loftq / lora_ga subtract the initial B·A
   // from the base weights; mica is a LoRA variant.
-  const json init = get("init_lora_weights");
+  const json& init = get("init_lora_weights");
+  // PEFT (LoraLayer.update_layer) takes true, false or a string; any other value that is true
+  // in Python (5, 1.5, [1]) reaches init_lora_weights.lower() and fails, a false one (0, null,
+  // []) skips the initialisation and loads.
+  const bool init_zero = init.is_number() && init.get<double>() == 0;
+  if (!init.is_boolean() && !init.is_string() && !IsNullOrEmpty(init) && !init_zero) {
+    return InvalidArgument(where + ": init_lora_weights must be true, false or a string, got " +
+                           JsonToString(init, -1, 80) + " (PEFT fails initialising the layers)");
+  }
+  // PEFT's LoraConfig: lora_bias only with init_lora_weights in (True, False), which 0 equals.
+  if (c.lora_bias && j.contains("init_lora_weights") && !init.is_boolean() && !init_zero) {
+    return InvalidArgument(where + ": lora_bias is only supported with init_lora_weights true or " +
+                           "false, got " + JsonToString(init, -1, 80) +
+                           "; PEFT refuses this config");
+  }
   if (init.is_string()) {
     const std::string v = init.get<std::string>();
-    const bool plain = v == "gaussian" || v == "eva" || v == "orthogonal";
+    // As PEFT compares them: "gaussian" and "olora" in any case, the others exactly; "" is
+    // false in Python (no initialisation).
+    const std::string lower = Lower(v);
+    const bool plain = v.empty() || lower == "gaussian" || v == "eva" || v == "orthogonal";
     const bool changes_base = v.rfind("pissa", 0) == 0 || v.rfind("corda", 0) == 0 ||
-                              v == "olora" || v == "loftq" || v == "lora_ga";
+                              lower == "olora" || v == "loftq" || v == "lora_ga";
     if (changes_base) {
-      return InvalidArgument(where + ": init_lora_weights '" + v +
-                             "' is not supported: this initialisation changes the base weights, so "
-                             "the adapter is only valid against a modified base model (convert it to "
-                             "a plain LoRA first)");
+      return InvalidArgument(
+          where + ": init_lora_weights '" + TextForMessage(v) +
+          "' is not supported: this initialisation changes the base weights, so "
+          "the adapter is only valid against a modified base model (convert it to "
+          "a plain LoRA first)");
     }
     if (!plain) {
-      return InvalidArgument(where + ": init_lora_weights '" + v +
-                             "' is not supported yet (a LoRA variant or an unknown initialisation)");
+      return InvalidArgument(
+          where + ": init_lora_weights '" + TextForMessage(v) +
+          "' is not supported yet (a LoRA variant or an unknown initialisation)");
     }
   }
   struct Unsupported {
@@ -192,21 +218,21 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
       {"trainable_token_indices", "trainable_token_indices is not supported yet: it replaces embedding rows per adapter"},
   };
   for (const auto& u : kNotYet) {
-    const json v = get(u.key);
+    const json& v = get(u.key);
     if (!IsNullOrEmpty(v)) return InvalidArgument(where + ": " + u.why + " (" + u.key + " = " + JsonToString(v, -1, 80) + ")");
   }
-  const json bias = get("bias");
+  const json& bias = get("bias");
   if (!bias.is_null() && !bias.is_string()) {
     return InvalidArgument(where + ": bias must be \"none\", \"all\" or \"lora_only\", got " +
                            JsonToString(bias, -1, 80));
   }
   if (bias.is_string() && bias != "none") {
-    return InvalidArgument(where + ": bias '" + bias.get<std::string>() +
+    return InvalidArgument(where + ": bias '" + TextForMessage(bias.get<std::string>()) +
                            "' is not supported yet: it trains base-model biases per adapter "
                            "(only bias = \"none\")");
   }
 
-  const json targets = get("target_modules");
+  const json& targets = get("target_modules");
   if (targets.is_string() && Lower(targets.get<std::string>()) == "all-linear") {  // as PEFT
     c.all_linear = true;
   } else if (targets.is_null()) {
@@ -218,7 +244,7 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
     RETURN_IF_ERROR(ReadStringOrList(targets, where, "target_modules", &c.target_list, &c.target_regex));
   }
   // PEFT's LoRA on parameters (transformers 5's fused MoE experts): a list of parameter paths.
-  const json params = get("target_parameters");
+  const json& params = get("target_parameters");
   if (!IsNullOrEmpty(params)) {
     if (!params.is_array()) return InvalidArgument(where + ": target_parameters must be a list");
     for (const json& v : params) {
@@ -229,16 +255,21 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
   if (targets.is_array() && targets.empty() && c.target_parameters.empty()) {
     return InvalidArgument(where + ": target_modules is empty; the adapter would change nothing");
   }
-  const json exclude = get("exclude_modules");
+  const json& exclude = get("exclude_modules");
   if (!exclude.is_null()) {
     RETURN_IF_ERROR(ReadStringOrList(exclude, where, "exclude_modules", &c.exclude_list, &c.exclude_regex));
   }
-  const json layers = get("layers_to_transform");
+  const json& layers = get("layers_to_transform");
   if (layers.is_number()) {
     int64_t layer = 0;
     RETURN_IF_ERROR(JsonValueToInt(layers, "layers_to_transform", where, &layer, 0, INT32_MAX));
     c.layers_to_transform.push_back(static_cast<int>(layer));
   } else if (layers.is_array()) {
+    if (static_cast<int64_t>(layers.size()) > kMaxLayersToTransform) {
+      return InvalidArgument(where + ": layers_to_transform has " + std::to_string(layers.size()) +
+                             " entries, more than " + std::to_string(kMaxLayersToTransform) +
+                             " (layer indices of one model)");
+    }
     for (const auto& l : layers) {
       if (!l.is_number_integer()) return InvalidArgument(where + ": layers_to_transform entries must be integers");
       int64_t layer = 0;
@@ -248,7 +279,7 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
   } else if (!layers.is_null()) {
     return InvalidArgument(where + ": layers_to_transform must be an integer or a list");
   }
-  const json lp = get("layers_pattern");
+  const json& lp = get("layers_pattern");
   if (lp.is_string() && !lp.get<std::string>().empty()) c.layers_pattern.push_back(lp.get<std::string>());
   if (lp.is_array()) {
     for (const auto& p : lp) {
@@ -272,12 +303,38 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
                              "\"all-linear\"); PEFT refuses this config");
     }
   }
-  auto get_ordered = [&](const char* key) -> nlohmann::ordered_json {
-    auto it = j.find(key);
-    return it == j.end() ? nlohmann::ordered_json() : *it;
-  };
-  RETURN_IF_ERROR(ReadPattern(get_ordered("rank_pattern"), where, "rank_pattern", &c.rank_pattern));
-  RETURN_IF_ERROR(ReadPattern(get_ordered("alpha_pattern"), where, "alpha_pattern", &c.alpha_pattern));
+  // PEFT's LoraConfig refuses a layers_pattern without layers_to_transform (both as Python
+  // truth values: "", [] and null are unset, and so is a layers_to_transform of 0).
+  const bool pattern_set = (lp.is_string() && !lp.get_ref<const std::string&>().empty()) ||
+                           (lp.is_array() && !lp.empty());
+  const bool layers_set =
+      (layers.is_number() && layers.get<double>() != 0) || (layers.is_array() && !layers.empty());
+  if (pattern_set && !layers_set) {
+    return InvalidArgument(where + ": layers_pattern is set but layers_to_transform is not (" +
+                           JsonToString(layers, -1, 80) +
+                           "): it would be ignored; PEFT refuses this config");
+  }
+  for (const std::string& pattern : c.layers_pattern) {
+    // Same as PEFT (check_target_module_exists): re.match(rf".*\.{pattern}\.(\d+)\.", path), the
+    // layer being int(match.group(1)); the pattern is pasted in as it is, not bracketed.
+    const std::string what = where + " layers_pattern";
+    ASSIGN_OR_RETURN(Regex re, Regex::Compile(".*\\." + pattern + "\\.(\\d+)\\.", what,
+                                              /*capture_group1=*/true));
+    if (re.python_groups() != 1) {
+      return InvalidArgument(what + " '" + TextForMessage(pattern) +
+                             "' has a capturing group: PEFT reads the layer index from group 1, "
+                             "which would be that group's text (and fails on it); use (?:...)");
+    }
+    if (re.top_level_alternation()) {
+      return InvalidArgument(what + " '" + TextForMessage(pattern) +
+                             "' has a | outside any group: PEFT pastes it into "
+                             ".*\\.{pattern}\\.(\\d+)\\. as it is, so one side has no layer index "
+                             "(and PEFT fails on it); use (?:a|b)");
+    }
+    c.layers_regex.push_back(std::move(re));
+  }
+  RETURN_IF_ERROR(ReadPattern(get("rank_pattern"), where, "rank_pattern", &c.rank_pattern));
+  RETURN_IF_ERROR(ReadPattern(get("alpha_pattern"), where, "alpha_pattern", &c.alpha_pattern));
   if (get("base_model_name_or_path").is_string()) {
     c.base_model_name_or_path = get("base_model_name_or_path").get<std::string>();
   }
@@ -302,45 +359,34 @@ bool InList(const std::string& path, const std::vector<std::string>& list) {
 
 // PEFT's layer index (check_target_module_exists): with no layers_pattern, re.match
 // `.*\.[^.]*\.(\d+)\.` — the LAST all-digit segment that has two segments before it and one
-// after (greedy `.*`: on model.layers.3.mlp.experts.5.w1 it is 5); with patterns, for the first
-// pattern that matches, the last `.{pattern}.(\d+).` (a pattern taken as literal text, dots
-// included, and after a dot: "language_model.layers" in model.language_model.layers.3.…;
-// "model.layers" matches no path that starts with it, in PEFT too). -1 when none.
-int LayerIndex(const std::string& path, const std::vector<std::string>& patterns) {
-  std::vector<std::string> parts;
-  std::vector<size_t> starts;  // where each part begins in `path`
-  size_t start = 0;
-  for (size_t i = 0; i <= path.size(); ++i) {
-    if (i == path.size() || path[i] == '.') {
-      parts.push_back(path.substr(start, i - start));
-      starts.push_back(start);
-      start = i + 1;
-    }
-  }
-  auto number = [&](size_t i) {
-    const std::string& p = parts[i];
+// after (greedy `.*`: on model.layers.3.mlp.experts.5.w1 it is 5); with patterns, group 1 of
+// the first `patterns` regex (.*\.{pattern}\.(\d+)\.) that matches: "language_model.layers"
+// finds 3 in model.language_model.layers.3.…, "model.layers" no path that starts with it (in
+// PEFT too), "lay.rs" the layers. -1 when none.
+int LayerIndex(const std::string& path, const std::vector<Regex>& patterns) {
+  auto number = [](const std::string& p) {
     if (p.empty() || p.find_first_not_of("0123456789") != std::string::npos) return -2;
     // More digits than any layer count: no layer of this model (never an int overflow).
     return p.size() > 9 ? -1 : std::stoi(p);
   };
-  if (patterns.empty()) {
-    for (size_t i = parts.size() < 2 ? 0 : parts.size() - 2; i >= 2; --i) {
-      const int index = number(i);
-      if (index != -2) return index;
-    }
-    return -1;
+  for (const Regex& re : patterns) {
+    std::optional<std::string> digits;
+    if (!re.PrefixMatch(path, &digits)) continue;
+    // (\d+) takes any Unicode digit in Python; a module path has ASCII ones.
+    return digits ? std::max(number(*digits), -1) : -1;
   }
-  for (const auto& pat : patterns) {
-    for (size_t i = parts.size() < 2 ? 0 : parts.size() - 2; i >= 1; --i) {
-      const int index = number(i);
-      if (index == -2) continue;
-      // The text before ".N." must end with ".{pat}" (something, a dot, the pattern).
-      const size_t before = starts[i] - 1;  // the dot before the number
-      if (before > pat.size() && path.compare(before - pat.size(), pat.size(), pat) == 0 &&
-          path[before - pat.size() - 1] == '.') {
-        return index;
-      }
+  if (!patterns.empty()) return -1;
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (size_t i = 0; i <= path.size(); ++i) {
+    if (i == path.size() || path[i] == '.') {
+      parts.push_back(path.substr(start, i - start));
+      start = i + 1;
     }
+  }
+  for (size_t i = parts.size() < 2 ? 0 : parts.size() - 2; i >= 2; --i) {
+    const int index = number(parts[i]);
+    if (index != -2) return index;
   }
   return -1;
 }
@@ -354,7 +400,7 @@ bool LoraConfig::Targets(const std::string& path, const std::vector<std::string>
   }
   const bool found = InList(path, all_linear ? linear_names : target_list);
   if (!found || layers_to_transform.empty()) return found;
-  const int layer = LayerIndex(path, layers_pattern);
+  const int layer = LayerIndex(path, layers_regex);
   return layer >= 0 && std::find(layers_to_transform.begin(), layers_to_transform.end(), layer) !=
                            layers_to_transform.end();
 }

@@ -28,6 +28,7 @@ struct LoraConfig {
   std::optional<Regex> exclude_regex;
   std::vector<int> layers_to_transform;   // empty = every layer
   std::vector<std::string> layers_pattern;
+  std::vector<Regex> layers_regex;  // each as PEFT matches it: .*\.{pattern}\.(\d+)\.
   // rank_pattern / alpha_pattern in file order: (compiled "(.*\.)?(key)$", value).
   std::vector<std::pair<Regex, int>> rank_pattern;
   std::vector<std::pair<Regex, double>> alpha_pattern;

@@ -72,6 +72,10 @@ class SiteTable {
   // differs, e.g. Mixtral's mlp.gate for block_sparse_moe.gate).
   void AddAlias(const std::string& path, int i) { by_path_.emplace(path, i); }
   void AddExpertParam(ExpertParamSite p) { expert_params_.push_back(std::move(p)); }
+  // A module of the model that is neither a projection nor the embedding (a norm, a decoder
+  // layer, an attention or MLP block, model itself): PEFT refuses a target that names one.
+  void AddOtherModule(std::string path) { other_modules_.push_back(std::move(path)); }
+  const std::vector<std::string>& other_modules() const { return other_modules_; }
   const std::vector<ExpertParamSite>& expert_params() const { return expert_params_; }
   const LinearSite& site(int i) const { return sites_[static_cast<size_t>(i)]; }
   int size() const { return static_cast<int>(sites_.size()); }
@@ -87,6 +91,7 @@ class SiteTable {
   std::vector<LinearSite> sites_;
   std::unordered_map<std::string, int> by_path_;
   std::vector<ExpertParamSite> expert_params_;
+  std::vector<std::string> other_modules_;
   std::string embedding_path_;
   Tensor embedding_;
   std::string architecture_;

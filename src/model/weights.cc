@@ -1,6 +1,7 @@
 // Weight enumeration, shape checks and the "every tensor consumed" rule.
 #include "model/weights.h"
 
+#include <algorithm>
 #include <numeric>
 #include <set>
 
@@ -190,6 +191,32 @@ int Int4GroupOf(const ModelWeights& w, const Linear* lin, int requested) {
 namespace {
 // Buffers some checkpoints carry that transformers recomputes and never loads.
 bool IsIgnoredBuffer(const std::string& name) { return name.ends_with(".rotary_emb.inv_freq"); }
+
+// The modules PEFT would see besides the projections and the embedding: each non-projection
+// weight's module (the norms) and every module above a weight (model, model.layers,
+// model.layers.3, ….self_attn, ….mlp). Not the experts' modules, whose layout transformers 5
+// changed (fused parameters), nor anything inside them.
+void AddOtherModules(const std::vector<WeightSlot>& slots, SiteTable* sites) {
+  std::set<std::string> modules;
+  for (const WeightSlot& slot : slots) {
+    const size_t last = slot.name.rfind('.');
+    if (last == std::string::npos) continue;
+    const std::string module = slot.name.substr(0, last);
+    if (slot.linear == nullptr) modules.insert(module);
+    for (size_t dot = module.find('.'); dot != std::string::npos; dot = module.find('.', dot + 1)) {
+      modules.insert(module.substr(0, dot));
+    }
+  }
+  for (const std::string& m : modules) {
+    if (sites->Find(m) >= 0 || m == sites->embedding_path()) continue;
+    const bool expert = std::any_of(sites->expert_params().begin(), sites->expert_params().end(),
+                                    [&](const ExpertParamSite& p) {
+                                      const std::string owner = p.path.substr(0, p.path.rfind('.'));
+                                      return m == owner || m.starts_with(owner + ".");
+                                    });
+    if (!expert) sites->AddOtherModule(m);
+  }
+}
 }  // namespace
 
 Status LoadWeights(const ModelConfig& config, const SafetensorsStore& store, ModelWeights* w,
@@ -259,6 +286,7 @@ Status LoadWeights(const ModelConfig& config, const SafetensorsStore& store, Mod
     if (!l.moe.experts.empty()) AddMoeSites(l.moe, config.moe, "model.layers." + std::to_string(i) + ".", sites);
   }
   if (!sites->expert_params().empty()) MarkPeftMoeAllLinear(config.moe, sites);
+  AddOtherModules(slots, sites);
   std::vector<std::string> leftovers;
   for (const std::string& name : store.names()) {
     if (!consumed.count(name) && !IsIgnoredBuffer(name)) leftovers.push_back(name);

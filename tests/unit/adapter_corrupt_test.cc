@@ -45,6 +45,61 @@ TEST_F(CorruptAdapterTest, ATargetModulesRegexPastTheStepLimitIsAnError) {
   ExpectRejected({"adapter_config.json target_modules", "took more than 100000 backtracking steps"});
 }
 
+// The audit's case: PEFT applies alpha_pattern {"layers\.[0-9]{,1}\.self_attn\.q_proj": 3} to
+// q_proj of layers 0..9 (Python reads {,1} as {0,1}); PCRE2 read "{,1}" as text and left every
+// module at lora_alpha 16, silently.
+TEST_F(CorruptAdapterTest, AnAlphaPatternKeyInPythonSyntaxIsApplied) {
+  draft_.config["alpha_pattern"] = {{R"(layers\.[0-9]{,1}\.self_attn\.q_proj)", 3}};
+  WriteDraft(draft_, tmp_.File("a"));
+  auto a = Load(tmp_.File("a"), FixtureModel("llama_f32"));
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  int q = 0;
+  for (const LoraWeights* lw : (*a)->modules()) {
+    const bool is_q = lw->module_path.ends_with(".q_proj");
+    q += is_q;
+    EXPECT_FLOAT_EQ(lw->scale, is_q ? 3.0f / 8 : 16.0f / 8) << lw->module_path;
+  }
+  EXPECT_EQ(q, 3);
+}
+
+// Targets that match nothing are listed in the message, clipped and escaped (they are file text).
+TEST_F(CorruptAdapterTest, TargetsThatMatchNothingAreQuotedClippedAndEscaped) {
+  std::vector<std::string> targets(1000, "\x1b[2J" + std::string(1000, 'w'));
+  draft_.config["target_modules"] = targets;
+  const std::string dir = tmp_.File("bad");
+  WriteDraft(draft_, dir);
+  auto a = Load(dir, FixtureModel("llama_f32"));
+  ASSERT_FALSE(a.ok());
+  const std::string& m = a.status().message();
+  EXPECT_TRUE(Contains(m, "target_modules [\\x1b[2Jwww")) << m.substr(0, 300);
+  EXPECT_TRUE(Contains(m, "match no module of"));
+  EXPECT_EQ(m.find('\x1b'), std::string::npos);
+  EXPECT_LT(m.size(), 1000u);
+}
+
+// PEFT raises "Target module ... is not supported" for a matched module that is not a linear
+// projection or an embedding; loom ignored such an entry beside the others (q and v loaded).
+TEST_F(CorruptAdapterTest, ATargetThatNamesANormOrABlockIsRefusedAsPeftRefusesIt) {
+  const std::vector<std::pair<ojson, std::string>> cases = {
+      {ojson({"q_proj", "v_proj", "norm"}), "'model.norm'"},
+      {ojson({"q_proj", "v_proj", "input_layernorm"}), "'model.layers.0.input_layernorm'"},
+      {ojson({"q_proj", "v_proj", "mlp"}), "'model.layers.0.mlp'"},
+      {ojson({"q_proj", "v_proj", "layers.1"}), "'model.layers.1'"},
+      {ojson(R"(.*\.(q_proj|v_proj|self_attn))"), "'model.layers.0.self_attn'"},
+  };
+  for (const auto& [targets, module] : cases) {
+    SCOPED_TRACE(targets.dump());
+    draft_.config["target_modules"] = targets;
+    ExpectRejected(
+        {"target_modules match " + module, "not a linear projection", "PEFT refuses it"});
+  }
+  // Excluded, it is not targeted (PEFT checks exclude_modules first).
+  draft_.config["target_modules"] = {"q_proj", "v_proj", "norm"};
+  draft_.config["exclude_modules"] = {"norm"};
+  WriteDraft(draft_, tmp_.File("excluded"));
+  EXPECT_TRUE(Load(tmp_.File("excluded"), FixtureModel("llama_f32")).ok());
+}
+
 TEST_F(CorruptAdapterTest, WrongShapeOfA) {
   DraftTensor* t = draft_.Find(Key(1, "v_proj", "lora_A.weight"));
   t->shape = {8, 63};

@@ -317,6 +317,57 @@ TEST(LoraConfigTest, NullOrEmptyUnsupportedFieldsAndPlainInitsAreAccepted) {
   }
 }
 
+// What PEFT does with values of another type, checked in its code (peft 0.21: LoraConfig.
+// __post_init__, LoraLayer.update_layer / reset_lora_parameters, dispatch_default).
+TEST(LoraConfigTest, ValuesOfAnotherTypeAreReadAsPeftReadsThem) {
+  // init_lora_weights: a true value that is neither True nor a string reaches .lower() and
+  // fails; a false one skips the initialisation; "Gaussian" is compared lowercased.
+  for (const ojson& bad : {ojson(5), ojson(1), ojson(0.5), ojson({1}), ojson({{"a", 1}})}) {
+    auto c = ParseLoraConfig(Config({{"init_lora_weights", bad}}), kWhere);
+    ASSERT_FALSE(c.ok()) << bad.dump();
+    EXPECT_TRUE(Contains(c.status().message(),
+                         "init_lora_weights must be true, false or a string, got " + bad.dump()));
+  }
+  for (const ojson& ok : {ojson(0), ojson(nullptr), ojson::array(), ojson("Gaussian"), ojson("")}) {
+    SCOPED_TRACE(ok.dump());
+    MustParse(Config({{"init_lora_weights", ok}}));
+  }
+  auto olora = ParseLoraConfig(Config({{"init_lora_weights", "OLoRA"}}), kWhere);
+  ASSERT_FALSE(olora.ok());
+  EXPECT_TRUE(Contains(olora.status().message(), "changes the base weights"));
+  // lora_bias with an initialisation other than true / false: PEFT's __post_init__ raises.
+  auto bias =
+      ParseLoraConfig(Config({{"lora_bias", true}, {"init_lora_weights", "gaussian"}}), kWhere);
+  ASSERT_FALSE(bias.ok());
+  EXPECT_TRUE(Contains(
+      bias.status().message(),
+      "lora_bias is only supported with init_lora_weights true or false, got \"gaussian\""));
+  MustParse(Config({{"lora_bias", true}, {"init_lora_weights", false}}));
+  MustParse(Config({{"lora_bias", true}}));  // absent: PEFT's default, true
+  // fan_in_fan_out: PEFT resets it to what the layer type needs (False for nn.Linear, with a
+  // warning), whatever the file says.
+  for (const ojson& any : {ojson(true), ojson("yes"), ojson(1)}) {
+    MustParse(Config({{"fan_in_fan_out", any}}));
+  }
+}
+
+// PEFT's LoraConfig: "When `layers_pattern` is specified, `layers_to_transform` must also be
+// specified" (Python truth values: a layers_to_transform of 0 or [] counts as unset).
+TEST(LoraConfigTest, LayersPatternWithoutLayersToTransformIsRefused) {
+  for (const ojson& layers : {ojson(nullptr), ojson(0), ojson::array()}) {
+    ojson patch = {{"layers_pattern", "layers"}, {"layers_to_transform", layers}};
+    auto c = ParseLoraConfig(Config(patch), kWhere);
+    ASSERT_FALSE(c.ok()) << layers.dump();
+    EXPECT_TRUE(
+        Contains(c.status().message(), "layers_pattern is set but layers_to_transform is not"));
+  }
+  auto absent = ParseLoraConfig(Config({{"layers_pattern", {"h", "layers"}}}), kWhere);
+  EXPECT_FALSE(absent.ok());
+  for (const ojson& unset : {ojson(nullptr), ojson(""), ojson::array()}) {
+    MustParse(Config({{"layers_pattern", unset}}));
+  }
+}
+
 TEST(LoraConfigTest, NestingOfRealConfigsIsAccepted) {
   // An unknown key nested 30 levels deep is still just an ignored key.
   LoraConfig c = MustParse(
@@ -345,6 +396,46 @@ TEST(LoraConfigTest, UnknownKeysAreIgnoredAndListedInFileOrder) {
 
 // ---------------------------------------------------------------------------------------
 // Which modules: PEFT's check_target_module_exists.
+
+// File text reaches a message clipped to 200 bytes and with control bytes escaped: a 16 MB
+// peft_type made a 16 MB 400 body, and an ESC byte reached the terminal reading the log.
+TEST(LoraConfigTest, FileTextInMessagesIsClippedAndEscaped) {
+  const std::string text = "\x1b]0;pwned\x07" + std::string(1 << 20, 'x');
+  for (const char* field : {"peft_type", "init_lora_weights", "bias"}) {
+    ojson patch = {{field, text}};
+    auto c = ParseLoraConfig(Config(patch), kWhere);
+    ASSERT_FALSE(c.ok()) << field;
+    const std::string& m = c.status().message();
+    EXPECT_LT(m.size(), 500u) << field;
+    EXPECT_EQ(m.find('\x1b'), std::string::npos) << field;
+    EXPECT_TRUE(Contains(m, std::string(field) + " '\\x1b]0;pwned\\x07xxx") ||
+                Contains(m, std::string(field) + " \\x1b]0;pwned\\x07xxx"))
+        << m.substr(0, 300);
+  }
+  const std::string key = "\x1b[2J" + std::string(100000, 'k');
+  auto c = ParseLoraConfig(Config({{"rank_pattern", {{key, "4"}}}}), kWhere);
+  ASSERT_FALSE(c.ok());
+  EXPECT_LT(c.status().message().size(), 300u);
+  EXPECT_TRUE(Contains(c.status().message(), "rank_pattern value for '\\x1b[2Jkkk"));
+}
+
+// layers_to_transform is bounded (a model has at most hundreds of layers), and so is every list
+// before the JSON is built: 16 MB of "0," was a 5.4M-entry list and 318 MB of memory.
+TEST(LoraConfigTest, LayersToTransformAndListsAreBounded) {
+  std::vector<int> many(70000, 1);
+  auto c = ParseLoraConfig(Config({{"layers_to_transform", many}}), kWhere);
+  ASSERT_FALSE(c.ok());
+  EXPECT_TRUE(
+      Contains(c.status().message(), "layers_to_transform has 70000 entries, more than 65536"));
+  std::string huge =
+      R"({"peft_type": "LORA", "target_modules": ["q_proj"], "layers_to_transform": [)";
+  for (int i = 0; i < 5400000; ++i) huge += i ? ",0" : "0";
+  huge += "]}";
+  c = ParseLoraConfig(huge, kWhere);
+  ASSERT_FALSE(c.ok());
+  EXPECT_TRUE(Contains(c.status().message(), "a JSON array has more than 1048576 elements"));
+  MustParse(Config({{"layers_to_transform", std::vector<int>(65536, 2)}}));
+}
 
 TEST(LoraConfigTargetsTest, ListMatchesExactPathOrDottedSuffix) {
   LoraConfig c = MustParse(Config({{"target_modules", {"q_proj", "model.layers.1.mlp.up_proj"}}}));
@@ -415,7 +506,7 @@ TEST(LoraConfigTargetsTest, LayerIndexIsTheLastNumberedSegmentAsPeft) {
       Config({{"target_modules", {"w1"}}, {"layers_to_transform", {3}}, {"layers_pattern", "layers"}}));
   EXPECT_TRUE(p.Targets("model.layers.3.mlp.experts.5.w1", names));
   EXPECT_FALSE(p.Targets("model.layers.5.mlp.experts.3.w1", names));
-  // A dotted pattern is the literal text before the number.
+  // A dotted pattern: the text before the number, after a dot (its dots match any character).
   LoraConfig dotted = MustParse(Config(
       {{"target_modules", {"w1"}}, {"layers_to_transform", {3}}, {"layers_pattern", "model.layers"}}));
   EXPECT_TRUE(dotted.Targets("base.model.layers.3.mlp.w1", names));
@@ -459,6 +550,36 @@ TEST(LoraConfigTargetsTest, ExcludeListAndRegexWinOverTargets) {
   // An exclude regex is a full match as well.
   LoraConfig partial = MustParse(Config({{"exclude_modules", "layers\\.1"}}));
   EXPECT_TRUE(partial.Targets("model.layers.1.self_attn.q_proj", kLinearNames));
+}
+
+// PEFT matches re.match(rf".*\.{layers_pattern}\.(\d+)\.", path) and takes group 1 as the layer:
+// "lay.rs" and "(?:layers|h)" find layer 3 there, where loom compared literal text and found
+// none (nothing targeted). Patterns PEFT fails on are refused, each with its reason.
+TEST(LoraConfigTargetsTest, LayersPatternIsARegexAsInPeft) {
+  const std::vector<std::string> names = {"q_proj"};
+  for (const char* pattern : {"lay.rs", "(?:layers|h)", "l[a-z]+", "layers?"}) {
+    LoraConfig c = MustParse(Config({{"target_modules", {"q_proj"}},
+                                     {"layers_to_transform", {3}},
+                                     {"layers_pattern", pattern}}));
+    EXPECT_TRUE(c.Targets("model.layers.3.self_attn.q_proj", names)) << pattern;
+    EXPECT_FALSE(c.Targets("model.layers.4.self_attn.q_proj", names)) << pattern;
+  }
+  const std::vector<std::pair<const char*, const char*>> refused = {
+      // group(1) is "layers" (int() fails), or None on the left of the |.
+      {"(layers)", "layers_pattern '(layers)' has a capturing group"},
+      {"layers|h", "layers_pattern 'layers|h' has a | outside any group"},
+      {"lay(?i)ers", "global flags not at the start of the expression"},
+      {"lay(ers", "missing ), unterminated subpattern"},
+  };
+  for (const auto& [pattern, why] : refused) {
+    auto c = ParseLoraConfig(Config({{"target_modules", {"q_proj"}},
+                                     {"layers_to_transform", {3}},
+                                     {"layers_pattern", {"h", pattern}}}),
+                             kWhere);
+    ASSERT_FALSE(c.ok()) << pattern;
+    EXPECT_TRUE(Contains(c.status().message(), why));
+    EXPECT_TRUE(Contains(c.status().message(), "layers_pattern"));
+  }
 }
 
 TEST(LoraConfigTargetsTest, LayersToTransformIntOrListWithAndWithoutPattern) {
