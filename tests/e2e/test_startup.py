@@ -80,13 +80,18 @@ def test_bad_start_up_exits_non_zero(llama_dir, args, needle):
     (["--max-num-seqs", ""], "--max-num-seqs"),
 ], ids=["port", "model", "host", "max_num_seqs"])
 def test_an_empty_flag_value_is_an_error_naming_it(llama_dir, args, needle):
+    p = _serve_with(llama_dir, args)
+    assert p.returncode == 2 and needle in p.stderr and "empty value" in p.stderr, p.stderr
+
+
+def _serve_with(llama_dir, args):
+    """`loom serve` on the fixture with `args` in place of the default --model / --port."""
     _wait_for_binary(loom_bin())
     base = {"--model": str(llama_dir), "--port": "0"}
     for k in args[::2]:
         base.pop(k, None)
     cmd = [str(loom_bin()), "serve", *[x for kv in base.items() for x in kv], *args]
-    p = subprocess.run(cmd, capture_output=True, timeout=10, text=True)
-    assert p.returncode == 2 and needle in p.stderr and "empty value" in p.stderr, p.stderr
+    return subprocess.run(cmd, capture_output=True, timeout=10, text=True)
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -95,12 +100,7 @@ def test_an_empty_flag_value_is_an_error_naming_it(llama_dir, args, needle):
     (["--threads", "010"], "--threads '010'"),  # a global flag
 ], ids=["port_octal", "max_num_seqs_hex", "threads_octal"])
 def test_an_integer_flag_not_in_decimal_is_an_error_naming_it(llama_dir, args, needle):
-    _wait_for_binary(loom_bin())
-    base = {"--model": str(llama_dir), "--port": "0"}
-    for k in args[::2]:
-        base.pop(k, None)
-    cmd = [str(loom_bin()), "serve", *[x for kv in base.items() for x in kv], *args]
-    p = subprocess.run(cmd, capture_output=True, timeout=10, text=True)
+    p = _serve_with(llama_dir, args)
     assert p.returncode == 2 and needle in p.stderr and "decimal" in p.stderr, p.stderr
 
 
