@@ -4,6 +4,8 @@
 
 #include <pcre2.h>
 
+#include <new>
+
 #include "base/json.h"
 #include "base/py_regex.h"
 
@@ -30,7 +32,19 @@ StatusOr<Regex> Regex::Compile(const std::string& pattern, const std::string& wh
                                bool capture_group1) {
   // The pattern and PCRE2's words about it go into messages: clipped, control bytes escaped.
   const std::string quoted = std::string("'").append(TextForMessage(pattern)).append("'");
-  StatusOr<PcreTranslation> t = TranslatePythonRegex(pattern, capture_group1);
+  // Real patterns are under 1 KB. The translation writes some escapes out long (\s is a ~100-byte
+  // set), and PCRE2 takes ~4 bytes a pattern byte: a 16 MiB config of "\s\s…" took ~3-4 GB.
+  if (pattern.size() > kMaxPatternBytes) {
+    return InvalidArgument(what + ": regular expression " + quoted + " is " +
+                           std::to_string(pattern.size()) + " bytes; loom allows " +
+                           std::to_string(kMaxPatternBytes));
+  }
+  StatusOr<PcreTranslation> t = Internal("not translated");
+  try {
+    t = TranslatePythonRegex(pattern, capture_group1);
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted(what + ": out of memory translating " + quoted);
+  }
   if (!t.ok()) {
     return InvalidArgument(what + ": invalid regular expression " + quoted + ": " +
                            TextForMessage(t.status().message()));
@@ -40,6 +54,7 @@ StatusOr<Regex> Regex::Compile(const std::string& pattern, const std::string& wh
   // Python's . and $ know \n only; its multiline ^ also matches after a final \n
   // (ALT_CIRCUMFLEX); \d \w \b are Unicode-aware in a str pattern (UCP) unless (?a).
   pcre2_set_newline(context, PCRE2_NEWLINE_LF);
+  pcre2_set_max_pattern_length(context, 64 * kMaxPatternBytes);  // the translation's worst growth
   const uint32_t options =
       PCRE2_UTF | PCRE2_ALT_CIRCUMFLEX | PCRE2_NEVER_BACKSLASH_C | (t->ascii ? 0 : PCRE2_UCP);
   int error = 0;

@@ -21,6 +21,8 @@ class Regex {
   static StatusOr<Regex> Compile(const std::string& pattern, const std::string& what,
                                  bool capture_group1 = false);
   static constexpr int kMaxCaptures = 32;
+  // A longer pattern is refused before it is translated (real ones are under 1 KB).
+  static constexpr size_t kMaxPatternBytes = size_t{64} << 10;
 
   // Python re.fullmatch(pattern, text) is not None. A match that would take more than 100,000
   // backtracking steps counts as no match (patterns come from files: bounded time per name) and

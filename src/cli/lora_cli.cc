@@ -9,7 +9,6 @@
 #include "base/file.h"
 #include "base/interrupt.h"
 #include "base/json.h"
-#include "lora/adapter_store.h"
 #include "lora/merge.h"
 #include "model/merged_checkpoint.h"
 #include "model/weight_memory.h"
@@ -22,7 +21,7 @@ using json = nlohmann::json;
 LoraSpec SplitLoraSpec(const std::string& spec) {
   const size_t eq = spec.find('=');
   std::error_code ec;
-  if (eq == std::string::npos || !AdapterStore::ValidName(spec.substr(0, eq)) ||
+  if (eq == std::string::npos || spec.substr(0, eq).find('/') != std::string::npos ||
       fs::exists(spec, ec)) {
     return {"", spec};
   }

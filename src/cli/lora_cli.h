@@ -16,10 +16,10 @@ namespace loom::cli {
 RunFn AddInspectCommand(CLI::App& app);
 RunFn AddMergeCommand(CLI::App& app);
 
-// A --lora value: "NAME=DIR" or "DIR". It is split at its first '=' only when what comes before
-// is a valid adapter name (AdapterStore::ValidName: no '/') and the whole value is not an
-// existing path, so "sweep/lr=2e-4" is a folder (it loaded ./2e-4 as adapter "sweep/lr").
-// `name` is empty for a plain DIR.
+// A --lora value: "NAME=DIR" or "DIR". It is split at its first '=' unless what comes before
+// holds a '/' or the whole value is an existing path, so "sweep/lr=2e-4" is a folder (it loaded
+// ./2e-4 as adapter "sweep/lr"); a bad NAME is still read as one (and refused by name). `name`
+// is empty for a plain DIR. serve, generate, chat, inspect, merge, perplexity and bench alike.
 struct LoraSpec {
   std::string name;
   std::string dir;

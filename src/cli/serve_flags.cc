@@ -10,6 +10,7 @@
 #include "base/file.h"
 #include "base/json.h"
 #include "cli/commands.h"
+#include "cli/lora_cli.h"
 #include "lora/adapter_store.h"
 #include "model/config.h"
 
@@ -166,14 +167,14 @@ StatusOr<std::pair<std::string, std::string>> ParseLoraSpec(const std::string& s
     }
     return std::make_pair(j["name"].get<std::string>(), j["path"].get<std::string>());
   }
-  const size_t eq = spec.find('=');
-  if (eq == std::string::npos) {
+  const LoraSpec split = SplitLoraSpec(spec);
+  if (split.name.empty()) {
     const std::string name = fs::path(spec).lexically_normal().filename().string();
     return std::make_pair(name.empty() ? fs::path(spec).lexically_normal().parent_path().filename().string()
                                        : name,
                           spec);
   }
-  return std::make_pair(spec.substr(0, eq), spec.substr(eq + 1));
+  return std::make_pair(split.name, split.dir);
 }
 
 }  // namespace

@@ -94,9 +94,15 @@ StatusOr<const json*> RopeParametersField(const json& j, const std::string& wher
                                           std::string* field) {
   // transformers 5 (RotaryEmbeddingConfigMixin): rope_parameters = rope_scaling or
   // rope_parameters, so a non-empty rope_scaling wins where a file carries both.
+  // Python's `or`: null, false, 0, "", [] and {} are all "not given".
+  const auto falsy = [](const json& v) {
+    return v.is_null() || (v.is_boolean() && !v.get<bool>()) ||
+           (v.is_number() && v.get<double>() == 0.0) ||
+           (v.is_string() && v.get_ref<const std::string&>().empty()) ||
+           (v.is_structured() && v.empty());
+  };
   const auto scaling = j.find("rope_scaling");
-  const bool use_scaling =
-      scaling != j.end() && !scaling->is_null() && !(scaling->is_object() && scaling->empty());
+  const bool use_scaling = scaling != j.end() && !falsy(*scaling);
   const char* key = use_scaling ? "rope_scaling" : "rope_parameters";
   const auto it = j.find(key);
   if (it == j.end() || it->is_null()) return static_cast<const json*>(nullptr);

@@ -427,16 +427,19 @@ bool StreamWriter::NextPumpIsLarge() const {
   if (ended_) return false;
   // Chat echo's first pump: the echoed message (up to a body's size) once per choice.
   if (!started_ && request_.echo_last_message) return true;
+  std::lock_guard<std::mutex> lock(state_->mu);
   // Completions echo: each choice's first chunk leads with its prompt's text (64 prompts × n 16 of
-  // long token-id prompts: megabytes a pump), with logprobs its entries too.
-  if (request_.echo &&
-      std::find(first_sent_.begin(), first_sent_.end(), false) != first_sent_.end()) {
-    return true;
+  // long token-id prompts: megabytes a pump), with logprobs its entries too. Only a choice with
+  // an update to send counts: one still prefilling made every pump a worker's, and the worker's
+  // re-pump another (a busy loop until every choice had sent its first chunk).
+  if (request_.echo) {
+    for (size_t i = 0; i < first_sent_.size(); ++i) {
+      if (!first_sent_[i] && !state_->choices[i].pending.empty()) return true;
+    }
   }
   // Each pending token's chunk: its text, and with logprobs the token and each alternative
   // decoded (a character split over tokens decoded again with up to 4 tokens before it).
   const size_t entries = 1 + (request_.want_logprobs ? static_cast<size_t>(request_.logprobs) : 0);
-  std::lock_guard<std::mutex> lock(state_->mu);
   return state_->pending_updates * entries > kLargePumpEntries;
 }
 

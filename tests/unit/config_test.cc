@@ -657,10 +657,12 @@ TEST(ConfigTest, RopeScalingAndRopeParametersFormsAgree) {
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   EXPECT_EQ(b->rope.scaling, RopeScaling::kLinear);
   EXPECT_DOUBLE_EQ(b->rope.factor, 4.0);
-  both["rope_scaling"] = json::object();
-  b = Parse(both);
-  ASSERT_TRUE(b.ok()) << b.status().ToString();
-  EXPECT_EQ(b->rope.scaling, RopeScaling::kLlama3);
+  for (const json& none : {json::object(), json(false), json(0), json(""), json::array()}) {
+    both["rope_scaling"] = none;  // falsy in Python: `rope_scaling or rope_parameters` skips it
+    b = Parse(both);
+    ASSERT_TRUE(b.ok()) << none.dump() << ": " << b.status().ToString();
+    EXPECT_EQ(b->rope.scaling, RopeScaling::kLlama3);
+  }
   // Linear scaling in the old "type" spelling.
   json lin = BaseConfig();
   lin["rope_scaling"] = {{"type", "linear"}, {"factor", 2.5}};

@@ -113,22 +113,28 @@ TEST(GrowingStringBody, AWholeBodyAndTheLimitStillHold) {
 }
 
 TEST(GrowingStringBody, SmallBodiesKeepAReserveLargeOnesCannotTake) {
-  // 1 MB of budget, its last 200 KB for bodies of at most 64 KiB: large bodies stop at 800 KB,
-  // a small one is still taken beside them.
+  // 1 MB of budget, its last 200 KB for bodies of at most 64 KiB: two 400 KB bodies fill the
+  // large bodies' share, a third (200 KB, which the whole budget would hold) is refused, and a
+  // small one is still taken beside them.
   BodyBudget budget(1000000, 200000);
-  const std::string big_head = "POST / HTTP/1.1\r\nContent-Length: 300000\r\n\r\n";
   std::vector<std::unique_ptr<http::request_parser<GrowingStringBody>>> big;
-  beast::error_code ec;
-  for (int i = 0; i < 3 && !ec; ++i) {
+  auto send = [&](size_t bytes, beast::error_code* ec) {
     big.push_back(std::make_unique<http::request_parser<GrowingStringBody>>());
     big.back()->get().body().budget = &budget;
     big.back()->body_limit(1 << 20);
-    const std::string msg = big_head + std::string(300000, 'x');
-    const size_t used = Feed(big.back().get(), msg, &ec);
-    if (!ec) Feed(big.back().get(), msg.substr(used), &ec);
-    if (ec == http::error::need_more) ec = {};
-  }
-  EXPECT_EQ(ec, boost::asio::error::no_buffer_space);  // the third: 900 KB > 800 KB
+    const std::string msg = "POST / HTTP/1.1\r\nContent-Length: " + std::to_string(bytes) +
+                            "\r\n\r\n" + std::string(bytes, 'x');
+    const size_t used = Feed(big.back().get(), msg, ec);
+    if (!*ec) Feed(big.back().get(), msg.substr(used), ec);
+    if (*ec == http::error::need_more) *ec = {};
+  };
+  beast::error_code ec;
+  send(400000, &ec);
+  ASSERT_FALSE(ec) << ec.message();
+  send(400000, &ec);
+  ASSERT_FALSE(ec) << ec.message();
+  send(200000, &ec);
+  EXPECT_EQ(ec, boost::asio::error::no_buffer_space);
   EXPECT_LE(budget.used(), 800000u);
   http::request_parser<GrowingStringBody> small;
   small.get().body().budget = &budget;
