@@ -118,35 +118,41 @@ StatusOr<const J*> Find(const J& obj, std::string_view field, std::string_view w
   return &*it;
 }
 
-// `text[i]` opens a string: the index of its closing quote (the next one not escaped by a
-// backslash), or text.size() when the string never ends.
-size_t SkipString(std::string_view text, size_t i) {
-  for (++i; i < text.size() && text[i] != '"'; ++i) {
-    if (text[i] == '\\') ++i;
+// Calls `on(c, i)` for each structural byte ([ ] { } , :) of `text` outside its strings (a string
+// ends at the next quote not escaped by a backslash), stopping at the first error it returns.
+// Unbalanced or invalid text is the parser's to report.
+template <typename On>
+Status ScanJsonStructure(std::string_view text, On on) {
+  const size_t n = text.size();
+  for (size_t i = 0; i < n; ++i) {
+    const char c = text[i];
+    if (c == '"') {
+      for (++i; i < n && text[i] != '"'; ++i) {
+        if (text[i] == '\\') ++i;
+      }
+    } else if (c == '[' || c == '{' || c == ']' || c == '}' || c == ',' || c == ':') {
+      RETURN_IF_ERROR(on(c, i));
+    }
   }
-  return i;
+  return OkStatus();
 }
 
 }  // namespace
 
 Status CheckJsonDepth(std::string_view text, std::string_view what, int max_depth) {
   int depth = 0;
-  const size_t n = text.size();
-  for (size_t i = 0; i < n; ++i) {
-    const char c = text[i];
-    if (c == '"') {
-      i = SkipString(text, i);
-    } else if (c == '[' || c == '{') {
+  return ScanJsonStructure(text, [&](char c, size_t i) {
+    if (c == '[' || c == '{') {
       if (++depth > max_depth) {
         return InvalidArgument(Prefix(what) + "JSON nested deeper than " +
                                std::to_string(max_depth) + " levels (at byte " +
                                std::to_string(i) + ")");
       }
     } else if (c == ']' || c == '}') {
-      --depth;  // unbalanced text is the parser's to report
+      --depth;
     }
-  }
-  return OkStatus();
+    return OkStatus();
+  });
 }
 
 namespace {
@@ -157,12 +163,8 @@ Status CheckContainerCounts(std::string_view text, std::string_view what, char o
                             int64_t first, int64_t max) {
   // Per open container: -1 for the other kind, else the count so far.
   std::vector<int64_t> stack;
-  const size_t n = text.size();
-  for (size_t i = 0; i < n; ++i) {
-    const char c = text[i];
-    if (c == '"') {
-      i = SkipString(text, i);
-    } else if (c == '[' || c == '{') {
+  return ScanJsonStructure(text, [&](char c, size_t i) {
+    if (c == '[' || c == '{') {
       stack.push_back(c == open ? first : -1);
     } else if (c == ']' || c == '}') {
       if (!stack.empty()) stack.pop_back();
@@ -174,20 +176,16 @@ Status CheckContainerCounts(std::string_view text, std::string_view what, char o
                                std::to_string(i) + ")");
       }
     }
-  }
-  return OkStatus();
+    return OkStatus();
+  });
 }
 }  // namespace
 
 Status CheckJsonSize(std::string_view text, std::string_view what, int64_t max_containers,
                      int64_t max_values) {
   int64_t containers = 0, values = 1;
-  const size_t n = text.size();
-  for (size_t i = 0; i < n; ++i) {
-    const char c = text[i];
-    if (c == '"') {
-      i = SkipString(text, i);
-    } else if (c == '[' || c == '{') {
+  return ScanJsonStructure(text, [&](char c, size_t i) {
+    if (c == '[' || c == '{') {
       ++containers;
       ++values;  // its first element, if it has one
       if (max_containers > 0 && containers > max_containers) {
@@ -196,15 +194,13 @@ Status CheckJsonSize(std::string_view text, std::string_view what, int64_t max_c
       }
     } else if (c == ',') {
       ++values;
-    } else {
-      continue;
     }
     if (max_values > 0 && values > max_values) {
       return InvalidArgument(Prefix(what) + "more than " + std::to_string(max_values) +
                              " JSON values (at byte " + std::to_string(i) + ")");
     }
-  }
-  return OkStatus();
+    return OkStatus();
+  });
 }
 
 int64_t CountJsonValues(const nlohmann::ordered_json& j, int64_t stop_after) {
