@@ -53,6 +53,7 @@ class BodyBudget {
 struct BudgetedString : std::string {
   BodyBudget* budget = nullptr;
   size_t reserved = 0;  // from `budget`: the capacity the reader gave this body, not yet released
+  bool discard = false;  // read and dropped: nothing kept, nothing reserved (a refused request's)
 };
 
 // Moves `body`'s reservation into a holder that releases it when its last copy goes (the
@@ -104,6 +105,10 @@ struct GrowingStringBody : boost::beast::http::string_body {
     template <class ConstBufferSequence>
     std::size_t put(const ConstBufferSequence& buffers, boost::beast::error_code& ec) {
       std::size_t n = 0;
+      if (body_.discard) {
+        ec = {};
+        return boost::beast::buffer_bytes(buffers);
+      }
       try {
         // Doubling, but never past a declared Content-Length (string's own doubling left a
         // body's capacity at up to twice its size).

@@ -58,6 +58,12 @@ std::optional<ApiError> AuthError(const ServerContext& ctx, const HttpRequest& r
   return std::nullopt;
 }
 
+// Whether a route answers only with the API key (when one is set): everything under /v1 (as
+// vLLM's middleware), and /tokenize and /detokenize.
+bool NeedsKey(const std::string& path) {
+  return path.rfind("/v1", 0) == 0 || path == "/tokenize" || path == "/detokenize";
+}
+
 // Auth, readiness and the body's content type for a /v1 request; nothing when it may go on.
 std::optional<ApiError> AdmissionError(const ServerContext& ctx, const HttpRequest& req) {
   if (std::optional<ApiError> error = AuthError(ctx, req)) return error;
@@ -265,8 +271,25 @@ bool HasBody(const HttpRequest& req) { return !req.body.empty() || req.has_heade
 }  // namespace
 
 HttpServer::HttpServer(ServerContext* ctx) : ctx_(ctx) {
+  // Without the key, a request to an authenticated route is refused before its body is read:
+  // such clients cannot hold the body budget (nor get a 100 Continue).
+  ScreenFn screen;
+  if (!ctx_->options.api_key.empty()) {
+    screen = [ctx](const HttpRequest& head) -> std::optional<HttpResponse> {
+      // A GET or HEAD with a body goes on to Route's framing refusal (400, closed).
+      const std::string& m = head.method;
+      if (!(m == "POST" || m == "PUT" || m == "PATCH" || m == "DELETE") || !NeedsKey(head.path))
+        return std::nullopt;
+      if (std::optional<ApiError> error = AuthError(*ctx, head)) return ErrorReply(*error);
+      return std::nullopt;
+    };
+  }
   transport_ = std::make_unique<HttpTransport>(
-      ctx_->options.http, [this](HttpRequest req, std::shared_ptr<Exchange> ex) { Route(std::move(req), std::move(ex)); });
+      ctx_->options.http,
+      [this](HttpRequest req, std::shared_ptr<Exchange> ex) {
+        Route(std::move(req), std::move(ex));
+      },
+      std::move(screen));
 }
 
 HttpServer::~HttpServer() { Stop(); }

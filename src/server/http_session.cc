@@ -128,6 +128,7 @@ class Session : public std::enable_shared_from_this<Session> {
     http10_ = false;
     head_ = false;
     header_.clear();
+    screened_.reset();
     parser_.emplace();
     parser_->header_limit(static_cast<uint32_t>(owner_->options.max_header_bytes));
     parser_->body_limit(owner_->options.max_body_bytes);
@@ -199,9 +200,33 @@ class Session : public std::enable_shared_from_this<Session> {
                                              "' is not supported (only chunked)"));
       }
     }
+    const bool expects_100 =
+        !http10_ && beast::iequals(req[http::field::expect], "100-continue") && !parser_->is_done();
+    // A request the owner refuses from its header alone (a missing API key): its body is read
+    // and dropped (it holds no budget), then the refusal answered, the connection kept. A client
+    // waiting for 100 Continue gets the refusal instead and the connection is closed (RFC 9110
+    // §10.1.1), as is one that declared a body over the limit.
+    if (owner_->screen && !parser_->is_done()) {
+      HttpRequest head = Head(req);
+      head.headers = header_;
+      try {
+        screened_ = owner_->screen(head);
+      } catch (...) {
+        screened_ = ErrorResponse(500, "internal error");
+      }
+      if (screened_) {
+        const auto declared = parser_->content_length();
+        if (expects_100 || (declared && *declared > owner_->options.max_body_bytes)) {
+          HttpResponse refusal = std::move(*screened_);
+          screened_.reset();
+          return Refuse(std::move(refusal));
+        }
+        parser_->get().body().discard = true;
+        return ReadBody();
+      }
+    }
     // An HTTP/1.0 client's Expect is ignored (RFC 9110 §10.1.1): it does not know 100.
-    if (!http10_ && beast::iequals(req[http::field::expect], "100-continue") &&
-        !parser_->is_done()) {
+    if (expects_100) {
       static const char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
       asio::async_write(socket_, asio::buffer(kContinue, sizeof(kContinue) - 1),
                         [self = shared_from_this()](error_code e, size_t) {
@@ -257,15 +282,9 @@ class Session : public std::enable_shared_from_this<Session> {
     OnReply(++request_id_, std::move(r));  // a number of its own: no late answer takes it
   }
 
-  void OnRequest(error_code ec) {
-    if (phase_ != Phase::kReading) return;
-    if (ec) return OnReadError(ec);
-    Disarm();
-    // The body's share of the budget goes with the request, to its handler (the parser's
-    // reader gave it back here, and a body queued for a handler thread counted nowhere).
-    std::shared_ptr<const void> body_hold = TakeReservation(parser_->get().body());
-    http::request<GrowingStringBody> msg = parser_->release();
-    parser_.reset();
+  // A request's method, path (without its query) and version.
+  template <typename Message>
+  static HttpRequest Head(const Message& msg) {
     HttpRequest r;
     r.method = std::string(msg.method_string());
     const beast::string_view target = msg.target();
@@ -277,6 +296,19 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     r.path = std::string(path);
     r.version = msg.version();
+    return r;
+  }
+
+  void OnRequest(error_code ec) {
+    if (phase_ != Phase::kReading) return;
+    if (ec) return OnReadError(ec);
+    Disarm();
+    // The body's share of the budget goes with the request, to its handler (the parser's
+    // reader gave it back here, and a body queued for a handler thread counted nowhere).
+    std::shared_ptr<const void> body_hold = TakeReservation(parser_->get().body());
+    http::request<GrowingStringBody> msg = parser_->release();
+    parser_.reset();
+    HttpRequest r = Head(msg);
     r.headers = std::move(header_);  // the header's fields, not the trailer's
     r.body = std::move(msg.body());
     r.body_hold = std::move(body_hold);
@@ -284,6 +316,11 @@ class Session : public std::enable_shared_from_this<Session> {
     answered_ = false;
     phase_ = Phase::kHandling;
     SetUnanswered(true);
+    if (screened_) {  // refused from its header; its body was dropped
+      HttpResponse refusal = std::move(*screened_);
+      screened_.reset();
+      return OnReply(++request_id_, std::move(refusal));
+    }
     Watch();
     // The request's own Exchange, kept by the session while the request is current (the
     // engine's wake holds it weakly).
@@ -622,6 +659,7 @@ class Session : public std::enable_shared_from_this<Session> {
   Phase phase_ = Phase::kReading;
   bool keep_alive_ = false, http10_ = false, head_ = false;  // of the request being read
   std::vector<std::pair<std::string, std::string>> header_;  // its header's fields, in order
+  std::optional<HttpResponse> screened_;  // the owner's refusal of the request being read
   bool answered_ = false;     // the handler has answered this request
   bool close_after_ = false;  // close once the response is written
   bool linger_ = false;       // ... after draining what the client still sends

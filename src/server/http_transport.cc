@@ -71,8 +71,8 @@ void HttpTransport::Impl::Accept() {
   });
 }
 
-HttpTransport::HttpTransport(TransportOptions options, RouteFn route)
-    : impl_(std::make_unique<Impl>(std::move(options), std::move(route))) {}
+HttpTransport::HttpTransport(TransportOptions options, RouteFn route, ScreenFn screen)
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(route), std::move(screen))) {}
 
 HttpTransport::~HttpTransport() {
   try {  // a destructor: nothing may leave it

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "base/status.h"
@@ -35,11 +36,18 @@ struct TransportOptions {
 // later from a worker via Post). Must not block.
 using RouteFn = std::function<void(HttpRequest request, std::shared_ptr<Exchange> exchange)>;
 
+// Called on the I/O thread when a request's header has arrived and a body is to follow, with
+// the request minus its body: an answer refuses it before the body is read (and before an
+// `Expect: 100-continue` is answered), and the connection is closed after it. The server's
+// API-key check: a client without the key cannot send bodies that hold the body budget. Must
+// not block.
+using ScreenFn = std::function<std::optional<HttpResponse>(const HttpRequest& head)>;
+
 // Thread-safety: Bind, Run and Stop from the owning threads (Run blocks until Stop); Post from
 // any thread.
 class HttpTransport {
  public:
-  HttpTransport(TransportOptions options, RouteFn route);
+  HttpTransport(TransportOptions options, RouteFn route, ScreenFn screen = nullptr);
   ~HttpTransport();
 
   // Binds host:port and listens. Error names the address.

@@ -25,6 +25,7 @@ class Session;
 struct HttpTransport::Impl {
   TransportOptions options;
   RouteFn route;
+  ScreenFn screen;  // may be empty
   // Before ioc: sessions that ioc's destructor frees (their handlers never ran after Stop) give
   // their reserved body bytes back to it.
   // Its last 1/16 (32 MiB of the default 512 MiB) for bodies of at most 64 KiB, as far as one
@@ -76,8 +77,10 @@ struct HttpTransport::Impl {
     }
   }
 
-  Impl(TransportOptions o, RouteFn r)
-      : options(std::move(o)), route(std::move(r)),
+  Impl(TransportOptions o, RouteFn r, ScreenFn s)
+      : options(std::move(o)),
+        route(std::move(r)),
+        screen(std::move(s)),
         workers(static_cast<size_t>(std::max(1, options.worker_threads))) {}
   void Accept();
 };

@@ -341,3 +341,44 @@ def test_refused_request_leaves_its_connection_usable(auth_server):
                 assert json.loads(body)["usage"]["completion_tokens"] >= 1
         finally:
             conn.close()
+
+
+def test_a_request_without_the_key_is_refused_before_its_body(auth_server):
+    # curl waits for 100 Continue before a large body: without the key the 401 comes instead
+    # (the body is never asked for) and the connection closes, as vLLM's middleware answers
+    # before reading. Before, loom sent 100 Continue and read up to --max-body first.
+    import socket
+    s = socket.create_connection(("127.0.0.1", auth_server.port), timeout=10)
+    try:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Authorization: Bearer wrong\r\nExpect: 100-continue\r\nContent-Length: 4000000\r\n\r\n")
+        got = b""
+        while True:
+            part = s.recv(65536)
+            if not part:
+                break
+            got += part
+    finally:
+        s.close()
+    assert got.startswith(b"HTTP/1.1 401"), got[:200]
+    assert b"100 Continue" not in got
+    assert json.loads(got.split(b"\r\n\r\n", 1)[1])["error"]["code"] == 401
+    # With the key the interim answer comes and the request is served.
+    s = socket.create_connection(("127.0.0.1", auth_server.port), timeout=30)
+    body = json.dumps({"model": BASE, "prompt": "hi", "max_tokens": 2}).encode()
+    try:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Authorization: Bearer sekrit-key\r\nExpect: 100-continue\r\nConnection: close\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(body))
+        assert s.recv(4096).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
+        s.sendall(body)
+        got = b""
+        while True:
+            part = s.recv(65536)
+            if not part:
+                break
+            got += part
+    finally:
+        s.close()
+    assert got.startswith(b"HTTP/1.1 200"), got[:300]
+    assert json.loads(got.split(b"\r\n\r\n", 1)[1])["usage"]["completion_tokens"] >= 1

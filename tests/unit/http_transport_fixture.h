@@ -87,42 +87,46 @@ inline bool ClosedWithin(int fd, std::chrono::milliseconds timeout) {
 // /stream hand the test the exchange and a Feed.
 class TransportTest : public ::testing::Test {
  protected:
-  void Start(TransportOptions o = {}) {
+  void Start(TransportOptions o = {}, ScreenFn screen = nullptr) {
     o.host = "127.0.0.1";
     o.port = 0;
-    transport_ = std::make_unique<HttpTransport>(o, [this](HttpRequest req,
-                                                           std::shared_ptr<Exchange> ex) {
-      if (req.path == "/now") {
-        HttpResponse r;
-        r.content_type = "text/plain";
-        r.body = "now:" + req.body;
-        ex->Reply(r);
-        ex->Reply(r);  // a second answer is ignored
-        return;
-      }
-      if (req.path == "/queued") {  // as the server's routes: the request goes to a handler thread
-        transport_->Post([this, req = std::move(req), ex]() mutable {
-          {
-            const HttpRequest held = std::move(req);  // the handler has the request until it ends
-            handlers_holding_.fetch_add(1);
-            gate_.wait();
+    transport_ = std::make_unique<HttpTransport>(
+        o,
+        [this](HttpRequest req, std::shared_ptr<Exchange> ex) {
+          if (req.path == "/now") {
+            HttpResponse r;
+            r.content_type = "text/plain";
+            r.body = "now:" + req.body;
+            ex->Reply(r);
+            ex->Reply(r);  // a second answer is ignored
+            return;
           }
-          HttpResponse r;
-          r.content_type = "text/plain";
-          r.body = "handled";
-          ex->Reply(r);  // after the request (and its body) went
-        });
-        return;
-      }
-      // As the server's handlers: the exchange is not kept once answered (the engine's wake
-      // holds a weak reference), except by a handler still working (/slow).
-      std::lock_guard<std::mutex> lock(mu_);
-      exchange_ = ex;
-      if (req.path == "/slow") held_ = ex;
-      feed_ = std::make_shared<Feed>();
-      if (req.path == "/deferred") ex->Defer(feed_);
-      if (req.path == "/stream") ex->Stream(HttpResponse{}, feed_);
-    });
+          if (req.path ==
+              "/queued") {  // as the server's routes: the request goes to a handler thread
+            transport_->Post([this, req = std::move(req), ex]() mutable {
+              {
+                const HttpRequest held =
+                    std::move(req);  // the handler has the request until it ends
+                handlers_holding_.fetch_add(1);
+                gate_.wait();
+              }
+              HttpResponse r;
+              r.content_type = "text/plain";
+              r.body = "handled";
+              ex->Reply(r);  // after the request (and its body) went
+            });
+            return;
+          }
+          // As the server's handlers: the exchange is not kept once answered (the engine's wake
+          // holds a weak reference), except by a handler still working (/slow).
+          std::lock_guard<std::mutex> lock(mu_);
+          exchange_ = ex;
+          if (req.path == "/slow") held_ = ex;
+          feed_ = std::make_shared<Feed>();
+          if (req.path == "/deferred") ex->Defer(feed_);
+          if (req.path == "/stream") ex->Stream(HttpResponse{}, feed_);
+        },
+        std::move(screen));
     ASSERT_TRUE(transport_->Bind().ok());
     runner_ = std::thread([this] { transport_->Run(); });
   }

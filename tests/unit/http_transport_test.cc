@@ -357,6 +357,67 @@ TEST_F(TransportTest, BodiesBeingReceivedShareOneBudget) {
   EXPECT_EQ(got.size() - got.find("\r\n\r\n") - 4, 4 + 1000000u);  // "now:" + the body
 }
 
+// A request the screen refuses from its header (the server's missing API key) holds none of the
+// budget: its body is read and dropped, the refusal answered and the connection kept; a client
+// waiting for 100 Continue gets the refusal at once, and the connection is closed.
+TEST_F(TransportTest, AScreenedRequestsBodyIsDroppedNotBudgeted) {
+  TransportOptions o;
+  o.max_body_bytes = 1 << 20;
+  o.max_pending_body_bytes = 3 << 19;
+  std::atomic<int> screened{0};
+  Start(o, [&](const HttpRequest& head) -> std::optional<HttpResponse> {
+    screened.fetch_add(1);
+    if (head.path != "/deny" || head.header("X-Key") == "yes") return std::nullopt;
+    HttpResponse r;
+    r.status = 401;
+    r.body = "denied";
+    return r;
+  });
+  const std::string head = "POST /deny HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n";
+  // Two refused uploads stalled 100,000 bytes short: they hold nothing, so a large body passes.
+  const int stalled1 = Connect(port()), stalled2 = Connect(port());
+  Send(stalled1, head + std::string(900000, 'a'));
+  Send(stalled2, head + std::string(900000, 'a'));
+  for (int i = 0; i < 500 && screened.load() < 2; ++i) std::this_thread::sleep_for(10ms);
+  std::this_thread::sleep_for(100ms);  // their bytes read
+  EXPECT_EQ(transport_->pending_body_bytes(), 0u);
+  std::string got = SendAndReadAll(
+      port(), "POST /now HTTP/1.1\r\nContent-Length: 1000000\r\nConnection: close\r\n\r\n" +
+                  std::string(1000000, 'c'));
+  EXPECT_TRUE(got.rfind("HTTP/1.1 200", 0) == 0) << got.substr(0, 300);
+  // The rest of a refused body arrives: the refusal, and the same connection serves the next.
+  Send(stalled1,
+       std::string(100000, 'a') + "POST /now HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nok");
+  got = ReadUntil(stalled1, [](const std::string& d) { return Contains(d, "now:ok"); });
+  EXPECT_TRUE(got.rfind("HTTP/1.1 401", 0) == 0) << got.substr(0, 300);
+  EXPECT_TRUE(Contains(got, "denied")) << got.substr(0, 300);
+  EXPECT_FALSE(Contains(got, "Connection: close")) << got.substr(0, 300);
+  EXPECT_TRUE(Contains(got, "\r\n\r\nnow:ok")) << got.substr(0, 300);
+  ::close(stalled1);
+  ::close(stalled2);
+  // Expect: 100-continue: the refusal instead of the interim answer, and the connection closed.
+  const int waiting = Connect(port());
+  Send(waiting,
+       "POST /deny HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n");
+  got = ReadAll(waiting);
+  EXPECT_TRUE(got.rfind("HTTP/1.1 401", 0) == 0) << got.substr(0, 300);
+  EXPECT_FALSE(Contains(got, "100 Continue")) << got.substr(0, 300);
+  ::close(waiting);
+  // What the screen lets pass is read and routed as always (100 Continue included).
+  const int allowed = Connect(port());
+  Send(allowed,
+       "POST /now HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\nConnection: "
+       "close\r\n\r\n");
+  got =
+      ReadUntil(allowed, [](const std::string& d) { return Contains(d, "100 Continue\r\n\r\n"); });
+  EXPECT_TRUE(got.rfind("HTTP/1.1 100 Continue", 0) == 0) << got.substr(0, 300);
+  Send(allowed, "hello");
+  got = ReadAll(allowed);
+  EXPECT_TRUE(got.rfind("HTTP/1.1 200", 0) == 0 && Contains(got, "now:hello"))
+      << got.substr(0, 300);
+  ::close(allowed);
+}
+
 TEST_F(TransportTest, ABodyWithItsHandlerKeepsItsShareOfTheBudget) {
   // A budget that holds one 1 MB body: a body read whole and handed to a handler thread (held
   // there, as one waiting in the pool's queue is held by its closure) keeps its share, so the
