@@ -6,6 +6,8 @@
 
 namespace loom {
 
+// One code point (a valid scalar value) as UTF-8, appended to `out`.
+void AppendUtf8(char32_t cp, std::string* out);
 // Code points to UTF-8 (each must be a valid scalar value).
 std::string EncodeUtf8(std::u32string_view s);
 // Strict UTF-8 (no overlong forms, no surrogates, nothing past U+10FFFF) appended to `out`;

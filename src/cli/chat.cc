@@ -44,7 +44,10 @@ std::string ResolveLora(const std::string& model_dir, const std::string& lora) {
   std::error_code ec;
   if (lora.empty() || !SplitLoraSpec(lora).name.empty() || fs::exists(lora, ec)) return lora;
   const fs::path bundled = fs::path(model_dir) / "adapters" / lora;
-  if (fs::is_regular_file(bundled / "adapter_config.json", ec)) return lora + "=" + bundled.string();
+  if (fs::is_regular_file(bundled / "adapter_config.json", ec)) {
+    // A name with a '/' (a bundled sub-folder) is no adapter name: the folder alone.
+    return lora.find('/') == std::string::npos ? lora + "=" + bundled.string() : bundled.string();
+  }
   return lora;
 }
 

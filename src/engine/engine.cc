@@ -216,7 +216,8 @@ void Engine::Finish(Sequence* seq, FinishReason reason, SequenceUpdate* update) 
     update->text += seq->stop.Add(seq->detokenizer->Finish(), &matched, PastMinTokens(*seq));
     if (matched.empty()) {
       update->text += seq->stop.Flush();
-    } else {
+    } else if (reason == FinishReason::kLength || reason == FinishReason::kStop) {
+      // (An error or an abort keeps its reason: a failed sequence must not read as stopped.)
       // The held-back tail (an unfinished UTF-8 sequence flushed as U+FFFD, a byte-fallback
       // run) completed a stop string: as vLLM, which checks stop strings before max_tokens, and
       // whose output processor makes the stop string the stop_reason also when EOS or a stop

@@ -23,6 +23,9 @@ constexpr int kMaxJsonDepth = 32;
 // layers_to_transform entries (a model has at most a few hundred layers); and any list in the
 // file, bounded before the DOM is built (16 MB of "0," made a 5.4M-element list and 318 MB).
 constexpr int64_t kMaxLayersToTransform = 65536;
+// layers_pattern names the layer list's attribute ("layers", "h", "blocks"): real configs have
+// one or two; each entry is a compiled regex matched against every module path.
+constexpr size_t kMaxLayersPatterns = 64;
 constexpr int64_t kMaxJsonArrayElements = int64_t{1} << 20;
 
 std::string Lower(std::string s) {
@@ -282,6 +285,11 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
   const json& lp = get("layers_pattern");
   if (lp.is_string() && !lp.get<std::string>().empty()) c.layers_pattern.push_back(lp.get<std::string>());
   if (lp.is_array()) {
+    if (lp.size() > kMaxLayersPatterns) {
+      return InvalidArgument(where + ": layers_pattern has " + std::to_string(lp.size()) +
+                             " entries, more than " + std::to_string(kMaxLayersPatterns) +
+                             " (names of a model's layer list)");
+    }
     for (const auto& p : lp) {
       // Review finding: entries other than strings were dropped, and [5] became no filter.
       if (!p.is_string()) {

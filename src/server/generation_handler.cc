@@ -341,20 +341,35 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
   if (!CheckLogitBiasBudget(r, wanted, &error)) return fail(error);
   if (!CheckPromptLogprobBudget(r, sub.prompts, &error)) return fail(error);
   if (!CheckReplyBudget(ctx, r, sub.prompts, &error)) return fail(error);
-  const int64_t others = ctx.admitting.fetch_add(wanted);
   struct Unreserve {
     std::atomic<int64_t>& admitting;
-    int64_t n;
+    int64_t n = 0;
     void Release() { admitting.fetch_sub(std::exchange(n, 0)); }
     ~Unreserve() { Release(); }
-  } unreserve{ctx.admitting, wanted};
-  const int64_t queued = ctx.engine->num_in_flight() - ctx.engine->Stats().num_running + others;
-  if (queued > 0 && queued + wanted > ctx.options.max_waiting) {
-    return fail(ApiError{503, "the server is overloaded (" + std::to_string(queued) +
-                                            " sequences waiting, this request adds " +
-                                            std::to_string(wanted) + "); retry later", "", ""});
+  } unreserve{ctx.admitting};
+  // Reserves this request's sequences; false (answered 503) when the queue cannot take them.
+  auto reserve = [&] {
+    const int64_t others = ctx.admitting.fetch_add(wanted);
+    unreserve.n = wanted;
+    const int64_t queued = ctx.engine->num_in_flight() - ctx.engine->Stats().num_running + others;
+    if (queued > 0 && queued + wanted > ctx.options.max_waiting) {
+      fail(ApiError{503,
+                    "the server is overloaded (" + std::to_string(queued) +
+                        " sequences waiting, this request adds " + std::to_string(wanted) +
+                        "); retry later",
+                    "", ""});
+      return false;
+    }
+    return true;
+  };
+  if (!reserve()) return;
+  if (wants_adapter && adapter == nullptr) {
+    // Checked first (a full queue refuses before a load), but not held while the adapter loads:
+    // loads run one at a time and take seconds, and other requests (the base's too) would be
+    // refused meanwhile against sequences that are not queued yet.
+    unreserve.Release();
+    if (!acquire() || !reserve()) return;
   }
-  if (wants_adapter && adapter == nullptr && !acquire()) return;
   // After the cheap refusals (queue, lengths): the decode may take the tokenizer's budget.
   if (r.echo && !EchoTokenPromptsAsText(ctx, &r, &error)) return fail(error);
   // Until the response owns them, the request's sequences are aborted on any way out (an

@@ -31,7 +31,8 @@ class BodyBudget {
   static constexpr size_t kSmallBody = size_t{64} << 10;
   explicit BodyBudget(size_t limit, size_t small_reserve = 0)
       : limit_(limit), small_reserve_(std::min(small_reserve, limit)) {}
-  // `n` more bytes for a body whose capacity becomes `capacity` with them.
+  // `n` more bytes for a body whose capacity becomes `capacity` with them (or that declared a
+  // larger length: it is not small).
   bool Reserve(size_t n, size_t capacity = 0) {
     const size_t cap = capacity <= kSmallBody ? limit_ : limit_ - small_reserve_;
     if (n > cap - std::min(cap, used_.load(std::memory_order_relaxed))) return false;
@@ -117,7 +118,11 @@ struct GrowingStringBody : boost::beast::http::string_body {
           std::size_t cap = std::max(want, 2 * body_.capacity());
           if (declared_ >= want && cap > declared_) cap = static_cast<std::size_t>(declared_);
           if (body_.budget != nullptr) {
-            if (!body_.budget->Reserve(cap - body_.reserved, cap)) {
+            // A body is small (may use the reserve) by its declared length, not by how much of
+            // it came yet: an 8 MiB body grew through the small sizes first.
+            const std::size_t size = std::max<std::size_t>(
+                cap, static_cast<std::size_t>(std::min<std::uint64_t>(declared_, SIZE_MAX)));
+            if (!body_.budget->Reserve(cap - body_.reserved, size)) {
               ec = boost::asio::error::no_buffer_space;
               return 0;
             }

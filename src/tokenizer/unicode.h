@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "base/status.h"
+#include "base/utf8.h"
 
 namespace loom::tokenizer {
 
@@ -15,7 +16,7 @@ char32_t NextCodePoint(std::string_view s, size_t* pos);
 inline int Utf8Length(uint8_t lead) {
   return lead < 0x80 ? 1 : lead < 0xE0 ? (lead >= 0xC0 ? 2 : 1) : lead < 0xF0 ? 3 : lead < 0xF8 ? 4 : 1;
 }
-void AppendUtf8(char32_t cp, std::string* out);
+using loom::AppendUtf8;  // base/utf8.h: one encoder for the tokenizer, templates and regexes
 
 // True when `s` is well-formed UTF-8.
 bool IsValidUtf8(std::string_view s);

@@ -6,7 +6,7 @@ import time
 
 from conftest import BASE
 
-# 32 prompts × n 16 = 512 sequences of 120 tokens, each with 20 alternatives: ~90 MB of SSE, far
+# 32 prompts × n 16 = 512 sequences of 120 tokens, each with 20 alternatives: ~29 MB of SSE, far
 # more than the 8 MiB a connection buffers, produced faster than a Python client takes it.
 LARGE = {"model": BASE, "prompt": ["hello"] * 32, "n": 16, "max_tokens": 120, "stream": True,
          "logprobs": 20, "stream_options": {"include_usage": True}}

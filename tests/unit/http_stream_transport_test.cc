@@ -180,11 +180,13 @@ TEST_F(TransportTest, AStreamIsPulledNoFasterThanItsClientReads) {
     feed->Add(piece, i == pieces - 1);
     if (i % 64 == 63 || i == pieces - 1) Wake();
   }
+  // Until the pulls stop: 5 samples 40 ms apart unchanged (one could be an I/O thread not
+  // scheduled on a busy machine), 10 s at most.
   size_t last = SIZE_MAX;
-  for (int i = 0; i < 250; ++i) {  // until the pulls stop (5 s at most)
-    std::this_thread::sleep_for(20ms);
+  for (int i = 0, stable = 0; i < 250 && stable < 5; ++i) {
+    std::this_thread::sleep_for(40ms);
     std::lock_guard<std::mutex> lock(feed->mu);
-    if (feed->pulled_bytes == last) break;
+    stable = feed->pulled_bytes == last ? stable + 1 : 0;
     last = feed->pulled_bytes;
   }
   {
@@ -192,6 +194,7 @@ TEST_F(TransportTest, AStreamIsPulledNoFasterThanItsClientReads) {
     // Pull's worth, a few hundred KiB), not everything; one Pull gave its bound and one event at
     // most.
     std::lock_guard<std::mutex> lock(feed->mu);
+    EXPECT_GT(feed->pulled_bytes, size_t{1} << 20);  // it was streaming
     EXPECT_LT(feed->pulled_bytes, kernel + (1u << 20));
     EXPECT_LE(feed->max_pulled, (64u << 10) + (16u << 10));
   }

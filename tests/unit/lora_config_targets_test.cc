@@ -54,6 +54,13 @@ TEST(LoraConfigTest, LayersToTransformAndListsAreBounded) {
   ASSERT_FALSE(c.ok());
   EXPECT_TRUE(Contains(c.status().message(), "a JSON array has more than 1048576 elements"));
   MustParse(Config({{"layers_to_transform", std::vector<int>(65536, 2)}}));
+  // Each layers_pattern entry is a compiled regex: 64 at most (a 4 MB list was ~1 M compiles).
+  std::vector<std::string> patterns(64, "layers");
+  MustParse(Config({{"layers_to_transform", 1}, {"layers_pattern", patterns}}));
+  patterns.push_back("h");
+  c = ParseLoraConfig(Config({{"layers_to_transform", 1}, {"layers_pattern", patterns}}), kWhere);
+  ASSERT_FALSE(c.ok());
+  EXPECT_TRUE(Contains(c.status().message(), "layers_pattern has 65 entries, more than 64"));
 }
 
 TEST(LoraConfigTargetsTest, ListMatchesExactPathOrDottedSuffix) {
