@@ -323,9 +323,12 @@ int32_t Sampler::Draw(const float* logits, int vocab, int64_t best) {
   }
   if (params_.min_p > 0) {
     // min-p first, as vLLM's V1 sampler (an argmax-invariant logits processor, before top-k/p):
-    // tokens below min_p × the top probability (exp(0) = 1) leave the distribution, and top-p's
-    // mass is the survivors' (applied after top-p, as V0 did, it kept more tokens).
-    const float floor = params_.min_p;
+    // tokens below min_p × the top probability leave the distribution, and top-p's mass is the
+    // survivors' (applied after top-p, as V0 did, it kept more tokens). The top probability is
+    // the best token's as computed (exp(0) = 1 only at temperature 1: with 1/T the vector pass
+    // fuses logit·(1/T) − max, whose rounding left the top at 1 − 6e-8, below min_p 1's floor,
+    // and no candidate at all).
+    const float floor = params_.min_p * probs_[static_cast<size_t>(best)];
     total = 0;
     for (int i = 0; i < vocab; ++i) {
       float& p = probs_[static_cast<size_t>(i)];

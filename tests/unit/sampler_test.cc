@@ -80,6 +80,27 @@ TEST(Sampler, FiltersThatKeepOnlyTheTopTokenAreGreedy) {
   }
 }
 
+// min_p 1 keeps the top token at any temperature: its floor is the top probability as computed
+// (the vector pass fuses logit·(1/T) − max, so the top was 1 − 6e-8 against a floor of 1, and at
+// T ≠ 1 most rows had no candidate left: a 500 for a valid request).
+TEST(Sampler, MinP1KeepsTheTopTokenAtAnyTemperature) {
+  for (int vocab : {256, 3000, 32000}) {
+    for (float t : {0.3f, 0.7f, 1.5f, 2.9f}) {
+      for (int row = 0; row < 20; ++row) {
+        auto l = Logits(vocab, 1000 + row);
+        for (float& x : l) x *= 3.7f;  // logits well away from small integers
+        const int32_t best = std::max_element(l.begin(), l.end()) - l.begin();
+        SamplingParams p;
+        p.temperature = t;
+        p.min_p = 1.0f;
+        p.seed = row;
+        Sampler s(p, {});
+        ASSERT_EQ(Draw(p, l, &s), best) << "vocab " << vocab << " T " << t << " row " << row;
+      }
+    }
+  }
+}
+
 // Empirical frequencies follow softmax(logits / T) restricted to the top-k tokens.
 TEST(Sampler, FrequenciesFollowTemperatureAndTopK) {
   const std::vector<float> l = {2.0f, 1.0f, 0.5f, -1.0f, 0.0f};
