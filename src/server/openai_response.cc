@@ -100,6 +100,12 @@ json FinishField(FinishReason r) {
   return FinishReasonField(r);
 }
 
+// echo with max_tokens 0: the one token that ran is dropped, so is what ended it (a stop token's
+// id, a stop string it made): nothing was generated, "length" as OpenAI's legacy API answers.
+FinishReason EchoOnlyFinish(FinishReason r) {
+  return r == FinishReason::kStop ? FinishReason::kLength : r;
+}
+
 // Chat log-prob entries of tokens [from, to) of a choice.
 json ChatLogprobs(const ServerContext& ctx, const OpenAiRequest& r, const std::vector<int32_t>& ids,
                   const std::vector<TokenLogprob>& lps,
@@ -273,8 +279,8 @@ json BuildFullResponse(const ServerContext& ctx, const OpenAiRequest& r, const R
         choice["logprobs"] = nullptr;
       }
     }
-    choice["finish_reason"] = FinishField(c.finish_reason);
-    choice["stop_reason"] = StopReason(c.stop_reason, c.stop_token);
+    choice["finish_reason"] = FinishField(r.echo_only ? EchoOnlyFinish(c.finish_reason) : c.finish_reason);
+    choice["stop_reason"] = r.echo_only ? json(nullptr) : StopReason(c.stop_reason, c.stop_token);
     // vLLM's optional choice fields, null unless asked for (its responses always carry them).
     choice["token_ids"] = r.return_token_ids ? json(gen.token_ids) : json(nullptr);
     if (!chat) {
@@ -376,8 +382,9 @@ json StreamWriter::ChoiceChunk(size_t index, const SequenceUpdate& u) {
       std::vector<std::vector<TokenLogprob>>().swap(c.prompt_top);
     }
   }
-  choice["finish_reason"] = FinishField(u.finish_reason);
-  choice["stop_reason"] = StopReason(u.stop_reason, u.stop_token);
+  choice["finish_reason"] =
+      FinishField(request_.echo_only ? EchoOnlyFinish(u.finish_reason) : u.finish_reason);
+  choice["stop_reason"] = request_.echo_only ? json(nullptr) : StopReason(u.stop_reason, u.stop_token);
   if (request_.return_token_ids) {
     const bool dropped = request_.echo_only;  // the one token echo without generation ran
     choice["token_ids"] = u.has_token && !dropped ? json::array({u.token}) : json::array();

@@ -157,6 +157,24 @@ def test_echo_with_max_tokens_zero_scores_the_prompt_alone(server):
     assert c.logprobs.tokens == d.logprobs.tokens[:-1] == [chr(b) for b in p.encode()]
     assert c.logprobs.token_logprobs == d.logprobs.token_logprobs[:-1]
     assert c.logprobs.token_logprobs[0] is None and all(v <= 0 for v in c.logprobs.token_logprobs[1:])
+    assert c.finish_reason == "length" and c.stop_reason is None
+
+
+def test_echo_with_max_tokens_zero_does_not_report_the_dropped_tokens_stop(server):
+    # The one token that runs is dropped, so is what ended it: every id a stop token (or the
+    # token making a stop string) still answers "length" with no stop_reason, streamed or not
+    # (the hidden token's finish leaked: "stop" and its id, a token the answer does not have).
+    every_id = {"stop_token_ids": list(range(256)), "return_token_ids": True}
+    for extra in (every_id, {"allowed_token_ids": [65], "stop": ["A"]}):
+        r = complete(server, BASE, "hi", max_tokens=0, echo=True, extra_body=extra)
+        c = r.choices[0]
+        assert (c.text, c.finish_reason, c.stop_reason) == ("hi", "length", None), (extra, c)
+        assert r.usage.completion_tokens == 0
+        chunks = list(server.client().completions.create(
+            model=BASE, prompt="hi", max_tokens=0, echo=True, stream=True, extra_body=extra))
+        finishes = [(ch.choices[0].finish_reason, getattr(ch.choices[0], "stop_reason", None))
+                    for ch in chunks if ch.choices and ch.choices[0].finish_reason]
+        assert finishes == [("length", None)], (extra, finishes)
 
 
 def _streamed(server, **kw):
