@@ -202,7 +202,8 @@ class CompletionReply : public DeferredReply {
         for (const auto& u : c.pending) Accumulate(&c, u);
         c.pending.clear();
       }
-      state.pending_updates = state.pending_bytes = 0;
+      state.pending_updates = 0;
+      state.TakePending(state.pending_bytes);
     }
     for (const auto& c : state.choices) {
       if (c.finish_reason == FinishReason::kError) {
@@ -392,6 +393,7 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
   // The guard holds the state before the first sequence is submitted: an exception inside Submit
   // after some went in (out of memory building the next) aborts those too.
   sub.state = std::make_shared<GenerationState>();
+  sub.state->all_pending_bytes = &ctx.pending_update_bytes;
   abort_unless_answered.state = sub.state;
   const bool submitted = Submit(ctx, r, adapter, ex, req.received, &sub, &error);
   unreserve.Release();  // in num_in_flight now (or refused): not counted twice

@@ -41,7 +41,7 @@ AsyncEngine::Callback MakeChoiceCallback(std::shared_ptr<GenerationState> state,
     const bool failed_now = u.finish_reason == FinishReason::kError && !state->failed;
     if (failed_now) state->failed = true;
     ++state->pending_updates;
-    state->pending_bytes += PendingBytes(u);
+    state->AddPending(PendingBytes(u));
     c.pending.push_back(std::move(u));
     const bool wake = state->wake_each_update || state->unfinished == 0 || failed_now;
     lock.unlock();

@@ -50,6 +50,22 @@ struct GenerationState {
   // (PendingBytes), what a stream's client has not taken yet.
   size_t pending_updates = 0;
   size_t pending_bytes = 0;
+  // Every request's pending_bytes together (the server's count), or null; kept by the two below.
+  std::atomic<size_t>* all_pending_bytes = nullptr;
+  void AddPending(size_t bytes) {  // under mu
+    pending_bytes += bytes;
+    if (all_pending_bytes != nullptr) all_pending_bytes->fetch_add(bytes);
+  }
+  void TakePending(size_t bytes) {  // under mu
+    pending_bytes -= bytes;
+    if (all_pending_bytes != nullptr) all_pending_bytes->fetch_sub(bytes);
+  }
+  GenerationState() = default;
+  GenerationState(const GenerationState&) = delete;
+  GenerationState& operator=(const GenerationState&) = delete;
+  ~GenerationState() {  // updates never taken (a client that left) leave the server's count
+    if (all_pending_bytes != nullptr) all_pending_bytes->fetch_sub(pending_bytes);
+  }
   bool failed = false;  // a choice ended in error: the others are cancelled (see CompletionReply)
   std::function<void()> wake;     // tells the connection there is something to write
   bool wake_each_update = false;  // a stream; else only when every choice has finished

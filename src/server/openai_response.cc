@@ -452,7 +452,12 @@ bool StreamWriter::NextPumpIsLarge() const {
 
 bool StreamWriter::Overrun() const {
   std::lock_guard<std::mutex> lock(state_->mu);
-  return state_->pending_bytes > kMaxPendingBytes;
+  if (state_->pending_bytes > kMaxPendingBytes) return true;
+  // Past the server-wide bound, a stream more than kMaxPendingBytes / 16 behind is dropped: many
+  // slow readers, each within its own bound, held the engine's output for all of them.
+  return state_->all_pending_bytes != nullptr &&
+         state_->all_pending_bytes->load() > kMaxAllPendingBytes &&
+         state_->pending_bytes > kMaxPendingBytes / 16;
 }
 
 bool StreamWriter::Pump(std::string* out, size_t max_bytes) {
@@ -510,7 +515,7 @@ bool StreamWriter::Pump(std::string* out, size_t max_bytes) {
         u = std::move(c.pending.front());
         c.pending.pop_front();
         --state_->pending_updates;
-        state_->pending_bytes -= PendingBytes(u);
+        state_->TakePending(PendingBytes(u));
       }
       if (!WriteUpdate(out, i, u)) return true;  // an error event ended the stream
     }

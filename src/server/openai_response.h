@@ -48,14 +48,18 @@ class StreamWriter {
   // context (512 sequences × 20 alternatives: ~10,000 a step). Built off the I/O thread
   // (StreamSource).
   bool NextPumpIsLarge() const;
-  // Whether the updates waiting for this stream hold more than kMaxPendingBytes: its client, not
-  // reading, is dropped (StreamSource::Overrun) rather than pinning the engine's output for it.
+  // Whether the updates waiting for this stream hold more than kMaxPendingBytes, or more than a
+  // sixteenth of that while all requests' together hold more than kMaxAllPendingBytes: its
+  // client, not reading, is dropped (StreamSource::Overrun) rather than pinning the engine's
+  // output for it.
   bool Overrun() const;
 
   // A pending token weighs 1, plus its alternatives with logprobs: a Pump of more is large.
   static constexpr size_t kLargePumpEntries = 64;
   // Generous: 512 sequences × 120 tokens with 20 alternatives, the whole request, hold ~25 MiB.
   static constexpr size_t kMaxPendingBytes = 64u << 20;
+  // All requests' pending updates together (GenerationState::all_pending_bytes).
+  static constexpr size_t kMaxAllPendingBytes = size_t{1} << 30;
 
   // The stream ended on a choice's error: the request's other sequences are to be aborted.
   bool failed() const { return failed_; }

@@ -57,6 +57,9 @@ struct ServerContext {
   // Sequences that handlers have passed through the --max-waiting check and not yet handed to
   // the engine: counted as waiting, so handlers checking at once cannot each pass it.
   std::atomic<int64_t> admitting{0};
+  // The engine's updates that every request's client has not taken yet, in PendingBytes: past
+  // StreamWriter::kMaxAllPendingBytes, streams far behind are dropped.
+  std::atomic<size_t> pending_update_bytes{0};
   AsyncEngine* engine = nullptr;
   AdapterStore* adapters = nullptr;   // null with --merge
   const tokenizer::Tokenizer* tokenizer = nullptr;  // null when the folder has none

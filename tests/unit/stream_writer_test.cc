@@ -186,3 +186,36 @@ TEST(StreamWriter, OverrunOnceThePendingUpdatesPassTheBound) {
 
 }  // namespace
 }  // namespace loom::server
+
+namespace loom::server {
+namespace {
+
+// Each stream within its own bound, many of them together still held the engine's output for
+// slow readers without limit: past kMaxAllPendingBytes for all requests together, a stream more
+// than a sixteenth of its bound behind is dropped. The server's count follows every stream's
+// pending updates, also those a stream that ends never took.
+TEST(StreamWriter, OverrunPastTheServersBoundForAStreamFarBehind) {
+  ServerContext ctx;
+  const OpenAiRequest r = Parse(R"({"model":"m","prompt":"a","stream":true})");
+  std::atomic<size_t> all{0};
+  const std::string text(1 << 20, 'z');
+  {
+    Delivery d(1);
+    d.state->all_pending_bytes = &all;
+    StreamWriter writer(ctx, r, ResponseMeta{"cmpl-x", 1, "m", 1}, d.state);
+    for (int i = 0; i < 5; ++i) d.Deliver(0, Token(0, 5, text));  // 5 MiB behind
+    EXPECT_EQ(all.load(), d.state->pending_bytes);
+    EXPECT_FALSE(writer.Overrun());
+    all += StreamWriter::kMaxAllPendingBytes;  // the other streams' updates
+    EXPECT_TRUE(writer.Overrun());
+    std::string out;
+    EXPECT_FALSE(writer.Pump(&out, 2u << 20));  // the client takes some: 2 MiB behind
+    EXPECT_FALSE(writer.Overrun());
+    EXPECT_EQ(all.load(), StreamWriter::kMaxAllPendingBytes + d.state->pending_bytes);
+    all -= StreamWriter::kMaxAllPendingBytes;
+  }
+  EXPECT_EQ(all.load(), 0u);  // what it never took left the count with it
+}
+
+}  // namespace
+}  // namespace loom::server
