@@ -279,7 +279,8 @@ json BuildFullResponse(const ServerContext& ctx, const OpenAiRequest& r, const R
         choice["logprobs"] = nullptr;
       }
     }
-    choice["finish_reason"] = FinishField(r.echo_only ? EchoOnlyFinish(c.finish_reason) : c.finish_reason);
+    choice["finish_reason"] =
+        FinishField(r.echo_only ? EchoOnlyFinish(c.finish_reason) : c.finish_reason);
     choice["stop_reason"] = r.echo_only ? json(nullptr) : StopReason(c.stop_reason, c.stop_token);
     // vLLM's optional choice fields, null unless asked for (its responses always carry them).
     choice["token_ids"] = r.return_token_ids ? json(gen.token_ids) : json(nullptr);
@@ -384,7 +385,8 @@ json StreamWriter::ChoiceChunk(size_t index, const SequenceUpdate& u) {
   }
   choice["finish_reason"] =
       FinishField(request_.echo_only ? EchoOnlyFinish(u.finish_reason) : u.finish_reason);
-  choice["stop_reason"] = request_.echo_only ? json(nullptr) : StopReason(u.stop_reason, u.stop_token);
+  choice["stop_reason"] =
+      request_.echo_only ? json(nullptr) : StopReason(u.stop_reason, u.stop_token);
   if (request_.return_token_ids) {
     const bool dropped = request_.echo_only;  // the one token echo without generation ran
     choice["token_ids"] = u.has_token && !dropped ? json::array({u.token}) : json::array();
