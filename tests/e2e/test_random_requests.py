@@ -11,7 +11,8 @@ sent again alone and must come back bit for bit the same (batch invariance), som
 and the server must be healthy with nothing left running.
 
 Reproduce a failure with its seed: LOOM_RANDOM_SEEDS=1,2,3 picks the seeds (default SEEDS);
-LOOM_RANDOM_REQUESTS sets the number of requests per seed. Each failure prints the request."""
+LOOM_RANDOM_REQUESTS sets the number of requests per seed (half of it under cache pressure, whose
+seeds LOOM_RANDOM_PRESSED_SEEDS picks). Each failure prints the request."""
 import json
 import math
 import os
@@ -30,6 +31,7 @@ from random_requests_gen import Req, gen_request
 
 SEEDS = [int(s) for s in os.environ.get("LOOM_RANDOM_SEEDS", "20240611,1,2").split(",") if s.strip()]
 N_REQUESTS = int(os.environ.get("LOOM_RANDOM_REQUESTS", "300"))
+PRESSED_SEEDS = [int(s) for s in os.environ.get("LOOM_RANDOM_PRESSED_SEEDS", "7").split(",") if s.strip()]
 THREADS = 8
 N_REPLAY = 30  # greedy requests sent again alone
 N_REPLAY_SEEDED = 10  # seeded sampling requests sent again alone
@@ -637,10 +639,40 @@ def comparable(choices, usage):
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_random_requests(server, seed):
+    run_storm(server, seed, N_REQUESTS)
+
+
+@pytest.fixture(scope="module")
+def pressed_server(llama_dir):
+    """The same model and adapters under pressure: a KV cache of about two full-length sequences
+    (requests are preempted and recomputed), prefill chunked 64 tokens a step, 2 adapters a step
+    and 2 kept in memory (the others evicted and read again from their folders)."""
+    from conftest import LoomServer, adapter_args
+    s = LoomServer(llama_dir, adapter_args() + [
+        "--kv-cache-memory", "800KiB", "--max-num-seqs", "16", "--max-num-batched-tokens", "64",
+        "--max-loras", "2", "--max-cpu-loras", "2"])
+    try:
+        yield s.start()
+    finally:
+        s.kill()
+
+
+@pytest.mark.parametrize("seed", PRESSED_SEEDS)
+def test_random_requests_under_cache_pressure(pressed_server, server, seed):
+    # The invariants hold with preemption, chunked prefill and adapter eviction, and the greedy
+    # and seeded answers are those of the unpressed server, bit for bit (batch invariance).
+    before = pressed_server.metric("vllm:num_preemptions_total")
+    run_storm(pressed_server, seed, N_REQUESTS // 2, replay_server=server)
+    assert pressed_server.metric("vllm:num_preemptions_total") > before, "nothing was preempted"
+
+
+def run_storm(server, seed, n_requests, replay_server=None):
+    """`n_requests` random requests from THREADS threads at once, each answer checked; then
+    replays alone (on `replay_server` when given) that must match bit for bit."""
     t0 = time.monotonic()
     STATS.clear()
     rng = random.Random(seed)
-    reqs = [gen_request(rng, i) for i in range(N_REQUESTS)]
+    reqs = [gen_request(rng, i) for i in range(n_requests)]
     failures = Failures()
     results = {}
     local = threading.local()
@@ -682,13 +714,14 @@ def test_random_requests(server, seed):
 
     # Batch invariance: greedy (and seeded) requests again, alone, bit for bit.
     session = requests.Session()
+    alone = replay_server or server
     ok = [q for q in reqs if q.i in results and not q.stream]
     greedy = [q for q in ok if is_num(q.body.get("temperature")) and q.body["temperature"] < 1e-5]
     seeded = [q for q in ok if q not in greedy and "seed" in q.body]
     replay = rng.sample(greedy, min(N_REPLAY, len(greedy))) + \
         rng.sample(seeded, min(N_REPLAY_SEEDED, len(seeded)))
     for q in replay:
-        status, body, err = send(session, server.url, q)
+        status, body, err = send(session, alone.url, q)
         again = check(q, status, body, err, failures)
         if again is not None and comparable(*again) != comparable(*results[q.i]):
             failures.add(q, "replayed alone, the answer differs from the one under load",
@@ -699,7 +732,7 @@ def test_random_requests(server, seed):
         rng.sample(seeded, min(N_STREAM_TWIN // 2, len(seeded)))
     for q in twins:
         s = variant(q, stream=True, stream_options={"include_usage": True}, prompt_logprobs=None)
-        status, events, err = send(session, server.url, s)
+        status, events, err = send(session, alone.url, s)
         got = check(s, status, events, err, failures)
         if got is not None:
             want = comparable(*results[q.i])
@@ -720,7 +753,7 @@ def test_random_requests(server, seed):
     for q in rng.sample(multi, min(6, len(multi))):
         i = rng.randrange(q.body["n"])
         v = variant(q, n=1, seed=q.body["seed"] + i, best_of=None)
-        status, body, err = send(session, server.url, v)
+        status, body, err = send(session, alone.url, v)
         got = check(v, status, body, err, failures)
         if got is not None:
             note("seed + i checked")
@@ -738,7 +771,7 @@ def test_random_requests(server, seed):
         n = q.body.get("n", 1)
         v = variant(q, prompt=q.body["prompt"][j])
         v.prompts = [q.prompts[j]] if q.prompts else None
-        status, body, err = send(session, server.url, v)
+        status, body, err = send(session, alone.url, v)
         got = check(v, status, body, err, failures)
         if got is not None:
             note("prompt list vs alone checked")
