@@ -666,6 +666,24 @@ def test_random_requests_under_cache_pressure(pressed_server, server, seed):
     assert pressed_server.metric("vllm:num_preemptions_total") > before, "nothing was preempted"
 
 
+@pytest.fixture(scope="module")
+def int4_server(llama_dir):
+    """The same model with its projections quantized to int4 (group 32) at load, the adapters
+    over them."""
+    from conftest import LoomServer, adapter_args
+    s = LoomServer(llama_dir, adapter_args() + ["--quantize", "int4", "--quantize-group-size", "32"])
+    try:
+        yield s.start()
+    finally:
+        s.kill()
+
+
+def test_random_requests_over_an_int4_base(int4_server):
+    # The invariants, and batch invariance (replays alone bit for bit), over a quantized base.
+    assert any("quantized" in line for line in int4_server.log_lines), int4_server.log()
+    run_storm(int4_server, 11, N_REQUESTS // 2)
+
+
 def run_storm(server, seed, n_requests, replay_server=None):
     """`n_requests` random requests from THREADS threads at once, each answer checked; then
     replays alone (on `replay_server` when given) that must match bit for bit."""
