@@ -11,8 +11,9 @@ sent again alone and must come back bit for bit the same (batch invariance), som
 and the server must be healthy with nothing left running.
 
 Reproduce a failure with its seed: LOOM_RANDOM_SEEDS=1,2,3 picks the seeds (default SEEDS);
-LOOM_RANDOM_REQUESTS sets the number of requests per seed (half of it under cache pressure, whose
-seeds LOOM_RANDOM_PRESSED_SEEDS picks). Each failure prints the request."""
+LOOM_RANDOM_REQUESTS sets the number of requests per seed (half of it for the other servers —
+under cache pressure, over an int4 base, a mixture of experts — whose seeds
+LOOM_RANDOM_OTHER_SEEDS picks). Each failure prints the request."""
 import json
 import math
 import os
@@ -31,7 +32,7 @@ from random_requests_gen import Req, gen_request
 
 SEEDS = [int(s) for s in os.environ.get("LOOM_RANDOM_SEEDS", "20240611,1,2").split(",") if s.strip()]
 N_REQUESTS = int(os.environ.get("LOOM_RANDOM_REQUESTS", "300"))
-PRESSED_SEEDS = [int(s) for s in os.environ.get("LOOM_RANDOM_PRESSED_SEEDS", "7").split(",") if s.strip()]
+OTHER_SEEDS = [int(s) for s in os.environ.get("LOOM_RANDOM_OTHER_SEEDS", "7").split(",") if s.strip()]
 THREADS = 8
 N_REPLAY = 30  # greedy requests sent again alone
 N_REPLAY_SEEDED = 10  # seeded sampling requests sent again alone
@@ -657,7 +658,7 @@ def pressed_server(llama_dir):
         s.kill()
 
 
-@pytest.mark.parametrize("seed", PRESSED_SEEDS)
+@pytest.mark.parametrize("seed", OTHER_SEEDS)
 def test_random_requests_under_cache_pressure(pressed_server, server, seed):
     # The invariants hold with preemption, chunked prefill and adapter eviction, and the greedy
     # and seeded answers are those of the unpressed server, bit for bit (batch invariance).
@@ -678,10 +679,36 @@ def int4_server(llama_dir):
         s.kill()
 
 
-def test_random_requests_over_an_int4_base(int4_server):
+@pytest.mark.parametrize("seed", OTHER_SEEDS)
+def test_random_requests_over_an_int4_base(int4_server, seed):
     # The invariants, and batch invariance (replays alone bit for bit), over a quantized base.
     assert any("quantized" in line for line in int4_server.log_lines), int4_server.log()
-    run_storm(int4_server, 11, N_REQUESTS // 2)
+    run_storm(int4_server, seed, N_REQUESTS // 2)
+
+
+@pytest.fixture(scope="module")
+def moe_server(model_root):
+    """A tiny Mixtral (4 experts, top 2) served under the same name, with Mixtral adapters under
+    the four adapter names: attention, the experts' w1/w2/w3 and the router, q/o, v."""
+    import tiny_model
+    from conftest import ADAPTER_FIXTURES, FIXTURES, LoomServer
+    d = tiny_model.make(FIXTURES / "models" / "mixtral_f32", model_root / "moe" / BASE)
+    adapters = {"qv": "mixtral_all_linear", "mlp": "mixtral_experts_v4", "all": "mixtral_native",
+                "embed": "mixtral_native_pattern"}
+    args = []
+    for name, folder in adapters.items():
+        args += ["--lora", f"{name}={ADAPTER_FIXTURES / folder}"]
+    s = LoomServer(d, args)
+    try:
+        yield s.start()
+    finally:
+        s.kill()
+
+
+@pytest.mark.parametrize("seed", OTHER_SEEDS)
+def test_random_requests_on_a_mixture_of_experts(moe_server, seed):
+    # Rows routed to different experts share a step: each still answers as it does alone.
+    run_storm(moe_server, seed, N_REQUESTS // 2)
 
 
 def run_storm(server, seed, n_requests, replay_server=None):
