@@ -266,8 +266,11 @@ StatusOr<bool> CompareOp(const std::string& op, const Value& a, const Value& b) 
 
 StatusOr<Value> Slice(const Value& obj, const Value& start_v, const Value& stop_v,
                       const Value& step_v) {
+  // jinja2 compiles a slice to Python's obj[a:b:c], not to environment.getitem: slicing what is
+  // not a str / list / tuple is a TypeError, not an undefined value.
+  if (obj.is_dict()) return InvalidArgument("unhashable type: 'slice'");
   if ((!obj.is_list() && !obj.is_string()) || obj.is_iterator()) {
-    return Value::Undefined(std::string("'") + obj.TypeName() + " object' is not subscriptable");
+    return InvalidArgument("'" + obj.TypeName() + "' object is not subscriptable");
   }
   for (const Value* v : {&start_v, &stop_v, &step_v}) {
     if (!v->is_none() && !v->is_int() && !v->is_bool()) {

@@ -69,8 +69,11 @@ const TestEntry kTests[] = {
      [](Interpreter&, const Value& v, CallArgs&) -> StatusOr<bool> {
        return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined();
      }},
+    // An undefined value is callable in jinja2 (Undefined has a __call__, which raises).
     {"callable",
-     [](Interpreter&, const Value& v, CallArgs&) -> StatusOr<bool> { return v.is_function(); }},
+     [](Interpreter&, const Value& v, CallArgs&) -> StatusOr<bool> {
+       return v.is_function() || v.is_undefined();
+     }},
     {"lower",
      [](Interpreter&, const Value& v, CallArgs&) -> StatusOr<bool> {
        std::string s = PyStr(v);
