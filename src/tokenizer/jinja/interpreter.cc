@@ -181,6 +181,17 @@ StatusOr<Flow> Interpreter::ExecBody(const Body& body, const std::shared_ptr<Sco
   return Flow::kNormal;
 }
 
+// The body of a set or filter block, of a for loop's else, or of {% generation %}: a frame of
+// its own in jinja2, so what it sets is not seen after it.
+StatusOr<Flow> Interpreter::ExecInnerBody(const Body& body, const std::shared_ptr<Scope>& scope,
+                                          std::string* out) {
+  auto inner = std::make_shared<Scope>();
+  inner->parent = scope;
+  ASSIGN_OR_RETURN(Flow f, ExecBody(body, inner, out));
+  RETURN_IF_ERROR(EndScope(inner));
+  return f;
+}
+
 StatusOr<Flow> Interpreter::Exec(const Stmt& s, const std::shared_ptr<Scope>& scope,
                                  std::string* out) {
   RETURN_IF_ERROR(Charge());
@@ -205,9 +216,10 @@ StatusOr<Flow> Interpreter::Exec(const Stmt& s, const std::shared_ptr<Scope>& sc
       RETURN_IF_ERROR(ExecSet(s, scope));
       return Flow::kNormal;
     case StmtKind::kSetBlock: {
+      // A break / continue in the body leaves before the assignment, as in jinja2.
       std::string text;
-      ASSIGN_OR_RETURN(Flow f, ExecBody(s.body, scope, &text));
-      (void)f;
+      ASSIGN_OR_RETURN(Flow f, ExecInnerBody(s.body, scope, &text));
+      if (f != Flow::kNormal) return f;
       ASSIGN_OR_RETURN(Value v, ApplyFilterChain(s.filters, Value::String(std::move(text)), scope));
       scope->vars[s.targets[0]] = std::move(v);
       return Flow::kNormal;
@@ -220,8 +232,10 @@ StatusOr<Flow> Interpreter::Exec(const Stmt& s, const std::shared_ptr<Scope>& sc
       }
       return Flow::kNormal;
     case StmtKind::kFilterBlock: {
+      // A break / continue in the body leaves before the filtered text is written, as in jinja2.
       std::string text;
-      ASSIGN_OR_RETURN(Flow f, ExecBody(s.body, scope, &text));
+      ASSIGN_OR_RETURN(Flow f, ExecInnerBody(s.body, scope, &text));
+      if (f != Flow::kNormal) return f;
       ASSIGN_OR_RETURN(Value v, ApplyFilterChain(s.filters, Value::String(std::move(text)), scope));
       RETURN_IF_ERROR(Append(v.ToString(), out));
       return f;
@@ -231,7 +245,7 @@ StatusOr<Flow> Interpreter::Exec(const Stmt& s, const std::shared_ptr<Scope>& sc
     case StmtKind::kContinue:
       return Flow::kContinue;
     case StmtKind::kScope:
-      return ExecBody(s.body, scope, out);
+      return ExecInnerBody(s.body, scope, out);
   }
   return Flow::kNormal;
 }
@@ -290,7 +304,7 @@ Status Interpreter::ExecFor(const Stmt& s, const std::shared_ptr<Scope>& scope,
     if (f == Flow::kBreak) break;
   }
   if (n == 0) {
-    ASSIGN_OR_RETURN(Flow f, ExecBody(s.else_body, scope, out));
+    ASSIGN_OR_RETURN(Flow f, ExecInnerBody(s.else_body, scope, out));
     (void)f;
   }
   return OkStatus();

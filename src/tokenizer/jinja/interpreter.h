@@ -142,6 +142,8 @@ class Interpreter {
  private:
   StatusOr<Flow> ExecBody(const Body& body, const std::shared_ptr<Scope>& scope,
                           std::string* out);
+  StatusOr<Flow> ExecInnerBody(const Body& body, const std::shared_ptr<Scope>& scope,
+                               std::string* out);
   StatusOr<Flow> Exec(const Stmt& s, const std::shared_ptr<Scope>& scope, std::string* out);
   Status ExecFor(const Stmt& s, const std::shared_ptr<Scope>& scope, std::string* out);
   Status ExecSet(const Stmt& s, const std::shared_ptr<Scope>& scope);

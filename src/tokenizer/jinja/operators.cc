@@ -45,10 +45,41 @@ StatusOr<Value> Repeat(Interpreter& interp, const Value& seq, int64_t n) {
   return seq.is_tuple() ? Value::MakeTuple(std::move(out)) : Value::MakeList(std::move(out));
 }
 
+// Python's float % and // (float_rem / float_floor_div): a zero remainder takes the divisor's
+// sign, and the quotient is rounded from (a - m) / b, not floor(a / b) (1 // 0.1 is 9.0).
 double PyFloorMod(double a, double b) {
   double m = std::fmod(a, b);
-  if (m != 0 && ((m < 0) != (b < 0))) m += b;
+  if (m == 0) return std::copysign(0.0, b);
+  if ((m < 0) != (b < 0)) m += b;
   return m;
+}
+
+double PyFloorDiv(double a, double b) {
+  double m = std::fmod(a, b);
+  double div = (a - m) / b;
+  if (m != 0 && ((b < 0) != (m < 0))) div -= 1.0;
+  if (div == 0) return std::copysign(0.0, a / b);
+  double floor_div = std::floor(div);
+  if (div - floor_div > 0.5) floor_div += 1.0;
+  return floor_div;
+}
+
+// Python's float ** (float_pow): 0.0 to a negative power and a finite result too large are
+// errors; a negative number to a fractional power is a complex number in Python, which loom
+// does not have (docs/ARCHITECTURE.md).
+StatusOr<Value> PyFloatPow(double x, double y) {
+  if (x == 0 && y < 0) {
+    return InvalidArgument("ZeroDivisionError: 0.0 cannot be raised to a negative power");
+  }
+  if (x < 0 && std::isfinite(x) && std::isfinite(y) && y != std::floor(y)) {
+    return InvalidArgument(
+        "unsupported: a negative number to a fractional power (a complex number in Python)");
+  }
+  double r = std::pow(x, y);
+  if (std::isinf(r) && std::isfinite(x) && std::isfinite(y)) {
+    return InvalidArgument("OverflowError: (34, 'Numerical result out of range')");
+  }
+  return Value::Float(r);
 }
 
 }  // namespace
@@ -149,7 +180,7 @@ StatusOr<Value> BinaryOp(Interpreter& interp, const std::string& op, const Value
     }
     double x = a.as_double(), y = b.as_double();
     if (op == "%") return Value::Float(PyFloorMod(x, y));
-    return Value::Float(std::floor(x / y));
+    return Value::Float(PyFloorDiv(x, y));
   }
   if (op == "**") {
     if (!nums) return Unsupported(op, a, b);
@@ -166,7 +197,7 @@ StatusOr<Value> BinaryOp(Interpreter& interp, const std::string& op, const Value
       }
       return Value::Int(r);
     }
-    return Value::Float(std::pow(a.as_double(), b.as_double()));
+    return PyFloatPow(a.as_double(), b.as_double());
   }
   return Internal("unknown operator " + op);
 }
@@ -235,8 +266,11 @@ StatusOr<bool> CompareOp(const std::string& op, const Value& a, const Value& b) 
 
 StatusOr<Value> Slice(const Value& obj, const Value& start_v, const Value& stop_v,
                       const Value& step_v) {
+  // jinja2 compiles a slice to Python's obj[a:b:c], not to environment.getitem: slicing what is
+  // not a str / list / tuple is a TypeError, not an undefined value.
+  if (obj.is_dict()) return InvalidArgument("unhashable type: 'slice'");
   if ((!obj.is_list() && !obj.is_string()) || obj.is_iterator()) {
-    return Value::Undefined(std::string("'") + obj.TypeName() + " object' is not subscriptable");
+    return InvalidArgument("'" + obj.TypeName() + "' object is not subscriptable");
   }
   for (const Value* v : {&start_v, &stop_v, &step_v}) {
     if (!v->is_none() && !v->is_int() && !v->is_bool()) {

@@ -276,9 +276,13 @@ class Parser {
     }
     if (tag == "generation") {
       // transformers' AssistantTracker: the body renders as is (the tracking only marks spans).
+      // The body is a caller() function in jinja2, so break / continue in it are outside a loop.
       s->kind = StmtKind::kScope;
       RETURN_IF_ERROR(ExpectBlockEnd());
+      int saved_loop_depth = loop_depth_;
+      loop_depth_ = 0;
       RETURN_IF_ERROR(ParseBody({"endgeneration"}, &s->body, &end));
+      loop_depth_ = saved_loop_depth;
       RETURN_IF_ERROR(ExpectBlockEnd());
       return s;
     }

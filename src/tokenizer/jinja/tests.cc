@@ -10,6 +10,12 @@
 namespace loom::jinja {
 namespace {
 
+// Python's x % 2.0 (the remainder takes the divisor's sign; nan and inf give nan).
+double FloatMod2(double x) {
+  double m = std::fmod(x, 2.0);
+  return m < 0 ? m + 2.0 : m;
+}
+
 StatusOr<const Value*> Arg(const CallArgs& args, const char* test) {
   const Value* v = FindArg(args, 0, "other");
   if (v == nullptr) v = FindArg(args, 0, "num");
@@ -29,64 +35,70 @@ struct TestEntry {
 };
 
 const TestEntry kTests[] = {
-    {"defined", [](Interpreter&, const Value& v, CallArgs&) -> StatusOr<bool> {
-       return !v.is_undefined();
-     }},
-    {"undefined", [](Interpreter&, const Value& v, CallArgs&) -> StatusOr<bool> {
-       return v.is_undefined();
-     }},
+    {"defined",
+     [](Interpreter&, const Value& v, CallArgs&) -> StatusOr<bool> { return !v.is_undefined(); }},
+    {"undefined",
+     [](Interpreter&, const Value& v, CallArgs&) -> StatusOr<bool> { return v.is_undefined(); }},
     {"none", [](Interpreter&, const Value& v, CallArgs&) -> StatusOr<bool> { return v.is_none(); }},
-    {"string", [](Interpreter&, const Value& v, CallArgs&) -> StatusOr<bool> {
-       return v.is_string();
-     }},
-    {"number", [](Interpreter&, const Value& v, CallArgs&) -> StatusOr<bool> {
-       return v.is_number();
-     }},
-    {"integer", [](Interpreter&, const Value& v, CallArgs&) -> StatusOr<bool> {
-       return v.is_int();
-     }},
-    {"float", [](Interpreter&, const Value& v, CallArgs&) -> StatusOr<bool> {
-       return v.is_float();
-     }},
-    {"boolean", [](Interpreter&, const Value& v, CallArgs&) -> StatusOr<bool> {
-       return v.is_bool();
-     }},
-    {"true", [](Interpreter&, const Value& v, CallArgs&) -> StatusOr<bool> {
+    {"string",
+     [](Interpreter&, const Value& v, CallArgs&) -> StatusOr<bool> { return v.is_string(); }},
+    {"number",
+     [](Interpreter&, const Value& v, CallArgs&) -> StatusOr<bool> { return v.is_number(); }},
+    {"integer",
+     [](Interpreter&, const Value& v, CallArgs&) -> StatusOr<bool> { return v.is_int(); }},
+    {"float",
+     [](Interpreter&, const Value& v, CallArgs&) -> StatusOr<bool> { return v.is_float(); }},
+    {"boolean",
+     [](Interpreter&, const Value& v, CallArgs&) -> StatusOr<bool> { return v.is_bool(); }},
+    {"true",
+     [](Interpreter&, const Value& v, CallArgs&) -> StatusOr<bool> {
        return v.is_bool() && v.as_bool();
      }},
-    {"false", [](Interpreter&, const Value& v, CallArgs&) -> StatusOr<bool> {
+    {"false",
+     [](Interpreter&, const Value& v, CallArgs&) -> StatusOr<bool> {
        return v.is_bool() && !v.as_bool();
      }},
-    {"mapping", [](Interpreter&, const Value& v, CallArgs&) -> StatusOr<bool> {
-       return v.is_dict();
-     }},
+    {"mapping",
+     [](Interpreter&, const Value& v, CallArgs&) -> StatusOr<bool> { return v.is_dict(); }},
     // jinja2's Undefined is iterable (empty) and has __len__/__getitem__.
-    {"iterable", [](Interpreter&, const Value& v, CallArgs&) -> StatusOr<bool> {
+    {"iterable",
+     [](Interpreter&, const Value& v, CallArgs&) -> StatusOr<bool> {
        return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined();
      }},
-    {"sequence", [](Interpreter&, const Value& v, CallArgs&) -> StatusOr<bool> {
+    {"sequence",
+     [](Interpreter&, const Value& v, CallArgs&) -> StatusOr<bool> {
        return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined();
      }},
-    {"callable", [](Interpreter&, const Value& v, CallArgs&) -> StatusOr<bool> {
-       return v.is_function();
+    // An undefined value is callable in jinja2 (Undefined has a __call__, which raises).
+    {"callable",
+     [](Interpreter&, const Value& v, CallArgs&) -> StatusOr<bool> {
+       return v.is_function() || v.is_undefined();
      }},
-    {"lower", [](Interpreter&, const Value& v, CallArgs&) -> StatusOr<bool> {
+    {"lower",
+     [](Interpreter&, const Value& v, CallArgs&) -> StatusOr<bool> {
        std::string s = PyStr(v);
        return LowerUtf8(s) == s && UpperUtf8(s) != s;
      }},
-    {"upper", [](Interpreter&, const Value& v, CallArgs&) -> StatusOr<bool> {
+    {"upper",
+     [](Interpreter&, const Value& v, CallArgs&) -> StatusOr<bool> {
        std::string s = PyStr(v);
        return UpperUtf8(s) == s && LowerUtf8(s) != s;
      }},
-    {"odd", [](Interpreter&, const Value& v, CallArgs&) -> StatusOr<bool> {
-       if (!v.is_int() && !v.is_bool()) return InvalidArgument("test 'odd' needs an integer");
+    // jinja2's value % 2 == 1 / == 0: a float is odd or even too (3.0 is odd, 1.5 neither).
+    {"odd",
+     [](Interpreter&, const Value& v, CallArgs&) -> StatusOr<bool> {
+       if (v.is_float()) return FloatMod2(v.as_double()) == 1;
+       if (!v.is_int() && !v.is_bool()) return InvalidArgument("test 'odd' needs a number");
        return v.as_int() % 2 != 0;
      }},
-    {"even", [](Interpreter&, const Value& v, CallArgs&) -> StatusOr<bool> {
-       if (!v.is_int() && !v.is_bool()) return InvalidArgument("test 'even' needs an integer");
+    {"even",
+     [](Interpreter&, const Value& v, CallArgs&) -> StatusOr<bool> {
+       if (v.is_float()) return FloatMod2(v.as_double()) == 0;
+       if (!v.is_int() && !v.is_bool()) return InvalidArgument("test 'even' needs a number");
        return v.as_int() % 2 == 0;
      }},
-    {"divisibleby", [](Interpreter&, const Value& v, CallArgs& args) -> StatusOr<bool> {
+    {"divisibleby",
+     [](Interpreter&, const Value& v, CallArgs& args) -> StatusOr<bool> {
        ASSIGN_OR_RETURN(const Value* n, Arg(args, "divisibleby"));
        if (!v.is_number() || !n->is_number()) {
          return InvalidArgument("test 'divisibleby' needs numbers");
@@ -99,11 +111,13 @@ const TestEntry kTests[] = {
        if (n->as_int() == -1) return true;
        return v.as_int() % n->as_int() == 0;
      }},
-    {"in", [](Interpreter&, const Value& v, CallArgs& args) -> StatusOr<bool> {
+    {"in",
+     [](Interpreter&, const Value& v, CallArgs& args) -> StatusOr<bool> {
        ASSIGN_OR_RETURN(const Value* seq, Arg(args, "in"));
        return Contains(*seq, v);
      }},
-    {"sameas", [](Interpreter&, const Value& v, CallArgs& args) -> StatusOr<bool> {
+    {"sameas",
+     [](Interpreter&, const Value& v, CallArgs& args) -> StatusOr<bool> {
        ASSIGN_OR_RETURN(const Value* o, Arg(args, "sameas"));
        // Identity: exact for None/bools; containers and functions share their storage.
        if (v.kind() != o->kind()) return false;

@@ -106,6 +106,12 @@ char32_t ToUpper(char32_t cp) {
   if (cp == 0xFF) return 0x178;
   if (cp >= 0x3B1 && cp <= 0x3C9 && cp != 0x3C2) return cp - 32;
   if (cp == 0x3C2) return 0x3A3;
+  if (cp == 0xB5) return 0x39C;   // micro sign → capital mu, as Python
+  if (cp == 0x3AC) return 0x386;  // Greek with tonos / dialytika
+  if (cp >= 0x3AD && cp <= 0x3AF) return cp - 37;
+  if (cp == 0x3CA || cp == 0x3CB) return cp - 32;
+  if (cp == 0x3CC) return 0x38C;
+  if (cp == 0x3CD || cp == 0x3CE) return cp - 63;
   if (cp >= 0x430 && cp <= 0x44F) return cp - 32;
   if (cp >= 0x450 && cp <= 0x45F) return cp - 80;
   return cp;
@@ -116,7 +122,11 @@ char32_t ToLower(char32_t cp) {
   if (cp < 0x80) return cp;
   if (cp >= 0xC0 && cp <= 0xDE && cp != 0xD7) return cp + 32;
   if (cp == 0x178) return 0xFF;
-  if (cp >= 0x391 && cp <= 0x3A9 && cp != 0x3A2) return cp + 32;
+  if (cp >= 0x391 && cp <= 0x3AB && cp != 0x3A2) return cp + 32;
+  if (cp == 0x386) return 0x3AC;
+  if (cp >= 0x388 && cp <= 0x38A) return cp + 37;
+  if (cp == 0x38C) return 0x3CC;
+  if (cp == 0x38E || cp == 0x38F) return cp + 63;
   if (cp >= 0x410 && cp <= 0x42F) return cp + 32;
   if (cp >= 0x400 && cp <= 0x40F) return cp + 80;
   return cp;
@@ -129,8 +139,21 @@ bool IsAlpha(char32_t cp) {
 
 std::string UpperUtf8(std::string_view s) {
   std::u32string cps = DecodeUtf8(s);
-  for (char32_t& cp : cps) cp = ToUpper(cp);
-  return EncodeUtf8(cps);
+  std::u32string out;
+  out.reserve(cps.size());
+  for (char32_t cp : cps) {
+    // Python's str.upper() of the few characters here whose capital is several characters.
+    if (cp == 0xDF) {
+      out += U"SS";
+    } else if (cp == 0x390) {
+      out += U"\u0399\u0308\u0301";
+    } else if (cp == 0x3B0) {
+      out += U"\u03A5\u0308\u0301";
+    } else {
+      out += ToUpper(cp);
+    }
+  }
+  return EncodeUtf8(out);
 }
 
 std::string LowerUtf8(std::string_view s) {
