@@ -698,38 +698,50 @@ StatusOr<Value> Interpreter::EvalCompare(const Expr& e, const std::shared_ptr<Sc
   return Value::Bool(true);
 }
 
+// jinja2 fails at compile time on an unknown filter or test name, except in a "soft" frame: the
+// condition and bodies of an {% if %} and an inline if-expression, where the error comes only if
+// it runs (a template's tools branch may use a filter loom lacks and still serve plain chats).
+// The frames a for body, its loop filter and else, a set / filter block, a macro or a
+// generation block open are not soft, wherever they are.
 Status ValidateNames(const Program& program) {
   struct Walker {
-    Status Expr(const struct Expr* e) {
+    Status Expr(const struct Expr* e, bool soft) {
       if (e == nullptr) return OkStatus();
-      if (e->kind == ExprKind::kFilter && FindFilter(e->name) == nullptr) {
+      if (!soft && e->kind == ExprKind::kFilter && FindFilter(e->name) == nullptr) {
         return InvalidArgument("line " + std::to_string(e->line) + ": no filter named '" +
                                e->name + "'");
       }
-      if (e->kind == ExprKind::kTest && FindTest(e->name) == nullptr) {
+      if (!soft && e->kind == ExprKind::kTest && FindTest(e->name) == nullptr) {
         return InvalidArgument("line " + std::to_string(e->line) + ": no test named '" + e->name +
                                "'");
       }
+      soft = soft || e->kind == ExprKind::kCondExpr;
       for (const auto* child : {e->a.get(), e->b.get(), e->c.get(), e->d.get()}) {
-        RETURN_IF_ERROR(Expr(child));
+        RETURN_IF_ERROR(Expr(child, soft));
       }
-      for (const ExprPtr& a : e->args) RETURN_IF_ERROR(Expr(a.get()));
-      for (const auto& kw : e->kwargs) RETURN_IF_ERROR(Expr(kw.second.get()));
+      for (const ExprPtr& a : e->args) RETURN_IF_ERROR(Expr(a.get(), soft));
+      for (const auto& kw : e->kwargs) RETURN_IF_ERROR(Expr(kw.second.get(), soft));
       return OkStatus();
     }
-    Status Body(const loom::jinja::Body& body) {
+    Status Body(const loom::jinja::Body& body, bool soft) {
       for (const StmtPtr& s : body) {
-        RETURN_IF_ERROR(Expr(s->expr.get()));
-        RETURN_IF_ERROR(Expr(s->cond.get()));
-        for (const ExprPtr& f : s->filters) RETURN_IF_ERROR(Expr(f.get()));
-        for (const MacroParam& p : s->params) RETURN_IF_ERROR(Expr(p.default_value.get()));
-        RETURN_IF_ERROR(Body(s->body));
-        RETURN_IF_ERROR(Body(s->else_body));
+        // The iterable of a for and the value of a set are in the enclosing frame; everything
+        // else a for, block or macro holds is in a frame of its own.
+        const bool own_frame = s->kind == StmtKind::kFor || s->kind == StmtKind::kSetBlock ||
+                               s->kind == StmtKind::kFilterBlock || s->kind == StmtKind::kMacro ||
+                               s->kind == StmtKind::kScope;
+        const bool inner = s->kind == StmtKind::kIf ? true : own_frame ? false : soft;
+        RETURN_IF_ERROR(Expr(s->expr.get(), s->kind == StmtKind::kIf || soft));
+        RETURN_IF_ERROR(Expr(s->cond.get(), inner));
+        for (const ExprPtr& f : s->filters) RETURN_IF_ERROR(Expr(f.get(), inner));
+        for (const MacroParam& p : s->params) RETURN_IF_ERROR(Expr(p.default_value.get(), inner));
+        RETURN_IF_ERROR(Body(s->body, inner));
+        RETURN_IF_ERROR(Body(s->else_body, inner));
       }
       return OkStatus();
     }
   };
-  return Walker().Body(program.body);
+  return Walker().Body(program.body, false);
 }
 
 StatusOr<std::string> Render(const Program& program, const Dict& globals,

@@ -270,7 +270,8 @@ StatusOr<Value> Slice(const Value& obj, const Value& start_v, const Value& stop_
   // not a str / list / tuple is a TypeError, not an undefined value.
   if (obj.is_dict()) return InvalidArgument("unhashable type: 'slice'");
   if ((!obj.is_list() && !obj.is_string()) || obj.is_iterator()) {
-    return InvalidArgument("'" + obj.TypeName() + "' object is not subscriptable");
+    std::string what = obj.TypeName();  // appended, not "'" + ...: g++ 12's -Wrestrict misfires
+    return InvalidArgument("'" + what.append("' object is not subscriptable"));
   }
   for (const Value* v : {&start_v, &stop_v, &step_v}) {
     if (!v->is_none() && !v->is_int() && !v->is_bool()) {
