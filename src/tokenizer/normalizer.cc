@@ -1,10 +1,11 @@
 // Normalizers, each following the HF tokenizers component of the same name.
-#include "tokenizer/json_limits.h"
 #include "tokenizer/normalizer.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "tokenizer/json_limits.h"
 #include "tokenizer/precompiled.h"
 #include "tokenizer/regex.h"
 #include "tokenizer/unicode.h"
@@ -21,6 +22,13 @@ Status TooLong(const char* name, size_t bytes, size_t max_bytes) {
                            std::to_string(max_bytes) + " bytes (" +
                            std::to_string(kNormalizedGrowth) + " x input + " +
                            std::to_string(kNormalizedSlack) + ")");
+}
+
+// `n` rounded up to the next character boundary of `s` (at most s.size()).
+size_t CharBoundaryAtOrAfter(const std::string& s, size_t n) {
+  n = std::min(n, s.size());
+  while (n < s.size() && (static_cast<uint8_t>(s[n]) & 0xC0) == 0x80) ++n;
+  return n;
 }
 
 class UnicodeNormalizer final : public Normalizer {
@@ -71,14 +79,14 @@ class StripNormalizer final : public Normalizer {
     *text = s.substr(begin, end - begin);
     return OkStatus();
   }
-  Status NormalizeTracked(std::string* text, size_t max_bytes, bool* dropped_start) const override {
-    size_t lead = 0;  // whitespace bytes at the start
-    while (left_ && lead < text->size()) {
+  Status NormalizeTracked(std::string* text, size_t max_bytes, size_t* head) const override {
+    size_t lead = 0;  // whitespace bytes at the start, removed with their alignments
+    while (left_ && lead < *head && lead < text->size()) {
       size_t next = lead;
       if (!IsWhitespace(NextCodePoint(*text, &next))) break;
       lead = next;
     }
-    if (lead > 0 && lead < text->size()) *dropped_start = true;
+    *head = lead < *head ? *head - lead : 0;
     return Normalize(text, max_bytes);
   }
 
@@ -113,17 +121,22 @@ class ReplaceNormalizer final : public Normalizer {
     *text = std::move(r).value();
     return OkStatus();
   }
-  Status NormalizeTracked(std::string* text, size_t max_bytes, bool* dropped_start) const override {
-    if (content_.empty() && !text->empty()) {
-      std::vector<std::pair<size_t, size_t>> matches;
-      Status st = pattern_.FindAll(*text, &matches);
-      if (!st.ok()) return Status(st.code(), "normalizer Replace: " + st.message());
-      if (!matches.empty() && matches[0].first == 0 && matches[0].second > 0 &&
-          matches[0].second < text->size()) {
-        *dropped_start = true;
-      }
+  // HF gives the content of a match the alignment of the whole match: a match that starts in
+  // the head puts its content in the head.
+  Status NormalizeTracked(std::string* text, size_t max_bytes, size_t* head) const override {
+    if (*head == 0) return Normalize(text, max_bytes);
+    std::vector<std::pair<size_t, size_t>> matches;
+    StatusOr<std::string> r = pattern_.ReplaceAll(*text, content_, max_bytes, &matches);
+    if (!r.ok()) return Status(r.status().code(), "normalizer Replace: " + r.status().message());
+    size_t out_head = 0, pos = 0;
+    for (const auto& [b, e] : matches) {
+      if (b >= *head) break;
+      out_head += b - pos + content_.size();
+      pos = e;
     }
-    return Normalize(text, max_bytes);
+    *head = out_head + (pos < *head ? *head - pos : 0);
+    *text = std::move(r).value();
+    return OkStatus();
   }
 
  private:
@@ -152,6 +165,10 @@ class PrecompiledNormalizer final : public Normalizer {
     ASSIGN_OR_RETURN(*text, map_.Apply(*text, max_bytes));
     return OkStatus();
   }
+  Status NormalizeTracked(std::string* text, size_t max_bytes, size_t* head) const override {
+    *head = map_.HeadAfterApply(*text, *head);
+    return Normalize(text, max_bytes);
+  }
 
  private:
   PrecompiledCharsmap map_;
@@ -166,10 +183,8 @@ class SequenceNormalizer final : public Normalizer {
     for (const auto& p : parts_) RETURN_IF_ERROR(p->Normalize(text, max_bytes));
     return OkStatus();
   }
-  Status NormalizeTracked(std::string* text, size_t max_bytes, bool* dropped_start) const override {
-    for (const auto& p : parts_) {
-      RETURN_IF_ERROR(p->NormalizeTracked(text, max_bytes, dropped_start));
-    }
+  Status NormalizeTracked(std::string* text, size_t max_bytes, size_t* head) const override {
+    for (const auto& p : parts_) RETURN_IF_ERROR(p->NormalizeTracked(text, max_bytes, head));
     return OkStatus();
   }
 
@@ -183,6 +198,18 @@ bool BoolField(const json& j, const char* key, bool fallback) {
 }
 
 }  // namespace
+
+// Normalizers that map each character to characters of their own, in order (NFC's compositions
+// join a character with the ones after it): the head's characters normalized alone, rounded up
+// to the character they ended in.
+Status Normalizer::NormalizeTracked(std::string* text, size_t max_bytes, size_t* head) const {
+  if (*head == 0) return Normalize(text, max_bytes);
+  std::string first = text->substr(0, *head);
+  RETURN_IF_ERROR(Normalize(&first, max_bytes));
+  RETURN_IF_ERROR(Normalize(text, max_bytes));
+  *head = CharBoundaryAtOrAfter(*text, first.size());
+  return OkStatus();
+}
 
 StatusOr<std::unique_ptr<Normalizer>> ParseNormalizer(const json& j) {
   if (j.is_null()) return std::unique_ptr<Normalizer>();

@@ -32,13 +32,13 @@ class Normalizer {
   // kResourceExhausted naming the normalizer when its output would exceed `max_bytes` (see
   // NormalizedLimit), or when its regex gives up.
   virtual Status Normalize(std::string* text, size_t max_bytes) const = 0;
-  // Normalize, also saying whether it removed the text's first characters outright (HF's
-  // alignments then start past offset 0 of the input, so Metaspace's prepend_scheme "first"
-  // does not prepend: "\A +" → "" before Metaspace). *dropped_start is only ever set to true.
-  virtual Status NormalizeTracked(std::string* text, size_t max_bytes, bool* dropped_start) const {
-    (void)dropped_start;
-    return Normalize(text, max_bytes);
-  }
+  // Normalize, also tracking `*head`: how many bytes at the start of the text HF's alignments tie
+  // to the input's first character (offset 0); on entry for the input, on return for the output.
+  // 0 when the text starts with characters of later input (a normalizer removed the first ones
+  // outright: "\A +" → ""), and then Metaspace's prepend_scheme "first" does not prepend; but
+  // "´" → " \u0301" → (strip) "\u0301" keeps the acute tied to offset 0, so it does. Characters
+  // made from head characters stay in the head; 0 stays 0.
+  virtual Status NormalizeTracked(std::string* text, size_t max_bytes, size_t* head) const;
 };
 
 // `j` is the "normalizer" value of tokenizer.json; null gives a null pointer (no normalizer).

@@ -64,25 +64,40 @@ std::optional<std::string_view> PrecompiledCharsmap::Transform(std::string_view 
   return std::nullopt;
 }
 
+namespace {
+
+// The end of the extended grapheme cluster that starts at `pos` (< text.size()).
+size_t GraphemeEnd(std::string_view text, size_t pos) {
+  size_t end = pos;
+  utf8proc_int32_t state = 0;
+  char32_t prev = NextCodePoint(text, &end);
+  while (end < text.size()) {
+    size_t next = end;
+    const char32_t cp = NextCodePoint(text, &next);
+    if (utf8proc_grapheme_break_stateful(static_cast<utf8proc_int32_t>(prev),
+                                         static_cast<utf8proc_int32_t>(cp), &state)) {
+      break;
+    }
+    prev = cp;
+    end = next;
+  }
+  return end;
+}
+
+size_t CountCodePoints(std::string_view s) {
+  size_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+}  // namespace
+
 StatusOr<std::string> PrecompiledCharsmap::Apply(std::string_view text, size_t max_bytes) const {
   std::string out;
   out.reserve(text.size());
   size_t pos = 0;
   while (pos < text.size()) {
-    // One extended grapheme cluster [pos, end).
-    size_t end = pos;
-    utf8proc_int32_t state = 0;
-    char32_t prev = NextCodePoint(text, &end);
-    while (end < text.size()) {
-      size_t next = end;
-      const char32_t cp = NextCodePoint(text, &next);
-      if (utf8proc_grapheme_break_stateful(static_cast<utf8proc_int32_t>(prev),
-                                           static_cast<utf8proc_int32_t>(cp), &state)) {
-        break;
-      }
-      prev = cp;
-      end = next;
-    }
+    const size_t end = GraphemeEnd(text, pos);
     const std::string_view grapheme = text.substr(pos, end - pos);
     std::optional<std::string_view> whole;
     if (grapheme.size() < 6) whole = Transform(grapheme);
@@ -105,6 +120,83 @@ StatusOr<std::string> PrecompiledCharsmap::Apply(std::string_view text, size_t m
     pos = end;
   }
   return out;
+}
+
+size_t PrecompiledCharsmap::HeadAfterApply(std::string_view text, size_t head) const {
+  if (head == 0) return 0;
+  // HF's list of (output character bytes, change) as spm_precompiled's `replace` builds it.
+  struct Entry {
+    size_t bytes;
+    int64_t change;
+  };
+  std::vector<Entry> list;
+  size_t unrecorded = 0;  // input bytes removed before the list had an entry
+  auto replace = [&](std::string_view old_part, std::string_view new_part) {
+    const int64_t diff = static_cast<int64_t>(CountCodePoints(new_part)) -
+                         static_cast<int64_t>(CountCodePoints(old_part));
+    for (size_t p = 0; p < new_part.size();) {
+      const size_t start = p;
+      NextCodePoint(new_part, &p);
+      list.push_back({p - start, 0});
+    }
+    if (diff > 0) {
+      for (size_t i = 0; i < static_cast<size_t>(diff); ++i) list[list.size() - 1 - i].change = 1;
+    } else if (diff < 0) {
+      if (list.empty()) {
+        unrecorded += old_part.size();
+      } else {
+        list.back().change += diff;
+      }
+    }
+  };
+  // The list up to one grapheme past where its replay passes the head (the next grapheme's
+  // removal may still change the last entry).
+  size_t pos = 0;
+  bool past = false;
+  while (pos < text.size()) {
+    const size_t end = GraphemeEnd(text, pos);
+    const std::string_view grapheme = text.substr(pos, end - pos);
+    std::optional<std::string_view> whole;
+    if (grapheme.size() < 6) whole = Transform(grapheme);
+    if (whole) {
+      replace(grapheme, *whole);
+    } else {
+      size_t p = 0;
+      while (p < grapheme.size()) {
+        const size_t start = p;
+        NextCodePoint(grapheme, &p);
+        const std::string_view ch = grapheme.substr(start, p - start);
+        const std::optional<std::string_view> t = Transform(ch);
+        if (t) {
+          replace(ch, *t);
+        } else {
+          list.push_back({ch.size(), 0});
+        }
+      }
+    }
+    pos = end;
+    if (past) break;
+    past = pos > head + unrecorded;
+  }
+  // Replay NormalizedString::transform: an entry with change <= 0 takes the alignment of the
+  // input byte at `offset` and consumes 1 - change characters; an inserted one (change > 0)
+  // takes the alignment of the byte before `offset` ((0, 0) at 0). Input bytes before `head`
+  // are tied to offset 0. The consumed characters are counted from the input's start, so
+  // removed first characters (unrecorded) shift everything after them back.
+  size_t offset = 0, in = 0, out_head = 0;
+  for (const Entry& e : list) {
+    const bool tied = e.change > 0 ? offset <= head : offset < head;
+    if (!tied) break;
+    out_head += e.bytes;
+    if (e.change <= 0) {
+      for (int64_t k = 0; k < 1 - e.change && in < text.size(); ++k) {
+        const size_t start = in;
+        NextCodePoint(text, &in);
+        offset += in - start;
+      }
+    }
+  }
+  return out_head;
 }
 
 StatusOr<std::string> DecodeBase64(std::string_view text, const std::string& what) {

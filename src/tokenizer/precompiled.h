@@ -23,6 +23,11 @@ class PrecompiledCharsmap {
   // Normalizes valid UTF-8: each grapheme shorter than 6 bytes with a rewrite is replaced
   // whole, else each character with a rewrite is replaced. kResourceExhausted past max_bytes.
   StatusOr<std::string> Apply(std::string_view text, size_t max_bytes) const;
+  // How many bytes at the start of Apply(text) HF's alignments tie to the first `head` bytes of
+  // `text` (see Normalizer::NormalizeTracked), replaying the library's transformation list with
+  // its quirk: a removed first character is not recorded, so the next output character takes
+  // its alignment ("\x0b´" → " \u0301", both tied to offset 0). Looks at the text's start only.
+  size_t HeadAfterApply(std::string_view text, size_t head) const;
 
  private:
   std::vector<uint32_t> trie_;

@@ -308,11 +308,14 @@ Status Pattern::FindAll(std::string_view s, std::vector<std::pair<size_t, size_t
 }
 
 StatusOr<std::string> Pattern::ReplaceAll(std::string_view s, std::string_view content,
-                                          size_t max_bytes) const {
-  if (regex_) return regex_->ReplaceAll(s, content, max_bytes);
-  std::vector<std::pair<size_t, size_t>> matches;
-  RETURN_IF_ERROR(FindAll(s, &matches));
-  return ReplaceMatches(s, matches, content, max_bytes, literal_);
+                                          size_t max_bytes,
+                                          std::vector<std::pair<size_t, size_t>>* matches) const {
+  if (regex_ && matches == nullptr) return regex_->ReplaceAll(s, content, max_bytes);
+  std::vector<std::pair<size_t, size_t>> local;
+  if (matches == nullptr) matches = &local;
+  matches->clear();
+  RETURN_IF_ERROR(FindAll(s, matches));
+  return ReplaceMatches(s, *matches, content, max_bytes, regex_ ? regex_->pattern() : literal_);
 }
 
 }  // namespace loom::tokenizer

@@ -85,8 +85,9 @@ class Pattern {
   static StatusOr<Pattern> FromLiteral(std::string literal);
 
   Status FindAll(std::string_view s, std::vector<std::pair<size_t, size_t>>* out) const;
-  StatusOr<std::string> ReplaceAll(std::string_view s, std::string_view content,
-                                   size_t max_bytes) const;
+  // `matches`, when given, receives the ranges of `s` that were replaced.
+  StatusOr<std::string> ReplaceAll(std::string_view s, std::string_view content, size_t max_bytes,
+                                   std::vector<std::pair<size_t, size_t>>* matches = nullptr) const;
 
  private:
   std::string literal_;

@@ -438,10 +438,16 @@ StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text,
       normalized.assign(text.substr(seg.begin, seg.end - seg.begin));
       // Normalizing and pre-tokenizing may grow a piece by a bounded factor (NormalizedLimit).
       const size_t max_bytes = NormalizedLimit(normalized.size());
-      bool dropped_start = false;  // the normalizer removed the segment's first characters
-      if (normalizer_) {
-        RETURN_IF_ERROR(normalizer_->NormalizeTracked(&normalized, max_bytes, &dropped_start));
+      // Bytes of the normalized text tied to the input's first character (Normalizer::
+      // NormalizeTracked); tracked for the segment at the start only.
+      size_t head = 0;
+      if (seg.begin == 0) {
+        size_t next = 0;
+        NextCodePoint(normalized, &next);
+        head = next;
       }
+      if (normalizer_)
+        RETURN_IF_ERROR(normalizer_->NormalizeTracked(&normalized, max_bytes, &head));
       if (normalized.empty()) continue;
       inner.clear();
       normalized_matcher_->Split(normalized, &inner);
@@ -449,7 +455,7 @@ StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text,
         if (s.id >= 0) {
           ids.push_back(s.id);
         } else if (s.end > s.begin) {
-          const bool at_start = seg.begin == 0 && s.begin == 0 && !dropped_start;
+          const bool at_start = s.begin == 0 && head > 0;
           RETURN_IF_ERROR(
               EncodePiece(std::string_view(normalized).substr(s.begin, s.end - s.begin), at_start,
                           max_bytes, &scratch, &ids));
