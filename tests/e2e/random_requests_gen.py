@@ -178,7 +178,7 @@ def gen_request(rng, i):
 
     # truncate_prompt_tokens: rarely; keeps each prompt's last k tokens.
     if prompts and rng.random() < 0.05:
-        k = rng.randint(1, max(1, plen))
+        k = rng.randint(1, max(1, min(plen, MAX_MODEL_LEN)))  # above the context: a 400
         body["truncate_prompt_tokens"] = k
         req.prompts = [p[-k:] for p in prompts]
         plen = max(len(p) for p in req.prompts)
