@@ -343,6 +343,13 @@ def test_refused_request_leaves_its_connection_usable(auth_server):
             conn.close()
 
 
+def read_until_closed(sock) -> bytes:
+    got = b""
+    while part := sock.recv(65536):
+        got += part
+    return got
+
+
 def test_a_request_without_the_key_is_refused_before_its_body(auth_server):
     # curl waits for 100 Continue before a large body: without the key the 401 comes instead
     # (the body is never asked for) and the connection closes, as vLLM's middleware answers
@@ -352,12 +359,7 @@ def test_a_request_without_the_key_is_refused_before_its_body(auth_server):
     try:
         s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                   b"Authorization: Bearer wrong\r\nExpect: 100-continue\r\nContent-Length: 4000000\r\n\r\n")
-        got = b""
-        while True:
-            part = s.recv(65536)
-            if not part:
-                break
-            got += part
+        got = read_until_closed(s)
     finally:
         s.close()
     assert got.startswith(b"HTTP/1.1 401"), got[:200]
@@ -372,12 +374,7 @@ def test_a_request_without_the_key_is_refused_before_its_body(auth_server):
                   b"Content-Length: %d\r\n\r\n" % len(body))
         assert s.recv(4096).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
         s.sendall(body)
-        got = b""
-        while True:
-            part = s.recv(65536)
-            if not part:
-                break
-            got += part
+        got = read_until_closed(s)
     finally:
         s.close()
     assert got.startswith(b"HTTP/1.1 200"), got[:300]

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "tokenizer/tokenizer.h"
+#include "unit/fixed_now.h"
 
 namespace loom {
 namespace {
@@ -27,18 +28,6 @@ std::string ReadAll(const fs::path& p) {
 }
 
 // The reference's strftime_now is pinned to 2024-07-26 13:45:00.
-std::tm FixedNow() {
-  std::tm t{};
-  t.tm_year = 2024 - 1900;
-  t.tm_mon = 6;
-  t.tm_mday = 26;
-  t.tm_hour = 13;
-  t.tm_min = 45;
-  time_t secs = timegm(&t);
-  gmtime_r(&secs, &t);
-  return t;
-}
-
 std::string FirstDifference(const std::string& want, const std::string& got) {
   size_t i = 0;
   while (i < want.size() && i < got.size() && want[i] == got[i]) ++i;

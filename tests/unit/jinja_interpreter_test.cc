@@ -9,6 +9,7 @@
 
 #include "tokenizer/jinja/interpreter.h"
 #include "tokenizer/jinja/parser.h"
+#include "unit/fixed_now.h"
 
 namespace loom::jinja {
 namespace {
@@ -20,18 +21,6 @@ nlohmann::ordered_json LoadSnippets() {
   std::ostringstream ss;
   ss << in.rdbuf();
   return nlohmann::ordered_json::parse(ss.str());
-}
-
-std::tm FixedNow() {  // 2024-07-26 13:45:00, as the reference pins strftime_now
-  std::tm t{};
-  t.tm_year = 124;
-  t.tm_mon = 6;
-  t.tm_mday = 26;
-  t.tm_hour = 13;
-  t.tm_min = 45;
-  time_t secs = timegm(&t);
-  gmtime_r(&secs, &t);
-  return t;
 }
 
 StatusOr<std::string> RenderText(const std::string& text, const nlohmann::ordered_json& context,

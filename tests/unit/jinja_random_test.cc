@@ -9,23 +9,12 @@
 
 #include "tokenizer/jinja/interpreter.h"
 #include "tokenizer/jinja/parser.h"
+#include "unit/fixed_now.h"
 
 namespace loom::jinja {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::tm FixedNow() {  // 2024-07-26 13:45:00, as the generator pins strftime_now
-  std::tm t{};
-  t.tm_year = 124;
-  t.tm_mon = 6;
-  t.tm_mday = 26;
-  t.tm_hour = 13;
-  t.tm_min = 45;
-  time_t secs = timegm(&t);
-  gmtime_r(&secs, &t);
-  return t;
-}
 
 StatusOr<std::string> RenderText(const std::string& text, const Dict& globals) {
   ASSIGN_OR_RETURN(Program program, Parse(text));
