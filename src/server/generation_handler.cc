@@ -393,7 +393,9 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
   // The guard holds the state before the first sequence is submitted: an exception inside Submit
   // after some went in (out of memory building the next) aborts those too.
   sub.state = std::make_shared<GenerationState>();
-  sub.state->all_pending_bytes = &ctx.pending_update_bytes;
+  // Streams count toward the server's bound (a non-streamed reply holds its updates until it is
+  // built whole, bounded by CheckReplyBudget, and is never dropped for them).
+  if (r.stream) sub.state->all_pending_bytes = &ctx.pending_update_bytes;
   abort_unless_answered.state = sub.state;
   const bool submitted = Submit(ctx, r, adapter, ex, req.received, &sub, &error);
   unreserve.Release();  // in num_in_flight now (or refused): not counted twice

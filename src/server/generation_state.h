@@ -1,6 +1,7 @@
 // GenerationState: the choices of one HTTP request, filled by engine-thread callbacks, read by the HTTP thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>

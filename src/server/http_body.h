@@ -54,7 +54,9 @@ class BodyBudget {
 struct BudgetedString : std::string {
   BodyBudget* budget = nullptr;
   size_t reserved = 0;  // from `budget`: the capacity the reader gave this body, not yet released
-  bool discard = false;  // read and dropped: nothing kept, nothing reserved (a refused request's)
+  bool discard = false;  // read and dropped: nothing kept, nothing reserved (a screened request's)
+  size_t dropped = 0;    // with discard: the bytes dropped
+  std::atomic<uint64_t>* dropped_total = nullptr;  // with discard: counts them too, if set
 };
 
 // Moves `body`'s reservation into a holder that releases it when its last copy goes (the
@@ -107,8 +109,11 @@ struct GrowingStringBody : boost::beast::http::string_body {
     std::size_t put(const ConstBufferSequence& buffers, boost::beast::error_code& ec) {
       std::size_t n = 0;
       if (body_.discard) {
+        const std::size_t dropped = boost::beast::buffer_bytes(buffers);
+        body_.dropped += dropped;
+        if (body_.dropped_total != nullptr) body_.dropped_total->fetch_add(dropped);
         ec = {};
-        return boost::beast::buffer_bytes(buffers);
+        return dropped;
       }
       try {
         // Doubling, but never past a declared Content-Length (string's own doubling left a

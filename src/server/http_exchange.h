@@ -28,6 +28,8 @@ struct HttpRequest {
   // the last copy of the request goes: a body waiting for a handler thread, or being handled,
   // still counts (it was given back when the body was parsed, and queued bodies were unbounded).
   std::shared_ptr<const void> body_hold;
+  // A body read and dropped unread (ScreenFn: its route reads none): how many bytes it had.
+  size_t dropped_body_bytes = 0;
 
   // The first value of `name` (case-insensitive), or "".
   std::string header(const std::string& name) const;

@@ -64,6 +64,22 @@ bool NeedsKey(const std::string& path) {
   return path.rfind("/v1", 0) == 0 || path == "/tokenize" || path == "/detokenize";
 }
 
+// Methods whose request may carry a body (RFC 9110 gives one on GET, HEAD or OPTIONS no meaning).
+bool MayHaveBody(const std::string& m) {
+  return m == "POST" || m == "PUT" || m == "PATCH" || m == "DELETE";
+}
+
+// Whether a request's route reads its body: the generation, adapter and tokenize POSTs.
+bool ReadsBody(const std::string& m, const std::string& p) {
+  return m == "POST" &&
+         (p == "/v1/completions" || p == "/v1/chat/completions" || p == "/v1/load_lora_adapter" ||
+          p == "/v1/unload_lora_adapter" || p == "/tokenize" || p == "/detokenize");
+}
+
+ApiError BodyOnMethodError(const std::string& m) {
+  return ApiError{400, "a " + m + " request must not have a body", "", ""};
+}
+
 // Auth, readiness and the body's content type for a /v1 request; nothing when it may go on.
 std::optional<ApiError> AdmissionError(const ServerContext& ctx, const HttpRequest& req) {
   if (std::optional<ApiError> error = AuthError(ctx, req)) return error;
@@ -266,24 +282,30 @@ void Guarded(Exchange& ex, F&& handle) {
 }
 
 // Whether the request carried a body (Content-Length > 0, or chunked).
-bool HasBody(const HttpRequest& req) { return !req.body.empty() || req.has_header("Transfer-Encoding"); }
+bool HasBody(const HttpRequest& req) {
+  return !req.body.empty() || req.dropped_body_bytes > 0 || req.has_header("Transfer-Encoding");
+}
 
 }  // namespace
 
 HttpServer::HttpServer(ServerContext* ctx) : ctx_(ctx) {
-  // Without the key, a request to an authenticated route is refused before its body is read:
-  // such clients cannot hold the body budget (nor get a 100 Continue).
-  ScreenFn screen;
-  if (!ctx_->options.api_key.empty()) {
-    screen = [ctx](const HttpRequest& head) -> std::optional<HttpResponse> {
-      // A GET or HEAD with a body goes on to Route's framing refusal (400, closed).
-      const std::string& m = head.method;
-      if (!(m == "POST" || m == "PUT" || m == "PATCH" || m == "DELETE") || !NeedsKey(head.path))
-        return std::nullopt;
-      if (std::optional<ApiError> error = AuthError(*ctx, head)) return ErrorReply(*error);
-      return std::nullopt;
-    };
-  }
+  // Only bodies a route reads are kept (against the body budget): a body on a GET is refused
+  // (400, the connection closed: a proxy may have framed it otherwise), one without the key to
+  // an authenticated route 401, and one to a route that reads none (a 404, a 405, /ping) is
+  // dropped as it arrives. Clients without the key, or sending bodies nothing reads, cannot
+  // hold the budget.
+  ScreenFn screen = [ctx](const HttpRequest& head) {
+    Screening s;
+    if (!MayHaveBody(head.method)) {
+      s.refusal = ErrorReply(BodyOnMethodError(head.method));
+      s.refusal->close = true;
+    } else if (NeedsKey(head.path) && AuthError(*ctx, head)) {
+      s.refusal = ErrorReply(*AuthError(*ctx, head));
+    } else if (!ReadsBody(head.method, head.path)) {
+      s.drop_body = true;
+    }
+    return s;
+  };
   transport_ = std::make_unique<HttpTransport>(
       ctx_->options.http,
       [this](HttpRequest req, std::shared_ptr<Exchange> ex) {
@@ -320,9 +342,7 @@ void HttpServer::Route(HttpRequest req, std::shared_ptr<Exchange> ex) {
   }
   // The body of a GET/HEAD/OPTIONS was read by its Content-Length, but a proxy in front may
   // not have framed it so (RFC 9110 gives it no meaning): refused, and the connection closed.
-  if (!(m == "POST" || m == "PUT" || m == "PATCH" || m == "DELETE") && HasBody(req)) {
-    return refuse(ApiError{400, "a " + m + " request must not have a body", "", ""});
-  }
+  if (!MayHaveBody(m) && HasBody(req)) return refuse(BodyOnMethodError(m));
   const std::string& p = req.path;
   // /ping: vLLM's alias of /health (SageMaker's probe), GET or POST.
   if ((p == "/health" && get) || (p == "/ping" && (get || m == "POST")))
@@ -349,7 +369,7 @@ void HttpServer::Route(HttpRequest req, std::shared_ptr<Exchange> ex) {
   const bool generation = p == "/v1/completions" || p == "/v1/chat/completions";
   const bool admin = p == "/v1/load_lora_adapter" || p == "/v1/unload_lora_adapter";
   const bool tokenize = p == "/tokenize" || p == "/detokenize";
-  if ((generation || admin || tokenize) && m == "POST") {
+  if (ReadsBody(m, p)) {
     if (std::optional<ApiError> error = AdmissionError(ctx, req))
       return ex->Reply(ErrorReply(*error));
     if (ctx.draining.load()) {  // an adapter load too: it would hold the exit

@@ -202,28 +202,26 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     const bool expects_100 =
         !http10_ && beast::iequals(req[http::field::expect], "100-continue") && !parser_->is_done();
-    // A request the owner refuses from its header alone (a missing API key): its body is read
-    // and dropped (it holds no budget), then the refusal answered, the connection kept. A client
-    // waiting for 100 Continue gets the refusal instead and the connection is closed (RFC 9110
-    // §10.1.1), as is one that declared a body over the limit.
+    // The owner's Screening (a missing API key, a route that reads no body): the body is read
+    // and dropped (it holds no budget); a refusal is answered after it, the connection kept —
+    // or, to a client waiting for 100 Continue, at once and the connection closed (RFC 9110
+    // §10.1.1). (A declared length over the limit never gets here: Beast answers 413.)
     if (owner_->screen && !parser_->is_done()) {
       HttpRequest head = Head(req);
       head.headers = header_;
+      Screening screening;
       try {
-        screened_ = owner_->screen(head);
+        screening = owner_->screen(head);
       } catch (...) {
-        screened_ = ErrorResponse(500, "internal error");
+        screening.refusal = ErrorResponse(500, "internal error");
       }
-      if (screened_) {
-        const auto declared = parser_->content_length();
-        if (expects_100 || (declared && *declared > owner_->options.max_body_bytes)) {
-          HttpResponse refusal = std::move(*screened_);
-          screened_.reset();
-          return Refuse(std::move(refusal));
-        }
+      if (screening.refusal && expects_100) return Refuse(std::move(*screening.refusal));
+      screened_ = std::move(screening.refusal);
+      if (screened_ || screening.drop_body) {
         parser_->get().body().discard = true;
-        return ReadBody();
+        parser_->get().body().dropped_total = &owner_->dropped_body_bytes;
       }
+      if (screened_) return ReadBody();
     }
     // An HTTP/1.0 client's Expect is ignored (RFC 9110 §10.1.1): it does not know 100.
     if (expects_100) {
@@ -306,12 +304,14 @@ class Session : public std::enable_shared_from_this<Session> {
     // The body's share of the budget goes with the request, to its handler (the parser's
     // reader gave it back here, and a body queued for a handler thread counted nowhere).
     std::shared_ptr<const void> body_hold = TakeReservation(parser_->get().body());
+    const size_t dropped = parser_->get().body().dropped;
     http::request<GrowingStringBody> msg = parser_->release();
     parser_.reset();
     HttpRequest r = Head(msg);
     r.headers = std::move(header_);  // the header's fields, not the trailer's
     r.body = std::move(msg.body());
     r.body_hold = std::move(body_hold);
+    r.dropped_body_bytes = dropped;
     linger_ = false;
     answered_ = false;
     phase_ = Phase::kHandling;

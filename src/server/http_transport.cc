@@ -173,4 +173,6 @@ int HttpTransport::num_handler_tasks() const { return impl_->num_handler_tasks.l
 
 size_t HttpTransport::pending_body_bytes() const { return impl_->body_budget.used(); }
 
+uint64_t HttpTransport::dropped_body_bytes() const { return impl_->dropped_body_bytes.load(); }
+
 }  // namespace loom::server

@@ -36,12 +36,19 @@ struct TransportOptions {
 // later from a worker via Post). Must not block.
 using RouteFn = std::function<void(HttpRequest request, std::shared_ptr<Exchange> exchange)>;
 
+// What a ScreenFn decides from a request's header, before its body is read. Either way the body
+// is read and dropped (nothing kept, no share of the body budget) instead of kept.
+struct Screening {
+  // Answered instead of routing: once the body has been dropped, on the same connection (unless
+  // the refusal closes it); to a client waiting on `Expect: 100-continue` at once instead of the
+  // interim answer, and the connection closed (its body was never asked for).
+  std::optional<HttpResponse> refusal;
+  bool drop_body = false;  // routed as always, with the body dropped (its route reads none)
+};
 // Called on the I/O thread when a request's header has arrived and a body is to follow, with
-// the request minus its body: an answer refuses it before the body is read (and before an
-// `Expect: 100-continue` is answered), and the connection is closed after it. The server's
-// API-key check: a client without the key cannot send bodies that hold the body budget. Must
-// not block.
-using ScreenFn = std::function<std::optional<HttpResponse>(const HttpRequest& head)>;
+// the request minus its body. The server's API-key check and routes that read no body: clients
+// cannot hold the body budget with bodies nothing reads. Must not block.
+using ScreenFn = std::function<Screening(const HttpRequest& head)>;
 
 // Thread-safety: Bind, Run and Stop from the owning threads (Run blocks until Stop); Post from
 // any thread.
@@ -70,6 +77,8 @@ class HttpTransport {
   // Request-body bytes held against max_pending_body_bytes: being received, or read and not yet
   // done with by their handler.
   size_t pending_body_bytes() const;
+  // Request-body bytes read and dropped (Screening) since the transport started.
+  uint64_t dropped_body_bytes() const;
 
   struct Impl;  // the I/O loop, acceptor, workers and connections (http_transport.cc)
 

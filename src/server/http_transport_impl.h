@@ -42,6 +42,7 @@ struct HttpTransport::Impl {
   std::unordered_map<Session*, std::weak_ptr<Session>> sessions;  // I/O thread only
   std::atomic<int> num_connections{0};
   std::atomic<int> num_unanswered{0};  // sessions between a request read and its answer written
+  std::atomic<uint64_t> dropped_body_bytes{0};  // bodies read and dropped (Screening)
   int port = 0;
   bool stopped = false;
   // Where lingering connections' input is read and dropped (one for all: the bytes are

@@ -259,13 +259,6 @@ StatusOr<std::string> ReplaceMatches(std::string_view s,
 
 }  // namespace
 
-StatusOr<std::string> Regex::ReplaceAll(std::string_view s, std::string_view content,
-                                        size_t max_bytes) const {
-  std::vector<std::pair<size_t, size_t>> matches;
-  RETURN_IF_ERROR(FindAll(s, &matches));
-  return ReplaceMatches(s, matches, content, max_bytes, pattern_);
-}
-
 }  // namespace loom::tokenizer
 
 #include <nlohmann/json.hpp>
@@ -310,7 +303,6 @@ Status Pattern::FindAll(std::string_view s, std::vector<std::pair<size_t, size_t
 StatusOr<std::string> Pattern::ReplaceAll(std::string_view s, std::string_view content,
                                           size_t max_bytes,
                                           std::vector<std::pair<size_t, size_t>>* matches) const {
-  if (regex_ && matches == nullptr) return regex_->ReplaceAll(s, content, max_bytes);
   std::vector<std::pair<size_t, size_t>> local;
   if (matches == nullptr) matches = &local;
   matches->clear();

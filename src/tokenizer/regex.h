@@ -31,10 +31,6 @@ class Regex {
   // match attempt hits kMatchLimit backtracking steps or the JIT stack (catastrophic
   // backtracking), never a silently short result.
   Status FindAll(std::string_view s, std::vector<std::pair<size_t, size_t>>* out) const;
-  // Replaces every match with `content`; kResourceExhausted when the result would exceed
-  // `max_bytes` (checked before it is built).
-  StatusOr<std::string> ReplaceAll(std::string_view s, std::string_view content,
-                                   size_t max_bytes) const;
 
   // PCRE2 match limit per match attempt (its own default; ~10 ms of backtracking).
   static constexpr uint32_t kMatchLimit = 10'000'000;
@@ -85,7 +81,9 @@ class Pattern {
   static StatusOr<Pattern> FromLiteral(std::string literal);
 
   Status FindAll(std::string_view s, std::vector<std::pair<size_t, size_t>>* out) const;
-  // `matches`, when given, receives the ranges of `s` that were replaced.
+  // Replaces every match with `content`; kResourceExhausted when the result would exceed
+  // `max_bytes` (checked before it is built). `matches`, when given, receives the ranges of `s`
+  // that were replaced.
   StatusOr<std::string> ReplaceAll(std::string_view s, std::string_view content, size_t max_bytes,
                                    std::vector<std::pair<size_t, size_t>>* matches = nullptr) const;
 

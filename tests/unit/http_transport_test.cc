@@ -365,21 +365,25 @@ TEST_F(TransportTest, AScreenedRequestsBodyIsDroppedNotBudgeted) {
   o.max_body_bytes = 1 << 20;
   o.max_pending_body_bytes = 3 << 19;
   std::atomic<int> screened{0};
-  Start(o, [&](const HttpRequest& head) -> std::optional<HttpResponse> {
+  Start(o, [&](const HttpRequest& head) {
     screened.fetch_add(1);
-    if (head.path != "/deny" || head.header("X-Key") == "yes") return std::nullopt;
-    HttpResponse r;
-    r.status = 401;
-    r.body = "denied";
-    return r;
+    Screening s;
+    if (head.path == "/deny" && head.header("X-Key") != "yes") {
+      s.refusal = HttpResponse{};
+      s.refusal->status = 401;
+      s.refusal->body = "denied";
+    }
+    s.drop_body = head.path == "/now" && head.header("X-Drop") == "yes";
+    return s;
   });
   const std::string head = "POST /deny HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n";
   // Two refused uploads stalled 100,000 bytes short: they hold nothing, so a large body passes.
   const int stalled1 = Connect(port()), stalled2 = Connect(port());
   Send(stalled1, head + std::string(900000, 'a'));
   Send(stalled2, head + std::string(900000, 'a'));
-  for (int i = 0; i < 500 && screened.load() < 2; ++i) std::this_thread::sleep_for(10ms);
-  std::this_thread::sleep_for(100ms);  // their bytes read
+  for (int i = 0; i < 3000 && transport_->dropped_body_bytes() < 1800000; ++i)
+    std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(transport_->dropped_body_bytes(), 1800000u);  // their bytes read, and dropped
   EXPECT_EQ(transport_->pending_body_bytes(), 0u);
   std::string got = SendAndReadAll(
       port(), "POST /now HTTP/1.1\r\nContent-Length: 1000000\r\nConnection: close\r\n\r\n" +
@@ -416,6 +420,16 @@ TEST_F(TransportTest, AScreenedRequestsBodyIsDroppedNotBudgeted) {
   EXPECT_TRUE(got.rfind("HTTP/1.1 200", 0) == 0 && Contains(got, "now:hello"))
       << got.substr(0, 300);
   ::close(allowed);
+  // A body its route reads none of is dropped too, and the request routed as always (/now
+  // answers "now:" and the body it was given: none).
+  const uint64_t before = transport_->dropped_body_bytes();
+  got = SendAndReadAll(port(),
+                       "POST /now HTTP/1.1\r\nX-Drop: yes\r\nContent-Length: 5\r\n"
+                       "Connection: close\r\n\r\nhello");
+  EXPECT_TRUE(got.rfind("HTTP/1.1 200", 0) == 0) << got.substr(0, 300);
+  EXPECT_TRUE(got.size() >= 8 && got.compare(got.size() - 8, 8, "\r\n\r\nnow:") == 0)
+      << got.substr(0, 300);
+  EXPECT_EQ(transport_->dropped_body_bytes(), before + 5);
 }
 
 TEST_F(TransportTest, ABodyWithItsHandlerKeepsItsShareOfTheBudget) {
