@@ -3,7 +3,6 @@ every sampling, stop, log-prob, echo and template field of docs/API.md, seeded (
 now and then one invalid value with the field its 400 must name (invalidate)."""
 import json
 import random
-import time
 
 from conftest import ADAPTERS, BASE, EOS, MAX_MODEL_LEN
 
