@@ -52,8 +52,24 @@ TEST(JinjaRandomTest, EveryVectorMatchesJinja2) {
         why = "error '" + got.status().ToString() + "' does not say " + want;
       }
     } else if (v.contains("error")) {
+      const std::string error = v["error"].get<std::string>();
       if (got.ok()) {
-        why = "rendered '" + *got + "' but jinja2 raised " + v["error"].get<std::string>();
+        why = "rendered '" + *got + "' but jinja2 raised " + error;
+      } else {
+        // jinja2's compile-time errors (syntax, unknown names outside an if, Python's own
+        // SyntaxError from generated code) are loom's Parse / ValidateNames errors; every other
+        // exception comes from running the template, as loom's Render errors must.
+        const bool compile_time = error.rfind("TemplateSyntaxError", 0) == 0 ||
+                                  error.rfind("TemplateAssertionError", 0) == 0 ||
+                                  error.rfind("SyntaxError", 0) == 0;
+        StatusOr<Program> program = Parse(text);
+        const bool loom_compile_time = !program.ok() || !ValidateNames(*program).ok();
+        if (compile_time != loom_compile_time) {
+          why = std::string("jinja2 raised ") + (compile_time ? "compiling" : "rendering") +
+                " (" + error + ") but loom failed " +
+                (loom_compile_time ? "parsing" : "rendering") + " (" + got.status().ToString() +
+                ")";
+        }
       }
     } else if (!got.ok()) {
       why = "failed (" + got.status().ToString() + ") but jinja2 rendered '" +

@@ -768,12 +768,15 @@ def main():
         v = {"template": text, "context": ci}
         v.update(r)
         unknown = unknown_names(env, text)
-        if unknown and "expected" in r:  # (where jinja2 raised, loom must too)
+        if unknown:
             # Rendered without the filters loom lacks: where that fails on the name, loom's error
-            # is expected; where the name is never reached (an if not taken), jinja2's output.
+            # is expected (also where jinja2 with the filter failed later, running it); where the
+            # name is never reached (an if not taken), jinja2's output or error.
             r2 = render(loom_env, text, contexts[ci])
-            if "No filter named" in r2.get("error", "") or "No test named" in r2.get("error", ""):
-                v["loom_error"] = unknown
+            e2 = r2.get("error", "")
+            named = re.search(r"No (filter|test) named '([^']*)'", e2)
+            if named:  # the name it failed on (not always the first one the text names)
+                v["loom_error"] = f"no {named.group(1)} named '{named.group(2)}'"
                 stats["unsupported"] += 1
             elif r2 != r:
                 stats["dropped_unsupported_differs"] += 1
@@ -784,7 +787,7 @@ def main():
                 stats["dropped_folded"] += 1
                 continue
             else:
-                stats["rendered"] += 1
+                stats["raised" if "error" in r else "rendered"] += 1
         elif "error" in r:
             stats["raised"] += 1
         else:
