@@ -362,6 +362,8 @@ def invalidate(rng, req):
         value = 4
     body[field] = value
     params = {field}
+    if field == "prompt" and isinstance(value, str):  # too long, unless truncated
+        body.pop("truncate_prompt_tokens", None)
     if field == "stream_options":
         body.pop("stream", None)
     if field == "stream":
