@@ -314,10 +314,12 @@ def gen_request(rng, i):
             barred |= {EOS} | set(body.get("stop_token_ids", []))
         if set(body["allowed_token_ids"]) <= barred:
             req.invalid = {"allowed_token_ids"}
-    # What must be refused: a prompt that fills the context, or prompt + max_tokens over it.
+    # What must be refused: a prompt that fills the context, or prompt + max_tokens over it
+    # (a completion's default max_tokens is 16, checked as vLLM does; chat's is the rest).
+    effective = max_tokens if max_tokens is not None or chat else 16
     if plen is not None and plen >= MAX_MODEL_LEN:
         req.invalid = {"messages" if chat else "prompt"} | (req.invalid or set())
-    elif plen is not None and max_tokens is not None and plen + max_tokens > MAX_MODEL_LEN:
+    elif plen is not None and effective is not None and plen + effective > MAX_MODEL_LEN:
         req.invalid = {mt_key} | (req.invalid or set())
     elif max_tokens is not None and max_tokens >= MAX_MODEL_LEN:
         req.invalid = {mt_key} | (req.invalid or set())
