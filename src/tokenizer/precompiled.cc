@@ -92,9 +92,8 @@ size_t CountCodePoints(std::string_view s) {
 
 }  // namespace
 
-StatusOr<std::string> PrecompiledCharsmap::Apply(std::string_view text, size_t max_bytes) const {
-  std::string out;
-  out.reserve(text.size());
+template <typename Piece, typename Done>
+void PrecompiledCharsmap::Walk(std::string_view text, Piece piece, Done done) const {
   size_t pos = 0;
   while (pos < text.size()) {
     const size_t end = GraphemeEnd(text, pos);
@@ -102,22 +101,34 @@ StatusOr<std::string> PrecompiledCharsmap::Apply(std::string_view text, size_t m
     std::optional<std::string_view> whole;
     if (grapheme.size() < 6) whole = Transform(grapheme);
     if (whole) {
-      out += *whole;
+      piece(grapheme, whole);
     } else {
       size_t p = 0;
       while (p < grapheme.size()) {
         const size_t start = p;
         NextCodePoint(grapheme, &p);
         const std::string_view ch = grapheme.substr(start, p - start);
-        const std::optional<std::string_view> t = Transform(ch);
-        out += t ? *t : ch;
+        piece(ch, Transform(ch));
       }
     }
-    if (out.size() > max_bytes) {
-      return ResourceExhausted("normalizer Precompiled: output exceeds the limit of " +
-                               std::to_string(max_bytes) + " bytes");
-    }
     pos = end;
+    if (!done(pos)) return;
+  }
+}
+
+StatusOr<std::string> PrecompiledCharsmap::Apply(std::string_view text, size_t max_bytes) const {
+  std::string out;
+  out.reserve(text.size());
+  bool over = false;
+  Walk(
+      text,
+      [&](std::string_view old_part, std::optional<std::string_view> rewrite) {
+        out += rewrite ? *rewrite : old_part;
+      },
+      [&](size_t) { return !(over = out.size() > max_bytes); });
+  if (over) {
+    return ResourceExhausted("normalizer Precompiled: output exceeds the limit of " +
+                             std::to_string(max_bytes) + " bytes");
   }
   return out;
 }
@@ -151,33 +162,21 @@ size_t PrecompiledCharsmap::HeadAfterApply(std::string_view text, size_t head) c
   };
   // The list up to one grapheme past where its replay passes the head (the next grapheme's
   // removal may still change the last entry).
-  size_t pos = 0;
   bool past = false;
-  while (pos < text.size()) {
-    const size_t end = GraphemeEnd(text, pos);
-    const std::string_view grapheme = text.substr(pos, end - pos);
-    std::optional<std::string_view> whole;
-    if (grapheme.size() < 6) whole = Transform(grapheme);
-    if (whole) {
-      replace(grapheme, *whole);
-    } else {
-      size_t p = 0;
-      while (p < grapheme.size()) {
-        const size_t start = p;
-        NextCodePoint(grapheme, &p);
-        const std::string_view ch = grapheme.substr(start, p - start);
-        const std::optional<std::string_view> t = Transform(ch);
-        if (t) {
-          replace(ch, *t);
+  Walk(
+      text,
+      [&](std::string_view old_part, std::optional<std::string_view> rewrite) {
+        if (rewrite) {
+          replace(old_part, *rewrite);
         } else {
-          list.push_back({ch.size(), 0});
+          list.push_back({old_part.size(), 0});
         }
-      }
-    }
-    pos = end;
-    if (past) break;
-    past = pos > head + unrecorded;
-  }
+      },
+      [&](size_t pos) {
+        if (past) return false;
+        past = pos > head + unrecorded;
+        return true;
+      });
   // Replay NormalizedString::transform: an entry with change <= 0 takes the alignment of the
   // input byte at `offset` and consumes 1 - change characters; an inserted one (change > 0)
   // takes the alignment of the byte before `offset` ((0, 0) at 0). Input bytes before `head`

@@ -30,6 +30,12 @@ class PrecompiledCharsmap {
   size_t HeadAfterApply(std::string_view text, size_t head) const;
 
  private:
+  // Walks `text` as Apply rewrites it: `piece(old, rewrite or null)` for each grapheme rewritten
+  // whole, else for each of its characters; then `done(end)` after each grapheme, stopping when
+  // it returns false.
+  template <typename Piece, typename Done>
+  void Walk(std::string_view text, Piece piece, Done done) const;
+
   std::vector<uint32_t> trie_;
   std::string normalized_;
 };

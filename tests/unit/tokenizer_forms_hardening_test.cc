@@ -13,20 +13,15 @@
 #include "tokenizer/sentencepiece_model.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
+#include "unit/tokenizer_test_util.h"
 
 namespace loom::tokenizer {
 namespace {
 
 namespace fs = std::filesystem;
+using test::ReadAll;
 
 const fs::path kSlow = fs::path(LOOM_FIXTURES) / "tokenizers" / "slow";
-
-std::string ReadAll(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 bool Contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;

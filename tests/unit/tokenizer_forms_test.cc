@@ -9,28 +9,18 @@
 #include <sstream>
 
 #include "tokenizer/tokenizer.h"
+#include "unit/tokenizer_test_util.h"
 
 namespace loom::tokenizer {
 namespace {
 
 namespace fs = std::filesystem;
+using test::ReadAll;
+using test::Show;
 using nlohmann::json;
 
 const fs::path kTokenizers = fs::path(LOOM_FIXTURES) / "tokenizers";
 const fs::path kVectors = fs::path(LOOM_FIXTURES) / "tokenizer_vectors";
-
-std::string ReadAll(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::string Show(const std::vector<int32_t>& ids) {
-  std::string s;
-  for (int32_t id : ids) s += std::to_string(id) + " ";
-  return s;
-}
 
 std::vector<std::string> JsonStems(const fs::path& dir) {
   std::vector<std::string> names;

@@ -15,6 +15,8 @@
 namespace loom::tokenizer {
 namespace {
 
+using test::ReadAll;
+using test::Show;
 using test::TinyByteLevel;
 
 namespace fs = std::filesystem;
@@ -22,13 +24,6 @@ using nlohmann::json;
 
 const fs::path kTokenizers = fs::path(LOOM_FIXTURES) / "tokenizers";
 const fs::path kVectors = fs::path(LOOM_FIXTURES) / "tokenizer_vectors";
-
-std::string ReadAll(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 const Tokenizer& Load(const std::string& rel) {
   static std::map<std::string, std::unique_ptr<Tokenizer>> cache;
@@ -40,12 +35,6 @@ const Tokenizer& Load(const std::string& rel) {
     slot = std::move(t).value();
   }
   return *slot;
-}
-
-std::string Show(const std::vector<int32_t>& ids) {
-  std::string s;
-  for (int32_t id : ids) s += std::to_string(id) + " ";
-  return s;
 }
 
 std::vector<std::string> VectorFiles() {

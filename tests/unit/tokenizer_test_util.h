@@ -1,9 +1,14 @@
-// Shared tokenizer test fixture: a tiny byte-level BPE tokenizer.json (one id per printable ASCII
-// byte).
+// Shared tokenizer test helpers: a tiny byte-level BPE tokenizer.json (one id per printable ASCII
+// byte), reading a fixture file, ids as text for messages.
 #pragma once
 
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
+#include <vector>
 
 namespace loom::tokenizer::test {
 
@@ -25,6 +30,21 @@ inline nlohmann::json TinyByteLevel(bool ab_merge = true) {
           {"post_processor", nullptr},
           {"decoder", {{"type", "ByteLevel"}}},
           {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}};
+}
+
+// A file's bytes ("" when it cannot be read).
+inline std::string ReadAll(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Ids as "1 2 3 " for a failure message.
+inline std::string Show(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (int32_t id : ids) s += std::to_string(id) + " ";
+  return s;
 }
 
 }  // namespace loom::tokenizer::test
