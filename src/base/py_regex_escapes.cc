@@ -86,7 +86,7 @@ Status Translator::CharacterEscape(char32_t c, size_t at, bool in_class, char32_
     std::u32string name;
     RETURN_IF_ERROR(GetUntil('}', "character name", &name));
     return Error("named Unicode escapes (" + Source(at, pos_) +
-                     ") are not supported by loom; write the character, or \\uXXXX",
+                     ") are not supported by loom; write the character, or its \\u escape (\\u00e9)",
                  at);
   } else if (c == '0' || (in_class && IsOctal(c))) {  // up to three octal digits in all
     uint64_t v = c - '0';
