@@ -85,9 +85,10 @@ Status Translator::CharacterEscape(char32_t c, size_t at, bool in_class, char32_
     if (!Match('{')) return Error("missing {", pos_);
     std::u32string name;
     RETURN_IF_ERROR(GetUntil('}', "character name", &name));
-    return Error("named Unicode escapes (" + Source(at, pos_) +
-                     ") are not supported by loom; write the character, or its \\u escape (\\u00e9)",
-                 at);
+    return Error(
+        "named Unicode escapes (" + Source(at, pos_) +
+            ") are not supported by loom; write the character, or its \\u escape (\\u00e9)",
+        at);
   } else if (c == '0' || (in_class && IsOctal(c))) {  // up to three octal digits in all
     uint64_t v = c - '0';
     for (int i = 0; i < 2 && IsOctal(Peek()); ++i) v = v * 8 + (s_[pos_++] - '0');

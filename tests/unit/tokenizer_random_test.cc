@@ -20,9 +20,9 @@ namespace loom::tokenizer {
 namespace {
 
 namespace fs = std::filesystem;
+using nlohmann::json;
 using test::ReadAll;
 using test::Show;
-using nlohmann::json;
 
 const fs::path kTokenizers = fs::path(LOOM_FIXTURES) / "tokenizers";
 const fs::path kRandom = fs::path(LOOM_FIXTURES) / "tokenizer_vectors" / "random";
