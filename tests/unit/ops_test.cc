@@ -67,6 +67,27 @@ TEST(Ops, SiluMulEveryLevelMatchesReference) {
   }
 }
 
+// An element's SiLU at each level is the same bits wherever it sits in a call: alone, in a
+// vector body, or in a tail (the vector loops' tails ran libm's expf, the bodies libmvec's, so a
+// row at an unaligned offset in a batch — an expert FFN of 24 — came out differently).
+TEST(Ops, SiluMulElementIndependentOfItsPlaceInTheCall) {
+  auto g = Random(61, 9), u = Random(61, 10);
+  for (size_t i = 0; i < g.size(); ++i) g[i] *= 6.0f;
+  for (cpu::Isa isa : {cpu::Isa::kScalar, cpu::Isa::kAvx2, cpu::Isa::kAvx512}) {
+    if (cpu::DetectIsa() < isa) continue;
+    for (int64_t offset : {0, 1, 5, 8, 13, 16, 24, 37}) {
+      auto all = g;
+      cpu::SiluMul(isa, all.data() + offset, u.data() + offset,
+                   static_cast<int64_t>(g.size()) - offset);
+      for (size_t i = static_cast<size_t>(offset); i < g.size(); ++i) {
+        float one = g[i];
+        cpu::SiluMul(isa, &one, &u[i], 1);
+        ASSERT_EQ(one, all[i]) << cpu::IsaName(isa) << " offset " << offset << " element " << i;
+      }
+    }
+  }
+}
+
 // Gemma's GeGLU (gelu_pytorch_tanh) and logit soft-capping against double references.
 TEST(Ops, GeluTanhMulAndSoftCapMatchReference) {
   auto g = Random(100, 5), u = Random(100, 6);
