@@ -193,7 +193,11 @@ int RunInspect(const InspectArgs& a) {
                          {"bytes", lw->a.nbytes() + lw->b.nbytes()}});
     }
     if (const LoraEmbedding* e = ad.embedding()) {
-      modules.push_back({{"module", "model.embed_tokens"}, {"rank", e->rank}, {"scale", e->scale}, {"embedding", true}});
+      modules.push_back({{"module", "model.embed_tokens"},
+                         {"rank", e->rank},
+                         {"scale", e->scale},
+                         {"embedding", true},
+                         {"dora", !e->dora_gain.empty()}});
     }
     j["adapter"] = {{"name", ad.name()},
                     {"dir", ad.dir()},

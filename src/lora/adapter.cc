@@ -84,6 +84,34 @@ std::vector<float> DoraGains(const std::vector<float>& magnitude, const std::vec
   return gains;
 }
 
+// PEFT's DoRA on an embedding (DoraEmbeddingLayer, fan_in_fan_out): the norm is per embedding
+// dimension i, over the vocabulary: gain[i] = magnitude[i] / ‖E[:, i] + scale·Δ[:, i]‖ with
+// Δ[t, i] = (B·A)[i, t]. One pass over the table (vocab × dim × rank), token rows in order.
+std::vector<float> EmbeddingDoraGains(const std::vector<float>& magnitude, const Tensor& table,
+                                      const LoraEmbedding& e) {
+  const int64_t vocab = table.dim(0), d = table.dim(1);
+  const size_t row_bytes = static_cast<size_t>(d) * DTypeSize(table.dtype);
+  std::vector<double> norm2(static_cast<size_t>(d), 0.0);
+  std::vector<float> row(static_cast<size_t>(d));
+  for (int64_t t = 0; t < vocab; ++t) {
+    ConvertToF32(table.dtype,
+                 static_cast<const uint8_t*>(table.data) + static_cast<size_t>(t) * row_bytes,
+                 row.data(), d);
+    const float* at = e.a_t.data() + static_cast<size_t>(t) * e.rank;
+    for (int64_t i = 0; i < d; ++i) {
+      float acc = 0;
+      for (int k = 0; k < e.rank; ++k) acc += e.b[static_cast<size_t>(i * e.rank + k)] * at[k];
+      const double v =
+          static_cast<double>(row[static_cast<size_t>(i)]) + static_cast<double>(e.scale) * acc;
+      norm2[static_cast<size_t>(i)] += v * v;
+    }
+  }
+  std::vector<float> gains(static_cast<size_t>(d));
+  for (size_t i = 0; i < gains.size(); ++i)
+    gains[i] = static_cast<float>(magnitude[i] / std::sqrt(norm2[i]));
+  return gains;
+}
+
 // Every element ±0 (f32, bf16 or f16 bits; other dtypes are not all-zero here).
 bool AllZero(const Tensor& t) {
   const int64_t n = t.numel();
@@ -116,6 +144,7 @@ bool ChangesNothing(const Adapter& adapter) {
     if (!AllZero(w->b)) return false;
   }
   if (const LoraEmbedding* e = adapter.embedding()) {
+    if (!e->dora_gain.empty()) return false;
     if (e->scale == 0) return true;
     for (float b : e->b) {
       if (b != 0) return false;
@@ -527,11 +556,7 @@ StatusOr<std::shared_ptr<const Adapter>> ReadAdapter(const std::string& name, co
     a->max_rank_ = std::max(a->max_rank_, rank);
     if (embedding) {
       for (const auto& [part, tensor] : t.parts) {
-        if (part == "lora_magnitude_vector" && cfg.use_dora) {  // PEFT has them; loom not yet
-          return InvalidArgument(where + ": tensor " + tensor +
-                                 ": DoRA on an embedding (use_dora with an embedding target) is "
-                                 "not supported yet");
-        }
+        if (part == "lora_magnitude_vector" && cfg.use_dora) continue;
         if (part != "lora_embedding_A" && part != "lora_embedding_B") {
           return InvalidArgument(where + ": tensor " + tensor + " is not valid on an embedding");
         }
@@ -552,6 +577,22 @@ StatusOr<std::shared_ptr<const Adapter>> ReadAdapter(const std::string& name, co
       ToF32Vector(eb, &e->b);
       e->scale = scale;
       e->rank = rank;
+      if (t.parts.count("lora_magnitude_vector")) {
+        const Tensor& table = sites.embedding();
+        if (table.data == nullptr || (table.dtype != DType::kF32 && table.dtype != DType::kBF16 &&
+                                      table.dtype != DType::kF16)) {
+          return InvalidArgument(
+              where + ": module '" + module +
+              "' is DoRA (use_dora) over an "
+              "embedding table that is not f32, bf16 or f16: no weights to take its "
+              "norm of");
+        }
+        ASSIGN_OR_RETURN(Tensor mag, get("lora_magnitude_vector"));
+        RETURN_IF_ERROR(check_shape(mag, "lora_magnitude_vector", {model_dim}));
+        std::vector<float> m;
+        ToF32Vector(mag, &m);
+        e->dora_gain = EmbeddingDoraGains(m, table, *e);
+      }
       a->tensor_bytes_ += ea.nbytes() + eb.nbytes();
       a->embedding_ = std::move(e);
       continue;
@@ -679,7 +720,11 @@ StatusOr<std::shared_ptr<const Adapter>> ReadAdapter(const std::string& name, co
     if (w) resident += w->b_panels_storage.size() + (w->bias.size() + w->dora_gain.size()) * sizeof(float);
   }
   for (const auto& d : a->derived_storage_) resident += d->size();
-  if (a->embedding_) resident += (a->embedding_->a_t.size() + a->embedding_->b.size()) * sizeof(float);
+  if (a->embedding_) {
+    resident +=
+        (a->embedding_->a_t.size() + a->embedding_->b.size() + a->embedding_->dora_gain.size()) *
+        sizeof(float);
+  }
   a->resident_bytes_ = resident;
   if (ChangesNothing(*a)) {
     // PEFT serves such an adapter too (an untrained one has B = 0), so it loads; but it is

@@ -28,10 +28,13 @@ struct LoraWeights {
   std::string module_path;   // "model.layers.3.self_attn.q_proj"
 };
 
-// Embedding LoRA: e[t] += scale · B · A[:, t].
+// Embedding LoRA: e[t] += scale · B · A[:, t]; with DoRA then e[t] ⊙= dora_gain.
 struct LoraEmbedding {
   std::vector<float> a_t;  // [vocab, rank] f32 (A transposed so a token's column is contiguous)
   std::vector<float> b;    // [model_dim, rank] f32
+  // [model_dim] magnitude / ‖E[:, i] + scale·(B·A)[i, :]‖ over the vocabulary (PEFT's DoRA on an
+  // embedding: a norm per embedding dimension), or empty.
+  std::vector<float> dora_gain;
   float scale = 0;
   int rank = 0;
 };

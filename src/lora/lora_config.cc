@@ -311,13 +311,11 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
                              "\"all-linear\"); PEFT refuses this config");
     }
   }
-  // PEFT's LoraConfig refuses a layers_pattern without layers_to_transform (both as Python
-  // truth values: "", [] and null are unset, and so is a layers_to_transform of 0).
+  // PEFT 0.21's LoraConfig refuses a layers_pattern (a Python truth value: "" and [] are unset)
+  // without layers_to_transform (`is None`: 0 is layer 0, and [] restricts nothing).
   const bool pattern_set = (lp.is_string() && !lp.get_ref<const std::string&>().empty()) ||
                            (lp.is_array() && !lp.empty());
-  const bool layers_set =
-      (layers.is_number() && layers.get<double>() != 0) || (layers.is_array() && !layers.empty());
-  if (pattern_set && !layers_set) {
+  if (pattern_set && layers.is_null()) {
     return InvalidArgument(where + ": layers_pattern is set but layers_to_transform is not (" +
                            JsonToString(layers, -1, 80) +
                            "): it would be ignored; PEFT refuses this config");

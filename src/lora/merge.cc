@@ -43,6 +43,7 @@ void MergeEmbedding(const Tensor& base, const LoraEmbedding& e, void* out) {
       float acc = 0;
       for (int k = 0; k < e.rank; ++k) acc += e.b[static_cast<size_t>(i * e.rank + k)] * at[k];
       row[static_cast<size_t>(i)] += e.scale * acc;
+      if (!e.dora_gain.empty()) row[static_cast<size_t>(i)] *= e.dora_gain[static_cast<size_t>(i)];
     }
     ConvertFromF32(base.dtype, row.data(), static_cast<uint8_t*>(out) + t * row_bytes, d);
   }

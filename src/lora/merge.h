@@ -15,7 +15,8 @@ namespace loom {
 // be base.data (each row is read whole before it is written).
 void MergeLinearWeight(const Tensor& base, const LoraWeights& lw, void* out);
 
-// Merged embedding table: E'[t] = E[t] + scale · B · A[:, t]; out: [vocab, d] of base.dtype.
+// Merged embedding table: E'[t] = E[t] + scale · B · A[:, t] (DoRA: then ⊙ gain); out: [vocab, d]
+// of base.dtype.
 void MergeEmbedding(const Tensor& base, const LoraEmbedding& e, void* out);
 
 }  // namespace loom

@@ -30,6 +30,7 @@ struct Linear {
   std::string name;         // HF module path, e.g. "model.layers.3.self_attn.q_proj"
   Tensor weight;            // [out_features, in_features], file dtype, mmap'd
   std::vector<float> bias;  // [out_features] f32, or empty
+  DType bias_dtype = DType::kF32;  // the checkpoint's dtype of `bias` (a merged bias rounds to it)
   int site = -1;            // index in the model's SiteTable, for adapter lookup (-1: none)
   // Set by --quantize int8 / int4: the base matmul runs on these instead of `weight` (which
   // stays mapped: merges and DoRA norms read it). At most one is set. Pre-quantized checkpoints

@@ -195,8 +195,11 @@ Status Model::Quantize(const LoadOptions& options) {
   for (const auto& [group, names] : other_groups) {
     quantize_departures_ += (quantize_departures_.empty() ? "g" : ", g") + std::to_string(group) +
                             " on " + std::to_string(names.size());
-    std::fprintf(stderr, "note: --quantize %s: %zu projection(s) take int4 groups of %d (%d does not "
-                 "divide their inputs), e.g. %s\n", flag, names.size(), group, options.quantize_group,
+    std::fprintf(stderr,
+                 "note: %s %s: %zu projection(s) take int4 groups of %d (%s %d does not "
+                 "divide their inputs), e.g. %s\n",
+                 options.quantize_flag.c_str(), flag, names.size(), group,
+                 options.quantize_group_flag.c_str(), options.quantize_group,
                  names.front().c_str());
   }
   if (const size_t dense = routers.size() + experts.size() + unfit.size(); dense > 0) {
@@ -259,6 +262,7 @@ Status Model::MergeAdapter(const Adapter& adapter) {
     const int site = sites_.Find(lw->module_path);
     LOOM_CHECK(site >= 0);  // LoadAdapter matched it against this table
     Linear* lin = site_linears_[static_cast<size_t>(site)];
+    const DType weight_dtype = lin->weight.dtype;
     void* merged = nullptr;
     if (lin->weight.data == nullptr) {
       // Pre-quantized: the adapter folds into a dequantized f32 copy (scale · q), and this
@@ -295,8 +299,18 @@ Status Model::MergeAdapter(const Adapter& adapter) {
       lin->int4 = std::move(q);
     }
     if (!lw->bias.empty()) {  // lora_bias: scale·b_B joins the base bias (zero if none)
+      // Rounded to the dtype the checkpoint holds the bias in (none: the weight's), as `loom
+      // merge` writes it and PEFT's merge in that dtype stores it: --merge and a merged
+      // checkpoint give the same bits.
+      const DType round_to = lin->bias.empty() ? weight_dtype : lin->bias_dtype;
       lin->bias.resize(static_cast<size_t>(lin->out_features()), 0.0f);
       for (size_t j = 0; j < lin->bias.size(); ++j) lin->bias[j] += lw->scale * lw->bias[j];
+      if (round_to == DType::kBF16 || round_to == DType::kF16) {
+        std::vector<uint16_t> narrow(lin->bias.size());
+        const auto n = static_cast<int64_t>(lin->bias.size());
+        ConvertFromF32(round_to, lin->bias.data(), narrow.data(), n);
+        ConvertToF32(round_to, narrow.data(), lin->bias.data(), n);
+      }
       if (const int64_t bad =
               FindNonFinite(DType::kF32, lin->bias.data(), static_cast<int64_t>(lin->bias.size()));
           bad >= 0) {
@@ -517,7 +531,8 @@ void Model::SplitColumns(const float* fused, int64_t n,
 }
 
 // Same as PEFT's LoRA Embedding: e[t] += scale · B · A[:, t], before the embedding scaling
-// (PEFT multiplies its delta by the base layer's embed_scale as well).
+// (PEFT multiplies its delta by the base layer's embed_scale as well); DoRA then scales each
+// dimension of the sum by its gain (PEFT: gain ⊙ base row + gain ⊙ delta, embed_scale after).
 void Model::AddEmbeddingLora(const Batch& batch, const std::vector<const Adapter*>& adapters,
                              float* x) const {
   const int64_t d = config_.model_dim;
@@ -533,6 +548,9 @@ void Model::AddEmbeddingLora(const Batch& batch, const std::vector<const Adapter
         float acc = 0;
         for (int k = 0; k < e->rank; ++k) acc += e->b[static_cast<size_t>(i * e->rank + k)] * at[k];
         xr[i] += e->scale * acc;
+      }
+      if (!e->dora_gain.empty()) {
+        for (int64_t i = 0; i < d; ++i) xr[i] *= e->dora_gain[static_cast<size_t>(i)];
       }
     }
   }

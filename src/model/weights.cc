@@ -13,7 +13,9 @@ namespace loom {
 void WeightList::Matrix(Linear* lin, const std::string& name, int64_t out, int64_t in, bool bias) {
   lin->name = name;
   slots.push_back({name + ".weight", {out, in}, true, &lin->weight, nullptr, lin, layer});
-  if (bias) slots.push_back({name + ".bias", {out}, true, nullptr, &lin->bias});
+  if (bias)
+    slots.push_back(
+        {name + ".bias", {out}, true, nullptr, &lin->bias, nullptr, -1, &lin->bias_dtype});
 }
 
 void WeightList::Vector(std::vector<float>* v, const std::string& name, int64_t n) {
@@ -264,6 +266,7 @@ Status LoadWeights(const ModelConfig& config, const SafetensorsStore& store, Mod
     if (slot.f32) {
       slot.f32->resize(static_cast<size_t>(t.numel()));
       ToF32(t, slot.f32->data());
+      if (slot.f32_source_dtype) *slot.f32_source_dtype = t.dtype;
     }
   }
   if (config.tie_word_embeddings) w->lm_head.weight = w->embed;

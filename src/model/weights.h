@@ -73,6 +73,7 @@ struct WeightSlot {
   std::vector<float>* f32 = nullptr;
   Linear* linear = nullptr;  // the projection whose .weight this is: an adapter site
   int layer = -1;            // decoder layer of `linear`, or -1
+  DType* f32_source_dtype = nullptr;  // with f32: set to the file's dtype of the tensor
 };
 
 // Collects the weight slots of a model as an architecture enumerates them.

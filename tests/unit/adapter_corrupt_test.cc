@@ -298,9 +298,14 @@ TEST(CorruptAdapterFileTest, MagnitudeVectorOnAnEmbedding) {
                        "valid on an embedding"));
 }
 
-// PEFT trains DoRA on embeddings (use_dora with an embedding target); loom says it cannot yet.
-TEST(CorruptAdapterFileTest, DoraOnAnEmbeddingIsNotSupportedYet) {
+// DoRA on an embedding (PEFT's DoraEmbeddingLayer): the magnitude is per embedding dimension
+// ([model_dim]), not per token; a vocabulary-long one is refused naming the tensor.
+TEST(CorruptAdapterFileTest, DoraOnAnEmbeddingNeedsAMagnitudePerDimension) {
   Draft d = ReadDraft(kAdapters + "llama_embed");
+  std::erase_if(d.tensors, [](const DraftTensor& t) {
+    return t.name.find("embed_tokens") == std::string::npos;
+  });
+  d.config["target_modules"] = ojson::array({"embed_tokens"});
   d.Add("base_model.model.model.embed_tokens.lora_magnitude_vector", {256}, 1.0f);
   d.config["use_dora"] = true;
   TempDir tmp;
@@ -308,9 +313,16 @@ TEST(CorruptAdapterFileTest, DoraOnAnEmbeddingIsNotSupportedYet) {
   auto a = Load(tmp.File("a"), FixtureModel("llama_f32"));
   ASSERT_FALSE(a.ok());
   EXPECT_TRUE(Contains(a.status().message(),
-                       "lora_magnitude_vector: DoRA on an embedding (use_dora with an embedding "
-                       "target) is not supported yet"))
+                       "tensor base_model.model.model.embed_tokens.lora_magnitude_vector has shape "
+                       "[256], the base model needs [64]"))
       << a.status().message();
+  d.Find("base_model.model.model.embed_tokens.lora_magnitude_vector")->shape = {64};
+  d.Find("base_model.model.model.embed_tokens.lora_magnitude_vector")->values.resize(64);
+  WriteDraft(d, tmp.File("b"));
+  auto b = Load(tmp.File("b"), FixtureModel("llama_f32"));
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  ASSERT_NE((*b)->embedding(), nullptr);
+  EXPECT_EQ((*b)->embedding()->dora_gain.size(), 64u);
 }
 
 TEST_F(CorruptAdapterTest, BaseLayerCopyOfALinearIsAModulesToSaveStyleReplacement) {
