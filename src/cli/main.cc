@@ -7,6 +7,7 @@
 #include <string>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 #include "base/interrupt.h"
 #include "base/json.h"
@@ -63,6 +64,68 @@ std::pair<std::string, std::string> NonDecimalIntegerOption(const CLI::App& app)
   return {};
 }
 
+// Every option of `app` and its subcommands by each of its names ("--api-key", "-m"), and
+// whether it takes a value.
+void CollectOptions(const CLI::App& app, std::map<std::string, bool>* takes_value) {
+  for (const CLI::Option* opt : app.get_options()) {
+    const bool value =
+        opt->get_items_expected_min() > 0;  // not a flag (nor a flag's optional =VALUE)
+    for (const std::string& n : opt->get_lnames())
+      (*takes_value)["--" + n] = (*takes_value)["--" + n] || value;
+    for (const std::string& n : opt->get_snames())
+      (*takes_value)["-" + n] = (*takes_value)["-" + n] || value;
+  }
+  for (const CLI::App* sub : app.get_subcommands({})) CollectOptions(*sub, takes_value);
+}
+
+// An option that takes a value followed by another option's name ("--api-key --allow-runtime-lora"
+// with the key's shell variable unset): CLI11 takes the flag as the value, so the key became the
+// string "--allow-runtime-lora" and runtime loading stayed off without a word. Returns the pair, or
+// {}. A value that really is such a string can be given as --option=VALUE.
+std::pair<std::string, std::string> FlagTakenAsValue(const CLI::App& app, int argc, char** argv) {
+  std::map<std::string, bool> takes_value;
+  CollectOptions(app, &takes_value);
+  for (int i = 1; i + 1 < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") break;
+    auto it = takes_value.find(arg);
+    if (it == takes_value.end() || !it->second) continue;
+    std::string next = argv[i + 1];
+    next = next.substr(0, next.find('='));
+    if (takes_value.count(next) != 0) return {arg, argv[i + 1]};
+  }
+  return {};
+}
+
+// A global flag given to a command that never reads it ("loom --kv-cache-dtype bfloat16 merge",
+// "loom --quantize int8 tokenize"): it had no effect, without a word. Returns "" or the message.
+std::string UnreadGlobalFlag(const CLI::App& app) {
+  static const std::vector<std::string> kQuantize = {"--quantize", "--quantize-group-size",
+                                                     "--quantize-head", "--quantize-double-quant"};
+  static const std::map<std::string, std::vector<std::string>> kUnread = {
+      {"inspect", {"--kv-cache-dtype", "--exact-bf16", "--fast-bf16"}},
+      {"merge", {"--kv-cache-dtype", "--exact-bf16", "--fast-bf16"}},
+      {"quantize", {"--kv-cache-dtype", "--exact-bf16", "--fast-bf16"}},
+      {"tokenize",
+       {"--kv-cache-dtype", "--exact-bf16", "--fast-bf16", "--quantize", "--quantize-group-size",
+        "--quantize-head", "--quantize-double-quant"}},
+      {"detokenize",
+       {"--kv-cache-dtype", "--exact-bf16", "--fast-bf16", "--quantize", "--quantize-group-size",
+        "--quantize-head", "--quantize-double-quant"}},
+  };
+  for (const CLI::App* sub : app.get_subcommands()) {
+    auto it = kUnread.find(sub->get_name());
+    if (it == kUnread.end()) continue;
+    for (const std::string& flag : it->second) {
+      const CLI::Option* opt = app.get_option_no_throw(flag);
+      if (opt != nullptr && opt->count() > 0) {
+        return "loom " + sub->get_name() + " does not read " + flag + " (it would have no effect)";
+      }
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -112,6 +175,13 @@ int main(int argc, char** argv) {
   runs[quantize] = loom::cli::AddQuantizeCommand(*quantize);
   auto* perplexity = app.add_subcommand("perplexity", "token-level perplexity of a text file (with --quantize and --lora as at serving)");
   runs[perplexity] = loom::cli::AddPerplexityCommand(*perplexity);
+  if (const auto [flag, value] = FlagTakenAsValue(app, argc, argv); !flag.empty()) {
+    std::fprintf(stderr,
+                 "error: %s is followed by the option %s instead of a value (a missing value, such "
+                 "as an unset shell variable?); write %s=VALUE if that is the value meant\n",
+                 flag.c_str(), loom::PrintableAscii(value.substr(0, 60)).c_str(), flag.c_str());
+    return 2;
+  }
   CLI11_PARSE(app, argc, argv);
   if (const std::string empty = EmptyValueOption(app); !empty.empty()) {
     std::fprintf(stderr, "error: %s was given an empty value\n", empty.c_str());
@@ -120,6 +190,10 @@ int main(int argc, char** argv) {
   if (const auto [name, value] = NonDecimalIntegerOption(app); !name.empty()) {
     std::fprintf(stderr, "error: %s '%s': integers are written in decimal, without leading zeros\n",
                  name.c_str(), loom::PrintableAscii(value.substr(0, 40)).c_str());
+    return 2;
+  }
+  if (const std::string unread = UnreadGlobalFlag(app); !unread.empty()) {
+    std::fprintf(stderr, "error: %s\n", unread.c_str());
     return 2;
   }
   if (threads > 0) loom::ThreadPool::SetGlobalThreads(threads);

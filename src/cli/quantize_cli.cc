@@ -47,7 +47,8 @@ int RunQuantize(const QuantizeArgs& a) {
     return 2;
   }
   auto t0 = std::chrono::steady_clock::now();
-  Status st = WriteQuantizedCheckpoint(a.model, o, a.out, !a.no_check_weights);
+  std::string departures;
+  Status st = WriteQuantizedCheckpoint(a.model, o, a.out, !a.no_check_weights, &departures);
   // A signal noted during the write (its folder then removed, or one that came after the last
   // check, the checkpoint complete) ends the command as the signal would have.
   if (!st.ok()) std::fprintf(stderr, "error: %s\n", st.message().c_str());
@@ -55,11 +56,17 @@ int RunQuantize(const QuantizeArgs& a) {
   if (!st.ok()) {
     return st.code() == StatusCode::kInvalidArgument || st.code() == StatusCode::kFailedPrecondition ? 2 : 1;
   }
+  // The groups as written: a projection --group-size does not divide takes another (and one
+  // a group of 32 does not fit stays dense), said here too ("int4 group 128" was printed when
+  // every projection had group 64).
+  const std::string scheme =
+      a.scheme == "int4" ? "int4 group " + std::to_string(a.group) : "int8 per channel";
+  const std::string written = departures.empty() ? scheme : scheme + "; " + departures;
   std::fprintf(stderr, "wrote %s (compressed-tensors %s, %s%s) in %.2f s; peak RSS %.0f MiB\n",
                a.out.c_str(), a.scheme == "int4" ? "pack-quantized W4A16" : "int-quantized W8A8",
-               a.scheme == "int4" ? ("int4 group " + std::to_string(a.group)).c_str() : "int8 per channel",
-               a.head ? ", --quantize-head" : ", lm_head dense",
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), PeakRssMiB());
+               written.c_str(), a.head ? ", --quantize-head" : ", lm_head dense",
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+               PeakRssMiB());
   return 0;
 }
 

@@ -14,6 +14,7 @@
 
 #include "cli/commands.h"
 #include "cli/serve_flags.h"
+#include "cli/startup_signals.h"
 #include "engine/async_engine.h"
 #include "lora/adapter_store.h"
 #include "model/weight_memory.h"
@@ -52,6 +53,7 @@ int RunServe(ServeArgs& a) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
+  StartupSignalWatcher startup_signals(signals);  // until ready: a signal ends start-up at once
 
   if (a.model.empty()) {  // the bundled demo: the model and, unless told otherwise, its adapters
     a.model = FindDemoModelDir();
@@ -250,6 +252,7 @@ int RunServe(ServeArgs& a) {
                  "(--generation-config vllm turns this off)\n",
                  ctx.options.generation_defaults.Describe().c_str());
   }
+  startup_signals.Stop();  // from here sigwait below takes them and drains
   ctx.ready = true;
   std::fprintf(stderr,
                "loom: ready — model '%s' (%s), %zu adapter(s), max_model_len %d, KV cache %d "

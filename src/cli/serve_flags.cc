@@ -6,6 +6,8 @@
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <vector>
 
 #include "base/file.h"
 #include "base/json.h"
@@ -155,7 +157,24 @@ namespace {
 
 StatusOr<std::pair<std::string, std::string>> ParseLoraSpec(const std::string& spec) {
   if (!spec.empty() && spec.front() == '{') {
-    nlohmann::json j = nlohmann::json::parse(spec, nullptr, false);
+    // A key given twice ({"name":"j",…,"name":"k"}) served the last one without a word.
+    std::vector<std::set<std::string>> keys;
+    std::string twice;
+    auto no_duplicates = [&](int /*depth*/, nlohmann::json::parse_event_t event,
+                             nlohmann::json& parsed) {
+      if (event == nlohmann::json::parse_event_t::object_start) keys.emplace_back();
+      if (event == nlohmann::json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
+      if (event == nlohmann::json::parse_event_t::key && !keys.empty() &&
+          !keys.back().insert(parsed.get<std::string>()).second && twice.empty()) {
+        twice = parsed.get<std::string>();
+      }
+      return true;
+    };
+    nlohmann::json j = nlohmann::json::parse(spec, no_duplicates, false);
+    if (!twice.empty()) {
+      return InvalidArgument("--lora '" + PrintableAscii(spec.substr(0, 200)) + "': field '" +
+                             PrintableAscii(twice.substr(0, 60)) + "' given twice");
+    }
     if (j.is_discarded() || !j.is_object() || !j.contains("name") || !j["name"].is_string() ||
         !j.contains("path") || !j["path"].is_string()) {
       return InvalidArgument("--lora '" + spec + "': expected {\"name\": ..., \"path\": ...}");
@@ -164,6 +183,13 @@ StatusOr<std::pair<std::string, std::string>> ParseLoraSpec(const std::string& s
       if (it.key() != "name" && it.key() != "path" && it.key() != "base_model_name") {
         return InvalidArgument("--lora: unknown field '" + it.key() + "'");
       }
+    }
+    // vLLM's LoRAModulePath field: a string (or null), as the load endpoint checks it; loom
+    // serves one base, whose name is every adapter's parent (docs/API.md).
+    if (j.contains("base_model_name") && !j["base_model_name"].is_null() &&
+        !j["base_model_name"].is_string()) {
+      return InvalidArgument("--lora '" + PrintableAscii(spec.substr(0, 200)) +
+                             "': base_model_name must be a string");
     }
     return std::make_pair(j["name"].get<std::string>(), j["path"].get<std::string>());
   }

@@ -170,7 +170,9 @@ Status CheckQuantizeInput(const std::string& model_dir, const QuantizeCheckpoint
 
 Status WriteQuantizedCheckpoint(const std::string& model_dir,
                                 const QuantizeCheckpointOptions& options,
-                                const std::string& out_dir, bool check_weights) {
+                                const std::string& out_dir, bool check_weights,
+                                std::string* departures) {
+  if (departures != nullptr) departures->clear();
   RETURN_IF_ERROR(CheckQuantizeInput(model_dir, options));
   // Before the load: a bad --out fails at once (and again before writing, below).
   RETURN_IF_ERROR(CheckMergeOutput(model_dir, "", out_dir, "loom quantize").status());
@@ -179,7 +181,10 @@ Status WriteQuantizedCheckpoint(const std::string& model_dir,
   load.quantize = options.scheme;
   load.quantize_group = options.group;
   load.quantize_head = options.quantize_head;
+  load.quantize_flag = "--scheme";
+  load.quantize_group_flag = "--group-size";
   ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(model_dir, load));
+  if (departures != nullptr) *departures = model->quantize_departures();
   const ModelConfig& c = model->config();
   const SafetensorsStore& store = model->store();
   const std::map<std::string, const Linear*> projections = ProjectionsByName(model->weights());

@@ -37,8 +37,10 @@ Status CheckQuantizeInput(const std::string& model_dir, const QuantizeCheckpoint
 // input (never it, nor inside it), written into a temporary folder renamed at the end.
 // Departures from --scheme/--group-size (other int4 groups, projections left dense) are said on
 // stderr by the load (Model::Quantize), in the same terms.
+// `departures` (may be null) gets them in short ("g64 on 19, dense on 2"), or "".
 Status WriteQuantizedCheckpoint(const std::string& model_dir,
                                 const QuantizeCheckpointOptions& options,
-                                const std::string& out_dir, bool check_weights = true);
+                                const std::string& out_dir, bool check_weights = true,
+                                std::string* departures = nullptr);
 
 }  // namespace loom

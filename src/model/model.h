@@ -32,6 +32,10 @@ struct LoadOptions {
   int quantize_group = 128;  // kInt4: 32 or 128
   bool quantize_double_quant = false;  // kNf4 / kFp4: bnb_4bit_use_double_quant (QLoRA's usual)
   bool quantize_head = false;
+  // How the departures note names the scheme and group flags (loom quantize: --scheme and
+  // --group-size).
+  std::string quantize_flag = "--quantize";
+  std::string quantize_group_flag = "--quantize-group-size";
 };
 
 // Thread-safety: Load from any thread; Forward from one thread at a time (it owns scratch

@@ -82,15 +82,28 @@ HttpTransport::~HttpTransport() {
 }
 
 Status HttpTransport::Bind() {
-  const TransportOptions& o = impl_->options;
-  // Each connection is a descriptor: raise the soft limit toward --max-connections (as far as
-  // the hard limit allows; past it, accept waits and retries).
+  TransportOptions& o = impl_->options;
+  // Each connection is a descriptor: raise the soft limit toward --max-connections (+ 256 for
+  // the process's own files), as far as the hard limit allows. Where it cannot reach, fewer
+  // connections are taken, so the ones beyond still get their 503 (before, past the limit
+  // accept failed and retried, and new clients hung without a word).
   rlimit files{};
   if (::getrlimit(RLIMIT_NOFILE, &files) == 0) {
     const rlim_t wanted = static_cast<rlim_t>(o.max_connections) + 256;
     if (files.rlim_cur < wanted) {
       files.rlim_cur = std::min(wanted, files.rlim_max);
       ::setrlimit(RLIMIT_NOFILE, &files);
+      ::getrlimit(RLIMIT_NOFILE, &files);
+    }
+    if (files.rlim_cur != RLIM_INFINITY && files.rlim_cur < wanted) {
+      const rlim_t reserve = std::min<rlim_t>(256, files.rlim_cur / 4);
+      const int fit = static_cast<int>(std::max<rlim_t>(1, files.rlim_cur - reserve));
+      std::fprintf(stderr,
+                   "loom: warning: --max-connections %d needs %llu file descriptors and the limit "
+                   "(ulimit -n) is %llu: taking at most %d connections (beyond them, 503)\n",
+                   o.max_connections, static_cast<unsigned long long>(wanted),
+                   static_cast<unsigned long long>(files.rlim_cur), fit);
+      o.max_connections = fit;
     }
   }
   const std::string where = o.host + ":" + std::to_string(o.port);
@@ -165,7 +178,7 @@ void HttpTransport::Stop() {
   }
   impl_->ioc.stop();
   // Handlers still running finish (they answer into the stopped loop, which drops it).
-  impl_->workers.join();
+  impl_->workers.Join();
 }
 
 void HttpTransport::Post(std::function<void()> work) { impl_->workers_post(std::move(work)); }

@@ -2,9 +2,10 @@
 // listener (http_transport.cc) asks of a connection (http_session.cc).
 #pragma once
 
+#include <utility>  // before Boost: asio/awaitable.hpp uses std::exchange without it
+
 #include <array>
 #include <atomic>
-#include <utility>  // before Boost: asio/awaitable.hpp uses std::exchange without it
 #include <boost/asio.hpp>
 #include <cstdio>
 #include <functional>
@@ -13,6 +14,7 @@
 
 #include "server/http_body.h"
 #include "server/http_transport.h"
+#include "server/worker_pool.h"
 
 namespace loom::server {
 
@@ -38,7 +40,7 @@ struct HttpTransport::Impl {
   asio::io_context ioc;
   tcp::acceptor acceptor{ioc};
   asio::steady_timer accept_backoff{ioc};
-  asio::thread_pool workers;
+  WorkerPool workers;
   std::unordered_map<Session*, std::weak_ptr<Session>> sessions;  // I/O thread only
   std::atomic<int> num_connections{0};
   std::atomic<int> num_unanswered{0};  // sessions between a request read and its answer written
@@ -59,7 +61,7 @@ struct HttpTransport::Impl {
       ~Done() { n->fetch_sub(1); }
     };
     try {
-      asio::post(workers, [this, work = std::move(work)]() mutable {
+      asio::post(workers.context(), [this, work = std::move(work)]() mutable {
         Done done{&num_handler_tasks};
         // Whatever escapes a task ends the process (asio's pool calls std::terminate): the
         // handlers answer their own errors, so what gets here is the answering failing too
@@ -82,7 +84,7 @@ struct HttpTransport::Impl {
       : options(std::move(o)),
         route(std::move(r)),
         screen(std::move(s)),
-        workers(static_cast<size_t>(std::max(1, options.worker_threads))) {}
+        workers(std::max(1, options.worker_threads)) {}
   void Accept();
 };
 

@@ -68,7 +68,7 @@ class LoomServer:
 
     LISTEN_RE = re.compile(r"loom: listening on http://([^:\s]+):(\d+)")
 
-    def __init__(self, model_dir, args=(), api_key=None, env=None):
+    def __init__(self, model_dir, args=(), api_key=None, env=None, preexec=None):
         # model_dir None: no --model (loom serves the bundled demo model, models/demo).
         self.model_dir = None if model_dir is None else Path(model_dir)
         self.args = list(args)
@@ -78,8 +78,14 @@ class LoomServer:
         self.port = None
         self.proc = None
         self.env = env
+        self.preexec = preexec  # also run in the child before exec (a resource limit, say)
 
     # ---- life cycle -------------------------------------------------------------------------
+    def _preexec(self):
+        _die_with_parent()
+        if self.preexec:
+            self.preexec()
+
     def start(self, ready_timeout: float = 60.0):
         binary = loom_bin()
         _wait_for_binary(binary)
@@ -95,7 +101,7 @@ class LoomServer:
         if self.env:
             env.update(self.env)
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, preexec_fn=_die_with_parent, env=env)
+                                     stderr=subprocess.PIPE, preexec_fn=self._preexec, env=env)
         self._reader = threading.Thread(target=self._read_log, daemon=True)
         self._reader.start()
         deadline = time.monotonic() + ready_timeout

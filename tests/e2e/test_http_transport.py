@@ -288,6 +288,29 @@ def test_host_header_is_required_once(tsrv):
         assert "Host" in json.loads(body)["error"]["message"]
 
 
+def test_connections_past_the_descriptor_limit_get_503_not_a_hang(long_dir):
+    # --max-connections 4096 under `ulimit -n 64`: accept failed (EMFILE) and retried, and new
+    # clients hung without a word; now the server takes what the limit fits, says so, and answers
+    # the ones beyond with 503.
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+
+    srv = LoomServer(long_dir, [], preexec=limit).start()
+    socks = []
+    try:
+        assert any("taking at most 48 connections" in line for line in srv.log_lines), srv.log()
+        for _ in range(60):
+            socks.append(socket.create_connection(("127.0.0.1", srv.port), timeout=10))
+        r = requests.get(srv.url + "/health", timeout=10)
+        assert r.status_code == 503 and "connections" in r.json()["error"]["message"], r.text
+    finally:
+        for x in socks:
+            x.close()
+        srv.kill()
+
+
 def test_too_many_connections_get_503(long_dir):
     srv = LoomServer(long_dir, ["--max-connections", "8"]).start()
     socks = []

@@ -60,12 +60,18 @@ def run_serve(model_dir, *args, timeout=10, tries=1):
     (["--max-loras", "0"], "--max-loras"),
     (["--http-threads", "0"], "--http-threads"),
     (["--host", "192.0.2.1"], "--host"),  # TEST-NET-1: not an address of this machine
+    # vLLM's JSON form: a key given twice served the last one; base_model_name went unchecked.
+    (["--lora", '{"name":"j","path":"%s","name":"k"}' % (ADAPTER_FIXTURES / 'llama_qv_r8_f32')],
+     "field 'name' given twice"),
+    (["--lora", '{"name":"j","path":"%s","base_model_name":5}' % (ADAPTER_FIXTURES / 'llama_qv_r8_f32')],
+     "base_model_name must be a string"),
 ], ids=["missing_dir", "wrong_base", "rank", "base_name", "twice", "max_model_len", "max_body",
         "max_body_below_one_byte",
         "merge", "lora_dir", "target_step_negative", "target_step_nan", "max_body_past_4gib",
         "size_in_hex", "kv_cache_dtype_fp8", "empty_max_model_len", "empty_served_name", "served_name_twice",
         "adapter_named_as_a_served_name", "adapter_name_invalid", "adapter_path_a_file",
-        "max_num_seqs_0", "batched_tokens_below_seqs", "max_loras_0", "http_threads_0", "host_not_local"])
+        "max_num_seqs_0", "batched_tokens_below_seqs", "max_loras_0", "http_threads_0", "host_not_local",
+        "lora_json_key_twice", "lora_json_base_model_name_not_a_string"])
 def test_bad_start_up_exits_non_zero(llama_dir, args, needle):
     code, err = run_serve(llama_dir, *args)
     assert code not in (0, None) and code > 0, f"exit {code} (a signal?):\n{err}"
@@ -92,6 +98,35 @@ def _serve_with(llama_dir, args):
         base.pop(k, None)
     cmd = [str(loom_bin()), "serve", *[x for kv in base.items() for x in kv], *args]
     return subprocess.run(cmd, capture_output=True, timeout=10, text=True)
+
+
+@pytest.mark.parametrize("args,needle", [
+    # The key became the string "--allow-runtime-lora" and runtime loading stayed off, silently.
+    (["--api-key", "--allow-runtime-lora"], "--api-key is followed by the option --allow-runtime-lora"),
+    (["--served-model-name", "--max-model-len", "200"], "--served-model-name is followed by the option"),
+    (["--threads", "--port=0"], "--threads is followed by the option --port=0"),  # a global flag
+], ids=["api_key", "served_name", "threads_then_equals_form"])
+def test_a_flag_where_a_value_belongs_is_an_error_naming_both(llama_dir, args, needle):
+    p = _serve_with(llama_dir, args)
+    assert p.returncode == 2 and needle in p.stderr and "missing value" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--kv-cache-dtype", "bfloat16", "tokenize", "--text", "hi"], "loom tokenize does not read --kv-cache-dtype"),
+    (["detokenize", "--ids", "5", "--quantize", "int8"], "loom detokenize does not read --quantize"),
+    (["--exact-bf16", "inspect"], "loom inspect does not read --exact-bf16"),
+], ids=["kv_dtype_tokenize", "quantize_detokenize", "exact_bf16_inspect"])
+def test_a_global_flag_a_command_never_reads_is_an_error(llama_dir, args, needle):
+    # They had no effect, without a word (merge and quantize already refused --quantize).
+    _wait_for_binary(loom_bin())
+    cmd = [str(loom_bin()), *args, "--model", str(llama_dir)]
+    p = subprocess.run(cmd, capture_output=True, timeout=30, text=True)
+    assert p.returncode == 2 and needle in p.stderr, p.stderr
+
+
+def test_a_value_that_looks_like_a_flag_passes_in_the_equals_form(llama_dir):
+    p = _serve_with(llama_dir, ["--api-key=--allow-runtime-lora", "--max-model-len", "-5"])
+    assert p.returncode == 2 and "missing value" not in p.stderr and "--max-model-len" in p.stderr, p.stderr
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -138,6 +173,46 @@ def test_kv_cache_that_cannot_be_allocated_stops_start_up(llama_dir):
                        capture_output=True, timeout=30, text=True, preexec_fn=limit)
     assert p.returncode == 2, p.stderr
     assert "--kv-cache-memory" in p.stderr and "loom: ready" not in p.stderr, p.stderr
+
+
+@pytest.mark.skipif(os.environ.get("LOOM_E2E_SANITIZER") == "1",
+                    reason="a sanitizer's shadow memory does not fit an address-space limit")
+def test_handler_threads_that_cannot_start_stop_start_up_naming_the_flag(llama_dir):
+    # 200 handler threads' stacks (8 MiB each) do not fit 1 GiB of address space: asio's pool
+    # threw with its started threads waiting for work and joining them hung, silently, forever.
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    _wait_for_binary(loom_bin())
+    p = subprocess.run([str(loom_bin()), "serve", "--model", str(llama_dir), "--port", "0",
+                        "--http-threads", "200"],
+                       capture_output=True, timeout=30, text=True, preexec_fn=limit)
+    assert p.returncode == 1, p.stderr
+    assert "--http-threads 200: could not start handler thread" in p.stderr, p.stderr
+
+
+def test_sigterm_during_start_up_ends_it_at_once(llama_dir):
+    # SIGTERM / SIGINT are blocked for the sigwait that drains a serving server; during start-up
+    # (a model loading for minutes) nothing took them, and a supervisor's stop or a Ctrl-C waited
+    # for "ready". Here start-up is ~0.5 s of touching a 768 MiB KV cache; the signal comes at the
+    # "listening" line, before the model loads.
+    import signal
+    _wait_for_binary(loom_bin())
+    p = subprocess.Popen([str(loom_bin()), "serve", "--model", str(llama_dir), "--port", "0",
+                          "--kv-cache-memory", "800MiB", "--max-num-seqs", "2048",
+                          "--max-num-batched-tokens", "2048"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        first = p.stderr.readline()
+        assert "listening" in first, first
+        p.send_signal(signal.SIGTERM)
+        rest = p.stderr.read()
+        assert p.wait(timeout=10) == -signal.SIGTERM, first + rest
+    finally:
+        p.kill()
+    assert "SIGTERM during start-up" in rest and "loom: ready" not in rest, rest
 
 
 @pytest.mark.parametrize("env_key", ["sekrit", ""])

@@ -243,11 +243,17 @@ TEST_F(CtQuantizeRefusals, Cli) {
   r = RunLoom("quantize --model " + kFixtures + "/models/qwen3_moe_bf16 --out " + dir_.Path("moe") +
               " --scheme int4 --group-size 128");
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  for (const char* f : {"note: --quantize int4: 11 projection(s) take int4 groups of 64 (128 does not divide",
-                        "note: --quantize int4: 1 projection(s) take int4 groups of 32 (128 does not divide "
-                        "their inputs), e.g. model.layers.1.mlp.down_proj",
-                        "2 projection(s) stay dense (mixture-of-experts routers",
-                        "48 projection(s) stay dense (experts: no int4 group of 32 divides both their input widths)"}) {
+  // In loom quantize's own flags (the note named --quantize, which the command does not take),
+  // and the summary line says the groups as written (it said "int4 group 128" alone).
+  for (const char* f :
+       {"note: --scheme int4: 11 projection(s) take int4 groups of 64 (--group-size 128 does not "
+        "divide",
+        "note: --scheme int4: 1 projection(s) take int4 groups of 32 (--group-size 128 does not "
+        "divide their inputs), e.g. model.layers.1.mlp.down_proj",
+        "int4 group 128; g32 on 1, g64 on 11, dense on 50",
+        "2 projection(s) stay dense (mixture-of-experts routers",
+        "48 projection(s) stay dense (experts: no int4 group of 32 divides both their input "
+        "widths)"}) {
     EXPECT_TRUE(Contains(r.output, f)) << f << " not in " << r.output;
   }
   // The same departures, counted, for labels (loom perplexity's "int4 g128 (...)"): not g128 alone.
