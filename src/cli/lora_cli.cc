@@ -9,6 +9,7 @@
 #include "base/file.h"
 #include "base/interrupt.h"
 #include "base/json.h"
+#include "lora/adapter_store.h"
 #include "lora/merge.h"
 #include "model/merged_checkpoint.h"
 #include "model/weight_memory.h"
@@ -30,14 +31,41 @@ LoraSpec SplitLoraSpec(const std::string& spec) {
 
 std::string LoraFolder(const std::string& spec) { return SplitLoraSpec(spec).dir; }
 
+std::string FolderName(const std::string& path) {
+  std::error_code ec;
+  fs::path p = fs::absolute(path, ec);
+  if (ec) p = path;
+  p = p.lexically_normal();
+  std::string name = p.filename().string();
+  return name.empty() ? p.parent_path().filename().string() : name;
+}
+
+StatusOr<LoraSpec> ParseLoraNameAndDir(const std::string& spec) {
+  LoraSpec split = SplitLoraSpec(spec);
+  std::error_code ec;
+  if (split.name.empty() && !spec.empty() && spec.front() == '=' && !fs::exists(spec, ec)) {
+    return InvalidArgument("--lora '" + spec +
+                           "': no adapter name before '=' (NAME=DIR, or DIR alone)");
+  }
+  if (!split.name.empty() && split.dir.empty()) {
+    return InvalidArgument("--lora '" + spec + "': no folder after '=' (NAME=DIR)");
+  }
+  if (split.name.empty()) split.name = FolderName(split.dir);
+  return split;
+}
+
 StatusOr<std::vector<std::shared_ptr<const Adapter>>> LoadCliAdapters(
     const Model& model, const std::vector<std::string>& specs, int max_rank, bool check_weights,
     bool notes) {
   std::vector<std::shared_ptr<const Adapter>> out;
   for (const std::string& spec : specs) {
-    auto [name, dir] = SplitLoraSpec(spec);
-    if (name.empty()) name = fs::path(dir).lexically_normal().filename().string();
-    if (name.empty()) name = fs::path(dir).lexically_normal().parent_path().filename().string();
+    ASSIGN_OR_RETURN(const LoraSpec split, ParseLoraNameAndDir(spec));
+    const std::string& name = split.name;
+    const std::string& dir = split.dir;
+    // The names serve accepts (generate took "a b", which serve refuses).
+    if (Status ok = AdapterStore::CheckName(name); !ok.ok()) {
+      return InvalidArgument("--lora '" + spec + "': " + ok.message());
+    }
     for (const auto& a : out) {
       if (a->name() == name) return InvalidArgument("--lora: adapter name '" + name + "' given twice");
     }

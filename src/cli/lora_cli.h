@@ -27,6 +27,12 @@ struct LoraSpec {
 LoraSpec SplitLoraSpec(const std::string& spec);
 // SplitLoraSpec(spec).dir ("" for "").
 std::string LoraFolder(const std::string& spec);
+// A folder's own name, "." and ".." resolved ("./" in the adapter folder is its name, not "."):
+// the default name of an adapter given as a path, and of the served model.
+std::string FolderName(const std::string& path);
+// The spec's name and folder, or an error naming the spec: "=DIR" (no name before '=') and
+// "NAME=" (no folder after it), where no such path exists.
+StatusOr<LoraSpec> ParseLoraNameAndDir(const std::string& spec);
 
 // "NAME=DIR" or "DIR" (name = the folder's name) → loaded adapters, in order. `notes`: each
 // adapter's NoteAdapterConfig on stderr (inspect reports those itself).

@@ -182,7 +182,13 @@ int main(int argc, char** argv) {
                  flag.c_str(), loom::PrintableAscii(value.substr(0, 60)).c_str(), flag.c_str());
     return 2;
   }
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help is exit 0; every usage error exit 2, as loom's own checks (CLI11's codes were
+    // 104-114, so scripts could not tell a usage error from a failed run).
+    return app.exit(e) == 0 ? 0 : 2;
+  }
   if (const std::string empty = EmptyValueOption(app); !empty.empty()) {
     std::fprintf(stderr, "error: %s was given an empty value\n", empty.c_str());
     return 2;

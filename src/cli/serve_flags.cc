@@ -193,13 +193,7 @@ StatusOr<std::pair<std::string, std::string>> ParseLoraSpec(const std::string& s
     }
     return std::make_pair(j["name"].get<std::string>(), j["path"].get<std::string>());
   }
-  const LoraSpec split = SplitLoraSpec(spec);
-  if (split.name.empty()) {
-    const std::string name = fs::path(spec).lexically_normal().filename().string();
-    return std::make_pair(name.empty() ? fs::path(spec).lexically_normal().parent_path().filename().string()
-                                       : name,
-                          spec);
-  }
+  ASSIGN_OR_RETURN(const LoraSpec split, ParseLoraNameAndDir(spec));
   return std::make_pair(split.name, split.dir);
 }
 
@@ -259,8 +253,7 @@ StatusOr<ServePlan> PlanServe(const ServeArgs& a) {
   }
   std::vector<std::string> served = a.served_model_names;
   if (served.empty()) {
-    std::string name = fs::path(a.model).lexically_normal().filename().string();
-    if (name.empty()) name = fs::path(a.model).lexically_normal().parent_path().filename().string();
+    std::string name = FolderName(a.model);  // "--model ." served the name "." before
     served.push_back(name);
   }
   for (size_t i = 0; i < served.size(); ++i) {

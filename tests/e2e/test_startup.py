@@ -65,13 +65,17 @@ def run_serve(model_dir, *args, timeout=10, tries=1):
      "field 'name' given twice"),
     (["--lora", '{"name":"j","path":"%s","base_model_name":5}' % (ADAPTER_FIXTURES / 'llama_qv_r8_f32')],
      "base_model_name must be a string"),
+    # "=DIR" took "=DIR" as the path (generate named it after the folder), "a=" said " does not exist".
+    (["--lora", f"={ADAPTER_FIXTURES / 'llama_qv_r8_f32'}"], "no adapter name before '='"),
+    (["--lora", "a="], "no folder after '='"),
 ], ids=["missing_dir", "wrong_base", "rank", "base_name", "twice", "max_model_len", "max_body",
         "max_body_below_one_byte",
         "merge", "lora_dir", "target_step_negative", "target_step_nan", "max_body_past_4gib",
         "size_in_hex", "kv_cache_dtype_fp8", "empty_max_model_len", "empty_served_name", "served_name_twice",
         "adapter_named_as_a_served_name", "adapter_name_invalid", "adapter_path_a_file",
         "max_num_seqs_0", "batched_tokens_below_seqs", "max_loras_0", "http_threads_0", "host_not_local",
-        "lora_json_key_twice", "lora_json_base_model_name_not_a_string"])
+        "lora_json_key_twice", "lora_json_base_model_name_not_a_string", "lora_no_name_before_equals",
+        "lora_no_folder_after_equals"])
 def test_bad_start_up_exits_non_zero(llama_dir, args, needle):
     code, err = run_serve(llama_dir, *args)
     assert code not in (0, None) and code > 0, f"exit {code} (a signal?):\n{err}"
@@ -122,6 +126,17 @@ def test_a_global_flag_a_command_never_reads_is_an_error(llama_dir, args, needle
     cmd = [str(loom_bin()), *args, "--model", str(llama_dir)]
     p = subprocess.run(cmd, capture_output=True, timeout=30, text=True)
     assert p.returncode == 2 and needle in p.stderr, p.stderr
+
+
+def test_usage_errors_exit_2_and_help_0(llama_dir):
+    # CLI11's own refusals exited 104-114 (a value that does not convert, a validator, an
+    # unknown flag); loom's checks exit 2.
+    _wait_for_binary(loom_bin())
+    for args in (["serve", "--port", "x"], ["serve", "--no-such-flag"], ["serve", "--max-num-seqs", "1.5"]):
+        p = subprocess.run([str(loom_bin()), *args], capture_output=True, timeout=30, text=True)
+        assert p.returncode == 2 and "error" in p.stderr.lower(), (args, p.returncode, p.stderr)
+    p = subprocess.run([str(loom_bin()), "serve", "--help"], capture_output=True, timeout=30, text=True)
+    assert p.returncode == 0 and "--max-num-seqs" in p.stdout, p.stdout
 
 
 def test_a_value_that_looks_like_a_flag_passes_in_the_equals_form(llama_dir):
