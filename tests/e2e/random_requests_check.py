@@ -507,7 +507,8 @@ def check(req, status, body, err, failures):
         if req.invalid is None and not (
                 status == 400 and req.may_be_invalid and isinstance(body, dict) and
                 (body.get("error") or {}).get("param") in req.may_be_invalid and
-                "maximum context length" in str(body["error"].get("message"))):
+                ("maximum context length" in str(body["error"].get("message")) or
+                 body["error"]["param"] == "min_tokens")):
             fail(f"a valid request answered {status}", json.dumps(body)[:800])
         return None
     if req.invalid is not None:

@@ -461,10 +461,11 @@ def test_a_refused_prompt_list_runs_nothing(server):
     # prompts was refused (400) the first one's n sequences had run and counted as aborted.
     aborts = server.metric("vllm:request_success_total", finished_reason="abort")
     e2e = server.metric("vllm:e2e_request_latency_seconds_count")
-    long = [(3 + i) % 250 for i in range(MAX_MODEL_LEN - 4)]  # fits, not with 20 new tokens
+    # The long prompt fits, but leaves room for 4 tokens: fewer than min_tokens.
+    long = [(3 + i) % 250 for i in range(MAX_MODEL_LEN - 4)]
     r = server.post("/v1/completions", {"model": BASE, "prompt": ["Hi", long], "n": 4,
-                                        "max_tokens": 20})
-    assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens", r.text
+                                        "max_tokens": 20, "min_tokens": 10})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "min_tokens", r.text
     # The old code's aborts were counted as the engine thread got to them: a request sent after
     # is a barrier (the engine takes its inbox in order), whatever the machine's speed.
     complete(server, BASE, "Hi", max_tokens=1)
