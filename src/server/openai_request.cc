@@ -107,12 +107,10 @@ void AddCommon(std::map<std::string, Handler>* h) {
   m["stream_options"] = [](Parser& p, const json& v, OpenAiRequest* r) {
     if (v.is_null()) return true;
     if (!v.is_object()) return p.Fail("stream_options", "stream_options must be an object");
-    // vLLM's StreamOptions: include_usage defaults to true once the object is sent (so
-    // {"continuous_usage_stats": true} alone reports usage); null is false.
-    r->include_usage = true;
+    // vLLM 0.32's StreamOptions: both default to false (null too), and continuous_usage_stats
+    // acts only with include_usage (should_include_usage).
     for (auto it = v.begin(); it != v.end(); ++it) {
       if (it.key() == "include_usage") {
-        r->include_usage = false;
         if (!it.value().is_null() &&
             !p.Bool("stream_options.include_usage", it.value(), &r->include_usage)) {
           return false;

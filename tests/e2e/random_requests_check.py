@@ -72,8 +72,8 @@ def normalize_stream(req, events, fail):
     obj = "chat.completion.chunk" if req.chat else "text_completion"
     prefix = "chatcmpl-" if req.chat else "cmpl-"
     choices, usage, ids = {}, None, set()
-    want_usage = "stream_options" in req.body and (req.body["stream_options"] or {}).get(
-        "include_usage", True) is not False
+    # vLLM 0.32: include_usage defaults to false; continuous_usage_stats acts only with it.
+    want_usage = bool((req.body.get("stream_options") or {}).get("include_usage"))
     continuous = want_usage and req.body["stream_options"].get("continuous_usage_stats")
     cont_usage = {}  # choice index → the completion_tokens of its chunks
     for k, ev in enumerate(events):

@@ -100,6 +100,8 @@ def gen_request(rng, i):
         body["stream"] = True
         if rng.random() < 0.6:
             body["stream_options"] = {"include_usage": rng.random() < 0.8}
+            if rng.random() < 0.15:
+                del body["stream_options"]["include_usage"]  # false by default
             if rng.random() < 0.3:
                 body["stream_options"]["continuous_usage_stats"] = True
     if rng.random() < 0.75:

@@ -2,8 +2,11 @@
 seeds, sampling fields and chat templates (stop strings and stop tokens: test_stop.py; log-probs
 and echo: test_logprobs.py)."""
 
+import json
+
 import openai
 import pytest
+import requests
 
 from conftest import (BASE, EOS, FIXTURES, MAX_MODEL_LEN, PROMPTS, chat_prompt_bytes, complete,
                       greedy_long, printable)
@@ -112,6 +115,27 @@ def test_completion_stream_without_include_usage_has_no_usage(server):
     chunks = list(stream)
     assert chunks
     assert all(getattr(c, "usage", None) is None for c in chunks)
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+@pytest.mark.parametrize("options", [{}, {"include_usage": None}, {"include_usage": False},
+                                     {"continuous_usage_stats": True},
+                                     {"include_usage": False, "continuous_usage_stats": True}])
+def test_stream_options_without_include_usage_has_no_usage(server, path, options):
+    # vLLM 0.32: include_usage defaults to false, and continuous_usage_stats acts only with it
+    # (should_include_usage): no usage chunk (choices: []), no usage on any chunk.
+    body = {"model": BASE, "max_tokens": 4, "temperature": 0, "stream": True,
+            "stream_options": options, "ignore_eos": True}
+    if path.endswith("chat/completions"):
+        body["messages"] = [{"role": "user", "content": "abc"}]
+    else:
+        body["prompt"] = "abc"
+    r = requests.post(server.url + path, json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    events = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")]
+    assert events and all(e["choices"] for e in events), events
+    assert all(e.get("usage") is None for e in events), events
+    assert r.text.endswith("data: [DONE]\n\n"), r.text[-200:]
 
 
 def test_max_tokens_gives_length(server):
@@ -524,10 +548,10 @@ def test_continuous_usage_stats(server):
     counts = [c.usage.completion_tokens for c in with_choices]
     assert counts == sorted(counts) and counts[-1] == 4
     assert all(c.usage.prompt_tokens == 3 for c in chunks)
-    # Per choice and per prompt, as vLLM; stream_options sent without include_usage means true.
+    # Per choice and per prompt, as vLLM.
     chunks = list(server.client().completions.create(
         model=BASE, prompt=["abc", "defgh"], max_tokens=3, n=2, temperature=1.0, seed=1,
-        stream=True, stream_options={"continuous_usage_stats": True},
+        stream=True, stream_options={"include_usage": True, "continuous_usage_stats": True},
         extra_body={"ignore_eos": True}))
     seen = {}
     for c in chunks:

@@ -132,10 +132,12 @@ TEST(OpenAiRequest, RejectsNamingTheField) {
     ApiError err;
     EXPECT_TRUE(ParseOpenAiRequest(R"({"model":"m","prompt":"x","stream_options":{}})",
                                    Endpoint::kCompletions, &r, &err));
-    // vLLM's StreamOptions: include_usage is true once the object is sent, null is false.
+    // vLLM 0.32's StreamOptions: include_usage defaults to false, null is false (the stream
+    // writes continuous usage only with include_usage).
     for (const auto& [opts, usage, continuous] : std::vector<std::tuple<std::string, bool, bool>>{
-             {"{}", true, false},
-             {R"({"continuous_usage_stats":true})", true, true},
+             {"{}", false, false},
+             {R"({"continuous_usage_stats":true})", false, true},
+             {R"({"include_usage":true})", true, false},
              {R"({"include_usage":false,"continuous_usage_stats":true})", false, true},
              {R"({"include_usage":null})", false, false}}) {
       ASSERT_TRUE(ParseOpenAiRequest(
