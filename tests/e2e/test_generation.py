@@ -510,6 +510,33 @@ def test_unicode_prompt_usage(server):
     assert r.choices[0].prompt_token_ids == list(prompt.encode())
 
 
+@pytest.mark.parametrize("messages,rendered", [
+    ([{"role": "developer", "content": "be nice"}, {"role": "user", "content": "x"}],
+     "<|system|>be nice\n<|user|>x\n<|assistant|>"),
+    ([{"role": "system", "content": "A"}, {"role": "developer", "content": "B"},
+      {"role": "user", "content": "x"}],
+     "<|system|>A\n\nB\n<|user|>x\n<|assistant|>"),
+    ([{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"},
+      {"role": "developer", "content": [{"type": "text", "text": "p"},
+                                        {"type": "text", "text": "q"}]},
+      {"role": "system", "content": ""}, {"role": "user", "content": "z"}],
+     "<|system|>p\nq\n<|user|>x\n<|assistant|>y\n<|user|>z\n<|assistant|>"),
+    # No developer message: several system messages stay where they are.
+    ([{"role": "user", "content": "x"}, {"role": "system", "content": "A"}],
+     "<|user|>x\n<|system|>A\n<|assistant|>"),
+], ids=["alone", "after_system", "later_parts", "no_developer"])
+def test_developer_role_becomes_system(server, messages, rendered):
+    # vLLM 0.32 (renderers/hf.py): the tiny model's template does not name "developer", so
+    # developer messages become system ones, and the system messages are merged at the front
+    # ("\n\n"-joined) when one is not first or there are several; /tokenize renders the same.
+    r = server.client().chat.completions.create(
+        model=BASE, messages=messages, max_tokens=1,
+        extra_body={"return_token_ids": True}).choices[0]
+    assert bytes(r.prompt_token_ids) == rendered.encode(), bytes(r.prompt_token_ids)
+    t = server.post("/tokenize", {"model": BASE, "messages": messages})
+    assert t.status_code == 200 and bytes(t.json()["tokens"]) == rendered.encode(), t.text
+
+
 def test_chat_content_parts_equal_string(server):
     # vLLM, for a template that prints content as a string: the text parts joined with "\n".
     kw = dict(model=BASE, max_tokens=8, temperature=0, extra_body={"ignore_eos": True,
