@@ -343,11 +343,18 @@ def test_auth(auth_server):
         r = requests.request(method, url + "/v1/models", data="x", timeout=10)
         assert r.status_code == 400, (method, r.status_code, r.text[:200])
         assert r.headers.get("Connection", "").lower() == "close", (method, r.headers)
+    # vLLM's middleware: the scheme before the first space, in any case (RFC 9110 §11.1), then
+    # the key: exactly the rest (a second space is part of it).
     for bad in ("Bearer wrong-key!", "Bearer sekrit-ke", "Bearer sekrit-key2", "sekrit-key",
-                "Basic c2Vrcml0LWtleQ==", "Bearer "):
+                "Basic c2Vrcml0LWtleQ==", "Bearer ", "Bearer  sekrit-key", "Bearer\tsekrit-key",
+                "Bearersekrit-key", "Bearer: sekrit-key", "bearer sekrit-ke"):
         r = requests.post(url + "/v1/completions", data=body,
                           headers=dict(ct, Authorization=bad), timeout=10)
         assert r.status_code == 401, (bad, r.status_code)
+    for good in ("bearer", "BEARER", "bEaReR", "Bearer"):
+        r = requests.get(url + "/v1/models", headers={"Authorization": f"{good} sekrit-key"},
+                         timeout=10)
+        assert r.status_code == 200, (good, r.status_code)
     with pytest.raises(openai.AuthenticationError):
         auth_server.client(api_key="wrong").completions.create(model=BASE, prompt="hi",
                                                                max_tokens=2)
