@@ -83,13 +83,12 @@ Handler OptionalBool(const char* field, bool OpenAiRequest::*member) {
 }
 
 void AddModel(std::map<std::string, Handler>* h) {
-  // null is as absent: a request without a model names the base (as vLLM, whose `model` is
-  // optional on every route; OpenAI's API requires it).
+  // null and "" are as absent: a request without a model names the base (as vLLM, whose
+  // `model` is optional on every route and whose _is_model_supported takes any falsy name as
+  // the base; OpenAI's API requires it).
   (*h)["model"] = [](Parser& p, const json& v, OpenAiRequest* r) {
     if (v.is_null()) return true;
-    if (!v.is_string() || v.get<std::string>().empty()) {
-      return p.Fail("model", "model must be a non-empty string");
-    }
+    if (!v.is_string()) return p.Fail("model", "model must be a string");
     r->model = v.get<std::string>();
     return true;
   };

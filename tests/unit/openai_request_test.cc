@@ -262,16 +262,15 @@ TEST(OpenAiRequest, RejectsNamingTheField) {
     e.n = 16;
     EXPECT_TRUE(CheckPromptLogprobBudget(e, prompts, &err));
   }
-  EXPECT_EQ(Reject(R"({"model":"","prompt":"x"})").param, "model");
   EXPECT_EQ(Reject(R"({"model":7,"prompt":"x"})").param, "model");
-  {
-    // No model (or null) is the base, as vLLM: the handler fills in the served name.
-    OpenAiRequest r;
-    ApiError err;
-    ASSERT_TRUE(
-        ParseOpenAiRequest(R"({"prompt":"x","model":null})", Endpoint::kCompletions, &r, &err))
-        << err.message;
-    EXPECT_TRUE(r.model.empty());
+  // No model (or null, or "") is the base, as vLLM: the handler fills in the served name.
+  for (const char* body : {R"({"prompt":"x","model":null})", R"({"prompt":"x","model":""})"}) {
+    for (const Endpoint e : {Endpoint::kCompletions, Endpoint::kTokenize}) {
+      OpenAiRequest r;
+      ApiError err;
+      ASSERT_TRUE(ParseOpenAiRequest(body, e, &r, &err)) << body << ": " << err.message;
+      EXPECT_TRUE(r.model.empty()) << body;
+    }
   }
   EXPECT_EQ(Reject(R"({"model":"m"})").param, "prompt");
   EXPECT_EQ(Reject(R"({"model":"m","messages":[]})", Endpoint::kChat).param, "messages");
@@ -345,7 +344,7 @@ TEST(OpenAiRequest, RejectsTokenizeFieldsByName) {
   EXPECT_EQ(Reject(R"({"prompt":"a","temperature":0})", tok).param, "temperature");
   EXPECT_EQ(Reject(R"({"prompt":"a","n":2})", tok).param, "n");
   EXPECT_EQ(Reject(R"({"prompt":"a","return_token_strs":"yes"})", tok).param, "return_token_strs");
-  EXPECT_EQ(Reject(R"({"prompt":"a","model":""})", tok).param, "model");
+  EXPECT_EQ(Reject(R"({"prompt":"a","model":[]})", tok).param, "model");
   EXPECT_EQ(Reject(R"({"messages":[{"role":"user","content":"x"}],"tools":[{}]})", tok).param,
             "tools");
   EXPECT_EQ(Reject(R"({"messages":[{"role":"user","content":"x"}],"add_generation_prompt":true,
