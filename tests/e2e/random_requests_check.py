@@ -120,6 +120,8 @@ def normalize_stream(req, events, fail):
                 ch["prompt_token_ids"] = pids
             if req.chat:
                 delta = c.get("delta") or {}
+                if not isinstance(delta.get("content"), str):  # vLLM 0.32: "" too
+                    fail("a chat delta without content", json.dumps(c)[:300])
                 if "role" in delta:
                     ch["roles"].append(delta["role"])
                 ch["text"] += delta.get("content") or ""

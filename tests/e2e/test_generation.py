@@ -239,6 +239,26 @@ def test_chat_stream_equals_non_stream(server):
     assert len({c.id for c in chunks}) == 1
 
 
+def test_chat_stream_finish_delta_carries_empty_content(server):
+    # vLLM 0.32 (no reasoning or tool parser) sends DeltaMessage(content=delta_text) on every
+    # chunk: the finish chunk of a choice whose last token adds no text (a stop token id, EOS)
+    # has "delta": {"content": ""}, where loom sent {} (openai-SDK users got None).
+    msgs = [{"role": "user", "content": "Hello"}]
+    ids = server.post("/v1/chat/completions", {
+        "model": BASE, "messages": msgs, "max_tokens": 8, "temperature": 0, "ignore_eos": True,
+        "return_token_ids": True}).json()["choices"][0]["token_ids"]
+    stop = next(t for k, t in enumerate(ids) if k > 0 and t not in ids[:k])
+    r = server.post("/v1/chat/completions", {
+        "model": BASE, "messages": msgs, "max_tokens": 8, "temperature": 0, "stream": True,
+        "ignore_eos": True, "stop_token_ids": [stop]})
+    assert r.status_code == 200, r.text
+    chunks = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")]
+    choices = [c["choices"][0] for c in chunks]
+    assert choices[-1]["finish_reason"] == "stop" and choices[-1]["stop_reason"] == stop, choices
+    assert choices[-1]["delta"] == {"content": ""}, choices[-1]
+    assert all(isinstance(c["delta"].get("content"), str) for c in choices), choices
+
+
 def test_chat_n_two(server):
     r = server.client().chat.completions.create(
         model=BASE, messages=[{"role": "user", "content": "hi"}], max_tokens=6, n=2,
