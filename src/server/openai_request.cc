@@ -528,29 +528,30 @@ bool ParseOpenAiRequest(const std::string& body, Endpoint endpoint, OpenAiReques
       *error = BadRequest("top_logprobs", "top_logprobs needs logprobs=true");
       return false;
     }
-    // vLLM applies chat_template_kwargs last (its kwargs dict is updated with them), so
-    // add_generation_prompt / continue_final_message there win over the top-level fields; they
-    // were silently overridden by the fixed variables before. messages / tools / documents there
-    // would clash with the request's own (transformers: a duplicate keyword): refused by name.
+    // vLLM 0.32 merges the request's own fields over chat_template_kwargs (build_chat_params:
+    // merge_kwargs(chat_template_kwargs, {add_generation_prompt, continue_final_message, ...}),
+    // which keeps a kwarg only where the field is None or "auto"; these two are booleans with
+    // defaults, never None): add_generation_prompt / continue_final_message there have no
+    // effect, whatever their value. messages / tools there clash with the request's own
+    // (transformers: a duplicate keyword, a 400 in vLLM too): refused by name; so are documents,
+    // which vLLM renders and loom does not support (as the request's `documents`).
     if (out->chat_template_kwargs.is_object()) {
       json& kw = out->chat_template_kwargs;
-      for (const std::string key : {"add_generation_prompt", "continue_final_message"}) {
-        if (!kw.contains(key)) continue;
-        if (!kw[key].is_boolean()) {
-          *error = BadRequest("chat_template_kwargs", "chat_template_kwargs." + key + " must be a boolean");
-          return false;
-        }
-        (key == "add_generation_prompt" ? out->add_generation_prompt : out->continue_final_message) =
-            kw[key].get<bool>();
-        kw.erase(key);
-      }
-      for (const std::string key : {"messages", "tools", "documents"}) {
+      kw.erase("add_generation_prompt");
+      kw.erase("continue_final_message");
+      for (const std::string key : {"messages", "tools"}) {
         if (kw.contains(key)) {
           *error = BadRequest("chat_template_kwargs", "chat_template_kwargs." + key +
                                                           " is not accepted: send the request's '" +
                                                           key + "' field");
           return false;
         }
+      }
+      if (kw.contains("documents")) {
+        *error = BadRequest("chat_template_kwargs",
+                            "chat_template_kwargs.documents is not supported (RAG documents are "
+                            "not rendered)");
+        return false;
       }
     }
     if (out->continue_final_message && out->add_generation_prompt) {

@@ -645,26 +645,43 @@ def test_role_without_a_generation_prompt_is_the_last_messages(server):
     assert chunks[0].choices[0].delta.role == "user"
 
 
-def test_chat_template_kwargs_win_over_the_top_level_fields(server):
-    # vLLM updates its template kwargs with chat_template_kwargs last: add_generation_prompt there
-    # wins. It used to be silently overridden by the top-level field's default (true).
+def test_the_top_level_fields_win_over_chat_template_kwargs(server):
+    # vLLM 0.32 merges the request's add_generation_prompt / continue_final_message over
+    # chat_template_kwargs (build_chat_params: merge_kwargs; they are booleans with defaults,
+    # never None): the same keys in the kwargs have no effect, whatever their value.
     messages = [{"role": "user", "content": "hi"}]
     rendered = "<|user|>hi\n"  # tiny_model's template, without the generation prompt
+    gen = list((rendered + "<|assistant|>").encode())
 
-    def prompt_ids(**extra):
+    def prompt_ids(msgs=messages, **extra):
         r = server.client().chat.completions.create(
-            model=BASE, messages=messages, max_tokens=1, temperature=0,
+            model=BASE, messages=msgs, max_tokens=1, temperature=0,
             extra_body=dict(return_token_ids=True, **extra))
         return r.choices[0].prompt_token_ids
 
     assert prompt_ids(add_generation_prompt=False) == list(rendered.encode())
-    assert prompt_ids(chat_template_kwargs={"add_generation_prompt": False}) == list(rendered.encode())
+    assert prompt_ids(chat_template_kwargs={"add_generation_prompt": False}) == gen
     assert prompt_ids(add_generation_prompt=True,
-                      chat_template_kwargs={"add_generation_prompt": False}) == list(rendered.encode())
-    assert prompt_ids() == list((rendered + "<|assistant|>").encode())
-    # Keys that would clash with the request's own are refused by name.
-    for key, value in (("messages", []), ("tools", []), ("documents", []),
-                       ("add_generation_prompt", "yes")):
+                      chat_template_kwargs={"add_generation_prompt": False}) == gen
+    assert prompt_ids(add_generation_prompt=False,
+                      chat_template_kwargs={"add_generation_prompt": True}) == \
+        list(rendered.encode())
+    assert prompt_ids(chat_template_kwargs={"add_generation_prompt": "yes"}) == gen
+    # continue_final_message there does not continue the final message either (nor clash with
+    # the request's add_generation_prompt).
+    cont = messages + [{"role": "assistant", "content": "Sure"}]
+    assert bytes(prompt_ids(cont, chat_template_kwargs={"continue_final_message": True})) == \
+        b"<|user|>hi\n<|assistant|>Sure\n<|assistant|>"
+    assert bytes(prompt_ids(cont, add_generation_prompt=False, continue_final_message=True,
+                            chat_template_kwargs={"continue_final_message": False})) == \
+        b"<|user|>hi\n<|assistant|>Sure"
+    # /tokenize the same.
+    t = server.post("/tokenize", {"model": BASE, "messages": messages,
+                                  "chat_template_kwargs": {"add_generation_prompt": False}})
+    assert t.status_code == 200 and t.json()["tokens"] == gen, t.text
+    # Keys that would clash with the request's own are refused by name, and documents (not
+    # rendered).
+    for key, value in (("messages", []), ("tools", []), ("documents", [])):
         with pytest.raises(openai.BadRequestError) as e:
             prompt_ids(chat_template_kwargs={key: value})
         assert e.value.body["param"] == "chat_template_kwargs", e.value.body

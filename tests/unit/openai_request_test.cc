@@ -318,7 +318,8 @@ TEST(OpenAiRequest, ParsesTokenizeForms) {
       << err.message;
   EXPECT_TRUE(r.has_messages());
   EXPECT_FALSE(r.add_special_tokens);
-  EXPECT_FALSE(r.add_generation_prompt);  // the kwargs win, as in the chat route
+  EXPECT_TRUE(r.add_generation_prompt);  // the request's field wins (vLLM 0.32), as in chat
+  EXPECT_FALSE(r.chat_template_kwargs.contains("add_generation_prompt"));
   EXPECT_FALSE(r.return_token_strs);
 
   ASSERT_TRUE(ParseOpenAiRequest(R"({"messages":[{"role":"assistant","content":"x"}],
