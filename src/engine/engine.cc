@@ -306,8 +306,9 @@ void Engine::ApplyDrawn(Sequence* seq, Drawn drawn) {
     stop_token = true;
     // As vLLM: only the tokenizer's EOS is EOS proper (stop_reason null); the model's other EOS
     // ids stop as stop token ids (Llama 3.1's <|eom_id|>: stop_reason 128008). Without a
-    // tokenizer's EOS every one is EOS.
-    if (primary_eos_ >= 0 && token != primary_eos_) {
+    // tokenizer's eos_token every one is such an id (vLLM's update_from_generation_config with
+    // eos_token_id None adds them all to stop_token_ids).
+    if (token != primary_eos_) {
       update.stop_token = token;
       seq->result.stop_token = token;
     }

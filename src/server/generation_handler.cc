@@ -31,18 +31,34 @@ std::string ParamFor(const Status& st) {
   return "";
 }
 
-// A sequence's max_tokens: vLLM's get_max_tokens (chat without max_tokens fills the context, or
-// stops at the model's recommended max_new_tokens; --override-generation-config's cap caps
-// every request).
+// A sequence's max_tokens, as vLLM 0.32's get_max_tokens: the request's (a chat without one:
+// the model's recommended max_new_tokens, else no bound), capped by --override-generation-config's
+// max_new_tokens and by the room the prompt leaves in the context (the sequence then ends there
+// with finish_reason "length"). Only a max_tokens above the whole context is refused
+// (CheckMaxTokens). `prompt_len` is below the context (longer prompts are refused first).
 int MaxTokensFor(const ServerContext& ctx, const OpenAiRequest& r, size_t prompt_len) {
+  const int room = std::max(1, ctx.max_model_len - static_cast<int>(prompt_len));
   int max_tokens = r.params.max_tokens;
   const GenerationDefaults& defaults = ctx.options.generation_defaults;
   if (!r.max_tokens_given && r.endpoint == Endpoint::kChat) {
-    max_tokens = std::max(1, ctx.max_model_len - static_cast<int>(prompt_len));
-    if (defaults.max_tokens) max_tokens = std::min(max_tokens, *defaults.max_tokens);
+    max_tokens = defaults.max_tokens ? *defaults.max_tokens : room;
   }
   if (defaults.max_tokens_cap) max_tokens = std::min(max_tokens, *defaults.max_tokens_cap);
-  return max_tokens;
+  return std::min(max_tokens, room);
+}
+
+// As vLLM 0.32 (renderers/params.py's TokenizeParams): a max_tokens above the whole context can
+// never run, a 400 in vLLM's words naming the field the request sent (a completion's default 16
+// counts; a chat without one has none; echo with max_tokens 0 asks for none).
+bool CheckMaxTokens(const ServerContext& ctx, const OpenAiRequest& r, ApiError* error) {
+  if (r.echo_only || (!r.max_tokens_given && r.endpoint == Endpoint::kChat)) return true;
+  if (r.params.max_tokens <= ctx.max_model_len) return true;
+  *error =
+      BadRequest(r.max_tokens_field,
+                 r.max_tokens_field + "=" + std::to_string(r.params.max_tokens) +
+                     " cannot be greater than max_model_len=" + std::to_string(ctx.max_model_len) +
+                     ". Please request fewer output tokens.");
+  return false;
 }
 
 // A non-streamed reply is held whole until its last sequence ends (each token's update, then
@@ -130,7 +146,20 @@ bool Submit(ServerContext& ctx, const OpenAiRequest& r, std::shared_ptr<const Ad
   // the earlier ones' sequences run (and counted as aborted requests). The n copies of a prompt
   // differ only in their seed.
   for (size_t p = 0; p < sub->prompts.size(); ++p) {
-    if (Status st = ctx.engine->engine().Validate(make(p, 0)); !st.ok()) return refuse(st);
+    GenerationRequest g = make(p, 0);
+    // min_tokens above the max_tokens the context leaves this prompt: vLLM 0.32 refuses it too
+    // (SamplingParams: "min_tokens must be less than or equal to max_tokens"), after the cap.
+    const int room = ctx.max_model_len - static_cast<int>(g.prompt.size());
+    if (g.params.min_tokens > g.params.max_tokens && g.params.max_tokens == room) {
+      *error = BadRequest("min_tokens", "min_tokens must be at most max_tokens, got " +
+                                            std::to_string(g.params.min_tokens) + ": a prompt of " +
+                                            std::to_string(g.prompt.size()) +
+                                            " tokens leaves room for " + std::to_string(room) +
+                                            " more in the model's " +
+                                            std::to_string(ctx.max_model_len) + "-token context");
+      return false;
+    }
+    if (Status st = ctx.engine->engine().Validate(g); !st.ok()) return refuse(st);
   }
   // Each prompt's detokenizer is primed here, once per prompt, and before any is submitted (so
   // that no other handler's queue check counts this request's first sequences while the rest
@@ -303,6 +332,7 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
   // A name the store does not know (or whose folder it refuses: a link out of the root) is
   // answered now; Acquire loads nothing for it.
   if (wants_adapter && !ctx.adapters->Knows(r.model) && !acquire()) return;
+  if (!CheckMaxTokens(ctx, r, &error)) return fail(error);
   Submission sub;
   if (!BuildPrompts(ctx, r, &sub.prompts, &error, [&ex] { return ex->Gone(); })) return fail(error);
   if (!TruncatePrompts(ctx, &r, &sub.prompts, &error)) return fail(error);

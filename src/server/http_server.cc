@@ -51,8 +51,14 @@ bool JsonContentType(const HttpRequest& req) {
 std::optional<ApiError> AuthError(const ServerContext& ctx, const HttpRequest& req) {
   if (ctx.options.api_key.empty()) return std::nullopt;
   const std::string auth = req.header("Authorization");
-  const std::string prefix = "Bearer ";
-  if (auth.rfind(prefix, 0) != 0 || !SameKey(auth.substr(prefix.size()), ctx.options.api_key)) {
+  // As vLLM's middleware (value.partition(" ")): the scheme, before the first space, is "Bearer"
+  // in any case (case-insensitive, RFC 9110 §11.1), and the key is all that follows that one
+  // space (a second space is part of it, so it does not match).
+  const size_t space = auth.find(' ');
+  std::string scheme = auth.substr(0, space);
+  for (char& c : scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (space == std::string::npos || scheme != "bearer" ||
+      !SameKey(auth.substr(space + 1), ctx.options.api_key)) {
     return ApiError{401, "missing or invalid API key (Authorization: Bearer ...)", "", ""};
   }
   return std::nullopt;

@@ -83,13 +83,12 @@ Handler OptionalBool(const char* field, bool OpenAiRequest::*member) {
 }
 
 void AddModel(std::map<std::string, Handler>* h) {
-  // null is as absent: a request without a model names the base (as vLLM, whose `model` is
-  // optional on every route; OpenAI's API requires it).
+  // null and "" are as absent: a request without a model names the base (as vLLM, whose
+  // `model` is optional on every route and whose _is_model_supported takes any falsy name as
+  // the base; OpenAI's API requires it).
   (*h)["model"] = [](Parser& p, const json& v, OpenAiRequest* r) {
     if (v.is_null()) return true;
-    if (!v.is_string() || v.get<std::string>().empty()) {
-      return p.Fail("model", "model must be a non-empty string");
-    }
+    if (!v.is_string()) return p.Fail("model", "model must be a string");
     r->model = v.get<std::string>();
     return true;
   };
@@ -107,12 +106,10 @@ void AddCommon(std::map<std::string, Handler>* h) {
   m["stream_options"] = [](Parser& p, const json& v, OpenAiRequest* r) {
     if (v.is_null()) return true;
     if (!v.is_object()) return p.Fail("stream_options", "stream_options must be an object");
-    // vLLM's StreamOptions: include_usage defaults to true once the object is sent (so
-    // {"continuous_usage_stats": true} alone reports usage); null is false.
-    r->include_usage = true;
+    // vLLM 0.32's StreamOptions: both default to false (null too), and continuous_usage_stats
+    // acts only with include_usage (should_include_usage).
     for (auto it = v.begin(); it != v.end(); ++it) {
       if (it.key() == "include_usage") {
-        r->include_usage = false;
         if (!it.value().is_null() &&
             !p.Bool("stream_options.include_usage", it.value(), &r->include_usage)) {
           return false;
@@ -531,29 +528,30 @@ bool ParseOpenAiRequest(const std::string& body, Endpoint endpoint, OpenAiReques
       *error = BadRequest("top_logprobs", "top_logprobs needs logprobs=true");
       return false;
     }
-    // vLLM applies chat_template_kwargs last (its kwargs dict is updated with them), so
-    // add_generation_prompt / continue_final_message there win over the top-level fields; they
-    // were silently overridden by the fixed variables before. messages / tools / documents there
-    // would clash with the request's own (transformers: a duplicate keyword): refused by name.
+    // vLLM 0.32 merges the request's own fields over chat_template_kwargs (build_chat_params:
+    // merge_kwargs(chat_template_kwargs, {add_generation_prompt, continue_final_message, ...}),
+    // which keeps a kwarg only where the field is None or "auto"; these two are booleans with
+    // defaults, never None): add_generation_prompt / continue_final_message there have no
+    // effect, whatever their value. messages / tools there clash with the request's own
+    // (transformers: a duplicate keyword, a 400 in vLLM too): refused by name; so are documents,
+    // which vLLM renders and loom does not support (as the request's `documents`).
     if (out->chat_template_kwargs.is_object()) {
       json& kw = out->chat_template_kwargs;
-      for (const std::string key : {"add_generation_prompt", "continue_final_message"}) {
-        if (!kw.contains(key)) continue;
-        if (!kw[key].is_boolean()) {
-          *error = BadRequest("chat_template_kwargs", "chat_template_kwargs." + key + " must be a boolean");
-          return false;
-        }
-        (key == "add_generation_prompt" ? out->add_generation_prompt : out->continue_final_message) =
-            kw[key].get<bool>();
-        kw.erase(key);
-      }
-      for (const std::string key : {"messages", "tools", "documents"}) {
+      kw.erase("add_generation_prompt");
+      kw.erase("continue_final_message");
+      for (const std::string key : {"messages", "tools"}) {
         if (kw.contains(key)) {
           *error = BadRequest("chat_template_kwargs", "chat_template_kwargs." + key +
                                                           " is not accepted: send the request's '" +
                                                           key + "' field");
           return false;
         }
+      }
+      if (kw.contains("documents")) {
+        *error = BadRequest("chat_template_kwargs",
+                            "chat_template_kwargs.documents is not supported (RAG documents are "
+                            "not rendered)");
+        return false;
       }
     }
     if (out->continue_final_message && out->add_generation_prompt) {

@@ -350,9 +350,9 @@ json StreamWriter::ChoiceChunk(size_t index, const SequenceUpdate& u) {
   const bool has_lp = request_.want_logprobs && u.has_token;
   const size_t n = c.token_ids.size();
   if (request_.endpoint == Endpoint::kChat) {
-    json delta = json::object();
-    if (!u.text.empty() || u.finish_reason == FinishReason::kNone) delta["content"] = u.text;
-    choice["delta"] = delta;
+    // As vLLM 0.32 without a reasoning or tool parser (DeltaMessage(content=delta_text)): every
+    // delta carries its text, "" too, also the finish chunk's when the last token adds none.
+    choice["delta"] = json{{"content", u.text}};
     choice["logprobs"] =
         has_lp ? ChatLogprobs(ctx_, request_, c.token_ids, c.logprobs, c.top, n - 1, n) : json(nullptr);
   } else {

@@ -11,6 +11,44 @@ namespace loom::server {
 
 using json = nlohmann::ordered_json;
 
+void ConvertDeveloperToSystem(json* messages) {
+  bool merge = false;  // a system message after the first message, or several
+  bool seen = false;
+  for (size_t i = 0; i < messages->size(); ++i) {
+    json& m = (*messages)[i];
+    if (m["role"] == "developer") {
+      m["role"] = "system";
+      m.erase("tools");
+    }
+    if (m["role"] != "system") continue;
+    merge = merge || i > 0 || seen;
+    seen = true;
+  }
+  if (!merge) return;
+  std::string joined;
+  bool first = true;
+  json merged = json::array({json{{"role", "system"}, {"content", ""}}});
+  for (auto& m : *messages) {
+    if (m["role"] != "system") {
+      merged.push_back(std::move(m));
+      continue;
+    }
+    std::string content;  // vLLM: a list's text parts joined by "\n"; null or absent: ""
+    if (const auto c = m.find("content"); c != m.end() && c->is_string()) {
+      content = c->get<std::string>();
+    } else if (c != m.end() && c->is_array()) {
+      for (size_t k = 0; k < c->size(); ++k) {
+        content += (k > 0 ? "\n" : "") + (*c)[k]["text"].get<std::string>();
+      }
+    }
+    if (content.empty()) continue;
+    joined += (first ? "" : "\n\n") + content;
+    first = false;
+  }
+  merged[0]["content"] = std::move(joined);
+  *messages = std::move(merged);
+}
+
 bool RenderChatPrompt(const ServerContext& ctx, const OpenAiRequest& r, std::string* text,
                       ApiError* error) {
   if (!ctx.chat_template.has_value()) {
@@ -37,6 +75,11 @@ bool RenderChatPrompt(const ServerContext& ctx, const OpenAiRequest& r, std::str
       }
       m["content"] = joined;
     }
+  }
+  if (!ctx.chat_template->names_developer_role() &&
+      std::any_of(messages.begin(), messages.end(),
+                  [](const json& m) { return m["role"] == "developer"; })) {
+    ConvertDeveloperToSystem(&messages);
   }
   auto rendered = ctx.chat_template->Render(messages, options);
   if (!rendered.ok()) {

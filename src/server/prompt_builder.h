@@ -18,6 +18,16 @@ namespace loom::server {
 bool RenderChatPrompt(const ServerContext& ctx, const OpenAiRequest& r, std::string* text,
                       ApiError* error);
 
+// vLLM 0.32's answer to a `developer` message for a template that does not name the role
+// (renderers/hf.py _convert_developer_to_system and _consolidate_system_messages; RenderChatPrompt
+// calls it when a message's role is "developer" and ChatTemplate::names_developer_role() is
+// false): each developer message becomes a system message (its `tools` key dropped); then, when a
+// system message is not the first message or there are several, they are merged into one at the
+// front, {"role": "system", "content": their non-empty contents joined by "\n\n"} (text parts
+// joined by "\n"), the other messages following in their order. `messages` is a list of objects
+// with a string `role`.
+void ConvertDeveloperToSystem(nlohmann::ordered_json* messages);
+
 // Token ids of every prompt of the request: the rendered chat when it has messages, else each
 // text prompt encoded (with r.add_special_tokens) and each token-id prompt as sent. `gone`
 // (optional) says the client has left: a large text waiting for the gate stops waiting.

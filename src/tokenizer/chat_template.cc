@@ -100,6 +100,8 @@ StatusOr<ChatTemplate> ChatTemplate::ParseUnguarded(const std::string& source) {
   if (!names.ok()) return Status(names.code(), "chat template: " + names.message());
   ChatTemplate t;
   t.program_ = std::make_shared<const jinja::Program>(std::move(program));
+  t.names_developer_role_ = source.find("\"developer\"") != std::string::npos ||
+                            source.find("'developer'") != std::string::npos;
   return t;
 }
 

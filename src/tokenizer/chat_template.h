@@ -46,12 +46,17 @@ class ChatTemplate {
   StatusOr<std::string> Render(const nlohmann::ordered_json& messages,
                                const ChatTemplateOptions& options) const;
 
+  // Whether the template's text names the `developer` role ("developer" or 'developer', quotes
+  // included), as vLLM 0.32 detects a template that supports it (renderers/hf.py).
+  bool names_developer_role() const { return names_developer_role_; }
+
  private:
   static StatusOr<ChatTemplate> ParseUnguarded(const std::string& source);
   StatusOr<std::string> RenderUnguarded(const nlohmann::ordered_json& messages,
                                         const ChatTemplateOptions& options) const;
 
   std::shared_ptr<const jinja::Program> program_;
+  bool names_developer_role_ = false;
 };
 
 // Parse + Render in one call.

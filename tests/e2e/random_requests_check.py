@@ -72,8 +72,8 @@ def normalize_stream(req, events, fail):
     obj = "chat.completion.chunk" if req.chat else "text_completion"
     prefix = "chatcmpl-" if req.chat else "cmpl-"
     choices, usage, ids = {}, None, set()
-    want_usage = "stream_options" in req.body and (req.body["stream_options"] or {}).get(
-        "include_usage", True) is not False
+    # vLLM 0.32: include_usage defaults to false; continuous_usage_stats acts only with it.
+    want_usage = bool((req.body.get("stream_options") or {}).get("include_usage"))
     continuous = want_usage and req.body["stream_options"].get("continuous_usage_stats")
     cont_usage = {}  # choice index → the completion_tokens of its chunks
     for k, ev in enumerate(events):
@@ -120,6 +120,8 @@ def normalize_stream(req, events, fail):
                 ch["prompt_token_ids"] = pids
             if req.chat:
                 delta = c.get("delta") or {}
+                if not isinstance(delta.get("content"), str):  # vLLM 0.32: "" too
+                    fail("a chat delta without content", json.dumps(c)[:300])
                 if "role" in delta:
                     ch["roles"].append(delta["role"])
                 ch["text"] += delta.get("content") or ""
@@ -299,8 +301,9 @@ def check_ok(req, choices, usage, fail):
                 if ids is not None and (not ids or ids[-1] != sr):
                     fail(where + f"stop_reason {sr} but the last token is {ids[-1:]} ")
             elif sr is None:
-                if ids is not None and "allowed_token_ids" not in b and (
-                        not ids or ids[-1] != EOS or ignore_eos):
+                # The tiny tokenizer has no eos_token: EOS (generation_config.json) reports its
+                # id, as vLLM; null is left for a choice whose constraints left nothing to draw.
+                if ids is not None and "allowed_token_ids" not in b:
                     fail(where + f"finish stop, stop_reason null, ignore_eos {ignore_eos}, last "
                          f"token {ids[-1:]}")
             else:
@@ -507,7 +510,8 @@ def check(req, status, body, err, failures):
         if req.invalid is None and not (
                 status == 400 and req.may_be_invalid and isinstance(body, dict) and
                 (body.get("error") or {}).get("param") in req.may_be_invalid and
-                "maximum context length" in str(body["error"].get("message"))):
+                ("maximum context length" in str(body["error"].get("message")) or
+                 body["error"]["param"] == "min_tokens")):
             fail(f"a valid request answered {status}", json.dumps(body)[:800])
         return None
     if req.invalid is not None:

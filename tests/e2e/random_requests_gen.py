@@ -100,6 +100,8 @@ def gen_request(rng, i):
         body["stream"] = True
         if rng.random() < 0.6:
             body["stream_options"] = {"include_usage": rng.random() < 0.8}
+            if rng.random() < 0.15:
+                del body["stream_options"]["include_usage"]  # false by default
             if rng.random() < 0.3:
                 body["stream_options"]["continuous_usage_stats"] = True
     if rng.random() < 0.75:
@@ -195,7 +197,8 @@ def gen_request(rng, i):
     else:
         max_tokens = rng.choice([1, 1, 2, 3, 5, 8, 16, 16, 32, 64, 100, 200, 300])
         if rng.random() < 0.03:
-            max_tokens = rng.choice([MAX_MODEL_LEN, 100_000, 2**24])  # over the context
+            # The whole context (capped at the room left), or over it (a 400).
+            max_tokens = rng.choice([MAX_MODEL_LEN, MAX_MODEL_LEN + 1, 100_000, 2**24])
     if max_tokens is not None:
         body[mt_key] = max_tokens
         if chat and mt_key == "max_completion_tokens" and rng.random() < 0.3:
@@ -314,17 +317,24 @@ def gen_request(rng, i):
             barred |= {EOS} | set(body.get("stop_token_ids", []))
         if set(body["allowed_token_ids"]) <= barred:
             req.invalid = {"allowed_token_ids"}
-    # What must be refused: a prompt that fills the context, or prompt + max_tokens over it
-    # (a completion's default max_tokens is 16, checked as vLLM does; chat's is the rest).
-    effective = max_tokens if max_tokens is not None or chat else 16
+    # What must be refused (vLLM 0.32): a prompt that fills the context, a max_tokens above the
+    # whole context (a completion's default 16 counts, chat has none), and min_tokens above the
+    # max_tokens that runs. A max_tokens over the room a prompt leaves is not refused: it is
+    # capped there (each prompt its own), and the choice ends with "length" at the context's end.
+    asked = max_tokens if max_tokens is not None else (None if chat else 16)
+    min_tokens = body.get("min_tokens") or 0
+    refused = set()
     if plen is not None and plen >= MAX_MODEL_LEN:
-        req.invalid = {"messages" if chat else "prompt"} | (req.invalid or set())
-    elif plen is not None and effective is not None and plen + effective > MAX_MODEL_LEN:
-        req.invalid = {mt_key} | (req.invalid or set())
-    elif max_tokens is not None and max_tokens >= MAX_MODEL_LEN:
-        req.invalid = {mt_key} | (req.invalid or set())
+        refused.add("messages" if chat else "prompt")
+    if asked is not None and asked > MAX_MODEL_LEN:
+        refused.add(mt_key)
+    if not refused and plen is not None and min_tokens > min(asked or MAX_MODEL_LEN,
+                                                             MAX_MODEL_LEN - plen):
+        refused.add("min_tokens")
+    if refused:
+        req.invalid = refused | (req.invalid or set())
     elif plen is None:  # null content: the rendered length is not computed here
-        req.may_be_invalid = {mt_key, "messages"}
+        req.may_be_invalid = {"messages"} | ({"min_tokens"} if min_tokens else set())
     # Now and then one deliberately invalid value.
     if rng.random() < 0.1:
         invalidate(rng, req)

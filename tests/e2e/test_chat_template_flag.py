@@ -47,6 +47,17 @@ def test_chat_template_flag_replaces_the_folders(start_server, llama_dir):
     assert bytes(prompt_ids(srv)) == b"[user] hi\n[bot] "
 
 
+def test_a_template_naming_developer_gets_the_role_as_sent(start_server, llama_dir):
+    # vLLM 0.32 converts developer messages to system ones only for templates whose text does
+    # not hold "developer" or 'developer'.
+    named = "{% set roles = ['system', 'developer', 'user'] %}" + TEMPLATE
+    srv = start_server(llama_dir, ["--chat-template", named])
+    messages = [{"role": "system", "content": "A"}, {"role": "developer", "content": "B"},
+                {"role": "user", "content": "hi"}]
+    r = srv.post("/tokenize", {"model": BASE, "messages": messages})
+    assert bytes(r.json()["tokens"]) == b"[system] A\n[developer] B\n[user] hi\n[bot] ", r.text
+
+
 @pytest.mark.parametrize("value,needle", [
     ("/nonexistent/template.jinja", "no such file"),
     ("{% for %}", "--chat-template"),

@@ -63,8 +63,7 @@ COMPLETION_CASES = [
     ("stream_options", {"include_usage": True}, "stream_options"),  # without stream
     ("seed", "s", "seed"),
     ("ignore_eos", "no", "ignore_eos"),
-    ("model", "", "model"),
-    ("model", 3, "model"),
+    ("model", 3, "model"),  # ("" is the base, as vLLM: test_models.py)
     ("bogus_field", 1, "bogus_field"),
     ("logit_bias", {"300": 10}, "logit_bias"),  # outside the 256-token vocabulary
     ("logit_bias", {"x": 10}, "logit_bias"),
@@ -169,8 +168,9 @@ def test_huge_unknown_field_name_is_quoted_short(server, route):
 def test_missing_required_fields(server):
     r = server.post("/v1/completions", {"model": BASE})
     assert r.status_code == 400 and error_of(r)["param"] == "prompt"
-    # No model is the base (vLLM's model is optional: test_models.py); an empty one is not.
-    r = server.post("/v1/completions", {"prompt": "x", "model": ""})
+    # No model (absent, null or "") is the base (vLLM's model is optional: test_models.py);
+    # a model that is not a string is refused.
+    r = server.post("/v1/completions", {"prompt": "x", "model": 7})
     assert r.status_code == 400 and error_of(r)["param"] == "model"
     r = server.post("/v1/chat/completions", {"model": BASE})
     assert r.status_code == 400 and error_of(r)["param"] == "messages"
@@ -207,23 +207,70 @@ def test_prompt_longer_than_context_is_400(server):
     assert not problems, "\n".join(problems)
 
 
-def test_prompt_plus_max_tokens_over_context_is_400(server):
-    r = server.post("/v1/completions", {"model": BASE, "prompt": "x" * 500, "max_tokens": 100})
+def test_max_tokens_over_the_room_left_runs_to_the_context_end(server):
+    # vLLM 0.32 (get_max_tokens): max_tokens is capped at the room the prompt leaves; the choice
+    # ends at the context's end with finish_reason "length". Only max_tokens above the whole
+    # context is refused.
+    def ran_to_the_end(r, n=1):
+        assert r.status_code == 200, r.text
+        b = r.json()
+        assert len(b["choices"]) == n, b["choices"]
+        for c in b["choices"]:
+            assert c["finish_reason"] == "length", c
+            assert len(c["token_ids"]) == MAX_MODEL_LEN - len(c["prompt_token_ids"]), c
+        return b
+
+    base = {"model": BASE, "ignore_eos": True, "return_token_ids": True, "temperature": 0}
+    b = ran_to_the_end(server.post("/v1/completions", dict(base, prompt="x" * 500,
+                                                           max_tokens=100)))
+    assert b["usage"]["completion_tokens"] == MAX_MODEL_LEN - b["usage"]["prompt_tokens"]
+    # A completion without max_tokens (16) whose prompt leaves fewer than 16.
+    b = ran_to_the_end(server.post("/v1/completions", dict(base, prompt=[65] * 505)))
+    assert b["usage"]["completion_tokens"] == 7, b["usage"]
+    # max_tokens equal to the context is not over it; n > 1 and several prompts: each prompt
+    # gets its own room, each of its choices the same.
+    b = ran_to_the_end(server.post("/v1/completions", dict(
+        base, prompt=[[65] * 500, [66] * 490], n=2, max_tokens=MAX_MODEL_LEN)), n=4)
+    assert [len(c["token_ids"]) for c in b["choices"]] == [12, 12, 22, 22], b["choices"]
+    # Chat: max_tokens and max_completion_tokens alike.
+    msgs = [{"role": "user", "content": "y" * 480}]
+    for key in ("max_tokens", "max_completion_tokens"):
+        b = ran_to_the_end(server.post("/v1/chat/completions",
+                                       dict(base, messages=msgs, **{key: MAX_MODEL_LEN})))
+        assert b["usage"]["total_tokens"] == MAX_MODEL_LEN, b["usage"]
+    # Streamed: the last chunk finishes with "length", the usage says the context is full.
+    r = server.post("/v1/completions", dict(base, prompt="x" * 500, max_tokens=100, stream=True,
+                                            stream_options={"include_usage": True}))
+    assert r.status_code == 200, r.text
+    chunks = [json.loads(line[6:]) for line in r.text.splitlines()
+              if line.startswith("data: {")]
+    assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "length"
+    assert chunks[-1]["usage"]["total_tokens"] == MAX_MODEL_LEN, chunks[-1]
+
+    # Above the context: 400 in vLLM's words, naming the field the request sent.
+    for path, body, param in [
+            ("/v1/completions", {"prompt": "x", "max_tokens": MAX_MODEL_LEN + 1}, "max_tokens"),
+            ("/v1/chat/completions", {"messages": msgs, "max_tokens": 100000}, "max_tokens"),
+            ("/v1/chat/completions", {"messages": msgs, "max_tokens": 5,
+                                      "max_completion_tokens": MAX_MODEL_LEN + 1},
+             "max_completion_tokens")]:
+        r = server.post(path, dict(body, model=BASE))
+        assert r.status_code == 400, r.text
+        e = error_of(r)
+        assert e["param"] == param, e
+        value = body.get("max_completion_tokens", body["max_tokens"])
+        assert e["message"] == (f"{param}={value} cannot be greater than max_model_len="
+                                f"{MAX_MODEL_LEN}. Please request fewer output tokens."), e
+
+    # min_tokens above the room left (vLLM: min_tokens must be ≤ the capped max_tokens).
+    r = server.post("/v1/completions", dict(base, prompt="x" * 500, max_tokens=100,
+                                            min_tokens=50))
     assert r.status_code == 400, r.text
     e = error_of(r)
-    assert e["param"] == "max_tokens", e
-    # vLLM's wording, which clients match ("This model's maximum context length is").
-    assert f"This model's maximum context length is {MAX_MODEL_LEN} tokens" in e["message"], e
-    # A prompt that just fits with its tokens works.
-    r = server.post("/v1/completions", {"model": BASE, "prompt": "x" * 500, "max_tokens": 12,
-                                        "ignore_eos": True})
+    assert e["param"] == "min_tokens" and "min_tokens must be at most max_tokens" in e["message"], e
+    r = server.post("/v1/completions", dict(base, prompt="x" * 500, max_tokens=100,
+                                            min_tokens=5))
     assert r.status_code == 200, r.text
-    assert r.json()["usage"]["completion_tokens"] == 12
-    # Chat's max_completion_tokens: the error names the field the request sent.
-    r = server.post("/v1/chat/completions", {"model": BASE, "max_completion_tokens": MAX_MODEL_LEN,
-                                             "messages": [{"role": "user", "content": "hi"}]})
-    assert r.status_code == 400, r.text
-    assert error_of(r)["param"] == "max_completion_tokens", r.text
 
 
 def test_chat_default_max_tokens_fills_context(server):
@@ -296,11 +343,18 @@ def test_auth(auth_server):
         r = requests.request(method, url + "/v1/models", data="x", timeout=10)
         assert r.status_code == 400, (method, r.status_code, r.text[:200])
         assert r.headers.get("Connection", "").lower() == "close", (method, r.headers)
+    # vLLM's middleware: the scheme before the first space, in any case (RFC 9110 §11.1), then
+    # the key: exactly the rest (a second space is part of it).
     for bad in ("Bearer wrong-key!", "Bearer sekrit-ke", "Bearer sekrit-key2", "sekrit-key",
-                "Basic c2Vrcml0LWtleQ==", "Bearer "):
+                "Basic c2Vrcml0LWtleQ==", "Bearer ", "Bearer  sekrit-key", "Bearer\tsekrit-key",
+                "Bearersekrit-key", "Bearer: sekrit-key", "bearer sekrit-ke"):
         r = requests.post(url + "/v1/completions", data=body,
                           headers=dict(ct, Authorization=bad), timeout=10)
         assert r.status_code == 401, (bad, r.status_code)
+    for good in ("bearer", "BEARER", "bEaReR", "Bearer"):
+        r = requests.get(url + "/v1/models", headers={"Authorization": f"{good} sekrit-key"},
+                         timeout=10)
+        assert r.status_code == 200, (good, r.status_code)
     with pytest.raises(openai.AuthenticationError):
         auth_server.client(api_key="wrong").completions.create(model=BASE, prompt="hi",
                                                                max_tokens=2)

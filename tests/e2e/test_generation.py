@@ -2,8 +2,11 @@
 seeds, sampling fields and chat templates (stop strings and stop tokens: test_stop.py; log-probs
 and echo: test_logprobs.py)."""
 
+import json
+
 import openai
 import pytest
+import requests
 
 from conftest import (BASE, EOS, FIXTURES, MAX_MODEL_LEN, PROMPTS, chat_prompt_bytes, complete,
                       greedy_long, printable)
@@ -114,6 +117,27 @@ def test_completion_stream_without_include_usage_has_no_usage(server):
     assert all(getattr(c, "usage", None) is None for c in chunks)
 
 
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+@pytest.mark.parametrize("options", [{}, {"include_usage": None}, {"include_usage": False},
+                                     {"continuous_usage_stats": True},
+                                     {"include_usage": False, "continuous_usage_stats": True}])
+def test_stream_options_without_include_usage_has_no_usage(server, path, options):
+    # vLLM 0.32: include_usage defaults to false, and continuous_usage_stats acts only with it
+    # (should_include_usage): no usage chunk (choices: []), no usage on any chunk.
+    body = {"model": BASE, "max_tokens": 4, "temperature": 0, "stream": True,
+            "stream_options": options, "ignore_eos": True}
+    if path.endswith("chat/completions"):
+        body["messages"] = [{"role": "user", "content": "abc"}]
+    else:
+        body["prompt"] = "abc"
+    r = requests.post(server.url + path, json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    events = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")]
+    assert events and all(e["choices"] for e in events), events
+    assert all(e.get("usage") is None for e in events), events
+    assert r.text.endswith("data: [DONE]\n\n"), r.text[-200:]
+
+
 def test_max_tokens_gives_length(server):
     r = complete(server, BASE, "abc", max_tokens=5, extra_body={"ignore_eos": True})
     assert r.choices[0].finish_reason == "length"
@@ -213,6 +237,26 @@ def test_chat_stream_equals_non_stream(server):
     assert chunks[-1].usage.completion_tokens == 16
     assert all(c.object == "chat.completion.chunk" for c in chunks)
     assert len({c.id for c in chunks}) == 1
+
+
+def test_chat_stream_finish_delta_carries_empty_content(server):
+    # vLLM 0.32 (no reasoning or tool parser) sends DeltaMessage(content=delta_text) on every
+    # chunk: the finish chunk of a choice whose last token adds no text (a stop token id, EOS)
+    # has "delta": {"content": ""}, where loom sent {} (openai-SDK users got None).
+    msgs = [{"role": "user", "content": "Hello"}]
+    ids = server.post("/v1/chat/completions", {
+        "model": BASE, "messages": msgs, "max_tokens": 8, "temperature": 0, "ignore_eos": True,
+        "return_token_ids": True}).json()["choices"][0]["token_ids"]
+    stop = next(t for k, t in enumerate(ids) if k > 0 and t not in ids[:k])
+    r = server.post("/v1/chat/completions", {
+        "model": BASE, "messages": msgs, "max_tokens": 8, "temperature": 0, "stream": True,
+        "ignore_eos": True, "stop_token_ids": [stop]})
+    assert r.status_code == 200, r.text
+    chunks = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")]
+    choices = [c["choices"][0] for c in chunks]
+    assert choices[-1]["finish_reason"] == "stop" and choices[-1]["stop_reason"] == stop, choices
+    assert choices[-1]["delta"] == {"content": ""}, choices[-1]
+    assert all(isinstance(c["delta"].get("content"), str) for c in choices), choices
 
 
 def test_chat_n_two(server):
@@ -461,10 +505,11 @@ def test_a_refused_prompt_list_runs_nothing(server):
     # prompts was refused (400) the first one's n sequences had run and counted as aborted.
     aborts = server.metric("vllm:request_success_total", finished_reason="abort")
     e2e = server.metric("vllm:e2e_request_latency_seconds_count")
-    long = [(3 + i) % 250 for i in range(MAX_MODEL_LEN - 4)]  # fits, not with 20 new tokens
+    # The long prompt fits, but leaves room for 4 tokens: fewer than min_tokens.
+    long = [(3 + i) % 250 for i in range(MAX_MODEL_LEN - 4)]
     r = server.post("/v1/completions", {"model": BASE, "prompt": ["Hi", long], "n": 4,
-                                        "max_tokens": 20})
-    assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens", r.text
+                                        "max_tokens": 20, "min_tokens": 10})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "min_tokens", r.text
     # The old code's aborts were counted as the engine thread got to them: a request sent after
     # is a barrier (the engine takes its inbox in order), whatever the machine's speed.
     complete(server, BASE, "Hi", max_tokens=1)
@@ -483,6 +528,33 @@ def test_unicode_prompt_usage(server):
     r = complete(server, BASE, prompt, max_tokens=3)
     assert r.usage.prompt_tokens == len(prompt.encode())
     assert r.choices[0].prompt_token_ids == list(prompt.encode())
+
+
+@pytest.mark.parametrize("messages,rendered", [
+    ([{"role": "developer", "content": "be nice"}, {"role": "user", "content": "x"}],
+     "<|system|>be nice\n<|user|>x\n<|assistant|>"),
+    ([{"role": "system", "content": "A"}, {"role": "developer", "content": "B"},
+      {"role": "user", "content": "x"}],
+     "<|system|>A\n\nB\n<|user|>x\n<|assistant|>"),
+    ([{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"},
+      {"role": "developer", "content": [{"type": "text", "text": "p"},
+                                        {"type": "text", "text": "q"}]},
+      {"role": "system", "content": ""}, {"role": "user", "content": "z"}],
+     "<|system|>p\nq\n<|user|>x\n<|assistant|>y\n<|user|>z\n<|assistant|>"),
+    # No developer message: several system messages stay where they are.
+    ([{"role": "user", "content": "x"}, {"role": "system", "content": "A"}],
+     "<|user|>x\n<|system|>A\n<|assistant|>"),
+], ids=["alone", "after_system", "later_parts", "no_developer"])
+def test_developer_role_becomes_system(server, messages, rendered):
+    # vLLM 0.32 (renderers/hf.py): the tiny model's template does not name "developer", so
+    # developer messages become system ones, and the system messages are merged at the front
+    # ("\n\n"-joined) when one is not first or there are several; /tokenize renders the same.
+    r = server.client().chat.completions.create(
+        model=BASE, messages=messages, max_tokens=1,
+        extra_body={"return_token_ids": True}).choices[0]
+    assert bytes(r.prompt_token_ids) == rendered.encode(), bytes(r.prompt_token_ids)
+    t = server.post("/tokenize", {"model": BASE, "messages": messages})
+    assert t.status_code == 200 and bytes(t.json()["tokens"]) == rendered.encode(), t.text
 
 
 def test_chat_content_parts_equal_string(server):
@@ -523,10 +595,10 @@ def test_continuous_usage_stats(server):
     counts = [c.usage.completion_tokens for c in with_choices]
     assert counts == sorted(counts) and counts[-1] == 4
     assert all(c.usage.prompt_tokens == 3 for c in chunks)
-    # Per choice and per prompt, as vLLM; stream_options sent without include_usage means true.
+    # Per choice and per prompt, as vLLM.
     chunks = list(server.client().completions.create(
         model=BASE, prompt=["abc", "defgh"], max_tokens=3, n=2, temperature=1.0, seed=1,
-        stream=True, stream_options={"continuous_usage_stats": True},
+        stream=True, stream_options={"include_usage": True, "continuous_usage_stats": True},
         extra_body={"ignore_eos": True}))
     seen = {}
     for c in chunks:
@@ -573,26 +645,43 @@ def test_role_without_a_generation_prompt_is_the_last_messages(server):
     assert chunks[0].choices[0].delta.role == "user"
 
 
-def test_chat_template_kwargs_win_over_the_top_level_fields(server):
-    # vLLM updates its template kwargs with chat_template_kwargs last: add_generation_prompt there
-    # wins. It used to be silently overridden by the top-level field's default (true).
+def test_the_top_level_fields_win_over_chat_template_kwargs(server):
+    # vLLM 0.32 merges the request's add_generation_prompt / continue_final_message over
+    # chat_template_kwargs (build_chat_params: merge_kwargs; they are booleans with defaults,
+    # never None): the same keys in the kwargs have no effect, whatever their value.
     messages = [{"role": "user", "content": "hi"}]
     rendered = "<|user|>hi\n"  # tiny_model's template, without the generation prompt
+    gen = list((rendered + "<|assistant|>").encode())
 
-    def prompt_ids(**extra):
+    def prompt_ids(msgs=messages, **extra):
         r = server.client().chat.completions.create(
-            model=BASE, messages=messages, max_tokens=1, temperature=0,
+            model=BASE, messages=msgs, max_tokens=1, temperature=0,
             extra_body=dict(return_token_ids=True, **extra))
         return r.choices[0].prompt_token_ids
 
     assert prompt_ids(add_generation_prompt=False) == list(rendered.encode())
-    assert prompt_ids(chat_template_kwargs={"add_generation_prompt": False}) == list(rendered.encode())
+    assert prompt_ids(chat_template_kwargs={"add_generation_prompt": False}) == gen
     assert prompt_ids(add_generation_prompt=True,
-                      chat_template_kwargs={"add_generation_prompt": False}) == list(rendered.encode())
-    assert prompt_ids() == list((rendered + "<|assistant|>").encode())
-    # Keys that would clash with the request's own are refused by name.
-    for key, value in (("messages", []), ("tools", []), ("documents", []),
-                       ("add_generation_prompt", "yes")):
+                      chat_template_kwargs={"add_generation_prompt": False}) == gen
+    assert prompt_ids(add_generation_prompt=False,
+                      chat_template_kwargs={"add_generation_prompt": True}) == \
+        list(rendered.encode())
+    assert prompt_ids(chat_template_kwargs={"add_generation_prompt": "yes"}) == gen
+    # continue_final_message there does not continue the final message either (nor clash with
+    # the request's add_generation_prompt).
+    cont = messages + [{"role": "assistant", "content": "Sure"}]
+    assert bytes(prompt_ids(cont, chat_template_kwargs={"continue_final_message": True})) == \
+        b"<|user|>hi\n<|assistant|>Sure\n<|assistant|>"
+    assert bytes(prompt_ids(cont, add_generation_prompt=False, continue_final_message=True,
+                            chat_template_kwargs={"continue_final_message": False})) == \
+        b"<|user|>hi\n<|assistant|>Sure"
+    # /tokenize the same.
+    t = server.post("/tokenize", {"model": BASE, "messages": messages,
+                                  "chat_template_kwargs": {"add_generation_prompt": False}})
+    assert t.status_code == 200 and t.json()["tokens"] == gen, t.text
+    # Keys that would clash with the request's own are refused by name, and documents (not
+    # rendered).
+    for key, value in (("messages", []), ("tools", []), ("documents", [])):
         with pytest.raises(openai.BadRequestError) as e:
             prompt_ids(chat_template_kwargs={key: value})
         assert e.value.body["param"] == "chat_template_kwargs", e.value.body

@@ -110,18 +110,20 @@ def test_merged_adapter(start_server, llama_dir, reference):
 
 
 def test_request_without_model_is_the_base(server):
-    # vLLM's `model` is optional: absent or null names the base. OpenAI's client always sends it,
-    # so this is the raw HTTP form gateways and curl users send.
+    # vLLM's `model` is optional: absent, null or "" names the base (its _is_model_supported
+    # takes any falsy name). OpenAI's client always sends it, so this is the raw HTTP form
+    # gateways and curl users send.
     want = greedy(server, BASE, "Hello", max_tokens=6)[0]
-    for body in ({"prompt": "Hello"}, {"prompt": "Hello", "model": None}):
-        r = server.post("/v1/completions", {**body, "max_tokens": 6, **GREEDY})
+    tokens = server.post("/tokenize", {"model": BASE, "prompt": "Hello"}).json()["tokens"]
+    for extra in ({}, {"model": None}, {"model": ""}):
+        r = server.post("/v1/completions", {"prompt": "Hello", **extra, "max_tokens": 6, **GREEDY})
         assert r.status_code == 200, r.text
         assert r.json()["model"] == BASE and r.json()["choices"][0]["token_ids"] == want
-    r = server.post("/v1/chat/completions",
-                    {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})
-    assert r.status_code == 200 and r.json()["model"] == BASE, r.text
-    r = server.post("/v1/completions", {"prompt": "Hello", "model": ""})
-    assert r.status_code == 400 and r.json()["error"]["param"] == "model", r.text
+        r = server.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
+                                                 "max_tokens": 2, **extra})
+        assert r.status_code == 200 and r.json()["model"] == BASE, r.text
+        r = server.post("/tokenize", {"prompt": "Hello", **extra})
+        assert r.status_code == 200 and r.json()["tokens"] == tokens, r.text
 
 
 def test_version_and_health(server):

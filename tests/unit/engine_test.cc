@@ -58,7 +58,9 @@ TEST(Engine, RejectsBadRequestsNamingTheProblem) {
 }
 
 // Greedy tokens of llama_f32 for prompt {50,214,41,56,207} are 195 121 171 ...; making 171
-// the EOS (through generation_config.json) must stop there with finish_reason stop.
+// the EOS (through generation_config.json) must stop there with finish_reason stop. Without a
+// tokenizer's eos_token (none here) every such EOS id is reported as the stop token, as vLLM
+// (update_from_generation_config with eos_token_id None: stop_reason 171).
 TEST(Engine, StopsAtEosFromGenerationConfig) {
   const fs::path dir = fs::temp_directory_path() / "loom_engine_eos";
   fs::remove_all(dir);
@@ -76,7 +78,9 @@ TEST(Engine, StopsAtEosFromGenerationConfig) {
   std::sort(results.begin(), results.end(), [](auto& a, auto& b) { return a.id < b.id; });
   EXPECT_EQ(results[0].generated, (std::vector<int32_t>{195, 121, 171}));
   EXPECT_EQ(results[0].finish_reason, FinishReason::kStop);
+  EXPECT_EQ(results[0].stop_token, 171);
   EXPECT_EQ(results[1].generated.size(), 10u);
+  EXPECT_EQ(results[1].stop_token, -1);
   EXPECT_EQ(results[1].finish_reason, FinishReason::kLength);
   fs::remove_all(dir);
 }

@@ -132,10 +132,12 @@ TEST(OpenAiRequest, RejectsNamingTheField) {
     ApiError err;
     EXPECT_TRUE(ParseOpenAiRequest(R"({"model":"m","prompt":"x","stream_options":{}})",
                                    Endpoint::kCompletions, &r, &err));
-    // vLLM's StreamOptions: include_usage is true once the object is sent, null is false.
+    // vLLM 0.32's StreamOptions: include_usage defaults to false, null is false (the stream
+    // writes continuous usage only with include_usage).
     for (const auto& [opts, usage, continuous] : std::vector<std::tuple<std::string, bool, bool>>{
-             {"{}", true, false},
-             {R"({"continuous_usage_stats":true})", true, true},
+             {"{}", false, false},
+             {R"({"continuous_usage_stats":true})", false, true},
+             {R"({"include_usage":true})", true, false},
              {R"({"include_usage":false,"continuous_usage_stats":true})", false, true},
              {R"({"include_usage":null})", false, false}}) {
       ASSERT_TRUE(ParseOpenAiRequest(
@@ -260,16 +262,15 @@ TEST(OpenAiRequest, RejectsNamingTheField) {
     e.n = 16;
     EXPECT_TRUE(CheckPromptLogprobBudget(e, prompts, &err));
   }
-  EXPECT_EQ(Reject(R"({"model":"","prompt":"x"})").param, "model");
   EXPECT_EQ(Reject(R"({"model":7,"prompt":"x"})").param, "model");
-  {
-    // No model (or null) is the base, as vLLM: the handler fills in the served name.
-    OpenAiRequest r;
-    ApiError err;
-    ASSERT_TRUE(
-        ParseOpenAiRequest(R"({"prompt":"x","model":null})", Endpoint::kCompletions, &r, &err))
-        << err.message;
-    EXPECT_TRUE(r.model.empty());
+  // No model (or null, or "") is the base, as vLLM: the handler fills in the served name.
+  for (const char* body : {R"({"prompt":"x","model":null})", R"({"prompt":"x","model":""})"}) {
+    for (const Endpoint e : {Endpoint::kCompletions, Endpoint::kTokenize}) {
+      OpenAiRequest r;
+      ApiError err;
+      ASSERT_TRUE(ParseOpenAiRequest(body, e, &r, &err)) << body << ": " << err.message;
+      EXPECT_TRUE(r.model.empty()) << body;
+    }
   }
   EXPECT_EQ(Reject(R"({"model":"m"})").param, "prompt");
   EXPECT_EQ(Reject(R"({"model":"m","messages":[]})", Endpoint::kChat).param, "messages");
@@ -317,7 +318,8 @@ TEST(OpenAiRequest, ParsesTokenizeForms) {
       << err.message;
   EXPECT_TRUE(r.has_messages());
   EXPECT_FALSE(r.add_special_tokens);
-  EXPECT_FALSE(r.add_generation_prompt);  // the kwargs win, as in the chat route
+  EXPECT_TRUE(r.add_generation_prompt);  // the request's field wins (vLLM 0.32), as in chat
+  EXPECT_FALSE(r.chat_template_kwargs.contains("add_generation_prompt"));
   EXPECT_FALSE(r.return_token_strs);
 
   ASSERT_TRUE(ParseOpenAiRequest(R"({"messages":[{"role":"assistant","content":"x"}],
@@ -343,7 +345,7 @@ TEST(OpenAiRequest, RejectsTokenizeFieldsByName) {
   EXPECT_EQ(Reject(R"({"prompt":"a","temperature":0})", tok).param, "temperature");
   EXPECT_EQ(Reject(R"({"prompt":"a","n":2})", tok).param, "n");
   EXPECT_EQ(Reject(R"({"prompt":"a","return_token_strs":"yes"})", tok).param, "return_token_strs");
-  EXPECT_EQ(Reject(R"({"prompt":"a","model":""})", tok).param, "model");
+  EXPECT_EQ(Reject(R"({"prompt":"a","model":[]})", tok).param, "model");
   EXPECT_EQ(Reject(R"({"messages":[{"role":"user","content":"x"}],"tools":[{}]})", tok).param,
             "tools");
   EXPECT_EQ(Reject(R"({"messages":[{"role":"user","content":"x"}],"add_generation_prompt":true,

@@ -87,6 +87,42 @@ TEST(StreamWriter, AChoicesErrorEndsTheStream) {
   EXPECT_TRUE(out.empty()) << out;
 }
 
+// vLLM 0.32's chat stream (no reasoning or tool parser) writes DeltaMessage(content=text) for
+// every token: the finish chunk of a choice whose last token adds no text (EOS, a stop token id)
+// has "delta": {"content": ""}, not {} (openai-SDK users got delta.content None).
+TEST(StreamWriter, EveryChatDeltaCarriesItsContent) {
+  ServerContext ctx;
+  OpenAiRequest r;
+  ApiError err;
+  ASSERT_TRUE(ParseOpenAiRequest(
+      R"({"model":"m","messages":[{"role":"user","content":"x"}],"stream":true})", Endpoint::kChat,
+      &r, &err))
+      << err.message;
+  Delivery d(1);
+  StreamWriter writer(ctx, r, ResponseMeta{"chatcmpl-x", 1, "m", 2}, d.state);
+  d.Deliver(0, Token(0, 7, "hi"));
+  d.Deliver(0, Token(0, 8, ""));  // text held back (a partial character, a possible stop string)
+  SequenceUpdate last = Token(0, 2, "");
+  last.finish_reason = FinishReason::kStop;
+  last.stop_token = 2;
+  d.Deliver(0, std::move(last));
+  std::string out;
+  ASSERT_TRUE(writer.Pump(&out));
+  std::vector<nlohmann::ordered_json> deltas;
+  for (size_t at = 0; (at = out.find("data: {", at)) != std::string::npos;) {
+    const size_t end = out.find("\n\n", at);
+    const auto chunk = nlohmann::ordered_json::parse(out.substr(at + 6, end - at - 6));
+    deltas.push_back(chunk["choices"][0]["delta"]);
+    at = end;
+  }
+  ASSERT_EQ(deltas.size(), 4u) << out;
+  EXPECT_EQ(deltas[0].dump(), R"({"role":"assistant","content":""})");
+  EXPECT_EQ(deltas[1].dump(), R"({"content":"hi"})");
+  EXPECT_EQ(deltas[2].dump(), R"({"content":""})");
+  EXPECT_EQ(deltas[3].dump(), R"({"content":""})") << out;
+  EXPECT_NE(out.find(R"("finish_reason":"stop","stop_reason":2)"), std::string::npos) << out;
+}
+
 // One Pump took every pending update, several engine steps of them, however much JSON that was;
 // a bounded Pump stops after the event that reaches its bound, and the next goes on from there:
 // the events, byte for byte, are those one unbounded Pump writes.
