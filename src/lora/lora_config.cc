@@ -324,18 +324,20 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
     // Same as PEFT (check_target_module_exists): re.match(rf".*\.{pattern}\.(\d+)\.", path), the
     // layer being int(match.group(1)); the pattern is pasted in as it is, not bracketed.
     const std::string what = where + " layers_pattern";
-    ASSIGN_OR_RETURN(Regex re, Regex::Compile(".*\\." + pattern + "\\.(\\d+)\\.", what,
+    // PEFT 0.21: re.match(rf"(?:^|.*?\.){pattern}\.(?P<idx>\d+)\.", path), lazily: the first
+    // place the pattern and a number follow (at the start of the path too).
+    ASSIGN_OR_RETURN(Regex re, Regex::Compile("(?:^|.*?\\.)" + pattern + "\\.(\\d+)\\.", what,
                                               /*capture_group1=*/true));
     if (re.python_groups() != 1) {
       return InvalidArgument(what + " '" + TextForMessage(pattern) +
-                             "' has a capturing group: PEFT reads the layer index from group 1, "
-                             "which would be that group's text (and fails on it); use (?:...)");
+                             "' has a capturing group: loom reads the layer index from group 1 "
+                             "(PEFT from a named group); use (?:...)");
     }
     if (re.top_level_alternation()) {
       return InvalidArgument(what + " '" + TextForMessage(pattern) +
                              "' has a | outside any group: PEFT pastes it into "
-                             ".*\\.{pattern}\\.(\\d+)\\. as it is, so one side has no layer index "
-                             "(and PEFT fails on it); use (?:a|b)");
+                             "(?:^|.*?\\.){pattern}\\.(\\d+)\\. as it is, so one side has no layer "
+                             "index (PEFT then targets nothing there); use (?:a|b)");
     }
     c.layers_regex.push_back(std::move(re));
   }
@@ -363,12 +365,13 @@ bool InList(const std::string& path, const std::vector<std::string>& list) {
   return false;
 }
 
-// PEFT's layer index (check_target_module_exists): with no layers_pattern, re.match
-// `.*\.[^.]*\.(\d+)\.` — the LAST all-digit segment that has two segments before it and one
-// after (greedy `.*`: on model.layers.3.mlp.experts.5.w1 it is 5); with patterns, group 1 of
-// the first `patterns` regex (.*\.{pattern}\.(\d+)\.) that matches: "language_model.layers"
-// finds 3 in model.language_model.layers.3.…, "model.layers" no path that starts with it (in
-// PEFT too), "lay.rs" the layers. -1 when none.
+// PEFT 0.21's layer index (check_target_module_exists): with no layers_pattern, re.match
+// `.*?\.[^.]*\.(\d+)\.` — the FIRST all-digit segment that has two segments before it and one
+// after (lazy `.*?`: on model.layers.3.mlp.experts.5.w1 it is 3, the layer, not the expert;
+// PEFT before 0.18 took the last); with patterns, the number of the first `patterns` regex
+// ((?:^|.*?\.){pattern}\.(\d+)\.) that matches: "language_model.layers" finds 3 in
+// model.language_model.layers.3.…, "model.layers" also a path that starts with it, "lay.rs" the
+// layers. -1 when none.
 int LayerIndex(const std::string& path, const std::vector<Regex>& patterns) {
   auto number = [](const std::string& p) {
     if (p.empty() || p.find_first_not_of("0123456789") != std::string::npos) return -2;
@@ -390,7 +393,7 @@ int LayerIndex(const std::string& path, const std::vector<Regex>& patterns) {
       start = i + 1;
     }
   }
-  for (size_t i = parts.size() < 2 ? 0 : parts.size() - 2; i >= 2; --i) {
+  for (size_t i = 2; i + 1 < parts.size(); ++i) {
     const int index = number(parts[i]);
     if (index != -2) return index;
   }

@@ -122,13 +122,15 @@ TEST(LoraConfigTargetsTest, LayerFiltersWithAStringTargetAreRefused) {
                   .ok());
 }
 
-// PEFT's check_target_module_exists takes the LAST numbered segment (greedy `.*`), or the last
-// after a layers_pattern: an expert index after the layer index is the one compared.
-TEST(LoraConfigTargetsTest, LayerIndexIsTheLastNumberedSegmentAsPeft) {
+// PEFT 0.21's check_target_module_exists takes the FIRST numbered segment (lazy `.*?`), or the
+// first after a layers_pattern: the layer index, not an expert index after it (loom followed the
+// greedy regex of older PEFT, which compared the expert index; checked against PEFT 0.21.2's
+// function on these paths).
+TEST(LoraConfigTargetsTest, LayerIndexIsTheFirstNumberedSegmentAsPeft) {
   const std::vector<std::string> names = {"w1"};
   LoraConfig c = MustParse(Config({{"target_modules", {"w1"}}, {"layers_to_transform", {5}}}));
-  EXPECT_TRUE(c.Targets("model.layers.3.mlp.experts.5.w1", names));
-  EXPECT_FALSE(c.Targets("model.layers.5.mlp.experts.3.w1", names));
+  EXPECT_FALSE(c.Targets("model.layers.3.mlp.experts.5.w1", names));
+  EXPECT_TRUE(c.Targets("model.layers.5.mlp.experts.3.w1", names));
   // Two segments before the number and one after (`.*\.[^.]*\.(\d+)\.`): "layers.5.w1" has
   // no index, "x.layers.5" neither.
   EXPECT_FALSE(c.Targets("layers.5.w1", names));
@@ -142,6 +144,7 @@ TEST(LoraConfigTargetsTest, LayerIndexIsTheLastNumberedSegmentAsPeft) {
                                         {"layers_pattern", "model.layers"}}));
   EXPECT_TRUE(dotted.Targets("base.model.layers.3.mlp.w1", names));
   EXPECT_FALSE(dotted.Targets("base.other.layers.3.mlp.w1", names));
+  EXPECT_TRUE(dotted.Targets("model.layers.3.mlp.w1", names));  // (?:^|…): at the start too
 }
 
 TEST(LoraConfigTargetsTest, LayerIndexPastAnyIntIsNoLayer) {
