@@ -101,6 +101,7 @@ int RunChat(ChatArgs& a) {
   render.special_tokens = (*tok)->config().special_tokens;
 
   const bool interactive = isatty(STDIN_FILENO);
+  int failed_turns = 0;  // piped input only
   std::fprintf(stderr, "loom chat: %s%s%s — /reset clears the conversation, /exit (or Ctrl-D) ends\n",
                a.model.c_str(), adapters->empty() ? "" : " + adapter ",
                adapters->empty() ? "" : adapters->front()->name().c_str());
@@ -139,6 +140,7 @@ int RunChat(ChatArgs& a) {
     if (!id.ok()) {
       std::fprintf(stderr, "error: %s\n", id.status().message().c_str());
       messages.erase(messages.end() - 1);
+      failed_turns += interactive ? 0 : 1;  // piped: the exit status says a turn failed
       continue;
     }
     if (interactive) std::fprintf(stderr, "%s> ", adapters->empty() ? "loom" : adapters->front()->name().c_str());
@@ -153,7 +155,10 @@ int RunChat(ChatArgs& a) {
         answer += u.text;
         if (u.finish_reason != FinishReason::kNone) {
           done = true;
-          if (!u.error.empty()) std::fprintf(stderr, "\nerror: %s", u.error.c_str());
+          if (!u.error.empty()) {
+            std::fprintf(stderr, "\nerror: %s", u.error.c_str());
+            failed_turns += interactive ? 0 : 1;
+          }
         }
       }
       std::fflush(stdout);
@@ -164,6 +169,10 @@ int RunChat(ChatArgs& a) {
     std::fflush(stdout);
     if (interactive) std::fprintf(stderr, "(%d tokens, %.1f tokens/s)\n", tokens, tokens / s);
     messages.push_back({{"role", "assistant"}, {"content", answer}});
+  }
+  if (failed_turns > 0) {  // a script reading answers from a pipe learns that some failed
+    std::fprintf(stderr, "error: %d turn(s) failed\n", failed_turns);
+    return 1;
   }
   return 0;
 }

@@ -62,8 +62,9 @@ StatusOr<std::vector<std::shared_ptr<const Adapter>>> LoadCliAdapters(
     ASSIGN_OR_RETURN(const LoraSpec split, ParseLoraNameAndDir(spec));
     const std::string& name = split.name;
     const std::string& dir = split.dir;
-    // The names serve accepts (generate took "a b", which serve refuses).
-    if (Status ok = AdapterStore::CheckName(name); !ok.ok()) {
+    // A name given (NAME=DIR) is one serve accepts (generate took "a b", which serve refuses); a
+    // folder's own name ("lr=2e-4") is taken as it is.
+    if (Status ok = AdapterStore::CheckName(name); !ok.ok() && !SplitLoraSpec(spec).name.empty()) {
       return InvalidArgument("--lora '" + spec + "': " + ok.message());
     }
     for (const auto& a : out) {

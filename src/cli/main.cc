@@ -1,4 +1,8 @@
 // loom command-line entry point: dispatches to the subcommands.
+#include <pthread.h>
+
+#include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <map>
@@ -64,18 +68,14 @@ std::pair<std::string, std::string> NonDecimalIntegerOption(const CLI::App& app)
   return {};
 }
 
-// Every option of `app` and its subcommands by each of its names ("--api-key", "-m"), and
-// whether it takes a value.
+// The options of `app` by each of their names ("--api-key", "-m"), and whether each takes a
+// value.
 void CollectOptions(const CLI::App& app, std::map<std::string, bool>* takes_value) {
   for (const CLI::Option* opt : app.get_options()) {
-    const bool value =
-        opt->get_items_expected_min() > 0;  // not a flag (nor a flag's optional =VALUE)
-    for (const std::string& n : opt->get_lnames())
-      (*takes_value)["--" + n] = (*takes_value)["--" + n] || value;
-    for (const std::string& n : opt->get_snames())
-      (*takes_value)["-" + n] = (*takes_value)["-" + n] || value;
+    const bool value = opt->get_items_expected_min() > 0;  // not a flag (nor a flag's =VALUE)
+    for (const std::string& n : opt->get_lnames()) (*takes_value)["--" + n] = value;
+    for (const std::string& n : opt->get_snames()) (*takes_value)["-" + n] = value;
   }
-  for (const CLI::App* sub : app.get_subcommands({})) CollectOptions(*sub, takes_value);
 }
 
 // An option that takes a value followed by another option's name ("--api-key --allow-runtime-lora"
@@ -83,8 +83,25 @@ void CollectOptions(const CLI::App& app, std::map<std::string, bool>* takes_valu
 // string "--allow-runtime-lora" and runtime loading stayed off without a word. Returns the pair, or
 // {}. A value that really is such a string can be given as --option=VALUE.
 std::pair<std::string, std::string> FlagTakenAsValue(const CLI::App& app, int argc, char** argv) {
+  // The global options, then those of the command named: one name can be a flag in one command
+  // and take a value in another (generate's --merge, serve's --merge NAME).
   std::map<std::string, bool> takes_value;
   CollectOptions(app, &takes_value);
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") break;
+    if (auto it = takes_value.find(arg); it != takes_value.end()) {
+      i += it->second ? 1 : 0;  // a global option's value is not the command
+      continue;
+    }
+    const std::vector<const CLI::App*> subs = app.get_subcommands({});
+    auto sub = std::find_if(subs.begin(), subs.end(),
+                            [&](const CLI::App* s) { return s->get_name() == arg; });
+    if (sub != subs.end()) {
+      CollectOptions(**sub, &takes_value);
+      break;
+    }
+  }
   for (int i = 1; i + 1 < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--") break;
@@ -201,6 +218,16 @@ int main(int argc, char** argv) {
   if (const std::string unread = UnreadGlobalFlag(app); !unread.empty()) {
     std::fprintf(stderr, "error: %s\n", unread.c_str());
     return 2;
+  }
+  if (serve->parsed()) {
+    // serve takes SIGTERM / SIGINT with sigwait (and a start-up watcher): blocked before any
+    // thread starts, or `--threads N` started compute threads that a signal could land on and
+    // end the process without a word (review).
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGTERM);
+    sigaddset(&signals, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   }
   if (threads > 0) loom::ThreadPool::SetGlobalThreads(threads);
   if (fast_bf16 && exact_bf16) {

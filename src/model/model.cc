@@ -210,8 +210,8 @@ Status Model::Quantize(const LoadOptions& options) {
                                                              : "experts: no int4 group of 32 divides both their input widths"},
                                     std::pair{&unfit, "no int4 group of 32 divides their inputs"}}) {
     if (names->empty()) continue;
-    std::fprintf(stderr, "note: --quantize %s: %zu projection(s) stay dense (%s), e.g. %s\n", flag,
-                 names->size(), why, names->front().c_str());
+    std::fprintf(stderr, "note: %s %s: %zu projection(s) stay dense (%s), e.g. %s\n",
+                 options.quantize_flag.c_str(), flag, names->size(), why, names->front().c_str());
   }
   return OkStatus();
 }
@@ -303,6 +303,7 @@ Status Model::MergeAdapter(const Adapter& adapter) {
       // merge` writes it and PEFT's merge in that dtype stores it: --merge and a merged
       // checkpoint give the same bits.
       const DType round_to = lin->bias.empty() ? weight_dtype : lin->bias_dtype;
+      lin->bias_dtype = round_to;
       lin->bias.resize(static_cast<size_t>(lin->out_features()), 0.0f);
       for (size_t j = 0; j < lin->bias.size(); ++j) lin->bias[j] += lw->scale * lw->bias[j];
       if (round_to == DType::kBF16 || round_to == DType::kF16) {

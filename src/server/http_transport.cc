@@ -97,13 +97,17 @@ Status HttpTransport::Bind() {
     }
     if (files.rlim_cur != RLIM_INFINITY && files.rlim_cur < wanted) {
       const rlim_t reserve = std::min<rlim_t>(256, files.rlim_cur / 4);
-      const int fit = static_cast<int>(std::max<rlim_t>(1, files.rlim_cur - reserve));
-      std::fprintf(stderr,
-                   "loom: warning: --max-connections %d needs %llu file descriptors and the limit "
-                   "(ulimit -n) is %llu: taking at most %d connections (beyond them, 503)\n",
-                   o.max_connections, static_cast<unsigned long long>(wanted),
-                   static_cast<unsigned long long>(files.rlim_cur), fit);
-      o.max_connections = fit;
+      const int fit = static_cast<int>(std::min<rlim_t>(
+          static_cast<rlim_t>(o.max_connections), std::max<rlim_t>(1, files.rlim_cur - reserve)));
+      if (fit < o.max_connections) {
+        std::fprintf(
+            stderr,
+            "loom: warning: --max-connections %d needs %llu file descriptors and the limit "
+            "(ulimit -n) is %llu: taking at most %d connections (beyond them, 503)\n",
+            o.max_connections, static_cast<unsigned long long>(wanted),
+            static_cast<unsigned long long>(files.rlim_cur), fit);
+        o.max_connections = fit;
+      }
     }
   }
   const std::string where = o.host + ":" + std::to_string(o.port);

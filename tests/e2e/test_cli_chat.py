@@ -67,3 +67,13 @@ def test_a_folder_with_an_equals_sign_is_a_folder(llama_dir, tmp_path):
     with_path = run_chat(llama_dir, ["Hello there"], "--lora", str(sweep))
     assert with_path == run_chat(llama_dir, ["Hello there"], "--lora", f"qv={ADAPTER_FIXTURES / 'llama_qv_r8_f32'}")
 
+
+
+def test_piped_turns_that_fail_make_the_exit_status_non_zero(llama_dir):
+    # A context too small for one turn: each turn printed an error and the command still exited
+    # 0, so a script reading answers from a pipe could not tell.
+    p = subprocess.run([str(loom_bin()), "chat", "--model", str(llama_dir), "--max-tokens", "4",
+                        "--max-model-len", "8"], input=b"Hello there\nAgain\n", capture_output=True,
+                       timeout=120)
+    err = p.stderr.decode(errors="replace")
+    assert p.returncode == 1 and "fills the context" in err and "2 turn(s) failed" in err, err

@@ -309,6 +309,27 @@ def test_connections_past_the_descriptor_limit_get_503_not_a_hang(long_dir):
         for x in socks:
             x.close()
         srv.kill()
+    # A --max-connections that fits is kept as asked, never raised to what the limit allows.
+    small = LoomServer(long_dir, ["--max-connections", "8"], preexec=limit).start()
+    try:
+        assert not any("taking at most" in line for line in small.log_lines), small.log()
+        socks = [socket.create_connection(("127.0.0.1", small.port), timeout=10) for _ in range(8)]
+        data = b""
+        for _ in range(20):  # once the server has counted the 8 (as test_too_many_connections_get_503)
+            s = socket.create_connection(("127.0.0.1", small.port), timeout=1)
+            try:
+                data = s.recv(12)
+            except socket.timeout:
+                data = b""
+            finally:
+                s.close()
+            if data:
+                break
+        assert data.startswith(b"HTTP/1.1 503"), data
+    finally:
+        for x in socks:
+            x.close()
+        small.kill()
 
 
 def test_too_many_connections_get_503(long_dir):

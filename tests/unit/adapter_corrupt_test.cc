@@ -323,6 +323,15 @@ TEST(CorruptAdapterFileTest, DoraOnAnEmbeddingNeedsAMagnitudePerDimension) {
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   ASSERT_NE((*b)->embedding(), nullptr);
   EXPECT_EQ((*b)->embedding()->dora_gain.size(), 64u);
+  // use_dora without the magnitude: refused as on a projection (it was served as plain LoRA).
+  d.Remove("base_model.model.model.embed_tokens.lora_magnitude_vector");
+  WriteDraft(d, tmp.File("c"));
+  auto c = Load(tmp.File("c"), FixtureModel("llama_f32"));
+  ASSERT_FALSE(c.ok());
+  EXPECT_TRUE(
+      Contains(c.status().message(),
+               "module 'model.embed_tokens' has no lora_magnitude_vector but use_dora is true"))
+      << c.status().message();
 }
 
 TEST_F(CorruptAdapterTest, BaseLayerCopyOfALinearIsAModulesToSaveStyleReplacement) {

@@ -251,7 +251,7 @@ TEST_F(CtQuantizeRefusals, Cli) {
         "note: --scheme int4: 1 projection(s) take int4 groups of 32 (--group-size 128 does not "
         "divide their inputs), e.g. model.layers.1.mlp.down_proj",
         "int4 group 128; g32 on 1, g64 on 11, dense on 50",
-        "2 projection(s) stay dense (mixture-of-experts routers",
+        "note: --scheme int4: 2 projection(s) stay dense (mixture-of-experts routers",
         "48 projection(s) stay dense (experts: no int4 group of 32 divides both their input "
         "widths)"}) {
     EXPECT_TRUE(Contains(r.output, f)) << f << " not in " << r.output;
