@@ -440,6 +440,12 @@ StatusOr<std::shared_ptr<const Adapter>> ReadAdapter(const std::string& name, co
     if (cfg.Targets(sites.site(i).path, linear_names)) targeted.insert(sites.site(i).path);
   }
   targeted.insert(expert_targeted.begin(), expert_targeted.end());
+  // ensure_weight_tying (PEFT 0.18+): an adapted embedding of a tied model adapts the head too,
+  // its LoRA tied to the embedding's (A_head = B_emb^T, B_head = A_emb^T) and saved as lm_head's.
+  if (cfg.ensure_weight_tying && !sites.tied_head_path().empty() &&
+      targeted.count(sites.embedding_path()) && sites.Find(sites.tied_head_path()) >= 0) {
+    targeted.insert(sites.tied_head_path());
+  }
   // PEFT raises "Target module ... is not supported" for a matched module it cannot adapt (a
   // norm, a decoder layer, an MLP block); beside other targets such an entry was ignored here.
   for (const std::string& m : sites.other_modules()) {

@@ -41,11 +41,10 @@ const std::set<std::string>& KnownKeys() {
       "base_model_name_or_path", "init_lora_weights", "modules_to_save", "bias",
       "layer_replication", "target_parameters", "use_qalora", "alora_invocation_tokens",
       "trainable_token_indices", "fan_in_fan_out", "lora_dropout", "task_type", "inference_mode",
-      "revision", "auto_mapping", "megatron_config", "megatron_core", "loftq_config",
-      "eva_config", "corda_config", "qalora_group_size", "lora_ga_config", "use_bdlora",
-      "bdlora_config", "variant", "velora_config", "monteclora_config", "arrow_config",
-      "kasa_config",
-      // Informational, or acting only with keys refused above (modules_to_save, trainable tokens).
+      "revision", "auto_mapping", "megatron_config", "megatron_core", "loftq_config", "eva_config",
+      "corda_config", "qalora_group_size", "lora_ga_config", "use_bdlora", "bdlora_config",
+      "variant", "velora_config", "monteclora_config", "arrow_config", "kasa_config",
+      // Informational.
       "peft_version", "ensure_weight_tying"};
   return keys;
 }
@@ -154,13 +153,15 @@ StatusOr<LoraConfig> ParseLoraConfig(const std::string& json_text, const std::st
   }
   RETURN_IF_ERROR(GetOptionalFloat(j, "lora_alpha", where, &c.lora_alpha));
   RETURN_IF_ERROR(CheckAlphaFitsFloat(c.lora_alpha, "lora_alpha", where));
-  for (const char* key : {"use_rslora", "use_dora", "lora_bias"}) {
+  for (const char* key : {"use_rslora", "use_dora", "lora_bias", "ensure_weight_tying"}) {
     const json& v = get(key);
     if (!v.is_null() && !v.is_boolean()) return InvalidArgument(where + ": " + key + " must be true or false");
   }
   c.use_rslora = get("use_rslora").is_boolean() && get("use_rslora").get<bool>();
   c.use_dora = get("use_dora").is_boolean() && get("use_dora").get<bool>();
   c.lora_bias = get("lora_bias").is_boolean() && get("lora_bias").get<bool>();
+  c.ensure_weight_tying =
+      get("ensure_weight_tying").is_boolean() && get("ensure_weight_tying").get<bool>();
 
   // Features that change the base weights or add per-adapter modules: rejected by name.
   // init_lora_weights only matters when it leaves a mark on the trained adapter. true / false /

@@ -17,6 +17,9 @@ struct LoraConfig {
   double lora_alpha = 8;
   bool use_rslora = false;
   bool use_dora = false;
+  // PEFT 0.18+: on a model whose head is tied to its embedding, an embedding target also adapts
+  // the head (PEFT ties the two LoRAs and saves the head's A and B too).
+  bool ensure_weight_tying = false;
   bool lora_bias = false;
   // target_modules: a list (exact path or ".name" suffix), a regex (full match), or all-linear.
   std::vector<std::string> target_list;

@@ -45,6 +45,8 @@ class SiteTable {
     embedding_ = table;
   }
   void SetArchitecture(std::string name) { architecture_ = std::move(name); }
+  // The module whose weight is the embedding table ("lm_head" when tie_word_embeddings), or "".
+  void SetTiedHead(std::string path) { tied_head_path_ = std::move(path); }
   // After a merge replaced a base weight's bytes. A dense weight supersedes a pre-quantized one:
   // its row readers (which hold the quantized weight alive) are dropped.
   void SetWeight(int i, Tensor weight) {
@@ -82,6 +84,7 @@ class SiteTable {
   const std::string& embedding_path() const { return embedding_path_; }
   const Tensor& embedding() const { return embedding_; }
   const std::string& architecture() const { return architecture_; }
+  const std::string& tied_head_path() const { return tied_head_path_; }
   // The distinct last path components, in first-seen order ("embed_tokens", "q_proj", ...,
   // "lm_head"): what an error lists as the modules an adapter may target. `all_linear_only`:
   // just those of sites "all-linear" includes.
@@ -95,6 +98,7 @@ class SiteTable {
   std::string embedding_path_;
   Tensor embedding_;
   std::string architecture_;
+  std::string tied_head_path_;
 };
 
 }  // namespace loom

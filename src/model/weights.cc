@@ -275,6 +275,7 @@ Status LoadWeights(const ModelConfig& config, const SafetensorsStore& store, Mod
   site_linears->clear();
   sites->SetArchitecture(config.architecture);
   sites->SetEmbedding("model.embed_tokens", w->embed);
+  if (config.tie_word_embeddings) sites->SetTiedHead("lm_head");
   for (const WeightSlot& slot : slots) {
     if (!slot.linear) continue;
     LinearSite site{slot.linear->name, slot.linear->weight, slot.layer,

@@ -57,6 +57,8 @@ BASES = {
 # What the committed draw must contain: the kinds of case the first runs found loom wrong on
 # (cases.json must have one of each; --seed is moved until it does).
 COVERAGE = {
+    "ensure_weight_tying on a tied model (its head LoRA was refused as untargeted)":
+        lambda c: c["config"].get("ensure_weight_tying"),
     "a MoE base (SiLU tails were not batch-invariant at an expert FFN of 24)":
         lambda c: c["base"] == "qwen3_moe_f32",
     "lora_bias merged on a bf16 base with biases (the merged bias kept f32)":
@@ -137,6 +139,11 @@ def draw_config(rng, model):
         if rng.random() < 0.12:
             tm.append("lm_head")
         kw["target_modules"] = sorted(set(tm))
+        # PEFT 0.18+'s ensure_weight_tying on a tied model: the head adapted too, its LoRA tied
+        # to the embedding's (no random draw, so the seeds keep their cases).
+        if ("embed_tokens" in kw["target_modules"] and model.config.tie_word_embeddings
+                and len(kw["target_modules"]) % 2 == 0):
+            kw["ensure_weight_tying"] = True
     elif form < 0.7:
         kw["target_modules"] = regex_for(rng, leaves, lin)
     else:
@@ -248,7 +255,8 @@ def make_case(out, name, rng, counts):
     save_file({"unmerged": unmerged, "merged": merged_logits},
               os.path.join(out, "lora_random", f"{name}.logits.safetensors"))
     keep = ("target_modules", "exclude_modules", "layers_to_transform", "layers_pattern", "r",
-            "lora_alpha", "use_rslora", "use_dora", "lora_bias", "rank_pattern", "alpha_pattern")
+            "lora_alpha", "use_rslora", "use_dora", "lora_bias", "rank_pattern", "alpha_pattern",
+            "ensure_weight_tying")
     return {"name": name, "base": base, "file_dtype": dtype_name,
             "config": {k: cfg[k] for k in keep if cfg.get(k) is not None and cfg[k] is not False and cfg[k] != {}},
             "modules": n_modules, "prompt": prompt,
