@@ -108,9 +108,14 @@ TEST_P(LoraRandom, UnmergedAndMergedMatchPeft) {
   const GenerationResult merged = RunAlone(merged_model->get(), nullptr, c);
   const std::vector<float> want_merged = Rows(name, "merged");
   ASSERT_EQ(merged.prompt_logits.size(), want_merged.size());
+  // A bf16 base's merged weights are rounded to bf16 on both sides from f32 values that differ in
+  // their last bits (the DoRA norm: loom sums in double, torch in f32), so an element on a
+  // rounding boundary can land one bf16 step apart; over 7 DoRA projections × 3 layers that
+  // reached 2.6e-3 (seed 300's case_153). Unmerged keeps the 2e-3.
+  const float merged_tol = base.find("bf16") != std::string::npos ? 2.5f * tol : tol;
   EXPECT_LE(test::MaxAbsDiff(merged.prompt_logits.data(), want_merged.data(), want_merged.size()),
-            tol);
-  ExpectGreedy(merged, c, "merged_greedy", tol);
+            merged_tol);
+  ExpectGreedy(merged, c, "merged_greedy", merged_tol);
 
   // `loom merge` writes what --merge serves: the checkpoint reloaded gives the merged run's bits
   // (a lora_bias on a projection without a bias is refused: the config cannot express it).
