@@ -9,6 +9,7 @@
 
 #include "base/json.h"
 #include "engine/request_fields.h"
+#include "server/vllm_fields.h"
 #include "tokenizer/jinja/utf8.h"
 
 namespace loom::server {
@@ -484,6 +485,13 @@ bool ParseOpenAiRequest(const std::string& body, Endpoint endpoint, OpenAiReques
     }
     auto h = handlers.find(it.key());
     if (h == handlers.end()) {
+      // vLLM's fields that have no effect here (at their default, or ignored by vLLM too).
+      std::string refusal;
+      if (generation && CheckNoEffectField(it.key(), it.value(), endpoint, &refusal)) {
+        if (refusal.empty()) continue;
+        *error = BadRequest(it.key(), refusal);
+        return false;
+      }
       const std::string field = KeyForMessage(it.key());
       *error = BadRequest(field, "unknown field '" + field + "'");
       return false;
