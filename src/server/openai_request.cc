@@ -207,8 +207,50 @@ void AddCommon(std::map<std::string, Handler>* h) {
   };
 }
 
+// Fields both generation endpoints take as chat does: OpenAI's storage fields (no effect) and
+// response_format as plain text. vLLM's CompletionRequest has response_format; vLLM declares no
+// store, metadata or service_tier on either endpoint and ignores them.
+void AddOpenAiShared(std::map<std::string, Handler>* h) {
+  auto& m = *h;
+  // OpenAI fields with no meaning for a self-hosted server, accepted with no effect
+  // (docs/API.md): storing the completion, its tags and the service tier.
+  m["store"] = NoEffect("store", IsBool, "store must be a boolean");
+  m["metadata"] = [](Parser& p, const json& v, OpenAiRequest*) {
+    if (v.is_null()) return true;
+    // OpenAI's limits: at most 16 pairs, keys of at most 64 characters, values of 512.
+    if (!v.is_object() || v.size() > 16) {
+      return p.Fail("metadata", "metadata must be an object of at most 16 strings");
+    }
+    // Characters, as OpenAI counts them (the JSON reader has checked the UTF-8): a 64-character
+    // key in a non-Latin script is up to 256 bytes.
+    auto characters = [](const std::string& s) {
+      size_t n = 0;
+      for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+      return n;
+    };
+    for (const auto& [key, value] : v.items()) {
+      if (!value.is_string() || characters(key) > 64 ||
+          characters(value.get_ref<const std::string&>()) > 512) {
+        return p.Fail("metadata",
+                      "metadata values must be strings of at most 512 characters, keys of 64");
+      }
+    }
+    return true;
+  };
+  m["service_tier"] =
+      NullOrOneOf("service_tier", {"auto", "default", "flex", "scale", "priority"},
+                  "service_tier must be one of auto, default, flex, scale, priority");
+  m["response_format"] = [](Parser& p, const json& v, OpenAiRequest*) {
+    if (v.is_null()) return true;
+    if (v.is_object() && v.size() == 1 && v.contains("type") && v["type"] == "text") return true;
+    return p.Fail("response_format",
+                  "response_format other than {\"type\": \"text\"} is not supported yet");
+  };
+}
+
 void AddCompletions(std::map<std::string, Handler>* h) {
   auto& m = *h;
+  AddOpenAiShared(h);
   m["prompt"] = [](Parser& p, const json& v, OpenAiRequest* r) {
     auto one = [&](const json& x) -> bool {
       if (x.is_string()) {
@@ -318,6 +360,7 @@ void AddChatPrompt(std::map<std::string, Handler>* h) {
 void AddChat(std::map<std::string, Handler>* h) {
   auto& m = *h;
   AddChatPrompt(h);
+  AddOpenAiShared(h);
   m["max_completion_tokens"] = [](Parser& p, const json& v, OpenAiRequest* r) {
     if (v.is_null()) return true;
     r->max_tokens_given = true;
@@ -334,41 +377,14 @@ void AddChat(std::map<std::string, Handler>* h) {
       NullOrOneOf("tool_choice", {"none"}, "tool_choice is not supported yet (only \"none\")");
   // No effect without tools, which are rejected.
   m["parallel_tool_calls"] = NoEffect("parallel_tool_calls", IsBool, "must be a boolean");
-  // OpenAI fields with no meaning for a self-hosted server, accepted with no effect
-  // (docs/API.md): storing the completion, its tags, the service tier, the prompt-cache key
-  // (loom caches prefixes by itself) and the end-user id.
-  m["store"] = NoEffect("store", IsBool, "store must be a boolean");
-  m["metadata"] = [](Parser& p, const json& v, OpenAiRequest*) {
-    if (v.is_null()) return true;
-    // OpenAI's limits: at most 16 pairs, keys of at most 64 characters, values of 512.
-    if (!v.is_object() || v.size() > 16) {
-      return p.Fail("metadata", "metadata must be an object of at most 16 strings");
-    }
-    // Characters, as OpenAI counts them (the JSON reader has checked the UTF-8): a 64-character
-    // key in a non-Latin script is up to 256 bytes.
-    auto characters = [](const std::string& s) {
-      size_t n = 0;
-      for (unsigned char c : s) n += (c & 0xC0) != 0x80;
-      return n;
-    };
-    for (const auto& [key, value] : v.items()) {
-      if (!value.is_string() || characters(key) > 64 ||
-          characters(value.get_ref<const std::string&>()) > 512) {
-        return p.Fail("metadata",
-                      "metadata values must be strings of at most 512 characters, keys of 64");
-      }
-    }
-    return true;
-  };
-  m["service_tier"] =
-      NullOrOneOf("service_tier", {"auto", "default", "flex", "scale", "priority"},
-                  "service_tier must be one of auto, default, flex, scale, priority");
   // Reasoning effort and verbosity: vLLM accepts them and a model without reasoning ignores
   // them; so does loom (no model it serves reasons).
   m["reasoning_effort"] = NullOrOneOf("reasoning_effort", {"minimal", "low", "medium", "high"},
                                       "reasoning_effort must be minimal, low, medium or high");
   m["verbosity"] =
       NullOrOneOf("verbosity", {"low", "medium", "high"}, "verbosity must be low, medium or high");
+  // Accepted with no effect: the prompt-cache key (loom caches prefixes by itself) and the
+  // end-user id.
   for (const char* field : {"prompt_cache_key", "safety_identifier"}) {
     m[field] = NoEffect(field, IsString, std::string(field) + " must be a string");
   }
@@ -385,11 +401,6 @@ void AddChat(std::map<std::string, Handler>* h) {
   for (const char* field : {"audio", "prediction", "web_search_options"}) {
     m[field] = NoEffect(field, Never, std::string(field) + " is not supported");
   }
-  m["response_format"] = [](Parser& p, const json& v, OpenAiRequest*) {
-    if (v.is_null()) return true;
-    if (v.is_object() && v.size() == 1 && v.contains("type") && v["type"] == "text") return true;
-    return p.Fail("response_format", "response_format other than {\"type\": \"text\"} is not supported yet");
-  };
 }
 
 // vLLM's /tokenize ({"prompt": text} or the chat prompt's fields) and /detokenize.

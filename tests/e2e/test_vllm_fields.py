@@ -52,7 +52,7 @@ CHAT_DUMP = {
 }
 
 # Fields of the dumps that later changes make loom take (each removed from here with its change).
-NOT_YET = {"response_format", "priority", "return_tokens_as_token_ids", "cache_salt"}
+NOT_YET = {"priority", "return_tokens_as_token_ids", "cache_salt"}
 
 
 def dump(d, **changes):
@@ -109,3 +109,17 @@ def test_endpoint_only_fields(server):
                     dump(CHAT_DUMP, session_id="s-1", return_token_offsets=True,
                          mm_payload="none", routed_experts_prompt_start=2))
     assert r.status_code == 200, r.text
+
+
+def test_completions_take_chats_storage_fields_and_text_response_format(server):
+    fields = {"response_format": {"type": "text"}, "metadata": {"user": "u1"}, "store": False,
+              "service_tier": "default"}
+    r = server.post("/v1/completions", {"model": BASE, "prompt": "Hello", "max_tokens": 3,
+                                        **fields})
+    assert r.status_code == 200, r.text
+    for field, value in (("response_format", {"type": "json_object"}), ("metadata", {"k": 5}),
+                         ("store", "yes"), ("service_tier", "fastest")):
+        r = server.post("/v1/completions", {"model": BASE, "prompt": "Hello", "max_tokens": 3,
+                                            field: value})
+        assert r.status_code == 400, (field, r.text)
+        assert r.json()["error"]["param"] == field, r.text

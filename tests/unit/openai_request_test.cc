@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <tuple>
+#include <utility>
+#include <vector>
 
 namespace loom::server {
 namespace {
@@ -419,6 +421,35 @@ TEST(OpenAiRequest, MetadataLimitsCountCharacters) {
   EXPECT_TRUE(ParseOpenAiRequest(body(key64, value512), Endpoint::kChat, &r, &err)) << err.message;
   EXPECT_EQ(Reject(body(key65, "v"), Endpoint::kChat).param, "metadata");
   EXPECT_EQ(Reject(body("k", value513), Endpoint::kChat).param, "metadata");
+}
+
+// Completions take what chat takes of OpenAI's storage fields (no effect, the same checks) and
+// response_format as plain text (vLLM's CompletionRequest has it; vLLM ignores the others).
+TEST(OpenAiRequest, CompletionsTakeChatsStorageFieldsAndTextResponseFormat) {
+  OpenAiRequest r;
+  ApiError err;
+  EXPECT_TRUE(ParseOpenAiRequest(
+      R"({"model":"m","prompt":"x","response_format":{"type":"text"},"metadata":{"k":"v"},)"
+      R"("store":false,"service_tier":"auto"})",
+      Endpoint::kCompletions, &r, &err))
+      << err.message;
+  EXPECT_TRUE(ParseOpenAiRequest(
+      R"({"model":"m","prompt":"x","response_format":null,"metadata":null,"store":null,)"
+      R"("service_tier":null})",
+      Endpoint::kCompletions, &r, &err))
+      << err.message;
+  for (const auto& [field, value] : std::vector<std::pair<std::string, std::string>>{
+           {"response_format", R"({"type":"json_object"})"},
+           {"response_format", R"({"type":"json_schema","json_schema":{"name":"x"}})"},
+           {"response_format", R"({"type":"structural_tag","format":{}})"},
+           {"response_format", R"("text")"},
+           {"metadata", R"({"k":1})"},
+           {"metadata", "[]"},
+           {"store", R"("yes")"},
+           {"service_tier", R"("fast")"}}) {
+    EXPECT_EQ(Reject(R"({"model":"m","prompt":"x",")" + field + "\":" + value + "}").param, field)
+        << value;
+  }
 }
 
 }  // namespace
