@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+
+#include "engine/request_fields.h"
 
 namespace loom::server {
 
@@ -102,6 +105,18 @@ const Field kFields[] = {
      [](const json& v) {
        return Lacks(IsEmpty(v) && !v.is_array(),
                     "vllm_xargs (it has no extensions that read them)");
+     }},
+    // vLLM 0.32 orders its queue by priority only under --scheduling-policy priority; its
+    // default, first come first served, takes any priority and ignores it (the field's text says
+    // a non-zero one is refused there, but the V1 engine no longer checks). loom's scheduler is
+    // first come first served.
+    {"priority", Where::kBoth,
+     [](const json& v) -> std::string {
+       int64_t priority = 0;
+       if (v.is_null()) return "";
+       const Status st = JsonInt("priority", v, std::numeric_limits<int64_t>::min(),
+                                 std::numeric_limits<int64_t>::max(), &priority);
+       return st.ok() ? "" : st.message();
      }},
     // A session's id: vLLM labels its KV-cache events with it (loom publishes none).
     {"session_id", Where::kBoth,

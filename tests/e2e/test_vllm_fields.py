@@ -52,7 +52,7 @@ CHAT_DUMP = {
 }
 
 # Fields of the dumps that later changes make loom take (each removed from here with its change).
-NOT_YET = {"priority", "return_tokens_as_token_ids", "cache_salt"}
+NOT_YET = {"return_tokens_as_token_ids", "cache_salt"}
 
 
 def dump(d, **changes):
@@ -123,3 +123,19 @@ def test_completions_take_chats_storage_fields_and_text_response_format(server):
                                             field: value})
         assert r.status_code == 400, (field, r.text)
         assert r.json()["error"]["param"] == field, r.text
+
+
+def test_priority_is_accepted_and_ignored_as_by_vllms_default_scheduler(server):
+    # vLLM 0.32's default scheduling policy (fcfs) takes any priority and ignores it.
+    base = {"model": BASE, "prompt": "Hello", "max_tokens": 4, "temperature": 0}
+    plain = server.post("/v1/completions", base).json()["choices"][0]["text"]
+    for priority in (0, 7, -100, 2**63 - 1):
+        r = server.post("/v1/completions", {**base, "priority": priority})
+        assert r.status_code == 200, r.text
+        assert r.json()["choices"][0]["text"] == plain
+    r = server.post("/v1/chat/completions", dump(CHAT_DUMP, priority=3))
+    assert r.status_code == 200, r.text
+    for bad in ("high", 1.5, 2**63):
+        r = server.post("/v1/completions", {**base, "priority": bad})
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["param"] == "priority", r.text

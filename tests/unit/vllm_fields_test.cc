@@ -53,7 +53,7 @@ constexpr const char* kChatDump = R"({"messages": [{"content": "hi", "role": "us
  "repetition_detection": null, "stream_interval": null})";
 
 // Fields of the dumps that later changes make loom take (each removed from here with its change).
-const std::vector<std::string> kNotYet = {"priority", "return_tokens_as_token_ids", "cache_salt"};
+const std::vector<std::string> kNotYet = {"return_tokens_as_token_ids", "cache_salt"};
 
 std::string Dump(const char* dump) {
   json j = json::parse(dump);
@@ -161,6 +161,12 @@ TEST(VllmFields, DefaultsAndIgnoredValuesAreAccepted) {
       {"mm_payload", R"("none")"},
       {"return_mm_kwargs", "false"},
       {"routed_experts_prompt_start", "3"},
+      // Any priority: vLLM's default scheduler (first come first served) ignores it, as loom's.
+      {"priority", "10"},
+      {"priority", "-3"},
+      {"priority", "9223372036854775807"},
+      {"priority", "-9223372036854775808"},
+      {"priority", "2.0"},
   };
   for (const auto& [key, value] : accepted) {
     for (const auto& [dump, endpoint] : {std::pair{kCompletionDump, Endpoint::kCompletions},
@@ -198,6 +204,9 @@ TEST(VllmFields, MalformedValuesAreRefusedByName) {
       {"routed_experts_prompt_start", "0.5"},
       {"use_beam_search", "1"},
       {"length_penalty", R"("1")"},
+      {"priority", R"("high")"},
+      {"priority", "1.5"},
+      {"priority", "9223372036854775808"},
   };
   for (const auto& [key, value] : bad) {
     ApiError err;
