@@ -163,6 +163,13 @@ void AddCommon(std::map<std::string, Handler>* h) {
       NoEffect("spaces_between_special_tokens", IsBool, "spaces_between_special_tokens must be a boolean");
   m["add_special_tokens"] = OptionalBool("add_special_tokens", &OpenAiRequest::add_special_tokens);
   m["return_token_ids"] = OptionalBool("return_token_ids", &OpenAiRequest::return_token_ids);
+  m["return_tokens_as_token_ids"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    bool as_ids = false;
+    if (!p.Bool("return_tokens_as_token_ids", v, &as_ids)) return false;
+    r->return_tokens_as_token_ids = as_ids;
+    return true;
+  };
   m["prompt_logprobs"] = [](Parser& p, const json& v, OpenAiRequest* r) {
     return v.is_null() || p.Int32("prompt_logprobs", v, 0, 20, &r->prompt_logprobs);
   };

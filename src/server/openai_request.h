@@ -3,12 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "engine/sampler.h"
 #include "server/api_error.h"
@@ -59,6 +59,9 @@ struct OpenAiRequest {
   bool include_stop_str_in_output = false;
   bool skip_special_tokens = true;
   bool return_token_ids = false;  // vLLM extension: token ids in choices
+  // vLLM's return_tokens_as_token_ids: log-prob entries name tokens "token_id:N"; unset (null),
+  // the server's --return-tokens-as-token-ids decides.
+  std::optional<bool> return_tokens_as_token_ids;
   // vLLM's bad_words: each encoded (BuildPrompts' neighbour EncodeBadWords) into
   // params.bad_words_token_ids.
   std::vector<std::string> bad_words;

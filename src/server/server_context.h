@@ -41,6 +41,8 @@ struct ServerOptions {
     return merged_adapter.empty() ? served_model_name() : merged_adapter;
   }
   bool allow_runtime_lora = false;    // /v1/load_lora_adapter and /v1/unload_lora_adapter
+  // vLLM's --return-tokens-as-token-ids: what a request without return_tokens_as_token_ids gets.
+  bool return_tokens_as_token_ids = false;
   int max_waiting = 512;              // sequences queued beyond the running ones → 503
   int max_json_depth = 64;
   // --generation-config / --override-generation-config: what a request that sets no
