@@ -130,6 +130,7 @@ bool Submit(ServerContext& ctx, const OpenAiRequest& r, std::shared_ptr<const Ad
     // echo with logprobs scores the prompt too (what lm-evaluation-harness's loglikelihood
     // sends); prompt_logprobs asks for it directly.
     g.prompt_logprobs = PromptLogprobsTop(r);
+    g.cache_salt = r.cache_salt;
     g.stop = r.stop;
     g.stop_token_ids = r.stop_token_ids;
     g.include_stop_str_in_output = r.include_stop_str_in_output;

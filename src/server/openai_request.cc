@@ -200,6 +200,24 @@ void AddCommon(std::map<std::string, Handler>* h) {
     }
     return true;
   };
+  // vLLM's cache_salt, checked as vLLM 0.32's validate_cache_salt: a non-empty string of at
+  // most 128 characters without '@', '/', '\\' or NUL (null: none).
+  m["cache_salt"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    if (!v.is_string() || v.get_ref<const std::string&>().empty()) {
+      return p.Fail("cache_salt", "Parameter 'cache_salt' must be a non-empty string if provided.");
+    }
+    const std::string& salt = v.get_ref<const std::string&>();
+    size_t characters = 0;  // as Python's len: the JSON reader has checked the UTF-8
+    for (unsigned char c : salt) characters += (c & 0xC0) != 0x80;
+    if (characters > 128 || salt.find_first_of(std::string("@/\\\0", 4)) != std::string::npos) {
+      return p.Fail("cache_salt",
+                    "Parameter 'cache_salt' must be at most 128 characters and must not contain "
+                    "'@', '/', '\\\\', or NUL.");  // two backslashes, as vLLM's message
+    }
+    r->cache_salt = salt;
+    return true;
+  };
   // Accepted with no effect (docs/API.md): an end-user id for abuse monitoring.
   m["user"] = NoEffect("user", IsString, "user must be a string");
   // vLLM's request_id: the response's id ("chatcmpl-" / "cmpl-" + it) when no X-Request-Id

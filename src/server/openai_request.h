@@ -62,6 +62,8 @@ struct OpenAiRequest {
   // vLLM's return_tokens_as_token_ids: log-prob entries name tokens "token_id:N"; unset (null),
   // the server's --return-tokens-as-token-ids decides.
   std::optional<bool> return_tokens_as_token_ids;
+  // vLLM's cache_salt: requests share cached prefix blocks only with the same salt ("" = none).
+  std::string cache_salt;
   // vLLM's bad_words: each encoded (BuildPrompts' neighbour EncodeBadWords) into
   // params.bad_words_token_ids.
   std::vector<std::string> bad_words;

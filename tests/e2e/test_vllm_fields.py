@@ -51,14 +51,8 @@ CHAT_DUMP = {
     "repetition_detection": None, "stream_interval": None,
 }
 
-# Fields of the dumps that later changes make loom take (each removed from here with its change).
-NOT_YET = {"cache_salt"}
-
-
 def dump(d, **changes):
-    body = {k: v for k, v in d.items() if k not in NOT_YET}
-    body.update(changes)
-    return body
+    return {**d, **changes}
 
 
 def test_vllms_own_serialised_requests_are_served(server):
@@ -139,3 +133,38 @@ def test_priority_is_accepted_and_ignored_as_by_vllms_default_scheduler(server):
         r = server.post("/v1/completions", {**base, "priority": bad})
         assert r.status_code == 400, r.text
         assert r.json()["error"]["param"] == "priority", r.text
+
+
+def test_cache_salt_separates_cached_prefixes(start_server, llama_dir):
+    # vLLM's cache_salt: prompts share cached KV blocks only under the same salt (or both none).
+    srv = start_server(llama_dir)
+    prompt = "A prefix long enough to fill two KV blocks of sixteen tokens each."  # > 32 tokens
+
+    def run(salt, chat=False):
+        before = srv.metric("vllm:prefix_cache_hits_total")
+        extra = {} if salt is None else {"cache_salt": salt}
+        if chat:
+            r = srv.post("/v1/chat/completions",
+                         {"model": BASE, "messages": [{"role": "user", "content": prompt}],
+                          "max_tokens": 4, "temperature": 0, **extra})
+        else:
+            r = srv.post("/v1/completions", {"model": BASE, "prompt": prompt, "max_tokens": 4,
+                                             "temperature": 0, **extra})
+        assert r.status_code == 200, r.text
+        c = r.json()["choices"][0]
+        return srv.metric("vllm:prefix_cache_hits_total") - before, c.get("text", c.get("message"))
+
+    hits, plain = run(None)
+    assert hits == 0
+    full, again = run(None)  # unsalted prompts share their full blocks, as before
+    assert full >= 32 and full % 16 == 0 and again == plain
+    assert run("tenant-a") == (0, plain)  # a salt never reuses unsalted blocks
+    assert run("tenant-a") == (full, plain)  # the same salt does
+    assert run("tenant-b") == (0, plain)
+    assert run("tenant-b")[0] == full
+    assert run("tenant-a", chat=True)[0] == 0  # another prompt (the chat template's)
+    assert run("tenant-a", chat=True)[0] >= 32
+    assert run("tenant-b", chat=True)[0] == 0
+    for bad in ("", "a/b", "x" * 129, 5):
+        r = srv.post("/v1/completions", {"model": BASE, "prompt": "x", "cache_salt": bad})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "cache_salt", r.text

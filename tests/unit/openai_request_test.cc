@@ -452,5 +452,36 @@ TEST(OpenAiRequest, CompletionsTakeChatsStorageFieldsAndTextResponseFormat) {
   }
 }
 
+// vLLM 0.32's validate_cache_salt: a non-empty string of at most 128 characters (not bytes)
+// without '@', '/', '\\' or NUL; null is none.
+TEST(OpenAiRequest, CacheSaltIsCheckedAsVllm) {
+  OpenAiRequest r;
+  ApiError err;
+  std::string salt128;
+  for (int i = 0; i < 128; ++i) salt128 += "\u00e9";  // é: 2 bytes each, 256 bytes
+  for (const std::string& salt : {std::string("tenant-7"), salt128, std::string("a b+c=d")}) {
+    for (const Endpoint e : {Endpoint::kCompletions, Endpoint::kChat}) {
+      const std::string prompt = e == Endpoint::kChat
+                                     ? R"("messages":[{"role":"user","content":"x"}])"
+                                     : R"("prompt":"x")";
+      ASSERT_TRUE(
+          ParseOpenAiRequest("{" + prompt + R"(,"cache_salt":")" + salt + "\"}", e, &r, &err))
+          << salt << ": " << err.message;
+      EXPECT_EQ(r.cache_salt, salt);
+    }
+  }
+  ASSERT_TRUE(
+      ParseOpenAiRequest(R"({"prompt":"x","cache_salt":null})", Endpoint::kCompletions, &r, &err));
+  EXPECT_EQ(r.cache_salt, "");
+  for (const std::string& bad :
+       {std::string(R"("")"), std::string("7"), std::string(R"(["a"])"), std::string(R"("a@b")"),
+        std::string(R"("a/b")"), std::string(R"("a\\b")"), std::string(R"("a\u0000b")"),
+        "\"" + salt128 + "e\""}) {
+    const ApiError e = Reject(R"({"prompt":"x","cache_salt":)" + bad + "}");
+    EXPECT_EQ(e.param, "cache_salt") << bad;
+    EXPECT_EQ(e.message.rfind("Parameter 'cache_salt' must be", 0), 0u) << e.message;
+  }
+}
+
 }  // namespace
 }  // namespace loom::server
