@@ -77,6 +77,10 @@ void AddServeFlags(CLI::App& app, ServeArgs* a) {
   // line runs unchanged.
   app.add_flag("--enable-lora", a->enable_lora,
                "accepted for vLLM's command lines: adapters are always enabled");
+  // vLLM's /load reports 0 unless this is given; loom's always counts. Accepted so a vLLM command
+  // line runs unchanged.
+  app.add_flag("--enable-server-load-tracking", a->enable_server_load_tracking,
+               "accepted for vLLM's command lines: GET /load always counts requests in flight");
   app.add_flag("--return-tokens-as-token-ids", a->return_tokens_as_token_ids,
                "log-prob entries name tokens \"token_id:N\" unless a request's "
                "return_tokens_as_token_ids says otherwise (vLLM's flag)");

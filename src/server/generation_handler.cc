@@ -280,7 +280,7 @@ class CompletionStream : public StreamSource {
 }  // namespace
 
 void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& req,
-                      const std::shared_ptr<Exchange>& ex) {
+                      const std::shared_ptr<Exchange>& ex, std::shared_ptr<const void> load) {
   auto fail = [&ex](const ApiError& e) { ex->Reply(ErrorReply(e)); };
   OpenAiRequest r;
   ApiError error;
@@ -424,6 +424,7 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
   // The guard holds the state before the first sequence is submitted: an exception inside Submit
   // after some went in (out of memory building the next) aborts those too.
   sub.state = std::make_shared<GenerationState>();
+  sub.state->load_hold = std::move(load);
   // Streams count toward the server's bound (a non-streamed reply holds its updates until it is
   // built whole, bounded by CheckReplyBudget, and is never dropped for them).
   if (r.stream) sub.state->all_pending_bytes = &ctx.pending_update_bytes;

@@ -62,6 +62,9 @@ struct ServerContext {
   // The engine's updates that every request's client has not taken yet, in PendingBytes: past
   // StreamWriter::kMaxAllPendingBytes, streams far behind are dropped.
   std::atomic<size_t> pending_update_bytes{0};
+  // GET /load's server_load (vLLM's): generation requests in flight, from when their route
+  // hands them to a handler thread until their answer is built and their sequences have ended.
+  std::atomic<int64_t> server_load{0};
   AsyncEngine* engine = nullptr;
   AdapterStore* adapters = nullptr;   // null with --merge
   const tokenizer::Tokenizer* tokenizer = nullptr;  // null when the folder has none
@@ -72,5 +75,12 @@ struct ServerContext {
   // Large prompts are tokenized one at a time (mutable: handlers get a const context).
   mutable EncodeGate encode_gate;
 };
+
+// Counts a generation request in ctx.server_load while any copy of the returned hold lives.
+inline std::shared_ptr<const void> HoldServerLoad(ServerContext& ctx) {
+  ctx.server_load.fetch_add(1);
+  return std::shared_ptr<const void>(nullptr,
+                                     [&ctx](const void*) { ctx.server_load.fetch_sub(1); });
+}
 
 }  // namespace loom::server
