@@ -354,6 +354,8 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
     }
     if (p.empty()) return fail(BadRequest(prompt_field, std::string(prompt_field) + " is empty"));
   }
+  // After the prompts are rendered and the model's recommended sampling applied, as vLLM's.
+  if (!CheckGreedyChoices(r, &error)) return fail(error);
   // Queue limit: sequences submitted but not running, this request's (prompts × n) included,
   // so one request of 64 prompts × n = 16 cannot carry the queue past it. A request of more
   // sequences than run and wait at once is a 400 (it was admitted into an empty queue whatever

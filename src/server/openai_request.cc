@@ -645,6 +645,13 @@ bool CheckLogitBiasBudget(const OpenAiRequest& r, int64_t sequences, ApiError* e
   return false;
 }
 
+bool CheckGreedyChoices(const OpenAiRequest& r, ApiError* error) {
+  if (r.n <= 1 || !Sampler::IsGreedy(r.params)) return true;
+  *error =
+      BadRequest("n", "n must be 1 when using greedy sampling, got " + std::to_string(r.n) + ".");
+  return false;
+}
+
 int PromptLogprobsTop(const OpenAiRequest& r) {
   return std::max(r.prompt_logprobs, r.echo && r.want_logprobs ? r.logprobs : -1);
 }

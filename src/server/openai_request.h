@@ -84,6 +84,11 @@ struct OpenAiRequest {
 inline constexpr int64_t kMaxLogitBiasEntries = int64_t{1} << 22;
 bool CheckLogitBiasBudget(const OpenAiRequest& r, int64_t sequences, ApiError* error);
 
+// As vLLM 0.32 (SamplingParams._verify_greedy_sampling): n > 1 with greedy sampling (a
+// temperature below 1e-5, the model's recommended one once applied) would give n identical
+// choices, whatever the seed: a 400 naming n, in vLLM's words.
+bool CheckGreedyChoices(const OpenAiRequest& r, ApiError* error);
+
 // A client's request id (X-Request-Id, or the body's request_id) fit to name a response: it lands
 // in response bodies and logs, so 1-128 visible ASCII characters.
 bool UsableRequestId(std::string_view id);

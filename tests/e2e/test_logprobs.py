@@ -178,10 +178,11 @@ def test_echo_with_max_tokens_zero_does_not_report_the_dropped_tokens_stop(serve
 
 
 def _streamed(server, **kw):
-    """A streamed completion folded back into one choice per index: text, token ids, the
-    completions log-probs lists concatenated, finish reasons, the final usage."""
+    """A streamed completion (greedy unless told) folded back into one choice per index: text,
+    token ids, the completions log-probs lists concatenated, finish reasons, the final usage."""
+    kw.setdefault("temperature", 0)
     chunks = list(server.client().completions.create(
-        model=BASE, stream=True, temperature=0, stream_options={"include_usage": True}, **kw))
+        model=BASE, stream=True, stream_options={"include_usage": True}, **kw))
     out, usage = {}, None
     for ch in chunks:
         if ch.usage is not None:
@@ -203,9 +204,11 @@ def _streamed(server, **kw):
 def test_echo_streamed_equals_echo_in_one_body(server, max_tokens):
     # vLLM streams echo: each choice's first chunk leads with the prompt (and its log-probs),
     # so the folded stream is the non-streamed body, text, log-probs, offsets and usage alike.
+    # Seeded samples (greedy takes n = 1 only, as vLLM): the same with and without stream.
     kw = dict(prompt=[PROMPTS[1], list(PROMPTS[0].encode())], max_tokens=max_tokens, echo=True,
-              logprobs=2, n=2, extra_body={"ignore_eos": True, "return_token_ids": True})
-    full = server.client().completions.create(model=BASE, temperature=0, **kw)
+              logprobs=2, n=2, temperature=1.0, seed=11,
+              extra_body={"ignore_eos": True, "return_token_ids": True})
+    full = server.client().completions.create(model=BASE, **kw)
     got, usage = _streamed(server, **kw)
     assert sorted(got) == [c.index for c in sorted(full.choices, key=lambda c: c.index)] == \
         [0, 1, 2, 3]

@@ -193,7 +193,7 @@ def test_counters_move(msrv):
     # n = 2: each sequence prefills the prompt, so vLLM's counter counts it twice (usage once).
     before = snap()
     r3 = msrv.client().completions.create(model=LONG, prompt=prompt, max_tokens=3, n=2,
-                                          temperature=0, extra_body={"ignore_eos": True})
+                                          temperature=1.0, seed=2, extra_body={"ignore_eos": True})
     after = snap()
     assert r3.usage.prompt_tokens == len(prompt)
     assert after["vllm:prompt_tokens_total"] - before["vllm:prompt_tokens_total"] == 2 * len(prompt)

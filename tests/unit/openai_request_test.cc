@@ -483,5 +483,29 @@ TEST(OpenAiRequest, CacheSaltIsCheckedAsVllm) {
   }
 }
 
+// vLLM 0.32 refuses n > 1 with greedy sampling (temperature below 1e-5, negative ones too, seed
+// or not): the choices would all be one.
+TEST(OpenAiRequest, SeveralGreedyChoicesAreRefusedNamingN) {
+  auto check = [](const std::string& body) {
+    OpenAiRequest r;
+    ApiError err;
+    EXPECT_TRUE(ParseOpenAiRequest(body, Endpoint::kCompletions, &r, &err)) << err.message;
+    const bool ok = CheckGreedyChoices(r, &err);
+    return ok ? std::string() : err.param + ": " + err.message;
+  };
+  const std::string refused = "n: n must be 1 when using greedy sampling, got 2.";
+  EXPECT_EQ(check(R"({"prompt":"x","n":2,"temperature":0})"), refused);
+  EXPECT_EQ(check(R"({"prompt":"x","n":2,"temperature":1e-6})"), refused);
+  EXPECT_EQ(check(R"({"prompt":"x","n":2,"temperature":-1})"), refused);
+  EXPECT_EQ(check(R"({"prompt":"x","n":2,"temperature":0,"seed":7})"), refused);
+  EXPECT_EQ(check(R"({"prompt":"x","n":2,"temperature":0,"best_of":2})"), refused);
+  EXPECT_EQ(check(R"({"prompt":"x","n":16,"temperature":0})"),
+            "n: n must be 1 when using greedy sampling, got 16.");
+  EXPECT_EQ(check(R"({"prompt":"x","n":1,"temperature":0})"), "");
+  EXPECT_EQ(check(R"({"prompt":"x","n":2,"temperature":1e-5})"), "");
+  EXPECT_EQ(check(R"({"prompt":"x","n":2})"), "");  // the default temperature, 1
+  EXPECT_EQ(check(R"({"prompt":"x","n":2,"temperature":0.7,"top_k":1})"), "");
+}
+
 }  // namespace
 }  // namespace loom::server
