@@ -218,6 +218,14 @@ void AddCommon(std::map<std::string, Handler>* h) {
     r->cache_salt = salt;
     return true;
   };
+  m["truncation_side"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    if (v != "left" && v != "right") {
+      return p.Fail("truncation_side", "`truncation_side` must be either 'left' or 'right'.");
+    }
+    r->truncation_side = v.get<std::string>();
+    return true;
+  };
   // Accepted with no effect (docs/API.md): an end-user id for abuse monitoring.
   m["user"] = NoEffect("user", IsString, "user must be a string");
   // vLLM's request_id: the response's id ("chatcmpl-" / "cmpl-" + it) when no X-Request-Id

@@ -70,6 +70,9 @@ struct OpenAiRequest {
   // vLLM's truncate_prompt_tokens: 0 = off; -1 = the model's context; k ≥ 1 keeps each prompt's
   // last k tokens.
   int truncate_prompt_tokens = 0;
+  // vLLM's truncation_side with it: "left" / "right" keep exactly the last / first k tokens;
+  // "" (unset) the tokenizer's left truncation, which keeps a text prompt's special tokens.
+  std::string truncation_side;
   // /tokenize: the prompt in `prompts` (one string) or `messages`; /detokenize: `tokens`
   bool return_token_strs = false;
   std::vector<int32_t> tokens;

@@ -57,16 +57,6 @@ const Field kFields[] = {
      [](const json& v) {
        return Lacks(v.is_null() || v == false, "watermarking (watermarking must be false)");
      }},
-    // truncate_prompt_tokens keeps each prompt's last tokens: vLLM's "left" (its default).
-    {"truncation_side", Where::kBoth,
-     [](const json& v) -> std::string {
-       if (v.is_null() || v == "left") return "";
-       if (v == "right") {
-         return "loom does not support truncation_side 'right': truncate_prompt_tokens keeps "
-                "each prompt's last tokens ('left')";
-       }
-       return "truncation_side must be 'left' or 'right'";
-     }},
     {"logprob_token_ids", Where::kBoth,
      [](const json& v) {
        return Lacks(IsEmpty(v), "logprob_token_ids (log-probs of chosen token ids)");

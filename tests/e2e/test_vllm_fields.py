@@ -75,7 +75,7 @@ def test_vllms_own_serialised_requests_are_served(server):
 
 @pytest.mark.parametrize("field,value", [
     ("use_beam_search", True), ("length_penalty", 0.5), ("watermarking", True),
-    ("truncation_side", "right"), ("logprob_token_ids", [5]),
+    ("logprob_token_ids", [5]),
     ("structured_outputs", {"choice": ["a", "b"]}), ("kv_transfer_params", {"x": 1}),
     ("vllm_xargs", {"k": 1}), ("stream_interval", 3), ("logits_processors", ["p"]),
     ("guided_json", {"type": "object"}), ("thinking_token_budget", 10),
