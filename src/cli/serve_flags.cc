@@ -77,6 +77,13 @@ void AddServeFlags(CLI::App& app, ServeArgs* a) {
   // line runs unchanged.
   app.add_flag("--enable-lora", a->enable_lora,
                "accepted for vLLM's command lines: adapters are always enabled");
+  // vLLM's /load reports 0 unless this is given; loom's always counts. Accepted so a vLLM command
+  // line runs unchanged.
+  app.add_flag("--enable-server-load-tracking", a->enable_server_load_tracking,
+               "accepted for vLLM's command lines: GET /load always counts requests in flight");
+  app.add_flag("--return-tokens-as-token-ids", a->return_tokens_as_token_ids,
+               "log-prob entries name tokens \"token_id:N\" unless a request's "
+               "return_tokens_as_token_ids says otherwise (vLLM's flag)");
   app.add_flag("--allow-runtime-lora", a->allow_runtime_lora,
                "enable /v1/load_lora_adapter and /v1/unload_lora_adapter (paths under --lora-dir)");
   app.add_option("--http-threads", a->http_threads,
@@ -341,6 +348,7 @@ StatusOr<ServePlan> PlanServe(const ServeArgs& a) {
   s.model_dir = a.model;
   s.merged_adapter = a.merge;
   s.allow_runtime_lora = a.allow_runtime_lora;
+  s.return_tokens_as_token_ids = a.return_tokens_as_token_ids;
   if (!a.chat_template.empty()) {
     ASSIGN_OR_RETURN(plan.chat_template, ChatTemplateFromFlag(a.chat_template));
   }

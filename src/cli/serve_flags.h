@@ -35,6 +35,8 @@ struct ServeArgs {
   bool api_key_given = false;  // --api-key was on the command line (an empty one: auth off)
   bool allow_runtime_lora = false;
   bool enable_lora = false;  // vLLM's --enable-lora: accepted, changes nothing
+  bool enable_server_load_tracking = false;  // vLLM's: accepted, /load always counts
+  bool return_tokens_as_token_ids = false;  // vLLM's: log-prob tokens as "token_id:N"
   int http_threads = 16;
   int max_connections = 4096;
   double request_timeout_s = 30;

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <map>
 
+#include "base/siphash.h"
 #include "base/thread_pool.h"
 #include "ops/basic_ops.h"
 
@@ -160,6 +161,10 @@ void Engine::AddValidated(GenerationRequest request, int64_t id) {
     request.adapter = registered_[static_cast<size_t>(request.adapter_slot)];
   }
   seq->adapter_key = request.adapter ? request.adapter->cache_identity() : 0;
+  if (!request.cache_salt.empty()) {
+    seq->cache_salt_key =
+        SipHash24(ProcessSipKey(), request.cache_salt.data(), request.cache_salt.size()) | 1;
+  }
   if (tokenizer_ != nullptr && (request.detokenize || !request.stop.empty())) {
     const auto* primed = request.primed.get();
     if (primed != nullptr && primed->tokenizer() == tokenizer_ &&

@@ -36,6 +36,9 @@ struct GenerationRequest {
   // the top `prompt_logprobs` alternatives there (vLLM's prompt_logprobs; echo + logprobs).
   // Such a request does not use the prefix cache (cached positions compute no logits).
   int prompt_logprobs = -1;
+  // vLLM's cache_salt: mixed into the prefix-cache key of the first block (and so of every block
+  // chained on it), so requests with different salts (or none) never share cached blocks.
+  std::string cache_salt;
   bool return_prompt_logits = false;  // keep the logits of every prompt position (tests)
   bool return_step_logits = false;    // keep the logits of every generated step (tests)
 };

@@ -220,11 +220,14 @@ uint64_t Scheduler::BlockKey(const Sequence& seq, size_t index, uint64_t previou
   // Keyed with the process's secret key: clients choose the tokens, and with a public hash
   // they could compute a block whose key is another prompt's and have their KV served to it
   // (review finding: 2^23 work against the earlier unkeyed hash; vLLM's CVE-2025-25183).
-  // Longrope: blocks computed with the long factors are other blocks.
+  // Longrope: blocks computed with the long factors are other blocks. A request's cache_salt
+  // (vLLM's) is part of the first block's key, as vLLM's block hash takes it for the first
+  // block only: every later key chains on it.
   const int switch_len = options_.rope_switch_length;
-  const uint64_t head[3] = {
+  const uint64_t head[4] = {
       previous, seq.adapter_key,
-      uint64_t{switch_len > 0 && seq.tokens.size() > static_cast<size_t>(switch_len)}};
+      uint64_t{switch_len > 0 && seq.tokens.size() > static_cast<size_t>(switch_len)},
+      index == 0 ? seq.cache_salt_key : 0};
   SipHasher h(ProcessSipKey());
   h.Update(head, sizeof(head));
   h.Update(seq.tokens.data() + index * kKvBlockSize, sizeof(int32_t) * kKvBlockSize);

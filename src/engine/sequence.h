@@ -20,6 +20,7 @@ struct Sequence {
   GenerationRequest request;
   GenerationResult result;
   uint64_t adapter_key = 0;  // the adapter's cache_identity(); 0 = base model
+  uint64_t cache_salt_key = 0;  // keyed hash of request.cache_salt; 0 = no salt
   int adapter_slot = -1;     // index into this step's adapter list (set by the engine)
   std::unique_ptr<Sampler> sampler;
   std::vector<int32_t> tokens;       // prompt then generated

@@ -130,6 +130,7 @@ bool Submit(ServerContext& ctx, const OpenAiRequest& r, std::shared_ptr<const Ad
     // echo with logprobs scores the prompt too (what lm-evaluation-harness's loglikelihood
     // sends); prompt_logprobs asks for it directly.
     g.prompt_logprobs = PromptLogprobsTop(r);
+    g.cache_salt = r.cache_salt;
     g.stop = r.stop;
     g.stop_token_ids = r.stop_token_ids;
     g.include_stop_str_in_output = r.include_stop_str_in_output;
@@ -279,7 +280,7 @@ class CompletionStream : public StreamSource {
 }  // namespace
 
 void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& req,
-                      const std::shared_ptr<Exchange>& ex) {
+                      const std::shared_ptr<Exchange>& ex, std::shared_ptr<const void> load) {
   auto fail = [&ex](const ApiError& e) { ex->Reply(ErrorReply(e)); };
   OpenAiRequest r;
   ApiError error;
@@ -353,6 +354,8 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
     }
     if (p.empty()) return fail(BadRequest(prompt_field, std::string(prompt_field) + " is empty"));
   }
+  // After the prompts are rendered and the model's recommended sampling applied, as vLLM's.
+  if (!CheckGreedyChoices(r, &error)) return fail(error);
   // Queue limit: sequences submitted but not running, this request's (prompts × n) included,
   // so one request of 64 prompts × n = 16 cannot carry the queue past it. A request of more
   // sequences than run and wait at once is a 400 (it was admitted into an empty queue whatever
@@ -423,6 +426,7 @@ void HandleGeneration(ServerContext& ctx, Endpoint endpoint, const HttpRequest& 
   // The guard holds the state before the first sequence is submitted: an exception inside Submit
   // after some went in (out of memory building the next) aborts those too.
   sub.state = std::make_shared<GenerationState>();
+  sub.state->load_hold = std::move(load);
   // Streams count toward the server's bound (a non-streamed reply holds its updates until it is
   // built whole, bounded by CheckReplyBudget, and is never dropped for them).
   if (r.stream) sub.state->all_pending_bytes = &ctx.pending_update_bytes;

@@ -74,6 +74,9 @@ struct GenerationState {
   // A stream with return_token_ids or echo: each prompt's ids (set before the stream starts,
   // then read only by its writer), sent or echoed with each choice's first chunk as vLLM does.
   std::vector<std::vector<int32_t>> prompt_ids;
+  // The request's share of /load's server_load (HoldServerLoad): released with the state, once
+  // the reply or stream and the engine's callbacks have all let go of it.
+  std::shared_ptr<const void> load_hold;
 };
 
 // The engine callback of choice `index`: records metrics and queues the update.

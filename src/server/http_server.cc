@@ -355,6 +355,12 @@ void HttpServer::Route(HttpRequest req, std::shared_ptr<Exchange> ex) {
     return ex->Reply(HandleHealth(ctx));
   if (p == "/version" && get) return ex->Reply(Text(json{{"version", kVersion}}.dump(), "application/json"));
   if (p == "/metrics" && get) return ex->Reply(HandleMetrics(ctx));
+  // vLLM's /load (open, as its API-key middleware guards /v1 only): generation requests in
+  // flight. vLLM counts them only with --enable-server-load-tracking (else 0); loom always does.
+  if (p == "/load" && get) {
+    return ex->Reply(
+        Text(json{{"server_load", ctx.server_load.load()}}.dump(), "application/json"));
+  }
   if (p == "/v1/models" && get) {
     if (std::optional<ApiError> error = AdmissionError(ctx, req))
       return ex->Reply(ErrorReply(*error));
@@ -381,14 +387,18 @@ void HttpServer::Route(HttpRequest req, std::shared_ptr<Exchange> ex) {
     if (ctx.draining.load()) {  // an adapter load too: it would hold the exit
       return ex->Reply(ErrorReply(ApiError{503, "the server is shutting down", "", ""}));
     }
-    auto work = [&ctx, generation, tokenize, req = std::move(req), ex]() mutable {
+    // Counted from here (waiting for a handler thread included) until the answer is done.
+    std::shared_ptr<const void> load = generation ? HoldServerLoad(ctx) : nullptr;
+    auto work = [&ctx, generation, tokenize, req = std::move(req), ex,
+                 load = std::move(load)]() mutable {
       // A client that left while this waited for a handler thread: nothing to answer (an
       // adapter load or unload still runs: its effect does not depend on the reply).
       if ((generation || tokenize) && ex->Gone()) return;
       Guarded(*ex, [&] {
         if (generation) {
-          HandleGeneration(ctx, req.path == "/v1/chat/completions" ? Endpoint::kChat : Endpoint::kCompletions,
-                           req, ex);
+          HandleGeneration(
+              ctx, req.path == "/v1/chat/completions" ? Endpoint::kChat : Endpoint::kCompletions,
+              req, ex, std::move(load));
         } else if (tokenize) {
           ex->Reply(req.path == "/tokenize" ? HandleTokenize(ctx, req, [&ex] { return ex->Gone(); })
                                             : HandleDetokenize(ctx, req));
@@ -406,7 +416,7 @@ void HttpServer::Route(HttpRequest req, std::shared_ptr<Exchange> ex) {
     if (std::optional<ApiError> error = AuthError(ctx, req)) return ex->Reply(ErrorReply(*error));
   }
   const bool known = p == "/health" || p == "/version" || p == "/metrics" || p == "/v1/models" ||
-                     p == "/ping" || generation || admin || tokenize;
+                     p == "/ping" || p == "/load" || generation || admin || tokenize;
   if (known) {
     HttpResponse r = ErrorReply(ApiError{405, "method " + m + " is not allowed on " + p, "", ""});
     r.headers.emplace_back("Allow", p == "/ping"                      ? "GET, HEAD, POST"

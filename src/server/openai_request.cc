@@ -9,6 +9,7 @@
 
 #include "base/json.h"
 #include "engine/request_fields.h"
+#include "server/vllm_fields.h"
 #include "tokenizer/jinja/utf8.h"
 
 namespace loom::server {
@@ -162,6 +163,13 @@ void AddCommon(std::map<std::string, Handler>* h) {
       NoEffect("spaces_between_special_tokens", IsBool, "spaces_between_special_tokens must be a boolean");
   m["add_special_tokens"] = OptionalBool("add_special_tokens", &OpenAiRequest::add_special_tokens);
   m["return_token_ids"] = OptionalBool("return_token_ids", &OpenAiRequest::return_token_ids);
+  m["return_tokens_as_token_ids"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    bool as_ids = false;
+    if (!p.Bool("return_tokens_as_token_ids", v, &as_ids)) return false;
+    r->return_tokens_as_token_ids = as_ids;
+    return true;
+  };
   m["prompt_logprobs"] = [](Parser& p, const json& v, OpenAiRequest* r) {
     return v.is_null() || p.Int32("prompt_logprobs", v, 0, 20, &r->prompt_logprobs);
   };
@@ -192,6 +200,32 @@ void AddCommon(std::map<std::string, Handler>* h) {
     }
     return true;
   };
+  // vLLM's cache_salt, checked as vLLM 0.32's validate_cache_salt: a non-empty string of at
+  // most 128 characters without '@', '/', '\\' or NUL (null: none).
+  m["cache_salt"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    if (!v.is_string() || v.get_ref<const std::string&>().empty()) {
+      return p.Fail("cache_salt", "Parameter 'cache_salt' must be a non-empty string if provided.");
+    }
+    const std::string& salt = v.get_ref<const std::string&>();
+    size_t characters = 0;  // as Python's len: the JSON reader has checked the UTF-8
+    for (unsigned char c : salt) characters += (c & 0xC0) != 0x80;
+    if (characters > 128 || salt.find_first_of(std::string("@/\\\0", 4)) != std::string::npos) {
+      return p.Fail("cache_salt",
+                    "Parameter 'cache_salt' must be at most 128 characters and must not contain "
+                    "'@', '/', '\\\\', or NUL.");  // two backslashes, as vLLM's message
+    }
+    r->cache_salt = salt;
+    return true;
+  };
+  m["truncation_side"] = [](Parser& p, const json& v, OpenAiRequest* r) {
+    if (v.is_null()) return true;
+    if (v != "left" && v != "right") {
+      return p.Fail("truncation_side", "`truncation_side` must be either 'left' or 'right'.");
+    }
+    r->truncation_side = v.get<std::string>();
+    return true;
+  };
   // Accepted with no effect (docs/API.md): an end-user id for abuse monitoring.
   m["user"] = NoEffect("user", IsString, "user must be a string");
   // vLLM's request_id: the response's id ("chatcmpl-" / "cmpl-" + it) when no X-Request-Id
@@ -206,8 +240,50 @@ void AddCommon(std::map<std::string, Handler>* h) {
   };
 }
 
+// Fields both generation endpoints take as chat does: OpenAI's storage fields (no effect) and
+// response_format as plain text. vLLM's CompletionRequest has response_format; vLLM declares no
+// store, metadata or service_tier on either endpoint and ignores them.
+void AddOpenAiShared(std::map<std::string, Handler>* h) {
+  auto& m = *h;
+  // OpenAI fields with no meaning for a self-hosted server, accepted with no effect
+  // (docs/API.md): storing the completion, its tags and the service tier.
+  m["store"] = NoEffect("store", IsBool, "store must be a boolean");
+  m["metadata"] = [](Parser& p, const json& v, OpenAiRequest*) {
+    if (v.is_null()) return true;
+    // OpenAI's limits: at most 16 pairs, keys of at most 64 characters, values of 512.
+    if (!v.is_object() || v.size() > 16) {
+      return p.Fail("metadata", "metadata must be an object of at most 16 strings");
+    }
+    // Characters, as OpenAI counts them (the JSON reader has checked the UTF-8): a 64-character
+    // key in a non-Latin script is up to 256 bytes.
+    auto characters = [](const std::string& s) {
+      size_t n = 0;
+      for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+      return n;
+    };
+    for (const auto& [key, value] : v.items()) {
+      if (!value.is_string() || characters(key) > 64 ||
+          characters(value.get_ref<const std::string&>()) > 512) {
+        return p.Fail("metadata",
+                      "metadata values must be strings of at most 512 characters, keys of 64");
+      }
+    }
+    return true;
+  };
+  m["service_tier"] =
+      NullOrOneOf("service_tier", {"auto", "default", "flex", "scale", "priority"},
+                  "service_tier must be one of auto, default, flex, scale, priority");
+  m["response_format"] = [](Parser& p, const json& v, OpenAiRequest*) {
+    if (v.is_null()) return true;
+    if (v.is_object() && v.size() == 1 && v.contains("type") && v["type"] == "text") return true;
+    return p.Fail("response_format",
+                  "response_format other than {\"type\": \"text\"} is not supported yet");
+  };
+}
+
 void AddCompletions(std::map<std::string, Handler>* h) {
   auto& m = *h;
+  AddOpenAiShared(h);
   m["prompt"] = [](Parser& p, const json& v, OpenAiRequest* r) {
     auto one = [&](const json& x) -> bool {
       if (x.is_string()) {
@@ -317,6 +393,7 @@ void AddChatPrompt(std::map<std::string, Handler>* h) {
 void AddChat(std::map<std::string, Handler>* h) {
   auto& m = *h;
   AddChatPrompt(h);
+  AddOpenAiShared(h);
   m["max_completion_tokens"] = [](Parser& p, const json& v, OpenAiRequest* r) {
     if (v.is_null()) return true;
     r->max_tokens_given = true;
@@ -333,41 +410,14 @@ void AddChat(std::map<std::string, Handler>* h) {
       NullOrOneOf("tool_choice", {"none"}, "tool_choice is not supported yet (only \"none\")");
   // No effect without tools, which are rejected.
   m["parallel_tool_calls"] = NoEffect("parallel_tool_calls", IsBool, "must be a boolean");
-  // OpenAI fields with no meaning for a self-hosted server, accepted with no effect
-  // (docs/API.md): storing the completion, its tags, the service tier, the prompt-cache key
-  // (loom caches prefixes by itself) and the end-user id.
-  m["store"] = NoEffect("store", IsBool, "store must be a boolean");
-  m["metadata"] = [](Parser& p, const json& v, OpenAiRequest*) {
-    if (v.is_null()) return true;
-    // OpenAI's limits: at most 16 pairs, keys of at most 64 characters, values of 512.
-    if (!v.is_object() || v.size() > 16) {
-      return p.Fail("metadata", "metadata must be an object of at most 16 strings");
-    }
-    // Characters, as OpenAI counts them (the JSON reader has checked the UTF-8): a 64-character
-    // key in a non-Latin script is up to 256 bytes.
-    auto characters = [](const std::string& s) {
-      size_t n = 0;
-      for (unsigned char c : s) n += (c & 0xC0) != 0x80;
-      return n;
-    };
-    for (const auto& [key, value] : v.items()) {
-      if (!value.is_string() || characters(key) > 64 ||
-          characters(value.get_ref<const std::string&>()) > 512) {
-        return p.Fail("metadata",
-                      "metadata values must be strings of at most 512 characters, keys of 64");
-      }
-    }
-    return true;
-  };
-  m["service_tier"] =
-      NullOrOneOf("service_tier", {"auto", "default", "flex", "scale", "priority"},
-                  "service_tier must be one of auto, default, flex, scale, priority");
   // Reasoning effort and verbosity: vLLM accepts them and a model without reasoning ignores
   // them; so does loom (no model it serves reasons).
   m["reasoning_effort"] = NullOrOneOf("reasoning_effort", {"minimal", "low", "medium", "high"},
                                       "reasoning_effort must be minimal, low, medium or high");
   m["verbosity"] =
       NullOrOneOf("verbosity", {"low", "medium", "high"}, "verbosity must be low, medium or high");
+  // Accepted with no effect: the prompt-cache key (loom caches prefixes by itself) and the
+  // end-user id.
   for (const char* field : {"prompt_cache_key", "safety_identifier"}) {
     m[field] = NoEffect(field, IsString, std::string(field) + " must be a string");
   }
@@ -384,11 +434,6 @@ void AddChat(std::map<std::string, Handler>* h) {
   for (const char* field : {"audio", "prediction", "web_search_options"}) {
     m[field] = NoEffect(field, Never, std::string(field) + " is not supported");
   }
-  m["response_format"] = [](Parser& p, const json& v, OpenAiRequest*) {
-    if (v.is_null()) return true;
-    if (v.is_object() && v.size() == 1 && v.contains("type") && v["type"] == "text") return true;
-    return p.Fail("response_format", "response_format other than {\"type\": \"text\"} is not supported yet");
-  };
 }
 
 // vLLM's /tokenize ({"prompt": text} or the chat prompt's fields) and /detokenize.
@@ -484,6 +529,13 @@ bool ParseOpenAiRequest(const std::string& body, Endpoint endpoint, OpenAiReques
     }
     auto h = handlers.find(it.key());
     if (h == handlers.end()) {
+      // vLLM's fields that have no effect here (at their default, or ignored by vLLM too).
+      std::string refusal;
+      if (generation && CheckNoEffectField(it.key(), it.value(), endpoint, &refusal)) {
+        if (refusal.empty()) continue;
+        *error = BadRequest(it.key(), refusal);
+        return false;
+      }
       const std::string field = KeyForMessage(it.key());
       *error = BadRequest(field, "unknown field '" + field + "'");
       return false;
@@ -598,6 +650,13 @@ bool CheckLogitBiasBudget(const OpenAiRequest& r, int64_t sequences, ApiError* e
                                         std::to_string(sequences) + " sequences; at most " +
                                         std::to_string(kMaxLogitBiasEntries) +
                                         " entries × sequences per request");
+  return false;
+}
+
+bool CheckGreedyChoices(const OpenAiRequest& r, ApiError* error) {
+  if (r.n <= 1 || !Sampler::IsGreedy(r.params)) return true;
+  *error =
+      BadRequest("n", "n must be 1 when using greedy sampling, got " + std::to_string(r.n) + ".");
   return false;
 }
 

@@ -3,12 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "engine/sampler.h"
 #include "server/api_error.h"
@@ -59,12 +59,20 @@ struct OpenAiRequest {
   bool include_stop_str_in_output = false;
   bool skip_special_tokens = true;
   bool return_token_ids = false;  // vLLM extension: token ids in choices
+  // vLLM's return_tokens_as_token_ids: log-prob entries name tokens "token_id:N"; unset (null),
+  // the server's --return-tokens-as-token-ids decides.
+  std::optional<bool> return_tokens_as_token_ids;
+  // vLLM's cache_salt: requests share cached prefix blocks only with the same salt ("" = none).
+  std::string cache_salt;
   // vLLM's bad_words: each encoded (BuildPrompts' neighbour EncodeBadWords) into
   // params.bad_words_token_ids.
   std::vector<std::string> bad_words;
   // vLLM's truncate_prompt_tokens: 0 = off; -1 = the model's context; k ≥ 1 keeps each prompt's
   // last k tokens.
   int truncate_prompt_tokens = 0;
+  // vLLM's truncation_side with it: "left" / "right" keep exactly the last / first k tokens;
+  // "" (unset) the tokenizer's left truncation, which keeps a text prompt's special tokens.
+  std::string truncation_side;
   // /tokenize: the prompt in `prompts` (one string) or `messages`; /detokenize: `tokens`
   bool return_token_strs = false;
   std::vector<int32_t> tokens;
@@ -78,6 +86,11 @@ struct OpenAiRequest {
 // `sequences` is a 400 naming logit_bias.
 inline constexpr int64_t kMaxLogitBiasEntries = int64_t{1} << 22;
 bool CheckLogitBiasBudget(const OpenAiRequest& r, int64_t sequences, ApiError* error);
+
+// As vLLM 0.32 (SamplingParams._verify_greedy_sampling): n > 1 with greedy sampling (a
+// temperature below 1e-5, the model's recommended one once applied) would give n identical
+// choices, whatever the seed: a 400 naming n, in vLLM's words.
+bool CheckGreedyChoices(const OpenAiRequest& r, ApiError* error);
 
 // A client's request id (X-Request-Id, or the body's request_id) fit to name a response: it lands
 // in response bodies and logs, so 1-128 visible ASCII characters.

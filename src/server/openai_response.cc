@@ -45,6 +45,17 @@ std::string DecodedToken(const ServerContext& ctx, int32_t id, std::span<const i
   return LogprobTokenText(*ctx.tokenizer, id, context);
 }
 
+// vLLM's return_tokens_as_token_ids (the request's, else --return-tokens-as-token-ids): a log-prob
+// entry names its token "token_id:N" (format_token_id_placeholder), so that tokens whose text is
+// not valid UTF-8 on its own, or that decode alike, are told apart. vLLM changes the completions
+// `tokens`, the `top_logprobs` keys and an echoed prompt's tokens (`text_offset` then counts the
+// names' characters), and chat's `token` and its `top_logprobs`' `token` and `bytes`, but not the
+// chosen token's `bytes` (its decoded text's) nor prompt_logprobs' `decoded_token`.
+bool TokensAsIds(const ServerContext& ctx, const OpenAiRequest& r) {
+  return r.return_tokens_as_token_ids.value_or(ctx.options.return_tokens_as_token_ids);
+}
+std::string TokenIdName(int32_t id) { return "token_id:" + std::to_string(id); }
+
 // text_offset counts characters, as OpenAI's legacy API and vLLM (Python's len of the token's
 // text): UTF-8 lead bytes, not continuation bytes.
 size_t Chars(const std::string& s) {
@@ -110,19 +121,22 @@ FinishReason EchoOnlyFinish(FinishReason r) {
 json ChatLogprobs(const ServerContext& ctx, const OpenAiRequest& r, const std::vector<int32_t>& ids,
                   const std::vector<TokenLogprob>& lps,
                   const std::vector<std::vector<TokenLogprob>>& tops, size_t from, size_t to) {
+  const bool as_ids = TokensAsIds(ctx, r);
   json content = json::array();
   for (size_t i = from; i < to; ++i) {
     const auto context = LogprobContext(ids, i);
-    const std::string tok = DecodedToken(ctx, ids[i], context);
+    const std::string text = DecodedToken(ctx, ids[i], context);
     json top = json::array();
     for (int k = 0; k < r.logprobs && k < static_cast<int>(tops[i].size()); ++k) {
-      const std::string t = DecodedToken(ctx, tops[i][static_cast<size_t>(k)].token, context);
-      top.push_back({{"token", t},
-                     {"logprob", tops[i][static_cast<size_t>(k)].logprob},
-                     {"bytes", Bytes(t)}});
+      const TokenLogprob& alt = tops[i][static_cast<size_t>(k)];
+      const std::string t = as_ids ? TokenIdName(alt.token) : DecodedToken(ctx, alt.token, context);
+      top.push_back({{"token", t}, {"logprob", alt.logprob}, {"bytes", Bytes(t)}});
     }
-    content.push_back(
-        {{"token", tok}, {"logprob", lps[i].logprob}, {"bytes", Bytes(tok)}, {"top_logprobs", top}});
+    // The chosen token's bytes stay its text's with token ids (vLLM: its decoded_token's).
+    content.push_back({{"token", as_ids ? TokenIdName(ids[i]) : text},
+                       {"logprob", lps[i].logprob},
+                       {"bytes", Bytes(text)},
+                       {"top_logprobs", top}});
   }
   return {{"content", content}};
 }
@@ -132,11 +146,12 @@ json CompletionLogprobs(const ServerContext& ctx, const OpenAiRequest& r,
                         const std::vector<int32_t>& ids, const std::vector<TokenLogprob>& lps,
                         const std::vector<std::vector<TokenLogprob>>& tops, size_t from, size_t to,
                         size_t* offset) {
+  const bool as_ids = TokensAsIds(ctx, r);
   json tokens = json::array(), token_lps = json::array(), top_lps = json::array(),
        offsets = json::array();
   for (size_t i = from; i < to; ++i) {
     const auto context = LogprobContext(ids, i);
-    const std::string tok = DecodedToken(ctx, ids[i], context);
+    const std::string tok = as_ids ? TokenIdName(ids[i]) : DecodedToken(ctx, ids[i], context);
     tokens.push_back(tok);
     token_lps.push_back(lps[i].logprob);
     // OpenAI's legacy contract, as vLLM: the chosen token first, then the top N other than it
@@ -146,7 +161,9 @@ json CompletionLogprobs(const ServerContext& ctx, const OpenAiRequest& r,
     top[tok] = lps[i].logprob;
     for (int k = 0; k < r.logprobs && k < static_cast<int>(tops[i].size()); ++k) {
       const TokenLogprob& alt = tops[i][static_cast<size_t>(k)];
-      if (alt.token != ids[i]) top[DecodedToken(ctx, alt.token, context)] = alt.logprob;
+      if (alt.token != ids[i]) {
+        top[as_ids ? TokenIdName(alt.token) : DecodedToken(ctx, alt.token, context)] = alt.logprob;
+      }
     }
     top_lps.push_back(top);
     offsets.push_back(*offset);
@@ -174,7 +191,8 @@ json PromptCompletionLogprobs(const ServerContext& ctx, const OpenAiRequest& r,
   json out = json::object();
   auto unscored = [&](size_t from, size_t to) {
     for (size_t i = from; i < to; ++i) {
-      const std::string tok = TokenText(ctx, prompt[i]);
+      const std::string tok =
+          TokensAsIds(ctx, r) ? TokenIdName(prompt[i]) : TokenText(ctx, prompt[i]);
       AppendLogprobs(&out, {{"tokens", json::array({tok})},
                             {"token_logprobs", json::array({nullptr})},
                             {"top_logprobs", json::array({nullptr})},

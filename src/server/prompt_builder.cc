@@ -216,6 +216,17 @@ bool TruncatePrompts(const ServerContext& ctx, OpenAiRequest* r,
   for (size_t i = 0; i < prompts->size(); ++i) {
     std::vector<int32_t>& ids = (*prompts)[i];
     if (static_cast<int64_t>(ids.size()) <= k) continue;
+    // vLLM 0.32's explicit truncation_side (renderers/params.py): the tokens are encoded whole
+    // and sliced, special tokens and all.
+    if (!r->truncation_side.empty()) {
+      if (r->truncation_side == "right") {
+        ids.resize(static_cast<size_t>(k));
+      } else {
+        ids.erase(ids.begin(), ids.end() - k);
+      }
+      if (r->echo && i < r->prompts.size()) r->prompts[i] = ids;
+      continue;
+    }
     const bool text = i < r->prompts.size() && std::holds_alternative<std::string>(r->prompts[i]);
     if (text && r->add_special_tokens && ctx.tokenizer != nullptr) {
       // vLLM encodes with truncation=True, max_length=k, truncating on the left: transformers

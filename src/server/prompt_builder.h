@@ -36,8 +36,10 @@ bool BuildPrompts(const ServerContext& ctx, const OpenAiRequest& r,
                   const std::function<bool()>& gone = nullptr);
 
 // vLLM's truncate_prompt_tokens (k, or -1 for the context length): each prompt longer than k
-// keeps its last k tokens; with echo, a cut text prompt becomes its kept ids (echoed as their
-// decoded text). k above the context length is a 400 naming the field, as vLLM.
+// keeps its last k tokens (a text prompt its special tokens too, as the tokenizer's truncation in
+// vLLM) or, with vLLM's truncation_side, exactly its last ("left") or first ("right") k tokens;
+// with echo, a cut prompt becomes its kept ids (echoed as their decoded text). k above the
+// context length is a 400 naming the field, as vLLM.
 bool TruncatePrompts(const ServerContext& ctx, OpenAiRequest* r,
                      std::vector<std::vector<int32_t>>* prompts, ApiError* error);
 

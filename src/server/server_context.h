@@ -41,6 +41,8 @@ struct ServerOptions {
     return merged_adapter.empty() ? served_model_name() : merged_adapter;
   }
   bool allow_runtime_lora = false;    // /v1/load_lora_adapter and /v1/unload_lora_adapter
+  // vLLM's --return-tokens-as-token-ids: what a request without return_tokens_as_token_ids gets.
+  bool return_tokens_as_token_ids = false;
   int max_waiting = 512;              // sequences queued beyond the running ones → 503
   int max_json_depth = 64;
   // --generation-config / --override-generation-config: what a request that sets no
@@ -60,6 +62,9 @@ struct ServerContext {
   // The engine's updates that every request's client has not taken yet, in PendingBytes: past
   // StreamWriter::kMaxAllPendingBytes, streams far behind are dropped.
   std::atomic<size_t> pending_update_bytes{0};
+  // GET /load's server_load (vLLM's): generation requests in flight, from when their route
+  // hands them to a handler thread until their answer is built and their sequences have ended.
+  std::atomic<int64_t> server_load{0};
   AsyncEngine* engine = nullptr;
   AdapterStore* adapters = nullptr;   // null with --merge
   const tokenizer::Tokenizer* tokenizer = nullptr;  // null when the folder has none
@@ -70,5 +75,12 @@ struct ServerContext {
   // Large prompts are tokenized one at a time (mutable: handlers get a const context).
   mutable EncodeGate encode_gate;
 };
+
+// Counts a generation request in ctx.server_load while any copy of the returned hold lives.
+inline std::shared_ptr<const void> HoldServerLoad(ServerContext& ctx) {
+  ctx.server_load.fetch_add(1);
+  return std::shared_ptr<const void>(nullptr,
+                                     [&ctx](const void*) { ctx.server_load.fetch_sub(1); });
+}
 
 }  // namespace loom::server

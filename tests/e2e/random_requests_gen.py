@@ -215,8 +215,12 @@ def gen_request(rng, i):
     if not chat and rng.random() < 0.05:
         body["best_of"] = n  # no effect when equal to n
 
-    # Sampling.
+    # Sampling. Greedy (a temperature below 1e-5) takes n = 1 only, as vLLM 0.32: several
+    # choices of a greedy request are mostly sampled instead, now and then sent to be refused.
     temp = rng.choice([0, 0, 0.7, 1.5, None, -1, 1e-6])
+    greedy_n = n > 1 and temp is not None and temp < 1e-5
+    if greedy_n and rng.random() < 0.85:
+        temp, greedy_n = rng.choice([0.7, 1.5, None]), False
     if temp is not None:
         body["temperature"] = temp
     if rng.random() < 0.3:
@@ -324,6 +328,8 @@ def gen_request(rng, i):
     asked = max_tokens if max_tokens is not None else (None if chat else 16)
     min_tokens = body.get("min_tokens") or 0
     refused = set()
+    if greedy_n:
+        refused.add("n")
     if plen is not None and plen >= MAX_MODEL_LEN:
         refused.add("messages" if chat else "prompt")
     if asked is not None and asked > MAX_MODEL_LEN:

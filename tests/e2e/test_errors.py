@@ -227,10 +227,11 @@ def test_max_tokens_over_the_room_left_runs_to_the_context_end(server):
     # A completion without max_tokens (16) whose prompt leaves fewer than 16.
     b = ran_to_the_end(server.post("/v1/completions", dict(base, prompt=[65] * 505)))
     assert b["usage"]["completion_tokens"] == 7, b["usage"]
-    # max_tokens equal to the context is not over it; n > 1 and several prompts: each prompt
-    # gets its own room, each of its choices the same.
+    # max_tokens equal to the context is not over it; n > 1 (sampled: greedy takes n = 1 only)
+    # and several prompts: each prompt gets its own room, each of its choices the same.
     b = ran_to_the_end(server.post("/v1/completions", dict(
-        base, prompt=[[65] * 500, [66] * 490], n=2, max_tokens=MAX_MODEL_LEN)), n=4)
+        base, prompt=[[65] * 500, [66] * 490], n=2, max_tokens=MAX_MODEL_LEN, temperature=1.0,
+        seed=1)), n=4)
     assert [len(c["token_ids"]) for c in b["choices"]] == [12, 12, 22, 22], b["choices"]
     # Chat: max_tokens and max_completion_tokens alike.
     msgs = [{"role": "user", "content": "y" * 480}]
@@ -433,3 +434,23 @@ def test_a_request_without_the_key_is_refused_before_its_body(auth_server):
         s.close()
     assert got.startswith(b"HTTP/1.1 200"), got[:300]
     assert json.loads(got.split(b"\r\n\r\n", 1)[1])["usage"]["completion_tokens"] >= 1
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+def test_several_greedy_choices_are_refused_as_vllm(server, path):
+    # vLLM 0.32 (SamplingParams._verify_greedy_sampling): n > 1 with a temperature below 1e-5 is
+    # refused whatever the seed, streamed or not; loom names n.
+    body = dict(GOOD_COMPLETION if "chat" not in path else GOOD_CHAT)
+    for temperature, extra in ((0, {}), (1e-6, {"seed": 3}), (-1, {"stream": True}), (0, {"n": 16})):
+        r = server.post(path, {**body, "n": 2, "temperature": temperature, **extra})
+        assert r.status_code == 400, r.text
+        e = error_of(r)
+        assert e["param"] == "n", e
+        n = extra.get("n", 2)
+        assert e["message"] == f"n must be 1 when using greedy sampling, got {n}.", e
+    for temperature in (None, 0.5, 1e-5):
+        r = server.post(path, {**body, "n": 2, "temperature": temperature})
+        assert r.status_code == 200, r.text
+        assert len(r.json()["choices"]) == 2
+    r = server.post(path, {**body, "n": 1, "temperature": 0})
+    assert r.status_code == 200, r.text

@@ -297,18 +297,20 @@ def test_default_max_tokens_is_16_for_completions(server):
 
 def test_prompt_list_gives_a_choice_per_prompt(server):
     prompts = ["first", "second one"]
+    # Seeded samples (greedy takes n = 1 only, as vLLM): choice j of each prompt uses seed + j.
     r = server.client().completions.create(model=BASE, prompt=prompts, max_tokens=4, n=2,
-                                           temperature=0,
+                                           temperature=1.0, seed=5,
                                            extra_body={"ignore_eos": True,
                                                        "return_token_ids": True})
     assert [c.index for c in r.choices] == [0, 1, 2, 3]
     assert [c.prompt_token_ids for c in r.choices] == [list(b"first")] * 2 + \
         [list(b"second one")] * 2
-    # Greedy: both choices of a prompt are equal, and equal the single-prompt request.
+    # Each choice equals the single-prompt request with its seed.
     for i, p in enumerate(prompts):
-        single = complete(server, BASE, p, max_tokens=4, extra_body={"ignore_eos": True})
-        assert r.choices[2 * i].token_ids == r.choices[2 * i + 1].token_ids == \
-            single.choices[0].token_ids
+        for j in range(2):
+            single = complete(server, BASE, p, max_tokens=4, temperature=1.0, seed=5 + j,
+                              extra_body={"ignore_eos": True})
+            assert r.choices[2 * i + j].token_ids == single.choices[0].token_ids, (i, j)
     assert r.usage.prompt_tokens == len(b"first") + len(b"second one")
     assert r.usage.completion_tokens == 16
 

@@ -178,10 +178,11 @@ def test_echo_with_max_tokens_zero_does_not_report_the_dropped_tokens_stop(serve
 
 
 def _streamed(server, **kw):
-    """A streamed completion folded back into one choice per index: text, token ids, the
-    completions log-probs lists concatenated, finish reasons, the final usage."""
+    """A streamed completion (greedy unless told) folded back into one choice per index: text,
+    token ids, the completions log-probs lists concatenated, finish reasons, the final usage."""
+    kw.setdefault("temperature", 0)
     chunks = list(server.client().completions.create(
-        model=BASE, stream=True, temperature=0, stream_options={"include_usage": True}, **kw))
+        model=BASE, stream=True, stream_options={"include_usage": True}, **kw))
     out, usage = {}, None
     for ch in chunks:
         if ch.usage is not None:
@@ -203,9 +204,11 @@ def _streamed(server, **kw):
 def test_echo_streamed_equals_echo_in_one_body(server, max_tokens):
     # vLLM streams echo: each choice's first chunk leads with the prompt (and its log-probs),
     # so the folded stream is the non-streamed body, text, log-probs, offsets and usage alike.
+    # Seeded samples (greedy takes n = 1 only, as vLLM): the same with and without stream.
     kw = dict(prompt=[PROMPTS[1], list(PROMPTS[0].encode())], max_tokens=max_tokens, echo=True,
-              logprobs=2, n=2, extra_body={"ignore_eos": True, "return_token_ids": True})
-    full = server.client().completions.create(model=BASE, temperature=0, **kw)
+              logprobs=2, n=2, temperature=1.0, seed=11,
+              extra_body={"ignore_eos": True, "return_token_ids": True})
+    full = server.client().completions.create(model=BASE, **kw)
     got, usage = _streamed(server, **kw)
     assert sorted(got) == [c.index for c in sorted(full.choices, key=lambda c: c.index)] == \
         [0, 1, 2, 3]
@@ -300,3 +303,88 @@ def test_streamed_echo_of_a_long_prompt_arrives_whole(start_server, long_dir):
     # (alternatives whose text is the same, such as bytes that decode to U+FFFD, share a key)
     tops = first["logprobs"]["top_logprobs"][1:12000]
     assert all(1 <= len(t) <= 21 for t in tops) and max(len(t) for t in tops) >= 15
+
+
+def _token_id_names(ids):
+    return [f"token_id:{i}" for i in ids]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_return_tokens_as_token_ids_completions(server, stream):
+    # vLLM's return_tokens_as_token_ids: tokens, top_logprobs keys and the echoed prompt named
+    # "token_id:N" (text_offset counting the names), the text and prompt_logprobs unchanged.
+    body = {"model": BASE, "prompt": [72, 105, 32], "max_tokens": 6, "temperature": 0,
+            "ignore_eos": True, "logprobs": 2, "echo": True, "return_token_ids": True,
+            "return_tokens_as_token_ids": True, "stream": stream}
+    if not stream:
+        body["prompt_logprobs"] = 1
+    plain = server.post("/v1/completions", {**body, "return_tokens_as_token_ids": None,
+                                            "stream": False}).json()["choices"][0]
+    r = server.post("/v1/completions", body, stream=stream)
+    assert r.status_code == 200, r.text
+    if stream:
+        chunks = [json.loads(line[6:]) for line in r.content.decode().split("\n\n")
+                  if line.startswith("data: {")]
+        text, ids, tokens, tops, offsets = "", [], [], [], []
+        for ch in chunks:
+            for c in ch["choices"]:
+                text += c["text"]
+                ids += c.get("token_ids") or []
+                if c.get("logprobs"):
+                    tokens += c["logprobs"]["tokens"]
+                    tops += c["logprobs"]["top_logprobs"]
+                    offsets += c["logprobs"]["text_offset"]
+    else:
+        c = r.json()["choices"][0]
+        text, ids = c["text"], c["token_ids"]
+        tokens, tops = c["logprobs"]["tokens"], c["logprobs"]["top_logprobs"]
+        offsets = c["logprobs"]["text_offset"]
+        assert c["prompt_logprobs"] == plain["prompt_logprobs"]  # decoded_token unchanged
+        assert c["prompt_logprobs"][1]["105"]["decoded_token"] == "i"
+    assert text == plain["text"]
+    assert tokens == _token_id_names([72, 105, 32] + ids)
+    assert tops[0] is None
+    for tok, top in zip(tokens[1:], tops[1:]):
+        assert all(k.startswith("token_id:") for k in top), top
+        assert tok in top
+    expect, at = [], 0
+    for tok in tokens:
+        expect.append(at)
+        at += len(tok)
+    assert offsets == expect
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_return_tokens_as_token_ids_chat(server, stream):
+    kw = dict(model=BASE, messages=[{"role": "user", "content": "Say something"}], max_tokens=6,
+              temperature=0, logprobs=True, top_logprobs=3,
+              extra_body={"ignore_eos": True, "return_token_ids": True,
+                          "return_tokens_as_token_ids": True})
+    if stream:
+        content, ids = [], []
+        for ch in server.client().chat.completions.create(stream=True, **kw):
+            for c in ch.choices:
+                ids += getattr(c, "token_ids", None) or []
+                if c.logprobs:
+                    content += c.logprobs.content
+    else:
+        c = server.client().chat.completions.create(**kw).choices[0]
+        content, ids = c.logprobs.content, c.token_ids
+    assert [e.token for e in content] == _token_id_names(ids)
+    for e, i in zip(content, ids):
+        # As vLLM: the chosen token's bytes stay its text's, the alternatives' are their names'.
+        if printable(i):
+            assert e.bytes == list(chr(i).encode()), (e, i)
+        assert len(e.top_logprobs) == 3
+        for t in e.top_logprobs:
+            assert t.token.startswith("token_id:") and t.bytes == list(t.token.encode()), t
+
+
+def test_return_tokens_as_token_ids_server_flag(start_server, llama_dir):
+    srv = start_server(llama_dir, ["--return-tokens-as-token-ids"])
+    body = {"model": BASE, "prompt": "Hi", "max_tokens": 2, "logprobs": 1, "temperature": 0,
+            "return_token_ids": True}
+    c = srv.post("/v1/completions", body).json()["choices"][0]
+    assert c["logprobs"]["tokens"] == _token_id_names(c["token_ids"])
+    c = srv.post("/v1/completions", {**body, "return_tokens_as_token_ids": False}).json()
+    assert not c["choices"][0]["logprobs"]["tokens"][0].startswith("token_id:")

@@ -193,7 +193,7 @@ def test_counters_move(msrv):
     # n = 2: each sequence prefills the prompt, so vLLM's counter counts it twice (usage once).
     before = snap()
     r3 = msrv.client().completions.create(model=LONG, prompt=prompt, max_tokens=3, n=2,
-                                          temperature=0, extra_body={"ignore_eos": True})
+                                          temperature=1.0, seed=2, extra_body={"ignore_eos": True})
     after = snap()
     assert r3.usage.prompt_tokens == len(prompt)
     assert after["vllm:prompt_tokens_total"] - before["vllm:prompt_tokens_total"] == 2 * len(prompt)
@@ -290,3 +290,45 @@ def test_waiting_adapter_label(msrv):
             t.join(30)
     wait_until(lambda: sample(msrv, "vllm:num_requests_running") == 0 and
                sample(msrv, "vllm:num_requests_waiting") == 0, timeout=10, what="idle")
+
+
+def test_load_counts_generation_requests_in_flight(start_server, long_dir):
+    # vLLM's GET /load: {"server_load": N}, the generation requests in flight (vLLM counts them
+    # with --enable-server-load-tracking, accepted here; loom always does). Open under --api-key,
+    # as vLLM's middleware guards /v1 only.
+    from conftest import Blocker
+    srv = start_server(long_dir, ["--enable-server-load-tracking", "--max-num-seqs", "2"],
+                       api_key="sk-load")
+
+    def load():
+        r = requests.get(srv.url + "/load", timeout=10)  # no key
+        assert r.status_code == 200, r.text
+        assert r.headers["Content-Type"].startswith("application/json")
+        body = r.json()
+        assert set(body) == {"server_load"}, body
+        return body["server_load"]
+
+    assert load() == 0
+    blockers = [Blocker(srv, LONG, prompt=f"p{i}") for i in range(2)]
+    try:
+        wait_until(lambda: load() == 2, what="two streams counted")
+        # A non-streamed request counts while it waits for a sequence slot and runs.
+        out = {}
+        t = threading.Thread(target=lambda: out.setdefault("r", srv.post(
+            "/v1/completions", {"model": LONG, "prompt": "x", "max_tokens": 3})))
+        t.start()
+        wait_until(lambda: load() == 3, what="the queued request counted")
+        blockers.pop().close()
+        t.join(60)
+        assert out["r"].status_code == 200, out["r"].text
+        wait_until(lambda: load() == 1, what="the finished and the closed no longer counted")
+        # A refused request is counted only while it is answered.
+        assert srv.post("/v1/completions", {"model": LONG, "prompt": "x",
+                                            "n": 0}).status_code == 400
+        assert load() == 1
+    finally:
+        for b in blockers:
+            b.close()
+    wait_until(lambda: load() == 0, what="closed streams no longer counted")
+    r = requests.post(srv.url + "/load", timeout=10)
+    assert r.status_code == 405 and "GET" in r.headers["Allow"], r.text

@@ -122,3 +122,25 @@ def test_truncate_prompt_tokens_keeps_the_last_tokens(server):
         with pytest.raises(openai.BadRequestError) as e:
             complete(server, BASE, "x", extra_body={"truncate_prompt_tokens": bad})
         assert e.value.body["param"] == "truncate_prompt_tokens", (bad, e.value.body)
+
+
+def test_truncation_side_slices_as_vllm(server):
+    # vLLM 0.32's truncation_side: "right" keeps the first k tokens, "left" the last k (exactly:
+    # the tiny tokenizer adds no special tokens, so "left" is also what the default does).
+    ids = list(PROMPTS[2].encode())
+    k = 7
+    for side, kept in (("right", ids[:k]), ("left", ids[-k:])):
+        for prompt in (ids, PROMPTS[2]):
+            c = complete(server, BASE, prompt, max_tokens=3,
+                         extra_body={"ignore_eos": True, "truncate_prompt_tokens": k,
+                                     "truncation_side": side})
+            assert c.usage.prompt_tokens == k, side
+            assert c.choices[0].prompt_token_ids == kept, (side, prompt)
+            alone = complete(server, BASE, kept, max_tokens=3, extra_body={"ignore_eos": True})
+            assert c.choices[0].token_ids == alone.choices[0].token_ids
+    # Without truncate_prompt_tokens it changes nothing; another value is a 400 naming it.
+    c = complete(server, BASE, ids, max_tokens=1, extra_body={"truncation_side": "right"})
+    assert c.usage.prompt_tokens == len(ids)
+    with pytest.raises(openai.BadRequestError) as e:
+        complete(server, BASE, ids, extra_body={"truncation_side": "middle"})
+    assert e.value.body["param"] == "truncation_side"

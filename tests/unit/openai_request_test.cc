@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <tuple>
+#include <utility>
+#include <vector>
 
 namespace loom::server {
 namespace {
@@ -419,6 +421,90 @@ TEST(OpenAiRequest, MetadataLimitsCountCharacters) {
   EXPECT_TRUE(ParseOpenAiRequest(body(key64, value512), Endpoint::kChat, &r, &err)) << err.message;
   EXPECT_EQ(Reject(body(key65, "v"), Endpoint::kChat).param, "metadata");
   EXPECT_EQ(Reject(body("k", value513), Endpoint::kChat).param, "metadata");
+}
+
+// Completions take what chat takes of OpenAI's storage fields (no effect, the same checks) and
+// response_format as plain text (vLLM's CompletionRequest has it; vLLM ignores the others).
+TEST(OpenAiRequest, CompletionsTakeChatsStorageFieldsAndTextResponseFormat) {
+  OpenAiRequest r;
+  ApiError err;
+  EXPECT_TRUE(ParseOpenAiRequest(
+      R"({"model":"m","prompt":"x","response_format":{"type":"text"},"metadata":{"k":"v"},)"
+      R"("store":false,"service_tier":"auto"})",
+      Endpoint::kCompletions, &r, &err))
+      << err.message;
+  EXPECT_TRUE(ParseOpenAiRequest(
+      R"({"model":"m","prompt":"x","response_format":null,"metadata":null,"store":null,)"
+      R"("service_tier":null})",
+      Endpoint::kCompletions, &r, &err))
+      << err.message;
+  for (const auto& [field, value] : std::vector<std::pair<std::string, std::string>>{
+           {"response_format", R"({"type":"json_object"})"},
+           {"response_format", R"({"type":"json_schema","json_schema":{"name":"x"}})"},
+           {"response_format", R"({"type":"structural_tag","format":{}})"},
+           {"response_format", R"("text")"},
+           {"metadata", R"({"k":1})"},
+           {"metadata", "[]"},
+           {"store", R"("yes")"},
+           {"service_tier", R"("fast")"}}) {
+    EXPECT_EQ(Reject(R"({"model":"m","prompt":"x",")" + field + "\":" + value + "}").param, field)
+        << value;
+  }
+}
+
+// vLLM 0.32's validate_cache_salt: a non-empty string of at most 128 characters (not bytes)
+// without '@', '/', '\\' or NUL; null is none.
+TEST(OpenAiRequest, CacheSaltIsCheckedAsVllm) {
+  OpenAiRequest r;
+  ApiError err;
+  std::string salt128;
+  for (int i = 0; i < 128; ++i) salt128 += "\u00e9";  // é: 2 bytes each, 256 bytes
+  for (const std::string& salt : {std::string("tenant-7"), salt128, std::string("a b+c=d")}) {
+    for (const Endpoint e : {Endpoint::kCompletions, Endpoint::kChat}) {
+      const std::string prompt = e == Endpoint::kChat
+                                     ? R"("messages":[{"role":"user","content":"x"}])"
+                                     : R"("prompt":"x")";
+      ASSERT_TRUE(
+          ParseOpenAiRequest("{" + prompt + R"(,"cache_salt":")" + salt + "\"}", e, &r, &err))
+          << salt << ": " << err.message;
+      EXPECT_EQ(r.cache_salt, salt);
+    }
+  }
+  ASSERT_TRUE(
+      ParseOpenAiRequest(R"({"prompt":"x","cache_salt":null})", Endpoint::kCompletions, &r, &err));
+  EXPECT_EQ(r.cache_salt, "");
+  for (const std::string& bad :
+       {std::string(R"("")"), std::string("7"), std::string(R"(["a"])"), std::string(R"("a@b")"),
+        std::string(R"("a/b")"), std::string(R"("a\\b")"), std::string(R"("a\u0000b")"),
+        "\"" + salt128 + "e\""}) {
+    const ApiError e = Reject(R"({"prompt":"x","cache_salt":)" + bad + "}");
+    EXPECT_EQ(e.param, "cache_salt") << bad;
+    EXPECT_EQ(e.message.rfind("Parameter 'cache_salt' must be", 0), 0u) << e.message;
+  }
+}
+
+// vLLM 0.32 refuses n > 1 with greedy sampling (temperature below 1e-5, negative ones too, seed
+// or not): the choices would all be one.
+TEST(OpenAiRequest, SeveralGreedyChoicesAreRefusedNamingN) {
+  auto check = [](const std::string& body) {
+    OpenAiRequest r;
+    ApiError err;
+    EXPECT_TRUE(ParseOpenAiRequest(body, Endpoint::kCompletions, &r, &err)) << err.message;
+    const bool ok = CheckGreedyChoices(r, &err);
+    return ok ? std::string() : err.param + ": " + err.message;
+  };
+  const std::string refused = "n: n must be 1 when using greedy sampling, got 2.";
+  EXPECT_EQ(check(R"({"prompt":"x","n":2,"temperature":0})"), refused);
+  EXPECT_EQ(check(R"({"prompt":"x","n":2,"temperature":1e-6})"), refused);
+  EXPECT_EQ(check(R"({"prompt":"x","n":2,"temperature":-1})"), refused);
+  EXPECT_EQ(check(R"({"prompt":"x","n":2,"temperature":0,"seed":7})"), refused);
+  EXPECT_EQ(check(R"({"prompt":"x","n":2,"temperature":0,"best_of":2})"), refused);
+  EXPECT_EQ(check(R"({"prompt":"x","n":16,"temperature":0})"),
+            "n: n must be 1 when using greedy sampling, got 16.");
+  EXPECT_EQ(check(R"({"prompt":"x","n":1,"temperature":0})"), "");
+  EXPECT_EQ(check(R"({"prompt":"x","n":2,"temperature":1e-5})"), "");
+  EXPECT_EQ(check(R"({"prompt":"x","n":2})"), "");  // the default temperature, 1
+  EXPECT_EQ(check(R"({"prompt":"x","n":2,"temperature":0.7,"top_k":1})"), "");
 }
 
 }  // namespace

@@ -49,6 +49,38 @@ TEST(TruncatePrompts, ATextPromptKeepsItsSpecialTokens) {
   EXPECT_NE(error.message.find("Please, select a smaller truncation size"), std::string::npos);
 }
 
+// vLLM 0.32's explicit truncation_side: the whole encoding sliced, special tokens and all ("left"
+// drops a text prompt's BOS; "right" keeps the first k tokens), token-id prompts alike.
+TEST(TruncatePrompts, AnExplicitSideSlicesTheWholeEncoding) {
+  auto tok = tokenizer::Tokenizer::FromModelDir(kTinyLlama);
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  ServerContext ctx;
+  ctx.tokenizer = tok->get();
+  ctx.max_model_len = 4096;
+  const std::string text = "The quick brown fox jumps over the lazy dog again and again";
+  auto full = (*tok)->Encode(text, /*add_special_tokens=*/true);
+  auto plain = (*tok)->Encode(text, /*add_special_tokens=*/false);
+  ASSERT_TRUE(full.ok() && plain.ok());
+  for (const std::string side : {"left", "right"}) {
+    OpenAiRequest r;
+    r.prompts = {text, std::vector<int32_t>(*plain)};
+    r.add_special_tokens = true;
+    r.echo = true;
+    r.truncate_prompt_tokens = 5;
+    r.truncation_side = side;
+    std::vector<std::vector<int32_t>> prompts = {*full, *plain};
+    ApiError error;
+    ASSERT_TRUE(TruncatePrompts(ctx, &r, &prompts, &error)) << error.message;
+    auto kept = [&](const std::vector<int32_t>& ids) {
+      return side == "left" ? std::vector<int32_t>(ids.end() - 5, ids.end())
+                            : std::vector<int32_t>(ids.begin(), ids.begin() + 5);
+    };
+    EXPECT_EQ(prompts[0], kept(*full)) << side;  // "right" keeps the BOS, "left" drops it
+    EXPECT_EQ(prompts[1], kept(*plain)) << side;
+    EXPECT_EQ(std::get<std::vector<int32_t>>(r.prompts[0]), kept(*full)) << side;  // echoed
+  }
+}
+
 // vLLM 0.32's renderers/hf.py: developer → system, then the system messages merged at the front
 // when one is not first or there are several ("\n\n"-joined, empty ones left out).
 TEST(ConvertDeveloperToSystem, RenamesThenMergesAsVllm) {

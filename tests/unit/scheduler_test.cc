@@ -423,6 +423,41 @@ TEST(Scheduler, PrefixCacheHitsOnlyWithinTheSameAdapterIdentity) {
   EXPECT_EQ(engine.scheduler().prefix_hits(), 64);
 }
 
+// vLLM's cache_salt: the salt is part of the first block's key (and so of every later one), so
+// prompts with different salts, or a salt and none, never share blocks; the same salt does.
+TEST(Scheduler, PrefixCacheHitsOnlyWithinTheSameCacheSalt) {
+  Fixture& f = Llama();
+  Engine engine(f.model.get(), EngineOptions{});
+  const std::vector<int32_t> shared = Prompt(11, 40);  // two full blocks + 8 tokens
+  auto run = [&](const std::string& salt, std::shared_ptr<const Adapter> a = nullptr) {
+    GenerationRequest r = Greedy(shared, 5, std::move(a));
+    r.cache_salt = salt;
+    EXPECT_TRUE(engine.Add(r).ok());
+    return engine.RunToCompletion().at(0);
+  };
+  const GenerationResult unsalted = run("");
+  EXPECT_EQ(unsalted.num_cached_prompt_tokens, 0);
+  const GenerationResult a1 = run("tenant-a");
+  EXPECT_EQ(a1.num_cached_prompt_tokens, 0);  // the unsalted prompt's blocks are not its own
+  EXPECT_EQ(engine.scheduler().prefix_hits(), 0);
+  const GenerationResult a2 = run("tenant-a");
+  EXPECT_EQ(a2.num_cached_prompt_tokens, 32);  // the same salt shares both full blocks
+  EXPECT_EQ(engine.scheduler().prefix_hits(), 32);
+  const GenerationResult b = run("tenant-b");
+  EXPECT_EQ(b.num_cached_prompt_tokens, 0);
+  const GenerationResult prefix_of_b = run("tenant-");  // no salt is a prefix of another
+  EXPECT_EQ(prefix_of_b.num_cached_prompt_tokens, 0);
+  const GenerationResult with_adapter = run("tenant-a", f.adapters[0]);
+  EXPECT_EQ(with_adapter.num_cached_prompt_tokens, 0);  // the adapter's identity still counts
+  const GenerationResult unsalted_again = run("");
+  EXPECT_EQ(unsalted_again.num_cached_prompt_tokens, 32);
+  EXPECT_EQ(engine.scheduler().prefix_hits(), 64);
+  // The salt changes what is shared, never what is computed.
+  for (const GenerationResult* r : {&a1, &a2, &b, &prefix_of_b, &unsalted_again}) {
+    EXPECT_EQ(r->generated, unsalted.generated);
+  }
+}
+
 TEST(Scheduler, APrefixKeyThatCollidesIsAMiss) {
   // Review finding: blocks were found by their 64-bit key alone, and the key was a public hash
   // whose collisions a client could compute (2^23 work): a prompt made to collide with another
