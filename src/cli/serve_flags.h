@@ -35,8 +35,10 @@ struct ServeArgs {
   bool api_key_given = false;  // --api-key was on the command line (an empty one: auth off)
   bool allow_runtime_lora = false;
   bool enable_lora = false;  // vLLM's --enable-lora: accepted, changes nothing
-  bool enable_server_load_tracking = false;  // vLLM's: accepted, /load always counts
-  bool return_tokens_as_token_ids = false;  // vLLM's: log-prob tokens as "token_id:N"
+  // vLLM's --enable-server-load-tracking: accepted, /load always counts.
+  bool enable_server_load_tracking = false;
+  // vLLM's --return-tokens-as-token-ids: log-prob tokens as "token_id:N".
+  bool return_tokens_as_token_ids = false;
   int http_threads = 16;
   int max_connections = 4096;
   double request_timeout_s = 30;

@@ -315,11 +315,16 @@ def check_ok(req, choices, usage, fail):
             total_generated += g
             if mt is not None and g > mt:
                 fail(where + f"{g} tokens > max_tokens {mt}")
+            # The prompt's length: the request's, else (a chat with null content, whose rendering
+            # is not computed here) the ids the answer reports, else unknown.
+            plen = len(prompt) if prompt is not None else (
+                len(ch["prompt_token_ids"]) if isinstance(ch.get("prompt_token_ids"), list)
+                else None)
             if fr == "length" and mt is not None and g != mt and not (
-                    prompt is not None and len(prompt) + g == MAX_MODEL_LEN):
+                    plen is None or plen + g == MAX_MODEL_LEN):
                 fail(where + f"finish length after {g} tokens, max_tokens {mt}")
-            if fr == "length" and mt is None and prompt is not None and \
-                    len(prompt) + g != MAX_MODEL_LEN:
+            if fr == "length" and mt is None and plen is not None and \
+                    plen + g != MAX_MODEL_LEN:
                 fail(where + f"finish length after {g} tokens: neither max_tokens nor the context")
             if fr == "stop" and g <= min_tokens and mt != min_tokens:
                 fail(where + f"stopped after {g} tokens, min_tokens {min_tokens}")

@@ -174,6 +174,12 @@ def gen_request(rng, i):
         req.request_id = rng.choice(["rr-a", "rr-b", "rr-c", f"rr-{i}"])
     if stream and rng.random() < 0.05:
         req.abandon = rng.choice([1, 200, 2000])
+    # vLLM's cache_salt (from a small pool: salted prompts share blocks only with their own salt)
+    # and priority (no effect): neither changes an answer.
+    if rng.random() < 0.15:
+        body["cache_salt"] = rng.choice(["tenant-a", "tenant-b", f"t{i}"])
+    if rng.random() < 0.05:
+        body["priority"] = rng.choice([0, 1, -5, 2**40])
     req.prompts = prompts
     plen = max(len(p) for p in prompts) if prompts else None
 
