@@ -46,7 +46,8 @@ std::string DecodedToken(const ServerContext& ctx, int32_t id, std::span<const i
 }
 
 // vLLM's return_tokens_as_token_ids (the request's, else --return-tokens-as-token-ids): a log-prob
-// entry names its token "token_id:N" (format_token_id_placeholder), so that tokens whose text is
+// entry names its token "token_id:" and the id, e.g. "token_id:1234" (vLLM's
+// format_token_id_placeholder), so that tokens whose text is
 // not valid UTF-8 on its own, or that decode alike, are told apart. vLLM changes the completions
 // `tokens`, the `top_logprobs` keys and an echoed prompt's tokens (`text_offset` then counts the
 // names' characters), and chat's `token` and its `top_logprobs`' `token` and `bytes`, but not the
