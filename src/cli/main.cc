@@ -18,6 +18,7 @@
 #include "base/thread_pool.h"
 #include "cli/commands.h"
 #include "cli/lora_cli.h"
+#include "cli/startup_signals.h"
 #include "ops/matmul.h"
 
 namespace {
@@ -117,18 +118,19 @@ std::pair<std::string, std::string> FlagTakenAsValue(const CLI::App& app, int ar
 // A global flag given to a command that never reads it ("loom --kv-cache-dtype bfloat16 merge",
 // "loom --quantize int8 tokenize"): it had no effect, without a word. Returns "" or the message.
 std::string UnreadGlobalFlag(const CLI::App& app) {
-  static const std::vector<std::string> kQuantize = {"--quantize", "--quantize-group-size",
-                                                     "--quantize-head", "--quantize-double-quant"};
+  // merge and quantize refuse the --quantize flags themselves (RejectGlobalQuantizeFlags).
+  static const std::vector<std::string> kNoCompute = {"--kv-cache-dtype", "--exact-bf16",
+                                                      "--fast-bf16"};
+  static const std::vector<std::string> kNoModelLoad = {"--kv-cache-dtype",
+                                                        "--exact-bf16",
+                                                        "--fast-bf16",
+                                                        "--quantize",
+                                                        "--quantize-group-size",
+                                                        "--quantize-head",
+                                                        "--quantize-double-quant"};
   static const std::map<std::string, std::vector<std::string>> kUnread = {
-      {"inspect", {"--kv-cache-dtype", "--exact-bf16", "--fast-bf16"}},
-      {"merge", {"--kv-cache-dtype", "--exact-bf16", "--fast-bf16"}},
-      {"quantize", {"--kv-cache-dtype", "--exact-bf16", "--fast-bf16"}},
-      {"tokenize",
-       {"--kv-cache-dtype", "--exact-bf16", "--fast-bf16", "--quantize", "--quantize-group-size",
-        "--quantize-head", "--quantize-double-quant"}},
-      {"detokenize",
-       {"--kv-cache-dtype", "--exact-bf16", "--fast-bf16", "--quantize", "--quantize-group-size",
-        "--quantize-head", "--quantize-double-quant"}},
+      {"inspect", kNoCompute},    {"merge", kNoCompute},        {"quantize", kNoCompute},
+      {"tokenize", kNoModelLoad}, {"detokenize", kNoModelLoad},
   };
   for (const CLI::App* sub : app.get_subcommands()) {
     auto it = kUnread.find(sub->get_name());
@@ -223,10 +225,7 @@ int main(int argc, char** argv) {
     // serve takes SIGTERM / SIGINT with sigwait (and a start-up watcher): blocked before any
     // thread starts, or `--threads N` started compute threads that a signal could land on and
     // end the process without a word (review).
-    sigset_t signals;
-    sigemptyset(&signals);
-    sigaddset(&signals, SIGTERM);
-    sigaddset(&signals, SIGINT);
+    const sigset_t signals = loom::cli::ServeSignals();
     pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   }
   if (threads > 0) loom::ThreadPool::SetGlobalThreads(threads);

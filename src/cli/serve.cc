@@ -47,10 +47,7 @@ int RunServe(ServeArgs& a) {
   LimitMallocArenas();  // before any thread starts
   // SIGTERM / SIGINT are taken by sigwait on this thread; every thread started below inherits
   // the mask. SIGPIPE (a client gone mid-write) is ignored: the write fails instead.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
+  sigset_t signals = ServeSignals();
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
   StartupSignalWatcher startup_signals(signals);  // until ready: a signal ends start-up at once

@@ -13,6 +13,15 @@
 
 namespace loom::cli {
 
+// The signals serve drains on (SIGTERM, SIGINT): blocked in every thread, taken by sigwait.
+inline sigset_t ServeSignals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  return signals;
+}
+
 // The signals are blocked in every thread (serve's sigwait wants them), so before this a Ctrl-C
 // or a supervisor's SIGTERM during start-up waited until the server said ready. This thread
 // takes them until Stop(): nothing is being served yet, so the process ends as the signal's
